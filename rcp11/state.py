@@ -1,0 +1,224 @@
+"""Server-wide and per-connection state, shared by commands, blocking,
+persistence and the network front end.
+
+Nothing here does I/O. The server (rcp11.server) fills in the callables that
+reach sockets (ClientState.send, ClientState.close); persistence
+(rcp11.persistence) installs itself as ServerState.persistence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rcp11.blocking import BlockingManager
+    from rcp11.config import Config
+    from rcp11.storage import Stream
+
+
+class PersistenceHooks(Protocol):
+    """What the command layer asks of persistence. rcp11.persistence
+    implements it; NullPersistence below is the do-nothing default."""
+
+    def propagate(self, argv: list[bytes]) -> None:
+        """Log one write command (already executed) to the AOF buffer."""
+
+    def flush(self) -> None:
+        """Make everything propagated so far durable per appendfsync; the
+        server calls it before it sends any reply."""
+
+    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
+        """Called before a stream's next offset grows to new_next_offset.
+        Raises rcp11.errors.CommandError (MISCONF) if the offset cannot be
+        reserved durably; the write must then not happen."""
+
+    def on_key_removed(self, key: bytes) -> None:
+        """A key (of any type) left the keyspace: DEL, FLUSH*, overwrite,
+        RENAME source."""
+
+    def write_refused(self) -> str | None:
+        """The -MISCONF error text while writes must be refused, else None."""
+
+    def info(self) -> dict[str, Any]:
+        """Fields of INFO persistence, Redis's names."""
+
+    def tick(self, now: float) -> None:
+        """Periodic work (fsync everysec, save rules, rewrite, child reaping)."""
+
+
+class NullPersistence:
+    """Persistence that keeps nothing: the default before persistence loads."""
+
+    def propagate(self, argv: list[bytes]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
+        pass
+
+    def on_key_removed(self, key: bytes) -> None:
+        pass
+
+    def write_refused(self) -> str | None:
+        return None
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def tick(self, now: float) -> None:
+        pass
+
+
+_client_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class ClientState:
+    """One connection. eq=False: clients are compared by identity and are
+    hashable, so they can sit in sets and dict keys."""
+
+    addr: str = "?"
+    laddr: str = "?"
+    fd: int = -1
+    id: int = field(default_factory=lambda: next(_client_ids))
+    name: bytes = b""
+    resp: int = 2
+    authenticated: bool = False
+    db: int = 0
+    created_at: float = field(default_factory=time.time)
+    last_interaction: float = field(default_factory=time.time)
+    last_command: str = "NULL"
+    # MULTI/EXEC: queued is None outside a transaction.
+    queued: list[list[bytes]] | None = None
+    multi_error: bool = False
+    watched: set[bytes] = field(default_factory=set)
+    dirty_cas: bool = False
+    # Set by rcp11.blocking while this client waits; the server stops
+    # reading this client's pipelined commands until it is cleared.
+    blocked: Any = None
+    closing: bool = False
+    # Filled by the server: send() encodes one reply for this client's
+    # protocol and queues it on the socket; close() drops the connection
+    # after pending output is written; on_unblocked() resumes the pipeline.
+    send: Callable[[Any], None] = lambda reply: None
+    close: Callable[[], None] = lambda: None
+    on_unblocked: Callable[[], None] = lambda: None
+    # Counters for CLIENT LIST / INFO.
+    query_buffer_len: int = 0
+    output_buffer_len: int = 0
+
+
+@dataclass
+class Stats:
+    total_connections_received: int = 0
+    total_commands_processed: int = 0
+    rejected_connections: int = 0
+    total_net_input_bytes: int = 0
+    total_net_output_bytes: int = 0
+    keyspace_hits: int = 0
+    keyspace_misses: int = 0
+    expired_keys: int = 0
+    evicted_keys: int = 0
+    blocked_clients: int = 0
+    total_messages_written: int = 0
+    total_messages_read: int = 0
+    total_messages_evicted: int = 0
+
+
+class Keyspace:
+    """The one database: key -> Stream | bytes.
+
+    Every structural change goes through these methods so WATCH and
+    persistence see it: touch() marks watching clients dirty, removals notify
+    persistence (offset reservations of a deleted stream must be dropped).
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self.data: dict[bytes, Any] = {}
+        self.watchers: dict[bytes, set[ClientState]] = {}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self.data
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.data)
+
+    def get(self, key: bytes) -> Any:
+        return self.data.get(key)
+
+    def touch(self, key: bytes) -> None:
+        watchers = self.watchers.get(key)
+        if watchers:
+            for client in watchers:
+                client.dirty_cas = True
+
+    def set(self, key: bytes, value: Any) -> None:
+        old = self.data.get(key)
+        if old is not None and old is not value and not isinstance(old, bytes):
+            self._state.persistence.on_key_removed(key)
+        self.data[key] = value
+        self.touch(key)
+
+    def delete(self, key: bytes) -> bool:
+        if key not in self.data:
+            return False
+        del self.data[key]
+        self._state.persistence.on_key_removed(key)
+        self.touch(key)
+        return True
+
+    def rename(self, src: bytes, dst: bytes) -> None:
+        value = self.data.pop(src)
+        self._state.persistence.on_key_removed(src)
+        self.touch(src)
+        self.set(dst, value)
+
+    def flush(self) -> None:
+        for key in list(self.data):
+            self.delete(key)
+
+
+class ServerState:
+    """Everything server-wide. One instance per running server."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.keyspace = Keyspace(self)
+        self.clients: dict[int, ClientState] = {}
+        self.stats = Stats()
+        self.persistence: PersistenceHooks = NullPersistence()
+        self.blocking: BlockingManager | None = None  # set by rcp11.blocking
+        self.start_time = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.dirty = 0  # changes since the last successful save
+        self.loading = False  # True while AOF/snapshot replay runs
+        self.tcp_port = 0
+        # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None.
+        self.request_shutdown: Callable[[str | None], None] = lambda mode: None
+
+    def new_stream(self) -> Stream:
+        from rcp11.storage import Stream
+
+        level = 0
+        if self.config.get("stream-compression") == "zlib":
+            level = int(self.config.get("stream-compression-level"))
+        return Stream(int(self.config.get("stream-node-max-entries")), level)
+
+    def propagate(self, argv: list[bytes]) -> None:
+        """Log a write (AOF) and count it for save rules. Handlers call this
+        for exactly what they changed, in a form whose replay is
+        deterministic (TREAD GROUP logs SET groupkey <offset>)."""
+        self.dirty += 1
+        if not self.loading:
+            self.persistence.propagate(argv)

@@ -1,0 +1,168 @@
+"""Shared fixtures: real rcp11 servers on free ports (never 6379)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """An rcp11-server child process started with --directive overrides.
+
+    Each server gets its own directory (dir), so snapshots and AOF files of
+    different tests never meet. restart() keeps port and directory.
+    """
+
+    def __init__(self, workdir: Path, conf: Path | None = None, **directives: object) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conf = conf
+        self.port = int(directives.pop("port", 0)) or free_port()
+        self.directives: dict[str, str] = {
+            "save": "",
+            "appendonly": "no",
+            "dir": str(self.dir),
+            "logfile": str(self.dir / "server.log"),
+        }
+        self.directives.update({k.replace("_", "-"): str(v) for k, v in directives.items()})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "rcp11", "server"]
+        if self.conf is not None:
+            args.append(str(self.conf))
+        args += ["--port", str(self.port)]
+        for name, value in self.directives.items():
+            args += [f"--{name}", value]
+        return args
+
+    def start(self, wait: bool = True, timeout: float = 20.0) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            self.argv(), cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            client = redis.Redis(
+                port=self.port,
+                protocol=2,
+                password=self.directives.get("requirepass"),
+                socket_timeout=2,
+            )
+            try:
+                client.ping()
+                return
+            except (
+                redis.exceptions.ConnectionError,
+                redis.exceptions.BusyLoadingError,
+                redis.exceptions.TimeoutError,
+            ):
+                pass  # not listening yet, or still replaying its files
+            finally:
+                client.close()
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not answer within {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        log = self.dir / "server.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if self.proc is not None and self.proc.poll() is not None and self.proc.stdout:
+            text += self.proc.stdout.read().decode(errors="replace")
+        return text
+
+    def client(self, protocol: int = 2, **kwargs: object) -> redis.Redis:
+        return redis.Redis(port=self.port, protocol=protocol, **kwargs)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self, **changes: object) -> ServerProcess:
+        self.stop()
+        self.directives.update({k.replace("_", "-"): str(v) for k, v in changes.items()})
+        return self.start()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator:
+    """Start servers: server_factory(appendonly="yes", ...) -> ServerProcess."""
+    started: list[ServerProcess] = []
+
+    def make(conf: Path | None = None, start: bool = True, **directives: object) -> ServerProcess:
+        srv = ServerProcess(tmp_path / f"srv{len(started)}", conf, **directives)
+        started.append(srv)
+        return srv.start() if start else srv
+
+    yield make
+    for srv in started:
+        srv.kill9()
+
+
+@pytest.fixture
+def server(server_factory) -> ServerProcess:
+    """One running server with persistence off."""
+    return server_factory()
+
+
+@pytest.fixture
+def r(server: ServerProcess) -> Iterator[redis.Redis]:
+    client = server.client(protocol=2)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def r3(server: ServerProcess) -> Iterator[redis.Redis]:
+    client = server.client(protocol=3)
+    yield client
+    client.close()
+
+
+def have(program: str) -> bool:
+    return shutil.which(program) is not None
+
+
+def require(program: str) -> None:
+    """Fail (not skip) when CI lacks a tool it promised to install; outside
+    CI a missing tool skips, so a laptop without redis-tools still runs."""
+    if have(program):
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{program} is not installed; .ci/run must install it")
+    pytest.skip(f"{program} not installed")
