@@ -8,6 +8,7 @@ reach sockets (ClientState.send, ClientState.close); persistence
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import time
@@ -140,49 +141,133 @@ class Keyspace:
     persistence (offset reservations of a deleted stream must be dropped).
     """
 
+    # Bytes charged per key beyond its value (dict slot, key object,
+    # bookkeeping): an estimate, so maxmemory and MEMORY USAGE grow with the
+    # number of keys and not only with their payload.
+    KEY_OVERHEAD = 64
+
     def __init__(self, state: ServerState) -> None:
         self._state = state
         self.data: dict[bytes, Any] = {}
         self.watchers: dict[bytes, set[ClientState]] = {}
+        # Expiry: key -> deadline in unix milliseconds. Keys expire lazily
+        # when read and actively through expire_due() from the server cron;
+        # the heap may hold stale entries, checked against `expires`.
+        self.expires: dict[bytes, int] = {}
+        self._expire_heap: list[tuple[int, bytes]] = []
+        # Memory accounting for maxmemory and INFO memory, kept up to date
+        # on every change instead of summed over all keys per command.
+        # Streams are re-measured by touch(); _stream_bytes remembers what
+        # each one was charged.
+        self.used_bytes = 0
+        self._stream_bytes: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __contains__(self, key: bytes) -> bool:
+        if self.expires and key in self.expires:
+            self._expire_if_due(key)
         return key in self.data
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.data)
 
     def get(self, key: bytes) -> Any:
+        if self.expires and key in self.expires:
+            self._expire_if_due(key)
         return self.data.get(key)
 
     def touch(self, key: bytes) -> None:
+        charged = self._stream_bytes.get(key)
+        if charged is not None:
+            now = self._charge(key, self.data[key])
+            self.used_bytes += now - charged
+            self._stream_bytes[key] = now
         watchers = self.watchers.get(key)
         if watchers:
             for client in watchers:
                 client.dirty_cas = True
 
-    def set(self, key: bytes, value: Any) -> None:
+    def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
+        """Store value under key; like Redis's SET it drops the key's expiry
+        unless keep_ttl."""
         old = self.data.get(key)
-        if old is not None and old is not value and not isinstance(old, bytes):
-            self._state.persistence.on_key_removed(key)
+        if old is not None:
+            self._uncharge(key, old)
+            if old is not value and not isinstance(old, bytes):
+                self._state.persistence.on_key_removed(key)
+        if not keep_ttl and self.expires:
+            self.expires.pop(key, None)
         self.data[key] = value
+        charged = self._charge(key, value)
+        self.used_bytes += charged
+        if not isinstance(value, bytes):
+            self._stream_bytes[key] = charged
         self.touch(key)
 
     def delete(self, key: bytes) -> bool:
         if key not in self.data:
             return False
-        del self.data[key]
+        self._uncharge(key, self.data.pop(key))
+        if self.expires:
+            self.expires.pop(key, None)
         self._state.persistence.on_key_removed(key)
         self.touch(key)
         return True
 
     def rename(self, src: bytes, dst: bytes) -> None:
+        when = self.expires.pop(src, None)
         value = self.data.pop(src)
+        self._uncharge(src, value)
         self._state.persistence.on_key_removed(src)
         self.touch(src)
         self.set(dst, value)
+        if when is not None:
+            self.set_expire(dst, when)
+
+    def _charge(self, key: bytes, value: Any) -> int:
+        size = len(value) if isinstance(value, bytes) else value.memory_bytes
+        return size + len(key) + self.KEY_OVERHEAD
+
+    def _uncharge(self, key: bytes, value: Any) -> None:
+        if isinstance(value, bytes):
+            self.used_bytes -= self._charge(key, value)
+        else:
+            self.used_bytes -= self._stream_bytes.pop(key, 0)
+
+    def set_expire(self, key: bytes, when_ms: int) -> None:
+        """Make an existing key expire at when_ms (unix milliseconds)."""
+        self.expires[key] = when_ms
+        heapq.heappush(self._expire_heap, (when_ms, key))
+        if len(self._expire_heap) > 2 * len(self.expires) + 64:
+            self._expire_heap = [(w, k) for k, w in self.expires.items()]
+            heapq.heapify(self._expire_heap)
+
+    def _expire_if_due(self, key: bytes) -> None:
+        # While replaying persistence nothing expires: the log decides.
+        if self.expires[key] <= time.time() * 1000 and not self._state.loading:
+            self._expire(key)
+
+    def _expire(self, key: bytes) -> None:
+        self.delete(key)
+        self._state.stats.expired_keys += 1
+        self._state.propagate([b"DEL", key])
+
+    def expire_due(self, now_ms: float | None = None, limit: int = 1000) -> int:
+        """Delete up to `limit` keys whose deadline passed (server cron).
+        Returns how many expired."""
+        if self._state.loading:
+            return 0
+        now_ms = time.time() * 1000 if now_ms is None else now_ms
+        heap = self._expire_heap
+        expired = 0
+        while heap and heap[0][0] <= now_ms and expired < limit:
+            when, key = heapq.heappop(heap)
+            if self.expires.get(key) == when:
+                self._expire(key)
+                expired += 1
+        return expired
 
     def flush(self) -> None:
         for key in list(self.data):
