@@ -20,7 +20,13 @@ Reply values handlers return, and how they encode:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
+
+import hiredis
+
+from rcp11.errors import ProtocolError
 
 
 class SimpleString(str):
@@ -61,3 +67,482 @@ NULL_ARRAY = _NullArray()
 OK = SimpleString("OK")
 QUEUED = SimpleString("QUEUED")
 PONG = SimpleString("PONG")
+
+
+# ---------------------------------------------------------------------------
+# Reply encoding
+# ---------------------------------------------------------------------------
+
+_NULL2 = b"$-1\r\n"
+_NULL3 = b"_\r\n"
+_NULL_ARRAY2 = b"*-1\r\n"
+_TRUE3 = b"#t\r\n"
+_FALSE3 = b"#f\r\n"
+_CRLF_TABLE = bytes.maketrans(b"\r\n", b"  ")
+
+
+def _line(text: str) -> bytes:
+    # Status and error lines cannot carry CR/LF: a newline inside would end
+    # the reply early and desynchronise the client, so it becomes a space.
+    data = text.encode("utf-8", "replace")
+    if b"\r" in data or b"\n" in data:
+        data = data.translate(_CRLF_TABLE)
+    return data
+
+
+def _double(value: float) -> bytes:
+    if value != value:
+        return b"nan"
+    if value in (_INF, -_INF):
+        return b"inf" if value > 0 else b"-inf"
+    return repr(value).encode()
+
+
+_INF = float("inf")
+
+
+def encode(reply: Any, resp3: bool) -> bytes:
+    """Encode one reply value (see the module docstring) for RESP2 or RESP3."""
+    kind = type(reply)
+    # The common replies first: bulk strings, integers, OK.
+    if kind is bytes:
+        return b"$%d\r\n%b\r\n" % (len(reply), reply)
+    if kind is int:
+        return b":%d\r\n" % reply
+    if kind is SimpleString:
+        return b"+" + _line(reply) + b"\r\n"
+    if kind is Raw:
+        return reply.data
+    if reply is None:
+        return _NULL3 if resp3 else _NULL2
+    parts: list[bytes] = []
+    _encode_into(reply, resp3, parts)
+    return b"".join(parts)
+
+
+def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
+    kind = type(reply)
+    if kind is bytes:
+        out.append(b"$%d\r\n%b\r\n" % (len(reply), reply))
+    elif kind is int:
+        out.append(b":%d\r\n" % reply)
+    elif reply is None:
+        out.append(_NULL3 if resp3 else _NULL2)
+    elif kind is list or kind is tuple:
+        out.append(b"*%d\r\n" % len(reply))
+        for item in reply:
+            _encode_into(item, resp3, out)
+    elif kind is SimpleString:
+        out.append(b"+" + _line(reply) + b"\r\n")
+    elif kind is str:
+        data = reply.encode("utf-8", "surrogateescape")
+        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    elif kind is Raw:
+        out.append(reply.data)
+    elif kind is Error:
+        message = reply.message
+        out.append(b"-" + _line(message[1:] if message.startswith("-") else message) + b"\r\n")
+    elif kind is bool:
+        if resp3:
+            out.append(_TRUE3 if reply else _FALSE3)
+        else:
+            out.append(b":1\r\n" if reply else b":0\r\n")
+    elif reply is NULL_ARRAY:
+        out.append(_NULL3 if resp3 else _NULL_ARRAY2)
+    elif kind is dict:
+        out.append((b"%%%d\r\n" if resp3 else b"*%d\r\n") % (len(reply) * (1 if resp3 else 2)))
+        for key, value in reply.items():
+            _encode_into(key, resp3, out)
+            _encode_into(value, resp3, out)
+    elif kind is set or kind is frozenset:
+        out.append((b"~%d\r\n" if resp3 else b"*%d\r\n") % len(reply))
+        for item in reply:
+            _encode_into(item, resp3, out)
+    elif kind is float:
+        text = _double(reply)
+        if resp3:
+            out.append(b"," + text + b"\r\n")
+        else:
+            out.append(b"$%d\r\n%b\r\n" % (len(text), text))
+    elif kind is Verbatim:
+        data = reply.text.encode("utf-8", "surrogateescape")
+        if resp3:
+            fmt = reply.format.encode()[:3].ljust(3)
+            out.append(b"=%d\r\n%b:%b\r\n" % (len(data) + 4, fmt, data))
+        else:
+            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    elif kind is Push:
+        out.append((b">%d\r\n" if resp3 else b"*%d\r\n") % len(reply.items))
+        for item in reply.items:
+            _encode_into(item, resp3, out)
+    elif isinstance(reply, (bytearray, memoryview)):
+        data = bytes(reply)
+        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    elif isinstance(reply, SimpleString):
+        out.append(b"+" + _line(reply) + b"\r\n")
+    elif isinstance(reply, bool):
+        _encode_into(bool(reply), resp3, out)
+    elif isinstance(reply, int):
+        out.append(b":%d\r\n" % int(reply))
+    elif isinstance(reply, str):
+        _encode_into(str(reply), resp3, out)
+    elif isinstance(reply, float):
+        _encode_into(float(reply), resp3, out)
+    elif isinstance(reply, (list, tuple)):
+        _encode_into(list(reply), resp3, out)
+    elif isinstance(reply, dict):
+        _encode_into(dict(reply), resp3, out)
+    elif isinstance(reply, (set, frozenset)):
+        _encode_into(set(reply), resp3, out)
+    else:
+        raise TypeError(f"cannot encode {kind.__name__} as a RESP reply")
+
+
+# ---------------------------------------------------------------------------
+# Request parsing
+# ---------------------------------------------------------------------------
+
+# Redis's limits (networking.c): an inline command or a count line longer
+# than this without its newline is refused instead of buffered forever.
+INLINE_MAX_SIZE = 64 * 1024
+DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024
+DEFAULT_MAX_MULTIBULK_LEN = 2**31 - 1
+DEFAULT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
+# Before AUTH, Redis 7 refuses big requests so that an unauthenticated peer
+# cannot make the server allocate much.
+UNAUTHENTICATED_MAX_MULTIBULK_LEN = 10
+UNAUTHENTICATED_MAX_BULK_LEN = 16384
+
+
+class QueryBufferLimitError(Exception):
+    """The client's unparsed input passed client-query-buffer-limit. Redis
+    closes such a client without a reply and logs it."""
+
+
+_WHITESPACE = b" \t\n\r\v\f"
+_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def split_args(line: bytes) -> list[bytes] | None:
+    """Split an inline command the way Redis's sdssplitargs does: words
+    separated by whitespace; "double quotes" with \\n \\r \\t \\b \\a \\xHH
+    and \\<any> escapes; 'single quotes' where only \\' is an escape. A closing
+    quote must be followed by whitespace or the end. Returns None for
+    unbalanced quotes."""
+    args: list[bytes] = []
+    pos = 0
+    end = len(line)
+    while True:
+        while pos < end and line[pos] in _WHITESPACE:
+            pos += 1
+        if pos >= end:
+            return args
+        current = bytearray()
+        in_double = in_single = False
+        while True:
+            if in_double:
+                if pos >= end:
+                    return None
+                ch = line[pos]
+                if (
+                    ch == 92
+                    and pos + 3 < end
+                    and line[pos + 1] == ord("x")
+                    and line[pos + 2] in _HEX
+                    and line[pos + 3] in _HEX
+                ):
+                    current.append(int(line[pos + 2 : pos + 4], 16))
+                    pos += 3
+                elif ch == 92 and pos + 1 < end:
+                    pos += 1
+                    escaped = line[pos]
+                    current.append(_ESCAPES.get(escaped, escaped))
+                elif ch == 34:
+                    if pos + 1 < end and line[pos + 1] not in _WHITESPACE:
+                        return None
+                    pos += 1
+                    break
+                else:
+                    current.append(ch)
+            elif in_single:
+                if pos >= end:
+                    return None
+                ch = line[pos]
+                if ch == 92 and pos + 1 < end and line[pos + 1] == 39:
+                    current.append(39)
+                    pos += 1
+                elif ch == 39:
+                    if pos + 1 < end and line[pos + 1] not in _WHITESPACE:
+                        return None
+                    pos += 1
+                    break
+                else:
+                    current.append(ch)
+            else:
+                if pos >= end:
+                    break
+                ch = line[pos]
+                if ch in _WHITESPACE:
+                    break
+                if ch == 34:
+                    in_double = True
+                elif ch == 39:
+                    in_single = True
+                else:
+                    current.append(ch)
+            pos += 1
+        args.append(bytes(current))
+
+
+def _parse_int(data: bytes) -> int | None:
+    # Redis's string2ll: optional '-', digits, no '+', no spaces, no leading
+    # zeros (except "0" itself), fits in a signed 64-bit integer.
+    if not data or len(data) > 20:
+        return None
+    digits = data[1:] if data[:1] == b"-" else data
+    if not digits.isdigit() or (len(digits) > 1 and digits[:1] == b"0"):
+        return None
+    value = int(data)
+    if not -(2**63) <= value < 2**63:
+        return None
+    return value
+
+
+# Encoded size of one bulk argument ("$<len>\r\n<data>\r\n") by payload
+# length, and of the array header by argument count: the fast path uses them
+# to find where a command parsed by hiredis ended in the raw buffer.
+_BULK_SIZE = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
+_ARRAY_HEADER = [b"*%d\r\n" % n for n in range(256)]
+
+
+def _bulk_size(length: int) -> int:
+    return len(b"$%d\r\n" % length) + length + 2
+
+
+class RequestParser:
+    """Turns bytes from one connection into argv lists.
+
+    feed() appends what arrived; gets() returns the next complete command
+    (a list of bytes), None when more input is needed, and raises
+    ProtocolError (Redis's text, without the "ERR " the server adds) on input
+    that is not a request, or QueryBufferLimitError. Commands before a bad one
+    are returned first, as Redis executes them before it complains.
+
+    Both request forms are accepted: RESP arrays of bulk strings, and inline
+    lines as telnet and `redis-cli` inline mode send them.
+
+    Two paths: hiredis parses runs of complete arrays at C speed; every
+    command it returns is checked against the raw bytes (its array header
+    where it started, CRLF where it must end) so anything not a plain array
+    of bulk strings drops to the exact Python parser, which owns the error
+    texts, inline commands, the limits, and any command split across reads.
+    Limits are therefore checked on the headers, before the payload they
+    announce is buffered.
+    """
+
+    def __init__(
+        self,
+        max_bulk_len: int = DEFAULT_MAX_BULK_LEN,
+        max_multibulk_len: int = DEFAULT_MAX_MULTIBULK_LEN,
+        query_buffer_limit: int = DEFAULT_QUERY_BUFFER_LIMIT,
+    ) -> None:
+        self.max_bulk_len = max_bulk_len
+        self.max_multibulk_len = max_multibulk_len
+        self.query_buffer_limit = query_buffer_limit
+        # Set by the server while the client must still AUTH.
+        self.unauthenticated = False
+        self._buf = b""
+        self._pos = 0
+        self._more = bytearray()
+        # A multibulk command being assembled across feeds by the slow path.
+        self._args: list[bytes] | None = None
+        self._remaining = 0
+        # Buffered bytes needed before parsing can progress; avoids rescanning
+        # (and copying) while a big bulk string trickles in.
+        self._need = 0
+        self._ready: deque[list[bytes]] = deque()
+        self._error: ProtocolError | None = None
+
+    def feed(self, data: bytes) -> None:
+        self._more += data
+        if self.query_buffer_limit and self.buffered() > self.query_buffer_limit:
+            raise QueryBufferLimitError(
+                f"query buffer of {self.buffered()} bytes passed {self.query_buffer_limit}"
+            )
+
+    def buffered(self) -> int:
+        """Bytes received but not yet parsed into commands (the query buffer)."""
+        return len(self._buf) - self._pos + len(self._more)
+
+    def gets(self) -> list[bytes] | None:
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        if self._error is None:
+            if self._need and self.buffered() < self._need:
+                return None
+            self._parse_available()
+            if ready:
+                return ready.popleft()
+        if self._error is not None:
+            raise self._error
+        return None
+
+    def _fill(self) -> None:
+        # Merge newly fed bytes into the immutable working buffer, so every
+        # argument sliced from it is already a bytes object (hashable keys).
+        if self._more:
+            if self._pos >= len(self._buf):
+                self._buf = bytes(self._more)
+            else:
+                self._buf = self._buf[self._pos :] + self._more
+            self._pos = 0
+            self._more.clear()
+
+    def _parse_available(self) -> None:
+        self._fill()
+        self._need = 0
+        ready = self._ready
+        try:
+            while self._pos < len(self._buf):
+                if self._args is None:
+                    if self._buf[self._pos] != 42:  # not '*': an inline command
+                        argv = self._inline()
+                        if argv is None:
+                            return
+                        if argv:
+                            ready.append(argv)
+                        continue
+                    if not self.unauthenticated and self._fast():
+                        continue
+                argv = self._multibulk()
+                if argv is None:
+                    return
+                if argv:
+                    ready.append(argv)
+        except ProtocolError as exc:
+            self._error = exc
+
+    def _fast(self) -> bool:
+        """Parse complete arrays with hiredis; False when it made no progress
+        (the slow path then handles the next command)."""
+        buf = self._buf
+        start = pos = self._pos
+        size = len(buf)
+        reader = hiredis.Reader()
+        reader.feed(buf, pos)
+        ready = self._ready
+        max_bulk = self.max_bulk_len
+        bulk_size = _BULK_SIZE.__getitem__
+        while pos < size and buf[pos] == 42:
+            try:
+                argv = reader.gets()
+            except hiredis.ProtocolError:
+                break
+            if type(argv) is not list:
+                break  # incomplete (False), or a null array, or not an array
+            count = len(argv)
+            try:
+                payload = sum(map(bulk_size, map(len, argv)))
+            except IndexError:
+                try:
+                    payload = sum(map(_bulk_size, map(len, argv)))
+                except TypeError:
+                    break
+            except TypeError:
+                break  # an element that is not a string
+            header = _ARRAY_HEADER[count] if count < 256 else b"*%d\r\n" % count
+            end = pos + len(header) + payload
+            if (
+                end > size
+                or not buf.startswith(header, pos)
+                or buf[end - 2 : end] != b"\r\n"
+                or payload > max_bulk
+                or count > self.max_multibulk_len
+            ):
+                break  # not a plain array of bulk strings, or over a limit
+            if count:
+                ready.append(argv)
+            pos = end
+        self._pos = pos
+        return pos > start
+
+    def _inline(self) -> list[bytes] | None:
+        buf = self._buf
+        pos = self._pos
+        newline = buf.find(b"\n", pos)
+        if newline < 0:
+            if len(buf) - pos > INLINE_MAX_SIZE:
+                raise ProtocolError("Protocol error: too big inline request")
+            self._need = len(buf) - pos + 1
+            return None
+        end = newline
+        if end > pos and buf[end - 1] == 13:
+            end -= 1
+        argv = split_args(buf[pos:end])
+        if argv is None:
+            raise ProtocolError("Protocol error: unbalanced quotes in request")
+        self._pos = newline + 1
+        return argv
+
+    def _multibulk(self) -> list[bytes] | None:
+        buf = self._buf
+        pos = self._pos
+        size = len(buf)
+        args = self._args
+        if args is None:
+            newline = buf.find(b"\r", pos)
+            if newline < 0 or newline + 1 >= size:
+                if size - pos > INLINE_MAX_SIZE:
+                    raise ProtocolError("Protocol error: too big mbulk count string")
+                return None
+            count = _parse_int(buf[pos + 1 : newline])
+            if count is None or count > self.max_multibulk_len:
+                raise ProtocolError("Protocol error: invalid multibulk length")
+            if count > UNAUTHENTICATED_MAX_MULTIBULK_LEN and self.unauthenticated:
+                raise ProtocolError("Protocol error: unauthenticated multibulk length")
+            pos = newline + 2
+            if count <= 0:
+                # "*0" and negative counts are empty requests Redis skips.
+                self._pos = pos
+                return []
+            args = []
+            remaining = count
+        else:
+            remaining = self._remaining
+        max_bulk = self.max_bulk_len
+        if self.unauthenticated:
+            max_bulk = min(max_bulk, UNAUTHENTICATED_MAX_BULK_LEN)
+        find = buf.find
+        append = args.append
+        while remaining:
+            if pos >= size:
+                break
+            if buf[pos] != 36:  # '$'
+                raise ProtocolError(f"Protocol error: expected '$', got '{chr(buf[pos])}'")
+            newline = find(b"\r", pos)
+            if newline < 0 or newline + 1 >= size:
+                if size - pos > INLINE_MAX_SIZE:
+                    raise ProtocolError("Protocol error: too big bulk count string")
+                break
+            length = _parse_int(buf[pos + 1 : newline])
+            if length is None or length < 0 or length > max_bulk:
+                if length is not None and length >= 0 and self.unauthenticated:
+                    raise ProtocolError("Protocol error: unauthenticated bulk length")
+                raise ProtocolError("Protocol error: invalid bulk length")
+            start = newline + 2
+            end = start + length
+            if end + 2 > size:
+                self._need = end + 2 - pos
+                break
+            append(buf[start:end])
+            pos = end + 2
+            remaining -= 1
+        self._pos = pos
+        if remaining:
+            self._args = args
+            self._remaining = remaining
+            return None
+        self._args = None
+        return args
