@@ -1,0 +1,601 @@
+"""Server configuration: the directive table, redis.conf loading, CONFIG.
+
+Every directive is one row of DIRECTIVES: name, kind (how its text parses
+and renders), default, whether CONFIG SET may change it on a running server,
+and the limits its kind checks. The same table serves the config file,
+`--directive value` arguments, CONFIG GET/SET and CONFIG REWRITE, so a
+directive can never be accepted in one place and refused in another.
+
+Values from get() are typed: bool, int (sizes in bytes), str, save rules as
+[(seconds, changes), ...], bind as [address, ...], client-output-buffer-limit
+as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rcp11 import __version__
+from rcp11.resp import split_args
+
+INT_MAX = 2**31 - 1
+LLONG_MAX = 2**63 - 1
+
+
+class ConfigError(Exception):
+    """A directive or value was refused.
+
+    reason is the bare explanation ("argument must be a memory value");
+    name the directive it is about; message the reply CONFIG SET sends.
+    When the value came from a file or the command line, source and line
+    say where, and fatal_message() renders Redis's start-up complaint.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        name: str | None = None,
+        *,
+        unknown: bool = False,
+        source: str | None = None,
+        line: int | None = None,
+        text: str | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.name = name
+        self.unknown = unknown
+        self.source = source
+        self.line = line
+        self.text = text
+
+    @property
+    def message(self) -> str:
+        if self.name is None:
+            return f"ERR {self.reason}"
+        if self.unknown:
+            return f"ERR Unknown option or number of arguments for CONFIG SET - '{self.name}'"
+        return f"ERR CONFIG SET failed (possibly related to argument '{self.name}') - {self.reason}"
+
+    def fatal_message(self) -> str:
+        where = "Reading the configuration"
+        if self.source is None:
+            where += ", at the command line"
+        elif self.source == "<command line>":
+            where += f" from the command line, at argument group {self.line}"
+        else:
+            where += f" file '{self.source}', at line {self.line}"
+        return (
+            f"\n*** FATAL CONFIG FILE ERROR (rcp11 {__version__}) ***\n"
+            f"{where}\n>>> '{self.text or ''}'\n{self.reason}\n"
+        )
+
+    def __str__(self) -> str:
+        return self.fatal_message() if self.source else self.reason
+
+
+# ---------------------------------------------------------------------------
+# Value kinds: parse(text tokens) -> value, render(value) -> tokens
+# ---------------------------------------------------------------------------
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1024,
+    "m": 1000**2,
+    "mb": 1024**2,
+    "g": 1000**3,
+    "gb": 1024**3,
+}
+
+
+def parse_memory(text: str) -> int:
+    """'100mb' -> 104857600 as Redis's memtoull: k/m/g are powers of 1000,
+    kb/mb/gb powers of 1024, case-insensitive."""
+    lowered = text.strip().lower()
+    digits = lowered.rstrip("kmgb")
+    unit = lowered[len(digits) :]
+    if unit not in _UNITS or not digits or not digits.lstrip("-").isdigit():
+        raise ConfigError("argument must be a memory value")
+    value = int(digits) * _UNITS[unit]
+    if value < 0:
+        raise ConfigError("argument must be a memory value")
+    return value
+
+
+def _render_memory(value: int) -> str:
+    # CONFIG GET shows plain bytes (as Redis does); REWRITE uses the largest
+    # exact binary unit, which is what people write by hand.
+    return str(value)
+
+
+def _rewrite_memory(value: int) -> str:
+    for unit, size in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024)):
+        if value and value % size == 0:
+            return f"{value // size}{unit}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Directive:
+    name: str
+    kind: str  # bool int memory enum string save bind obl octal
+    default: Any
+    mutable: bool = True
+    low: int = 0
+    high: int = LLONG_MAX
+    choices: tuple[str, ...] = ()
+    # Plain file names only: a path here would let CONFIG SET write anywhere.
+    filename_only: bool = False
+    doc: str = ""
+
+
+def _client_classes() -> dict[str, tuple[int, int, int]]:
+    return {
+        "normal": (0, 0, 0),
+        "replica": (256 * 1024**2, 64 * 1024**2, 60),
+        "pubsub": (32 * 1024**2, 8 * 1024**2, 60),
+    }
+
+
+DIRECTIVES: dict[str, Directive] = {
+    d.name: d
+    for d in [
+        Directive("bind", "bind", ["127.0.0.1", "-::1"], mutable=False),
+        Directive("port", "int", 6379, mutable=False, high=65535),
+        Directive("unixsocket", "string", "", mutable=False),
+        Directive("unixsocketperm", "octal", 0, mutable=False, high=0o777),
+        Directive("protected-mode", "bool", True),
+        Directive("requirepass", "string", ""),
+        Directive("timeout", "int", 0, high=INT_MAX),
+        Directive("tcp-keepalive", "int", 300, high=INT_MAX),
+        Directive("maxclients", "int", 10000, low=1, high=INT_MAX),
+        Directive("maxmemory", "memory", 0),
+        Directive("dir", "dir", "./"),
+        Directive("dbfilename", "string", "dump.rcp", filename_only=True),
+        Directive("save", "save", [(3600, 1), (300, 100), (60, 10000)]),
+        Directive("appendonly", "bool", False),
+        Directive("appendfilename", "string", "appendonly.aof", mutable=False, filename_only=True),
+        Directive("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
+        Directive("auto-aof-rewrite-percentage", "int", 100, high=INT_MAX),
+        Directive("auto-aof-rewrite-min-size", "memory", 64 * 1024**2),
+        Directive("aof-load-truncated", "bool", True),
+        Directive("stop-writes-on-bgsave-error", "bool", True),
+        Directive("loglevel", "enum", "notice", choices=("debug", "verbose", "notice", "warning")),
+        Directive("logfile", "string", "", mutable=False),
+        Directive("daemonize", "bool", False, mutable=False),
+        Directive("pidfile", "string", "", mutable=False),
+        Directive("proto-max-bulk-len", "memory", 512 * 1024**2, low=1024**2),
+        Directive("client-query-buffer-limit", "memory", 1024**3, low=1024**2),
+        Directive("client-output-buffer-limit", "obl", _client_classes()),
+        Directive("hz", "int", 10, low=1, high=500),
+        Directive("databases", "int", 1, mutable=False, low=1, high=1),
+        Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
+        Directive("stream-compression", "enum", "no", choices=("no", "zlib")),
+        Directive("stream-compression-level", "int", 6, low=1, high=9),
+    ]
+}
+
+_CLASS_ALIASES = {"normal": "normal", "replica": "replica", "slave": "replica", "pubsub": "pubsub"}
+
+
+def _parse(d: Directive, args: list[str], current: Any) -> Any:
+    """Parse one directive's arguments into its typed value. `current` matters
+    only for kinds that accumulate (client-output-buffer-limit per class)."""
+    kind = d.kind
+    if kind == "save":
+        return _parse_save(args)
+    if kind == "bind":
+        if not args:
+            raise ConfigError("wrong number of arguments")
+        return list(args)
+    if kind == "obl":
+        return _parse_obl(args, current)
+    if len(args) != 1:
+        raise ConfigError("wrong number of arguments")
+    text = args[0]
+    if kind == "bool":
+        lowered = text.lower()
+        if lowered not in ("yes", "no"):
+            raise ConfigError("argument must be 'yes' or 'no'")
+        return lowered == "yes"
+    if kind in ("int", "memory", "octal"):
+        if kind == "memory":
+            value = parse_memory(text)
+        else:
+            try:
+                value = int(text, 8 if kind == "octal" else 10)
+            except ValueError:
+                raise ConfigError("argument couldn't be parsed into an integer") from None
+        if not d.low <= value <= d.high:
+            raise ConfigError(f"argument must be between {d.low} and {d.high} inclusive")
+        return value
+    if kind == "enum":
+        lowered = text.lower()
+        if lowered not in d.choices:
+            raise ConfigError("argument(s) must be one of the following: " + ", ".join(d.choices))
+        return lowered
+    if kind == "dir":
+        path = os.path.abspath(text)
+        if not os.path.isdir(path):
+            raise ConfigError(f"No such directory: {text}")
+        return path
+    if d.filename_only and ("/" in text or "\\" in text):
+        raise ConfigError(f"{d.name} can't be a path, just a filename")
+    return text
+
+
+def _parse_save(args: list[str]) -> list[tuple[int, int]]:
+    if len(args) == 1 and args[0] == "":
+        return []
+    if not args or len(args) % 2:
+        raise ConfigError("Invalid save parameters")
+    rules = []
+    for i in range(0, len(args), 2):
+        try:
+            seconds, changes = int(args[i]), int(args[i + 1])
+        except ValueError:
+            raise ConfigError("Invalid save parameters") from None
+        if seconds < 1 or changes < 0:
+            raise ConfigError("Invalid save parameters")
+        rules.append((seconds, changes))
+    return rules
+
+
+def _parse_obl(
+    args: list[str], current: dict[str, tuple[int, int, int]]
+) -> dict[str, tuple[int, int, int]]:
+    if not args or len(args) % 4:
+        raise ConfigError("Wrong number of arguments in buffer limit configuration.")
+    result = dict(current)
+    for i in range(0, len(args), 4):
+        cls = _CLASS_ALIASES.get(args[i].lower())
+        if cls is None:
+            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+        try:
+            hard = parse_memory(args[i + 1])
+            soft = parse_memory(args[i + 2])
+            seconds = int(args[i + 3])
+        except (ConfigError, ValueError):
+            raise ConfigError(
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+            ) from None
+        if seconds < 0:
+            raise ConfigError(
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+            )
+        result[cls] = (hard, soft, seconds)
+    return result
+
+
+def _render(d: Directive, value: Any, for_file: bool = False) -> str:
+    kind = d.kind
+    if kind == "bool":
+        return "yes" if value else "no"
+    if kind == "memory":
+        return _rewrite_memory(value) if for_file else _render_memory(value)
+    if kind == "octal":
+        return format(value, "o")
+    if kind == "save":
+        return " ".join(f"{s} {c}" for s, c in value)
+    if kind == "bind":
+        return " ".join(value)
+    if kind == "obl":
+        # "slave" is what Redis 7 itself prints for the replica class.
+        parts = []
+        for cls, shown in (("normal", "normal"), ("replica", "slave"), ("pubsub", "pubsub")):
+            hard, soft, seconds = value[cls]
+            if for_file:
+                parts.append(f"{shown} {_rewrite_memory(hard)} {_rewrite_memory(soft)} {seconds}")
+            else:
+                parts.append(f"{shown} {hard} {soft} {seconds}")
+        return " ".join(parts)
+    return str(value)
+
+
+def quote_arg(text: str) -> str:
+    """Quote a value so split_args() reads it back unchanged."""
+    if text and all(c.isprintable() and c not in " \"'\\" for c in text):
+        return text
+    escaped = []
+    for c in text:
+        if c in '"\\':
+            escaped.append("\\" + c)
+        elif c == "\n":
+            escaped.append("\\n")
+        elif c == "\r":
+            escaped.append("\\r")
+        elif c == "\t":
+            escaped.append("\\t")
+        elif not c.isprintable():
+            escaped.append("".join(f"\\x{b:02x}" for b in c.encode()))
+        else:
+            escaped.append(c)
+    return '"' + "".join(escaped) + '"'
+
+
+def _file_lines(d: Directive, value: Any) -> list[str]:
+    """How the directive is written into a config file by CONFIG REWRITE."""
+    if d.kind == "save":
+        if not value:
+            return ['save ""']
+        return [f"save {s} {c}" for s, c in value]
+    if d.kind in ("bind", "obl"):
+        return [f"{d.name} {_render(d, value, True)}"]
+    return [f"{d.name} {quote_arg(_render(d, value, True))}"]
+
+
+# ---------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------
+
+
+class Config:
+    """The running configuration. Start from defaults, then load_file() and
+    apply_args() (file first, arguments override, as redis-server does)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {name: _copy(d.default) for name, d in DIRECTIVES.items()}
+        self._callbacks: dict[str, list[Callable[[Any], None]]] = {}
+        self.path: str | None = None
+        # While loading, the first `save` line replaces the default rules and
+        # later ones add to them, so a file can list one rule per line.
+        self._save_seen = False
+
+    # -- reading -----------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        return self._values[name]
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def render(self, name: str) -> str:
+        """The value as CONFIG GET shows it."""
+        return _render(DIRECTIVES[name], self._values[name])
+
+    def config_get(self, *patterns: str) -> dict[str, str]:
+        """CONFIG GET: every directive matching any glob pattern
+        (case-insensitive), rendered as text."""
+        result: dict[str, str] = {}
+        for pattern in patterns:
+            lowered = pattern.lower()
+            for name in DIRECTIVES:
+                if name not in result and fnmatch.fnmatchcase(name, lowered):
+                    result[name] = self.render(name)
+        return result
+
+    # -- changing ----------------------------------------------------------
+
+    def on_change(self, name: str, callback: Callable[[Any], None]) -> None:
+        """Call callback(new_value) after CONFIG SET changes `name`. A
+        callback may raise ConfigError to refuse; the change is then undone."""
+        self._callbacks.setdefault(name, []).append(callback)
+
+    def set(self, name: str, text: str | Iterable[str]) -> None:
+        """CONFIG SET one directive (text may hold several words, as
+        'save' or 'client-output-buffer-limit' take)."""
+        self.set_many([(name, text if isinstance(text, str) else " ".join(text))])
+
+    def set_many(self, pairs: list[tuple[str, str]]) -> None:
+        """CONFIG SET name value [name value ...]: all or nothing."""
+        seen: set[str] = set()
+        parsed: list[tuple[str, Any]] = []
+        for raw_name, text in pairs:
+            name = raw_name.lower()
+            d = DIRECTIVES.get(name)
+            if d is None:
+                raise ConfigError("Unknown option", raw_name, unknown=True)
+            if name in seen:
+                raise ConfigError("duplicate parameter", raw_name)
+            seen.add(name)
+            if not d.mutable:
+                raise ConfigError("can't set immutable config", raw_name)
+            try:
+                args = self._args_for_set(d, text)
+                value = _parse(d, args, self._values[name])
+            except ConfigError as exc:
+                raise ConfigError(exc.reason, raw_name) from None
+            parsed.append((name, value))
+        old = {name: self._values[name] for name, _ in parsed}
+        for name, value in parsed:
+            self._values[name] = value
+        done: list[str] = []
+        try:
+            for name, value in parsed:
+                for callback in self._callbacks.get(name, ()):
+                    callback(value)
+                done.append(name)
+        except ConfigError as exc:
+            for name, value in old.items():
+                self._values[name] = value
+            for name in done:
+                for callback in self._callbacks.get(name, ()):
+                    try:
+                        callback(old[name])
+                    except ConfigError:
+                        pass  # restoring the old value is best effort
+            raise ConfigError(exc.reason, exc.name or name) from None
+
+    @staticmethod
+    def _args_for_set(d: Directive, text: str) -> list[str]:
+        if d.kind in ("save", "bind", "obl"):
+            if text.strip() == "":
+                return [""] if d.kind == "save" else []
+            return text.split()
+        return [text]
+
+    # -- loading -----------------------------------------------------------
+
+    def load_file(self, path: str) -> None:
+        """Read a redis.conf-style file: `directive arg ...` per line, #
+        comments, quoted arguments, `include other.conf`."""
+        self.path = os.path.abspath(path)
+        self._load_file(self.path, depth=0)
+
+    def _load_file(self, path: str, depth: int) -> None:
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise ConfigError(
+                f"Fatal error, can't open config file '{path}': {exc.strerror}",
+                source=path,
+                line=0,
+                text="",
+            ) from None
+        for number, line in enumerate(lines, 1):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            tokens = split_args(stripped.encode("utf-8", "surrogateescape"))
+            if tokens is None:
+                raise ConfigError(
+                    "Unbalanced quotes in configuration line",
+                    source=path,
+                    line=number,
+                    text=stripped,
+                )
+            words = [t.decode("utf-8", "surrogateescape") for t in tokens]
+            if words[0].lower() == "include" and len(words) == 2:
+                if depth > 16:
+                    raise ConfigError("include nested too deeply", source=path, line=number)
+                target = os.path.join(os.path.dirname(path), words[1])
+                self._load_file(target, depth + 1)
+                continue
+            self._apply(words, path, number, stripped)
+
+    def apply_args(self, argv: list[str]) -> None:
+        """Apply `--directive value ...` groups as redis-server takes them:
+        each `--name` starts a group, the words after it are its arguments."""
+        groups: list[list[str]] = []
+        for word in argv:
+            if word.startswith("--") and len(word) > 2:
+                groups.append([word[2:]])
+            elif groups:
+                groups[-1].append(word)
+            else:
+                raise ConfigError(
+                    "Bad directive or wrong number of arguments",
+                    source="<command line>",
+                    line=0,
+                    text=word,
+                )
+        for number, words in enumerate(groups, 1):
+            text = " ".join(["--" + words[0]] + [quote_arg(w) for w in words[1:]])
+            self._apply(words, "<command line>", number, text)
+
+    def _apply(self, words: list[str], source: str, line: int, text: str) -> None:
+        name = words[0].lower()
+        d = DIRECTIVES.get(name)
+        if d is None or len(words) < 2:
+            raise ConfigError(
+                "Bad directive or wrong number of arguments",
+                name,
+                source=source,
+                line=line,
+                text=text,
+            )
+        args = words[1:]
+        try:
+            value = _parse(d, args, self._values[name])
+        except ConfigError as exc:
+            raise ConfigError(exc.reason, name, source=source, line=line, text=text) from None
+        if d.kind == "save" and value and self._save_seen:
+            value = self._values["save"] + value
+        if d.kind == "save":
+            self._save_seen = True
+        self._values[name] = value
+
+    # -- CONFIG REWRITE ----------------------------------------------------
+
+    def rewrite(self) -> None:
+        """Rewrite the file the configuration was loaded from so it holds the
+        running values: lines of unchanged directives (and every comment)
+        stay as they are, changed ones are replaced where they were, and
+        directives set away from their default but absent are appended."""
+        if self.path is None:
+            raise ConfigError("The server is running without a config file")
+        try:
+            with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
+        where: dict[str, list[int]] = {}
+        in_file: dict[str, Any] = {}
+        for index, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            tokens = split_args(stripped.encode("utf-8", "surrogateescape"))
+            if not tokens:
+                continue
+            words = [t.decode("utf-8", "surrogateescape") for t in tokens]
+            name = words[0].lower()
+            d = DIRECTIVES.get(name)
+            if d is None:
+                continue
+            where.setdefault(name, []).append(index)
+            try:
+                value = _parse(d, words[1:], in_file.get(name, _copy(d.default)))
+            except ConfigError:
+                value = None
+            if d.kind == "save" and name in in_file and value:
+                value = in_file[name] + value
+            in_file[name] = value
+        replace: dict[int, list[str]] = {}
+        appended: list[str] = []
+        for name, d in DIRECTIVES.items():
+            current = self._values[name]
+            if name in where:
+                if in_file.get(name) == current:
+                    continue
+                first, *rest = where[name]
+                replace[first] = _file_lines(d, current)
+                for index in rest:
+                    replace[index] = []
+            elif current != d.default:
+                appended.extend(_file_lines(d, current))
+        output: list[str] = []
+        for index, line in enumerate(lines):
+            output.extend(replace.get(index, [line]))
+        if appended:
+            marker = "# Generated by CONFIG REWRITE"
+            if marker not in output:
+                output.append(marker)
+            output.extend(appended)
+        directory = os.path.dirname(self.path)
+        fd, tmp = tempfile.mkstemp(prefix=".rcp11-rewrite-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write("\n".join(output) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.chmod(tmp, os.stat(self.path).st_mode & 0o7777)
+            except OSError:
+                pass
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+__all__ = ["DIRECTIVES", "Config", "ConfigError", "Directive", "parse_memory", "quote_arg"]
