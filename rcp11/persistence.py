@@ -1,0 +1,1527 @@
+"""Durability: snapshots, the append-only file (AOF) and offset reservations.
+
+Design
+======
+
+Three files live in `dir`:
+
+* The snapshot (`dbfilename`), written by SAVE, BGSAVE, `save` rules and
+  SHUTDOWN. Layout (little endian)::
+
+      "RCP11SNAP" u16 version u64 unix-time
+      records:  'S' u32 keylen key u64 len value          a string
+                'T' u32 keylen key (u64 len blob)* u64 ~0  a stream: Stream.dump()
+                                                           blobs (header first,
+                                                           then nodes as they sit
+                                                           in memory, compressed
+                                                           nodes stay compressed)
+                'X' u32 keylen key u64 unix-ms             expiry of the key before
+      'E' u32 crc32(everything before it, 'E' included)
+
+  One CRC32 over the whole file catches a flipped byte anywhere (zlib's CRC
+  runs at several GB/s, so it costs little next to the disk); every stream
+  blob additionally passes the core validator in Stream.load(). Every length
+  is checked against the bytes left in the file before anything is
+  allocated, so a torn or corrupt file is reported by name and byte offset
+  instead of loading garbage. A file is written to a temporary name, fsynced,
+  renamed over the old one and the directory is fsynced, so a crash leaves
+  either the old or the new snapshot, never half of one.
+
+* The AOF (`appendfilename`): every write command in RESP, as Redis writes
+  it. propagate() appends to a memory buffer; the server calls flush() once
+  per event-loop iteration *before* it sends replies. flush() hands the
+  buffer to the kernel with os.write, so a killed process (kill -9) never
+  loses an acknowledged write whatever `appendfsync` says; `always` also
+  fsyncs before flush() returns; `everysec` fsyncs from a background thread
+  once a second (the event loop never waits for the disk); `no` leaves it to
+  the OS. A rewrite (BGREWRITEAOF, auto-aof-rewrite-*, CONFIG SET appendonly
+  yes) forks a child that writes a snapshot of the data into a temporary
+  file; meanwhile the parent keeps appending to the old AOF and also keeps
+  every new command in a rewrite buffer; when the child is done the parent
+  appends that buffer, fsyncs, renames the file over the old AOF and fsyncs
+  the directory. The loader accepts such a snapshot preamble followed by
+  RESP commands. Loading replays commands through rcp11.commands.execute with
+  a fake client and state.loading set, MULTI ... EXEC blocks included; a
+  transaction left open at the end is dropped. A torn tail (a command cut
+  short by a crash) is truncated away with `aof-load-truncated yes` and
+  refuses the start otherwise; bytes that are not RESP in the middle refuse
+  the start with the file name and offset.
+
+* Offset reservations (`<dbfilename>.offsets`): the flaw of the kafkaesque
+  README is that offsets handed out but never fsynced are handed out again
+  after a crash. Here a stream may only grow its next offset up to a durable
+  *reservation mark*. before_stream_write(key, new_next) checks an in-memory
+  dict; only when new_next passes the mark, a new mark (new_next plus a step
+  that doubles while reservations of that key come faster than once a second,
+  capped, and is at least twice the batch) is appended to the file and
+  fsynced *before* the write happens, so the reply carrying those offsets can
+  only leave after its reservation is on disk. Under heavy load that is a
+  few small fsyncs per second. The file is a header then batches of
+  (key, mark) records, each batch framed with its length and CRC32; a torn
+  last batch was never acknowledged and is ignored; it is compacted by an
+  atomic rewrite when it grows. At start-up, after the snapshot or AOF is
+  loaded, each reserved stream's next offset is raised to its mark, and a
+  reserved stream that was lost altogether is recreated empty at its mark:
+  messages lost in a crash read as null, never as other data, in every
+  persistence mode (even without AOF and save rules). With the AOF on, such
+  a raise is logged as an internal `RCP11-RAISE-NEXT key offset` record that
+  only this loader understands, so later commands in the AOF replay onto the
+  same offsets they were acknowledged with.
+
+  DEL really resets a stream (SPEC), but a reservation may only be dropped
+  once the deletion itself is durable; otherwise a crash could bring back the
+  old stream from an older snapshot below offsets already handed out. So
+  on_key_removed() queues the key: with the AOF on the drop is final once the
+  AOF is fsynced past the DEL; with the AOF off once a snapshot taken after
+  the DEL is complete, or at once if the on-disk snapshot does not contain
+  the key. A queued key that was re-created keeps its (higher) mark: safe,
+  only a gap after a crash. A clean SHUTDOWN rewrites the table tight (each
+  mark = the stream's next offset) so a normal restart shows no gap.
+
+Disk errors (ENOSPC, EIO, EROFS) never turn into acknowledged writes:
+flush() returns False when the AOF write or fsync failed and the server then
+drops the pending replies of that iteration's write commands and closes those
+clients; write_refused() answers -MISCONF while the AOF write is failing,
+while the reservations file cannot be written, or (with save rules, like
+Redis's stop-writes-on-bgsave-error) after a failed background save. tick()
+retries and clears the error when the disk recovers; unwritten AOF bytes are
+kept and written in order, so the file stays a clean sequence of commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import signal
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO
+
+from rcp11 import errors
+from rcp11.errors import CommandError
+from rcp11.resp import OK, Error, SimpleString
+from rcp11.state import ClientState, ServerState
+
+log = logging.getLogger("rcp11.persistence")
+
+SNAP_MAGIC = b"RCP11SNAP"
+SNAP_VERSION = 1
+OFFSETS_MAGIC = b"RCP11OFS"
+OFFSETS_VERSION = 1
+RAISE_NEXT = b"RCP11-RAISE-NEXT"
+
+_END_OF_BLOBS = 0xFFFFFFFFFFFFFFFF
+_MAX_OFFSET = 2**63 - 1
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_OFS_BATCH = struct.Struct("<II")
+_REWRITE_RETRY_DELAY = 5.0
+_BGSAVE_RETRY_DELAY = 5.0
+# Reservation steps: small for slow streams (a crash leaves a short gap),
+# growing to amortize fsyncs on hot streams.
+_MIN_STEP = 1024
+_MAX_STEP = 1 << 22
+_WRITE_CHUNK = 8 << 20
+
+
+class PersistenceError(Exception):
+    """A persistence file cannot be loaded; the message names the file, the
+    byte offset when known, and the problem."""
+
+
+# ---------------------------------------------------------------------------
+# Small file helpers
+# ---------------------------------------------------------------------------
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in `path` durable."""
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> int:
+    """os.write until done; returns bytes written. On an error the exception
+    carries `.written` so the caller can keep the unwritten rest."""
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        try:
+            written += os.write(fd, view[written : written + _WRITE_CHUNK])
+        except OSError as exc:
+            exc.written = written  # type: ignore[attr-defined]
+            raise
+    return written
+
+
+def _die_with_parent() -> None:
+    # A forked child must not outlive a killed server (it would go on
+    # writing files nobody waits for).
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def encode_command(argv: Iterable[bytes]) -> bytes:
+    args = list(argv)
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# Snapshot format
+# ---------------------------------------------------------------------------
+
+
+class _CrcWriter:
+    """Buffered writer that keeps a running CRC32 of what it wrote."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        self.file.write(data)
+
+
+def write_snapshot(out: _CrcWriter, state: ServerState) -> None:
+    """Serialize the whole keyspace into out (see the module docstring)."""
+    out.write(SNAP_MAGIC + struct.pack("<HQ", SNAP_VERSION, int(time.time())))
+    keyspace = state.keyspace
+    expires = keyspace.expires
+    u64 = _U64.pack
+    for key, value in keyspace.data.items():
+        head = _U32.pack(len(key)) + key
+        if isinstance(value, bytes):
+            out.write(b"S" + head + u64(len(value)))
+            out.write(value)
+        else:
+            out.write(b"T" + head)
+            for blob in value.dump():
+                out.write(u64(len(blob)))
+                out.write(blob)
+            out.write(u64(_END_OF_BLOBS))
+        when = expires.get(key) if expires else None
+        if when is not None:
+            out.write(b"X" + head + u64(int(when)))
+    out.write(b"E")
+    out.file.write(_U32.pack(out.crc))
+    out.size += 4
+
+
+class _CrcReader:
+    """Reads exact byte counts with a running CRC; every short read or
+    impossible length becomes a PersistenceError naming file and offset."""
+
+    def __init__(self, file: BinaryIO, path: str, size: int, start: int = 0) -> None:
+        self.file = file
+        self.path = path
+        self.size = size
+        self.pos = start
+        self.crc = 0
+
+    def fail(self, problem: str, at: int | None = None) -> PersistenceError:
+        where = self.pos if at is None else at
+        return PersistenceError(f"{self.path}: {problem} at byte offset {where}")
+
+    def read(self, n: int) -> bytes:
+        if n > self.size - self.pos:
+            raise self.fail(
+                f"truncated or corrupt file (a {n}-byte field runs past the end of the file)"
+            )
+        data = self.file.read(n)
+        if len(data) != n:
+            raise self.fail("truncated file (short read)")
+        self.crc = zlib.crc32(data, self.crc)
+        self.pos += n
+        return data
+
+    def u32(self) -> int:
+        return _U32.unpack(self.read(4))[0]
+
+    def u64(self) -> int:
+        return _U64.unpack(self.read(8))[0]
+
+
+def read_snapshot(reader: _CrcReader, state: ServerState) -> list[bytes]:
+    """Load a snapshot from reader into state.keyspace (which should be
+    empty). Returns the stream keys it loaded. Raises PersistenceError."""
+    from rcp11.storage import StorageError, Stream
+
+    magic = reader.read(len(SNAP_MAGIC))
+    if magic != SNAP_MAGIC:
+        raise reader.fail("not an rcp11 snapshot (bad magic)", 0)
+    version, _created = struct.unpack("<HQ", reader.read(10))
+    if version != SNAP_VERSION:
+        raise reader.fail(f"unsupported snapshot version {version}")
+    keyspace = state.keyspace
+    stream_keys: list[bytes] = []
+    while True:
+        record_at = reader.pos
+        tag = reader.read(1)
+        if tag == b"E":
+            break
+        if tag not in (b"S", b"T", b"X"):
+            raise reader.fail(f"corrupt file (unknown record type {tag!r})", record_at)
+        key = reader.read(reader.u32())
+        if tag == b"S":
+            keyspace.set(key, reader.read(reader.u64()))
+        elif tag == b"X":
+            when = reader.u64()
+            if key not in keyspace.data:
+                raise reader.fail("corrupt file (expiry for a missing key)", record_at)
+            keyspace.set_expire(key, when)
+        else:
+
+            def blobs() -> Iterator[bytes]:
+                while True:
+                    size = reader.u64()
+                    if size == _END_OF_BLOBS:
+                        return
+                    yield reader.read(size)
+
+            try:
+                stream = Stream.load(blobs())
+            except StorageError as exc:
+                raise reader.fail(f"corrupt stream {key!r} ({exc})", record_at) from exc
+            keyspace.set(key, stream)
+            stream_keys.append(key)
+    expected = reader.crc
+    if reader.size - reader.pos < 4:
+        raise reader.fail("truncated file (checksum missing)")
+    stored = _U32.unpack(reader.file.read(4))[0]
+    reader.pos += 4
+    if stored != expected:
+        raise reader.fail(
+            f"checksum mismatch (stored {stored:08x}, computed {expected:08x}): corrupt file"
+        )
+    return stream_keys
+
+
+def _write_snapshot_file(state: ServerState, path: str, tmp_path: str) -> int:
+    """Write a complete, durable snapshot to path via tmp_path; returns its size."""
+    try:
+        with open(tmp_path, "wb", buffering=1 << 20) as file:
+            out = _CrcWriter(file)
+            write_snapshot(out, state)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp_path, path)
+        fsync_dir(os.path.dirname(path))
+        return out.size
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# AOF parsing
+# ---------------------------------------------------------------------------
+
+
+class _Incomplete(Exception):
+    """The buffer ends inside a command."""
+
+
+def _parse_command(buf: bytes, pos: int) -> tuple[list[bytes], int]:
+    """Parse one RESP array of bulk strings at pos; returns (argv, end).
+    Raises _Incomplete or ValueError (with a relative description)."""
+    size = len(buf)
+    if buf[pos] != 42:  # '*'
+        raise ValueError(f"expected '*', got {bytes([buf[pos]])!r}")
+    newline = buf.find(b"\r\n", pos, pos + 24)
+    if newline < 0:
+        if size - pos < 24:
+            raise _Incomplete
+        raise ValueError("bad array header")
+    count_text = buf[pos + 1 : newline]
+    if not count_text.isdigit() or int(count_text) < 1:
+        raise ValueError(f"bad argument count {count_text!r}")
+    count = int(count_text)
+    pos = newline + 2
+    argv: list[bytes] = []
+    for _ in range(count):
+        if pos >= size:
+            raise _Incomplete
+        if buf[pos] != 36:  # '$'
+            raise ValueError(f"expected '$', got {bytes([buf[pos]])!r}")
+        newline = buf.find(b"\r\n", pos, pos + 24)
+        if newline < 0:
+            if size - pos < 24:
+                raise _Incomplete
+            raise ValueError("bad bulk header")
+        length_text = buf[pos + 1 : newline]
+        if not length_text.isdigit():
+            raise ValueError(f"bad bulk length {length_text!r}")
+        start = newline + 2
+        end = start + int(length_text)
+        if end + 2 > size:
+            raise _Incomplete
+        if buf[end : end + 2] != b"\r\n":
+            raise ValueError("bulk string not followed by CRLF")
+        argv.append(buf[start:end])
+        pos = end + 2
+    return argv, pos
+
+
+def iter_aof_commands(
+    file: BinaryIO, start: int, chunk: int = 16 << 20
+) -> Iterator[tuple[list[bytes], int, int]]:
+    """Yield (argv, start_offset, end_offset) for each complete command of
+    file from byte `start`. At the end: if bytes remain that do not form a
+    complete command, raises _TornTail(offset); bytes that are not RESP raise
+    _BadBytes(offset, problem)."""
+    file.seek(start)
+    buf = b""
+    base = start  # file offset of buf[0]
+    pos = 0
+    eof = False
+    while True:
+        if pos >= len(buf) and eof:
+            return
+        try:
+            if pos >= len(buf):
+                raise _Incomplete
+            argv, end = _parse_command(buf, pos)
+        except _Incomplete:
+            if eof:
+                raise _TornTail(base + pos) from None
+            more = file.read(max(chunk, 2 * (len(buf) - pos)))
+            if not more:
+                eof = True
+            buf = buf[pos:] + more
+            base += pos
+            pos = 0
+            continue
+        except ValueError as exc:
+            raise _BadBytes(base + pos, str(exc)) from None
+        yield argv, base + pos, base + end
+        pos = end
+
+
+class _TornTail(Exception):
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+class _BadBytes(Exception):
+    def __init__(self, offset: int, problem: str) -> None:
+        super().__init__(offset, problem)
+        self.offset = offset
+        self.problem = problem
+
+
+# ---------------------------------------------------------------------------
+# Offset reservations
+# ---------------------------------------------------------------------------
+
+
+class OffsetReservations:
+    """The durable key -> reserved next-offset table (module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.marks: dict[bytes, int] = {}
+        # key -> (current step, monotonic time of its last reservation)
+        self._pace: dict[bytes, tuple[int, float]] = {}
+        self._fd = -1
+        self.file_size = 0
+        self.fsyncs = 0
+        self._pending: list[tuple[bytes, int]] = []  # not yet written, no fsync needed
+
+    @staticmethod
+    def _encode(records: Iterable[tuple[bytes, int]]) -> bytes:
+        payload = b"".join(_U32.pack(len(k)) + k + _I64.pack(m) for k, m in records)
+        return _OFS_BATCH.pack(len(payload), zlib.crc32(payload)) + payload
+
+    def load(self) -> dict[bytes, int]:
+        """Read the table. A torn last batch (never fsynced, so never
+        acknowledged) is cut off; damage before the last batch refuses."""
+        marks: dict[bytes, int] = {}
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            self.marks = marks
+            return marks
+        header = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
+        if len(data) < len(header):
+            data = b""  # created but its header never reached the disk
+        elif data[: len(header)] != header:
+            raise PersistenceError(f"{self.path}: not an rcp11 offsets file (bad header)")
+        pos = len(header) if data else 0
+        valid = pos
+        while pos < len(data):
+            if len(data) - pos < _OFS_BATCH.size:
+                break
+            length, crc = _OFS_BATCH.unpack_from(data, pos)
+            end = pos + _OFS_BATCH.size + length
+            if end > len(data):
+                break  # torn last batch
+            payload = data[pos + _OFS_BATCH.size : end]
+            if zlib.crc32(payload) != crc:
+                if end == len(data):
+                    break  # torn last batch
+                raise PersistenceError(
+                    f"{self.path}: checksum mismatch at byte offset {pos}: corrupt file"
+                )
+            at = 0
+            try:
+                while at < len(payload):
+                    (klen,) = _U32.unpack_from(payload, at)
+                    key = payload[at + 4 : at + 4 + klen]
+                    (mark,) = _I64.unpack_from(payload, at + 4 + klen)
+                    at += 12 + klen
+                    if mark < 0:
+                        marks.pop(key, None)
+                    else:
+                        marks[key] = mark
+            except struct.error as exc:
+                raise PersistenceError(
+                    f"{self.path}: corrupt record in batch at byte offset {pos}"
+                ) from exc
+            pos = end
+            valid = end
+        if valid < len(data):
+            log.warning(
+                "Offsets file %s: ignoring a torn last batch (%d bytes) at byte offset %d",
+                self.path,
+                len(data) - valid,
+                valid,
+            )
+            with open(self.path, "r+b") as file:
+                file.truncate(valid)
+                os.fsync(file.fileno())
+        self.marks = marks
+        self.file_size = valid
+        return marks
+
+    def _open(self) -> int:
+        if self._fd < 0:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            size = os.fstat(fd).st_size
+            if size == 0:
+                try:
+                    _write_all(fd, OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION))
+                except OSError:
+                    os.close(fd)
+                    raise
+                size = len(OFFSETS_MAGIC) + 2
+                fsync_dir(os.path.dirname(self.path))
+            self._fd = fd
+            self.file_size = size
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+    def reserve(self, key: bytes, new_next: int, current_next: int) -> None:
+        """Make a mark >= new_next durable for key. Raises OSError."""
+        now = time.monotonic()
+        step, last = self._pace.get(key, (_MIN_STEP, -1e9))
+        if now - last < 1.0:
+            step = min(step * 2, _MAX_STEP)
+        elif now - last > 10.0:
+            step = max(_MIN_STEP, step // 2)
+        batch = max(0, new_next - current_next)
+        mark = min(new_next + max(step, 2 * batch), _MAX_OFFSET)
+        self.write([(key, mark)], durable=True)
+        self.marks[key] = mark
+        self._pace[key] = (step, now)
+
+    def queue_drop(self, key: bytes) -> None:
+        self.marks.pop(key, None)
+        self._pace.pop(key, None)
+        self._pending.append((key, -1))
+
+    def write(self, records: list[tuple[bytes, int]], durable: bool) -> None:
+        """Append records (after any queued ones); fsync when durable."""
+        batch = self._pending + records
+        fd = self._open()
+        if batch:
+            data = self._encode(batch)
+            try:
+                _write_all(fd, data)
+            except OSError as exc:
+                # A partial batch is a torn record the loader would take for
+                # the end of the file: cut it off so later batches stay
+                # readable.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.file_size)
+                raise exc
+            self.file_size += len(data)
+            self._pending = []
+        if durable:
+            os.fsync(fd)
+            self.fsyncs += 1
+
+    def compact_if_large(self) -> None:
+        live = sum(16 + len(k) for k in self.marks)
+        if self.file_size > 256 * 1024 and self.file_size > 4 * live:
+            self.rewrite(dict(self.marks))
+
+    def rewrite(self, marks: dict[bytes, int]) -> None:
+        """Replace the file atomically by exactly `marks`."""
+        tmp = f"{self.path}.tmp-{os.getpid()}"
+        data = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
+        if marks:
+            data += self._encode(marks.items())
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            fsync_dir(os.path.dirname(self.path))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.close()
+        self.marks = dict(marks)
+        self._pending = []
+        self.file_size = len(data)
+        self.fsyncs += 1
+
+
+# ---------------------------------------------------------------------------
+# The persistence engine
+# ---------------------------------------------------------------------------
+
+
+class _Child:
+    def __init__(self, kind: str, pid: int, tmp_path: str) -> None:
+        self.kind = kind  # "rdb" | "aof"
+        self.pid = pid
+        self.tmp_path = tmp_path
+        self.started = time.time()
+        self.dirty_at_fork = 0
+        self.removal_seq_at_fork = 0
+        self.stream_keys: set[bytes] = set()
+
+
+class Persistence:
+    """PersistenceHooks for a real server: snapshot + AOF + reservations."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        state.persistence = self
+        config = state.config
+        self.dir = os.path.abspath(str(config.get("dir")))
+        self.snapshot_path = os.path.join(self.dir, str(config.get("dbfilename")))
+        self.aof_path = os.path.join(self.dir, str(config.get("appendfilename")))
+        self.reservations = OffsetReservations(self.snapshot_path + ".offsets")
+        # AOF: "off", "on", or "wait_rewrite" (turned on at runtime; its
+        # first file is being written by a rewrite child).
+        self.aof_state = "off"
+        self._aof_fd = -1
+        self._aof_buf: list[bytes] = []
+        self._aof_buf_len = 0
+        self._rewrite_buf: list[bytes] | None = None
+        self.aof_current_size = 0
+        self.aof_base_size = 0
+        self._aof_written = 0  # bytes handed to the kernel (all files, monotonic)
+        self._aof_synced = 0  # bytes known fsynced
+        self._aof_error: str | None = None
+        self.aof_last_write_status = "ok"
+        self.aof_last_bgrewrite_status = "ok"
+        self.aof_last_rewrite_time_sec = -1
+        self.aof_rewrite_scheduled = False
+        self._rewrite_not_before = 0.0
+        self.aof_rewrites = 0
+        self.aof_delayed_fsync = 0
+        # The everysec fsync thread and the fd hand-over with it.
+        self._lock = threading.Lock()
+        self._fsync_fd = -1  # fd the thread is fsyncing right now
+        self._fsync_target = 0  # _aof_written when that fsync started
+        self._fsync_error: str | None = None
+        self._deferred_close: list[int] = []
+        self._thread: threading.Thread | None = None
+        self._thread_stop = threading.Event()
+        # Snapshots.
+        self._lastsave = int(time.time())
+        self.rdb_last_bgsave_status = "ok"
+        self.rdb_last_bgsave_time_sec = -1
+        self.rdb_saves = 0
+        self._last_bgsave_try = 0.0
+        self._snapshot_stream_keys: set[bytes] = set()
+        self._child: _Child | None = None
+        # Reservations: drops waiting until the deletion is durable.
+        self._removal_seq = 0
+        self._drops: list[tuple[bytes, int, int | None]] = []  # key, seq, aof position
+        self._reservation_error: str | None = None
+        self.loading = False
+        on_change = getattr(config, "on_change", None)
+        if callable(on_change):
+            on_change("appendonly", self._on_appendonly_change)
+            on_change("appendfsync", self._on_appendfsync_change)
+
+    # -- configuration ---------------------------------------------------
+
+    def _conf(self, name: str) -> Any:
+        return self.state.config.get(name)
+
+    def _save_rules(self) -> list[tuple[int, int]]:
+        rules = self._conf("save") or []
+        if isinstance(rules, str):
+            numbers = rules.split()
+            return [(int(a), int(b)) for a, b in zip(numbers[::2], numbers[1::2], strict=False)]
+        return [(int(seconds), int(changes)) for seconds, changes in rules]
+
+    def _yes(self, name: str) -> bool:
+        value = self._conf(name)
+        if isinstance(value, str):
+            return value.lower() == "yes"
+        return bool(value)
+
+    def _fsync_mode(self) -> str:
+        return str(self._conf("appendfsync")).lower()
+
+    # -- start-up --------------------------------------------------------
+
+    def load(self) -> None:
+        """Load snapshot or AOF, then apply offset reservations. Raises
+        PersistenceError naming the file and the problem."""
+        state = self.state
+        os.makedirs(self.dir, exist_ok=True)
+        self._remove_temp_files()
+        state.loading = self.loading = True
+        started = time.monotonic()
+        try:
+            if self._yes("appendonly"):
+                if os.path.exists(self.aof_path):
+                    self._load_aof()
+                elif os.path.exists(self.snapshot_path):
+                    self._snapshot_stream_keys = set(self._load_snapshot_file())
+            elif os.path.exists(self.snapshot_path):
+                self._snapshot_stream_keys = set(self._load_snapshot_file())
+            raises = self._apply_reservations()
+        finally:
+            state.loading = self.loading = False
+        log.info(
+            "DB loaded from disk: %d keys in %.3f seconds",
+            len(state.keyspace),
+            time.monotonic() - started,
+        )
+        if self._yes("appendonly"):
+            if not os.path.exists(self.aof_path):
+                # First start with the AOF on: its base must hold what the
+                # snapshot had before anything is appended to it.
+                self._write_aof_base_sync()
+            self._open_aof()
+            self.aof_state = "on"
+            for key, mark in raises:
+                self.propagate([RAISE_NEXT, key, b"%d" % mark])
+            if raises and not self._flush_aof(force_fsync=True):
+                raise PersistenceError(f"{self.aof_path}: cannot append: {self._aof_error}")
+            self._start_fsync_thread()
+        state.dirty = 0
+
+    def _remove_temp_files(self) -> None:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.dir):
+                if name.startswith(("temp-rcp11-", "temp-rewriteaof-rcp11-")):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.dir, name))
+
+    def _load_snapshot_file(self) -> list[bytes]:
+        path = self.snapshot_path
+        try:
+            with open(path, "rb", buffering=1 << 20) as file:
+                size = os.fstat(file.fileno()).st_size
+                reader = _CrcReader(file, path, size)
+                keys = read_snapshot(reader, self.state)
+                if reader.pos != size:
+                    raise reader.fail("corrupt file (bytes after the checksum)")
+        except OSError as exc:
+            raise PersistenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        log.info("Snapshot %s loaded: %d keys", path, len(self.state.keyspace))
+        return keys
+
+    def _load_aof(self) -> None:
+        from rcp11.commands import execute
+
+        path = self.aof_path
+        state = self.state
+        client = ClientState(addr="aof-loader", authenticated=True, resp=2)
+        with open(path, "rb", buffering=1 << 20) as file:
+            size = os.fstat(file.fileno()).st_size
+            start = 0
+            head = file.read(len(SNAP_MAGIC))
+            file.seek(0)
+            if head == SNAP_MAGIC:
+                reader = _CrcReader(file, path, size)
+                read_snapshot(reader, state)
+                start = reader.pos
+            self.aof_base_size = start
+            # Commands of an open MULTI wait here until their EXEC is read.
+            pending: list[list[bytes]] | None = None
+            multi_at = 0
+            valid = start
+            torn_at: int | None = None
+            try:
+                for argv, at, end in iter_aof_commands(file, start):
+                    name = argv[0].lower()
+                    if pending is not None:
+                        if name == b"exec":
+                            self._replay(execute, client, [b"MULTI"], path, multi_at)
+                            for queued in pending:
+                                self._replay(execute, client, queued, path, multi_at)
+                            self._replay(execute, client, argv, path, multi_at)
+                            pending = None
+                            valid = end
+                        elif name == b"multi":
+                            raise PersistenceError(f"{path}: nested MULTI at byte offset {at}")
+                        else:
+                            pending.append(argv)
+                        continue
+                    if name == b"multi":
+                        pending = []
+                        multi_at = at
+                        continue
+                    if argv[0] == RAISE_NEXT:
+                        self._replay_raise(argv, path, at)
+                    else:
+                        self._replay(execute, client, argv, path, at)
+                    valid = end
+            except _BadBytes as exc:
+                raise PersistenceError(
+                    f"{path}: corrupt AOF at byte offset {exc.offset} ({exc.problem}); "
+                    "refusing to start"
+                ) from None
+            except _TornTail as exc:
+                torn_at = exc.offset
+            if pending is not None and torn_at is None:
+                torn_at = multi_at  # a transaction without its EXEC
+        if torn_at is not None:
+            cut = valid
+            if not self._yes("aof-load-truncated"):
+                raise PersistenceError(
+                    f"{path}: unexpected end of file at byte offset {torn_at} "
+                    f"(the last complete command ends at {cut}); start with "
+                    "aof-load-truncated yes to truncate it"
+                )
+            log.warning(
+                "!!! Warning: short read while loading the AOF %s: truncating it from %d to %d "
+                "bytes (incomplete last command or transaction) !!!",
+                path,
+                size,
+                cut,
+            )
+            try:
+                with open(path, "r+b") as file:
+                    file.truncate(cut)
+                    os.fsync(file.fileno())
+            except OSError as exc:
+                raise PersistenceError(f"{path}: cannot truncate: {exc.strerror}") from exc
+        log.info("AOF %s loaded: %d keys", path, len(state.keyspace))
+
+    def _replay(
+        self,
+        execute: Callable[[ServerState, ClientState, list[bytes]], Any],
+        client: ClientState,
+        argv: list[bytes],
+        path: str,
+        at: int,
+    ) -> None:
+        reply = execute(self.state, client, argv)
+        if isinstance(reply, Error):
+            name = argv[0].decode("utf-8", "replace")
+            raise PersistenceError(
+                f"{path}: command {name!r} at byte offset {at} failed on replay: "
+                f"{reply.message}; refusing to start"
+            )
+
+    def _replay_raise(self, argv: list[bytes], path: str, at: int) -> None:
+        try:
+            key, mark = argv[1], int(argv[2])
+        except (IndexError, ValueError):
+            raise PersistenceError(
+                f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at}"
+            ) from None
+        self._raise_stream(key, mark)
+
+    def _raise_stream(self, key: bytes, mark: int) -> bool:
+        """Make key's stream have next offset >= mark. Returns whether that
+        changed anything. A non-stream key is left alone."""
+        keyspace = self.state.keyspace
+        value = keyspace.data.get(key)
+        if isinstance(value, bytes):
+            return False
+        if value is None:
+            value = self.state.new_stream()
+            if mark > 0:
+                value.raise_next_offset(mark)
+            keyspace.set(key, value)
+            return True
+        if value.next_offset < mark:
+            value.raise_next_offset(mark)
+            keyspace.touch(key)
+            return True
+        return False
+
+    def _apply_reservations(self) -> list[tuple[bytes, int]]:
+        marks = self.reservations.load()
+        raised: list[tuple[bytes, int]] = []
+        stale: list[bytes] = []
+        for key, mark in marks.items():
+            value = self.state.keyspace.data.get(key)
+            if isinstance(value, bytes):
+                stale.append(key)  # a string replaced the stream durably
+                continue
+            if self._raise_stream(key, mark):
+                raised.append((key, mark))
+                log.warning(
+                    "Stream %r: next offset raised to its reservation %d (writes after the "
+                    "last durable point were lost; their offsets read as null)",
+                    key,
+                    mark,
+                )
+        for key in stale:
+            self.reservations.queue_drop(key)
+        return raised
+
+    def _write_aof_base_sync(self) -> None:
+        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{os.getpid()}.aof")
+        try:
+            size = _write_snapshot_file(self.state, self.aof_path, tmp)
+        except OSError as exc:
+            raise PersistenceError(f"{self.aof_path}: cannot create: {exc.strerror}") from exc
+        self.aof_base_size = size
+
+    def _open_aof(self) -> None:
+        fd = os.open(self.aof_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.aof_current_size = os.fstat(fd).st_size
+        with self._lock:
+            self._aof_fd = fd
+
+    # -- hooks called by the command layer and the server -----------------
+
+    def propagate(self, argv: list[bytes]) -> None:
+        if self.aof_state == "off":
+            return
+        data = encode_command(argv)
+        if self.aof_state == "on":
+            self._aof_buf.append(data)
+            self._aof_buf_len += len(data)
+        if self._rewrite_buf is not None:
+            self._rewrite_buf.append(data)
+
+    def flush(self) -> bool:
+        """Hand buffered AOF commands to the kernel (fsync with `always`).
+        Returns False when that failed: the caller must not send the replies
+        of this iteration's write commands as successes."""
+        if not self._aof_buf:
+            if self._drops:
+                self._settle_drops()
+            return True
+        ok = self._flush_aof(force_fsync=self._fsync_mode() == "always")
+        if self._drops:
+            self._settle_drops()
+        return ok
+
+    def _flush_aof(self, force_fsync: bool) -> bool:
+        if self._aof_buf:
+            data = b"".join(self._aof_buf) if len(self._aof_buf) > 1 else self._aof_buf[0]
+            try:
+                written = _write_all(self._aof_fd, data)
+            except OSError as exc:
+                written = getattr(exc, "written", 0)
+                rest = data[written:]
+                self._aof_buf = [rest]
+                self._aof_buf_len = len(rest)
+                self._aof_written += written
+                self.aof_current_size += written
+                self._set_aof_error(f"write: {exc.strerror or exc}")
+                return False
+            self._aof_buf = []
+            self._aof_buf_len = 0
+            self._aof_written += written
+            self.aof_current_size += written
+        if force_fsync:
+            try:
+                os.fsync(self._aof_fd)
+            except OSError as exc:
+                self._set_aof_error(f"fsync: {exc.strerror or exc}")
+                return False
+            self._aof_synced = self._aof_written
+        if self._aof_error is not None and self._fsync_error is None:
+            log.warning("AOF write error looks solved, rcp11 can write again.")
+            self._aof_error = None
+            self.aof_last_write_status = "ok"
+        return True
+
+    def _set_aof_error(self, problem: str) -> None:
+        if self._aof_error is None:
+            log.warning(
+                "Error writing to the AOF file %s (%s): refusing writes until it works",
+                self.aof_path,
+                problem,
+            )
+        self._aof_error = problem
+        self.aof_last_write_status = "err"
+
+    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
+        if self.loading:
+            return
+        reservations = self.reservations
+        mark = reservations.marks.get(key)
+        if mark is not None and new_next_offset <= mark:
+            return
+        value = self.state.keyspace.data.get(key)
+        current = 0 if value is None or isinstance(value, bytes) else value.next_offset
+        try:
+            reservations.reserve(key, new_next_offset, current)
+        except OSError as exc:
+            self._set_reservation_error(exc)
+            raise CommandError(errors.MISCONF) from exc
+        if self._reservation_error is not None:
+            log.warning("Offsets file %s can be written again.", reservations.path)
+            self._reservation_error = None
+
+    def _set_reservation_error(self, exc: OSError) -> None:
+        if self._reservation_error is None:
+            log.warning(
+                "Cannot write the offsets file %s (%s): refusing writes until it works",
+                self.reservations.path,
+                exc.strerror or exc,
+            )
+        self._reservation_error = exc.strerror or str(exc)
+
+    def on_key_removed(self, key: bytes) -> None:
+        if self.loading or key not in self.reservations.marks:
+            return
+        self._removal_seq += 1
+        self._drops.append((key, self._removal_seq, None))
+
+    def _settle_drops(self) -> None:
+        """Drop reservations whose deletion is now durable (module docstring)."""
+        keep: list[tuple[bytes, int, int | None]] = []
+        aof_on = self.aof_state != "off"
+        for key, seq, pos in self._drops:
+            if aof_on:
+                if pos is None:
+                    # flush() runs after the DEL was propagated: once the
+                    # file is synced up to here, the DEL is durable.
+                    pos = self._aof_written + self._aof_buf_len
+                durable = self._aof_synced >= pos
+            else:
+                # No snapshot on disk, or about to be on disk, holds the key.
+                child = self._child
+                durable = key not in self._snapshot_stream_keys and (
+                    child is None or child.kind != "rdb" or key not in child.stream_keys
+                )
+            if not durable:
+                keep.append((key, seq, pos))
+            elif not isinstance(self.state.keyspace.data.get(key, b""), bytes):
+                pass  # re-created meanwhile: its old, higher mark still covers it
+            elif key in self.reservations.marks:
+                self.reservations.queue_drop(key)
+        self._drops = keep
+
+    def write_refused(self) -> str | None:
+        if self._aof_error is not None or self._reservation_error is not None:
+            return errors.MISCONF
+        if self.rdb_last_bgsave_status == "err" and self._save_rules():
+            return errors.MISCONF
+        return None
+
+    def info(self) -> dict[str, Any]:
+        now = time.time()
+        child = self._child
+        rdb_child = child is not None and child.kind == "rdb"
+        aof_child = child is not None and child.kind == "aof"
+        fields: dict[str, Any] = {
+            "loading": int(self.loading),
+            "async_loading": 0,
+            "rdb_changes_since_last_save": self.state.dirty,
+            "rdb_bgsave_in_progress": int(rdb_child),
+            "rdb_last_save_time": self._lastsave,
+            "rdb_last_bgsave_status": self.rdb_last_bgsave_status,
+            "rdb_last_bgsave_time_sec": self.rdb_last_bgsave_time_sec,
+            "rdb_current_bgsave_time_sec": int(now - child.started) if rdb_child else -1,
+            "rdb_saves": self.rdb_saves,
+            "aof_enabled": int(self.aof_state != "off"),
+            "aof_rewrite_in_progress": int(aof_child),
+            "aof_rewrite_scheduled": int(self.aof_rewrite_scheduled),
+            "aof_last_rewrite_time_sec": self.aof_last_rewrite_time_sec,
+            "aof_current_rewrite_time_sec": int(now - child.started) if aof_child else -1,
+            "aof_last_bgrewrite_status": self.aof_last_bgrewrite_status,
+            "aof_rewrites": self.aof_rewrites,
+            "aof_last_write_status": self.aof_last_write_status,
+        }
+        if self.aof_state != "off":
+            fields.update(
+                {
+                    "aof_current_size": self.aof_current_size,
+                    "aof_base_size": self.aof_base_size,
+                    "aof_pending_rewrite": int(self.aof_rewrite_scheduled),
+                    "aof_buffer_length": self._aof_buf_len,
+                    "aof_pending_bio_fsync": int(self._fsync_fd >= 0),
+                    "aof_delayed_fsync": self.aof_delayed_fsync,
+                }
+            )
+        fields["offset_reservations"] = len(self.reservations.marks)
+        fields["offset_reservation_fsyncs"] = self.reservations.fsyncs
+        return fields
+
+    def tick(self, now: float) -> None:
+        now = time.time()  # whatever clock the caller uses, save rules use wall time
+        self._reap_child()
+        self._close_deferred_fds()
+        if self._fsync_error is not None:
+            self._set_aof_error(self._fsync_error)
+            self._fsync_error = None
+        if self._aof_error is not None and self.aof_state == "on":
+            self._flush_aof(force_fsync=True)
+        if self._drops:
+            self._settle_drops()
+        try:
+            if self.reservations._pending:
+                self.reservations.write([], durable=False)
+            self.reservations.compact_if_large()
+            if self._reservation_error is not None:
+                self.reservations.write([], durable=True)
+                log.warning("Offsets file %s can be written again.", self.reservations.path)
+                self._reservation_error = None
+        except OSError as exc:
+            self._set_reservation_error(exc)
+        if self._child is None:
+            self._maybe_start_child(now)
+
+    def _maybe_start_child(self, now: float) -> None:
+        if self.aof_rewrite_scheduled and time.monotonic() >= self._rewrite_not_before:
+            self._start_rewrite()
+            return
+        for seconds, changes in self._save_rules():
+            if (
+                self.state.dirty >= changes
+                and now - self._lastsave > seconds
+                and (
+                    self.rdb_last_bgsave_status == "ok"
+                    or now - self._last_bgsave_try > _BGSAVE_RETRY_DELAY
+                )
+            ):
+                log.info("%d changes in %d seconds. Saving...", changes, seconds)
+                self._start_bgsave()
+                return
+        if self.aof_state == "on" and self._aof_error is None:
+            percentage = int(self._conf("auto-aof-rewrite-percentage") or 0)
+            min_size = int(self._conf("auto-aof-rewrite-min-size") or 0)
+            base = self.aof_base_size or 1
+            if (
+                percentage > 0
+                and self.aof_current_size > min_size
+                and (self.aof_current_size - base) * 100 // base >= percentage
+                and time.monotonic() >= self._rewrite_not_before
+            ):
+                log.info(
+                    "Starting automatic rewriting of AOF on %d%% growth",
+                    (self.aof_current_size - base) * 100 // base,
+                )
+                self._start_rewrite()
+
+    # -- commands --------------------------------------------------------
+
+    def lastsave(self) -> int:
+        """LASTSAVE: unix time of the last successful snapshot."""
+        return self._lastsave
+
+    def save(self) -> Any:
+        """SAVE: a synchronous snapshot."""
+        if self._child is not None and self._child.kind == "rdb":
+            return Error("ERR Background save already in progress")
+        if self._save_sync():
+            return OK
+        return Error("ERR")
+
+    def _save_sync(self) -> bool:
+        tmp = os.path.join(self.dir, f"temp-rcp11-{os.getpid()}.snap")
+        keys = {k for k, v in self.state.keyspace.data.items() if not isinstance(v, bytes)}
+        started = time.monotonic()
+        try:
+            _write_snapshot_file(self.state, self.snapshot_path, tmp)
+        except OSError as exc:
+            log.warning("Failed saving the DB to %s: %s", self.snapshot_path, exc.strerror or exc)
+            self.rdb_last_bgsave_status = "err"
+            return False
+        log.info("DB saved on disk in %.3f seconds", time.monotonic() - started)
+        self._snapshot_done(self.state.dirty, keys)
+        return True
+
+    def _snapshot_done(self, dirty_at_start: int, keys: set[bytes]) -> None:
+        self.state.dirty = max(0, self.state.dirty - dirty_at_start)
+        self._lastsave = int(time.time())
+        self.rdb_last_bgsave_status = "ok"
+        self.rdb_saves += 1
+        self._snapshot_stream_keys = keys
+        self._settle_drops()
+
+    def bgsave(self) -> Any:
+        if self._child is not None:
+            if self._child.kind == "rdb":
+                return Error("ERR Background save already in progress")
+            return Error(
+                "ERR Another child process is active (AOF?): can't BGSAVE right now. "
+                "Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."
+            )
+        if not self._start_bgsave():
+            return Error("ERR")
+        return SimpleString("Background saving started")
+
+    def bgrewriteaof(self) -> Any:
+        if self._child is not None and self._child.kind == "aof":
+            return Error("ERR Background append only file rewriting already in progress")
+        if self._child is not None:
+            self.aof_rewrite_scheduled = True
+            self._rewrite_not_before = 0.0
+            return SimpleString("Background append only file rewriting scheduled")
+        if not self._start_rewrite():
+            return Error(
+                "ERR Can't execute an AOF background rewriting. "
+                "Please check the server logs for more information."
+            )
+        return SimpleString("Background append only file rewriting started")
+
+    def shutdown(self, mode: str | None = None) -> bool:
+        """Prepare to exit: finish the AOF, save if asked (or if save rules
+        exist and mode is not "nosave"), write tight reservations. Returns
+        False when the required save failed (the server must not exit)."""
+        mode = mode.lower() if mode else None
+        self._kill_child()
+        durable = False
+        if self.aof_state == "on":
+            if self._flush_aof(force_fsync=True):
+                durable = True
+            else:
+                log.warning("Error flushing the AOF on shutdown: %s", self._aof_error)
+        self._stop_fsync_thread()
+        if mode == "save" or (mode != "nosave" and self._save_rules()):
+            log.info("Saving the final snapshot before exiting.")
+            if not self._save_sync():
+                log.warning("Error trying to save the DB, can't exit.")
+                return False
+            durable = durable or self.aof_state == "off"
+        elif self.aof_state == "off" and not os.path.exists(self.snapshot_path):
+            durable = True  # nothing on disk can come back with older offsets
+        self._write_tight_reservations(durable)
+        if self._aof_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._aof_fd)
+            self._aof_fd = -1
+        self.reservations.close()
+        return True
+
+    def _write_tight_reservations(self, durable: bool) -> None:
+        """Marks = each stream's next offset, so a clean restart shows no
+        gap. Drops not yet durable keep their old marks."""
+        marks: dict[bytes, int] = {}
+        for key, value in self.state.keyspace.data.items():
+            if not isinstance(value, bytes):
+                marks[key] = max(value.next_offset, 0)
+        if not durable:
+            # A deletion not yet durable: the old stream may come back from
+            # disk, so its old mark must survive (also if the key was
+            # re-created since).
+            for key, _seq, _pos in self._drops:
+                old = self.reservations.marks.get(key)
+                if old is not None:
+                    marks[key] = max(old, marks.get(key, 0))
+        try:
+            self.reservations.rewrite(marks)
+        except OSError as exc:
+            log.warning("Cannot rewrite the offsets file on shutdown: %s", exc.strerror or exc)
+
+    # -- background children ---------------------------------------------
+
+    def _fork(self, kind: str, tmp_path: str, body: Callable[[], None]) -> _Child | None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.warning("Can't fork for the %s child: %s", kind, exc.strerror)
+            return None
+        if pid == 0:
+            code = 1
+            try:
+                _die_with_parent()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                body()
+                code = 0
+            except BaseException as exc:  # noqa: BLE001 - the child reports and exits
+                with contextlib.suppress(Exception):
+                    log.warning("%s child failed: %s", kind, exc)
+            finally:
+                os._exit(code)
+        child = _Child(kind, pid, tmp_path)
+        child.dirty_at_fork = self.state.dirty
+        child.removal_seq_at_fork = self._removal_seq
+        child.stream_keys = {
+            k for k, v in self.state.keyspace.data.items() if not isinstance(v, bytes)
+        }
+        self._child = child
+        return child
+
+    def _start_bgsave(self) -> bool:
+        self._last_bgsave_try = time.time()
+        tmp = os.path.join(self.dir, f"temp-rcp11-{int(time.time() * 1000)}.snap")
+        state = self.state
+
+        def body() -> None:
+            _write_snapshot_file(state, self.snapshot_path, tmp)
+
+        child = self._fork("rdb", tmp, body)
+        if child is None:
+            self.rdb_last_bgsave_status = "err"
+            return False
+        log.info("Background saving started by pid %d", child.pid)
+        return True
+
+    def _start_rewrite(self) -> bool:
+        if self._child is not None:
+            self.aof_rewrite_scheduled = True
+            return True
+        # The child's snapshot must cover everything in the AOF buffer.
+        if self.aof_state == "on" and not self._flush_aof(force_fsync=False):
+            return False
+        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{int(time.time() * 1000)}.aof")
+        state = self.state
+
+        def body() -> None:
+            with open(tmp, "wb", buffering=1 << 20) as file:
+                write_snapshot(_CrcWriter(file), state)
+                file.flush()
+                os.fsync(file.fileno())
+
+        self._rewrite_buf = []
+        child = self._fork("aof", tmp, body)
+        if child is None:
+            self._rewrite_buf = None
+            self.aof_last_bgrewrite_status = "err"
+            return False
+        self.aof_rewrite_scheduled = False
+        log.info("Background append only file rewriting started by pid %d", child.pid)
+        return True
+
+    def _reap_child(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = child.pid, 1 << 8  # reaped elsewhere: treat as failed
+        if pid == 0:
+            return
+        self._child = None
+        ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        elapsed = int(time.time() - child.started)
+        if child.kind == "rdb":
+            self.rdb_last_bgsave_time_sec = elapsed
+            if ok:
+                log.info("Background saving terminated with success")
+                self._snapshot_done(child.dirty_at_fork, child.stream_keys)
+            else:
+                log.warning("Background saving error")
+                self.rdb_last_bgsave_status = "err"
+                with contextlib.suppress(OSError):
+                    os.unlink(child.tmp_path)
+        else:
+            self.aof_last_rewrite_time_sec = elapsed
+            if ok and self._finish_rewrite(child):
+                self.aof_last_bgrewrite_status = "ok"
+                self.aof_rewrites += 1
+                log.info("Background AOF rewrite finished successfully")
+            else:
+                log.warning("Background AOF rewrite failed")
+                self.aof_last_bgrewrite_status = "err"
+                self._rewrite_buf = None
+                with contextlib.suppress(OSError):
+                    os.unlink(child.tmp_path)
+                if self.aof_state == "wait_rewrite":
+                    self.aof_rewrite_scheduled = True
+                self._rewrite_not_before = time.monotonic() + _REWRITE_RETRY_DELAY
+
+    def _finish_rewrite(self, child: _Child) -> bool:
+        """Append what was written meanwhile, then swap the new file in."""
+        if self.aof_state == "off":
+            self._rewrite_buf = None
+            with contextlib.suppress(OSError):
+                os.unlink(child.tmp_path)
+            return True
+        tail = b"".join(self._rewrite_buf or [])
+        try:
+            fd = os.open(child.tmp_path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:
+            log.warning("Can't open the rewritten AOF %s: %s", child.tmp_path, exc.strerror)
+            return False
+        try:
+            base_size = os.fstat(fd).st_size
+            _write_all(fd, tail)
+            os.fsync(fd)
+            os.replace(child.tmp_path, self.aof_path)
+            fsync_dir(self.dir)
+        except OSError as exc:
+            os.close(fd)
+            log.warning("Can't finish the AOF rewrite: %s", exc.strerror or exc)
+            return False
+        self._rewrite_buf = None
+        # Everything logged so far is in the new, fsynced file.
+        self._aof_buf = []
+        self._aof_buf_len = 0
+        self._aof_written += len(tail)
+        self._aof_synced = self._aof_written
+        self._swap_aof_fd(fd)
+        self.aof_base_size = base_size
+        self.aof_current_size = base_size + len(tail)
+        if self._aof_error is not None:
+            self._aof_error = None
+            self.aof_last_write_status = "ok"
+        if self.aof_state == "wait_rewrite":
+            self.aof_state = "on"
+            self._start_fsync_thread()
+            log.info("AOF %s is on: its first file is complete", self.aof_path)
+        self._settle_drops()
+        return True
+
+    def _kill_child(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child.pid, 0)
+        with contextlib.suppress(OSError):
+            os.unlink(child.tmp_path)
+        self._child = None
+        self._rewrite_buf = None
+
+    # -- the AOF fd and the everysec thread --------------------------------
+
+    def _swap_aof_fd(self, new_fd: int) -> None:
+        with self._lock:
+            old = self._aof_fd
+            self._aof_fd = new_fd
+            if old >= 0:
+                if old == self._fsync_fd:
+                    self._deferred_close.append(old)
+                else:
+                    os.close(old)
+
+    def _close_deferred_fds(self) -> None:
+        if not self._deferred_close:
+            return
+        with self._lock:
+            still = []
+            for fd in self._deferred_close:
+                if fd == self._fsync_fd:
+                    still.append(fd)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._deferred_close = still
+
+    def _start_fsync_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread_stop.clear()
+        self._thread = threading.Thread(
+            target=self._fsync_loop, name="rcp11-aof-fsync", daemon=True
+        )
+        self._thread.start()
+
+    def _stop_fsync_thread(self) -> None:
+        if self._thread is not None:
+            self._thread_stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _fsync_loop(self) -> None:
+        # Runs off the event loop: the only thing it touches besides the fd
+        # is a few integers, under self._lock.
+        while not self._thread_stop.wait(1.0):
+            if self.aof_state != "on" or self._fsync_mode() != "everysec":
+                continue
+            with self._lock:
+                fd = self._aof_fd
+                target = self._aof_written
+                if fd < 0 or target <= self._aof_synced:
+                    continue
+                self._fsync_fd = fd
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                if exc.errno != errno.EBADF:
+                    self._fsync_error = f"fsync: {exc.strerror or exc}"
+            else:
+                with self._lock:
+                    if fd == self._aof_fd:
+                        self._aof_synced = max(self._aof_synced, target)
+            finally:
+                with self._lock:
+                    self._fsync_fd = -1
+
+    # -- CONFIG SET appendonly / appendfsync --------------------------------
+
+    def _on_appendonly_change(self, *args: Any) -> None:
+        on = self._yes("appendonly")
+        if on and self.aof_state == "off":
+            self.aof_state = "wait_rewrite"
+            if self._child is not None and self._child.kind == "aof":
+                self._kill_child()
+            if self._child is None:
+                if not self._start_rewrite():
+                    self.aof_rewrite_scheduled = True
+            else:
+                self.aof_rewrite_scheduled = True
+        elif not on and self.aof_state != "off":
+            if self.aof_state == "on":
+                self._flush_aof(force_fsync=True)
+            if self._child is not None and self._child.kind == "aof":
+                self._kill_child()
+            self.aof_state = "off"
+            self.aof_rewrite_scheduled = False
+            self._stop_fsync_thread()
+            self._swap_aof_fd(-1)
+            self._aof_buf = []
+            self._aof_buf_len = 0
+            self._aof_error = None
+            self.aof_last_write_status = "ok"
+
+    def _on_appendfsync_change(self, *args: Any) -> None:
+        if self.aof_state == "on":
+            self._start_fsync_thread()
+
+
+__all__ = [
+    "OffsetReservations",
+    "Persistence",
+    "PersistenceError",
+    "encode_command",
+    "iter_aof_commands",
+    "read_snapshot",
+    "write_snapshot",
+]
