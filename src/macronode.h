@@ -19,10 +19,19 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 1
+#define MN_ABI_VERSION 2
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
+
+/* The largest offset a message can get is 2^63-1, so the next offset of a
+ * stream ranges over 0..2^63 and is returned as uint64_t. */
+#define MN_MAX_OFFSET 9223372036854775807
+
+/* A serialized node (frame + offset table + blob) must fit in 4 GB - 1, so a
+ * single message is a little below that: 4294967295 - 32 (frame) - 4 (its
+ * offset table entry). Larger messages are MN_ERR_TOOBIG. */
+#define MN_MAX_MESSAGE_BYTES 4294967259
 
 /* Return codes: 0 is success, negative values are errors. */
 #define MN_OK 0
@@ -61,18 +70,20 @@ int mn_stream_set_compression(mn_stream *s, int compression_level);
 
 /* Offsets. next: offset the next appended message gets (0 for a new stream).
  * first: oldest readable offset, equal to next when nothing is readable. */
-int64_t mn_next_offset(const mn_stream *s);
-int64_t mn_first_offset(const mn_stream *s);
+uint64_t mn_next_offset(const mn_stream *s);
+uint64_t mn_first_offset(const mn_stream *s);
 uint64_t mn_length(const mn_stream *s);             /* readable messages */
 uint64_t mn_num_nodes(const mn_stream *s);
 uint64_t mn_num_compressed_nodes(const mn_stream *s);
 uint64_t mn_payload_bytes(const mn_stream *s);      /* readable message bytes */
 uint64_t mn_memory_bytes(const mn_stream *s);       /* every byte allocated */
+uint32_t mn_max_entries(const mn_stream *s);
+int mn_compression_level(const mn_stream *s);
 
-/* Raise the next offset to `next` (>= current next). The offsets skipped
- * read as null forever; the following append starts a new node at `next`.
- * Used to recover offset reservations after a crash. */
-int mn_raise_next_offset(mn_stream *s, int64_t next);
+/* Raise the next offset to `next` (current next <= next <= 2^63). The
+ * offsets skipped read as null forever; the following append starts a new
+ * node at `next`. Used to recover offset reservations after a crash. */
+int mn_raise_next_offset(mn_stream *s, uint64_t next);
 
 /* Append n messages stored back to back in buf; lens[i] is the length of
  * message i. Atomic: on error nothing is appended. *first_offset receives the

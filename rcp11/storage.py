@@ -1,0 +1,333 @@
+"""Python face of the C storage core (src/macronode.c).
+
+This is the only module that touches cffi's ``ffi``/``lib``: everything else
+sees :class:`Stream` and the exceptions below. C return codes become
+exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+try:
+    from rcp11._macronode import ffi, lib
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
+    ) from exc
+
+EXPECTED_ABI_VERSION = 2
+
+if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
+    raise ImportError(
+        f"rcp11._macronode has ABI version {lib.mn_abi_version()}, storage.py expects "
+        f"{EXPECTED_ABI_VERSION}: the extension is stale, rebuild it with `pip install -e .`"
+    )
+
+MAX_OFFSET: int = lib.MN_MAX_OFFSET
+MAX_MESSAGE_BYTES: int = lib.MN_MAX_MESSAGE_BYTES
+DEFAULT_MAX_ENTRIES: int = lib.MN_DEFAULT_MAX_ENTRIES
+MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
+
+# Below this many messages a Python list of lengths beats building a numpy array.
+_NUMPY_LENS_THRESHOLD = 32
+
+
+class StorageError(Exception):
+    """A storage core call failed; ``code`` is the MN_ERR_* value."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class OffsetOverflowError(StorageError):
+    """The write would give a message an offset past 2^63-1."""
+
+
+class CorruptDataError(StorageError):
+    """A serialized blob failed validation."""
+
+
+class MessageTooBigError(StorageError, ValueError):
+    """A message is larger than MAX_MESSAGE_BYTES."""
+
+
+class InvalidArgumentError(StorageError, ValueError):
+    """An argument outside its documented range."""
+
+
+class StorageMemoryError(StorageError, MemoryError):
+    """The C allocator failed; nothing was changed."""
+
+
+_ERRORS: dict[int, tuple[type[StorageError], str]] = {
+    lib.MN_ERR_NOMEM: (StorageMemoryError, "out of memory"),
+    lib.MN_ERR_OVERFLOW: (OffsetOverflowError, "offset would pass 2^63-1"),
+    lib.MN_ERR_TOOBIG: (MessageTooBigError, "message or node too big"),
+    lib.MN_ERR_CORRUPT: (CorruptDataError, "corrupt stream data"),
+    lib.MN_ERR_ARG: (InvalidArgumentError, "argument out of range"),
+}
+
+
+def _check(rc: int) -> int:
+    """Return rc when it is not an error, else raise the matching exception."""
+    if rc >= 0:
+        return rc
+    cls, message = _ERRORS.get(rc, (StorageError, f"storage error {rc}"))
+    raise cls(message, rc)
+
+
+def _new_stream_handle(ptr: object) -> object:
+    if ptr == ffi.NULL:
+        raise StorageMemoryError("out of memory", lib.MN_ERR_NOMEM)
+    return ffi.gc(ptr, lib.mn_stream_free)
+
+
+class _CBuffer:
+    """An mn_buf for one call; its C memory is freed on exit."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = ffi.new("mn_buf *")
+        lib.mn_buf_init(self.buf)
+
+    def __enter__(self) -> object:
+        return self.buf
+
+    def __exit__(self, *exc: object) -> None:
+        lib.mn_buf_free(self.buf)
+
+
+class Stream:
+    """One RCP 11 stream: append-only messages addressed by logical offset."""
+
+    __slots__ = ("_s", "_version")
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, compression_level: int = 0) -> None:
+        if not 1 <= max_entries <= MAX_MAX_ENTRIES:
+            raise InvalidArgumentError(
+                f"max_entries must be between 1 and {MAX_MAX_ENTRIES}", lib.MN_ERR_ARG
+            )
+        _check_level(compression_level)
+        self._s = _new_stream_handle(lib.mn_stream_new(max_entries, compression_level))
+        # Bumped by every mutation so that dump() can notice a concurrent change.
+        self._version = 0
+
+    # -- counters -------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        return lib.mn_next_offset(self._s)
+
+    @property
+    def first_offset(self) -> int:
+        return lib.mn_first_offset(self._s)
+
+    @property
+    def last_offset(self) -> int:
+        return lib.mn_next_offset(self._s) - 1
+
+    @property
+    def length(self) -> int:
+        return lib.mn_length(self._s)
+
+    @property
+    def num_nodes(self) -> int:
+        return lib.mn_num_nodes(self._s)
+
+    @property
+    def num_compressed_nodes(self) -> int:
+        return lib.mn_num_compressed_nodes(self._s)
+
+    @property
+    def payload_bytes(self) -> int:
+        return lib.mn_payload_bytes(self._s)
+
+    @property
+    def memory_bytes(self) -> int:
+        return lib.mn_memory_bytes(self._s)
+
+    @property
+    def max_entries(self) -> int:
+        return lib.mn_max_entries(self._s)
+
+    @property
+    def compression_level(self) -> int:
+        return lib.mn_compression_level(self._s)
+
+    def __len__(self) -> int:
+        return lib.mn_length(self._s)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Stream first={self.first_offset} next={self.next_offset} length={self.length} "
+            f"nodes={self.num_nodes} compressed={self.num_compressed_nodes} "
+            f"memory={self.memory_bytes}>"
+        )
+
+    # -- writes ---------------------------------------------------------
+
+    def append(self, entries: Sequence[bytes]) -> int:
+        """Append entries atomically in one C call; return the first one's offset."""
+        n = len(entries)
+        if n == 0:
+            raise InvalidArgumentError("nothing to append", lib.MN_ERR_ARG)
+        if n == 1:
+            data = entries[0]
+            lens = ffi.new("uint32_t[1]", [_message_len(len(data))])
+            return self._append(data, lens, 1)
+        if n < _NUMPY_LENS_THRESHOLD:
+            lens = ffi.new("uint32_t[]", [_message_len(len(e)) for e in entries])
+            return self._append(b"".join(entries), lens, n)
+        sizes = np.fromiter(map(len, entries), dtype=np.int64, count=n)
+        return self._append_sizes(b"".join(entries), sizes)
+
+    def append_joined(self, data: bytes, lens: Sequence[int] | np.ndarray) -> int:
+        """Append messages stored back to back in data; lens[i] is message i's length."""
+        sizes = np.asarray(lens, dtype=np.int64)
+        if sizes.ndim != 1 or sizes.size == 0:
+            raise InvalidArgumentError("lens must be a non-empty 1-D sequence", lib.MN_ERR_ARG)
+        if int(sizes.sum()) != len(data):
+            raise InvalidArgumentError("lens do not add up to len(data)", lib.MN_ERR_ARG)
+        return self._append_sizes(data, sizes)
+
+    def _append_sizes(self, data: bytes, sizes: np.ndarray) -> int:
+        if sizes.size and (sizes.min() < 0 or sizes.max() > MAX_MESSAGE_BYTES):
+            if sizes.min() < 0:
+                raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
+            raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
+        lens32 = np.ascontiguousarray(sizes, dtype=np.uint32)
+        return self._append(data, ffi.from_buffer("uint32_t[]", lens32), int(lens32.size))
+
+    def _append(self, data: bytes, lens: object, n: int) -> int:
+        first = ffi.new("int64_t *")
+        _check(lib.mn_append(self._s, ffi.from_buffer(data), lens, n, first))
+        self._version += 1
+        return first[0]
+
+    def evict_upto(self, offset: int) -> int:
+        """Evict every message with offset <= offset; return how many were evicted."""
+        if offset < 0:
+            raise InvalidArgumentError("offset must be >= 0", lib.MN_ERR_ARG)
+        offset = min(offset, MAX_OFFSET)
+        self._version += 1
+        return _check(lib.mn_evict_upto(self._s, offset))
+
+    def evict_keep(self, keep: int) -> int:
+        """Keep the newest `keep` offsets, evict the rest; return how many were evicted."""
+        if keep < 0:
+            raise InvalidArgumentError("keep must be >= 0", lib.MN_ERR_ARG)
+        self._version += 1
+        return _check(lib.mn_evict_keep(self._s, min(keep, 2**64 - 1)))
+
+    def raise_next_offset(self, next_offset: int) -> None:
+        """Skip offsets up to next_offset (they read as null forever)."""
+        if not self.next_offset <= next_offset <= MAX_OFFSET + 1:
+            raise InvalidArgumentError(
+                f"next offset must be between {self.next_offset} and 2^63", lib.MN_ERR_ARG
+            )
+        self._version += 1
+        _check(lib.mn_raise_next_offset(self._s, next_offset))
+
+    def set_compression(self, level: int) -> None:
+        """zlib level (0 = off) for nodes sealed from now on."""
+        _check_level(level)
+        _check(lib.mn_stream_set_compression(self._s, level))
+
+    # -- reads ----------------------------------------------------------
+
+    def _check_range(self, start: int, count: int) -> None:
+        if start < 0 or count < 0 or start + count > self.next_offset:
+            raise InvalidArgumentError(
+                f"range {start}+{count} outside 0..{self.next_offset}", lib.MN_ERR_ARG
+            )
+
+    def read_resp(self, start: int, count: int, resp3: bool) -> bytes:
+        """RESP bulk strings for offsets start..start+count-1 (nulls for missing ones)."""
+        self._check_range(start, count)
+        with _CBuffer() as buf:
+            _check(lib.mn_read_resp(self._s, start, count, 1 if resp3 else 0, buf))
+            return ffi.unpack(buf.data, buf.len) if buf.len else b""
+
+    def read(self, start: int, count: int) -> list[bytes | None]:
+        """Messages at offsets start..start+count-1; None for evicted or lost ones."""
+        self._check_range(start, count)
+        if count == 0:
+            return []
+        lens = np.empty(count, dtype=np.int64)
+        with _CBuffer() as buf:
+            _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))
+            data = ffi.unpack(buf.data, buf.len) if buf.len else b""
+        out: list[bytes | None] = []
+        pos = 0
+        for size in lens.tolist():
+            if size < 0:
+                out.append(None)
+            else:
+                out.append(data[pos : pos + size])
+                pos += size
+        return out
+
+    # -- persistence ----------------------------------------------------
+
+    def dump(self) -> Iterator[bytes]:
+        """The header blob, then one blob per node, first to last.
+
+        The stream must not change while the iterator is consumed (node
+        pointers would dangle); a change raises RuntimeError.
+        """
+        version = self._version
+        with _CBuffer() as buf:
+            _check(lib.mn_serialize_header(self._s, buf))
+            yield ffi.unpack(buf.data, buf.len)
+        node = lib.mn_first_node(self._s)
+        while node != ffi.NULL:
+            if self._version != version:
+                raise RuntimeError("Stream changed during dump()")
+            with _CBuffer() as buf:
+                _check(lib.mn_node_serialize(node, buf))
+                blob = ffi.unpack(buf.data, buf.len)
+            node = lib.mn_node_next(node)
+            yield blob
+
+    @classmethod
+    def load(cls, blobs: Iterable[bytes]) -> Stream:
+        """Rebuild a stream from dump() output; CorruptDataError if anything is off."""
+        it = iter(blobs)
+        header = next(it, None)
+        if header is None:
+            raise CorruptDataError("no stream header", lib.MN_ERR_CORRUPT)
+        err = ffi.new("int *")
+        ptr = lib.mn_load_header(ffi.from_buffer(header), len(header), err)
+        if ptr == ffi.NULL:
+            _check(err[0] if err[0] < 0 else lib.MN_ERR_CORRUPT)
+        stream = cls.__new__(cls)
+        stream._s = ffi.gc(ptr, lib.mn_stream_free)
+        stream._version = 0
+        for blob in it:
+            _check(lib.mn_load_node(stream._s, ffi.from_buffer(blob), len(blob)))
+        _check(lib.mn_load_finish(stream._s))
+        return stream
+
+
+def validate_node_blob(blob: bytes) -> bool:
+    """True when a node blob passes every check a load would make on it alone."""
+    rc = lib.mn_validate_node_blob(ffi.from_buffer(blob), len(blob))
+    if rc == lib.MN_ERR_NOMEM:
+        _check(rc)
+    return rc == lib.MN_OK
+
+
+def _check_level(level: int) -> None:
+    if not 0 <= level <= 9:
+        raise InvalidArgumentError("compression level must be between 0 and 9", lib.MN_ERR_ARG)
+
+
+def _message_len(size: int) -> int:
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
+    return size

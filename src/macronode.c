@@ -1,0 +1,1180 @@
+/* macronode.c -- the rcp11 storage core: one stream as a skiplist of
+ * macronodes.
+ *
+ * THE DATA STRUCTURE
+ * ==================
+ *
+ * An RCP 11 stream is an append-only log: message k of a key gets the
+ * logical offset k (0, 1, 2, ...), offsets never change, the oldest messages
+ * may be evicted, and a range of offsets is read by position. Storing every
+ * message in its own allocation would cost a pointer, a length and malloc's
+ * own header per message, more than the payload for small messages. So
+ * messages are packed into *macronodes*:
+ *
+ *   +--------------------------- mn_node ----------------------------+
+ *   | first = 5000 (logical offset of message 0 of this node)         |
+ *   | count = 3                                                        |
+ *   | ends  --> [ 11 | 15 | 27 ]     uint32 offset table              |
+ *   | blob  --> "hello world" "ping" "hi there 42"   (back to back)    |
+ *   | prev, fwd[0..level-1]                                            |
+ *   +------------------------------------------------------------------+
+ *
+ * Message i of a node starts at ends[i-1] (0 for i == 0) and ends at
+ * ends[i], so its length is the difference of two successive table entries
+ * and its offset is first + i. A node holds at most max_entries messages
+ * (stream-node-max-entries, 1000 by default, fixed per stream at creation);
+ * 100-byte messages then cost 100 + 4 bytes plus the node's own bookkeeping
+ * shared by 1000 messages.
+ *
+ * The nodes of a stream form a skiplist (William Pugh, "Skip Lists: A
+ * Probabilistic Alternative to Balanced Trees", CACM 1990) ordered by each
+ * node's first offset, so finding the node of an offset takes O(log nodes)
+ * expected steps. It differs from Pugh's list in three ways, all following
+ * from the log's access pattern:
+ *
+ *   - Insertions only ever happen at the tail and deletions only at the head
+ *     (eviction), so no search is needed to delete: freeing a prefix of k
+ *     nodes walks level 0 and repoints the head's forward pointers, O(k).
+ *   - Every node also has a backward pointer (prev) and the stream keeps the
+ *     tail, which makes appending O(1) for messages going into the last node.
+ *   - A lookup returns the last node whose first offset is <= the wanted
+ *     offset; the offset may still lie past that node's end, because offsets
+ *     can be skipped (see GAPS), and then it reads as null.
+ *
+ * Each node's forward pointer array is allocated to the node's level (a
+ * flexible array member), so the average node carries 4/3 pointers with
+ * the probability 1/4 that Pugh recommends for speed and space.
+ *
+ * NODE LIFE CYCLE
+ * ===============
+ *
+ * The last node of a stream is the *active* node: appends go there until it
+ * holds max_entries messages. A node that becomes full is shrunk to fit
+ * (offset table and blob reallocated to exactly what they hold), so sealed
+ * nodes carry no slack. When a new node is started after a node, that node
+ * is *sealed*: shrunk to fit if it was not full, and, when the stream has a
+ * compression level, its blob is zlib-compressed if that saves at least
+ * MN_COMPRESS_MIN_SAVING_PCT percent. The active node is never compressed,
+ * so appends never decompress anything.
+ *
+ * Tiny streams stay tiny: while a stream has a single node its offset table
+ * grows geometrically with the messages it holds. Nodes started after
+ * another one allocate the full table (max_entries entries) at creation,
+ * because such a stream evidently receives more than a node's worth of
+ * messages. Blobs of active nodes grow geometrically and are shrunk when the
+ * node is sealed or full.
+ *
+ * Reading a compressed node inflates its blob into a small per-stream cache
+ * of MN_CACHE_SLOTS recently used nodes, so a consumer reading a node 100
+ * messages at a time inflates it once, not ten times. The cache is counted
+ * in memory_bytes and dropped entry by entry when its node is freed.
+ *
+ * GAPS
+ * ====
+ *
+ * mn_raise_next_offset() skips offsets: it is how the server recovers offset
+ * reservations after a crash (messages that may have been acknowledged but
+ * were lost must never have their offset given to another message). Skipped
+ * offsets belong to no node and read as null forever; the next append starts
+ * a new node at the raised offset. So nodes cover offset ranges with holes
+ * between them, and every lookup is prepared for an offset in no node.
+ *
+ * EVICTION
+ * ========
+ *
+ * Eviction is exact and logical: the stream's `first` is the oldest readable
+ * offset, and every offset below it reads as null. Every node whose messages
+ * are all below `first` is freed at once; the first remaining node may be
+ * partially evicted: it keeps its memory (payload bytes and length count
+ * only readable messages) until the rest of it is evicted. Evicting
+ * everything frees every node, including the active one, and the next append
+ * starts a fresh, tiny node at the kept next offset.
+ *
+ * INVARIANTS
+ * ==========
+ *
+ *   - Nodes are ordered by first offset and do not overlap: a node's first is
+ *     >= the end (first + count) of the node before it.
+ *   - Every node holds 1..max_entries messages and at least one readable
+ *     message: nodes entirely below `first` are freed.
+ *   - first == next when the stream has no node; otherwise the first node
+ *     contains `first`.
+ *   - next <= 2^63, so the largest offset of a message is 2^63-1.
+ *   - A node's raw blob plus its offset table plus the serialized frame fit
+ *     in 4 GB - 1 (MN_NODE_BYTES_LIMIT), so a serialized node always fits a
+ *     32-bit length.
+ *   - Only sealed nodes (never the tail) are compressed.
+ *
+ * SERIALIZATION
+ * =============
+ *
+ * A stream serializes to one header blob and one blob per node, first to
+ * last. Multi-byte fields are little-endian and are read and written through
+ * the mn_get_* / mn_put_* accessors, never by casting structs onto bytes, so
+ * the format is the same on every host. A node blob is a near-plain copy of
+ * the node in memory: a compressed node stays compressed.
+ *
+ * Stream header blob (MN_HEADER_BYTES = 40 bytes):
+ *
+ *   OFFSET  SIZE  DESCRIPTION
+ *   ------  ----  -----------------------------------------------------
+ *        0     4  magic "MNST"
+ *        4     1  format version, MN_FORMAT_VERSION
+ *        5     1  compression level for nodes sealed from now on (0..9)
+ *        6     2  reserved, zero
+ *        8     8  next offset (0..2^63)
+ *       16     8  first offset: oldest readable offset, == next when empty
+ *       24     8  number of node blobs that follow
+ *       32     4  max_entries (1..MN_MAX_MAX_ENTRIES)
+ *       36     4  CRC32 (zlib) of bytes 0..35
+ *
+ * Node blob (32 + 4 * count + stored_len bytes):
+ *
+ *   OFFSET      SIZE        DESCRIPTION
+ *   ----------  ----------  -----------------------------------------------
+ *            0           4  magic "MNND"
+ *            4           1  format version, MN_FORMAT_VERSION
+ *            5           1  flags: bit 0 set = blob is zlib-compressed
+ *            6           2  reserved, zero
+ *            8           8  first: logical offset of message 0
+ *           16           4  count: messages in the node (1..max_entries)
+ *           20           4  raw_len: uncompressed blob bytes == ends[count-1]
+ *           24           4  stored_len: blob bytes as stored below; equal to
+ *                           raw_len when raw, smaller when compressed
+ *           28   4 * count  offset table: ends[i], end of message i in the
+ *                           raw blob, non-decreasing
+ *   28 + 4*count stored_len blob, raw or zlib stream
+ *   end - 4              4  CRC32 (zlib) of every byte before it
+ *
+ * Evicted messages of a partially evicted first node are serialized with it
+ * (the header's first offset says which ones are gone), so a loaded stream
+ * is the same stream: same offsets, evictions, gaps and compressed nodes.
+ * mn_validate_node_blob() checks a blob from disk before anything trusts it;
+ * loading rejects nodes that overlap, pass the next offset, are entirely
+ * evicted, or a compressed last node.
+ */
+
+#include "macronode.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+/* ------------------------------------------------------------------------
+ * Constants
+ * --------------------------------------------------------------------- */
+
+/* 2^63: one past the largest offset; the largest value next can take. */
+#define MN_OFFSET_END ((uint64_t)1 << 63)
+
+/* Pugh's p = 1/4: fewer pointers per node than 1/2 for the same expected
+ * search cost within a constant factor. 32 levels index 4^32 nodes, far
+ * more than memory can hold. */
+#define MN_SKIPLIST_P_BITS 2
+#define MN_SKIPLIST_MAX_LEVEL 32
+
+/* Compressing a blob smaller than this is not worth the zlib header and the
+ * inflate on every read. */
+#define MN_COMPRESS_MIN_BYTES 64
+/* A compressed node costs an inflate on read; keep the raw form unless this
+ * saves at least this share of the blob. */
+#define MN_COMPRESS_MIN_SAVING_PCT 10
+
+/* Inflated nodes kept per stream: enough for a reader that crosses a node
+ * boundary and a second reader elsewhere, small enough to be negligible
+ * next to the nodes themselves. */
+#define MN_CACHE_SLOTS 4
+
+/* The offset table of a lone node grows by half, and by at least this many
+ * entries: a 1-message stream keeps a 1-entry table. Blobs of active nodes
+ * grow by half too: at most a third of an active node is slack, and sealed
+ * or full nodes have none. */
+#define MN_TABLE_MIN_GROWTH 4
+
+/* Serialized formats. */
+#define MN_FORMAT_VERSION 1
+#define MN_HEADER_BYTES 40
+#define MN_NODE_FRAME_BYTES 32 /* fixed node fields + CRC32 */
+#define MN_NODE_FIXED_BYTES 28 /* node fields before the offset table */
+#define MN_NODE_FLAG_COMPRESSED 1u
+
+/* A serialized node, raw blob included, must fit a 32-bit length. */
+#define MN_NODE_BYTES_LIMIT ((uint64_t)UINT32_MAX)
+
+static const char MN_HEADER_MAGIC[4] = {'M', 'N', 'S', 'T'};
+static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
+
+/* ------------------------------------------------------------------------
+ * Types
+ * --------------------------------------------------------------------- */
+
+struct mn_node {
+    uint64_t first;     /* logical offset of message 0 */
+    mn_node *prev;      /* backward pointer, NULL for the first node */
+    char *blob;         /* messages back to back, or their zlib stream */
+    uint32_t *ends;     /* offset table, `cap` entries allocated */
+    uint32_t count;     /* messages held */
+    uint32_t cap;       /* entries allocated in ends */
+    uint32_t blob_cap;  /* bytes allocated in blob (== stored bytes when
+                           compressed) */
+    uint8_t level;      /* entries in fwd */
+    uint8_t compressed; /* blob is a zlib stream of ends[count-1] bytes */
+    mn_node *fwd[];     /* forward pointers, one per level */
+};
+
+typedef struct mn_cache_slot {
+    const mn_node *node; /* NULL when the slot is free */
+    char *raw;           /* inflated blob */
+    uint32_t len;
+    uint32_t last_use;
+} mn_cache_slot;
+
+typedef struct mn_cache {
+    mn_cache_slot slot[MN_CACHE_SLOTS];
+    uint32_t clock;
+} mn_cache;
+
+struct mn_stream {
+    uint64_t next;           /* offset the next message gets */
+    uint64_t first;          /* oldest readable offset */
+    uint64_t length;         /* readable messages */
+    uint64_t payload;        /* bytes of readable messages */
+    uint64_t memory;         /* bytes allocated for this stream, all told */
+    uint64_t num_nodes;
+    uint64_t num_compressed;
+    uint64_t rng;            /* xorshift64 state for node levels */
+    uint64_t load_expected;  /* node count announced by a header being loaded */
+    mn_node **head;          /* head forward pointers, head_cap allocated */
+    mn_node *tail;           /* the active node */
+    mn_cache *cache;         /* allocated on the first read of a compressed node */
+    uint32_t max_entries;
+    uint8_t level;           /* levels in use (<= head_cap) */
+    uint8_t head_cap;
+    uint8_t compression;     /* zlib level for nodes sealed from now on */
+};
+
+/* ------------------------------------------------------------------------
+ * Little-endian accessors for serialized blobs
+ * --------------------------------------------------------------------- */
+
+static void mn_put_u16le(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void mn_put_u32le(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void mn_put_u64le(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t mn_get_u16le(const unsigned char *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t mn_get_u32le(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static uint64_t mn_get_u64le(const unsigned char *p) {
+    return (uint64_t)mn_get_u32le(p) | ((uint64_t)mn_get_u32le(p + 4) << 32);
+}
+
+static uint32_t mn_crc32(const unsigned char *p, size_t len) {
+    return (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), p, len);
+}
+
+/* ------------------------------------------------------------------------
+ * Buffers
+ * --------------------------------------------------------------------- */
+
+int mn_abi_version(void) { return MN_ABI_VERSION; }
+
+void mn_buf_init(mn_buf *b) {
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+void mn_buf_free(mn_buf *b) {
+    free(b->data);
+    mn_buf_init(b);
+}
+
+/* Make room for `extra` more bytes; grows geometrically so repeated small
+ * appends stay linear. */
+static int mn_buf_reserve(mn_buf *b, size_t extra) {
+    if (extra > SIZE_MAX - b->len) return MN_ERR_TOOBIG;
+    size_t need = b->len + extra;
+    if (need <= b->cap) return MN_OK;
+    size_t cap = b->cap < SIZE_MAX / 2 ? b->cap * 2 : SIZE_MAX;
+    if (cap < need) cap = need;
+    char *p = realloc(b->data, cap);
+    if (p == NULL) return MN_ERR_NOMEM;
+    b->data = p;
+    b->cap = cap;
+    return MN_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Nodes
+ * --------------------------------------------------------------------- */
+
+static size_t mn_node_struct_bytes(uint8_t level) {
+    return sizeof(mn_node) + (size_t)level * sizeof(mn_node *);
+}
+
+static uint64_t mn_node_end(const mn_node *n) { return n->first + n->count; }
+
+/* Raw (uncompressed) blob bytes held by the node. */
+static uint32_t mn_node_raw_bytes(const mn_node *n) {
+    return n->count ? n->ends[n->count - 1] : 0;
+}
+
+static uint32_t mn_msg_start(const mn_node *n, uint32_t i) {
+    return i ? n->ends[i - 1] : 0;
+}
+
+/* Can a node holding `count` messages of `bytes` raw bytes take one more of
+ * `len` bytes? Keeps every node serializable within a 32-bit length. */
+static int mn_node_fits(uint32_t max_entries, uint32_t count, uint64_t bytes, uint32_t len) {
+    if (count >= max_entries) return 0;
+    uint64_t serialized = MN_NODE_FRAME_BYTES + 4 * ((uint64_t)count + 1) + bytes + len;
+    return serialized <= MN_NODE_BYTES_LIMIT;
+}
+
+/* Pugh's random level with p = 1/4, from a xorshift64 generator private to
+ * the stream (deterministic, so runs are reproducible). */
+static uint8_t mn_random_level(mn_stream *s) {
+    uint64_t x = s->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s->rng = x;
+    uint8_t level = 1;
+    while (level < MN_SKIPLIST_MAX_LEVEL && (x & ((1u << MN_SKIPLIST_P_BITS) - 1)) == 0) {
+        level++;
+        x >>= MN_SKIPLIST_P_BITS;
+    }
+    return level;
+}
+
+/* Allocate an unlinked node with room for `cap` table entries and
+ * `blob_cap` blob bytes. Counts the memory. NULL on failure. */
+static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint32_t blob_cap) {
+    mn_node *n = malloc(mn_node_struct_bytes(level));
+    if (n == NULL) return NULL;
+    memset(n, 0, mn_node_struct_bytes(level));
+    n->level = level;
+    n->ends = malloc((size_t)(cap ? cap : 1) * sizeof(uint32_t));
+    n->blob = malloc(blob_cap ? blob_cap : 1);
+    if (n->ends == NULL || n->blob == NULL) {
+        free(n->ends);
+        free(n->blob);
+        free(n);
+        return NULL;
+    }
+    n->cap = cap ? cap : 1;
+    n->blob_cap = blob_cap ? blob_cap : 1;
+    s->memory += mn_node_struct_bytes(level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    return n;
+}
+
+static void mn_cache_forget(mn_stream *s, const mn_node *n) {
+    if (s->cache == NULL) return;
+    for (int i = 0; i < MN_CACHE_SLOTS; i++) {
+        mn_cache_slot *slot = &s->cache->slot[i];
+        if (slot->node == n) {
+            s->memory -= slot->len;
+            free(slot->raw);
+            slot->node = NULL;
+            slot->raw = NULL;
+            slot->len = 0;
+        }
+    }
+}
+
+/* Free an unlinked node (or one being unlinked) and its accounting. */
+static void mn_node_release(mn_stream *s, mn_node *n) {
+    mn_cache_forget(s, n);
+    s->memory -= mn_node_struct_bytes(n->level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    free(n->ends);
+    free(n->blob);
+    free(n);
+}
+
+/* Reallocate the offset table to `cap` entries. */
+static int mn_node_resize_table(mn_stream *s, mn_node *n, uint32_t cap) {
+    if (cap == 0) cap = 1;
+    if (cap == n->cap) return MN_OK;
+    uint32_t *p = realloc(n->ends, (size_t)cap * sizeof(uint32_t));
+    if (p == NULL) return MN_ERR_NOMEM;
+    s->memory = s->memory - (uint64_t)n->cap * sizeof(uint32_t) + (uint64_t)cap * sizeof(uint32_t);
+    n->ends = p;
+    n->cap = cap;
+    return MN_OK;
+}
+
+static int mn_node_resize_blob(mn_stream *s, mn_node *n, uint32_t cap) {
+    if (cap == 0) cap = 1;
+    if (cap == n->blob_cap) return MN_OK;
+    char *p = realloc(n->blob, cap);
+    if (p == NULL) return MN_ERR_NOMEM;
+    s->memory = s->memory - n->blob_cap + cap;
+    n->blob = p;
+    n->blob_cap = cap;
+    return MN_OK;
+}
+
+/* Give back the slack of a full or sealed node. A failed shrink leaves the
+ * node larger but correct, so errors are ignored. */
+static void mn_node_shrink(mn_stream *s, mn_node *n) {
+    if (n->compressed) return;
+    (void)mn_node_resize_table(s, n, n->count);
+    (void)mn_node_resize_blob(s, n, mn_node_raw_bytes(n));
+}
+
+/* Seal a node that just stopped being the tail: no slack, and compressed
+ * when that pays. Compression failures keep the raw form. */
+static void mn_node_seal(mn_stream *s, mn_node *n) {
+    mn_node_shrink(s, n);
+    if (s->compression == 0 || n->compressed) return;
+    uint32_t raw = mn_node_raw_bytes(n);
+    if (raw < MN_COMPRESS_MIN_BYTES) return;
+    uLongf bound = compressBound(raw);
+    unsigned char *tmp = malloc(bound);
+    if (tmp == NULL) return;
+    uLongf clen = bound;
+    int zrc = compress2(tmp, &clen, (const Bytef *)n->blob, raw, s->compression);
+    uint64_t max_len = (uint64_t)raw - (uint64_t)raw * MN_COMPRESS_MIN_SAVING_PCT / 100;
+    if (zrc == Z_OK && clen > 0 && clen < raw && clen <= max_len) {
+        char *exact = realloc(tmp, clen);
+        if (exact != NULL) {
+            s->memory = s->memory - n->blob_cap + clen;
+            free(n->blob);
+            n->blob = exact;
+            n->blob_cap = (uint32_t)clen;
+            n->compressed = 1;
+            s->num_compressed++;
+            return;
+        }
+    }
+    free(tmp);
+}
+
+/* The raw messages of a node: the blob itself, or its inflated copy from the
+ * cache. NULL with *err set on failure. */
+static const char *mn_node_raw(mn_stream *s, const mn_node *n, int *err) {
+    if (!n->compressed) return n->blob;
+    if (s->cache == NULL) {
+        s->cache = calloc(1, sizeof(mn_cache));
+        if (s->cache == NULL) {
+            *err = MN_ERR_NOMEM;
+            return NULL;
+        }
+        s->memory += sizeof(mn_cache);
+    }
+    mn_cache *c = s->cache;
+    c->clock++;
+    mn_cache_slot *victim = NULL; /* a free slot, else the least recently used */
+    for (int i = 0; i < MN_CACHE_SLOTS; i++) {
+        mn_cache_slot *slot = &c->slot[i];
+        if (slot->node == n) {
+            slot->last_use = c->clock;
+            return slot->raw;
+        }
+        if (victim == NULL || (victim->node != NULL && (slot->node == NULL ||
+                                                        slot->last_use < victim->last_use)))
+            victim = slot;
+    }
+    uint32_t raw_len = mn_node_raw_bytes(n);
+    char *raw = malloc(raw_len ? raw_len : 1);
+    if (raw == NULL) {
+        *err = MN_ERR_NOMEM;
+        return NULL;
+    }
+    uLongf out_len = raw_len;
+    int zrc = uncompress((Bytef *)raw, &out_len, (const Bytef *)n->blob, n->blob_cap);
+    if (zrc != Z_OK || out_len != raw_len) {
+        free(raw);
+        *err = zrc == Z_MEM_ERROR ? MN_ERR_NOMEM : MN_ERR_CORRUPT;
+        return NULL;
+    }
+    if (victim->node != NULL) {
+        s->memory -= victim->len;
+        free(victim->raw);
+    }
+    victim->node = n;
+    victim->raw = raw;
+    victim->len = raw_len;
+    victim->last_use = c->clock;
+    s->memory += raw_len;
+    return raw;
+}
+
+/* ------------------------------------------------------------------------
+ * Skiplist
+ * --------------------------------------------------------------------- */
+
+/* Make the head hold at least `level` forward pointers. */
+static int mn_head_reserve(mn_stream *s, uint8_t level) {
+    if (level <= s->head_cap) return MN_OK;
+    mn_node **p = realloc(s->head, (size_t)level * sizeof(mn_node *));
+    if (p == NULL) return MN_ERR_NOMEM;
+    for (uint8_t l = s->head_cap; l < level; l++) p[l] = NULL;
+    s->memory += (uint64_t)(level - s->head_cap) * sizeof(mn_node *);
+    s->head = p;
+    s->head_cap = level;
+    return MN_OK;
+}
+
+/* The last node whose first offset is <= off, or NULL when there is none. */
+static mn_node *mn_seek(const mn_stream *s, uint64_t off) {
+    mn_node *x = NULL;
+    for (int l = (int)s->level - 1; l >= 0; l--) {
+        mn_node *next = x ? x->fwd[l] : s->head[l];
+        while (next != NULL && next->first <= off) {
+            x = next;
+            next = x->fwd[l];
+        }
+    }
+    return x;
+}
+
+/* For each level, the forward slot that a node appended at the end must be
+ * stored in. The head must already hold every level that will be used. */
+static void mn_tail_slots(mn_stream *s, mn_node ***slot) {
+    mn_node *x = NULL;
+    for (int l = (int)s->level - 1; l >= 0; l--) {
+        mn_node *next = x ? x->fwd[l] : s->head[l];
+        while (next != NULL) {
+            x = next;
+            next = x->fwd[l];
+        }
+        slot[l] = x ? &x->fwd[l] : &s->head[l];
+    }
+    for (int l = s->level; l < s->head_cap; l++) slot[l] = &s->head[l];
+}
+
+/* Link node n after the tail; slot comes from mn_tail_slots() and is
+ * advanced so that several nodes can be linked in a row. */
+static void mn_link_tail(mn_stream *s, mn_node *n, mn_node ***slot) {
+    for (int l = 0; l < n->level; l++) {
+        *slot[l] = n;
+        n->fwd[l] = NULL;
+        slot[l] = &n->fwd[l];
+    }
+    if (n->level > s->level) s->level = n->level;
+    n->prev = s->tail;
+    s->tail = n;
+    s->num_nodes++;
+    if (n->compressed) s->num_compressed++;
+}
+
+/* Unlink and free the first node. */
+static void mn_unlink_first(mn_stream *s) {
+    mn_node *n = s->head[0];
+    for (int l = 0; l < n->level; l++) s->head[l] = n->fwd[l];
+    if (n->fwd[0] != NULL) n->fwd[0]->prev = NULL;
+    if (s->tail == n) s->tail = NULL;
+    s->num_nodes--;
+    if (n->compressed) s->num_compressed--;
+    mn_node_release(s, n);
+    while (s->level > 0 && s->head[s->level - 1] == NULL) s->level--;
+}
+
+/* ------------------------------------------------------------------------
+ * Streams
+ * --------------------------------------------------------------------- */
+
+mn_stream *mn_stream_new(uint32_t max_entries, int compression_level) {
+    if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;
+    if (compression_level < 0 || compression_level > 9) return NULL;
+    mn_stream *s = calloc(1, sizeof(mn_stream));
+    if (s == NULL) return NULL;
+    s->max_entries = max_entries;
+    s->compression = (uint8_t)compression_level;
+    s->rng = 0x9E3779B97F4A7C15ULL;
+    s->memory = sizeof(mn_stream);
+    return s;
+}
+
+void mn_stream_free(mn_stream *s) {
+    if (s == NULL) return;
+    mn_node *n = s->head_cap ? s->head[0] : NULL;
+    while (n != NULL) {
+        mn_node *next = n->fwd[0];
+        free(n->ends);
+        free(n->blob);
+        free(n);
+        n = next;
+    }
+    if (s->cache != NULL) {
+        for (int i = 0; i < MN_CACHE_SLOTS; i++) free(s->cache->slot[i].raw);
+        free(s->cache);
+    }
+    free(s->head);
+    free(s);
+}
+
+int mn_stream_set_compression(mn_stream *s, int compression_level) {
+    if (compression_level < 0 || compression_level > 9) return MN_ERR_ARG;
+    s->compression = (uint8_t)compression_level;
+    return MN_OK;
+}
+
+uint64_t mn_next_offset(const mn_stream *s) { return s->next; }
+uint64_t mn_first_offset(const mn_stream *s) { return s->num_nodes ? s->first : s->next; }
+uint64_t mn_length(const mn_stream *s) { return s->length; }
+uint64_t mn_num_nodes(const mn_stream *s) { return s->num_nodes; }
+uint64_t mn_num_compressed_nodes(const mn_stream *s) { return s->num_compressed; }
+uint64_t mn_payload_bytes(const mn_stream *s) { return s->payload; }
+uint64_t mn_memory_bytes(const mn_stream *s) { return s->memory; }
+uint32_t mn_max_entries(const mn_stream *s) { return s->max_entries; }
+int mn_compression_level(const mn_stream *s) { return s->compression; }
+
+int mn_raise_next_offset(mn_stream *s, uint64_t next) {
+    if (next < s->next || next > MN_OFFSET_END) return MN_ERR_ARG;
+    s->next = next;
+    if (s->num_nodes == 0) s->first = next;
+    return MN_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Append
+ * --------------------------------------------------------------------- */
+
+/* Appending is two-phase so that it is atomic. Phase one plans where every
+ * message goes and allocates everything: growth of the tail's table and
+ * blob, every new node, and head levels. Only growth of capacity happens
+ * there, which changes no content, so an allocation failure can return
+ * with nothing appended. Phase two copies and links and cannot fail (the
+ * sealing it does may fail to shrink or compress, which only costs memory).
+ */
+int mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
+              int64_t *first_offset) {
+    if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
+    if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((uint64_t)lens[i] > (uint64_t)MN_MAX_MESSAGE_BYTES) return MN_ERR_TOOBIG;
+        total += lens[i];
+    }
+    if (total > 0 && buf == NULL) return MN_ERR_ARG;
+    const uint32_t max = s->max_entries;
+
+    /* Phase one: how many messages the tail takes. */
+    mn_node *tail = s->tail;
+    size_t i = 0;
+    uint32_t tcount = 0;
+    uint64_t tbytes = 0;
+    if (tail != NULL && mn_node_end(tail) == s->next && !tail->compressed) {
+        tcount = tail->count;
+        tbytes = mn_node_raw_bytes(tail);
+        while (i < n && mn_node_fits(max, tcount, tbytes, lens[i])) {
+            tbytes += lens[i];
+            tcount++;
+            i++;
+        }
+    }
+    const size_t to_tail = i;
+    if (to_tail > 0) {
+        if (tcount > tail->cap) {
+            /* Only a lone first node has a short table: grow it by half. */
+            uint64_t cap = (uint64_t)tail->cap + tail->cap / 2;
+            if (cap < (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH)
+                cap = (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH;
+            if (cap < tcount) cap = tcount;
+            if (cap > max || tcount == max) cap = max;
+            if (mn_node_resize_table(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
+        }
+        if (tbytes > tail->blob_cap) {
+            uint64_t cap = (uint64_t)tail->blob_cap + tail->blob_cap / 2;
+            if (cap < tbytes || tcount == max) cap = tbytes;
+            if (cap > MN_NODE_BYTES_LIMIT) cap = tbytes;
+            if (mn_node_resize_blob(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
+        }
+    }
+
+    /* Phase one, continued: allocate the new nodes, chained through prev
+     * (in order, via a separate pointer to the chain's last node). */
+    mn_node *chain = NULL, *chain_last = NULL;
+    uint8_t top_level = 0;
+    int lone = (s->num_nodes == 0);
+    while (i < n) {
+        uint32_t count = 0;
+        uint64_t bytes = 0;
+        while (i < n && mn_node_fits(max, count, bytes, lens[i])) {
+            bytes += lens[i];
+            count++;
+            i++;
+        }
+        uint32_t cap = (lone && count < max) ? count : max;
+        uint8_t level = mn_random_level(s);
+        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)bytes);
+        if (node == NULL) goto nomem;
+        node->count = count; /* provisional: phase two fills the table */
+        if (chain == NULL) chain = node;
+        else chain_last->fwd[0] = node;
+        chain_last = node;
+        if (level > top_level) top_level = level;
+        lone = 0;
+    }
+    if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) goto nomem;
+
+    /* Phase two: copy into the tail. */
+    const char *src = buf;
+    if (to_tail > 0) {
+        uint32_t end = mn_node_raw_bytes(tail);
+        size_t bytes = (size_t)(tbytes - end);
+        if (bytes) memcpy(tail->blob + end, src, bytes);
+        src += bytes;
+        for (size_t k = 0; k < to_tail; k++) {
+            end += lens[k];
+            tail->ends[tail->count++] = end;
+        }
+        if (tail->count == max) mn_node_shrink(s, tail);
+    }
+    /* Phase two, continued: fill and link the new nodes. */
+    if (chain != NULL) {
+        mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
+        mn_tail_slots(s, slot);
+        uint64_t offset = s->next + to_tail;
+        size_t k = to_tail;
+        mn_node *node = chain;
+        while (node != NULL) {
+            mn_node *next_new = node->fwd[0];
+            uint32_t count = node->count;
+            uint32_t end = 0;
+            for (uint32_t j = 0; j < count; j++) {
+                end += lens[k + j];
+                node->ends[j] = end;
+            }
+            if (end) memcpy(node->blob, src, end);
+            src += end;
+            k += count;
+            node->first = offset;
+            offset += count;
+            if (s->tail != NULL) mn_node_seal(s, s->tail);
+            mn_link_tail(s, node, slot);
+            node = next_new;
+        }
+    }
+    if (s->num_nodes > 0 && s->length == 0) s->first = s->next;
+    if (first_offset != NULL) *first_offset = (int64_t)s->next;
+    s->next += n;
+    s->length += n;
+    s->payload += total;
+    return MN_OK;
+
+nomem:
+    while (chain != NULL) {
+        mn_node *next_new = chain->fwd[0];
+        mn_node_release(s, chain);
+        chain = next_new;
+    }
+    return MN_ERR_NOMEM;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction
+ * --------------------------------------------------------------------- */
+
+/* Raw bytes of messages [from, to) of a node (indexes). */
+static uint64_t mn_span_bytes(const mn_node *n, uint32_t from, uint32_t to) {
+    return (uint64_t)mn_msg_start(n, to) - mn_msg_start(n, from);
+}
+
+int64_t mn_evict_upto(mn_stream *s, int64_t offset) {
+    if (offset < 0) return MN_ERR_ARG;
+    uint64_t cut = (uint64_t)offset + 1;
+    if (cut > s->next) cut = s->next;
+    if (s->num_nodes == 0) {
+        s->first = s->next;
+        return 0;
+    }
+    if (cut <= s->first) return 0;
+    uint64_t evicted = 0;
+    mn_node *n;
+    while ((n = s->head[0]) != NULL && mn_node_end(n) <= cut) {
+        uint64_t lo = n->first > s->first ? n->first : s->first;
+        evicted += mn_node_end(n) - lo;
+        s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), n->count);
+        mn_unlink_first(s);
+    }
+    if (n == NULL) {
+        s->first = s->next;
+    } else {
+        uint64_t lo = n->first > s->first ? n->first : s->first;
+        if (cut > lo) {
+            evicted += cut - lo;
+            s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), (uint32_t)(cut - n->first));
+        }
+        s->first = cut > n->first ? cut : n->first;
+    }
+    s->length -= evicted;
+    return (int64_t)evicted;
+}
+
+int64_t mn_evict_keep(mn_stream *s, uint64_t keep) {
+    if (keep >= s->next) return 0;
+    return mn_evict_upto(s, (int64_t)(s->next - keep - 1));
+}
+
+/* ------------------------------------------------------------------------
+ * Reads
+ * --------------------------------------------------------------------- */
+
+/* Walks the offsets [pos, end) as a sequence of runs: either `nulls`
+ * offsets that read as null, or messages [from, to) of one node. */
+typedef struct mn_range {
+    const mn_stream *s;
+    uint64_t pos, end;
+    const mn_node *node; /* first node that may hold pos */
+} mn_range;
+
+typedef struct mn_run {
+    const mn_node *node; /* NULL for a run of nulls */
+    uint64_t nulls;
+    uint32_t from, to;
+} mn_run;
+
+static void mn_range_init(mn_range *r, const mn_stream *s, uint64_t start, uint64_t n) {
+    r->s = s;
+    r->pos = start;
+    r->end = start + n;
+    uint64_t readable = start > s->first ? start : s->first;
+    const mn_node *node = s->num_nodes ? mn_seek(s, readable) : NULL;
+    if (node == NULL) node = s->num_nodes ? s->head[0] : NULL;
+    else if (mn_node_end(node) <= readable) node = node->fwd[0];
+    r->node = node;
+}
+
+static int mn_range_next(mn_range *r, mn_run *run) {
+    if (r->pos >= r->end) return 0;
+    const mn_node *node = r->node;
+    /* Offsets below first are evicted, whatever node they were in. */
+    uint64_t stop = r->end;
+    if (r->pos < r->s->first && r->s->first < stop) stop = r->s->first;
+    if (r->pos < r->s->first || node == NULL || r->pos < node->first) {
+        if (node != NULL && node->first < stop && r->pos >= r->s->first) stop = node->first;
+        run->node = NULL;
+        run->nulls = stop - r->pos;
+        r->pos = stop;
+        return 1;
+    }
+    uint64_t node_end = mn_node_end(node);
+    if (node_end < stop) stop = node_end;
+    run->node = node;
+    run->nulls = 0;
+    run->from = (uint32_t)(r->pos - node->first);
+    run->to = (uint32_t)(stop - node->first);
+    r->pos = stop;
+    if (stop == node_end) r->node = node->fwd[0];
+    return 1;
+}
+
+static size_t mn_decimal_len(uint32_t v) {
+    size_t d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+static char *mn_write_decimal(char *p, uint32_t v, size_t digits) {
+    for (size_t i = digits; i > 0; i--) {
+        p[i - 1] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + digits;
+}
+
+static int mn_check_range(const mn_stream *s, int64_t start, uint64_t n) {
+    if (start < 0 || (uint64_t)start > s->next || n > s->next - (uint64_t)start)
+        return MN_ERR_ARG;
+    return MN_OK;
+}
+
+int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style, mn_buf *out) {
+    if (s == NULL || out == NULL) return MN_ERR_ARG;
+    if (null_style != MN_NULL_RESP2 && null_style != MN_NULL_RESP3) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    const char *null_text = null_style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
+    const size_t null_len = null_style == MN_NULL_RESP2 ? 5 : 3;
+
+    /* Pass one sizes the reply so the buffer is reserved once. */
+    mn_range r;
+    mn_run run;
+    uint64_t size = 0;
+    mn_range_init(&r, s, (uint64_t)start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            size += run.nulls * null_len;
+            continue;
+        }
+        const uint32_t *ends = run.node->ends;
+        uint32_t prev = mn_msg_start(run.node, run.from);
+        size += ends[run.to - 1] - prev;
+        for (uint32_t i = run.from; i < run.to; i++) {
+            size += 5 + mn_decimal_len(ends[i] - prev);
+            prev = ends[i];
+        }
+    }
+    if (size > SIZE_MAX) return MN_ERR_TOOBIG;
+    rc = mn_buf_reserve(out, (size_t)size);
+    if (rc != MN_OK) return rc;
+
+    /* Pass two copies. */
+    size_t old_len = out->len;
+    char *p = out->data + out->len;
+    mn_range_init(&r, s, (uint64_t)start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            for (uint64_t i = 0; i < run.nulls; i++) {
+                memcpy(p, null_text, null_len);
+                p += null_len;
+            }
+            continue;
+        }
+        const char *raw = mn_node_raw(s, run.node, &rc);
+        if (raw == NULL) {
+            out->len = old_len;
+            return rc;
+        }
+        const uint32_t *ends = run.node->ends;
+        uint32_t prev = mn_msg_start(run.node, run.from);
+        for (uint32_t i = run.from; i < run.to; i++) {
+            uint32_t len = ends[i] - prev;
+            *p++ = '$';
+            p = mn_write_decimal(p, len, mn_decimal_len(len));
+            *p++ = '\r';
+            *p++ = '\n';
+            memcpy(p, raw + prev, len);
+            p += len;
+            *p++ = '\r';
+            *p++ = '\n';
+            prev = ends[i];
+        }
+    }
+    out->len = (size_t)(p - out->data);
+    return MN_OK;
+}
+
+int mn_read_copy(mn_stream *s, int64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
+    if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    mn_range r;
+    mn_run run;
+    uint64_t size = 0;
+    mn_range_init(&r, s, (uint64_t)start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node != NULL) size += mn_span_bytes(run.node, run.from, run.to);
+    }
+    if (size > SIZE_MAX) return MN_ERR_TOOBIG;
+    rc = mn_buf_reserve(out, (size_t)size);
+    if (rc != MN_OK) return rc;
+    size_t old_len = out->len;
+    int64_t *len_out = lens;
+    mn_range_init(&r, s, (uint64_t)start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            for (uint64_t i = 0; i < run.nulls; i++) *len_out++ = -1;
+            continue;
+        }
+        const char *raw = mn_node_raw(s, run.node, &rc);
+        if (raw == NULL) {
+            out->len = old_len;
+            return rc;
+        }
+        uint32_t from = mn_msg_start(run.node, run.from);
+        uint32_t bytes = mn_msg_start(run.node, run.to) - from;
+        memcpy(out->data + out->len, raw + from, bytes);
+        out->len += bytes;
+        uint32_t prev = from;
+        for (uint32_t i = run.from; i < run.to; i++) {
+            *len_out++ = (int64_t)(run.node->ends[i] - prev);
+            prev = run.node->ends[i];
+        }
+    }
+    return MN_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Serialization
+ * --------------------------------------------------------------------- */
+
+int mn_serialize_header(const mn_stream *s, mn_buf *out) {
+    int rc = mn_buf_reserve(out, MN_HEADER_BYTES);
+    if (rc != MN_OK) return rc;
+    unsigned char *p = (unsigned char *)out->data + out->len;
+    memcpy(p, MN_HEADER_MAGIC, 4);
+    p[4] = MN_FORMAT_VERSION;
+    p[5] = s->compression;
+    mn_put_u16le(p + 6, 0);
+    mn_put_u64le(p + 8, s->next);
+    mn_put_u64le(p + 16, mn_first_offset(s));
+    mn_put_u64le(p + 24, s->num_nodes);
+    mn_put_u32le(p + 32, s->max_entries);
+    mn_put_u32le(p + 36, mn_crc32(p, 36));
+    out->len += MN_HEADER_BYTES;
+    return MN_OK;
+}
+
+const mn_node *mn_first_node(const mn_stream *s) {
+    return s->num_nodes ? s->head[0] : NULL;
+}
+
+const mn_node *mn_node_next(const mn_node *node) { return node->fwd[0]; }
+
+int mn_node_serialize(const mn_node *node, mn_buf *out) {
+    uint32_t raw_len = mn_node_raw_bytes(node);
+    uint32_t stored = node->compressed ? node->blob_cap : raw_len;
+    uint64_t total = MN_NODE_FRAME_BYTES + 4 * (uint64_t)node->count + stored;
+    if (total > MN_NODE_BYTES_LIMIT) return MN_ERR_TOOBIG;
+    int rc = mn_buf_reserve(out, (size_t)total);
+    if (rc != MN_OK) return rc;
+    unsigned char *base = (unsigned char *)out->data + out->len;
+    memcpy(base, MN_NODE_MAGIC, 4);
+    base[4] = MN_FORMAT_VERSION;
+    base[5] = node->compressed ? MN_NODE_FLAG_COMPRESSED : 0;
+    mn_put_u16le(base + 6, 0);
+    mn_put_u64le(base + 8, node->first);
+    mn_put_u32le(base + 16, node->count);
+    mn_put_u32le(base + 20, raw_len);
+    mn_put_u32le(base + 24, stored);
+    unsigned char *p = base + MN_NODE_FIXED_BYTES;
+    for (uint32_t i = 0; i < node->count; i++, p += 4) mn_put_u32le(p, node->ends[i]);
+    if (stored) memcpy(p, node->blob, stored);
+    p += stored;
+    mn_put_u32le(p, mn_crc32(base, (size_t)(p - base)));
+    out->len += (size_t)total;
+    return MN_OK;
+}
+
+/* The fields of a node blob, once mn_parse_node_blob() has checked them. */
+typedef struct mn_node_view {
+    uint64_t first;
+    uint32_t count, raw_len, stored;
+    int compressed;
+    const unsigned char *table; /* count little-endian uint32 */
+    const unsigned char *blob;  /* stored bytes */
+} mn_node_view;
+
+static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
+    const unsigned char *p = (const unsigned char *)blob;
+    if (p == NULL || len < MN_NODE_FRAME_BYTES || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
+    if (memcmp(p, MN_NODE_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return MN_ERR_CORRUPT;
+    if ((p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0 || mn_get_u16le(p + 6) != 0) return MN_ERR_CORRUPT;
+    v->first = mn_get_u64le(p + 8);
+    v->count = mn_get_u32le(p + 16);
+    v->raw_len = mn_get_u32le(p + 20);
+    v->stored = mn_get_u32le(p + 24);
+    v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
+    if (v->count < 1 || v->count > MN_MAX_MAX_ENTRIES) return MN_ERR_CORRUPT;
+    if (v->first > MN_OFFSET_END - v->count) return MN_ERR_CORRUPT;
+    uint64_t expect = MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->stored;
+    if (expect != len) return MN_ERR_CORRUPT;
+    if (MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->raw_len > MN_NODE_BYTES_LIMIT)
+        return MN_ERR_CORRUPT;
+    if (mn_get_u32le(p + len - 4) != mn_crc32(p, len - 4)) return MN_ERR_CORRUPT;
+    v->table = p + MN_NODE_FIXED_BYTES;
+    v->blob = v->table + 4 * (size_t)v->count;
+    uint32_t prev = 0;
+    for (uint32_t i = 0; i < v->count; i++) {
+        uint32_t end = mn_get_u32le(v->table + 4 * (size_t)i);
+        if (end < prev) return MN_ERR_CORRUPT;
+        prev = end;
+    }
+    if (prev != v->raw_len) return MN_ERR_CORRUPT;
+    if (!v->compressed) return v->stored == v->raw_len ? MN_OK : MN_ERR_CORRUPT;
+    /* A compressed blob must be smaller than its raw form (nodes are only
+     * compressed when that saves space) and inflate to exactly raw_len. */
+    if (v->stored == 0 || v->stored >= v->raw_len) return MN_ERR_CORRUPT;
+    char *raw = malloc(v->raw_len);
+    if (raw == NULL) return MN_ERR_NOMEM;
+    uLongf out_len = v->raw_len;
+    int zrc = uncompress((Bytef *)raw, &out_len, v->blob, v->stored);
+    free(raw);
+    if (zrc == Z_MEM_ERROR) return MN_ERR_NOMEM;
+    if (zrc != Z_OK || out_len != v->raw_len) return MN_ERR_CORRUPT;
+    return MN_OK;
+}
+
+int mn_validate_node_blob(const char *blob, size_t len) {
+    mn_node_view v;
+    return mn_parse_node_blob(blob, len, &v);
+}
+
+mn_stream *mn_load_header(const char *blob, size_t len, int *err) {
+    const unsigned char *p = (const unsigned char *)blob;
+    int dummy;
+    if (err == NULL) err = &dummy;
+    *err = MN_ERR_CORRUPT;
+    if (p == NULL || len != MN_HEADER_BYTES) return NULL;
+    if (memcmp(p, MN_HEADER_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return NULL;
+    if (mn_get_u32le(p + 36) != mn_crc32(p, 36)) return NULL;
+    int level = p[5];
+    uint64_t next = mn_get_u64le(p + 8);
+    uint64_t first = mn_get_u64le(p + 16);
+    uint64_t nodes = mn_get_u64le(p + 24);
+    uint32_t max_entries = mn_get_u32le(p + 32);
+    if (level > 9 || mn_get_u16le(p + 6) != 0) return NULL;
+    if (next > MN_OFFSET_END || first > next) return NULL;
+    if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;
+    if ((nodes == 0) != (first == next)) return NULL;
+    mn_stream *s = mn_stream_new(max_entries, level);
+    if (s == NULL) {
+        *err = MN_ERR_NOMEM;
+        return NULL;
+    }
+    s->next = next;
+    s->first = first;
+    s->load_expected = nodes;
+    *err = MN_OK;
+    return s;
+}
+
+int mn_load_node(mn_stream *s, const char *blob, size_t len) {
+    mn_node_view v;
+    int rc = mn_parse_node_blob(blob, len, &v);
+    if (rc != MN_OK) return rc;
+    if (s->num_nodes >= s->load_expected) return MN_ERR_CORRUPT;
+    if (v.count > s->max_entries) return MN_ERR_CORRUPT;
+    uint64_t end = v.first + v.count;
+    if (end > s->next || end <= s->first) return MN_ERR_CORRUPT;
+    if (s->tail != NULL) {
+        if (v.first < mn_node_end(s->tail)) return MN_ERR_CORRUPT;
+    } else if (v.first > s->first) {
+        return MN_ERR_CORRUPT; /* the first node must hold the first offset */
+    }
+    uint8_t level = mn_random_level(s);
+    if (mn_head_reserve(s, level) != MN_OK) return MN_ERR_NOMEM;
+    mn_node *n = mn_node_alloc(s, level, v.count, v.stored);
+    if (n == NULL) return MN_ERR_NOMEM;
+    n->first = v.first;
+    n->count = v.count;
+    n->compressed = (uint8_t)v.compressed;
+    for (uint32_t i = 0; i < v.count; i++) n->ends[i] = mn_get_u32le(v.table + 4 * (size_t)i);
+    if (v.stored) memcpy(n->blob, v.blob, v.stored);
+    mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
+    mn_tail_slots(s, slot);
+    mn_link_tail(s, n, slot);
+    uint64_t lo = v.first > s->first ? v.first : s->first;
+    s->length += end - lo;
+    s->payload += mn_span_bytes(n, (uint32_t)(lo - v.first), v.count);
+    return MN_OK;
+}
+
+int mn_load_finish(mn_stream *s) {
+    if (s->num_nodes != s->load_expected) return MN_ERR_CORRUPT;
+    if (s->tail != NULL && s->tail->compressed) return MN_ERR_CORRUPT;
+    s->load_expected = 0;
+    return MN_OK;
+}
