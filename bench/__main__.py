@@ -1,0 +1,185 @@
+"""python -m bench [--quick|--smoke] [--suite kafka,redis,...] [--out BENCHMARKS.md]
+
+Starts every server it needs (rcp11 and Debian's redis-server) on free
+ports in temp directories, runs the suites, kills the servers (also on
+error or Ctrl-C) and writes the page plus PNG plots and a JSON record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import io
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.common import Context
+from bench.report import SuiteReport, environment, write_page
+from bench.servers import REPO, server_pool
+
+OWN_SUITES = {
+    "kafka": "bench.kafka_suite",
+    "redis": "bench.redis_suite",
+    "kafkaesque": "bench.kafkaesque_suite",
+}
+# Suites owned by other parts of the project; run when their module exists.
+EXTERNAL_SUITES = {
+    "core": ("bench.core_bench", "Storage core (C macronode) micro-benchmarks"),
+    "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
+}
+ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="rcp11 benchmarks: Kafka's figures, Redis side by side, kafkaesque/voik. "
+        "Starts and stops its own servers; writes BENCHMARKS.md and PNG plots.",
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes, under 2 minutes")
+    size.add_argument(
+        "--smoke", action="store_true", help="tiny sizes to check that everything runs (CI)"
+    )
+    parser.add_argument(
+        "--suite",
+        default=",".join(ALL_SUITES),
+        help=f"comma-separated suites to run (default all: {','.join(ALL_SUITES)})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="markdown page to write (default: BENCHMARKS.md at the repository root for a "
+        "full run, bench/results/quick.md or smoke.md otherwise)",
+    )
+    parser.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        help="directory for PNG plots (default: bench/plots for the repository page, "
+        "else a plots/ directory next to --out)",
+    )
+    args = parser.parse_args(argv)
+    args.mode = "quick" if args.quick else "smoke" if args.smoke else "full"
+    args.suites = [s.strip() for s in args.suite.split(",") if s.strip()]
+    unknown = [s for s in args.suites if s not in ALL_SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(ALL_SUITES)}")
+    if args.out is None:
+        # Only a full run replaces the committed page.
+        page = "BENCHMARKS.md" if args.mode == "full" else f"bench/results/{args.mode}.md"
+        args.out = REPO / page
+    args.out = args.out.resolve()
+    if args.plots is None:
+        default_page = args.out == (REPO / "BENCHMARKS.md").resolve()
+        args.plots = REPO / "bench" / "plots" if default_page else args.out.parent / "plots"
+    return args
+
+
+def run_external(name: str, ctx: Context) -> SuiteReport:
+    """Call another helper's suite: `run(...)` returning markdown, or `main(argv)`.
+
+    Keyword arguments are passed only when its signature names them, so
+    either style works: run(mode=...), run(quick=..., smoke=...), main([...]).
+    """
+    module_name, title = EXTERNAL_SUITES[name]
+    report = SuiteReport(name, f"{title} ({module_name.split('.')[-1]}.py)")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        report.markdown_extra = f"_Not run: `{module_name}` does not exist yet._"
+        ctx.log(name, "module not present, skipped")
+        return report
+    entry: Callable[..., object] | None = getattr(module, "run", None) or getattr(
+        module, "main", None
+    )
+    if entry is None:
+        raise RuntimeError(f"{module_name} has neither run() nor main()")
+    params = inspect.signature(entry).parameters
+    flags = [] if ctx.mode == "full" else [f"--{ctx.mode}"]
+    offered = {
+        "mode": ctx.mode,
+        "quick": ctx.mode != "full",
+        "smoke": ctx.mode == "smoke",
+        "plots_dir": ctx.plots_dir,
+        "argv": flags,
+    }
+    kwargs = {k: v for k, v in offered.items() if k in params}
+    positional: list[object] = []
+    if not kwargs and params:
+        positional = [flags]  # main(argv) style
+    ctx.log(name, f"running {module_name}.{entry.__name__} ({ctx.mode})")
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        result = entry(*positional, **kwargs)
+    sys.stderr.write(captured.getvalue())
+    if isinstance(result, str):
+        report.markdown_extra = result
+    elif hasattr(result, "markdown"):
+        markdown = result.markdown
+        report.markdown_extra = markdown() if callable(markdown) else str(markdown)
+    elif isinstance(result, int) and result != 0:
+        raise RuntimeError(f"{module_name} exited with status {result}")
+    else:
+        report.markdown_extra = captured.getvalue()
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.plots.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    env["mode"] = args.mode
+    started = time.monotonic()
+    reports: list[SuiteReport] = []
+    with server_pool() as pool:
+        ctx = Context(args.mode, pool, args.plots)
+        ctx.log("bench", f"mode {args.mode}, suites {','.join(args.suites)}, page {args.out}")
+        for name in args.suites:
+            suite_start = time.monotonic()
+            try:
+                if name in OWN_SUITES:
+                    report = importlib.import_module(OWN_SUITES[name]).run(ctx)
+                else:
+                    report = run_external(name, ctx)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # one broken suite must not hide the others
+                traceback.print_exc()
+                report = SuiteReport(name, f"Suite {name}", errors=[f"{type(exc).__name__}: {exc}"])
+            report.seconds = time.monotonic() - suite_start
+            reports.append(report)
+            ctx.log(name, f"done in {report.seconds:.0f} s, {len(report.errors)} error(s)")
+    total = time.monotonic() - started
+    write_page(args.out, args.mode, env, reports, total)
+    if args.out == (REPO / "BENCHMARKS.md").resolve():
+        json_path = REPO / "bench" / "results" / f"{args.mode}.json"
+    else:
+        json_path = args.out.with_suffix(".json")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "mode": args.mode,
+        "environment": env,
+        "seconds": total,
+        "suites": {
+            r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports
+        },
+    }
+    json_path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    errors = sum(len(r.errors) for r in reports)
+    print(f"wrote {args.out} ({total:.0f} s, {errors} error(s)); raw figures in {json_path}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

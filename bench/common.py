@@ -1,0 +1,57 @@
+"""What every suite gets: the run mode, the server pool, and a progress line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.loadgen import Job, RunResult, run_jobs
+from bench.servers import Server, ServerPool
+
+MODES = ("full", "quick", "smoke")
+
+
+@dataclass
+class Context:
+    mode: str
+    pool: ServerPool
+    plots_dir: Path
+    started: float = field(default_factory=time.monotonic)
+
+    def pick(self, full: int, quick: int, smoke: int) -> int:
+        """The size for the current mode."""
+        return {"full": full, "quick": quick, "smoke": smoke}[self.mode]
+
+    def log(self, suite: str, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] [{suite}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Measured:
+    run: RunResult
+    server_cpu_pct: float
+
+    @property
+    def rate(self) -> float:
+        return self.run.rate
+
+    def cpu_note(self) -> str:
+        return f"gen {self.run.loadgen_cpu_pct:.0f}% / srv {self.server_cpu_pct:.0f}%"
+
+
+def measure(server: Server, jobs: list[Job]) -> Measured:
+    """Run jobs against one server, recording its CPU over the same interval."""
+    cpu_before = server.cpu_seconds()
+    wall_start = time.perf_counter()
+    result = run_jobs(jobs)
+    wall = time.perf_counter() - wall_start
+    server_cpu = server.cpu_seconds() - cpu_before
+    if result.errors:
+        raise RuntimeError("; ".join(result.errors))
+    # The wall around run_jobs includes fork and connect; the server is idle
+    # then, so its CPU over the generator's own interval is the better base.
+    base = result.wall if result.wall > 0 else wall
+    return Measured(result, 100.0 * server_cpu / base)

@@ -1,0 +1,364 @@
+"""Suite 1: the Kafka benchmark ("Benchmarking Apache Kafka: 2 Million Writes
+Per Second", as retold in seeds/kafka-deep-dive-zh.txt) replayed on rcp11.
+
+Kafka's figures come from three broker machines with six disks and a 1 Gb
+network; ours from one 2-core machine over loopback, one server process.
+Producers batch like Kafka's: `TWRITE key ENTRIES` with hundreds of entries
+per command, pipelined; consumers pipeline `TREAD key off 1000`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from bench.common import Context, Measured, measure
+from bench.latency import wakeup_latency
+from bench.report import SuiteReport, Table, mb, num, plot_lines, verdict
+from bench.servers import Server
+from bench.workloads import batch_writer, check_written, follower, range_reader
+
+NAME = "kafka"
+TITLE = "Suite 1: the Kafka benchmark"
+
+KAFKA = {
+    "producer": (821_557, 78.3),
+    "three_producers": (2_024_032, 193.0),
+    "consumer": (940_521, 89.7),
+    "three_consumers": (2_615_968, 249.5),
+    "producer_consumer": (795_064, 75.8),
+}
+GOAL_PRODUCER = 1_000_000
+GOAL_CONSUMER = 2_000_000
+GOAL_P99_MS = 1.0
+GOAL_P999_MS = 3.0
+GOAL_FLAT = 0.10
+
+BATCH_100B = 500  # entries per TWRITE for 100-byte messages
+READ_COUNT = 1000  # messages per TREAD
+# Entries per TWRITE by message size: keep commands near 10-100 KB.
+SIZE_BATCH = {10: 1000, 100: 500, 1000: 64, 10_000: 8, 100_000: 1}
+
+
+def _kafka(name: str) -> str:
+    records, mbs = KAFKA[name]
+    return f"{num(records)} ({mbs} MB/s)"
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run(ctx: Context) -> SuiteReport:
+    report = SuiteReport(NAME, TITLE, intro=__doc__.split("\n\n", 1)[1])
+
+    def log(message: str) -> None:
+        ctx.log(NAME, message)
+
+    srv = ctx.pool.start("rcp11")
+    try:
+        _throughput(ctx, srv, report, log)
+        _latency(ctx, srv, report, log)
+        _message_sizes(ctx, srv, report, log)
+    finally:
+        ctx.pool.stop(srv)
+    _stored_curve(ctx, report, log)
+    return report
+
+
+def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log) -> None:
+    """Run one measurement; an error becomes a reported row, not a crash."""
+    try:
+        fn()
+    except Exception as exc:  # the page must still be written
+        report.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        log(f"ERROR in {what}: {exc}")
+
+
+def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+    records = ctx.pick(5_000_000, 1_000_000, 20_000)
+    records -= records % (BATCH_100B * 3)
+    table = Table(
+        "Throughput, 100-byte messages",
+        [
+            "test",
+            "workload",
+            "rcp11 records/s",
+            "rcp11 MB/s",
+            "Kafka records/s",
+            "goal",
+            "verdict",
+            "CPU (gen / srv)",
+        ],
+    )
+    table.notes.append(
+        "MB/s counts payload bytes only (10^6 bytes), as Kafka's figures do. "
+        "CPU: load generator processes summed, and the server process, in % of one core."
+    )
+    table.notes.append(
+        "Kafka: 3 brokers, 6 partitions; 3 producers and 3 consumers ran on "
+        "3 machines; the producer figures with 3 async replicas where noted in the seed."
+    )
+    report.tables.append(table)
+    per_producer = f"{BATCH_100B} entries per TWRITE, 16 commands in flight"
+
+    def one_producer() -> None:
+        log(f"one producer: {num(records)} x 100 B, {per_producer}")
+        m = measure(srv, [batch_writer(srv.port, b"p1", records, BATCH_100B, 100)])
+        check_written(srv, b"p1", records)
+        _row(
+            table,
+            "1 producer",
+            f"1 connection, {per_producer}, {num(records)} records, key p1",
+            m,
+            "producer",
+            GOAL_PRODUCER,
+        )
+        report.data["producer_rps"] = m.rate
+        log(f"  {num(m.rate)} records/s ({m.cpu_note()})")
+
+    def three_producers() -> None:
+        each = records // 3
+        log(f"three producers: 3 x {num(each)} x 100 B")
+        jobs = [batch_writer(srv.port, b"p3:%d" % i, each, BATCH_100B, 100) for i in range(3)]
+        m = measure(srv, jobs)
+        _row(
+            table,
+            "3 producers",
+            f"3 processes, keys p3:0..2, {per_producer}, {num(each)} records each",
+            m,
+            "three_producers",
+            None,
+        )
+        report.data["three_producers_rps"] = m.rate
+        log(f"  {num(m.rate)} records/s ({m.cpu_note()})")
+
+    def one_consumer() -> None:
+        log(f"one consumer: {num(records)} records of p1 from offset 0")
+        m = measure(srv, [range_reader(srv.port, b"p1", 0, records, 100, READ_COUNT)])
+        _row(
+            table,
+            "1 consumer",
+            f"1 connection, TREAD p1 <off> {READ_COUNT}, 32 in flight, offsets 0..{num(records - 1)}",
+            m,
+            "consumer",
+            GOAL_CONSUMER,
+        )
+        report.data["consumer_rps"] = m.rate
+        log(f"  {num(m.rate)} records/s ({m.cpu_note()})")
+
+    def three_consumers() -> None:
+        third = records // 3
+        log(f"three consumers: 3 x {num(third)} records of p1")
+        jobs = [range_reader(srv.port, b"p1", i * third, third, 100, READ_COUNT) for i in range(3)]
+        m = measure(srv, jobs)
+        _row(
+            table,
+            "3 consumers",
+            f"3 processes, each TREAD p1 <off> {READ_COUNT} over its third of p1, 32 in flight",
+            m,
+            "three_consumers",
+            None,
+        )
+        report.data["three_consumers_rps"] = m.rate
+        log(f"  {num(m.rate)} records/s ({m.cpu_note()})")
+
+    def producer_and_consumer() -> None:
+        n = records // 2 - (records // 2) % BATCH_100B
+        log(f"producer + consumer at once: {num(n)} records on key pc")
+        jobs = [
+            batch_writer(srv.port, b"pc", n, BATCH_100B, 100),
+            follower(srv.port, b"pc", n, 100, READ_COUNT),
+        ]
+        m = measure(srv, jobs)
+        check_written(srv, b"pc", n)
+        _row(
+            table,
+            "producer + consumer",
+            f"2 processes: producer as above on key pc, consumer follows with TREAD pc <off> {READ_COUNT} BLOCK 0 (one at a time); {num(n)} records; rate = records / time until both finished",
+            m,
+            "producer_consumer",
+            None,
+        )
+        report.data["producer_consumer_rps"] = m.rate
+        log(f"  {num(m.rate)} records/s ({m.cpu_note()})")
+
+    _guard(report, "1 producer", one_producer, log)
+    _guard(report, "3 producers", three_producers, log)
+    _guard(report, "1 consumer", one_consumer, log)
+    _guard(report, "3 consumers", three_consumers, log)
+    _guard(report, "producer + consumer", producer_and_consumer, log)
+    srv.call(b"DEL", b"p1", b"p3:0", b"p3:1", b"p3:2", b"pc")
+
+
+def _row(table: Table, test: str, workload: str, m: Measured, kafka: str, goal: int | None) -> None:
+    table.add(
+        test,
+        workload,
+        num(m.rate),
+        mb(m.rate * 100),
+        _kafka(kafka),
+        f">= {num(goal)}" if goal else "-",
+        verdict(m.rate >= goal) if goal else "-",
+        m.cpu_note(),
+    )
+
+
+def _latency(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+    samples = ctx.pick(20_000, 3_000, 200)
+
+    def measure_latency() -> None:
+        log(f"end-to-end latency: {num(samples)} samples")
+        lat = wakeup_latency(srv.port, "tread", samples)
+        table = Table(
+            "End-to-end latency, producer -> blocked consumer",
+            [
+                "workload",
+                "p50 ms",
+                "p99 ms",
+                "p99.9 ms",
+                "Kafka p50 / p99 / p99.9 ms",
+                "goal",
+                "verdict",
+            ],
+        )
+        table.add(
+            f"1 message of 100 B at a time: consumer blocked in TREAD lat <next> 1 BLOCK 0, "
+            f"producer sends TWRITE lat <100 B>; time from sending the write to the full "
+            f"reply at the consumer; {num(samples)} samples",
+            f"{lat.p50:.3f}",
+            f"{lat.p99:.3f}",
+            f"{lat.p999:.3f}",
+            "2 / 3 / 14",
+            f"p99 <= {GOAL_P99_MS} ms, p99.9 <= {GOAL_P999_MS} ms",
+            verdict(lat.p99 <= GOAL_P99_MS and lat.p999 <= GOAL_P999_MS),
+        )
+        report.tables.append(table)
+        report.data["e2e_ms"] = {"p50": lat.p50, "p99": lat.p99, "p999": lat.p999}
+        log(f"  p50 {lat.p50:.3f} ms, p99 {lat.p99:.3f} ms, p99.9 {lat.p999:.3f} ms")
+
+    _guard(report, "end-to-end latency", measure_latency, log)
+
+
+def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+    budget = ctx.pick(256 << 20, 32 << 20, 1 << 20)
+    cap = ctx.pick(3_000_000, 300_000, 5_000)
+    table = Table(
+        "Message size: one producer",
+        ["message bytes", "entries per TWRITE", "records", "records/s", "MB/s", "CPU (gen / srv)"],
+    )
+    table.notes.append(
+        f"1 connection, TWRITE size:<bytes> ENTRIES <batch x bytes>, pipelined (send buffers of "
+        f"~256 KB, at least 16 commands in flight); records = min({num(cap)}, {budget >> 20} MB / size)."
+    )
+    report.tables.append(table)
+    sizes, rates, mbs = [], [], []
+    for size, batch in SIZE_BATCH.items():
+        records = max(batch, min(cap, budget // size))
+        records -= records % batch
+
+        def one_size(size: int = size, batch: int = batch, records: int = records) -> None:
+            key = b"size:%d" % size
+            log(f"message size {size} B: {num(records)} records, {batch} per TWRITE")
+            m = measure(srv, [batch_writer(srv.port, key, records, batch, size)])
+            check_written(srv, key, records)
+            srv.call(b"DEL", key)
+            table.add(size, batch, num(records), num(m.rate), mb(m.rate * size), m.cpu_note())
+            sizes.append(size)
+            rates.append(m.rate)
+            mbs.append(m.rate * size / 1e6)
+            log(f"  {num(m.rate)} records/s, {m.rate * size / 1e6:,.1f} MB/s ({m.cpu_note()})")
+
+        _guard(report, f"message size {size}", one_size, log)
+    report.data["message_size"] = {"sizes": sizes, "records_per_s": rates, "mb_per_s": mbs}
+    if sizes:
+        report.plots.append(
+            plot_lines(
+                ctx.plots_dir / "kafka_message_size.png",
+                "rcp11: one producer, throughput by message size",
+                "message size (bytes, log scale)",
+                {"records/s": (sizes, rates)},
+                "records/s",
+                logx=True,
+                secondary={"MB/s": (sizes, mbs)},
+                secondary_label="MB/s (payload)",
+            )
+        )
+
+
+def _stored_curve(ctx: Context, report: SuiteReport, log) -> None:
+    segment = ctx.pick(2_000_000, 1_000_000, 10_000)
+    segment -= segment % BATCH_100B
+    budget_s = ctx.pick(150, 20, 5)
+    max_segments = ctx.pick(1000, 1000, 3)
+    # Leave room for the rest of the machine (other processes, the page cache).
+    target = min(ctx.pick(12 << 30, 1 << 30, 1 << 30), int(mem_available() * 0.4))
+    table = Table(
+        "Throughput versus data already stored",
+        [
+            "stored before (GB of payload)",
+            "records/s",
+            "MB/s",
+            "server RSS after (GB)",
+            "CPU (gen / srv)",
+        ],
+    )
+    report.tables.append(table)
+    xs, ys = [], []
+
+    def curve() -> None:
+        srv = ctx.pool.start("rcp11")
+        try:
+            start = time.monotonic()
+            stored = 0
+            log(
+                f"stored-data curve: segments of {num(segment)} x 100 B up to {target / 2**30:.1f} GiB or {budget_s} s"
+            )
+            while stored * 100 < target and len(xs) < max_segments:
+                if time.monotonic() - start > budget_s:
+                    break
+                if mem_available() < 3 * segment * 100 + (2 << 30):
+                    log("  stopping: memory is getting short")
+                    break
+                m = measure(srv, [batch_writer(srv.port, b"big", segment, BATCH_100B, 100)])
+                xs.append(stored * 100 / 1e9)
+                ys.append(m.rate)
+                table.add(
+                    f"{stored * 100 / 1e9:.2f}",
+                    num(m.rate),
+                    mb(m.rate * 100),
+                    f"{srv.rss_bytes() / 1e9:.2f}",
+                    m.cpu_note(),
+                )
+                stored += segment
+                log(f"  {stored * 100 / 1e9:.2f} GB stored: {num(m.rate)} records/s")
+            check_written(srv, b"big", stored)
+        finally:
+            ctx.pool.stop(srv)
+
+    _guard(report, "stored-data curve", curve, log)
+    if not ys:
+        return
+    median = sorted(ys)[len(ys) // 2]
+    spread = max(abs(y - median) / median for y in ys)
+    table.notes.append(
+        f"Fresh server; 1 producer writes key big in segments of {num(segment)} records "
+        f"(TWRITE big ENTRIES <{BATCH_100B} x 100 B>, pipelined), each segment timed alone, "
+        f"until {target / 1e9:.1f} GB of payload (40% of available memory, capped) or "
+        f"{budget_s} s. Largest deviation of a segment from the median rate: {spread * 100:.1f}% "
+        f"(goal <= {GOAL_FLAT * 100:.0f}%: {verdict(spread <= GOAL_FLAT)})."
+    )
+    report.data["stored_curve"] = {"gb": xs, "records_per_s": ys, "max_dev": spread}
+    report.plots.append(
+        plot_lines(
+            ctx.plots_dir / "kafka_stored_curve.png",
+            "rcp11: producer throughput versus data already stored (100-byte messages)",
+            "payload already stored (GB)",
+            {"records/s": (xs, ys)},
+            "records/s",
+        )
+    )

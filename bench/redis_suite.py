@@ -1,0 +1,333 @@
+"""Suite 2: rcp11 side by side with redis-server 7 (Debian's package).
+
+Both servers run at once on their own ports; every comparison alternates
+rcp11 and redis runs (A B A B ...) with the same load generator,
+`redis-benchmark` with 50 clients, and reports the median of each side and
+the ratio of the medians. Data for reads is loaded first: 1000 messages of
+100 bytes in an rcp11 stream, a Redis stream and a Redis list.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import string
+
+import numpy as np
+
+from bench.common import Context, measure
+from bench.latency import wakeup_latency
+from bench.redisbench import BenchLine, redis_benchmark
+from bench.report import SuiteReport, Table, num, verdict
+from bench.servers import Server
+from bench.workloads import batch_writer, check_written, single_writer
+
+NAME = "redis"
+TITLE = "Suite 2: rcp11 versus Redis"
+
+CLIENTS = 50
+GOAL_WRITE = 0.8
+GOAL_BATCH = 1.5
+GOAL_XRANGE = 3.0
+GOAL_LRANGE = 1.0
+GOAL_WAKE_P99_MS = 1.0
+GOAL_MEMORY = 0.96
+
+
+def text_payload(size: int) -> str:
+    """Printable (it travels as a command-line argument), but not repetitive."""
+    rng = random.Random(size)
+    return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(size))
+
+
+def run(ctx: Context) -> SuiteReport:
+    report = SuiteReport(NAME, TITLE, intro=__doc__.split("\n\n", 1)[1])
+
+    def log(message: str) -> None:
+        ctx.log(NAME, message)
+
+    rounds = ctx.pick(3, 2, 1)
+    rcp = ctx.pool.start("rcp11")
+    red = ctx.pool.start("redis")
+    try:
+        _throughput(ctx, rcp, red, rounds, report, log)
+        _wakeup(ctx, rcp, red, report, log)
+    finally:
+        ctx.pool.stop(rcp)
+        ctx.pool.stop(red)
+    _memory(ctx, report, log)
+    return report
+
+
+def _interleaved(
+    rounds: int, runs: list[tuple[Server, list[str]]], requests: int, pipeline: int
+) -> list[list[BenchLine]]:
+    """Each (server, command) run once per round, in order, `rounds` times."""
+    results: list[list[BenchLine]] = [[] for _ in runs]
+    for _ in range(rounds):
+        for i, (srv, command) in enumerate(runs):
+            results[i].append(redis_benchmark(srv.port, command, requests, CLIENTS, pipeline))
+    return results
+
+
+def _median_rps(lines: list[BenchLine]) -> float:
+    return statistics.median(line.rps for line in lines)
+
+
+def _cpu(lines: list[BenchLine]) -> str:
+    return f"{statistics.median(line.loadgen_cpu_pct for line in lines):.0f}%"
+
+
+def _throughput(
+    ctx: Context, rcp: Server, red: Server, rounds: int, report: SuiteReport, log
+) -> None:
+    p100 = text_payload(100)
+    batch = [p100] * 100
+    table = Table(
+        "Throughput, same load generator (redis-benchmark, 50 clients)",
+        [
+            "comparison",
+            "pipeline (-P)",
+            "requests per run",
+            "rcp11 entries/s",
+            "redis entries/s",
+            "ratio rcp11/redis",
+            "goal",
+            "verdict",
+            "redis-benchmark CPU (rcp11 / redis runs)",
+        ],
+    )
+    table.notes.append(
+        f"<100B> is one fixed 100-byte printable payload; <100 x 100B> is that payload 100 "
+        f"times as separate arguments. {rounds} interleaved round(s) per row; entries/s = "
+        "requests/s x entries per request (100 for the batch write and the reads). "
+        "Read keys are preloaded with 1000 entries, so each read returns 100 entries."
+    )
+    report.tables.append(table)
+    write_requests = {1: ctx.pick(200_000, 50_000, 2_000), 32: ctx.pick(1_000_000, 200_000, 5_000)}
+    batch_requests = ctx.pick(50_000, 10_000, 200)
+    read_requests = {1: ctx.pick(200_000, 50_000, 2_000), 32: ctx.pick(500_000, 100_000, 5_000)}
+
+    def row(
+        label: str,
+        rcp_cmd: list[str],
+        red_cmd: list[str],
+        requests: int,
+        pipeline: int,
+        per_request: int,
+        goal: float,
+        key: str,
+    ) -> None:
+        log(f"{label} -P {pipeline}: {rounds} x {num(requests)} requests each side")
+        rcp_lines, red_lines = _interleaved(
+            rounds, [(rcp, rcp_cmd), (red, red_cmd)], requests, pipeline
+        )
+        a = _median_rps(rcp_lines) * per_request
+        b = _median_rps(red_lines) * per_request
+        table.add(
+            label,
+            pipeline,
+            num(requests),
+            num(a),
+            num(b),
+            f"{a / b:.2f}x",
+            f">= {goal}x",
+            verdict(a / b >= goal),
+            f"{_cpu(rcp_lines)} / {_cpu(red_lines)}",
+        )
+        report.data[key] = {
+            "rcp11": a,
+            "redis": b,
+            "ratio": a / b,
+            "rcp11_rounds": [x.rps for x in rcp_lines],
+            "redis_rounds": [x.rps for x in red_lines],
+        }
+        log(f"  rcp11 {num(a)} / redis {num(b)} entries/s = {a / b:.2f}x")
+
+    def guarded(what: str, *args) -> None:
+        try:
+            row(what, *args)
+        except Exception as exc:  # the page must still be written
+            report.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            log(f"ERROR in {what}: {exc}")
+
+    for pipeline in (1, 32):
+        guarded(
+            "`TWRITE s <100B>` vs `XADD s * f <100B>`",
+            ["TWRITE", "s", p100],
+            ["XADD", "s", "*", "f", p100],
+            write_requests[pipeline],
+            pipeline,
+            1,
+            GOAL_WRITE,
+            f"write_p{pipeline}",
+        )
+    guarded(
+        "`TWRITE b ENTRIES <100 x 100B>` vs `RPUSH l <100 x 100B>`",
+        ["TWRITE", "b", "ENTRIES", *batch],
+        ["RPUSH", "l", *batch],
+        batch_requests,
+        1,
+        100,
+        GOAL_BATCH,
+        "batch_write",
+    )
+    try:
+        _preload(rcp, red)
+    except Exception as exc:
+        report.errors.append(f"preload for reads: {type(exc).__name__}: {exc}")
+        return
+    for pipeline in (1, 32):
+        guarded(
+            "`TREAD rs 0 100` vs `XRANGE xs - + COUNT 100`",
+            ["TREAD", "rs", "0", "100"],
+            ["XRANGE", "xs", "-", "+", "COUNT", "100"],
+            read_requests[pipeline],
+            pipeline,
+            100,
+            GOAL_XRANGE,
+            f"read_xrange_p{pipeline}",
+        )
+        guarded(
+            "`TREAD rs 0 100` vs `LRANGE rl 0 99`",
+            ["TREAD", "rs", "0", "100"],
+            ["LRANGE", "rl", "0", "99"],
+            read_requests[pipeline],
+            pipeline,
+            100,
+            GOAL_LRANGE,
+            f"read_lrange_p{pipeline}",
+        )
+
+
+def _preload(rcp: Server, red: Server) -> None:
+    from bench.loadgen import run_jobs
+
+    p100 = text_payload(100).encode()
+    for srv, key in ((rcp, b"rs"), (red, b"xs"), (red, b"rl")):
+        srv.call(b"DEL", key)
+    jobs = [
+        batch_writer(rcp.port, b"rs", 1000, 100, 100),
+        single_writer(red.port, [b"XADD", b"xs", b"*", b"f", p100], 1000, 2),
+        batch_writer(red.port, b"rl", 1000, 100, 100, command=b"RPUSH"),
+    ]
+    result = run_jobs(jobs)
+    if result.errors:
+        raise RuntimeError("; ".join(result.errors))
+    check_written(rcp, b"rs", 1000)
+
+
+def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log) -> None:
+    rounds = ctx.pick(4, 2, 1)
+    per_round = ctx.pick(5_000, 1_500, 100)
+    table = Table(
+        "Wake-up latency of a blocked reader",
+        ["server", "workload", "samples", "p50 ms", "p99 ms", "p99.9 ms", "goal", "verdict"],
+    )
+    table.notes.append(
+        "One message at a time: the reader blocks first, then the writer appends one "
+        "100-byte message; time from sending the write to the reader's complete reply. "
+        f"{rounds} alternating rounds of {num(per_round)} samples per server."
+    )
+    report.tables.append(table)
+    try:
+        samples: dict[str, list[np.ndarray]] = {"tread": [], "xread": []}
+        for r in range(rounds):
+            for flavour, srv in (("tread", rcp), ("xread", red)):
+                log(f"wake-up latency round {r + 1}/{rounds}: {flavour}")
+                samples[flavour].append(wakeup_latency(srv.port, flavour, per_round).samples_us)
+        for flavour, label, workload in (
+            ("tread", "rcp11", "`TREAD lat <next> 1 BLOCK 0` woken by `TWRITE lat <100B>`"),
+            (
+                "xread",
+                "redis",
+                "`XREAD COUNT 1 BLOCK 0 STREAMS lat $` woken by `XADD lat * f <100B>`",
+            ),
+        ):
+            all_us = np.concatenate(samples[flavour])
+            p50, p99, p999 = (float(np.percentile(all_us, q)) / 1000 for q in (50, 99, 99.9))
+            goal = flavour == "tread"
+            table.add(
+                label,
+                workload,
+                num(len(all_us)),
+                f"{p50:.3f}",
+                f"{p99:.3f}",
+                f"{p999:.3f}",
+                f"p99 < {GOAL_WAKE_P99_MS} ms" if goal else "-",
+                verdict(p99 < GOAL_WAKE_P99_MS) if goal else "-",
+            )
+            report.data[f"wakeup_{label}"] = {"p50": p50, "p99": p99, "p999": p999}
+            log(f"  {label}: p50 {p50:.3f} p99 {p99:.3f} p99.9 {p999:.3f} ms")
+    except Exception as exc:  # the page must still be written
+        report.errors.append(f"wake-up latency: {type(exc).__name__}: {exc}")
+        log(f"ERROR in wake-up latency: {exc}")
+
+
+def _memory(ctx: Context, report: SuiteReport, log) -> None:
+    entries = ctx.pick(1_000_000, 1_000_000, 20_000)
+    table = Table(
+        f"Resident memory growth for {num(entries)} entries of 100 bytes",
+        [
+            "server",
+            "how written",
+            "RSS before (MB)",
+            "RSS after (MB)",
+            "bytes per entry",
+            "ratio to Redis stream",
+            "goal",
+            "verdict",
+        ],
+    )
+    table.notes.append(
+        "Fresh servers; RSS is VmRSS from /proc/PID/status just before and after the writes; "
+        "bytes per entry = growth / entries. Same 100-byte payload (random bytes) for every entry."
+    )
+    report.tables.append(table)
+    p100 = text_payload(100).encode()
+    results: dict[str, tuple[int, int]] = {}
+    servers = {}
+    try:
+        for label in ("rcp11", "redis stream", "redis list"):
+            servers[label] = ctx.pool.start("rcp11" if label == "rcp11" else "redis")
+        how = {
+            "rcp11": (
+                "TWRITE m ENTRIES <100 x 100B>, pipelined",
+                lambda s: batch_writer(s.port, b"m", entries, 100, 100),
+            ),
+            "redis stream": (
+                "XADD m * f <100B>, pipelined",
+                lambda s: single_writer(s.port, [b"XADD", b"m", b"*", b"f", p100], entries, 2),
+            ),
+            "redis list": (
+                "RPUSH m <100 x 100B>, pipelined",
+                lambda s: batch_writer(s.port, b"m", entries, 100, 100, command=b"RPUSH"),
+            ),
+        }
+        for label, srv in servers.items():
+            log(f"memory: {num(entries)} entries into {label}")
+            before = srv.rss_bytes()
+            measure(srv, [how[label][1](srv)])
+            results[label] = (before, srv.rss_bytes())
+        base = (results["redis stream"][1] - results["redis stream"][0]) / entries
+        for label, (before, after) in results.items():
+            per = (after - before) / entries
+            is_rcp = label == "rcp11"
+            table.add(
+                label,
+                how[label][0],
+                f"{before / 1e6:.1f}",
+                f"{after / 1e6:.1f}",
+                f"{per:.1f}",
+                f"{per / base:.2f}x",
+                f"<= {GOAL_MEMORY}x" if is_rcp else "-",
+                verdict(per / base <= GOAL_MEMORY) if is_rcp else "-",
+            )
+            report.data[f"memory_{label.replace(' ', '_')}"] = per
+            log(f"  {label}: {per:.1f} bytes per entry")
+    except Exception as exc:  # the page must still be written
+        report.errors.append(f"memory: {type(exc).__name__}: {exc}")
+        log(f"ERROR in memory: {exc}")
+    finally:
+        for srv in servers.values():
+            ctx.pool.stop(srv)

@@ -1,0 +1,140 @@
+"""The benchmark harness: reply counting, and a tiny end-to-end run.
+
+No timing assertions: the smoke run only proves that every suite starts its
+servers, drives them, and writes its tables, plots and JSON record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require
+
+from bench.resp import (
+    BulkArrayCounter,
+    LineCounter,
+    ReplyError,
+    bulk_element_size,
+    encode_batch_write,
+    encode_command,
+)
+
+
+def _tread_reply(messages: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(messages) + b"".join(b"$%d\r\n%s\r\n" % (len(m), m) for m in messages)
+
+
+def _feed_in_pieces(counter: BulkArrayCounter | LineCounter, data: bytes, step: int) -> int:
+    return sum(counter.feed(data[i : i + step]) for i in range(0, len(data), step))
+
+
+@pytest.mark.parametrize("step", [1, 2, 7, 108, 1 << 20])
+def test_array_counter_counts_replies_and_entries_however_split(step: int) -> None:
+    size = 100
+    stream = (
+        _tread_reply([b"a" * size] * 3)
+        + b"*0\r\n"
+        + _tread_reply([b"\r\n*$-" * 20] * 1000)  # payload bytes that look like RESP
+        + b"*-1\r\n"
+    )
+    counter = BulkArrayCounter(bulk_element_size(size))
+    assert _feed_in_pieces(counter, stream, step) == 4
+    assert counter.entries == 1003
+    assert counter.null_arrays == 1
+
+
+def test_array_counter_reports_server_errors() -> None:
+    counter = BulkArrayCounter(bulk_element_size(100))
+    with pytest.raises(ReplyError, match="WRONGTYPE"):
+        counter.feed(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_line_counter_counts_integer_and_bulk_replies(step: int) -> None:
+    assert _feed_in_pieces(LineCounter(1), b":0\r\n:500\r\n:1000\r\n", step) == 3
+    xadd_ids = b"$15\r\n1700000000000-0\r\n$15\r\n1700000000000-1\r\n"
+    assert _feed_in_pieces(LineCounter(2), xadd_ids, step) == 2
+
+
+def test_line_counter_reports_server_errors() -> None:
+    with pytest.raises(ReplyError, match="ERR syntax error"):
+        LineCounter(1).feed(b":5\r\n-ERR syntax error\r\n")
+
+
+def test_batch_write_encoding_is_a_valid_command() -> None:
+    import hiredis
+
+    # A server parses requests with the same reader as replies' arrays.
+    encoded = encode_batch_write(b"TWRITE", b"k", b"xy", 3)
+    reader = hiredis.Reader()
+    reader.feed(encoded)
+    assert reader.gets() == [b"TWRITE", b"k", b"ENTRIES", b"xy", b"xy", b"xy"]
+    reader.feed(encode_batch_write(b"RPUSH", b"l", b"z", 2) + encode_command("TREAD", b"k", 5, 10))
+    assert reader.gets() == [b"RPUSH", b"l", b"z", b"z"]
+    assert reader.gets() == [b"TREAD", b"k", b"5", b"10"]
+
+
+def _bench(*args: str, timeout: float = 170) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_every_suite() -> None:
+    result = _bench("--help")
+    assert result.returncode == 0
+    for suite in ("kafka", "redis", "kafkaesque", "core", "persistence"):
+        assert suite in result.stdout
+
+
+def test_unknown_suite_is_refused_by_name() -> None:
+    result = _bench("--smoke", "--suite", "kafka,nosuch")
+    assert result.returncode == 2
+    assert "unknown suite(s) nosuch" in result.stderr
+
+
+def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
+    require("redis-server")
+    require("redis-benchmark")
+    page = tmp_path / "page.md"
+    result = _bench("--smoke", "--out", str(page))
+    detail = f"stdout:\n{result.stdout}\nstderr (tail):\n{result.stderr[-4000:]}"
+    assert page.exists(), detail
+    text = page.read_text()
+    record = json.loads(page.with_suffix(".json").read_text())
+    errors = {name: suite["errors"] for name, suite in record["suites"].items() if suite["errors"]}
+    assert not errors, f"{errors}\n{detail}"
+    assert result.returncode == 0, detail
+    for heading in (
+        "## Suite 1: the Kafka benchmark",
+        "### Throughput, 100-byte messages",
+        "### End-to-end latency, producer -> blocked consumer",
+        "### Message size: one producer",
+        "### Throughput versus data already stored",
+        "## Suite 2: rcp11 versus Redis",
+        "### Throughput, same load generator (redis-benchmark, 50 clients)",
+        "### Wake-up latency of a blocked reader",
+        "## Suite 3: kafkaesque and voik",
+        "### Sequential bandwidth of one stream (voik's figures)",
+        "core_bench.py",
+        "persistence_bench.py",
+    ):
+        assert heading in text, heading
+    # Every measured row carries a number, and every plot the page links exists.
+    assert "| 1 producer |" in text and "| 1 consumer |" in text
+    for name in ("kafka_message_size.png", "kafka_stored_curve.png"):
+        png = tmp_path / "plots" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/{name}" in text
+    kafka = record["suites"]["kafka"]["data"]
+    assert kafka["producer_rps"] > 0 and kafka["consumer_rps"] > 0
+    redis_data = record["suites"]["redis"]["data"]
+    assert redis_data["write_p1"]["rcp11"] > 0 and redis_data["write_p1"]["redis"] > 0
