@@ -1,0 +1,475 @@
+"""Snapshots, AOF and offset reservations: round trips against a model,
+corruption detection, and the user-visible commands (SAVE, BGSAVE,
+BGREWRITEAOF, LASTSAVE, INFO persistence, CONFIG SET appendonly)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from rcp11.config import Config
+from rcp11.persistence import (
+    OffsetReservations,
+    Persistence,
+    PersistenceError,
+    encode_command,
+    iter_aof_commands,
+)
+from rcp11.state import ServerState
+
+# ---------------------------------------------------------------------------
+# In-process: the file formats
+# ---------------------------------------------------------------------------
+
+
+def make_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
+    config = Config()
+    config.set("dir", str(directory))
+    config.set("save", "")
+    for name, value in directives.items():
+        config.set(name.replace("_", "-"), value)
+    state = ServerState(config)
+    persistence = Persistence(state)
+    return state, persistence
+
+
+def fill_random(state: ServerState, rng: random.Random) -> dict[bytes, object]:
+    """Streams with varied node sizes, compression, evictions, raised
+    offsets; plain strings. Returns a model of what a reader must see."""
+    from rcp11.storage import Stream
+
+    model: dict[bytes, object] = {}
+    for index in range(12):
+        key = b"stream:%d" % index
+        stream = Stream(rng.choice([1, 3, 16, 100]), rng.choice([0, 0, 6]))
+        messages: list[bytes | None] = []
+        for _ in range(rng.randint(0, 6)):
+            batch = [rng.randbytes(rng.randint(0, 40)) for _ in range(rng.randint(1, 80))]
+            stream.append(batch)
+            messages.extend(batch)
+            if rng.random() < 0.3:
+                upto = rng.randint(0, len(messages))
+                stream.evict_upto(upto)
+                for offset in range(min(upto + 1, len(messages))):
+                    messages[offset] = None
+            if rng.random() < 0.15:
+                jump = len(messages) + rng.randint(0, 50)
+                stream.raise_next_offset(jump)
+                messages.extend([None] * (jump - len(messages)))
+        state.keyspace.set(key, stream)
+        model[key] = (stream.next_offset, stream.first_offset, messages)
+    for index in range(5):
+        key = b"string:%d" % index
+        value = rng.randbytes(rng.randint(0, 300))
+        state.keyspace.set(key, value)
+        model[key] = value
+    return model
+
+
+def assert_matches(state: ServerState, model: dict[bytes, object]) -> None:
+    assert set(state.keyspace.data) == set(model)
+    for key, expected in model.items():
+        value = state.keyspace.get(key)
+        if isinstance(expected, bytes):
+            assert value == expected
+            continue
+        next_offset, first_offset, messages = expected
+        assert value.next_offset == next_offset, key
+        assert value.first_offset == first_offset, key
+        assert value.read(0, next_offset) == messages, key
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_snapshot_round_trip_matches_model(tmp_path: Path, seed: int) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    model = fill_random(state, random.Random(seed))
+    compressed = {
+        k: v.num_compressed_nodes
+        for k, v in state.keyspace.data.items()
+        if not isinstance(v, bytes)
+    }
+    assert persistence.save() == "OK"
+
+    loaded, loader = make_state(tmp_path)
+    loader.load()
+    assert_matches(loaded, model)
+    # Compressed nodes are stored and loaded as they sat in memory.
+    for key, count in compressed.items():
+        assert loaded.keyspace.get(key).num_compressed_nodes == count
+
+
+def test_snapshot_keeps_expiry(tmp_path: Path) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    state.keyspace.set(b"a", b"1")
+    deadline = int(time.time() * 1000) + 3_600_000
+    state.keyspace.set_expire(b"a", deadline)
+    persistence.save()
+    loaded, loader = make_state(tmp_path)
+    loader.load()
+    assert loaded.keyspace.expires.get(b"a") == deadline
+
+
+def saved_snapshot(tmp_path: Path) -> Path:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    fill_random(state, random.Random(99))
+    assert persistence.save() == "OK"
+    return tmp_path / "dump.rcp"
+
+
+def test_snapshot_flipped_bytes_are_detected_and_named(tmp_path: Path) -> None:
+    path = saved_snapshot(tmp_path)
+    good = path.read_bytes()
+    rng = random.Random(5)
+    positions = [0, 5, 12, len(good) // 3, len(good) // 2, len(good) - 5, len(good) - 1]
+    positions += [rng.randrange(len(good)) for _ in range(12)]
+    for position in positions:
+        bad = bytearray(good)
+        bad[position] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(bad))
+        _, loader = make_state(tmp_path)
+        with pytest.raises(PersistenceError, match=str(path)):
+            loader.load()
+
+
+def test_snapshot_torn_anywhere_is_detected(tmp_path: Path) -> None:
+    path = saved_snapshot(tmp_path)
+    good = path.read_bytes()
+    rng = random.Random(6)
+    for cut in [0, 1, 9, 20, len(good) - 4, len(good) - 1] + [
+        rng.randrange(len(good)) for _ in range(10)
+    ]:
+        path.write_bytes(good[:cut])
+        _, loader = make_state(tmp_path)
+        with pytest.raises(PersistenceError, match=str(path)):
+            loader.load()
+    path.write_bytes(good + b"x")
+    _, loader = make_state(tmp_path)
+    with pytest.raises(PersistenceError, match="after the checksum"):
+        loader.load()
+
+
+def test_aof_parser_reports_torn_tail_and_bad_bytes(tmp_path: Path) -> None:
+    commands = [[b"SET", b"k", b"v" * n] for n in range(20)]
+    data = b"".join(encode_command(c) for c in commands)
+    path = tmp_path / "a.aof"
+    path.write_bytes(data)
+    with open(path, "rb") as file:
+        assert [argv for argv, _, _ in iter_aof_commands(file, 0, chunk=7)] == commands
+    cut = len(data) - 3
+    path.write_bytes(data[:cut])
+    with open(path, "rb") as file:
+        seen = []
+        with pytest.raises(Exception) as info:
+            for argv, _, end in iter_aof_commands(file, 0, chunk=11):
+                seen.append(end)
+        assert type(info.value).__name__ == "_TornTail"
+        assert info.value.offset == seen[-1]
+    corrupt = bytearray(data)
+    third = len(encode_command(commands[0])) + len(encode_command(commands[1]))
+    corrupt[third] = ord("?")
+    path.write_bytes(bytes(corrupt))
+    with open(path, "rb") as file, pytest.raises(Exception) as info:
+        list(iter_aof_commands(file, 0))
+    assert type(info.value).__name__ == "_BadBytes"
+    assert info.value.offset == third
+
+
+# ---------------------------------------------------------------------------
+# In-process: offset reservations
+# ---------------------------------------------------------------------------
+
+
+def test_reservations_amortize_fsyncs(tmp_path: Path) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    stream = state.new_stream()
+    state.keyspace.set(b"s", stream)
+    for _ in range(20_000):
+        persistence.before_stream_write(b"s", stream.next_offset + 1)
+        stream.append([b"m"])
+    fsyncs = persistence.reservations.fsyncs
+    # 20k single-message writes, steps start at 1024 and double when fast.
+    assert 1 <= fsyncs <= 8
+    assert persistence.reservations.marks[b"s"] >= stream.next_offset
+
+
+def test_reservations_recover_lost_streams_as_nulls(tmp_path: Path) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    stream = state.new_stream()
+    state.keyspace.set(b"lost", stream)
+    persistence.before_stream_write(b"lost", 5)
+    stream.append([b"a", b"b", b"c", b"d", b"e"])
+    # Crash: nothing was saved; only the reservation survives.
+    recovered, loader = make_state(tmp_path)
+    loader.load()
+    again = recovered.keyspace.get(b"lost")
+    assert again.next_offset >= 5
+    assert again.read(0, 5) == [None] * 5
+
+
+def test_reservations_torn_tail_ignored_middle_corruption_refused(tmp_path: Path) -> None:
+    reservations = OffsetReservations(str(tmp_path / "x.offsets"))
+    reservations.load()
+    for index in range(5):
+        reservations.reserve(b"k%d" % index, 10, 0)
+    path = tmp_path / "x.offsets"
+    good = path.read_bytes()
+    path.write_bytes(good[:-3])
+    torn = OffsetReservations(str(path))
+    assert set(torn.load()) == {b"k0", b"k1", b"k2", b"k3"}
+    bad = bytearray(good)
+    bad[14] ^= 0x40  # inside the first batch's payload
+    path.write_bytes(bytes(bad))
+    with pytest.raises(PersistenceError, match=str(path)):
+        OffsetReservations(str(path)).load()
+
+
+def test_deleted_stream_reservation_dropped_once_durable(tmp_path: Path) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    stream = state.new_stream()
+    state.keyspace.set(b"s", stream)
+    persistence.before_stream_write(b"s", 3)
+    stream.append([b"a", b"b", b"c"])
+    assert persistence.save() == "OK"
+    state.keyspace.delete(b"s")
+    persistence.flush()
+    persistence.tick(time.time())
+    # The snapshot on disk still has the stream: the mark must stay.
+    assert OffsetReservations(str(tmp_path / "dump.rcp.offsets")).load().get(b"s", 0) >= 3
+    assert persistence.save() == "OK"
+    persistence.tick(time.time())
+    assert b"s" not in OffsetReservations(str(tmp_path / "dump.rcp.offsets")).load()
+    fresh, loader = make_state(tmp_path)
+    loader.load()
+    assert b"s" not in fresh.keyspace
+
+
+# ---------------------------------------------------------------------------
+# Through a real server
+# ---------------------------------------------------------------------------
+
+
+def twrite(client: redis.Redis, key: str, *entries: bytes) -> int:
+    return client.execute_command("TWRITE", key, "ENTRIES", *entries)
+
+
+def tread_all(client: redis.Redis, key: str) -> list[bytes | None]:
+    info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
+    next_offset = info[1] + 1
+    if next_offset == 0:
+        return []
+    return client.execute_command("TREAD", key, 0, next_offset)
+
+
+def workload(client: redis.Redis, rng: random.Random) -> None:
+    for step in range(300):
+        key = f"s{rng.randrange(4)}"
+        choice = rng.random()
+        if choice < 0.6:
+            twrite(
+                client, key, *[rng.randbytes(rng.randint(0, 30)) for _ in range(rng.randint(1, 20))]
+            )
+        elif choice < 0.7:
+            client.execute_command("TEVICT", key, -rng.randint(0, 40))
+        elif choice < 0.8:
+            client.execute_command("TREAD", key, 0, rng.randint(0, 5), "GROUP", f"g{key}")
+        elif choice < 0.85:
+            client.set(f"str{rng.randrange(3)}", rng.randbytes(10))
+        elif choice < 0.9:
+            pipe = client.pipeline(transaction=True)
+            pipe.execute_command("TWRITE", key, b"tx%d" % step)
+            pipe.set("last-tx", step)
+            pipe.execute()
+        elif choice < 0.92:
+            client.delete(key)
+        else:
+            client.execute_command("TWRITE", key, "BACKLOG", rng.randint(0, 30), "ENTRIES", b"b")
+
+
+def snapshot_of(client: redis.Redis) -> dict[bytes, object]:
+    view: dict[bytes, object] = {}
+    for key in sorted(client.keys("*")):
+        if client.type(key) == b"stream":
+            info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
+            view[key] = (info, tread_all(client, key.decode()))
+        else:
+            view[key] = client.get(key)
+    return view
+
+
+def test_aof_round_trip_through_restart(server_factory) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always")
+    client = srv.client()
+    workload(client, random.Random(1))
+    before = snapshot_of(client)
+    srv.restart()
+    assert snapshot_of(srv.client()) == before
+
+
+def test_bgrewriteaof_while_writing_keeps_everything(server_factory) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    client = srv.client()
+    workload(client, random.Random(2))
+    assert client.bgrewriteaof()
+    workload(client, random.Random(3))
+    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
+    assert client.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+    workload(client, random.Random(4))
+    before = snapshot_of(client)
+    assert (srv.dir / "appendonly.aof").read_bytes().startswith(b"RCP11SNAP")
+    srv.kill9()
+    srv.start()
+    assert snapshot_of(srv.client()) == before
+
+
+def test_save_and_bgsave_round_trip(server_factory) -> None:
+    srv = server_factory(stream_compression="zlib")
+    client = srv.client()
+    workload(client, random.Random(7))
+    first = client.lastsave()
+    assert client.save()
+    workload(client, random.Random(8))
+    time.sleep(1.1)  # LASTSAVE has one-second resolution
+    assert client.bgsave()
+    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
+    info = client.info("persistence")
+    assert info["rdb_last_bgsave_status"] == "ok"
+    assert info["rdb_changes_since_last_save"] == 0
+    assert client.lastsave() > first
+    before = snapshot_of(client)
+    srv.kill9()
+    srv.start()
+    assert snapshot_of(srv.client()) == before
+
+
+def test_shutdown_save_and_clean_restart_has_no_gap(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    assert twrite(client, "s", b"a", b"b") == 0
+    with pytest.raises(redis.exceptions.ConnectionError):
+        client.shutdown(save=True)
+    srv.proc.wait(10)
+    srv.start()
+    client = srv.client()
+    assert tread_all(client, "s") == [b"a", b"b"]
+    assert twrite(client, "s", b"c") == 2
+
+
+def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    twrite(client, "s", *[b"m%d" % i for i in range(500)])
+    assert client.save()
+    srv.stop()
+    path = srv.dir / "dump.rcp"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError) as info:
+        srv.start()
+    assert srv.proc.returncode == 1
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("truncated", ["yes", "no"])
+def test_torn_aof_tail(server_factory, truncated: str) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always", aof_load_truncated=truncated)
+    client = srv.client()
+    for index in range(200):
+        twrite(client, "s", b"message-%d" % index)
+    srv.kill9()
+    path = srv.dir / "appendonly.aof"
+    data = path.read_bytes()
+    rng = random.Random(truncated)
+    cut = rng.randrange(len(data) // 2, len(data) - 1)
+    while data[cut : cut + 1] == b"*" and data[cut - 2 : cut] == b"\r\n":
+        cut -= 1  # make sure the cut really lands inside a command
+    path.write_bytes(data[:cut])
+    if truncated == "no":
+        with pytest.raises(RuntimeError) as info:
+            srv.start()
+        assert str(path) in str(info.value)
+        return
+    srv.start()
+    client = srv.client()
+    messages = tread_all(client, "s")
+    assert 100 <= len(messages) < 200
+    assert messages == [b"message-%d" % i for i in range(len(messages))]
+    # The file was cut back to whole commands, and new writes follow them.
+    assert twrite(client, "s", b"after") >= len(messages)
+    srv.restart()
+    assert tread_all(srv.client(), "s")[-1] == b"after"
+
+
+def test_config_set_appendonly_yes_at_runtime(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    workload(client, random.Random(11))
+    client.config_set("appendonly", "yes")
+    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
+    wait_for(lambda: client.info("persistence")["aof_enabled"] == 1)
+    workload(client, random.Random(12))
+    before = snapshot_of(client)
+    srv.kill9()
+    srv.directives["appendonly"] = "yes"
+    srv.start()
+    assert snapshot_of(srv.client()) == before
+
+
+def test_info_persistence_fields(server_factory) -> None:
+    srv = server_factory(appendonly="yes")
+    info = srv.client().info("persistence")
+    for field in [
+        "loading",
+        "rdb_changes_since_last_save",
+        "rdb_bgsave_in_progress",
+        "rdb_last_save_time",
+        "rdb_last_bgsave_status",
+        "aof_enabled",
+        "aof_rewrite_in_progress",
+        "aof_last_write_status",
+        "aof_current_size",
+        "aof_base_size",
+    ]:
+        assert field in info
+    assert info["aof_enabled"] == 1
+
+
+def test_del_resets_stream_across_restart(server_factory) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always")
+    client = srv.client()
+    twrite(client, "s", b"a", b"b", b"c")
+    client.delete("s")
+    srv.restart()
+    client = srv.client()
+    assert client.exists("s") == 0
+    assert twrite(client, "s", b"new") == 0
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    twrite(client, "s", b"x")
+    client.bgsave()
+    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
+    names = os.listdir(srv.dir)
+    assert not [n for n in names if n.startswith("temp-")]
