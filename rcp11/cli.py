@@ -338,12 +338,16 @@ def info(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
     return 0
 
 
+def _plural(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"
+
+
 def evict(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
     evicted = client.tevict(args.key, args.offset)
     after = client.tread(args.key, 0, 0, withinfo=True)
     stdout.write(
-        f"evicted {evicted} message{'s' if evicted != 1 else ''} from '{args.key}'; "
-        f"readable now: {after.first_offset}..{after.last_offset} ({after.length} messages)\n"
+        f"evicted {_plural(evicted)} from '{args.key}'; "
+        f"readable now: {after.first_offset}..{after.last_offset} ({_plural(after.length)})\n"
     )
     return 0
 
@@ -446,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep only the newest N messages readable (TWRITE BACKLOG N)",
     )
     p.add_argument(
-        "-0", "--null", action="store_true", help="messages end with NUL bytes instead of newlines"
+        "--null", action="store_true", help="messages end with NUL bytes instead of newlines"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the offsets written")
 
@@ -498,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--offsets", action="store_true", help="prefix each message with OFFSET<TAB>")
     c.add_argument(
-        "-0", "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
+        "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
     )
 
     i = add(
