@@ -168,7 +168,7 @@ def test_aof_parser_reports_torn_tail_and_bad_bytes(tmp_path: Path) -> None:
     with open(path, "rb") as file:
         seen = []
         with pytest.raises(Exception) as info:
-            for argv, _, end in iter_aof_commands(file, 0, chunk=11):
+            for _argv, _, end in iter_aof_commands(file, 0, chunk=11):
                 seen.append(end)
         assert type(info.value).__name__ == "_TornTail"
         assert info.value.offset == seen[-1]
