@@ -611,6 +611,17 @@ class OffsetReservations:
 # ---------------------------------------------------------------------------
 
 
+def _resolve_dir(configured: str) -> str:
+    # The server chdir()s into `dir` before persistence starts (as Redis
+    # does), so a relative `dir` names the current directory by then;
+    # in-process users that did not chdir get it resolved normally.
+    if os.path.isabs(configured):
+        return configured
+    if os.path.isdir(configured) and not os.path.samefile(configured, "."):
+        return os.path.abspath(configured)
+    return os.getcwd()
+
+
 class _Child:
     def __init__(self, kind: str, pid: int, tmp_path: str) -> None:
         self.kind = kind  # "rdb" | "aof"
@@ -629,7 +640,7 @@ class Persistence:
         self.state = state
         state.persistence = self
         config = state.config
-        self.dir = os.path.abspath(str(config.get("dir")))
+        self.dir = _resolve_dir(str(config.get("dir")))
         self.snapshot_path = os.path.join(self.dir, str(config.get("dbfilename")))
         self.aof_path = os.path.join(self.dir, str(config.get("appendfilename")))
         self.reservations = OffsetReservations(self.snapshot_path + ".offsets")
@@ -988,7 +999,7 @@ class Persistence:
             return
         reservations = self.reservations
         mark = reservations.marks.get(key)
-        if mark is not None and new_next_offset <= mark:
+        if mark is not None and min(new_next_offset, _MAX_OFFSET) <= mark:
             return
         value = self.state.keyspace.data.get(key)
         current = 0 if value is None or isinstance(value, bytes) else value.next_offset
@@ -1044,7 +1055,11 @@ class Persistence:
     def write_refused(self) -> str | None:
         if self._aof_error is not None or self._reservation_error is not None:
             return errors.MISCONF
-        if self.rdb_last_bgsave_status == "err" and self._save_rules():
+        if (
+            self.rdb_last_bgsave_status == "err"
+            and self._save_rules()
+            and self._yes("stop-writes-on-bgsave-error")
+        ):
             return errors.MISCONF
         return None
 
@@ -1152,10 +1167,10 @@ class Persistence:
     def save(self) -> Any:
         """SAVE: a synchronous snapshot."""
         if self._child is not None and self._child.kind == "rdb":
-            return Error("ERR Background save already in progress")
+            raise CommandError("ERR Background save already in progress")
         if self._save_sync():
             return OK
-        return Error("ERR")
+        raise CommandError("ERR Failed saving the snapshot (see the server log)")
 
     def _save_sync(self) -> bool:
         tmp = os.path.join(self.dir, f"temp-rcp11-{os.getpid()}.snap")
@@ -1182,24 +1197,24 @@ class Persistence:
     def bgsave(self) -> Any:
         if self._child is not None:
             if self._child.kind == "rdb":
-                return Error("ERR Background save already in progress")
-            return Error(
+                raise CommandError("ERR Background save already in progress")
+            raise CommandError(
                 "ERR Another child process is active (AOF?): can't BGSAVE right now. "
                 "Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."
             )
         if not self._start_bgsave():
-            return Error("ERR")
+            raise CommandError("ERR Can't fork a background save (see the server log)")
         return SimpleString("Background saving started")
 
     def bgrewriteaof(self) -> Any:
         if self._child is not None and self._child.kind == "aof":
-            return Error("ERR Background append only file rewriting already in progress")
+            raise CommandError("ERR Background append only file rewriting already in progress")
         if self._child is not None:
             self.aof_rewrite_scheduled = True
             self._rewrite_not_before = 0.0
             return SimpleString("Background append only file rewriting scheduled")
         if not self._start_rewrite():
-            return Error(
+            raise CommandError(
                 "ERR Can't execute an AOF background rewriting. "
                 "Please check the server logs for more information."
             )
