@@ -1,0 +1,804 @@
+"""The network front end: `rcp11-server [redis.conf] [--directive value ...]`.
+
+One asyncio (uvloop) protocol object per connection feeds bytes to its
+RequestParser, runs each complete command through rcp11.commands.execute and
+queues the encoded reply. Replies are not written at once: every connection
+with output is flushed by one callback per event-loop iteration, which first
+calls persistence.flush(). That is Redis's beforeSleep: the AOF holds every
+write before its reply leaves, and with appendfsync always one fsync covers
+all the commands of the iteration (group commit).
+
+A cron at `hz` does what Redis's serverCron does here: blocked-client
+timeouts, persistence ticks, idle-client timeouts, output buffer soft limits
+and key expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rcp11 import __version__
+from rcp11.config import Config, ConfigError
+from rcp11.errors import ProtocolError
+from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
+from rcp11.state import ClientState, ServerState
+
+log = logging.getLogger("rcp11")
+
+# Level names of the loglevel directive, mapped onto logging's numbers;
+# "verbose" sits between DEBUG and INFO as it does in Redis.
+VERBOSE = 15
+_LEVELS = {"debug": logging.DEBUG, "verbose": VERBOSE, "notice": logging.INFO}
+_LEVELS["warning"] = logging.WARNING
+_LEVEL_MARKS = {logging.DEBUG: ".", VERBOSE: "-", logging.INFO: "*"}
+
+# The local end of these addresses is the machine itself; protected mode
+# accepts only them (and unix sockets) while no password is set.
+_LOOPBACK = ("127.0.0.1", "::1")
+
+DENIED = (
+    b"-DENIED Redis is running in protected mode because protected mode is enabled and "
+    b"no password is set for the default user. In this mode connections are only "
+    b"accepted from the loopback interface. To accept other clients either set a "
+    b"password with 'requirepass' (CONFIG SET requirepass <password> from a local "
+    b"connection), or disable protection with 'protected-mode no', or bind to the "
+    b"loopback interface only. Restart the server after changing its config file.\r\n"
+)
+MAX_CLIENTS = b"-ERR max number of clients reached\r\n"
+
+# asyncio buffers writes without bound; past this much unsent output the
+# connection stops reading requests until the client catches up.
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+WRITE_LOW_WATER = 1024 * 1024
+
+USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options] [-]
+       rcp11-server -v or --version
+       rcp11-server -h or --help
+
+A Redis-protocol server for antirez's RCP 11 stream data type.
+
+Options are config directives written as --name value, applied after the
+config file (a value may be several words, e.g. --save 3600 1 300 100).
+
+Examples:
+       rcp11-server                    (built-in defaults: 127.0.0.1:6379)
+       rcp11-server /etc/rcp11/redis.conf
+       rcp11-server --port 7777 --appendonly yes --appendfsync always
+       rcp11-server redis.conf --loglevel verbose --save ""
+"""
+
+
+class RedisFormatter(logging.Formatter):
+    """`pid:M 21 Nov 2026 21:33:43.123 * message`: M for the server, C for a
+    forked child (snapshot or rewrite), level mark . - * # as Redis's."""
+
+    def __init__(self, main_pid: int) -> None:
+        super().__init__()
+        self.main_pid = main_pid
+
+    def format(self, record: logging.LogRecord) -> str:
+        pid = os.getpid()
+        role = "M" if pid == self.main_pid else "C"
+        stamp = time.strftime("%d %b %Y %H:%M:%S", time.localtime(record.created))
+        mark = _LEVEL_MARKS.get(record.levelno, "#")
+        text = f"{pid}:{role} {stamp}.{int(record.msecs):03d} {mark} {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def setup_logging(config: Config) -> None:
+    logging.addLevelName(VERBOSE, "VERBOSE")
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    logfile = config.get("logfile")
+    handler: logging.Handler
+    if logfile:
+        handler = logging.FileHandler(logfile, encoding="utf-8")
+    elif config.get("daemonize"):
+        handler = logging.NullHandler()  # a daemon's stdout is /dev/null
+    else:
+        handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(RedisFormatter(os.getpid()))
+    root.addHandler(handler)
+    root.setLevel(_LEVELS[config.get("loglevel")])
+
+
+def _format_addr(sockaddr: Any, unix_path: str | None) -> str:
+    if unix_path is not None:
+        return f"{unix_path}:0"
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        host = sockaddr[0]
+        if ":" in host:
+            return f"[{host}]:{sockaddr[1]}"
+        return f"{host}:{sockaddr[1]}"
+    return "?"
+
+
+class Connection(asyncio.Protocol):
+    """One client connection. Its ClientState is what commands see."""
+
+    def __init__(self, server: Server, unix_path: str | None = None) -> None:
+        self.server = server
+        self.unix_path = unix_path
+        self.transport: asyncio.Transport | None = None
+        self.client: ClientState | None = None
+        self.parser: RequestParser | None = None
+        self.out: list[bytes] = []
+        self.queued_for_flush = False
+        self.close_after_write = False
+        self.closed = False
+        self.reading_paused = False
+        # Since when the output has been over the soft limit (0: it is not).
+        self.soft_limit_since = 0.0
+        self.check_auth = False
+
+    # -- asyncio callbacks ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        server = self.server
+        state = server.state
+        config = state.config
+        self.transport = transport  # type: ignore[assignment]
+        state.stats.total_connections_received += 1
+        peer = transport.get_extra_info("peername")
+        if len(state.clients) >= config.get("maxclients"):
+            state.stats.rejected_connections += 1
+            log.log(VERBOSE, "Error registering client: max number of clients reached")
+            transport.write(MAX_CLIENTS)
+            transport.close()
+            self.closed = True
+            return
+        if (
+            self.unix_path is None
+            and config.get("protected-mode")
+            and not config.get("requirepass")
+            and not (isinstance(peer, tuple) and peer[0] in _LOOPBACK)
+        ):
+            state.stats.rejected_connections += 1
+            transport.write(DENIED)
+            transport.close()
+            self.closed = True
+            return
+        client = ClientState()
+        client.addr = _format_addr(peer, self.unix_path)
+        client.laddr = _format_addr(transport.get_extra_info("sockname"), self.unix_path)
+        sock = transport.get_extra_info("socket")
+        client.fd = sock.fileno() if sock is not None else -1
+        client.authenticated = not config.get("requirepass")
+        client.send = self.send
+        client.close = self.close_soon
+        client.on_unblocked = self.on_unblocked
+        self.client = client
+        if sock is not None and self.unix_path is None:
+            server.set_keepalive(sock)
+        self.parser = RequestParser(
+            max_bulk_len=config.get("proto-max-bulk-len"),
+            query_buffer_limit=config.get("client-query-buffer-limit"),
+        )
+        self.check_auth = not client.authenticated
+        self.parser.unauthenticated = self.check_auth
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        state.clients[client.id] = client
+        server.connections[client.id] = self
+        log.debug("Accepted %s", client.addr)
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        if client is None or self.closed:
+            return
+        server = self.server
+        server.state.stats.total_net_input_bytes += len(data)
+        client.last_interaction = server.now = time.time()
+        try:
+            self.parser.feed(data)  # type: ignore[union-attr]
+        except QueryBufferLimitError:
+            log.warning(
+                "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
+                client.id,
+                client.addr,
+                self.parser.buffered(),  # type: ignore[union-attr]
+            )
+            self.abort()
+            return
+        if client.blocked is None and not client.closing:
+            self.process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        client = self.client
+        if client is None:
+            return
+        self.server.forget(client)
+        log.debug("Client closed connection %s", client.addr)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its replies: stop reading its requests
+        # so a pipelining client cannot grow our memory without bound.
+        if self.transport is not None and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and self.reading_paused and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    # -- request processing --------------------------------------------------
+
+    def process(self) -> None:
+        """Run every complete command buffered for this client, until it
+        blocks or closes."""
+        client = self.client
+        parser = self.parser
+        if client is None or parser is None or self.closed:
+            return
+        server = self.server
+        state = server.state
+        execute = server.execute
+        blocked_marker = server.blocked_marker
+        out = self.out
+        gets = parser.gets
+        ran = False
+        try:
+            while True:
+                argv = gets()
+                if argv is None:
+                    break
+                ran = True
+                try:
+                    reply = execute(state, client, argv)
+                except Exception as exc:  # a handler bug must not kill the server
+                    log.exception("Error running %r", argv[:1])
+                    reply = Error(f"ERR internal error running the command: {exc}")
+                if reply is blocked_marker:
+                    break
+                out.append(encode(reply, client.resp == 3))
+                if client.closing:
+                    self.close_after_write = True
+                    break
+                if self.check_auth and client.authenticated:
+                    self.check_auth = parser.unauthenticated = False
+        except ProtocolError as exc:
+            log.log(VERBOSE, "Protocol error (%s) from client: %s", exc.message, client.addr)
+            out.append(b"-ERR " + exc.message.encode() + b"\r\n")
+            self.close_after_write = True
+            client.closing = True
+        client.query_buffer_len = parser.buffered()
+        if ran or self.close_after_write:
+            server.want_flush(self)
+
+    # -- hooks installed into ClientState -------------------------------------
+
+    def send(self, reply: Any) -> None:
+        """A reply produced outside this client's own pipeline (blocking)."""
+        client = self.client
+        if client is None or self.closed:
+            return
+        self.out.append(encode(reply, client.resp == 3))
+        self.server.want_flush(self)
+
+    def close_soon(self) -> None:
+        """Close once the output queued so far is written (CLIENT KILL)."""
+        if self.client is not None:
+            self.client.closing = True
+        self.close_after_write = True
+        self.server.want_flush(self)
+
+    def on_unblocked(self) -> None:
+        # Not inline: the blocking manager calls this while it iterates its
+        # own structures, and running the pipeline may block again.
+        self.server.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        client = self.client
+        if client is not None and client.blocked is None and not client.closing:
+            self.process()
+
+    # -- output ----------------------------------------------------------------
+
+    def write_pending(self) -> None:
+        transport = self.transport
+        out = self.out
+        if transport is None or self.closed:
+            out.clear()
+            return
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            transport.write(data)
+            self.server.state.stats.total_net_output_bytes += len(data)
+        if self.close_after_write:
+            self.closed = True
+            transport.close()
+            return
+        self.check_output_limits(self.server.now)
+
+    def check_output_limits(self, now: float) -> None:
+        transport = self.transport
+        client = self.client
+        if transport is None or client is None or self.closed:
+            return
+        pending = transport.get_write_buffer_size()
+        client.output_buffer_len = pending
+        hard, soft, seconds = self.server.output_limits
+        if hard and pending > hard:
+            reason = f"hard limit {hard}"
+        elif soft and pending > soft:
+            if not self.soft_limit_since:
+                self.soft_limit_since = now
+                return
+            if now - self.soft_limit_since < seconds:
+                return
+            reason = f"soft limit {soft} for {seconds}s"
+        else:
+            self.soft_limit_since = 0.0
+            return
+        log.warning(
+            "Client id=%d addr=%s closed for overcoming of output buffer limits (%s, "
+            "%d bytes pending).",
+            client.id,
+            client.addr,
+            reason,
+            pending,
+        )
+        self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.client is not None:
+            self.client.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Server:
+    """Listeners, connections, the flush callback and the cron."""
+
+    def __init__(self, state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
+        from rcp11 import commands
+
+        self.state = state
+        self.loop = loop
+        self.execute: Callable[[ServerState, ClientState, list[bytes]], Any] = commands.execute
+        self.blocked_marker = commands.BLOCKED
+        self.connections: dict[int, Connection] = {}
+        self.listeners: list[asyncio.AbstractServer] = []
+        self.unix_path: str | None = None
+        self.pending: list[Connection] = []
+        self.flush_scheduled = False
+        self.now = time.time()
+        self.block_timer: asyncio.TimerHandle | None = None
+        self.block_timer_at = 0.0
+        self.cron_handle: asyncio.TimerHandle | None = None
+        self.stopping = False
+        self.exit_code = 0
+        self.output_limits = state.config.get("client-output-buffer-limit")["normal"]
+        config = state.config
+        config.on_change("client-output-buffer-limit", self._limits_changed)
+        config.on_change("proto-max-bulk-len", self._parser_limits_changed)
+        config.on_change("client-query-buffer-limit", self._parser_limits_changed)
+        config.on_change("loglevel", lambda level: logging.getLogger().setLevel(_LEVELS[level]))
+        state.request_shutdown = self.request_shutdown
+
+    # -- config reactions -------------------------------------------------------
+
+    def _limits_changed(self, value: dict[str, tuple[int, int, int]]) -> None:
+        self.output_limits = value["normal"]
+
+    def _parser_limits_changed(self, _value: Any) -> None:
+        config = self.state.config
+        for conn in self.connections.values():
+            if conn.parser is not None:
+                conn.parser.max_bulk_len = config.get("proto-max-bulk-len")
+                conn.parser.query_buffer_limit = config.get("client-query-buffer-limit")
+
+    def set_keepalive(self, sock: Any) -> None:
+        interval = self.state.config.get("tcp-keepalive")
+        if interval <= 0:
+            return
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if hasattr(socket, "TCP_KEEPIDLE"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, interval // 3))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        except OSError:
+            pass  # keepalive is an optimisation; a socket that refuses it still works
+
+    # -- listening ------------------------------------------------------------
+
+    async def listen(self) -> None:
+        config = self.state.config
+        port = config.get("port")
+        if port:
+            bound = 0
+            for entry in config.get("bind"):
+                optional = entry.startswith("-")
+                host = entry[1:] if optional else entry
+                host = {"*": "0.0.0.0", "::*": "::"}.get(host, host)
+                try:
+                    listener = await self.loop.create_server(
+                        lambda: Connection(self),
+                        host=host,
+                        port=port,
+                        reuse_address=True,
+                        backlog=511,
+                    )
+                except OSError as exc:
+                    if optional and exc.errno in (
+                        errno.EADDRNOTAVAIL,
+                        errno.EAFNOSUPPORT,
+                        errno.EPROTONOSUPPORT,
+                        None,
+                    ):
+                        log.log(VERBOSE, "Skipping optional bind address %s: %s", host, exc)
+                        continue
+                    log.warning(
+                        "Warning: Could not create server TCP listening socket %s:%d: %s",
+                        host,
+                        port,
+                        exc.strerror or exc,
+                    )
+                    raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
+                self.listeners.append(listener)
+                bound += 1
+            if not bound:
+                raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
+        path = config.get("unixsocket")
+        if path:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            try:
+                listener = await self.loop.create_unix_server(
+                    lambda: Connection(self, path), path=path, backlog=511
+                )
+            except OSError as exc:
+                raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
+            perm = config.get("unixsocketperm")
+            if perm:
+                os.chmod(path, perm)
+            self.listeners.append(listener)
+            self.unix_path = path
+        if not self.listeners:
+            raise SystemExit("Configured to not listen anywhere, exiting.")
+        sockets = [s for listener in self.listeners for s in listener.sockets]
+        for sock in sockets:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                self.state.tcp_port = sock.getsockname()[1]
+                break
+
+    # -- output ----------------------------------------------------------------
+
+    def want_flush(self, conn: Connection) -> None:
+        if not conn.queued_for_flush:
+            conn.queued_for_flush = True
+            self.pending.append(conn)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Once per loop iteration: persistence first (the AOF rule), then
+        every reply queued since the last flush."""
+        self.flush_scheduled = False
+        try:
+            self.state.persistence.flush()
+        except Exception:
+            log.exception("Persistence flush failed")
+        pending = self.pending
+        self.pending = []
+        for conn in pending:
+            conn.queued_for_flush = False
+            conn.write_pending()
+        self.arm_block_timer()
+
+    def arm_block_timer(self) -> None:
+        """Wake exactly at the next BLOCK timeout instead of at the next cron
+        tick, so short timeouts are not rounded up to 1/hz."""
+        blocking = self.state.blocking
+        if blocking is None:
+            return
+        deadline = blocking.next_deadline()
+        if deadline is None:
+            return
+        if self.block_timer is not None and self.block_timer_at <= deadline:
+            return
+        if self.block_timer is not None:
+            self.block_timer.cancel()
+        self.block_timer_at = deadline
+        delay = max(0.0, deadline - time.monotonic())
+        self.block_timer = self.loop.call_later(delay, self._block_timeout)
+
+    def _block_timeout(self) -> None:
+        self.block_timer = None
+        blocking = self.state.blocking
+        if blocking is not None:
+            blocking.expire(time.monotonic())
+        if self.pending and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+        self.arm_block_timer()
+
+    # -- connections -----------------------------------------------------------
+
+    def forget(self, client: ClientState) -> None:
+        state = self.state
+        state.clients.pop(client.id, None)
+        self.connections.pop(client.id, None)
+        client.closing = True
+        blocking = state.blocking
+        if blocking is not None and client.blocked is not None:
+            blocking.remove(client)
+        watchers = state.keyspace.watchers
+        for key in client.watched:
+            waiting = watchers.get(key)
+            if waiting is not None:
+                waiting.discard(client)
+                if not waiting:
+                    del watchers[key]
+        client.watched.clear()
+
+    # -- cron --------------------------------------------------------------------
+
+    def start_cron(self) -> None:
+        self.cron_handle = self.loop.call_later(1 / self.state.config.get("hz"), self.cron)
+
+    def cron(self) -> None:
+        state = self.state
+        now = self.now = time.time()
+        try:
+            blocking = state.blocking
+            if blocking is not None:
+                blocking.expire(time.monotonic())
+            state.persistence.tick(now)
+            expire_due = getattr(state.keyspace, "expire_due", None)
+            if expire_due is not None:
+                expire_due()
+            self.client_timeouts(now)
+        except Exception:
+            log.exception("Error in the server cron")
+        if self.pending and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+        if not self.stopping:
+            self.start_cron()
+
+    def client_timeouts(self, now: float) -> None:
+        timeout = self.state.config.get("timeout")
+        for conn in list(self.connections.values()):
+            client = conn.client
+            if client is None or conn.closed:
+                continue
+            if timeout and client.blocked is None and now - client.last_interaction > timeout:
+                log.log(VERBOSE, "Closing idle client %s", client.addr)
+                conn.abort()
+                continue
+            conn.check_output_limits(now)
+
+    # -- shutdown ---------------------------------------------------------------
+
+    def request_shutdown(self, mode: str | None = None) -> bool:
+        """SHUTDOWN [SAVE|NOSAVE] and SIGTERM/SIGINT. Returns False (and keeps
+        running) if persistence could not finish its final save."""
+        if self.stopping:
+            return True
+        log.warning("User requested shutdown...")
+        shutdown = getattr(self.state.persistence, "shutdown", None)
+        if shutdown is not None:
+            try:
+                ok = shutdown(mode)
+            except Exception:
+                log.exception("Error in persistence shutdown")
+                ok = False
+            if ok is False:
+                log.warning(
+                    "Errors trying to shut down the server. Check the logs for more information."
+                )
+                return False
+        self.stopping = True
+        for listener in self.listeners:
+            listener.close()
+        if self.unix_path:
+            log.info("Removing the unix socket file.")
+            try:
+                os.unlink(self.unix_path)
+            except OSError:
+                pass
+        for conn in list(self.connections.values()):
+            conn.write_pending()
+            if conn.transport is not None and not conn.closed:
+                conn.closed = True
+                conn.transport.close()
+        if self.cron_handle is not None:
+            self.cron_handle.cancel()
+        self.loop.call_soon(self.loop.stop)
+        return True
+
+    def on_signal(self, signame: str) -> None:
+        log.warning("Received %s scheduling shutdown...", signame)
+        self.request_shutdown(None)
+
+
+# ---------------------------------------------------------------------------
+# Start-up
+# ---------------------------------------------------------------------------
+
+
+def parse_command_line(argv: list[str]) -> tuple[str | None, list[str]]:
+    """[config file] [--directive value ...] as redis-server takes them."""
+    if argv and not argv[0].startswith("--"):
+        return argv[0], argv[1:]
+    return None, argv
+
+
+def load_config(argv: list[str]) -> Config:
+    path, args = parse_command_line(argv)
+    config = Config()
+    if path is not None:
+        config.load_file(path)
+    config.apply_args(args)
+    return config
+
+
+def daemonize() -> None:
+    """Detach like redis-server: double fork so the daemon is not a session
+    leader (cannot reacquire a terminal), stdio to /dev/null."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
+
+
+def write_pidfile(path: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        return True
+    except OSError as exc:
+        log.warning("Failed to write PID file: %s", exc.strerror)
+        return False
+
+
+def persistence_mode(config: Config) -> str:
+    parts = []
+    if config.get("appendonly"):
+        parts.append(
+            f"AOF ({config.get('appendfilename')}, appendfsync {config.get('appendfsync')})"
+        )
+    rules = config.get("save")
+    if rules:
+        parts.append("snapshots (save " + " ".join(f"{s} {c}" for s, c in rules) + ")")
+    return " + ".join(parts) if parts else "none (data is lost on restart)"
+
+
+def run(config: Config) -> int:
+    """Everything after the configuration is known; returns the exit code."""
+    if config.get("daemonize"):
+        daemonize()
+    setup_logging(config)
+    pid = os.getpid()
+    log.info("oO0OoO0OoO0Oo rcp11 is starting oO0OoO0OoO0Oo")
+    log.info("rcp11 version=%s, bits=64, pid=%d, just started", __version__, pid)
+    if config.path:
+        log.info("Configuration loaded (file '%s')", config.path)
+    else:
+        log.warning(
+            "Warning: no config file specified, using the default config. In order to "
+            "specify a config file use rcp11-server /path/to/redis.conf"
+        )
+    try:
+        os.chdir(config.get("dir"))
+    except OSError as exc:
+        log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
+        return 1
+    pidfile = config.get("pidfile")
+    if pidfile:
+        pidfile = os.path.abspath(pidfile)
+        if not write_pidfile(pidfile):
+            pidfile = ""
+
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    state = ServerState(config)
+    from rcp11.blocking import BlockingManager
+
+    BlockingManager(state)
+    server = Server(state, loop)
+    log.info("rcp11 %s running standalone, port %d, pid %d", __version__, config.get("port"), pid)
+    log.info("Persistence: %s", persistence_mode(config))
+    log.info("Server initialized")
+    try:
+        try:
+            from rcp11.persistence import Persistence
+        except ImportError:
+            Persistence = None  # noqa: N806 - persistence not built yet
+        if Persistence is not None:
+            persistence = Persistence(state)
+            started = time.monotonic()
+            persistence.load()
+            log.info("Data loaded from disk: %.3f seconds", time.monotonic() - started)
+    except Exception as exc:
+        log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
+        log.debug("Details:", exc_info=True)
+        _remove_pidfile(pidfile)
+        loop.close()
+        return 1
+
+    try:
+        loop.run_until_complete(server.listen())
+    except SystemExit as exc:
+        log.warning("%s", exc)
+        _remove_pidfile(pidfile)
+        loop.close()
+        return 1
+    for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        loop.add_signal_handler(signum, server.on_signal, name)
+    server.start_cron()
+    if config.get("port"):
+        log.info("Ready to accept connections tcp")
+    if server.unix_path:
+        log.info("Ready to accept connections unix")
+    try:
+        loop.run_forever()
+    finally:
+        _remove_pidfile(pidfile)
+        log.warning("rcp11 is now ready to exit, bye bye...")
+        loop.close()
+    return server.exit_code
+
+
+def _remove_pidfile(path: str) -> None:
+    if path:
+        log.info("Removing the pid file.")
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if args and args[0] in ("-v", "--version"):
+        print(
+            f"rcp11 server v={__version__} python={sys.version.split()[0]} "
+            f"bits={64 if sys.maxsize > 2**32 else 32}"
+        )
+        return 0
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        print(exc.fatal_message(), file=sys.stderr)
+        return 1
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
