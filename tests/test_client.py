@@ -1,0 +1,331 @@
+"""rcp11.client against a real server: commands, parsing, pipelines, consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from conftest import REPO, ServerProcess
+
+from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    # One server for the module (tests flush it): starting one per test would
+    # dominate the run time on a small machine.
+    server = ServerProcess(tmp_path_factory.mktemp("client")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def client(request: pytest.FixtureRequest, srv: ServerProcess) -> Iterator[Client]:
+    c = Client(host="127.0.0.1", port=srv.port, protocol=request.param)
+    c.flushall()
+    yield c
+    c.close()
+
+
+def new_client(srv: ServerProcess, protocol: int = 2) -> Client:
+    return Client(host="127.0.0.1", port=srv.port, protocol=protocol)
+
+
+def wait_blocked(c: Client, clients: int, timeout: float = 10.0) -> None:
+    """Wait until the server reports `clients` connections blocked in TREAD."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if int(c.info("clients").get("blocked_clients", 0)) >= clients:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{clients} client(s) never blocked: {c.info('clients')}")
+
+
+# ---------------------------------------------------------------------------
+# Import hygiene
+# ---------------------------------------------------------------------------
+
+
+def test_importing_client_loads_no_server_code_and_no_rcp11_c_extension() -> None:
+    code = (
+        "import sys, rcp11.client\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rcp11')))\n"
+        "print('_cffi_backend' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["['rcp11', 'rcp11.client']", "False"]
+
+
+# ---------------------------------------------------------------------------
+# Reply parsing without a server
+# ---------------------------------------------------------------------------
+
+
+def test_parse_tread_withinfo_builds_read_result() -> None:
+    result = parse_tread([[3, 9, 4, 3], b"d", None, b"f"], withinfo=True)
+    assert result == ReadResult(3, 9, 4, 3, [b"d", None, b"f"])
+    assert result.next_offset == 10
+    assert result.length == 7
+    assert result.end == 7
+    assert list(result.items()) == [(4, b"d"), (6, b"f")]
+
+
+def test_parse_tread_timeout_is_none_in_both_modes() -> None:
+    assert parse_tread(None) is None
+    assert parse_tread(None, withinfo=True) is None
+
+
+def test_argument_mistakes_fail_before_reaching_the_server() -> None:
+    c = Client(host="127.0.0.1", port=1)  # nothing listens: must not be contacted
+    with pytest.raises(redis.exceptions.DataError):
+        c.twrite("k")
+    with pytest.raises(redis.exceptions.DataError):
+        c.tread("k", 0, 1, group="g1", groupnew="g2")
+    with pytest.raises(redis.exceptions.DataError):
+        c.tread("k", "0", 1)
+    with pytest.raises(redis.exceptions.DataError):
+        c.tevict("k", 1.5)
+
+
+def test_blocking_reads_are_not_cut_by_redis_py_default_socket_timeout() -> None:
+    assert Client(port=1).connection_pool.connection_kwargs["socket_timeout"] is None
+    assert (
+        Client.from_url("redis://127.0.0.1:1").connection_pool.connection_kwargs["socket_timeout"]
+        is None
+    )
+    assert Client(port=1, socket_timeout=3).connection_pool.connection_kwargs["socket_timeout"] == 3
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+def test_twrite_returns_first_offset_of_consecutive_entries(client: Client) -> None:
+    assert client.twrite("s", b"a") == 0
+    assert client.twrite("s", b"b", b"c", b"d") == 1
+    assert client.twrite("s", "e") == 4
+    assert client.tread("s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_single_entry_that_looks_like_an_option_is_stored_verbatim(client: Client) -> None:
+    client.twrite("s", b"ENTRIES")
+    client.twrite("s", b"BACKLOG")
+    assert client.tread("s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
+
+
+def test_twrite_backlog_keeps_only_the_newest_messages(client: Client) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(5)])
+    assert client.twrite("s", b"m5", backlog=2) == 5
+    info = client.tread("s", 0, 10, withinfo=True)
+    assert (info.first_offset, info.last_offset) == (4, 5)
+    assert info.messages == [None, None, None, None, b"m4", b"m5"]
+
+
+def test_tread_withinfo_and_negative_offsets(client: Client) -> None:
+    assert client.tread("missing", 0, 0, withinfo=True) == ReadResult(0, -1, 0, 0, [])
+    client.twrite("s", *[b"%d" % i for i in range(10)])
+    last_three = client.tread("s", -3, 10, withinfo=True)
+    assert (last_three.start, last_three.count) == (7, 3)
+    assert last_three.messages == [b"7", b"8", b"9"]
+    assert client.tread("s", -3, 10) == [b"7", b"8", b"9"]
+    info_only = client.tread("s", 0, 0, withinfo=True)
+    assert info_only.messages == [] and info_only.next_offset == 10
+    assert client.tread("s", 10, 5) == []
+
+
+def test_tevict_counts_and_leaves_nulls(client: Client) -> None:
+    client.twrite("s", *[b"%d" % i for i in range(6)])
+    assert client.tevict("s", 1) == 2
+    assert client.tread("s", 0, 3) == [None, None, b"2"]
+    assert client.tevict("s", -2) == 2  # keep the newest two
+    assert client.tread("s", 0, 10) == [None, None, None, None, b"4", b"5"]
+    assert client.tevict("missing", 5) == 0
+
+
+def test_block_timeout_returns_none(client: Client) -> None:
+    assert client.tread("s", 0, 10, block=50) is None
+    assert client.tread("s", 0, 10, block=50, withinfo=True) is None
+
+
+def test_blocked_tread_receives_a_later_write(srv: ServerProcess, client: Client) -> None:
+    writer = new_client(srv)
+
+    def write_when_blocked() -> None:
+        wait_blocked(writer, 1)
+        writer.twrite("s", b"late")
+
+    thread = threading.Thread(target=write_when_blocked)
+    thread.start()
+    try:
+        assert client.tread("s", 0, 10, block=0) == [b"late"]
+    finally:
+        thread.join()
+        writer.close()
+
+
+def test_wrong_type_is_a_response_error(client: Client) -> None:
+    client.set("plain", "x")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        client.tread("plain", 0, 1)
+
+
+def test_group_reads_advance_the_group_key(client: Client) -> None:
+    client.twrite("s", b"a", b"b", b"c")
+    assert client.tread("s", 0, 2, group="g") == [b"a", b"b"]
+    assert client.get("g") == b"2"
+    assert client.tread("s", 0, 2, group="g", withinfo=True).messages == [b"c"]
+    assert client.tread("s", 0, 2, groupnew="fresh") == []
+    client.twrite("s", b"d")
+    assert client.tread("s", 0, 2, groupnew="fresh") == [b"d"]
+
+
+# ---------------------------------------------------------------------------
+# Pipelines
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi"])
+def test_pipeline_replies_are_parsed(client: Client, transaction: bool) -> None:
+    pipe = client.pipeline(transaction=transaction)
+    pipe.twrite("s", b"a", b"b")
+    pipe.twrite("s", b"c", backlog=2)
+    pipe.tread("s", 0, 10)
+    pipe.tread("s", 0, 10, withinfo=True)
+    pipe.tevict("s", 1)
+    if transaction:
+        pipe.tread("s", 100, 10, block=0)  # inside MULTI a read never blocks
+    results = pipe.execute()
+    assert results[:3] == [0, 2, [None, b"b", b"c"]]
+    assert results[3] == ReadResult(1, 2, 0, 3, [None, b"b", b"c"])
+    assert results[4] == 1
+    if transaction:
+        assert results[5] == []
+
+
+# ---------------------------------------------------------------------------
+# Consumers
+# ---------------------------------------------------------------------------
+
+
+def test_follow_yields_existing_then_new_messages(srv: ServerProcess, client: Client) -> None:
+    client.twrite("s", b"old0", b"old1", b"old2")
+    writer = new_client(srv)
+
+    def write_later() -> None:
+        wait_blocked(writer, 1)
+        writer.twrite("s", b"new3", b"new4")
+
+    thread = threading.Thread(target=write_later)
+    thread.start()
+    try:
+        got = list(itertools.islice(client.follow("s", start=-2, batch=10, block_ms=2000), 4))
+    finally:
+        thread.join()
+        writer.close()
+    assert got == [(1, b"old1"), (2, b"old2"), (3, b"new3"), (4, b"new4")]
+
+
+def test_follow_skips_evicted_messages(client: Client) -> None:
+    client.twrite("s", *[b"%d" % i for i in range(10)])
+    client.tevict("s", 6)
+    got = list(itertools.islice(client.follow("s", start=0, batch=2), 3))
+    assert got == [(7, b"7"), (8, b"8"), (9, b"9")]
+
+
+def test_group_consumers_split_the_messages(srv: ServerProcess) -> None:
+    admin = new_client(srv)
+    admin.flushall()
+    received: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
+
+    def consume(name: str) -> None:
+        c = new_client(srv)
+        try:
+            stream = c.follow_group("s", "workers", new=True, batch=10, block_ms=5000)
+            received[name] = list(itertools.islice(stream, 10))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=consume, args=(name,)) for name in received]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_blocked(admin, 2)
+        admin.twrite("s", *[b"m%d" % i for i in range(20)])
+    finally:
+        for thread in threads:
+            thread.join(30)
+    offsets_a = [offset for offset, _ in received["a"]]
+    offsets_b = [offset for offset, _ in received["b"]]
+    assert len(offsets_a) == len(offsets_b) == 10
+    assert sorted(offsets_a + offsets_b) == list(range(20))
+    assert admin.get("workers") == b"20"
+    admin.close()
+
+
+# ---------------------------------------------------------------------------
+# asyncio
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_async_client_commands_and_pipeline(srv: ServerProcess, protocol: int) -> None:
+    async def scenario() -> None:
+        c = AsyncClient(host="127.0.0.1", port=srv.port, protocol=protocol)
+        try:
+            await c.flushall()
+            assert await c.twrite("s", b"a", b"b", b"c") == 0
+            assert await c.tread("s", 1, 5) == [b"b", b"c"]
+            info = await c.tread("s", -1, 5, withinfo=True)
+            assert info == ReadResult(0, 2, 2, 1, [b"c"])
+            assert await c.tread("s", 3, 5, block=30) is None
+            assert await c.tevict("s", 0) == 1
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.twrite("s", b"d")
+                pipe.tread("s", 0, 10, withinfo=True)
+                results = await pipe.execute()
+            assert results == [3, ReadResult(1, 3, 0, 4, [None, b"b", b"c", b"d"])]
+        finally:
+            await c.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_async_follow_and_follow_group(srv: ServerProcess) -> None:
+    async def scenario() -> None:
+        reader = AsyncClient(host="127.0.0.1", port=srv.port)
+        writer = AsyncClient(host="127.0.0.1", port=srv.port, protocol=3)
+        try:
+            await writer.flushall()
+            await writer.twrite("s", b"x0")
+
+            async def take(stream, n: int) -> list[tuple[int, bytes]]:
+                items = []
+                async for item in stream:
+                    items.append(item)
+                    if len(items) == n:
+                        break
+                return items
+
+            following = asyncio.create_task(take(reader.follow("s", block_ms=2000), 3))
+            await asyncio.sleep(0)
+            await writer.twrite("s", b"x1", b"x2")
+            assert await following == [(0, b"x0"), (1, b"x1"), (2, b"x2")]
+
+            grouped = await take(reader.follow_group("s", "g", batch=2), 3)
+            assert grouped == [(0, b"x0"), (1, b"x1"), (2, b"x2")]
+            assert await writer.get("g") == b"3"
+        finally:
+            await reader.aclose()
+            await writer.aclose()
+
+    asyncio.run(scenario())
