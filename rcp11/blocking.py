@@ -1,0 +1,257 @@
+"""Clients blocked in `TREAD ... BLOCK`, woken when their stream grows.
+
+A blocked client waits on one stream key. Waiters of a key sit in one FIFO
+(an insertion-ordered dict, so a disconnecting client leaves in O(1)).
+Readers of a group share the group key: when messages arrive they are served
+in the order they blocked, each from where the previous one stopped, so a
+group spreads messages over its readers (SPEC.md section 3).
+
+The command layer calls signal_key() when a key changes and serve_ready()
+after the command ran (Redis's call() order: run, propagate, then wake). The
+server cron calls expire(); a disconnect calls remove().
+
+The read helpers below (stream_reply, group_position, ...) are shared with
+TREAD itself, so a woken client gets exactly the reply a non-blocking read
+would have produced at that moment.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rcp11 import errors
+from rcp11.errors import CommandError
+from rcp11.resp import NULL_ARRAY, Error, Raw
+from rcp11.state import ClientState, ServerState
+
+if TYPE_CHECKING:
+    from rcp11.storage import Stream
+
+# A group key holds a decimal offset written the way Redis writes integers:
+# no sign on positives, no leading zeros.
+_OFFSET_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
+_MAX_OFFSET = 2**63 - 1
+
+
+@dataclass(eq=False)
+class BlockRequest:
+    """What a blocked TREAD waits for. eq=False: requests are compared by
+    identity, so two equal-looking requests of different clients differ."""
+
+    client: ClientState
+    key: bytes
+    start: int  # absolute start offset; unused when group is set
+    count: int
+    withinfo: bool = False
+    group: bytes | None = None
+    group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    deadline: float | None = None  # time.monotonic() seconds; None waits forever
+
+
+def stream_reply(
+    stream: Stream | None, start: int, count: int, withinfo: bool, resp3: bool
+) -> tuple[Raw, int]:
+    """TREAD's reply for offsets start.. (at most count of them) as Raw
+    RESP bytes, and how many offsets it holds (nulls included)."""
+    next_offset = stream.next_offset if stream is not None else 0
+    n = min(count, next_offset - start) if start < next_offset else 0
+    body = stream.read_resp(start, n, resp3) if n > 0 else b""
+    if withinfo:
+        first = stream.first_offset if stream is not None else 0
+        head = b"*%d\r\n*4\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n" % (
+            n + 1,
+            first,
+            next_offset - 1,
+            start,
+            n,
+        )
+    else:
+        head = b"*%d\r\n" % n
+    return Raw(head + body), n
+
+
+def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
+    value = state.keyspace.get(key)
+    if isinstance(value, bytes):
+        raise CommandError(errors.WRONGTYPE)
+    return value
+
+
+def group_position(state: ServerState, group: bytes) -> int | None:
+    """The offset stored in a group key, None when the key is missing."""
+    value = state.keyspace.get(group)
+    if value is None:
+        return None
+    if not isinstance(value, bytes):
+        raise CommandError(errors.WRONGTYPE)
+    if not _OFFSET_RE.fullmatch(value) or int(value) > _MAX_OFFSET:
+        raise CommandError(errors.group_not_offset(group))
+    return int(value)
+
+
+def group_default_start(stream: Stream | None, group_new: bool) -> int:
+    """Where a group without a group key starts: the oldest readable
+    message, or (GROUPNEW) the next message written."""
+    if stream is None:
+        return 0
+    return stream.next_offset if group_new else stream.first_offset
+
+
+def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
+    value = b"%d" % offset
+    state.keyspace.set(group, value)
+    state.propagate([b"SET", group, value])
+
+
+class BlockingManager:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        state.blocking = self
+        # stream key -> FIFO of requests waiting on it
+        self._waiting: dict[bytes, dict[BlockRequest, None]] = {}
+        # group key -> stream keys with group readers waiting -> how many,
+        # so a SET/DEL of a group key re-checks the readers of that group.
+        self._groups: dict[bytes, dict[bytes, int]] = {}
+        self._ready: dict[bytes, None] = {}
+        self._deadlines: list[tuple[float, int, BlockRequest]] = []
+        self._sequence = itertools.count()
+
+    def __len__(self) -> int:
+        return sum(len(queue) for queue in self._waiting.values())
+
+    @property
+    def active(self) -> bool:
+        """Whether any client waits (lets writers skip signal_key)."""
+        return bool(self._waiting)
+
+    def block(self, client: ClientState, request: BlockRequest) -> None:
+        client.blocked = request
+        self._waiting.setdefault(request.key, {})[request] = None
+        if request.group is not None:
+            streams = self._groups.setdefault(request.group, {})
+            streams[request.key] = streams.get(request.key, 0) + 1
+        if request.deadline is not None:
+            heapq.heappush(self._deadlines, (request.deadline, next(self._sequence), request))
+        self.state.stats.blocked_clients += 1
+
+    def signal_key(self, key: bytes) -> None:
+        """key changed: its waiters (or the waiters of a group whose group
+        key it is) are checked at the next serve_ready()."""
+        if key in self._waiting:
+            self._ready[key] = None
+        streams = self._groups.get(key)
+        if streams:
+            for stream_key in streams:
+                self._ready[stream_key] = None
+
+    def serve_ready(self) -> None:
+        if not self._ready:
+            return
+        served: list[ClientState] = []
+        while self._ready:
+            key = next(iter(self._ready))
+            del self._ready[key]
+            self._serve_key(key, served)
+        # Resuming pipelines last: a resumed client may run commands that
+        # block or wake others again, which must not happen mid-iteration.
+        for client in served:
+            client.on_unblocked()
+
+    def expire(self, now: float | None = None) -> None:
+        """Answer every client whose BLOCK timeout passed with a null
+        array. now: time.monotonic() seconds."""
+        now = time.monotonic() if now is None else now
+        timed_out: list[ClientState] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            request = heapq.heappop(heap)[2]
+            if request.client.blocked is request:
+                self._finish(request, NULL_ARRAY)
+                timed_out.append(request.client)
+        for client in timed_out:
+            client.on_unblocked()
+
+    def next_deadline(self) -> float | None:
+        """The earliest pending timeout (time.monotonic() seconds), for a
+        server that wants to wake exactly then instead of at its next tick."""
+        heap = self._deadlines
+        while heap and heap[0][2].client.blocked is not heap[0][2]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def remove(self, client: ClientState) -> None:
+        """The client disconnected: forget it at once, so messages that
+        arrive later go to the next waiter."""
+        request = client.blocked
+        if isinstance(request, BlockRequest):
+            self._forget(request)
+
+    def _forget(self, request: BlockRequest) -> None:
+        request.client.blocked = None
+        self.state.stats.blocked_clients -= 1
+        queue = self._waiting.get(request.key)
+        if queue is not None:
+            queue.pop(request, None)
+            if not queue:
+                del self._waiting[request.key]
+        if request.group is not None:
+            streams = self._groups[request.group]
+            streams[request.key] -= 1
+            if not streams[request.key]:
+                del streams[request.key]
+                if not streams:
+                    del self._groups[request.group]
+
+    def _finish(self, request: BlockRequest, reply: Any) -> None:
+        client = request.client
+        client.send(reply)
+        self._forget(request)
+
+    def _serve_key(self, key: bytes, served: list[ClientState]) -> None:
+        queue = self._waiting.get(key)
+        if not queue:
+            return
+        state = self.state
+        for request in list(queue):
+            if request.client.blocked is not request:
+                continue
+            try:
+                stream = lookup_stream(state, key)
+                next_offset = stream.next_offset if stream is not None else 0
+                if request.group is None:
+                    start = request.start
+                    if start >= next_offset:
+                        continue
+                    reply, n = stream_reply(
+                        stream, start, request.count, request.withinfo, request.client.resp == 3
+                    )
+                else:
+                    position = group_position(state, request.group)
+                    start = position
+                    if start is None:
+                        start = group_default_start(stream, request.group_new)
+                    if start >= next_offset:
+                        if position is None:
+                            # The group key was deleted while this reader
+                            # waited: recreate it, as blocking would have.
+                            set_group_position(state, request.group, start)
+                        continue
+                    reply, n = stream_reply(
+                        stream, start, request.count, request.withinfo, request.client.resp == 3
+                    )
+                    if start + n != position:
+                        set_group_position(state, request.group, start + n)
+            except CommandError as exc:
+                # The key turned into a string (or the group key into
+                # garbage): the reader gets the error TREAD would now give.
+                self._finish(request, Error(exc.message))
+                served.append(request.client)
+                continue
+            state.stats.total_messages_read += n
+            self._finish(request, reply)
+            served.append(request.client)
