@@ -55,3 +55,42 @@ def wrong_arity(name: str) -> str:
 
 def unknown_subcommand(sub: str, command: str) -> str:
     return f"ERR unknown subcommand '{sub}'. Try {command.upper()} HELP."
+
+
+# --- command layer (rcp11.commands, rcp11.blocking) ---
+GROUP_IS_KEY = "ERR the group key must be a different key than the stream key"
+GROUP_AND_GROUPNEW = "ERR GROUP and GROUPNEW cannot be used together"
+NEGATIVE_COUNT = "ERR count must be >= 0"
+NEGATIVE_TIMEOUT = "ERR timeout is negative"
+INVALID_EXPIRE = "ERR invalid expire time in '{}' command"
+INCR_OVERFLOW = "ERR increment or decrement would overflow"
+DB_INDEX = "ERR DB index is out of range"
+NO_SUCH_CLIENT = "ERR No such client"
+CLIENT_NAME = "ERR Client names cannot contain spaces, newlines or special characters."
+INVALID_CURSOR = "ERR invalid cursor"
+NOPROTO = "NOPROTO unsupported protocol version"
+HELLO_PROTO = "ERR Protocol version is not an integer or out of range"
+HELLO_NOAUTH = (
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+    "HELLO AUTH <user> <pass> option can be used to authenticate the client and select "
+    "the RESP protocol version at the same time"
+)
+AUTH_NOT_CONFIGURED = (
+    "ERR AUTH <password> called without any password configured for the default user. "
+    "Are you sure your configuration is correct?"
+)
+NO_PERSISTENCE = "ERR persistence is not available in this server"
+
+
+def group_not_offset(group: bytes) -> str:
+    name = group[:128].decode("utf-8", "replace")
+    return f"ERR group key '{name}' does not hold a valid offset (an integer >= 0)"
+
+
+def syntax_error(problem: str) -> str:
+    """A syntax error that says what is wrong (TWRITE, TREAD)."""
+    return f"ERR syntax error, {problem}"
+
+
+def exec_abort_because(reason: str) -> str:
+    return f"EXECABORT Transaction discarded because of: {reason}"

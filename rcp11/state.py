@@ -114,6 +114,9 @@ class ClientState:
     # Counters for CLIENT LIST / INFO.
     query_buffer_len: int = 0
     output_buffer_len: int = 0
+    # CLIENT SETINFO (redis-py sends it on connect), shown by CLIENT LIST.
+    lib_name: bytes = b""
+    lib_ver: bytes = b""
 
 
 @dataclass
@@ -131,6 +134,8 @@ class Stats:
     total_messages_written: int = 0
     total_messages_read: int = 0
     total_messages_evicted: int = 0
+    # INFO commandstats: command name -> [calls, usec, rejected, failed]
+    commands: dict[str, list[int]] = field(default_factory=dict)
 
 
 class Keyspace:
