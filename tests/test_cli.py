@@ -1,0 +1,362 @@
+"""The rcp11 command line as a user runs it: python -m rcp11 ... with pipes."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import REPO, ServerProcess, free_port, require
+
+from rcp11.cli import Progress, split_messages
+from rcp11.client import Client
+
+
+def rcp11(
+    *args: str, input: bytes = b"", timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "rcp11", *args],
+        cwd=REPO,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path_factory.mktemp("cli")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(srv: ServerProcess) -> Iterator[Client]:
+    c = Client(host="127.0.0.1", port=srv.port)
+    c.flushall()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def port(srv: ServerProcess) -> str:
+    return str(srv.port)
+
+
+def wait_blocked(c: Client, clients: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if int(c.info("clients").get("blocked_clients", 0)) >= clients:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{clients} client(s) never blocked")
+
+
+# ---------------------------------------------------------------------------
+# Help and usage
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ([], [b"produce", b"consume", b"info", b"evict", b"--host", b"rcp11 server"]),
+        (["produce"], [b"--batch", b"--backlog", b"--null", b"KEY", b"stdin"]),
+        (["consume"], [b"--from", b"--group", b"--groupnew", b"--follow", b"--count", b"--block"]),
+        (["info"], [b"KEY", b"--json"]),
+        (["evict"], [b"KEY", b"OFFSET"]),
+    ],
+)
+def test_help_describes_each_command(command: list[str], expected: list[bytes]) -> None:
+    result = rcp11(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    for word in expected:
+        assert word in result.stdout
+
+
+def test_bad_usage_exits_2_with_a_message() -> None:
+    result = rcp11("consume")
+    assert result.returncode == 2
+    assert b"KEY" in result.stderr
+    assert rcp11("consume", "k", "--group", "g", "--groupnew", "h").returncode == 2
+    assert rcp11("produce", "k", "--batch", "0").returncode == 2
+
+
+# ---------------------------------------------------------------------------
+# produce / consume
+# ---------------------------------------------------------------------------
+
+
+def test_produce_stdin_then_consume_to_stdout(client: Client, port: str) -> None:
+    lines = [b"alpha", b"", "gr\u00fc\u00df".encode(), b"tab\there", b"last without newline"]
+    produced = rcp11("-p", port, "produce", "events", input=b"\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    assert b"5 messages" in produced.stderr and b"offsets 0..4" in produced.stderr
+    assert client.tread("events", 0, 10) == lines
+
+    consumed = rcp11("consume", "events", "-p", port)
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout == b"".join(line + b"\n" for line in lines)
+
+
+def test_produce_many_lines_in_small_batches_keeps_order(client: Client, port: str) -> None:
+    data = b"".join(b"%d\n" % i for i in range(5000))
+    produced = rcp11("-p", port, "produce", "big", "--batch", "7", input=data)
+    assert produced.returncode == 0, produced.stderr
+    assert b"offsets 0..4999" in produced.stderr
+    assert client.tread("big", 0, 10000) == [b"%d" % i for i in range(5000)]
+    consumed = rcp11("-p", port, "consume", "big", "--batch", "333")
+    assert consumed.stdout == data
+
+
+def test_produce_appends_after_existing_offsets_and_honours_backlog(
+    client: Client, port: str
+) -> None:
+    client.twrite("s", b"x", b"y")
+    produced = rcp11("-p", port, "produce", "s", "--backlog", "3", input=b"a\nb\nc\nd\n")
+    assert b"offsets 2..5" in produced.stderr
+    info = client.tread("s", 0, 0, withinfo=True)
+    assert (info.first_offset, info.last_offset) == (3, 5)
+
+
+def test_produce_null_separated_messages_may_contain_newlines(client: Client, port: str) -> None:
+    produced = rcp11("-p", port, "produce", "s", "--null", input=b"one\nline\0two\0")
+    assert produced.returncode == 0
+    assert client.tread("s", 0, 10) == [b"one\nline", b"two"]
+    consumed = rcp11("-p", port, "consume", "s", "--null")
+    assert consumed.stdout == b"one\nline\0two\0"
+
+
+def test_produce_with_empty_input_writes_nothing(client: Client, port: str) -> None:
+    produced = rcp11("-p", port, "produce", "s")
+    assert produced.returncode == 0
+    assert b"nothing written" in produced.stderr
+    assert client.exists("s") == 0
+
+
+def test_consume_from_count_and_offsets(client: Client, port: str) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(10)])
+    assert rcp11("-p", port, "consume", "s", "--from", "-3").stdout == b"m7\nm8\nm9\n"
+    assert rcp11("-p", port, "consume", "s", "--from", "4", "-n", "2").stdout == b"m4\nm5\n"
+    assert rcp11("-p", port, "consume", "s", "--from", "8", "--offsets").stdout == b"8\tm8\n9\tm9\n"
+
+
+def test_consume_skips_evicted_messages(client: Client, port: str) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(6)])
+    client.tevict("s", 3)
+    assert rcp11("-p", port, "consume", "s", "--offsets").stdout == b"4\tm4\n5\tm5\n"
+
+
+def test_consume_group_members_share_the_stream(client: Client, port: str) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(5)])
+    first = rcp11("-p", port, "consume", "s", "--group", "s:g", "--count", "3")
+    second = rcp11("-p", port, "consume", "s", "--group", "s:g")
+    assert first.stdout == b"m0\nm1\nm2\n"
+    assert second.stdout == b"m3\nm4\n"
+    assert client.get("s:g") == b"5"
+
+
+def test_consume_groupnew_with_block_gets_messages_written_later(client: Client, port: str) -> None:
+    client.twrite("s", b"before")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", port, "consume", "s"]
+        + ["--groupnew", "s:new", "--block", "20000", "--count", "2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_blocked(client, 1)
+        client.twrite("s", b"after1", b"after2")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out == b"after1\nafter2\n"
+
+
+def test_consume_block_exits_after_waiting_in_vain(client: Client, port: str) -> None:
+    client.twrite("s", b"only")
+    result = rcp11("-p", port, "consume", "s", "--block", "100")
+    assert result.returncode == 0
+    assert result.stdout == b"only\n"
+
+
+def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> None:
+    client.twrite("s", b"a", b"b")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", port, "consume", "s", "--follow"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"a\n"
+        assert proc.stdout.readline() == b"b\n"
+        client.twrite("s", b"c")
+        assert proc.stdout.readline() == b"c\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert b"Traceback" not in err
+
+
+def test_consume_into_a_closed_pipe_is_quiet(client: Client, port: str) -> None:
+    client.twrite("s", *[b"x" * 100] * 5000)
+    pipeline = subprocess.run(
+        f"{sys.executable} -m rcp11 -p {port} consume s | head -n 1",
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
+    assert pipeline.stdout == b"x" * 100 + b"\n"
+    assert b"Traceback" not in pipeline.stderr
+
+
+# ---------------------------------------------------------------------------
+# info / evict
+# ---------------------------------------------------------------------------
+
+
+def test_info_shows_offsets(client: Client, port: str) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(10)])
+    client.tevict("s", 2)
+    text = rcp11("-p", port, "info", "s").stdout.decode()
+    assert "first_offset: 3" in text and "last_offset: 9" in text
+    assert "next_offset: 10" in text and "length: 7" in text
+    fields = json.loads(rcp11("-p", port, "info", "s", "--json").stdout)
+    assert fields == {
+        "key": "s",
+        "first_offset": 3,
+        "last_offset": 9,
+        "next_offset": 10,
+        "length": 7,
+    }
+    assert b"never written" in rcp11("-p", port, "info", "nothing").stdout
+
+
+def test_evict_reports_what_remains(client: Client, port: str) -> None:
+    client.twrite("s", *[b"m%d" % i for i in range(10)])
+    result = rcp11("-p", port, "evict", "s", "4")
+    assert result.returncode == 0
+    assert b"evicted 5 messages" in result.stdout and b"5..9" in result.stdout
+    result = rcp11("-p", port, "evict", "s", "-2")
+    assert b"evicted 3 messages" in result.stdout and b"8..9" in result.stdout
+    assert client.tread("s", 7, 5) == [None, b"m8", b"m9"]
+
+
+# ---------------------------------------------------------------------------
+# Errors a user can act on
+# ---------------------------------------------------------------------------
+
+
+def test_no_server_says_how_to_start_one() -> None:
+    port = str(free_port())
+    result = rcp11("-p", port, "produce", "s", input=b"x\n")
+    assert result.returncode == 1
+    assert f"cannot connect to 127.0.0.1:{port}".encode() in result.stderr
+    assert b"rcp11-server" in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_wrong_type_key_is_explained(client: Client, port: str) -> None:
+    client.set("plain", "1")
+    result = rcp11("-p", port, "consume", "plain")
+    assert result.returncode == 1
+    assert b"holds a string, not a stream" in result.stderr
+
+
+def test_password_protected_server(server_factory) -> None:
+    protected = server_factory(requirepass="s3cret")
+    port = str(protected.port)
+    refused = rcp11("-p", port, "info", "s")
+    assert refused.returncode == 1
+    assert b"-a PASSWORD" in refused.stderr
+    wrong = rcp11("-p", port, "-a", "nope", "info", "s")
+    assert wrong.returncode == 1 and b"refused the password" in wrong.stderr
+    produced = rcp11("-p", port, "-a", "s3cret", "produce", "s", input=b"x\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = rcp11("-u", f"redis://:s3cret@127.0.0.1:{port}", "consume", "s")
+    assert consumed.stdout == b"x\n"
+
+
+def test_plain_redis_server_is_recognised(tmp_path) -> None:
+    require("redis-server")
+    port = free_port()
+    redis_server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        plain = Client(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                plain.ping()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        plain.close()
+        result = rcp11("-p", str(port), "produce", "s", input=b"x\n")
+    finally:
+        redis_server.kill()
+        redis_server.wait()
+    assert result.returncode == 1
+    assert b"not an rcp11 server" in result.stderr
+
+
+# ---------------------------------------------------------------------------
+# Pieces that need no server
+# ---------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_reports_rate_once_per_interval() -> None:
+    clock = FakeClock()
+    out = io.StringIO()
+    progress = Progress("produce", out, enabled=True, interval=1.0, clock=clock)
+    clock.now += 0.5
+    progress.add(500)
+    assert out.getvalue() == ""
+    clock.now += 0.5
+    progress.add(500)
+    assert out.getvalue() == "produce: 1,000 messages, 1,000 msg/s\n"
+    clock.now += 2.0
+    progress.add(1000)
+    assert out.getvalue().splitlines()[-1] == "produce: 2,000 messages, 500 msg/s"
+    progress.finish()
+    assert out.getvalue().splitlines()[-1] == "produce: 2,000 messages in 3.0 s, 667 msg/s average"
+
+
+def test_progress_disabled_prints_nothing() -> None:
+    clock = FakeClock()
+    out = io.StringIO()
+    progress = Progress("consume", out, enabled=False, clock=clock)
+    clock.now += 5
+    progress.add(10)
+    progress.finish()
+    assert out.getvalue() == "" and progress.total == 10
+
+
+def test_split_messages_joins_lines_across_chunks() -> None:
+    chunks = iter([b"ab", b"c\nd", b"e\n\nf"])
+    assert list(split_messages(chunks, b"\n")) == [[b"abc"], [b"de", b""], [b"f"]]
