@@ -1,0 +1,323 @@
+"""execute() without a network: dispatch checks, transactions, propagation
+order, blocking and group hand-out, seen through what clients receive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rcp11 import errors
+from rcp11.blocking import BlockingManager
+from rcp11.commands import BLOCKED, COMMANDS, execute, glob_to_regex, parse_int
+from rcp11.config import Config
+from rcp11.errors import CommandError
+from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
+from rcp11.state import ClientState, NullPersistence, ServerState
+
+
+class RecordingPersistence(NullPersistence):
+    """Remembers what was propagated and lets a test refuse writes."""
+
+    def __init__(self) -> None:
+        self.log: list[list[bytes]] = []
+        self.refuse: str | None = None
+        self.reserved: list[tuple[bytes, int]] = []
+
+    def propagate(self, argv: list[bytes]) -> None:
+        self.log.append(list(argv))
+
+    def write_refused(self) -> str | None:
+        return self.refuse
+
+    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
+        self.reserved.append((key, new_next_offset))
+
+
+class Client(ClientState):
+    """A ClientState whose late replies (blocking) land in a list."""
+
+    def __init__(self, resp: int = 2) -> None:
+        super().__init__(resp=resp, authenticated=True)
+        self.received: list[Any] = []
+        self.unblocked = 0
+        self.send = self.received.append  # type: ignore[method-assign]
+        self.on_unblocked = self._count_unblock  # type: ignore[method-assign]
+
+    def _count_unblock(self) -> None:
+        self.unblocked += 1
+
+
+@pytest.fixture
+def state() -> ServerState:
+    st = ServerState(Config())
+    st.persistence = RecordingPersistence()
+    BlockingManager(st)
+    return st
+
+
+def run(state: ServerState, client: ClientState, *args: Any) -> Any:
+    argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return execute(state, client, argv)
+
+
+def wire(reply: Any, resp3: bool = False) -> bytes:
+    return encode(reply, resp3)
+
+
+def test_unknown_command_and_arity_errors_read_like_redis(state: ServerState) -> None:
+    c = Client()
+    assert run(state, c, "NOPE", "a", "b") == Error(
+        "ERR unknown command 'NOPE', with args beginning with: 'a' 'b' "
+    )
+    assert run(state, c, "GET") == Error("ERR wrong number of arguments for 'get' command")
+    assert run(state, c, "tread", "k", "0") == Error(
+        "ERR wrong number of arguments for 'tread' command"
+    )
+
+
+def test_every_command_has_a_sane_table_row() -> None:
+    for name, cmd in COMMANDS.items():
+        assert name == cmd.name == name.lower()
+        assert cmd.arity != 0
+        assert not ({"write", "readonly"} <= cmd.flags), name
+        if cmd.first_key:
+            assert cmd.step >= 1, name
+
+
+def test_noauth_until_auth_then_commands_run(state: ServerState) -> None:
+    state.config.set("requirepass", "pw")
+    c = Client()
+    c.authenticated = False
+    assert run(state, c, "PING") == Error(errors.NOAUTH)
+    assert run(state, c, "TWRITE", "s", "x") == Error(errors.NOAUTH)
+    assert run(state, c, "AUTH", "bad") == Error(errors.WRONGPASS)
+    assert run(state, c, "AUTH", "pw") == "OK"
+    assert run(state, c, "TWRITE", "s", "x") == 0
+
+
+def test_queued_commands_answer_queued_and_exec_runs_them_in_order(state: ServerState) -> None:
+    c = Client()
+    assert run(state, c, "MULTI") == "OK"
+    assert run(state, c, "TWRITE", "s", "a") is QUEUED
+    assert run(state, c, "TREAD", "s", "0", "10") is QUEUED
+    replies = run(state, c, "EXEC")
+    assert replies[0] == 0
+    assert wire(replies[1]) == b"*1\r\n$1\r\na\r\n"
+    assert state.persistence.log == [[b"MULTI"], [b"TWRITE", b"s", b"a"], [b"EXEC"]]
+
+
+def test_exec_that_changes_nothing_propagates_nothing(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "MULTI")
+    run(state, c, "GET", "x")
+    run(state, c, "TREAD", "s", "0", "1")
+    assert run(state, c, "EXEC") == [None, Raw(b"*0\r\n")]
+    assert state.persistence.log == []
+
+
+def test_errors_while_queuing_abort_exec(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "MULTI")
+    assert run(state, c, "GET") == Error(errors.wrong_arity("get"))
+    assert run(state, c, "NOSUCH") == Error(errors.unknown_command("NOSUCH", []))
+    run(state, c, "SET", "a", "1")
+    assert run(state, c, "EXEC") == Error(errors.EXEC_ABORT)
+    assert run(state, c, "GET", "a") is None
+    assert run(state, c, "EXEC") == Error(errors.EXEC_WITHOUT_MULTI)
+
+
+def test_watch_makes_exec_return_null_array_when_key_changed(state: ServerState) -> None:
+    c, other = Client(), Client()
+    run(state, c, "WATCH", "s")
+    run(state, other, "TWRITE", "s", "x")
+    run(state, c, "MULTI")
+    run(state, c, "SET", "a", "1")
+    assert run(state, c, "EXEC") is NULL_ARRAY
+    assert run(state, c, "GET", "a") is None
+    # EXEC forgot the watch: the next transaction runs.
+    run(state, c, "MULTI")
+    run(state, c, "SET", "a", "1")
+    assert run(state, c, "EXEC") == ["OK"]
+
+
+def test_misconf_refuses_writes_but_not_reads(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "x")
+    state.persistence.refuse = errors.MISCONF
+    assert run(state, c, "TWRITE", "s", "y") == Error(errors.MISCONF)
+    assert run(state, c, "SET", "a", "1") == Error(errors.MISCONF)
+    assert wire(run(state, c, "TREAD", "s", "0", "5")) == b"*1\r\n$1\r\nx\r\n"
+    # A group read moves its group key: a write.
+    assert run(state, c, "TREAD", "s", "0", "5", "GROUP", "g") == Error(errors.MISCONF)
+    state.persistence.refuse = None
+    assert run(state, c, "TWRITE", "s", "y") == 1
+
+
+def test_maxmemory_refuses_denyoom_commands_only(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "x" * 1000)
+    state.config.set("maxmemory", "100")
+    assert run(state, c, "TWRITE", "s", "y") == Error(errors.OOM)
+    assert run(state, c, "SET", "k", "v") == Error(errors.OOM)
+    # Commands that free memory still run.
+    assert run(state, c, "TEVICT", "s", "0") == 1
+    assert run(state, c, "DEL", "s") == 1
+    assert run(state, c, "SET", "k", "v") == "OK"
+
+
+def test_used_memory_tracks_writes_and_deletes(state: ServerState) -> None:
+    c = Client()
+    assert state.keyspace.used_bytes == 0
+    run(state, c, "SET", "k", "v" * 500)
+    after_set = state.keyspace.used_bytes
+    assert after_set > 500
+    run(state, c, "TWRITE", "s", "ENTRIES", *["m" * 100] * 50)
+    with_stream = state.keyspace.used_bytes
+    assert with_stream > after_set + 5000
+    assert run(state, c, "MEMORY", "USAGE", "s") == with_stream - after_set
+    run(state, c, "DEL", "s", "k")
+    assert state.keyspace.used_bytes == 0
+
+
+def test_twrite_reserves_offsets_before_appending(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "ENTRIES", "a", "b", "c")
+    run(state, c, "TWRITE", "s", "d")
+    assert state.persistence.reserved == [(b"s", 3), (b"s", 4)]
+
+
+def test_twrite_past_the_largest_offset_fails_and_writes_nothing(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "a")
+    stream = state.keyspace.get(b"s")
+    stream.raise_next_offset(2**63 - 2)
+    assert run(state, c, "TWRITE", "s", "ENTRIES", "x", "y", "z") == Error(errors.OFFSET_OVERFLOW)
+    assert stream.next_offset == 2**63 - 2
+    # The largest offset itself can be written, nothing after it.
+    assert run(state, c, "TWRITE", "s", "ENTRIES", "x", "y") == 2**63 - 2
+    assert run(state, c, "TWRITE", "s", "z") == Error(errors.OFFSET_OVERFLOW)
+    assert wire(run(state, c, "TREAD", "s", "-1", "5")) == b"*1\r\n$1\r\ny\r\n"
+
+
+def test_tread_in_resp3_uses_resp3_nulls_for_evicted_offsets(state: ServerState) -> None:
+    c2, c3 = Client(), Client(resp=3)
+    run(state, c2, "TWRITE", "s", "ENTRIES", "a", "b")
+    run(state, c2, "TEVICT", "s", "0")
+    assert wire(run(state, c2, "TREAD", "s", "0", "5")) == b"*2\r\n$-1\r\n$1\r\nb\r\n"
+    assert wire(run(state, c3, "TREAD", "s", "0", "5"), True) == b"*2\r\n_\r\n$1\r\nb\r\n"
+
+
+def test_blocked_reader_is_served_after_the_write_is_propagated(state: ServerState) -> None:
+    reader, writer = Client(), Client()
+    assert run(state, reader, "TREAD", "s", "0", "10", "BLOCK", "0", "GROUP", "g") is BLOCKED
+    assert reader.received == []
+
+    original_send = reader.send
+
+    def send_checking_log(reply: Any) -> None:
+        # Redis's order: the write is logged before the woken reader hears of it.
+        assert [b"TWRITE", b"s", b"m"] in state.persistence.log
+        original_send(reply)
+
+    reader.send = send_checking_log  # type: ignore[method-assign]
+    assert run(state, writer, "TWRITE", "s", "m") == 0
+    assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\nm\r\n"]
+    assert reader.blocked is None and reader.unblocked == 1
+    assert state.persistence.log[-1] == [b"SET", b"g", b"1"]
+    assert state.stats.blocked_clients == 0
+
+
+def test_group_hands_messages_to_blocked_readers_in_blocking_order(state: ServerState) -> None:
+    readers = [Client() for _ in range(3)]
+    for reader in readers:
+        assert run(state, reader, "TREAD", "s", "0", "2", "BLOCK", "0", "GROUP", "g") is BLOCKED
+    run(state, Client(), "TWRITE", "s", "ENTRIES", "a", "b", "c")
+    assert [wire(r) for r in readers[0].received] == [b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"]
+    assert [wire(r) for r in readers[1].received] == [b"*1\r\n$1\r\nc\r\n"]
+    assert readers[2].received == [] and readers[2].blocked is not None
+    # The first reader blocks again and queues behind the third.
+    run(state, readers[0], "TREAD", "s", "0", "2", "BLOCK", "0", "GROUP", "g")
+    run(state, Client(), "TWRITE", "s", "d")
+    assert [wire(r) for r in readers[2].received] == [b"*1\r\n$1\r\nd\r\n"]
+    assert len(readers[0].received) == 1
+    assert run(state, Client(), "GET", "g") == b"4"
+
+
+def test_disconnected_blocked_reader_is_forgotten(state: ServerState) -> None:
+    gone, stays = Client(), Client()
+    run(state, gone, "TREAD", "s", "0", "1", "BLOCK", "0", "GROUP", "g")
+    run(state, stays, "TREAD", "s", "0", "1", "BLOCK", "0", "GROUP", "g")
+    state.blocking.remove(gone)
+    run(state, Client(), "TWRITE", "s", "m")
+    assert gone.received == []
+    assert [wire(r) for r in stays.received] == [b"*1\r\n$1\r\nm\r\n"]
+
+
+def test_timeout_answers_null_array(state: ServerState) -> None:
+    reader = Client(resp=3)
+    run(state, reader, "TREAD", "s", "0", "1", "BLOCK", "50")
+    deadline = reader.blocked.deadline
+    state.blocking.expire(deadline - 0.01)
+    assert reader.received == []
+    state.blocking.expire(deadline)
+    assert reader.received == [NULL_ARRAY]
+    assert wire(NULL_ARRAY, True) == b"_\r\n" and wire(NULL_ARRAY) == b"*-1\r\n"
+    assert reader.blocked is None and reader.unblocked == 1
+
+
+def test_blocking_inside_multi_does_not_block(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "MULTI")
+    run(state, c, "TREAD", "s", "0", "1", "BLOCK", "0")
+    assert run(state, c, "EXEC") == [Raw(b"*0\r\n")]
+    assert c.blocked is None
+
+
+def test_reader_blocked_on_a_key_that_becomes_a_string_gets_wrongtype(
+    state: ServerState,
+) -> None:
+    reader = Client()
+    run(state, reader, "TREAD", "s", "0", "1", "BLOCK", "0")
+    run(state, Client(), "SET", "s", "text")
+    assert reader.received == [Error(errors.WRONGTYPE)]
+
+
+def test_reader_blocked_past_next_offset_waits_until_the_stream_reaches_it(
+    state: ServerState,
+) -> None:
+    reader, writer = Client(), Client()
+    run(state, reader, "TREAD", "s", "2", "5", "BLOCK", "0")
+    run(state, writer, "TWRITE", "s", "ENTRIES", "a", "b")
+    assert reader.received == []
+    run(state, writer, "TWRITE", "s", "c")
+    assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\nc\r\n"]
+
+
+def test_parse_int_follows_redis_string2ll() -> None:
+    assert parse_int(b"-12") == -12
+    assert parse_int(b"9223372036854775807") == 2**63 - 1
+    for bad in (b"", b"01", b"+1", b" 1", b"-0", b"1.0", b"9223372036854775808", b"x"):
+        with pytest.raises(CommandError):
+            parse_int(bad)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "key", "matches"),
+    [
+        (b"*", b"anything", True),
+        (b"h?llo", b"hello", True),
+        (b"h?llo", b"hllo", False),
+        (b"h[ae]llo", b"hallo", True),
+        (b"h[^e]llo", b"hello", False),
+        (b"h[a-c]llo", b"hbllo", True),
+        (b"h[c-a]llo", b"hbllo", True),
+        (b"h\\*llo", b"h*llo", True),
+        (b"h\\*llo", b"hello", False),
+        (b"a.c", b"abc", False),
+        (b"user:*:name", b"user:42:name", True),
+        (b"[abc", b"b", True),
+    ],
+)
+def test_glob_like_redis(pattern: bytes, key: bytes, matches: bool) -> None:
+    assert bool(glob_to_regex(pattern).fullmatch(key)) is matches
