@@ -894,13 +894,12 @@ static char *mn_write_decimal(char *p, uint32_t v, size_t digits) {
     return p + digits;
 }
 
-static int mn_check_range(const mn_stream *s, int64_t start, uint64_t n) {
-    if (start < 0 || (uint64_t)start > s->next || n > s->next - (uint64_t)start)
-        return MN_ERR_ARG;
+static int mn_check_range(const mn_stream *s, uint64_t start, uint64_t n) {
+    if (start > s->next || n > s->next - start) return MN_ERR_ARG;
     return MN_OK;
 }
 
-int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style, mn_buf *out) {
+int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style, mn_buf *out) {
     if (s == NULL || out == NULL) return MN_ERR_ARG;
     if (null_style != MN_NULL_RESP2 && null_style != MN_NULL_RESP3) return MN_ERR_ARG;
     int rc = mn_check_range(s, start, n);
@@ -912,7 +911,7 @@ int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style, mn_buf
     mn_range r;
     mn_run run;
     uint64_t size = 0;
-    mn_range_init(&r, s, (uint64_t)start, n);
+    mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
             size += run.nulls * null_len;
@@ -933,7 +932,7 @@ int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style, mn_buf
     /* Pass two copies. */
     size_t old_len = out->len;
     char *p = out->data + out->len;
-    mn_range_init(&r, s, (uint64_t)start, n);
+    mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
             for (uint64_t i = 0; i < run.nulls; i++) {
@@ -966,14 +965,14 @@ int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style, mn_buf
     return MN_OK;
 }
 
-int mn_read_copy(mn_stream *s, int64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
+int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
     if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
     int rc = mn_check_range(s, start, n);
     if (rc != MN_OK) return rc;
     mn_range r;
     mn_run run;
     uint64_t size = 0;
-    mn_range_init(&r, s, (uint64_t)start, n);
+    mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node != NULL) size += mn_span_bytes(run.node, run.from, run.to);
     }
@@ -982,7 +981,7 @@ int mn_read_copy(mn_stream *s, int64_t start, uint64_t n, mn_buf *out, int64_t *
     if (rc != MN_OK) return rc;
     size_t old_len = out->len;
     int64_t *len_out = lens;
-    mn_range_init(&r, s, (uint64_t)start, n);
+    mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
             for (uint64_t i = 0; i < run.nulls; i++) *len_out++ = -1;

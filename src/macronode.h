@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 2
+#define MN_ABI_VERSION 3
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -97,16 +97,16 @@ int64_t mn_evict_upto(mn_stream *s, int64_t offset);
 /* Keep the newest `keep` offsets (offsets >= next - keep), evict the rest. */
 int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
 
-/* Read n offsets starting at start (the caller clamps: start >= 0 and
- * start + n <= next). Appends n RESP bulk strings (a null, per null_style, for
+/* Read n offsets starting at start (the caller clamps: start + n <= next,
+ * else MN_ERR_ARG). Appends n RESP bulk strings (a null, per null_style, for
  * each offset that is evicted or lost) to out. No array header is written:
  * the caller knows n and writes it. */
-int mn_read_resp(mn_stream *s, int64_t start, uint64_t n, int null_style,
+int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
                  mn_buf *out);
 
 /* Same range, for callers that want the messages themselves: appends the
  * payloads back to back to out and writes lens[i] (-1 for null). */
-int mn_read_copy(mn_stream *s, int64_t start, uint64_t n, mn_buf *out,
+int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
                  int64_t *lens);
 
 /* Serialization. The stream header records next/first offsets, max_entries
