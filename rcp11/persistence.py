@@ -129,6 +129,10 @@ _BGSAVE_RETRY_DELAY = 5.0
 _MIN_STEP = 1024
 _MAX_STEP = 1 << 22
 _WRITE_CHUNK = 8 << 20
+# Marks with a meaning of their own in the offsets file: "the AOF of the
+# boot named by the key holds every acknowledged write" and its reset.
+_AOF_COMPLETE = -2
+_AOF_INCOMPLETE = -3
 
 
 class PersistenceError(Exception):
@@ -445,6 +449,8 @@ class OffsetReservations:
         self.file_size = 0
         self.fsyncs = 0
         self._pending: list[tuple[bytes, int]] = []  # not yet written, no fsync needed
+        # Boot id of the run whose AOF held every acknowledged write, or None.
+        self.aof_boot: bytes | None = None
 
     @staticmethod
     def _encode(records: Iterable[tuple[bytes, int]]) -> bytes:
@@ -489,7 +495,11 @@ class OffsetReservations:
                     key = payload[at + 4 : at + 4 + klen]
                     (mark,) = _I64.unpack_from(payload, at + 4 + klen)
                     at += 12 + klen
-                    if mark < 0:
+                    if mark == _AOF_COMPLETE:
+                        self.aof_boot = key
+                    elif mark == _AOF_INCOMPLETE:
+                        self.aof_boot = None
+                    elif mark < 0:
                         marks.pop(key, None)
                     else:
                         marks[key] = mark
@@ -549,6 +559,13 @@ class OffsetReservations:
         self.marks[key] = mark
         self._pace[key] = (step, now)
 
+    def set_aof_boot(self, boot: bytes | None) -> None:
+        """Record durably whether the AOF of this boot is complete."""
+        if boot == self.aof_boot:
+            return
+        self.write([(boot or b"", _AOF_COMPLETE if boot else _AOF_INCOMPLETE)], durable=True)
+        self.aof_boot = boot
+
     def queue_drop(self, key: bytes) -> None:
         self.marks.pop(key, None)
         self._pace.pop(key, None)
@@ -584,8 +601,11 @@ class OffsetReservations:
         """Replace the file atomically by exactly `marks`."""
         tmp = f"{self.path}.tmp-{os.getpid()}"
         data = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
-        if marks:
-            data += self._encode(marks.items())
+        records = list(marks.items())
+        if self.aof_boot is not None:
+            records.append((self.aof_boot, _AOF_COMPLETE))
+        if records:
+            data += self._encode(records)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -609,6 +629,14 @@ class OffsetReservations:
 # ---------------------------------------------------------------------------
 # The persistence engine
 # ---------------------------------------------------------------------------
+
+
+def _boot_id() -> bytes | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
 
 
 def _resolve_dir(configured: str) -> str:
@@ -681,6 +709,7 @@ class Persistence:
         self._child: _Child | None = None
         # Reservations: drops waiting until the deletion is durable.
         self._removal_seq = 0
+        self._snapshot_removal_seq = 0  # removals the on-disk snapshot already reflects
         self._drops: list[tuple[bytes, int, int | None]] = []  # key, seq, aof position
         self._reservation_error: str | None = None
         self.loading = False
@@ -720,15 +749,25 @@ class Persistence:
         self._remove_temp_files()
         state.loading = self.loading = True
         started = time.monotonic()
+        boot = _boot_id()
+        from_complete_aof = False
         try:
             if self._yes("appendonly"):
                 if os.path.exists(self.aof_path):
                     self._load_aof()
+                    from_complete_aof = True
                 elif os.path.exists(self.snapshot_path):
                     self._snapshot_stream_keys = set(self._load_snapshot_file())
             elif os.path.exists(self.snapshot_path):
                 self._snapshot_stream_keys = set(self._load_snapshot_file())
-            raises = self._apply_reservations()
+            marks = self.reservations.load()
+            # Same boot as the run that wrote the AOF: the page cache kept
+            # every byte it wrote, so the AOF holds every acknowledged write
+            # and replaying it is exact; no gap needed.
+            from_complete_aof = (
+                from_complete_aof and boot is not None and self.reservations.aof_boot == boot
+            )
+            raises = self._apply_reservations(marks, trust_data=from_complete_aof)
         finally:
             state.loading = self.loading = False
         log.info(
@@ -747,7 +786,10 @@ class Persistence:
                 self.propagate([RAISE_NEXT, key, b"%d" % mark])
             if raises and not self._flush_aof(force_fsync=True):
                 raise PersistenceError(f"{self.aof_path}: cannot append: {self._aof_error}")
+            self._mark_aof_complete(True)
             self._start_fsync_thread()
+        else:
+            self._mark_aof_complete(False)
         state.dirty = 0
 
     def _remove_temp_files(self) -> None:
@@ -893,14 +935,17 @@ class Persistence:
             return True
         return False
 
-    def _apply_reservations(self) -> list[tuple[bytes, int]]:
-        marks = self.reservations.load()
+    def _apply_reservations(
+        self, marks: dict[bytes, int], trust_data: bool
+    ) -> list[tuple[bytes, int]]:
         raised: list[tuple[bytes, int]] = []
         stale: list[bytes] = []
         for key, mark in marks.items():
             value = self.state.keyspace.data.get(key)
-            if isinstance(value, bytes):
-                stale.append(key)  # a string replaced the stream durably
+            if isinstance(value, bytes) or (trust_data and value is None):
+                stale.append(key)  # the stream was removed durably
+                continue
+            if trust_data:
                 continue
             if self._raise_stream(key, mark):
                 raised.append((key, mark))
@@ -984,8 +1029,17 @@ class Persistence:
             self.aof_last_write_status = "ok"
         return True
 
+    def _mark_aof_complete(self, complete: bool) -> None:
+        try:
+            self.reservations.set_aof_boot(_boot_id() if complete else None)
+        except OSError as exc:
+            self._set_reservation_error(exc)
+
     def _set_aof_error(self, problem: str) -> None:
         if self._aof_error is None:
+            # Commands ran that the AOF does not hold: after a crash the
+            # reservations, not the AOF, must decide the next offsets.
+            self._mark_aof_complete(False)
             log.warning(
                 "Error writing to the AOF file %s (%s): refusing writes until it works",
                 self.aof_path,
@@ -1041,8 +1095,9 @@ class Persistence:
             else:
                 # No snapshot on disk, or about to be on disk, holds the key.
                 child = self._child
-                durable = key not in self._snapshot_stream_keys and (
-                    child is None or child.kind != "rdb" or key not in child.stream_keys
+                durable = seq <= self._snapshot_removal_seq or (
+                    key not in self._snapshot_stream_keys
+                    and (child is None or child.kind != "rdb" or key not in child.stream_keys)
                 )
             if not durable:
                 keep.append((key, seq, pos))
@@ -1183,15 +1238,16 @@ class Persistence:
             self.rdb_last_bgsave_status = "err"
             return False
         log.info("DB saved on disk in %.3f seconds", time.monotonic() - started)
-        self._snapshot_done(self.state.dirty, keys)
+        self._snapshot_done(self.state.dirty, keys, self._removal_seq)
         return True
 
-    def _snapshot_done(self, dirty_at_start: int, keys: set[bytes]) -> None:
+    def _snapshot_done(self, dirty_at_start: int, keys: set[bytes], removal_seq: int) -> None:
         self.state.dirty = max(0, self.state.dirty - dirty_at_start)
         self._lastsave = int(time.time())
         self.rdb_last_bgsave_status = "ok"
         self.rdb_saves += 1
         self._snapshot_stream_keys = keys
+        self._snapshot_removal_seq = removal_seq
         self._settle_drops()
 
     def bgsave(self) -> Any:
@@ -1357,7 +1413,9 @@ class Persistence:
             self.rdb_last_bgsave_time_sec = elapsed
             if ok:
                 log.info("Background saving terminated with success")
-                self._snapshot_done(child.dirty_at_fork, child.stream_keys)
+                self._snapshot_done(
+                    child.dirty_at_fork, child.stream_keys, child.removal_seq_at_fork
+                )
             else:
                 log.warning("Background saving error")
                 self.rdb_last_bgsave_status = "err"
@@ -1416,6 +1474,7 @@ class Persistence:
             self.aof_last_write_status = "ok"
         if self.aof_state == "wait_rewrite":
             self.aof_state = "on"
+            self._mark_aof_complete(True)
             self._start_fsync_thread()
             log.info("AOF %s is on: its first file is complete", self.aof_path)
         self._settle_drops()
@@ -1518,6 +1577,7 @@ class Persistence:
             if self._child is not None and self._child.kind == "aof":
                 self._kill_child()
             self.aof_state = "off"
+            self._mark_aof_complete(False)
             self.aof_rewrite_scheduled = False
             self._stop_fsync_thread()
             self._swap_aof_fd(-1)
