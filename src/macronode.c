@@ -926,6 +926,7 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style, mn_bu
         }
     }
     if (size > SIZE_MAX) return MN_ERR_TOOBIG;
+    if (size == 0) return MN_OK; /* n == 0 */
     rc = mn_buf_reserve(out, (size_t)size);
     if (rc != MN_OK) return rc;
 
@@ -994,7 +995,7 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
         }
         uint32_t from = mn_msg_start(run.node, run.from);
         uint32_t bytes = mn_msg_start(run.node, run.to) - from;
-        memcpy(out->data + out->len, raw + from, bytes);
+        if (bytes) memcpy(out->data + out->len, raw + from, bytes);
         out->len += bytes;
         uint32_t prev = from;
         for (uint32_t i = run.from; i < run.to; i++) {

@@ -1,0 +1,587 @@
+/* driver.c -- exercises every function of macronode.h under AddressSanitizer
+ * and UBSan (see run_sanitizers.sh). Exits non-zero on the first mismatch;
+ * the sanitizers abort on any memory error, undefined behaviour or leak.
+ *
+ * macronode.c is compiled with alloc_hook.h force-included, so its
+ * allocations come to the counting allocator below. That gives two checks
+ * a sanitizer cannot make: mn_memory_bytes() must equal the bytes the core
+ * really holds, and an operation whose k-th allocation fails must leave the
+ * stream exactly as it was.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macronode.h"
+
+/* ------------------------------------------------------------------------
+ * Counting allocator with failure injection
+ * --------------------------------------------------------------------- */
+
+/* Each block carries its size in front; 16 bytes keep malloc's alignment. */
+#define HOOK_HEADER 16
+
+static size_t live_bytes;   /* bytes the core holds right now */
+static long fail_after = -1; /* allocations left before failing; -1 = never */
+
+static int hook_should_fail(void) {
+    if (fail_after < 0) return 0;
+    if (fail_after == 0) return 1; /* sticky: real OOM does not go away */
+    fail_after--;
+    return 0;
+}
+
+void *mn_test_malloc(size_t size) {
+    if (hook_should_fail()) return NULL;
+    unsigned char *p = malloc(size + HOOK_HEADER);
+    if (p == NULL) return NULL;
+    memcpy(p, &size, sizeof size);
+    live_bytes += size;
+    return p + HOOK_HEADER;
+}
+
+void *mn_test_calloc(size_t count, size_t size) {
+    void *p = mn_test_malloc(count * size);
+    if (p != NULL) memset(p, 0, count * size);
+    return p;
+}
+
+void *mn_test_realloc(void *ptr, size_t size) {
+    if (ptr == NULL) return mn_test_malloc(size);
+    if (hook_should_fail()) return NULL;
+    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
+    size_t old;
+    memcpy(&old, base, sizeof old);
+    unsigned char *p = realloc(base, size + HOOK_HEADER);
+    if (p == NULL) return NULL;
+    memcpy(p, &size, sizeof size);
+    live_bytes = live_bytes - old + size;
+    return p + HOOK_HEADER;
+}
+
+void mn_test_free(void *ptr) {
+    if (ptr == NULL) return;
+    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
+    size_t old;
+    memcpy(&old, base, sizeof old);
+    live_bytes -= old;
+    free(base);
+}
+
+/* ------------------------------------------------------------------------
+ * Checks
+ * --------------------------------------------------------------------- */
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                             \
+        }                                                                        \
+    } while (0)
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* memcmp() for possibly empty (and then possibly NULL) ranges. */
+static int same(const char *a, const char *b, size_t n) { return n == 0 || memcmp(a, b, n) == 0; }
+
+static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
+
+/* The message at offset o is a function of o, so the model only needs to
+ * know which offsets are readable. Every ninth message compresses well. */
+static uint32_t msg_len(uint64_t o) {
+    return (uint32_t)((o * 2654435761u >> 7) % 90);
+}
+
+static void msg_fill(uint64_t o, char *out) {
+    uint32_t len = msg_len(o);
+    for (uint32_t i = 0; i < len; i++)
+        out[i] = (char)(o % 9 == 0 ? 'a' + (i % 3) : (int)((o * 131 + i * 7) & 0xff));
+}
+
+#define MODEL_CAP 300000
+
+typedef struct model {
+    uint64_t next;
+    unsigned char readable[MODEL_CAP];
+} model;
+
+static model the_model;
+
+static void model_reset(model *m) {
+    m->next = 0;
+    memset(m->readable, 0, sizeof m->readable);
+}
+
+static void check_counters(const mn_stream *s, const model *m) {
+    uint64_t length = 0, payload = 0, first = m->next;
+    for (uint64_t o = 0; o < m->next; o++) {
+        if (!m->readable[o]) continue;
+        if (first == m->next) first = o;
+        length++;
+        payload += msg_len(o);
+    }
+    CHECK(mn_next_offset(s) == m->next);
+    CHECK(mn_first_offset(s) == first);
+    CHECK(mn_length(s) == length);
+    CHECK(mn_payload_bytes(s) == payload);
+    CHECK((mn_num_nodes(s) == 0) == (length == 0));
+    CHECK(mn_num_compressed_nodes(s) <= mn_num_nodes(s));
+}
+
+static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n) {
+    static char expect[200 * 100];
+    static int64_t lens[200];
+    CHECK(n <= 200);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_copy(s, start, n, &out, lens) == MN_OK);
+    size_t pos = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t o = start + i;
+        if (!m->readable[o]) {
+            CHECK(lens[i] == -1);
+            continue;
+        }
+        CHECK(lens[i] == (int64_t)msg_len(o));
+        msg_fill(o, expect);
+        CHECK(pos + msg_len(o) <= out.len);
+        CHECK(same(out.data + pos, expect, msg_len(o)));
+        pos += msg_len(o);
+    }
+    CHECK(pos == out.len);
+    mn_buf_free(&out);
+
+    for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
+        mn_buf_init(&out);
+        CHECK(mn_read_resp(s, start, n, style, &out) == MN_OK);
+        pos = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t o = start + i;
+            char head[32];
+            int head_len;
+            if (!m->readable[o]) {
+                head_len = snprintf(head, sizeof head, "%s", style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n");
+                CHECK(pos + (size_t)head_len <= out.len);
+                CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
+                pos += (size_t)head_len;
+                continue;
+            }
+            head_len = snprintf(head, sizeof head, "$%u\r\n", msg_len(o));
+            CHECK(pos + (size_t)head_len + msg_len(o) + 2 <= out.len);
+            CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
+            pos += (size_t)head_len;
+            msg_fill(o, expect);
+            CHECK(same(out.data + pos, expect, msg_len(o)));
+            pos += msg_len(o);
+            CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
+            pos += 2;
+        }
+        CHECK(pos == out.len);
+        mn_buf_free(&out);
+    }
+}
+
+static void check_all(mn_stream *s, const model *m) {
+    check_counters(s, m);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    for (uint64_t start = 0; start < m->next; start += 200) {
+        uint64_t n = m->next - start < 200 ? m->next - start : 200;
+        check_read(s, m, start, n);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Operations on stream + model
+ * --------------------------------------------------------------------- */
+
+static int do_append(mn_stream *s, model *m, size_t n) {
+    static char buf[400 * 100];
+    static uint32_t lens[400];
+    CHECK(n <= 400);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = msg_len(m->next + i);
+        msg_fill(m->next + i, buf + pos);
+        pos += lens[i];
+    }
+    int64_t first = -1;
+    int rc = mn_append(s, buf, lens, n, &first);
+    if (rc != MN_OK) return rc;
+    CHECK(first == (int64_t)m->next);
+    for (size_t i = 0; i < n; i++) m->readable[m->next + i] = 1;
+    m->next += n;
+    return MN_OK;
+}
+
+static uint64_t model_evict(model *m, uint64_t upto) {
+    uint64_t count = 0;
+    for (uint64_t o = 0; o <= upto && o < m->next; o++) {
+        count += m->readable[o];
+        m->readable[o] = 0;
+    }
+    return count;
+}
+
+static void serialize(const mn_stream *s, mn_buf **blobs, size_t *n_blobs) {
+    size_t n = (size_t)mn_num_nodes(s) + 1;
+    mn_buf *b = malloc(n * sizeof *b);
+    CHECK(b != NULL);
+    mn_buf_init(&b[0]);
+    CHECK(mn_serialize_header(s, &b[0]) == MN_OK);
+    size_t i = 1;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node), i++) {
+        CHECK(i < n);
+        mn_buf_init(&b[i]);
+        CHECK(mn_node_serialize(node, &b[i]) == MN_OK);
+        CHECK(mn_validate_node_blob(b[i].data, b[i].len) == MN_OK);
+    }
+    CHECK(i == n);
+    *blobs = b;
+    *n_blobs = n;
+}
+
+static void free_blobs(mn_buf *blobs, size_t n) {
+    for (size_t i = 0; i < n; i++) mn_buf_free(&blobs[i]);
+    free(blobs);
+}
+
+static mn_stream *load(mn_buf *blobs, size_t n) {
+    int err = 1;
+    mn_stream *s = mn_load_header(blobs[0].data, blobs[0].len, &err);
+    if (s == NULL) {
+        CHECK(err < 0);
+        return NULL;
+    }
+    CHECK(err == MN_OK);
+    for (size_t i = 1; i < n; i++) {
+        if (mn_load_node(s, blobs[i].data, blobs[i].len) != MN_OK) {
+            mn_stream_free(s);
+            return NULL;
+        }
+    }
+    if (mn_load_finish(s) != MN_OK) {
+        mn_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Dump, load, check the copy serializes to the same bytes, return it. */
+static mn_stream *roundtrip(mn_stream *s) {
+    mn_buf *blobs, *again;
+    size_t n, n_again;
+    serialize(s, &blobs, &n);
+    mn_stream *copy = load(blobs, n);
+    CHECK(copy != NULL);
+    CHECK(mn_num_compressed_nodes(copy) == mn_num_compressed_nodes(s));
+    CHECK(mn_max_entries(copy) == mn_max_entries(s));
+    CHECK(mn_compression_level(copy) == mn_compression_level(s));
+    serialize(copy, &again, &n_again);
+    CHECK(n == n_again);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(blobs[i].len == again[i].len);
+        CHECK(same(blobs[i].data, again[i].data, blobs[i].len));
+    }
+    free_blobs(blobs, n);
+    free_blobs(again, n_again);
+    mn_stream_free(s);
+    return copy;
+}
+
+/* ------------------------------------------------------------------------
+ * Tests
+ * --------------------------------------------------------------------- */
+
+static void test_random_operations(uint32_t max_entries, int level, int steps) {
+    model *m = &the_model;
+    model_reset(m);
+    mn_stream *s = mn_stream_new(max_entries, level);
+    CHECK(s != NULL);
+    for (int step = 0; step < steps; step++) {
+        uint64_t op = rnd_below(100);
+        if (m->next > MODEL_CAP - 1000) break;
+        if (op < 45) {
+            CHECK(do_append(s, m, 1 + (size_t)rnd_below(rnd_below(4) ? 20 : 400)) == MN_OK);
+        } else if (op < 55) {
+            uint64_t upto = m->next ? rnd_below(m->next + 10) : 0;
+            uint64_t expect = model_evict(m, upto);
+            CHECK(mn_evict_upto(s, (int64_t)upto) == (int64_t)expect);
+        } else if (op < 60) {
+            uint64_t keep = rnd_below(600);
+            uint64_t expect = keep < m->next ? model_evict(m, m->next - keep - 1) : 0;
+            CHECK(mn_evict_keep(s, keep) == (int64_t)expect);
+        } else if (op < 65) {
+            uint64_t skip = rnd_below(50);
+            CHECK(mn_raise_next_offset(s, m->next + skip) == MN_OK);
+            m->next += skip;
+        } else if (op < 68) {
+            s = roundtrip(s);
+        } else if (op < 70) {
+            CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+        } else {
+            uint64_t start = rnd_below(m->next + 1);
+            uint64_t room = m->next - start;
+            check_read(s, m, start, rnd_below((room < 200 ? room : 200) + 1));
+        }
+        CHECK(live_bytes == mn_memory_bytes(s));
+        if (step % 50 == 0) check_counters(s, m);
+    }
+    check_all(s, m);
+    s = roundtrip(s);
+    check_all(s, m);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+static void test_arguments(void) {
+    CHECK(mn_abi_version() == MN_ABI_VERSION);
+    CHECK(mn_stream_new(0, 0) == NULL);
+    CHECK(mn_stream_new(MN_MAX_MAX_ENTRIES + 1, 0) == NULL);
+    CHECK(mn_stream_new(10, -1) == NULL);
+    CHECK(mn_stream_new(10, 10) == NULL);
+    mn_stream *s = mn_stream_new(10, 0);
+    CHECK(mn_stream_set_compression(s, 10) == MN_ERR_ARG);
+    uint32_t len = 1;
+    CHECK(mn_append(s, "x", &len, 0, NULL) == MN_ERR_ARG);
+    CHECK(mn_append(s, NULL, &len, 1, NULL) == MN_ERR_ARG);
+    /* Lengths are checked before the buffer is read, so a lie is safe. */
+    uint32_t huge[2] = {1, (uint32_t)MN_MAX_MESSAGE_BYTES + 1};
+    CHECK(mn_append(s, "x", huge, 2, NULL) == MN_ERR_TOOBIG);
+    CHECK(mn_length(s) == 0 && mn_next_offset(s) == 0);
+    CHECK(mn_append(s, "x", &len, 1, NULL) == MN_OK);
+    CHECK(mn_evict_upto(s, -1) == MN_ERR_ARG);
+    CHECK(mn_raise_next_offset(s, 0) == MN_ERR_ARG);
+    CHECK(mn_raise_next_offset(s, ((uint64_t)1 << 63) + 1) == MN_ERR_ARG);
+    mn_buf out;
+    mn_buf_init(&out);
+    int64_t lens[4];
+    CHECK(mn_read_resp(s, 0, 2, MN_NULL_RESP2, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 2, 0, MN_NULL_RESP2, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 0, 1, 7, &out) == MN_ERR_ARG);
+    CHECK(mn_read_copy(s, 0, 2, &out, lens) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 1, 0, MN_NULL_RESP3, &out) == MN_OK && out.len == 0);
+    /* Output is appended, never truncated. */
+    CHECK(mn_read_resp(s, 0, 1, MN_NULL_RESP3, &out) == MN_OK);
+    CHECK(mn_read_resp(s, 0, 1, MN_NULL_RESP3, &out) == MN_OK);
+    CHECK(out.len == 14 && memcmp(out.data, "$1\r\nx\r\n$1\r\nx\r\n", 14) == 0);
+    mn_buf_free(&out);
+    mn_stream_free(s);
+    mn_stream_free(NULL);
+    CHECK(live_bytes == 0);
+}
+
+static void test_offset_limit(void) {
+    const uint64_t end = (uint64_t)1 << 63;
+    mn_stream *s = mn_stream_new(4, 0);
+    CHECK(mn_raise_next_offset(s, end - 3) == MN_OK);
+    CHECK(mn_first_offset(s) == end - 3);
+    const char data[] = "abcd";
+    uint32_t lens[4] = {1, 1, 1, 1};
+    int64_t first;
+    CHECK(mn_append(s, data, lens, 4, &first) == MN_ERR_OVERFLOW);
+    CHECK(mn_length(s) == 0 && mn_num_nodes(s) == 0 && mn_next_offset(s) == end - 3);
+    CHECK(mn_append(s, data, lens, 3, &first) == MN_OK);
+    CHECK(first == (int64_t)(end - 3) && mn_next_offset(s) == end);
+    CHECK(mn_append(s, data, lens, 1, &first) == MN_ERR_OVERFLOW);
+    CHECK(mn_raise_next_offset(s, end) == MN_OK);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_resp(s, end - 3, 3, MN_NULL_RESP2, &out) == MN_OK);
+    CHECK(out.len == 21 && memcmp(out.data, "$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", 21) == 0);
+    CHECK(mn_read_resp(s, end, 0, MN_NULL_RESP2, &out) == MN_OK);
+    mn_buf_free(&out);
+    CHECK(mn_evict_keep(s, 1) == 2);
+    CHECK(mn_first_offset(s) == end - 1);
+    s = roundtrip(s);
+    CHECK(mn_evict_upto(s, INT64_MAX) == 1);
+    CHECK(mn_first_offset(s) == end && mn_num_nodes(s) == 0);
+    s = roundtrip(s);
+    CHECK(mn_next_offset(s) == end);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Flip bytes and truncate a blob: the validator must reject every variant. */
+static void check_blob_rejects_corruption(const mn_buf *blob) {
+    char *copy = malloc(blob->len + 1);
+    CHECK(copy != NULL);
+    CHECK(mn_validate_node_blob(blob->data, blob->len) == MN_OK);
+    for (size_t pos = 0; pos < blob->len; pos++) {
+        static const unsigned char masks[3] = {0x01, 0x80, 0xff};
+        for (int k = 0; k < 3; k++) {
+            memcpy(copy, blob->data, blob->len);
+            copy[pos] = (char)(copy[pos] ^ masks[k]);
+            CHECK(mn_validate_node_blob(copy, blob->len) == MN_ERR_CORRUPT);
+        }
+    }
+    for (size_t cut = 0; cut < blob->len; cut++) {
+        /* A fresh allocation of exactly `cut` bytes, so ASan catches any
+         * read past the claimed length. */
+        char *shorter = malloc(cut ? cut : 1);
+        CHECK(shorter != NULL);
+        memcpy(shorter, blob->data, cut);
+        CHECK(mn_validate_node_blob(shorter, cut) == MN_ERR_CORRUPT);
+        free(shorter);
+    }
+    memcpy(copy, blob->data, blob->len);
+    copy[blob->len] = 0;
+    CHECK(mn_validate_node_blob(copy, blob->len + 1) == MN_ERR_CORRUPT);
+    CHECK(mn_validate_node_blob(NULL, 0) == MN_ERR_CORRUPT);
+    free(copy);
+}
+
+static void test_validation(void) {
+    mn_stream *raw = mn_stream_new(3, 0);
+    const char data[] = "abcdef";
+    uint32_t lens[4] = {2, 0, 3, 1};
+    CHECK(mn_append(raw, data, lens, 4, NULL) == MN_OK);
+    mn_stream *packed = mn_stream_new(40, 9);
+    char text[41 * 8];
+    uint32_t plens[41];
+    for (int i = 0; i < 41; i++) {
+        memcpy(text + 8 * i, i % 2 ? "hellohel" : "worldwor", 8);
+        plens[i] = 8;
+    }
+    CHECK(mn_append(packed, text, plens, 41, NULL) == MN_OK);
+    CHECK(mn_num_compressed_nodes(packed) == 1);
+
+    mn_buf *blobs;
+    size_t n;
+    serialize(raw, &blobs, &n);
+    check_blob_rejects_corruption(&blobs[1]);
+    /* Headers: every flipped byte and truncation is refused at load. */
+    for (size_t pos = 0; pos < blobs[0].len; pos++) {
+        blobs[0].data[pos] ^= 0x10;
+        int err = 0;
+        CHECK(mn_load_header(blobs[0].data, blobs[0].len, &err) == NULL && err == MN_ERR_CORRUPT);
+        blobs[0].data[pos] ^= 0x10;
+    }
+    for (size_t cut = 0; cut < blobs[0].len; cut++)
+        CHECK(mn_load_header(blobs[0].data, cut, NULL) == NULL);
+    /* Nodes out of order, repeated, missing or extra are refused. */
+    mn_buf swapped[3] = {blobs[0], blobs[2], blobs[1]};
+    CHECK(load(swapped, 3) == NULL);
+    mn_buf repeated[3] = {blobs[0], blobs[1], blobs[1]};
+    CHECK(load(repeated, 3) == NULL);
+    CHECK(load(blobs, 2) == NULL);
+    mn_buf extra[4] = {blobs[0], blobs[1], blobs[2], blobs[2]};
+    CHECK(load(extra, 4) == NULL);
+    free_blobs(blobs, n);
+
+    serialize(packed, &blobs, &n);
+    CHECK(n == 3);
+    check_blob_rejects_corruption(&blobs[1]);
+    /* A compressed last node cannot come from a dump. */
+    mn_buf *pblobs = blobs;
+    mn_stream *s = mn_load_header(pblobs[0].data, pblobs[0].len, NULL);
+    CHECK(s != NULL);
+    CHECK(mn_load_node(s, pblobs[1].data, pblobs[1].len) == MN_OK);
+    CHECK(mn_load_finish(s) == MN_ERR_CORRUPT);
+    mn_stream_free(s);
+    free_blobs(blobs, n);
+    mn_stream_free(raw);
+    mn_stream_free(packed);
+    CHECK(live_bytes == 0);
+}
+
+/* Every allocation an operation makes may fail; the operation must then
+ * report MN_ERR_NOMEM and leave the stream unchanged. */
+static void test_allocation_failures(void) {
+    model *m = &the_model;
+    for (int level = 0; level <= 6; level += 6) {
+        model_reset(m);
+        mn_stream *s = mn_stream_new(10, level);
+        CHECK(do_append(s, m, 25) == MN_OK);
+        CHECK(mn_evict_upto(s, 3) == 4);
+        model_evict(m, 3);
+        for (long k = 0;; k++) {
+            uint64_t memory = mn_memory_bytes(s);
+            fail_after = k;
+            int rc = do_append(s, m, 37);
+            fail_after = -1;
+            CHECK(live_bytes == mn_memory_bytes(s));
+            if (rc == MN_OK) break;
+            CHECK(rc == MN_ERR_NOMEM);
+            check_counters(s, m);
+            CHECK(mn_memory_bytes(s) >= memory); /* capacity may have grown */
+        }
+        check_all(s, m);
+        for (long k = 0;; k++) {
+            mn_buf out;
+            mn_buf_init(&out);
+            fail_after = k;
+            int rc = mn_read_resp(s, 0, m->next, MN_NULL_RESP2, &out);
+            fail_after = -1;
+            CHECK(rc == MN_OK || (rc == MN_ERR_NOMEM && out.len == 0));
+            mn_buf_free(&out);
+            CHECK(live_bytes == mn_memory_bytes(s));
+            if (rc == MN_OK) break;
+        }
+        for (long k = 0;; k++) {
+            mn_buf *blobs;
+            size_t n;
+            serialize(s, &blobs, &n);
+            fail_after = k;
+            mn_stream *copy = load(blobs, n);
+            fail_after = -1;
+            free_blobs(blobs, n);
+            if (copy != NULL) {
+                mn_stream_free(s);
+                s = copy;
+                break;
+            }
+        }
+        check_all(s, m);
+        for (long k = 0;; k++) {
+            mn_buf out;
+            mn_buf_init(&out);
+            fail_after = k;
+            int rc = mn_node_serialize(mn_first_node(s), &out);
+            if (rc == MN_OK) rc = mn_serialize_header(s, &out);
+            fail_after = -1;
+            mn_buf_free(&out);
+            if (rc == MN_OK) break;
+            CHECK(rc == MN_ERR_NOMEM);
+        }
+        mn_stream_free(s);
+        CHECK(live_bytes == 0);
+    }
+}
+
+/* 100-byte messages in full nodes stay within 104.5 bytes each. */
+static void test_memory_per_message(void) {
+    static char buf[1000 * 100];
+    static uint32_t lens[1000];
+    memset(buf, 'x', sizeof buf);
+    for (int i = 0; i < 1000; i++) lens[i] = 100;
+    mn_stream *s = mn_stream_new(1000, 0);
+    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000, NULL) == MN_OK);
+    CHECK(mn_memory_bytes(s) * 10 <= 20000 * 1045);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    CHECK(mn_evict_keep(s, 0) == 20000);
+    CHECK(mn_num_nodes(s) == 0 && mn_next_offset(s) == 20000);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+int main(void) {
+    test_arguments();
+    test_offset_limit();
+    test_validation();
+    test_allocation_failures();
+    test_memory_per_message();
+    static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
+    }
+    printf("macronode driver: all checks passed\n");
+    return 0;
+}
