@@ -13,6 +13,7 @@ import importlib
 import inspect
 import io
 import json
+import os
 import sys
 import time
 import traceback
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(report)
             ctx.log(name, f"done in {report.seconds:.0f} s, {len(report.errors)} error(s)")
     total = time.monotonic() - started
+    load = os.getloadavg()
+    env["load average at end"] = f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
     write_page(args.out, args.mode, env, reports, total)
     if args.out == (REPO / "BENCHMARKS.md").resolve():
         json_path = REPO / "bench" / "results" / f"{args.mode}.json"

@@ -33,25 +33,34 @@ class Context:
 class Measured:
     run: RunResult
     server_cpu_pct: float
+    server_wait_pct: float
 
     @property
     def rate(self) -> float:
         return self.run.rate
 
     def cpu_note(self) -> str:
-        return f"gen {self.run.loadgen_cpu_pct:.0f}% / srv {self.server_cpu_pct:.0f}%"
+        """Generator CPU / server CPU (+ server time spent waiting for a core)."""
+        note = f"gen {self.run.loadgen_cpu_pct:.0f}% / srv {self.server_cpu_pct:.0f}%"
+        if self.server_wait_pct >= 5:
+            note += f" (+{self.server_wait_pct:.0f}% queued)"
+        return note
 
 
 def measure(server: Server, jobs: list[Job]) -> Measured:
     """Run jobs against one server, recording its CPU over the same interval."""
-    cpu_before = server.cpu_seconds()
+    run_before, wait_before = server.sched_seconds()
     wall_start = time.perf_counter()
     result = run_jobs(jobs)
     wall = time.perf_counter() - wall_start
-    server_cpu = server.cpu_seconds() - cpu_before
+    run_after, wait_after = server.sched_seconds()
     if result.errors:
         raise RuntimeError("; ".join(result.errors))
     # The wall around run_jobs includes fork and connect; the server is idle
     # then, so its CPU over the generator's own interval is the better base.
     base = result.wall if result.wall > 0 else wall
-    return Measured(result, 100.0 * server_cpu / base)
+    return Measured(
+        result,
+        100.0 * (run_after - run_before) / base,
+        100.0 * (wait_after - wait_before) / base,
+    )

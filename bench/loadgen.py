@@ -146,8 +146,6 @@ def _worker(job: Job, barrier: mp.synchronize.Barrier, results: mp.Queue) -> Non
     try:
         sock = socket.create_connection(("127.0.0.1", job.port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     except OSError as exc:
         barrier.wait()
         outcome["error"] = f"connect: {exc}"

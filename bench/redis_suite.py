@@ -18,7 +18,7 @@ import numpy as np
 from bench.common import Context, measure
 from bench.latency import wakeup_latency
 from bench.redisbench import BenchLine, redis_benchmark
-from bench.report import SuiteReport, Table, num, verdict
+from bench.report import SuiteReport, Table, num, plot_ratios, verdict
 from bench.servers import Server
 from bench.workloads import batch_writer, check_written, single_writer
 
@@ -56,7 +56,33 @@ def run(ctx: Context) -> SuiteReport:
         ctx.pool.stop(rcp)
         ctx.pool.stop(red)
     _memory(ctx, report, log)
+    _plot(ctx, report)
     return report
+
+
+def _plot(ctx: Context, report: SuiteReport) -> None:
+    """One bar per ratio; memory is inverted so that longer is better everywhere."""
+    labels = {
+        "write_p1": ("TWRITE vs XADD, -P 1", GOAL_WRITE),
+        "write_p32": ("TWRITE vs XADD, -P 32", GOAL_WRITE),
+        "batch_write": ("TWRITE ENTRIES 100 vs RPUSH 100", GOAL_BATCH),
+        "read_xrange_p1": ("TREAD 100 vs XRANGE 100, -P 1", GOAL_XRANGE),
+        "read_xrange_p32": ("TREAD 100 vs XRANGE 100, -P 32", GOAL_XRANGE),
+        "read_lrange_p1": ("TREAD 100 vs LRANGE 100, -P 1", GOAL_LRANGE),
+        "read_lrange_p32": ("TREAD 100 vs LRANGE 100, -P 32", GOAL_LRANGE),
+    }
+    bars = [
+        (label, float(report.data[key]["ratio"]), goal)
+        for key, (label, goal) in labels.items()
+        if key in report.data
+    ]
+    rcp_mem, red_mem = report.data.get("memory_rcp11"), report.data.get("memory_redis_stream")
+    if rcp_mem and red_mem:
+        bars.append(("memory: Redis stream / rcp11", red_mem / rcp_mem, 1 / GOAL_MEMORY))
+    if bars:
+        report.plots.append(
+            plot_ratios(ctx.plots_dir / "redis_ratios.png", "rcp11 versus redis-server 7", bars)
+        )
 
 
 def _interleaved(
@@ -281,7 +307,7 @@ def _memory(ctx: Context, report: SuiteReport, log) -> None:
     )
     table.notes.append(
         "Fresh servers; RSS is VmRSS from /proc/PID/status just before and after the writes; "
-        "bytes per entry = growth / entries. Same 100-byte payload (random bytes) for every entry."
+        "bytes per entry = growth / entries. Same 100-byte payload (random printable characters) for every entry."
     )
     report.tables.append(table)
     p100 = text_payload(100).encode()

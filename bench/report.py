@@ -149,9 +149,11 @@ def write_page(
         "(C) or forked Python processes sending pre-encoded pipelined commands over "
         "raw sockets and counting replies without parsing messages; their CPU use is "
         "given as a percentage of one core (100% would mean the generator, not the "
-        "server, was the limit). Server CPU is from /proc/PID/stat over the same "
-        "interval. The machine has 2 cores shared by the server, the generator and "
-        "whatever else runs, so the server and the generator compete for CPU.",
+        "server, was the limit). Server CPU is from /proc/PID/task/*/schedstat over the "
+        "same interval; `(+N% queued)` is the time the server was ready to run but "
+        "waited for a core, i.e. how much the rest of the machine slowed it down. The "
+        "machine has 2 cores shared by the server, the generator and whatever else "
+        "runs, so they compete for CPU.",
         "",
         "| | |",
         "|---|---|",
@@ -186,12 +188,14 @@ def plot_lines(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
     for label, (xs, ys) in series.items():
         ax.plot(xs, ys, marker="o", label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     if logx:
         ax.set_xscale("log")
     if ylim_zero:
@@ -207,7 +211,35 @@ def plot_lines(
         h2, l2 = ax2.get_legend_handles_labels()
         handles += h2
         labels += l2
-    ax.legend(handles, labels, loc="best", fontsize=8)
+    ax.legend(handles, labels, loc="best", fontsize=8, framealpha=0.9)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_ratios(path: Path, title: str, bars: list[tuple[str, float, float]]) -> Path:
+    """Horizontal bars of rcp11/redis ratios, each with its goal as a tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(bars) + 1.2), dpi=110)
+    labels = [b[0] for b in bars]
+    values = [b[1] for b in bars]
+    colors = ["tab:green" if v >= g else "tab:red" for _, v, g in bars]
+    ys = list(range(len(bars)))
+    ax.barh(ys, values, color=colors, alpha=0.8)
+    ax.scatter([b[2] for b in bars], ys, marker="|", s=400, color="black", label="goal", zorder=3)
+    ax.axvline(1.0, color="gray", linestyle=":", linewidth=1)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("rcp11 / redis (higher is better for rcp11)")
+    ax.set_xlim(0, max(values + [b[2] for b in bars]) * 1.25)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

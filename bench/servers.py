@@ -22,7 +22,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -84,6 +83,7 @@ class Server:
                 )
             try:
                 if self.command(b"PING") == b"+PONG\r\n":
+                    self.warm_up()
                     return self
             except OSError:
                 pass  # not listening yet
@@ -91,6 +91,18 @@ class Server:
         raise RuntimeError(
             f"{self.label} did not answer PING within {timeout}s:\n{self.log_tail()}"
         )
+
+    def warm_up(self) -> None:
+        """Run each command kind once, so that no measurement pays for a
+        first call (lazy imports, first allocations) but no data stays."""
+        if self.kind == "rcp11":
+            commands = [(b"TWRITE", b"warm", b"ENTRIES", b"a", b"b"), (b"TREAD", b"warm", 0, 2)]
+        else:
+            commands = [(b"XADD", b"warm", b"*", b"f", b"a"), (b"RPUSH", b"warml", b"a")]
+            commands.append((b"XRANGE", b"warm", b"-", b"+", b"COUNT", 1))
+        for args in commands:
+            self.call(*args)
+        self.call(b"DEL", b"warm", b"warml")
 
     def log_tail(self, lines: int = 20) -> str:
         text = ""
@@ -143,12 +155,24 @@ class Server:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS line")
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far."""
-        with open(f"/proc/{self.pid}/stat") as f:
-            # The command name may hold spaces; fields count from after ')'.
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    def sched_seconds(self) -> tuple[float, float]:
+        """(seconds on a CPU, seconds runnable but waiting for a CPU), all threads.
+
+        From /proc/PID/task/*/schedstat, which counts in nanoseconds (the
+        tick-based /proc/PID/stat is too coarse for short runs). The waiting
+        time shows how much other processes on this shared machine delayed
+        the server.
+        """
+        running = waiting = 0
+        for task in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{task}/schedstat") as f:
+                    fields = f.read().split()
+            except FileNotFoundError:
+                continue  # the thread ended meanwhile
+            running += int(fields[0])
+            waiting += int(fields[1])
+        return running / 1e9, waiting / 1e9
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
