@@ -1,0 +1,171 @@
+"""Disk faults: a full disk (ENOSPC on a tiny tmpfs). Writes that cannot be logged are refused with -MISCONF (or their
+connection is closed), never acknowledged; writes resume once the disk
+works again, and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs (root can write through chmod, not through a full or
+    read-only filesystem)."""
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"these tests need root to mount a tmpfs: {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem to the last byte with one file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as file:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                if file.write(chunk) == 0:
+                    break
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]
+    return filler
+
+
+def try_write(client: redis.Redis, key: str, payload: bytes) -> int | str:
+    """The offset on success, else 'misconf' or 'closed'."""
+    try:
+        return client.execute_command("TWRITE", key, payload)
+    except redis.exceptions.ResponseError as exc:
+        assert str(exc).startswith("MISCONF"), exc
+        return "misconf"
+    except redis.exceptions.ConnectionError:
+        return "closed"
+
+
+def write_until_refused(client: redis.Redis, acked: dict[int, bytes], key: str) -> list[str]:
+    refusals: list[str] = []
+    for index in range(2000):
+        payload = b"while-full-%d-" % index + b"x" * 200
+        result = try_write(client, key, payload)
+        if isinstance(result, int):
+            acked[result] = payload  # it fit into space the AOF still had
+        else:
+            refusals.append(result)
+            if len(refusals) >= 5:
+                break
+    return refusals
+
+
+def wait_until_writable(client: redis.Redis, acked: dict[int, bytes], key: str) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        result = try_write(client, key, b"recovered")
+        if isinstance(result, int):
+            acked[result] = b"recovered"
+            return
+        time.sleep(0.1)
+    raise AssertionError("writes did not resume after the disk recovered")
+
+
+def read_all(client: redis.Redis, key: str) -> list[bytes | None]:
+    info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
+    return client.execute_command("TREAD", key, 0, info[1] + 1)
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec"])
+def test_full_disk_refuses_then_recovers_with_aof(
+    small_fs: Path, server_factory, fsync: str
+) -> None:
+    srv = server_factory(
+        dir=small_fs, logfile=small_fs.parent / "server.log", appendonly="yes", appendfsync=fsync
+    )
+    client = srv.client(socket_timeout=10)
+    acked: dict[int, bytes] = {}
+    for index in range(100):
+        payload = b"before-%d" % index
+        acked[client.execute_command("TWRITE", "s", payload)] = payload
+    filler = fill(small_fs)
+    refusals = write_until_refused(client, acked, "s")
+    assert refusals, "a full disk must refuse writes"
+    client = srv.client(socket_timeout=10)
+    assert try_write(client, "s", b"still-full") in ("misconf", "closed")
+    assert client.info("persistence")["aof_last_write_status"] == "err"
+    # Reads keep working while writes are refused.
+    assert client.execute_command("TREAD", "s", 0, 1) == [b"before-0"]
+    filler.unlink()
+    wait_until_writable(client, acked, "s")
+    assert client.info("persistence")["aof_last_write_status"] == "ok"
+    # Full again, and this time the server dies before the disk recovers:
+    # whatever it acknowledged must be in the AOF already.
+    filler = fill(small_fs)
+    assert write_until_refused(client, acked, "s")
+    srv.kill9()
+    filler.unlink()
+    srv.start()
+    messages = read_all(srv.client(), "s")
+    for offset, payload in acked.items():
+        assert messages[offset] == payload
+
+
+def test_full_disk_refuses_offset_reservations_without_aof(small_fs: Path, server_factory) -> None:
+    """No AOF, no save rules: the offsets file alone must still be written
+    before a new stream can hand out offsets."""
+    srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
+    client = srv.client(socket_timeout=10)
+    first = client.execute_command("TWRITE", "a", b"x")
+    assert first == 0
+    filler = fill(small_fs)
+    # Stream "a" still has room below its reservation, so it keeps working;
+    # a brand-new stream needs a reservation first. Bigger batches eventually
+    # need a new mark too.
+    results = [try_write(client, f"new{i}-" + "k" * 200, b"y") for i in range(300)]
+    assert "misconf" in results
+    offsets_file = small_fs / "dump.rcp.offsets"
+    assert offsets_file.exists()
+    filler.unlink()
+    acked: dict[int, bytes] = {}
+    wait_until_writable(client, acked, "fresh")
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    # Lost data, kept offsets: the next offset of "fresh" is past what was handed out.
+    assert client.execute_command("TWRITE", "fresh", b"z") > max(acked)
+
+
+def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_factory) -> None:
+    srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
+    client = srv.client(socket_timeout=10)
+    client.config_set("save", "3600 1")
+    client.execute_command("TWRITE", "s", b"x" * 1000)
+    filler = fill(small_fs)
+    big = b"y" * 100_000
+    for _ in range(20):
+        try_write(client, "s", big)  # the snapshot needs more room than is left
+    assert client.bgsave()  # the child starts, then fails to write
+    deadline = time.monotonic() + 15
+    while client.info("persistence")["rdb_bgsave_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
+    assert try_write(client, "s", b"refused") == "misconf"
+    filler.unlink()
+    assert client.save()
+    assert isinstance(try_write(client, "s", b"accepted"), int)
