@@ -34,9 +34,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
 
 # produce: stdin is read in chunks of at most this size; all complete lines of
-# a chunk go out in one pipeline of TWRITEs.
+# a chunk go out in one pipeline of TWRITEs. The chunk size, not the batch
+# size, bounds how much one round trip carries, so large batches are safe.
 MAX_CHUNK = 1 << 20
-DEFAULT_PRODUCE_BATCH = 100
+DEFAULT_PRODUCE_BATCH = 1000
 DEFAULT_CONSUME_BATCH = 1000
 PROGRESS_INTERVAL_S = 1.0
 
