@@ -144,7 +144,9 @@ def connect(args: argparse.Namespace) -> Client:
     return client
 
 
-def _explain(exc: redis.exceptions.RedisError, args: argparse.Namespace) -> str:
+def _explain(
+    exc: redis.exceptions.RedisError, args: argparse.Namespace, connected: bool = False
+) -> str:
     where = _where(args)
     text = str(exc)
     if isinstance(exc, redis.exceptions.AuthenticationError) or text.startswith(
@@ -156,6 +158,8 @@ def _explain(exc: redis.exceptions.RedisError, args: argparse.Namespace) -> str:
                 "pass it with -a PASSWORD or set REDISCLI_AUTH"
             )
         return f"the server at {where} refused the password ({text}); check -a / REDISCLI_AUTH"
+    if isinstance(exc, redis.exceptions.ConnectionError) and connected:
+        return f"lost the connection to {where}: {text} (did the server stop or restart?)"
     if isinstance(exc, redis.exceptions.ConnectionError):
         port = args.port if not args.url else "PORT"
         return (
@@ -556,7 +560,7 @@ def main(
         stderr.write(f"{PROG} {args.command}: {exc}\n")
         return 1
     except redis.exceptions.RedisError as exc:
-        stderr.write(f"{PROG} {args.command}: {_explain(exc, args)}\n")
+        stderr.write(f"{PROG} {args.command}: {_explain(exc, args, client is not None)}\n")
         return 1
     except KeyboardInterrupt:
         return 130

@@ -135,6 +135,13 @@ def register_callbacks(client: redis.Redis | redis.asyncio.Redis) -> None:
         client.set_response_callback(name, callback)
 
 
+def _check_batch(batch: int) -> int:
+    # A zero batch would make a consumer spin on empty replies forever.
+    if _check_offset("batch", batch) < 1:
+        raise DataError(f"batch must be at least 1, got {batch}")
+    return batch
+
+
 def _check_offset(name: str, value: object) -> int:
     # bool is an int subclass; passing True as an offset is always a mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -258,6 +265,7 @@ class Client(StreamCommands, redis.Redis):
         that fell behind eviction jumps to the oldest readable message.
         """
         offset = start
+        _check_batch(batch)
         while True:
             result = self.tread(key, offset, batch, block=block_ms, withinfo=True)
             if result is None:
@@ -281,6 +289,7 @@ class Client(StreamCommands, redis.Redis):
         Evicted offsets are skipped.
         """
         option = {"groupnew": group} if new else {"group": group}
+        _check_batch(batch)
         while True:
             result = self.tread(key, 0, batch, block=block_ms, withinfo=True, **option)
             if result is not None:
@@ -324,6 +333,7 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
     ) -> AsyncIterator[tuple[int, Any]]:
         """Async version of ``Client.follow``."""
         offset = start
+        _check_batch(batch)
         while True:
             result = await self.tread(key, offset, batch, block=block_ms, withinfo=True)
             if result is None:
@@ -342,6 +352,7 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
     ) -> AsyncIterator[tuple[int, Any]]:
         """Async version of ``Client.follow_group``."""
         option = {"groupnew": group} if new else {"group": group}
+        _check_batch(batch)
         while True:
             result = await self.tread(key, 0, batch, block=block_ms, withinfo=True, **option)
             if result is not None:

@@ -269,6 +269,27 @@ def test_no_server_says_how_to_start_one() -> None:
     assert b"Traceback" not in result.stderr
 
 
+def test_server_going_away_mid_follow_is_explained(server_factory) -> None:
+    doomed = server_factory()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", str(doomed.port), "consume", "s", "--follow"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        watcher = Client(host="127.0.0.1", port=doomed.port)
+        wait_blocked(watcher, 1)
+        watcher.close()
+        doomed.kill9()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert b"lost the connection" in err
+    assert b"Traceback" not in err
+
+
 def test_wrong_type_key_is_explained(client: Client, port: str) -> None:
     client.set("plain", "1")
     result = rcp11("-p", port, "consume", "plain")

@@ -94,6 +94,8 @@ def test_argument_mistakes_fail_before_reaching_the_server() -> None:
         c.tread("k", "0", 1)
     with pytest.raises(redis.exceptions.DataError):
         c.tevict("k", 1.5)
+    with pytest.raises(redis.exceptions.DataError):
+        next(c.follow("k", batch=0))
 
 
 def test_blocking_reads_are_not_cut_by_redis_py_default_socket_timeout() -> None:
