@@ -7,7 +7,7 @@ exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 3
+EXPECTED_ABI_VERSION = 4
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -72,12 +72,20 @@ _ERRORS: dict[int, tuple[type[StorageError], str]] = {
 }
 
 
+def _error(rc: int) -> StorageError:
+    cls, message = _ERRORS.get(rc, (StorageError, f"storage error {rc}"))
+    return cls(message, rc)
+
+
 def _check(rc: int) -> int:
     """Return rc when it is not an error, else raise the matching exception."""
     if rc >= 0:
         return rc
-    cls, message = _ERRORS.get(rc, (StorageError, f"storage error {rc}"))
-    raise cls(message, rc)
+    raise _error(rc)
+
+
+def _range_error(start: int, count: int, next_offset: int) -> InvalidArgumentError:
+    return InvalidArgumentError(f"range {start}+{count} outside 0..{next_offset}", lib.MN_ERR_ARG)
 
 
 def _new_stream_handle(ptr: object) -> object:
@@ -86,20 +94,14 @@ def _new_stream_handle(ptr: object) -> object:
     return ffi.gc(ptr, lib.mn_stream_free)
 
 
-class _CBuffer:
-    """An mn_buf for one call; its C memory is freed on exit."""
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = ffi.new("mn_buf *")
-        lib.mn_buf_init(self.buf)
-
-    def __enter__(self) -> object:
-        return self.buf
-
-    def __exit__(self, *exc: object) -> None:
-        lib.mn_buf_free(self.buf)
+def _serialized(serialize: Callable[[object, object], int], obj: object) -> bytes:
+    """Run a C serializer into a fresh mn_buf and return its bytes."""
+    buf = ffi.new("mn_buf *")
+    try:
+        _check(serialize(obj, buf))
+        return ffi.unpack(buf.data, buf.len)
+    finally:
+        lib.mn_buf_free(buf)
 
 
 class Stream:
@@ -174,17 +176,23 @@ class Stream:
     def append(self, entries: Sequence[bytes]) -> int:
         """Append entries atomically in one C call; return the first one's offset."""
         n = len(entries)
-        if n == 0:
-            raise InvalidArgumentError("nothing to append", lib.MN_ERR_ARG)
         if n == 1:
             data = entries[0]
-            lens = ffi.new("uint32_t[1]", [_message_len(len(data))])
-            return self._append(data, lens, 1)
-        if n < _NUMPY_LENS_THRESHOLD:
-            lens = ffi.new("uint32_t[]", [_message_len(len(e)) for e in entries])
-            return self._append(b"".join(entries), lens, n)
-        sizes = np.fromiter(map(len, entries), dtype=np.int64, count=n)
-        return self._append_sizes(b"".join(entries), sizes)
+            if type(data) is not bytes:
+                data = bytes(data)
+            first = lib.mn_append_one(self._s, data, _message_len(len(data)))
+        elif n == 0:
+            raise InvalidArgumentError("nothing to append", lib.MN_ERR_ARG)
+        elif n < _NUMPY_LENS_THRESHOLD:
+            lens = list(map(len, entries))
+            if max(lens) > MAX_MESSAGE_BYTES:
+                raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
+            first = lib.mn_append(self._s, b"".join(entries), lens, n)
+        else:
+            sizes = np.fromiter(map(len, entries), dtype=np.int64, count=n)
+            return self._append_sizes(b"".join(entries), sizes)
+        self._version += 1
+        return _check(first)
 
     def append_joined(self, data: bytes, lens: Sequence[int] | np.ndarray) -> int:
         """Append messages stored back to back in data; lens[i] is message i's length."""
@@ -196,18 +204,15 @@ class Stream:
         return self._append_sizes(data, sizes)
 
     def _append_sizes(self, data: bytes, sizes: np.ndarray) -> int:
-        if sizes.size and (sizes.min() < 0 or sizes.max() > MAX_MESSAGE_BYTES):
-            if sizes.min() < 0:
-                raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
+        if sizes.min() < 0:
+            raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
+        if sizes.max() > MAX_MESSAGE_BYTES:
             raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
         lens32 = np.ascontiguousarray(sizes, dtype=np.uint32)
-        return self._append(data, ffi.from_buffer("uint32_t[]", lens32), int(lens32.size))
-
-    def _append(self, data: bytes, lens: object, n: int) -> int:
-        first = ffi.new("int64_t *")
-        _check(lib.mn_append(self._s, ffi.from_buffer(data), lens, n, first))
+        lens_ptr = ffi.from_buffer("uint32_t[]", lens32)
+        first = lib.mn_append(self._s, ffi.from_buffer(data), lens_ptr, lens32.size)
         self._version += 1
-        return first[0]
+        return _check(first)
 
     def evict_upto(self, offset: int) -> int:
         """Evict every message with offset <= offset; return how many were evicted."""
@@ -240,28 +245,40 @@ class Stream:
 
     # -- reads ----------------------------------------------------------
 
-    def _check_range(self, start: int, count: int) -> None:
-        if start < 0 or count < 0 or start + count > self.next_offset:
-            raise InvalidArgumentError(
-                f"range {start}+{count} outside 0..{self.next_offset}", lib.MN_ERR_ARG
-            )
-
     def read_resp(self, start: int, count: int, resp3: bool) -> bytes:
-        """RESP bulk strings for offsets start..start+count-1 (nulls for missing ones)."""
-        self._check_range(start, count)
-        with _CBuffer() as buf:
-            _check(lib.mn_read_resp(self._s, start, count, 1 if resp3 else 0, buf))
+        """RESP bulk strings for offsets start..start+count-1 (nulls for missing ones).
+
+        The range must lie within 0..next_offset. This is TREAD's fast path:
+        one C call that formats straight from the nodes, then one copy.
+        """
+        if start < 0 or count < 0:
+            raise _range_error(start, count, self.next_offset)
+        buf = ffi.new("mn_buf *")
+        try:
+            rc = lib.mn_read_resp(self._s, start, count, resp3, buf)
+            if rc:
+                raise (
+                    _range_error(start, count, self.next_offset)
+                    if rc == lib.MN_ERR_ARG
+                    else _error(rc)
+                )
             return ffi.unpack(buf.data, buf.len) if buf.len else b""
+        finally:
+            lib.mn_buf_free(buf)
 
     def read(self, start: int, count: int) -> list[bytes | None]:
         """Messages at offsets start..start+count-1; None for evicted or lost ones."""
-        self._check_range(start, count)
+        if start < 0 or count < 0 or start + count > self.next_offset:
+            raise _range_error(start, count, self.next_offset)
         if count == 0:
             return []
         lens = np.empty(count, dtype=np.int64)
-        with _CBuffer() as buf:
+        buf = ffi.new("mn_buf *")
+        try:
             _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))
             data = ffi.unpack(buf.data, buf.len) if buf.len else b""
+        finally:
+            lib.mn_buf_free(buf)
         out: list[bytes | None] = []
         pos = 0
         for size in lens.tolist():
@@ -281,16 +298,12 @@ class Stream:
         pointers would dangle); a change raises RuntimeError.
         """
         version = self._version
-        with _CBuffer() as buf:
-            _check(lib.mn_serialize_header(self._s, buf))
-            yield ffi.unpack(buf.data, buf.len)
+        yield _serialized(lib.mn_serialize_header, self._s)
         node = lib.mn_first_node(self._s)
         while node != ffi.NULL:
             if self._version != version:
                 raise RuntimeError("Stream changed during dump()")
-            with _CBuffer() as buf:
-                _check(lib.mn_node_serialize(node, buf))
-                blob = ffi.unpack(buf.data, buf.len)
+            blob = _serialized(lib.mn_node_serialize, node)
             node = lib.mn_node_next(node)
             yield blob
 

@@ -654,8 +654,7 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next) {
  * with nothing appended. Phase two copies and links and cannot fail (the
  * sealing it does may fail to shrink or compress, which only costs memory).
  */
-int mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
-              int64_t *first_offset) {
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
     if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
     if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
     uint64_t total = 0;
@@ -763,12 +762,11 @@ int mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
             node = next_new;
         }
     }
-    if (s->num_nodes > 0 && s->length == 0) s->first = s->next;
-    if (first_offset != NULL) *first_offset = (int64_t)s->next;
+    int64_t first_offset = (int64_t)s->next;
     s->next += n;
     s->length += n;
     s->payload += total;
-    return MN_OK;
+    return first_offset;
 
 nomem:
     while (chain != NULL) {
@@ -777,6 +775,10 @@ nomem:
         chain = next_new;
     }
     return MN_ERR_NOMEM;
+}
+
+int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len) {
+    return mn_append(s, buf, &len, 1);
 }
 
 /* ------------------------------------------------------------------------

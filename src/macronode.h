@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 3
+#define MN_ABI_VERSION 4
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -86,10 +86,11 @@ int mn_compression_level(const mn_stream *s);
 int mn_raise_next_offset(mn_stream *s, uint64_t next);
 
 /* Append n messages stored back to back in buf; lens[i] is the length of
- * message i. Atomic: on error nothing is appended. *first_offset receives the
- * offset of the first message. n == 0 is MN_ERR_ARG. */
-int mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
-              int64_t *first_offset);
+ * message i. Atomic: on error nothing is appended. Returns the offset of the
+ * first message (>= 0) or a negative MN_ERR_*. n == 0 is MN_ERR_ARG. */
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n);
+/* The same for one message of len bytes (the common TWRITE). */
+int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len);
 
 /* Evict every message with offset <= offset. Returns how many readable
  * messages this call evicted (>= 0), or a negative MN_ERR_*. */

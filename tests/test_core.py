@@ -510,3 +510,11 @@ def test_load_rejects_corrupt_or_inconsistent_blobs() -> None:
     older.append([msg(i) for i in range(25)])
     with pytest.raises(CorruptDataError):
         Stream.load([header, next(iter(list(older.dump())[1:]))])
+
+
+def test_append_accepts_bytes_like_messages() -> None:
+    s = Stream()
+    assert s.append([bytearray(b"ab")]) == 0
+    assert s.append([memoryview(b"cd"), b"e"]) == 1
+    assert s.append_joined(memoryview(b"fgh"), [2, 1]) == 3
+    assert s.read(0, 5) == [b"ab", b"cd", b"e", b"fg", b"h"]

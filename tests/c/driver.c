@@ -212,9 +212,8 @@ static int do_append(mn_stream *s, model *m, size_t n) {
         msg_fill(m->next + i, buf + pos);
         pos += lens[i];
     }
-    int64_t first = -1;
-    int rc = mn_append(s, buf, lens, n, &first);
-    if (rc != MN_OK) return rc;
+    int64_t first = n == 1 ? mn_append_one(s, buf, lens[0]) : mn_append(s, buf, lens, n);
+    if (first < 0) return (int)first;
     CHECK(first == (int64_t)m->next);
     for (size_t i = 0; i < n; i++) m->readable[m->next + i] = 1;
     m->next += n;
@@ -350,28 +349,30 @@ static void test_arguments(void) {
     mn_stream *s = mn_stream_new(10, 0);
     CHECK(mn_stream_set_compression(s, 10) == MN_ERR_ARG);
     uint32_t len = 1;
-    CHECK(mn_append(s, "x", &len, 0, NULL) == MN_ERR_ARG);
-    CHECK(mn_append(s, NULL, &len, 1, NULL) == MN_ERR_ARG);
+    CHECK(mn_append(s, "x", &len, 0) == MN_ERR_ARG);
+    CHECK(mn_append(s, NULL, &len, 1) == MN_ERR_ARG);
+    CHECK(mn_append_one(s, NULL, 0) == 0);
+    CHECK(mn_evict_upto(s, 0) == 1);
     /* Lengths are checked before the buffer is read, so a lie is safe. */
     uint32_t huge[2] = {1, (uint32_t)MN_MAX_MESSAGE_BYTES + 1};
-    CHECK(mn_append(s, "x", huge, 2, NULL) == MN_ERR_TOOBIG);
-    CHECK(mn_length(s) == 0 && mn_next_offset(s) == 0);
-    CHECK(mn_append(s, "x", &len, 1, NULL) == MN_OK);
+    CHECK(mn_append(s, "x", huge, 2) == MN_ERR_TOOBIG);
+    CHECK(mn_length(s) == 0 && mn_next_offset(s) == 1);
+    CHECK(mn_append(s, "x", &len, 1) == 1);
     CHECK(mn_evict_upto(s, -1) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, 0) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, ((uint64_t)1 << 63) + 1) == MN_ERR_ARG);
     mn_buf out;
     mn_buf_init(&out);
     int64_t lens[4];
-    CHECK(mn_read_resp(s, 0, 2, MN_NULL_RESP2, &out) == MN_ERR_ARG);
-    CHECK(mn_read_resp(s, 2, 0, MN_NULL_RESP2, &out) == MN_ERR_ARG);
-    CHECK(mn_read_resp(s, 0, 1, 7, &out) == MN_ERR_ARG);
-    CHECK(mn_read_copy(s, 0, 2, &out, lens) == MN_ERR_ARG);
-    CHECK(mn_read_resp(s, 1, 0, MN_NULL_RESP3, &out) == MN_OK && out.len == 0);
+    CHECK(mn_read_resp(s, 1, 2, MN_NULL_RESP2, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 3, 0, MN_NULL_RESP2, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 1, 1, 7, &out) == MN_ERR_ARG);
+    CHECK(mn_read_copy(s, 1, 2, &out, lens) == MN_ERR_ARG);
+    CHECK(mn_read_resp(s, 2, 0, MN_NULL_RESP3, &out) == MN_OK && out.len == 0);
     /* Output is appended, never truncated. */
-    CHECK(mn_read_resp(s, 0, 1, MN_NULL_RESP3, &out) == MN_OK);
-    CHECK(mn_read_resp(s, 0, 1, MN_NULL_RESP3, &out) == MN_OK);
-    CHECK(out.len == 14 && memcmp(out.data, "$1\r\nx\r\n$1\r\nx\r\n", 14) == 0);
+    CHECK(mn_read_resp(s, 0, 2, MN_NULL_RESP3, &out) == MN_OK);
+    CHECK(mn_read_resp(s, 1, 1, MN_NULL_RESP3, &out) == MN_OK);
+    CHECK(out.len == 17 && memcmp(out.data, "_\r\n$1\r\nx\r\n$1\r\nx\r\n", 17) == 0);
     mn_buf_free(&out);
     mn_stream_free(s);
     mn_stream_free(NULL);
@@ -385,12 +386,12 @@ static void test_offset_limit(void) {
     CHECK(mn_first_offset(s) == end - 3);
     const char data[] = "abcd";
     uint32_t lens[4] = {1, 1, 1, 1};
-    int64_t first;
-    CHECK(mn_append(s, data, lens, 4, &first) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 4) == MN_ERR_OVERFLOW);
     CHECK(mn_length(s) == 0 && mn_num_nodes(s) == 0 && mn_next_offset(s) == end - 3);
-    CHECK(mn_append(s, data, lens, 3, &first) == MN_OK);
-    CHECK(first == (int64_t)(end - 3) && mn_next_offset(s) == end);
-    CHECK(mn_append(s, data, lens, 1, &first) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 3) == (int64_t)(end - 3));
+    CHECK(mn_next_offset(s) == end);
+    CHECK(mn_append(s, data, lens, 1) == MN_ERR_OVERFLOW);
+    CHECK(mn_append_one(s, data, 1) == MN_ERR_OVERFLOW);
     CHECK(mn_raise_next_offset(s, end) == MN_OK);
     mn_buf out;
     mn_buf_init(&out);
@@ -442,7 +443,7 @@ static void test_validation(void) {
     mn_stream *raw = mn_stream_new(3, 0);
     const char data[] = "abcdef";
     uint32_t lens[4] = {2, 0, 3, 1};
-    CHECK(mn_append(raw, data, lens, 4, NULL) == MN_OK);
+    CHECK(mn_append(raw, data, lens, 4) == 0);
     mn_stream *packed = mn_stream_new(40, 9);
     char text[41 * 8];
     uint32_t plens[41];
@@ -450,7 +451,7 @@ static void test_validation(void) {
         memcpy(text + 8 * i, i % 2 ? "hellohel" : "worldwor", 8);
         plens[i] = 8;
     }
-    CHECK(mn_append(packed, text, plens, 41, NULL) == MN_OK);
+    CHECK(mn_append(packed, text, plens, 41) == 0);
     CHECK(mn_num_compressed_nodes(packed) == 1);
 
     mn_buf *blobs;
@@ -563,7 +564,7 @@ static void test_memory_per_message(void) {
     memset(buf, 'x', sizeof buf);
     for (int i = 0; i < 1000; i++) lens[i] = 100;
     mn_stream *s = mn_stream_new(1000, 0);
-    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000, NULL) == MN_OK);
+    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000) == 1000 * i);
     CHECK(mn_memory_bytes(s) * 10 <= 20000 * 1045);
     CHECK(live_bytes == mn_memory_bytes(s));
     CHECK(mn_evict_keep(s, 0) == 20000);
