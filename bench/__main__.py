@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             except Exception as exc:  # one broken suite must not hide the others
                 traceback.print_exc()
-                report = SuiteReport(name, f"Suite {name}", errors=[f"{type(exc).__name__}: {exc}"])
+                title = getattr(sys.modules.get(OWN_SUITES.get(name, "")), "TITLE", f"Suite {name}")
+                report = SuiteReport(name, title, errors=[f"{type(exc).__name__}: {exc}"])
             report.seconds = time.monotonic() - suite_start
             reports.append(report)
             ctx.log(name, f"done in {report.seconds:.0f} s, {len(report.errors)} error(s)")

@@ -6,11 +6,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bench.loadgen import Job, RunResult, run_jobs
 from bench.servers import Server, ServerPool
 
 MODES = ("full", "quick", "smoke")
+T = TypeVar("T", int, float)
 
 
 @dataclass
@@ -20,7 +22,7 @@ class Context:
     plots_dir: Path
     started: float = field(default_factory=time.monotonic)
 
-    def pick(self, full: int, quick: int, smoke: int) -> int:
+    def pick(self, full: T, quick: T, smoke: T) -> T:
         """The size for the current mode."""
         return {"full": full, "quick": quick, "smoke": smoke}[self.mode]
 

@@ -100,8 +100,9 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         "CPU: load generator processes summed, and the server process, in % of one core."
     )
     table.notes.append(
-        "Kafka: 3 brokers, 6 partitions; 3 producers and 3 consumers ran on "
-        "3 machines; the producer figures with 3 async replicas where noted in the seed."
+        "Kafka: 3 brokers, 6 partitions, no replication, except: its 3-producer and "
+        "producer + consumer figures are with 3 async replicas (the seed gives no other); "
+        "its 3 producers and 3 consumers ran on 3 machines."
     )
     report.tables.append(table)
     per_producer = f"{BATCH_100B} entries per TWRITE, 16 commands in flight"

@@ -123,16 +123,22 @@ def _throughput(
             "redis-benchmark CPU (rcp11 / redis runs)",
         ],
     )
+    # Probe sizes: a first run of this many requests per side measures both
+    # rates; the real runs then last about `seconds` on the slower side.
+    write_requests = {1: ctx.pick(20_000, 2_000, 2_000), 32: ctx.pick(100_000, 10_000, 5_000)}
+    batch_requests = ctx.pick(5_000, 300, 200)
+    read_requests = {1: ctx.pick(20_000, 2_000, 2_000), 32: ctx.pick(50_000, 3_000, 3_000)}
+    seconds = ctx.pick(4.0, 0.5, 0.0)
+
     table.notes.append(
         f"<100B> is one fixed 100-byte printable payload; <100 x 100B> is that payload 100 "
-        f"times as separate arguments. {rounds} interleaved round(s) per row; entries/s = "
+        f"times as separate arguments. {rounds} interleaved round(s) per row, after a probe "
+        "run that sizes the rounds to last about "
+        f"{seconds:g} s on the slower server; entries/s = "
         "requests/s x entries per request (100 for the batch write and the reads). "
         "Read keys are preloaded with 1000 entries, so each read returns 100 entries."
     )
     report.tables.append(table)
-    write_requests = {1: ctx.pick(200_000, 50_000, 2_000), 32: ctx.pick(1_000_000, 200_000, 5_000)}
-    batch_requests = ctx.pick(50_000, 10_000, 200)
-    read_requests = {1: ctx.pick(200_000, 50_000, 2_000), 32: ctx.pick(500_000, 100_000, 5_000)}
 
     def row(
         label: str,
@@ -144,6 +150,13 @@ def _throughput(
         goal: float,
         key: str,
     ) -> None:
+        if seconds:
+            log(f"{label} -P {pipeline}: probing with {num(requests)} requests each side")
+            probe = [
+                redis_benchmark(srv.port, cmd, requests, CLIENTS, pipeline).rps
+                for srv, cmd in ((rcp, rcp_cmd), (red, red_cmd))
+            ]
+            requests = max(requests, min(int(min(probe) * seconds), requests * 50))
         log(f"{label} -P {pipeline}: {rounds} x {num(requests)} requests each side")
         rcp_lines, red_lines = _interleaved(
             rounds, [(rcp, rcp_cmd), (red, red_cmd)], requests, pipeline
@@ -291,7 +304,7 @@ def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log) ->
 
 
 def _memory(ctx: Context, report: SuiteReport, log) -> None:
-    entries = ctx.pick(1_000_000, 1_000_000, 20_000)
+    entries = ctx.pick(1_000_000, 200_000, 20_000)
     table = Table(
         f"Resident memory growth for {num(entries)} entries of 100 bytes",
         [
