@@ -105,7 +105,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         "its 3 producers and 3 consumers ran on 3 machines."
     )
     report.tables.append(table)
-    per_producer = f"{BATCH_100B} entries per TWRITE, 16 commands in flight"
+    per_producer = f"`TWRITE <key> ENTRIES <{BATCH_100B} x 100 B>`, 16 commands in flight"
 
     def one_producer() -> None:
         log(f"one producer: {num(records)} x 100 B, {per_producer}")
@@ -144,7 +144,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         _row(
             table,
             "1 consumer",
-            f"1 connection, TREAD p1 <off> {READ_COUNT}, 32 in flight, offsets 0..{num(records - 1)}",
+            f"1 connection, `TREAD p1 <off> {READ_COUNT}`, 32 in flight, offsets 0..{num(records - 1)}",
             m,
             "consumer",
             GOAL_CONSUMER,
@@ -160,7 +160,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         _row(
             table,
             "3 consumers",
-            f"3 processes, each TREAD p1 <off> {READ_COUNT} over its third of p1, 32 in flight",
+            f"3 processes, each `TREAD p1 <off> {READ_COUNT}` over its third of p1, 32 in flight",
             m,
             "three_consumers",
             None,
@@ -180,7 +180,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         _row(
             table,
             "producer + consumer",
-            f"2 processes: producer as above on key pc, consumer follows with TREAD pc <off> {READ_COUNT} BLOCK 0 (one at a time); {num(n)} records; rate = records / time until both finished",
+            f"2 processes: producer as above on key pc, consumer follows with `TREAD pc <off> {READ_COUNT} BLOCK 0` (one at a time); {num(n)} records; rate = records / time until both finished",
             m,
             "producer_consumer",
             None,
@@ -228,8 +228,8 @@ def _latency(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
             ],
         )
         table.add(
-            f"1 message of 100 B at a time: consumer blocked in TREAD lat <next> 1 BLOCK 0, "
-            f"producer sends TWRITE lat <100 B>; time from sending the write to the full "
+            f"1 message of 100 B at a time: consumer blocked in `TREAD lat <next> 1 BLOCK 0`, "
+            f"producer sends `TWRITE lat <100 B>`; time from sending the write to the full "
             f"reply at the consumer; {num(samples)} samples",
             f"{lat.p50:.3f}",
             f"{lat.p99:.3f}",
@@ -253,7 +253,7 @@ def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         ["message bytes", "entries per TWRITE", "records", "records/s", "MB/s", "CPU (gen / srv)"],
     )
     table.notes.append(
-        f"1 connection, TWRITE size:<bytes> ENTRIES <batch x bytes>, pipelined (send buffers of "
+        f"1 connection, `TWRITE size:<bytes> ENTRIES <batch x bytes>`, pipelined (send buffers of "
         f"~256 KB, at least 16 commands in flight); records = min({num(cap)}, {budget >> 20} MB / size)."
     )
     report.tables.append(table)
@@ -348,7 +348,7 @@ def _stored_curve(ctx: Context, report: SuiteReport, log) -> None:
     spread = max(abs(y - median) / median for y in ys)
     table.notes.append(
         f"Fresh server; 1 producer writes key big in segments of {num(segment)} records "
-        f"(TWRITE big ENTRIES <{BATCH_100B} x 100 B>, pipelined), each segment timed alone, "
+        f"(`TWRITE big ENTRIES <{BATCH_100B} x 100 B>`, pipelined), each segment timed alone, "
         f"until {target / 1e9:.1f} GB of payload (40% of available memory, capped) or "
         f"{budget_s} s. Largest deviation of a segment from the median rate: {spread * 100:.1f}% "
         f"(goal <= {GOAL_FLAT * 100:.0f}%: {verdict(spread <= GOAL_FLAT)})."

@@ -151,6 +151,10 @@ def _worker(job: Job, barrier: mp.synchronize.Barrier, results: mp.Queue) -> Non
         outcome["error"] = f"connect: {exc}"
         results.put(outcome)
         return
+    if job.mode == "follow":
+        # A follower blocks with BLOCK 0; if its producer died it must not
+        # wait forever.
+        sock.settimeout(60)
     barrier.wait()
     cpu0 = time.process_time()
     start = time.perf_counter()

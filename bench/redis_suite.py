@@ -131,7 +131,7 @@ def _throughput(
     seconds = ctx.pick(4.0, 0.5, 0.0)
 
     table.notes.append(
-        f"<100B> is one fixed 100-byte printable payload; <100 x 100B> is that payload 100 "
+        f"`<100B>` is one fixed 100-byte printable payload; `<100 x 100B>` is that payload 100 "
         f"times as separate arguments. {rounds} interleaved round(s) per row, after a probe "
         "run that sizes the rounds to last about "
         f"{seconds:g} s on the slower server; entries/s = "
@@ -331,15 +331,15 @@ def _memory(ctx: Context, report: SuiteReport, log) -> None:
             servers[label] = ctx.pool.start("rcp11" if label == "rcp11" else "redis")
         how = {
             "rcp11": (
-                "TWRITE m ENTRIES <100 x 100B>, pipelined",
+                "`TWRITE m ENTRIES <100 x 100B>`, pipelined",
                 lambda s: batch_writer(s.port, b"m", entries, 100, 100),
             ),
             "redis stream": (
-                "XADD m * f <100B>, pipelined",
+                "`XADD m * f <100B>`, pipelined",
                 lambda s: single_writer(s.port, [b"XADD", b"m", b"*", b"f", p100], entries, 2),
             ),
             "redis list": (
-                "RPUSH m <100 x 100B>, pipelined",
+                "`RPUSH m <100 x 100B>`, pipelined",
                 lambda s: batch_writer(s.port, b"m", entries, 100, 100, command=b"RPUSH"),
             ),
         }
