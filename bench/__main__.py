@@ -125,6 +125,11 @@ def run_external(name: str, ctx: Context) -> SuiteReport:
     sys.stderr.write(captured.getvalue())
     if isinstance(result, str):
         report.markdown_extra = result
+        first, _, rest = result.lstrip().partition("\n")
+        if first.startswith("## "):
+            # The suite titled its own section: keep that title, one heading.
+            report.title = f"{first[3:].strip()} ({module_name.split('.')[-1]}.py)"
+            report.markdown_extra = rest
     elif hasattr(result, "markdown"):
         markdown = result.markdown
         report.markdown_extra = markdown() if callable(markdown) else str(markdown)
