@@ -197,9 +197,50 @@ def split_range(start: int, end: int, partitions: int) -> list[OffsetRange]:
     return ranges
 
 
-def read_range(options: ConnectionOptions, partition: OffsetRange) -> Iterator[tuple]:
-    """Rows (offset, value, key) for the readable messages of one range."""
+COLUMNS = ("offset", "value", "key")
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Which columns a reader produces, in order, and whether value is text.
+
+    A user schema (``spark.read.schema("value STRING, offset LONG")``) may
+    pick, reorder and read ``value`` as UTF-8 text; the default is SCHEMA.
+    """
+
+    columns: tuple[str, ...] = COLUMNS
+    text_value: bool = False
+
+    @classmethod
+    def from_schema(cls, schema: StructType | None) -> Projection:
+        if schema is None:
+            return cls()
+        names = tuple(name.lower() for name in schema.fieldNames())
+        unknown = [name for name in names if name not in COLUMNS]
+        if unknown:
+            raise ValueError(
+                f"rcp11 data source: unknown column(s) {unknown} in the schema; "
+                f"the columns are {', '.join(COLUMNS)} ({SCHEMA})"
+            )
+        text_value = any(
+            f.name.lower() == "value" and f.dataType.typeName() == "string" for f in schema.fields
+        )
+        return cls(names, text_value)
+
+    def row(self, offset: int, message: bytes, key: str) -> tuple:
+        value: bytes | str = message.decode(errors="replace") if self.text_value else message
+        if self.columns == COLUMNS:
+            return (offset, value, key)
+        fields = {"offset": offset, "value": value, "key": key}
+        return tuple(fields[name] for name in self.columns)
+
+
+def read_range(
+    options: ConnectionOptions, partition: OffsetRange, projection: Projection | None = None
+) -> Iterator[tuple]:
+    """Rows for the readable messages of one range (offset, value, key by default)."""
     key = options.require_key()
+    projection = projection or Projection()
     client = options.connect()
     try:
         offset = partition.start
@@ -211,7 +252,7 @@ def read_range(options: ConnectionOptions, partition: OffsetRange) -> Iterator[t
                 # recreated since planning. Nothing more to read here.
                 return
             for message_offset, message in result.items():
-                yield (message_offset, bytes(message), key)
+                yield projection.row(message_offset, bytes(message), key)
             # An evicted stretch would read as nulls: jump over it.
             offset = max(result.end, result.first_offset)
     finally:
@@ -221,7 +262,8 @@ def read_range(options: ConnectionOptions, partition: OffsetRange) -> Iterator[t
 class RCP11Reader(DataSourceReader):
     """Batch read of one stream between startingOffset and endingOffset."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self.projection = Projection.from_schema(schema)
         self.connection = parse_connection(options, DEFAULT_READ_BATCH)
         self.connection.require_key()
         self.starting = StreamPosition.parse(
@@ -244,13 +286,14 @@ class RCP11Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         assert isinstance(partition, OffsetRange)
-        return read_range(self.connection, partition)
+        return read_range(self.connection, partition, self.projection)
 
 
 class RCP11StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch read; Spark checkpoints offsets as ``{"offset": next_to_read}``."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        self.projection = Projection.from_schema(schema)
         self.connection = parse_connection(options, DEFAULT_READ_BATCH)
         self.connection.require_key()
         self.starting = StreamPosition.parse(
@@ -304,7 +347,7 @@ class RCP11StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         assert isinstance(partition, OffsetRange)
-        return read_range(self.connection, partition)
+        return read_range(self.connection, partition, self.projection)
 
     def commit(self, end: dict) -> None:
         """Spark is done with everything before ``end``; evict it if asked to."""
@@ -483,6 +526,10 @@ class RCP11DataSource(DataSource):
     ``maxOffsetsPerTrigger``, ``evictOnCommit`` (``false`` default; ``true``
     TEVICTs everything Spark has committed).
 
+    Schema: ``offset LONG, value BINARY, key STRING``; a schema given with
+    ``.schema(...)`` may choose a subset of these columns in any order, and
+    ``value STRING`` decodes messages as UTF-8.
+
     Write (batch or streaming, mode append): column ``value`` (binary or
     string) is appended to ``key``; a string column ``key`` in the rows, when
     present and not null, chooses the stream per row.
@@ -496,10 +543,10 @@ class RCP11DataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RCP11Reader(self.options)
+        return RCP11Reader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RCP11StreamReader(self.options)
+        return RCP11StreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RCP11Writer(self.options, schema, overwrite)
