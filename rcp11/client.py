@@ -99,24 +99,26 @@ class ReadResult:
                 yield self.start + index, message
 
 
-def parse_tread(response: Any, withinfo: bool = False, **_options: Any) -> Any:
+def parse_tread(response: Any, **_options: Any) -> Any:
     """Response callback for TREAD, the same for RESP2 and RESP3.
 
-    A BLOCK timeout (null array) is ``None``; otherwise a list of messages,
-    or a ``ReadResult`` when the command was sent with WITHINFO.
+    A BLOCK timeout (null array) is ``None``. A WITHINFO reply becomes a
+    ``ReadResult``: it is recognised by its first element being an array,
+    which a message never is, so raw ``execute_command("TREAD", ...)``
+    calls parse correctly too. Anything else is the list of messages.
     """
     if response is None:
         return None
-    if not withinfo:
-        return list(response)
-    info = response[0]
-    return ReadResult(
-        first_offset=int(info[0]),
-        last_offset=int(info[1]),
-        start=int(info[2]),
-        count=int(info[3]),
-        messages=list(response[1:]),
-    )
+    if response and isinstance(response[0], (list, tuple)):
+        info = response[0]
+        return ReadResult(
+            first_offset=int(info[0]),
+            last_offset=int(info[1]),
+            start=int(info[2]),
+            count=int(info[3]),
+            messages=list(response[1:]),
+        )
+    return list(response)
 
 
 def _parse_int(response: Any, **_options: Any) -> Any:
@@ -213,7 +215,7 @@ class StreamCommands:
             args += ["GROUPNEW", groupnew]
         if withinfo:
             args.append("WITHINFO")
-        return self.execute_command(*args, withinfo=withinfo)
+        return self.execute_command(*args)
 
     def tevict(self, key: Any, offset: int) -> Any:
         """Make every message of ``key`` at or before ``offset`` unreadable.

@@ -71,7 +71,7 @@ def test_importing_client_loads_no_server_code_and_no_rcp11_c_extension() -> Non
 
 
 def test_parse_tread_withinfo_builds_read_result() -> None:
-    result = parse_tread([[3, 9, 4, 3], b"d", None, b"f"], withinfo=True)
+    result = parse_tread([[3, 9, 4, 3], b"d", None, b"f"])
     assert result == ReadResult(3, 9, 4, 3, [b"d", None, b"f"])
     assert result.next_offset == 10
     assert result.length == 7
@@ -81,7 +81,14 @@ def test_parse_tread_withinfo_builds_read_result() -> None:
 
 def test_parse_tread_timeout_is_none_in_both_modes() -> None:
     assert parse_tread(None) is None
-    assert parse_tread(None, withinfo=True) is None
+
+
+def test_raw_execute_command_replies_are_parsed_too(client: Client) -> None:
+    client.twrite("s", b"a", b"b")
+    assert client.execute_command("TREAD", "s", 1, 5) == [b"b"]
+    raw = client.execute_command("TREAD", "s", 0, 5, "WITHINFO")
+    assert raw == ReadResult(0, 1, 0, 2, [b"a", b"b"])
+    assert client.execute_command("TWRITE", "s", "c") == 2
 
 
 def test_argument_mistakes_fail_before_reaching_the_server() -> None:
