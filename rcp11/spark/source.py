@@ -523,8 +523,12 @@ class RCP11DataSource(DataSource):
     ``latest`` default = everything written so far).
 
     Streaming read: ``startingOffset`` (``latest`` default, as Kafka's),
-    ``maxOffsetsPerTrigger``, ``evictOnCommit`` (``false`` default; ``true``
-    TEVICTs everything Spark has committed).
+    ``maxOffsetsPerTrigger`` (honoured from Spark 4.2, which passes read
+    limits to Python sources), ``evictOnCommit`` (``false`` default; ``true``
+    TEVICTs everything Spark has committed to the source; Spark commits a
+    micro-batch when it plans the next one, so the newest batch of a stopped
+    query stays until the query runs again). Trigger.AvailableNow reads what
+    existed when the query started and stops.
 
     Schema: ``offset LONG, value BINARY, key STRING``; a schema given with
     ``.schema(...)`` may choose a subset of these columns in any order, and
