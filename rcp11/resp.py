@@ -20,6 +20,7 @@ Reply values handlers return, and how they encode:
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -314,6 +315,9 @@ def _parse_int(data: bytes) -> int | None:
 # to find where a command parsed by hiredis ended in the raw buffer.
 _BULK_SIZE = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER = [b"*%d\r\n" % n for n in range(256)]
+# Commands of up to 99999 arguments take the hiredis path.
+_FAST_MAX_COUNT_DIGITS = 5
+_HUGE_AGGREGATE = re.compile(rb"\n[*%%~>|]\d{%d}" % (_FAST_MAX_COUNT_DIGITS + 1))
 
 
 def _bulk_size(length: int) -> int:
@@ -430,12 +434,25 @@ class RequestParser:
         buf = self._buf
         start = pos = self._pos
         size = len(buf)
+        # Nested aggregate headers get the same treatment: hiredis only sees
+        # the bytes before the first "\n*<6+ digits>" (or %, ~, >, |), so it
+        # never allocates more than the top-level check allows; whatever
+        # comes after is handed over one command at a time by the slow path.
+        huge = _HUGE_AGGREGATE.search(buf, pos)
+        if huge is not None:
+            size = huge.start() + 1
         reader = hiredis.Reader()
-        reader.feed(buf, pos)
+        reader.feed(buf, pos, size - pos)
         ready = self._ready
         max_bulk = self.max_bulk_len
         bulk_size = _BULK_SIZE.__getitem__
+        find = buf.find
         while pos < size and buf[pos] == 42:
+            # hiredis allocates the whole list as soon as it reads "*<count>",
+            # so huge counts are left to the slow path, which checks them and
+            # grows its list only as arguments arrive.
+            if find(b"\r", pos, pos + _FAST_MAX_COUNT_DIGITS + 2) < 0:
+                break
             try:
                 argv = reader.gets()
             except hiredis.ProtocolError:

@@ -314,3 +314,25 @@ def test_simple_string_subclass_is_a_str() -> None:
     # encode as a status, not a bulk string.
     assert isinstance(SimpleString("OK"), str)
     assert encode([SimpleString("QUEUED")], False) == b"*1\r\n+QUEUED\r\n"
+
+
+def test_huge_counts_never_reach_hiredis_preallocation() -> None:
+    # hiredis would allocate a list of the announced size at once; these must
+    # be refused or waited on without that (this test would take minutes and
+    # gigabytes otherwise).
+    with pytest.raises(ProtocolError, match="expected '\\$', got '\\*'"):
+        parse_all([mbulk(b"PING") + b"*1\r\n*2000000000\r\n"])
+    with pytest.raises(ProtocolError, match="expected '\\$', got '%'"):
+        parse_all([b"*2\r\n$1\r\na\r\n%2000000000\r\n"])
+    parser = RequestParser()
+    parser.feed(mbulk(b"PING") + b"*2000000000\r\n$4\r\nECHO\r\n")
+    assert parser.gets() == [b"PING"]
+    assert parser.gets() is None
+
+
+def test_payload_that_looks_like_a_huge_header() -> None:
+    payload = b"line\n*1234567\r\nmore\n%9999999"
+    commands = [[b"TWRITE", b"s", payload], [b"PING"], [b"ECHO", payload]]
+    data = b"".join(mbulk(*argv) for argv in commands)
+    for chunks in every_split(data):
+        assert parse_all(chunks) == commands
