@@ -64,10 +64,20 @@
  * messages. Blobs of active nodes grow geometrically and are shrunk when the
  * node is sealed or full.
  *
- * Reading a compressed node inflates its blob into a small per-stream cache
- * of MN_CACHE_SLOTS recently used nodes, so a consumer reading a node 100
- * messages at a time inflates it once, not ten times. The cache is counted
- * in memory_bytes and dropped entry by entry when its node is freed.
+ * COMPRESSION
+ * ===========
+ *
+ * A compressed node keeps its offset table raw (eviction and sizing never
+ * inflate anything) and replaces its blob by *chunks*: independent zlib
+ * streams of whole messages, each at least MN_COMPRESS_CHUNK_BYTES raw
+ * (the last may be shorter), preceded by a small chunk table (layout at
+ * mn_chunk_count()). Inflating a whole 1000-message node to read 100 of its
+ * messages would make random reads of compressed streams ~100x slower than
+ * raw ones; with chunks a read inflates only the one or two it touches.
+ * Inflated chunks go to a per-stream cache of MN_CACHE_SLOTS entries, so a
+ * consumer reading 100 messages at a time inflates each chunk once. The
+ * cache is counted in memory_bytes and its entries are dropped when their
+ * node is freed.
  *
  * GAPS
  * ====
@@ -134,7 +144,7 @@
  *   ----------  ----------  -----------------------------------------------
  *            0           4  magic "MNND"
  *            4           1  format version, MN_FORMAT_VERSION
- *            5           1  flags: bit 0 set = blob is zlib-compressed
+ *            5           1  flags: bit 0 set = blob is zlib chunks
  *            6           2  reserved, zero
  *            8           8  first: logical offset of message 0
  *           16           4  count: messages in the node (1..max_entries)
@@ -143,7 +153,9 @@
  *                           raw_len when raw, smaller when compressed
  *           28   4 * count  offset table: ends[i], end of message i in the
  *                           raw blob, non-decreasing
- *   28 + 4*count stored_len blob, raw or zlib stream
+ *   28 + 4*count stored_len blob: raw messages, or the compressed blob
+ *                           exactly as in memory (chunk table + zlib
+ *                           streams, see mn_chunk_count())
  *   end - 4              4  CRC32 (zlib) of every byte before it
  *
  * Evicted messages of a partially evicted first node are serialized with it
@@ -180,10 +192,22 @@
  * saves at least this share of the blob. */
 #define MN_COMPRESS_MIN_SAVING_PCT 10
 
-/* Inflated nodes kept per stream: enough for a reader that crosses a node
- * boundary and a second reader elsewhere, small enough to be negligible
- * next to the nodes themselves. */
+/* A compressed node is a sequence of independent zlib streams ("chunks"),
+ * each holding whole messages and at least this many raw bytes (but the
+ * last). A read inflates only the chunks it needs: 100 messages of 200
+ * bytes touch one or two chunks, not the whole node. It equals zlib's
+ * window, so a chunk loses little ratio to compressing the node at once. */
+#define MN_COMPRESS_CHUNK_BYTES 32768
+
+/* Inflated chunks kept per stream: enough for a reader whose range crosses
+ * a chunk boundary and a second reader elsewhere, small enough (4 x ~32 KB)
+ * to be negligible next to the nodes themselves. */
 #define MN_CACHE_SLOTS 4
+
+/* Compressed blob layout: a chunk count, then (first message, end of zlib
+ * data) per chunk, then the zlib streams. See the big comment. */
+#define MN_CHUNK_COUNT_BYTES 4
+#define MN_CHUNK_ENTRY_BYTES 8
 
 /* The offset table of a lone node grows by half, and by at least this many
  * entries: a 1-message stream keeps a 1-entry table. Blobs of active nodes
@@ -192,7 +216,7 @@
 #define MN_TABLE_MIN_GROWTH 4
 
 /* Serialized formats. */
-#define MN_FORMAT_VERSION 1
+#define MN_FORMAT_VERSION 2
 #define MN_HEADER_BYTES 40
 #define MN_NODE_FRAME_BYTES 32 /* fixed node fields + CRC32 */
 #define MN_NODE_FIXED_BYTES 28 /* node fields before the offset table */
@@ -211,20 +235,21 @@ static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
 struct mn_node {
     uint64_t first;     /* logical offset of message 0 */
     mn_node *prev;      /* backward pointer, NULL for the first node */
-    char *blob;         /* messages back to back, or their zlib stream */
+    char *blob;         /* messages back to back, or their zlib chunks */
     uint32_t *ends;     /* offset table, `cap` entries allocated */
     uint32_t count;     /* messages held */
     uint32_t cap;       /* entries allocated in ends */
     uint32_t blob_cap;  /* bytes allocated in blob (== stored bytes when
                            compressed) */
     uint8_t level;      /* entries in fwd */
-    uint8_t compressed; /* blob is a zlib stream of ends[count-1] bytes */
+    uint8_t compressed; /* blob is zlib chunks of ends[count-1] raw bytes */
     mn_node *fwd[];     /* forward pointers, one per level */
 };
 
 typedef struct mn_cache_slot {
     const mn_node *node; /* NULL when the slot is free */
-    char *raw;           /* inflated blob */
+    char *raw;           /* inflated chunk */
+    uint32_t chunk;      /* which chunk of node */
     uint32_t len;
     uint32_t last_use;
 } mn_cache_slot;
@@ -246,7 +271,7 @@ struct mn_stream {
     uint64_t load_expected;  /* node count announced by a header being loaded */
     mn_node **head;          /* head forward pointers, head_cap allocated */
     mn_node *tail;           /* the active node */
-    mn_cache *cache;         /* allocated on the first read of a compressed node */
+    mn_cache *cache;         /* allocated on the first read of a compressed chunk */
     uint32_t max_entries;
     uint8_t level;           /* levels in use (<= head_cap) */
     uint8_t head_cap;
@@ -393,6 +418,7 @@ static void mn_cache_forget(mn_stream *s, const mn_node *n) {
             slot->node = NULL;
             slot->raw = NULL;
             slot->len = 0;
+            slot->chunk = 0;
         }
     }
 }
@@ -437,38 +463,136 @@ static void mn_node_shrink(mn_stream *s, mn_node *n) {
     (void)mn_node_resize_blob(s, n, mn_node_raw_bytes(n));
 }
 
-/* Seal a node that just stopped being the tail: no slack, and compressed
- * when that pays. Compression failures keep the raw form. */
-static void mn_node_seal(mn_stream *s, mn_node *n) {
-    mn_node_shrink(s, n);
-    if (s->compression == 0 || n->compressed) return;
-    uint32_t raw = mn_node_raw_bytes(n);
-    if (raw < MN_COMPRESS_MIN_BYTES) return;
-    uLongf bound = compressBound(raw);
-    unsigned char *tmp = malloc(bound);
-    if (tmp == NULL) return;
-    uLongf clen = bound;
-    int zrc = compress2(tmp, &clen, (const Bytef *)n->blob, raw, s->compression);
-    uint64_t max_len = (uint64_t)raw - (uint64_t)raw * MN_COMPRESS_MIN_SAVING_PCT / 100;
-    if (zrc == Z_OK && clen > 0 && clen < raw && clen <= max_len) {
-        char *exact = realloc(tmp, clen);
-        if (exact != NULL) {
-            s->memory = s->memory - n->blob_cap + clen;
-            free(n->blob);
-            n->blob = exact;
-            n->blob_cap = (uint32_t)clen;
-            n->compressed = 1;
-            s->num_compressed++;
-            return;
-        }
-    }
-    free(tmp);
+/* Compressed blobs. All fields little-endian, written through the
+ * accessors so that the blob is its own serialized form:
+ *
+ *   OFFSET           SIZE         DESCRIPTION
+ *   ---------------  -----------  ------------------------------------------
+ *                0            4  nchunks (>= 1)
+ *        4 + 8 * k            4  chunk k: index of its first message (0 for
+ *                                k = 0, increasing)
+ *        8 + 8 * k            4  chunk k: end of its zlib stream, counted
+ *                                from the start of the zlib area
+ *    4 + 8*nchunks          ...  the zlib streams, back to back; chunk k
+ *                                inflates to the raw bytes of messages
+ *                                first(k) .. first(k+1)-1
+ */
+static uint32_t mn_chunk_count(const mn_node *n) {
+    return mn_get_u32le((const unsigned char *)n->blob);
 }
 
-/* The raw messages of a node: the blob itself, or its inflated copy from the
- * cache. NULL with *err set on failure. */
-static const char *mn_node_raw(mn_stream *s, const mn_node *n, int *err) {
-    if (!n->compressed) return n->blob;
+static uint32_t mn_chunk_first_msg(const mn_node *n, uint32_t k) {
+    return mn_get_u32le((const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
+                        (size_t)k * MN_CHUNK_ENTRY_BYTES);
+}
+
+static uint32_t mn_chunk_zend(const mn_node *n, uint32_t k) {
+    return mn_get_u32le((const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
+                        (size_t)k * MN_CHUNK_ENTRY_BYTES + 4);
+}
+
+/* One past the last message of chunk k. */
+static uint32_t mn_chunk_end_msg(const mn_node *n, uint32_t k) {
+    return k + 1 < mn_chunk_count(n) ? mn_chunk_first_msg(n, k + 1) : n->count;
+}
+
+/* The chunk holding message i: the last chunk whose first message <= i. */
+static uint32_t mn_chunk_of(const mn_node *n, uint32_t i) {
+    uint32_t lo = 0, hi = mn_chunk_count(n); /* answer in [lo, hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (mn_chunk_first_msg(n, mid) <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The end (exclusive) of the chunk starting at message i: messages are
+ * added while the chunk holds fewer than MN_COMPRESS_CHUNK_BYTES. */
+static uint32_t mn_chunk_plan_end(const mn_node *n, uint32_t i) {
+    uint32_t from = mn_msg_start(n, i);
+    uint32_t j = i + 1;
+    while (j < n->count && n->ends[j - 1] - from < MN_COMPRESS_CHUNK_BYTES) j++;
+    return j;
+}
+
+/* Replace a sealed node's blob by its zlib chunks when that saves at least
+ * MN_COMPRESS_MIN_SAVING_PCT. Any failure keeps the raw form. */
+static void mn_node_compress(mn_stream *s, mn_node *n) {
+    uint32_t raw = mn_node_raw_bytes(n);
+    if (raw < MN_COMPRESS_MIN_BYTES) return;
+    uint64_t nchunks = 0, bound = 0;
+    for (uint32_t i = 0; i < n->count; i = mn_chunk_plan_end(n, i)) {
+        uint32_t j = mn_chunk_plan_end(n, i);
+        bound += compressBound(n->ends[j - 1] - mn_msg_start(n, i));
+        nchunks++;
+    }
+    uint64_t header = MN_CHUNK_COUNT_BYTES + nchunks * MN_CHUNK_ENTRY_BYTES;
+    if (header + bound > UINT32_MAX) return; /* zlib counts in 32 bits */
+    unsigned char *out = malloc((size_t)(header + bound));
+    if (out == NULL) return;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit(&zs, s->compression) != Z_OK) {
+        free(out);
+        return;
+    }
+    mn_put_u32le(out, (uint32_t)nchunks);
+    uint64_t zlen = 0, k = 0;
+    int ok = 1;
+    for (uint32_t i = 0; i < n->count && ok; i = mn_chunk_plan_end(n, i), k++) {
+        uint32_t j = mn_chunk_plan_end(n, i);
+        uint32_t from = mn_msg_start(n, i);
+        uint32_t len = n->ends[j - 1] - from;
+        uLong chunk_bound = compressBound(len);
+        ok = deflateReset(&zs) == Z_OK;
+        zs.next_in = (Bytef *)(n->blob + from);
+        zs.avail_in = len;
+        zs.next_out = out + header + zlen;
+        zs.avail_out = (uInt)chunk_bound;
+        ok = ok && deflate(&zs, Z_FINISH) == Z_STREAM_END;
+        zlen += chunk_bound - zs.avail_out;
+        unsigned char *entry = out + MN_CHUNK_COUNT_BYTES + k * MN_CHUNK_ENTRY_BYTES;
+        mn_put_u32le(entry, i);
+        mn_put_u32le(entry + 4, (uint32_t)zlen);
+    }
+    deflateEnd(&zs);
+    uint64_t total = header + zlen;
+    uint64_t max_len = (uint64_t)raw - (uint64_t)raw * MN_COMPRESS_MIN_SAVING_PCT / 100;
+    char *exact = ok && total <= max_len ? realloc(out, (size_t)total) : NULL;
+    if (exact == NULL) {
+        free(out);
+        return;
+    }
+    s->memory = s->memory - n->blob_cap + total;
+    free(n->blob);
+    n->blob = exact;
+    n->blob_cap = (uint32_t)total;
+    n->compressed = 1;
+    s->num_compressed++;
+}
+
+/* Seal a node that just stopped being the tail: no slack, and compressed
+ * when the stream asks for it and that pays. */
+static void mn_node_seal(mn_stream *s, mn_node *n) {
+    mn_node_shrink(s, n);
+    if (s->compression != 0 && !n->compressed) mn_node_compress(s, n);
+}
+
+/* Inflate zlib data into exactly `len` bytes, consuming all of it. */
+static int mn_inflate_exact(char *dst, uint32_t len, const unsigned char *src, uint32_t src_len) {
+    uLongf out_len = len;
+    uLong in_len = src_len;
+    Bytef one;
+    int zrc = uncompress2(len ? (Bytef *)dst : &one, &out_len, src, &in_len);
+    if (zrc == Z_MEM_ERROR) return MN_ERR_NOMEM;
+    if (zrc != Z_OK || out_len != len || in_len != src_len) return MN_ERR_CORRUPT;
+    return MN_OK;
+}
+
+/* Raw bytes of chunk k of a compressed node, from the cache or inflated
+ * into it. NULL with *err set on failure. */
+static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int *err) {
     if (s->cache == NULL) {
         s->cache = calloc(1, sizeof(mn_cache));
         if (s->cache == NULL) {
@@ -482,7 +606,7 @@ static const char *mn_node_raw(mn_stream *s, const mn_node *n, int *err) {
     mn_cache_slot *victim = NULL; /* a free slot, else the least recently used */
     for (int i = 0; i < MN_CACHE_SLOTS; i++) {
         mn_cache_slot *slot = &c->slot[i];
-        if (slot->node == n) {
+        if (slot->node == n && slot->chunk == k) {
             slot->last_use = c->clock;
             return slot->raw;
         }
@@ -490,17 +614,20 @@ static const char *mn_node_raw(mn_stream *s, const mn_node *n, int *err) {
                                                         slot->last_use < victim->last_use)))
             victim = slot;
     }
-    uint32_t raw_len = mn_node_raw_bytes(n);
-    char *raw = malloc(raw_len ? raw_len : 1);
+    uint32_t from = mn_msg_start(n, mn_chunk_first_msg(n, k));
+    uint32_t len = mn_msg_start(n, mn_chunk_end_msg(n, k)) - from;
+    uint32_t zfrom = k ? mn_chunk_zend(n, k - 1) : 0;
+    const unsigned char *zarea = (const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
+                                 (size_t)mn_chunk_count(n) * MN_CHUNK_ENTRY_BYTES;
+    char *raw = malloc(len ? len : 1);
     if (raw == NULL) {
         *err = MN_ERR_NOMEM;
         return NULL;
     }
-    uLongf out_len = raw_len;
-    int zrc = uncompress((Bytef *)raw, &out_len, (const Bytef *)n->blob, n->blob_cap);
-    if (zrc != Z_OK || out_len != raw_len) {
+    int rc = mn_inflate_exact(raw, len, zarea + zfrom, mn_chunk_zend(n, k) - zfrom);
+    if (rc != MN_OK) {
         free(raw);
-        *err = zrc == Z_MEM_ERROR ? MN_ERR_NOMEM : MN_ERR_CORRUPT;
+        *err = rc;
         return NULL;
     }
     if (victim->node != NULL) {
@@ -508,11 +635,38 @@ static const char *mn_node_raw(mn_stream *s, const mn_node *n, int *err) {
         free(victim->raw);
     }
     victim->node = n;
+    victim->chunk = k;
     victim->raw = raw;
-    victim->len = raw_len;
+    victim->len = len;
     victim->last_use = c->clock;
-    s->memory += raw_len;
+    s->memory += len;
     return raw;
+}
+
+/* Where the raw bytes of a node's messages are: `raw` holds messages
+ * [.., msg_hi) and message i starts at raw + mn_msg_start(i) - base. */
+typedef struct mn_cursor {
+    const char *raw;
+    uint32_t base;
+    uint32_t msg_hi;
+} mn_cursor;
+
+/* Point the cursor at message i of n (inflating its chunk if needed). */
+static int mn_cursor_seek(mn_stream *s, const mn_node *n, uint32_t i, mn_cursor *cur) {
+    if (!n->compressed) {
+        cur->raw = n->blob;
+        cur->base = 0;
+        cur->msg_hi = n->count;
+        return MN_OK;
+    }
+    uint32_t k = mn_chunk_of(n, i);
+    int err = MN_OK;
+    const char *raw = mn_chunk_raw(s, n, k, &err);
+    if (raw == NULL) return err;
+    cur->raw = raw;
+    cur->base = mn_msg_start(n, mn_chunk_first_msg(n, k));
+    cur->msg_hi = mn_chunk_end_msg(n, k);
+    return MN_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -944,20 +1098,20 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style, mn_bu
             }
             continue;
         }
-        const char *raw = mn_node_raw(s, run.node, &rc);
-        if (raw == NULL) {
-            out->len = old_len;
-            return rc;
-        }
         const uint32_t *ends = run.node->ends;
         uint32_t prev = mn_msg_start(run.node, run.from);
+        mn_cursor cur = {NULL, 0, 0};
         for (uint32_t i = run.from; i < run.to; i++) {
+            if (i >= cur.msg_hi && (rc = mn_cursor_seek(s, run.node, i, &cur)) != MN_OK) {
+                out->len = old_len;
+                return rc;
+            }
             uint32_t len = ends[i] - prev;
             *p++ = '$';
             p = mn_write_decimal(p, len, mn_decimal_len(len));
             *p++ = '\r';
             *p++ = '\n';
-            memcpy(p, raw + prev, len);
+            memcpy(p, cur.raw + (prev - cur.base), len);
             p += len;
             *p++ = '\r';
             *p++ = '\n';
@@ -990,16 +1144,21 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
             for (uint64_t i = 0; i < run.nulls; i++) *len_out++ = -1;
             continue;
         }
-        const char *raw = mn_node_raw(s, run.node, &rc);
-        if (raw == NULL) {
-            out->len = old_len;
-            return rc;
+        /* Copy chunk by chunk (a raw node is one chunk). */
+        for (uint32_t i = run.from; i < run.to;) {
+            mn_cursor cur;
+            if ((rc = mn_cursor_seek(s, run.node, i, &cur)) != MN_OK) {
+                out->len = old_len;
+                return rc;
+            }
+            uint32_t stop = cur.msg_hi < run.to ? cur.msg_hi : run.to;
+            uint32_t from = mn_msg_start(run.node, i);
+            uint32_t bytes = mn_msg_start(run.node, stop) - from;
+            if (bytes) memcpy(out->data + out->len, cur.raw + (from - cur.base), bytes);
+            out->len += bytes;
+            i = stop;
         }
-        uint32_t from = mn_msg_start(run.node, run.from);
-        uint32_t bytes = mn_msg_start(run.node, run.to) - from;
-        if (bytes) memcpy(out->data + out->len, raw + from, bytes);
-        out->len += bytes;
-        uint32_t prev = from;
+        uint32_t prev = mn_msg_start(run.node, run.from);
         for (uint32_t i = run.from; i < run.to; i++) {
             *len_out++ = (int64_t)(run.node->ends[i] - prev);
             prev = run.node->ends[i];
@@ -1069,6 +1228,11 @@ typedef struct mn_node_view {
     const unsigned char *blob;  /* stored bytes */
 } mn_node_view;
 
+/* Start of message i in the raw blob, from a checked blob's offset table. */
+static uint32_t mn_view_msg_start(const mn_node_view *v, uint32_t i) {
+    return i ? mn_get_u32le(v->table + 4 * ((size_t)i - 1)) : 0;
+}
+
 static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
     const unsigned char *p = (const unsigned char *)blob;
     if (p == NULL || len < MN_NODE_FRAME_BYTES || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
@@ -1097,16 +1261,42 @@ static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
     if (prev != v->raw_len) return MN_ERR_CORRUPT;
     if (!v->compressed) return v->stored == v->raw_len ? MN_OK : MN_ERR_CORRUPT;
     /* A compressed blob must be smaller than its raw form (nodes are only
-     * compressed when that saves space) and inflate to exactly raw_len. */
-    if (v->stored == 0 || v->stored >= v->raw_len) return MN_ERR_CORRUPT;
-    char *raw = malloc(v->raw_len);
+     * compressed when that saves space); its chunk table must cover the
+     * messages in order and the zlib area exactly, and every chunk must
+     * inflate to exactly the raw bytes of its messages. */
+    if (v->stored >= v->raw_len || v->stored < MN_CHUNK_COUNT_BYTES) return MN_ERR_CORRUPT;
+    uint32_t nchunks = mn_get_u32le(v->blob);
+    if (nchunks == 0 || nchunks > v->count) return MN_ERR_CORRUPT;
+    uint64_t header = MN_CHUNK_COUNT_BYTES + (uint64_t)nchunks * MN_CHUNK_ENTRY_BYTES;
+    if (header >= v->stored) return MN_ERR_CORRUPT;
+    const unsigned char *zarea = v->blob + header;
+    uint32_t zarea_len = (uint32_t)(v->stored - header);
+    uint32_t largest = 0, prev_zend = 0;
+    for (uint32_t k = 0; k < nchunks; k++) {
+        const unsigned char *entry = v->blob + MN_CHUNK_COUNT_BYTES + (size_t)k * MN_CHUNK_ENTRY_BYTES;
+        uint32_t first = mn_get_u32le(entry), zend = mn_get_u32le(entry + 4);
+        uint32_t end_msg = k + 1 < nchunks ? mn_get_u32le(entry + MN_CHUNK_ENTRY_BYTES) : v->count;
+        if ((k == 0 && first != 0) || first >= end_msg || end_msg > v->count) return MN_ERR_CORRUPT;
+        if (zend <= prev_zend || zend > zarea_len) return MN_ERR_CORRUPT;
+        uint32_t len = mn_view_msg_start(v, end_msg) - mn_view_msg_start(v, first);
+        if (len > largest) largest = len;
+        prev_zend = zend;
+    }
+    if (prev_zend != zarea_len) return MN_ERR_CORRUPT;
+    char *raw = malloc(largest ? largest : 1);
     if (raw == NULL) return MN_ERR_NOMEM;
-    uLongf out_len = v->raw_len;
-    int zrc = uncompress((Bytef *)raw, &out_len, v->blob, v->stored);
+    int rc = MN_OK;
+    prev_zend = 0;
+    for (uint32_t k = 0; k < nchunks && rc == MN_OK; k++) {
+        const unsigned char *entry = v->blob + MN_CHUNK_COUNT_BYTES + (size_t)k * MN_CHUNK_ENTRY_BYTES;
+        uint32_t first = mn_get_u32le(entry), zend = mn_get_u32le(entry + 4);
+        uint32_t end_msg = k + 1 < nchunks ? mn_get_u32le(entry + MN_CHUNK_ENTRY_BYTES) : v->count;
+        uint32_t len = mn_view_msg_start(v, end_msg) - mn_view_msg_start(v, first);
+        rc = mn_inflate_exact(raw, len, zarea + prev_zend, zend - prev_zend);
+        prev_zend = zend;
+    }
     free(raw);
-    if (zrc == Z_MEM_ERROR) return MN_ERR_NOMEM;
-    if (zrc != Z_OK || out_len != v->raw_len) return MN_ERR_CORRUPT;
-    return MN_OK;
+    return rc;
 }
 
 int mn_validate_node_blob(const char *blob, size_t len) {

@@ -462,8 +462,11 @@ def small_node_blobs() -> list[bytes]:
     raw.append([b"ab", b"", b"cde", b"f"])
     packed = Stream(max_entries=40, compression_level=9)
     packed.append([b"hello hello hello hello %d" % (i % 3) for i in range(41)])
-    blobs = list(raw.dump())[1:2] + list(packed.dump())[1:2]
-    assert packed.num_compressed_nodes == 1
+    # 20 KB messages: the sealed node holds three zlib chunks.
+    chunked = Stream(max_entries=5, compression_level=1)
+    chunked.append([bytes([65 + i]) * 20_000 for i in range(6)])
+    blobs = list(raw.dump())[1:2] + list(packed.dump())[1:2] + list(chunked.dump())[1:2]
+    assert packed.num_compressed_nodes == chunked.num_compressed_nodes == 1
     return blobs
 
 

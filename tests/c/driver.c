@@ -488,6 +488,27 @@ static void test_validation(void) {
     CHECK(mn_load_finish(s) == MN_ERR_CORRUPT);
     mn_stream_free(s);
     free_blobs(blobs, n);
+
+    /* 20 KB messages: the sealed node is three zlib chunks. */
+    mn_stream *chunked = mn_stream_new(5, 1);
+    static char big[6 * 20000];
+    uint32_t big_lens[6];
+    for (int i = 0; i < 6; i++) {
+        memset(big + 20000 * i, 'A' + i, 20000);
+        big_lens[i] = 20000;
+    }
+    CHECK(mn_append(chunked, big, big_lens, 6) == 0);
+    CHECK(mn_num_compressed_nodes(chunked) == 1);
+    serialize(chunked, &blobs, &n);
+    check_blob_rejects_corruption(&blobs[1]);
+    free_blobs(blobs, n);
+    mn_buf out;
+    int64_t out_lens[6];
+    mn_buf_init(&out);
+    CHECK(mn_read_copy(chunked, 1, 5, &out, out_lens) == MN_OK);
+    CHECK(out.len == 5 * 20000 && same(out.data, big + 20000, 5 * 20000));
+    mn_buf_free(&out);
+    mn_stream_free(chunked);
     mn_stream_free(raw);
     mn_stream_free(packed);
     CHECK(live_bytes == 0);
