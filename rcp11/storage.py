@@ -7,7 +7,9 @@ exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +94,26 @@ def _new_stream_handle(ptr: object) -> object:
     if ptr == ffi.NULL:
         raise StorageMemoryError("out of memory", lib.MN_ERR_NOMEM)
     return ffi.gc(ptr, lib.mn_stream_free)
+
+
+# Read replies are formatted into a per-thread C buffer that is kept
+# between calls (cffi releases the GIL during C calls, so threads must not
+# share one). Buffers that grew past this are freed after use.
+_SCRATCH_KEEP_BYTES = 1 << 20
+_scratch = threading.local()
+
+
+def _scratch_buffer() -> Any:
+    buf = getattr(_scratch, "buf", None)
+    if buf is None:
+        buf = _scratch.buf = ffi.new("mn_buf *")
+    buf.len = 0
+    return buf
+
+
+def _release_scratch(buf: Any) -> None:
+    if buf.cap > _SCRATCH_KEEP_BYTES:
+        lib.mn_buf_free(buf)
 
 
 def _serialized(serialize: Callable[[object, object], int], obj: object) -> bytes:
@@ -253,7 +275,7 @@ class Stream:
         """
         if start < 0 or count < 0:
             raise _range_error(start, count, self.next_offset)
-        buf = ffi.new("mn_buf *")
+        buf = _scratch_buffer()
         try:
             rc = lib.mn_read_resp(self._s, start, count, resp3, buf)
             if rc:
@@ -264,7 +286,7 @@ class Stream:
                 )
             return ffi.unpack(buf.data, buf.len) if buf.len else b""
         finally:
-            lib.mn_buf_free(buf)
+            _release_scratch(buf)
 
     def read(self, start: int, count: int) -> list[bytes | None]:
         """Messages at offsets start..start+count-1; None for evicted or lost ones."""
