@@ -189,6 +189,10 @@ def _parse(d: Directive, args: list[str], current: Any) -> Any:
     """Parse one directive's arguments into its typed value. `current` matters
     only for kinds that accumulate (client-output-buffer-limit per class)."""
     kind = d.kind
+    if kind in ("save", "bind", "obl") and len(args) == 1 and args[0].strip():
+        # One quoted argument holding several words ("--save '60 1'"), as
+        # Redis 7 accepts for its multi-argument directives.
+        args = args[0].split()
     if kind == "save":
         return _parse_save(args)
     if kind == "bind":

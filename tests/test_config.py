@@ -310,3 +310,12 @@ def test_rewrite_without_file() -> None:
     with pytest.raises(ConfigError) as info:
         Config().rewrite()
     assert info.value.message == "ERR The server is running without a config file"
+
+
+def test_multi_word_directive_in_one_argument(tmp_path: Path) -> None:
+    config = Config()
+    config.apply_args(["--save", "60 5 30 100", "--client-output-buffer-limit", "normal 2mb 1mb 5"])
+    assert config.get("save") == [(60, 5), (30, 100)]
+    assert config.get("client-output-buffer-limit")["normal"] == (2 * 1024**2, 1024**2, 5)
+    config.load_file(str(write(tmp_path, 'bind "127.0.0.1 ::1"\n')))
+    assert config.get("bind") == ["127.0.0.1", "::1"]

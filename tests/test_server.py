@@ -1,0 +1,503 @@
+"""The network front end, end to end: real rcp11-server processes, raw
+sockets, redis-py, redis-cli and redis-benchmark."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hiredis
+import redis
+from conftest import ServerProcess, free_port, require
+
+LOG_LINE = re.compile(r"^\d+:[MC] \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} [.\-*#] .+")
+
+
+class Raw:
+    """A bare socket speaking RESP, for what well-behaved clients never send."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", source: str | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        if source is not None:
+            self.sock.bind((source, 0))
+        self.sock.connect((host, port))
+        self.reader = hiredis.Reader()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reply(self) -> object:
+        while True:
+            reply = self.reader.gets()
+            if reply is not False:
+                return reply
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed before a full reply")
+            self.reader.feed(data)
+
+    def closed(self) -> bool:
+        """True when the server closed the connection (EOF or reset)."""
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.reader.feed(data)
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def mbulk(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run_server(
+    *args: str, timeout: float = 30.0, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rcp11", "server", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+# -- protocol -------------------------------------------------------------------
+
+
+def test_malformed_protocol_closes_only_that_client(server: ServerProcess) -> None:
+    good = Raw(server.port)
+    good.send(mbulk(b"PING"))
+    assert good.reply() == b"PONG"
+    for data, message in [
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n", b"Protocol error: expected '$', got 'f'"),
+        (b"*1\r\n$-5\r\n", b"Protocol error: invalid bulk length"),
+        (b"*3000000000\r\n", b"Protocol error: invalid multibulk length"),
+        (b'ECHO "unbalanced\r\n', b"Protocol error: unbalanced quotes in request"),
+    ]:
+        bad = Raw(server.port)
+        bad.send(mbulk(b"ECHO", b"before") + data + mbulk(b"ECHO", b"after"))
+        assert bad.reply() == b"before"  # commands before the bad one still run
+        error = bad.reply()
+        assert isinstance(error, hiredis.ReplyError)
+        assert str(error) == "ERR " + message.decode()
+        assert bad.closed()
+        bad.close()
+    good.send(mbulk(b"ECHO", b"still here"))
+    assert good.reply() == b"still here"
+
+
+def test_split_packets(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = (
+        mbulk(b"TWRITE", b"split", b"hello world")
+        + b"ECHO inline\r\n"
+        + mbulk(b"TREAD", b"split", b"0", b"5")
+    )
+    for i in range(len(data)):
+        conn.send(data[i : i + 1])
+        if i % 7 == 0:
+            time.sleep(0.001)
+    assert conn.reply() == 0
+    assert conn.reply() == b"inline"
+    assert conn.reply() == [b"hello world"]
+
+
+def test_inline_commands(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.send(b"PING\r\n\r\nSET k \"a b\\x41\"\nGET k\r\nTWRITE s 'it\\'s'\r\n")
+    assert conn.reply() == b"PONG"
+    assert conn.reply() == b"OK"
+    assert conn.reply() == b"a bA"
+    assert conn.reply() == 0
+    conn.send(b"NOSUCHCOMMAND a\r\n")
+    assert str(conn.reply()).startswith("ERR unknown command 'NOSUCHCOMMAND'")
+
+
+def test_pipeline_of_10k_commands_in_one_write(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    count = 10_000
+    conn.send(b"".join(mbulk(b"TWRITE", b"p", b"m%d" % i) for i in range(count)))
+    offsets = [conn.reply() for _ in range(count)]
+    assert offsets == list(range(count))
+    conn.send(mbulk(b"TREAD", b"p", b"9998", b"10"))
+    assert conn.reply() == [b"m9998", b"m9999"]
+
+
+def test_redis_py_pipeline_and_resp3(server: ServerProcess) -> None:
+    r2 = server.client(protocol=2)
+    pipe = r2.pipeline(transaction=False)
+    for i in range(500):
+        pipe.execute_command("TWRITE", "rp", f"m{i}")
+    assert pipe.execute() == list(range(500))
+    r3 = server.client(protocol=3)
+    assert r3.ping() is True
+    conn = Raw(server.port)
+    conn.send(mbulk(b"HELLO", b"3") + mbulk(b"GET", b"missing"))
+    hello = conn.reply()
+    assert isinstance(hello, dict) and hello[b"proto"] == 3
+    conn.send(mbulk(b"GET", b"missing"))
+    assert conn.reply() is None
+    conn.sock.settimeout(2)
+    # RESP3 null is "_\r\n": check the raw bytes, hiredis hides the difference
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    raw.sendall(mbulk(b"HELLO", b"3"))
+    time.sleep(0.2)
+    raw.recv(65536)
+    raw.sendall(mbulk(b"GET", b"missing"))
+    assert raw.recv(100) == b"_\r\n"
+    raw.close()
+
+
+def test_client_vanishing_mid_command(server: ServerProcess) -> None:
+    for partial in (b"*3\r\n$6\r\nTWRITE\r\n$1\r\nv\r\n$100\r\nabc", b"*2\r\n$4\r\nEC", b"TWRI"):
+        conn = Raw(server.port)
+        conn.send(partial)
+        conn.close()
+    r = server.client()
+    assert r.ping() is True
+    assert r.execute_command("TREAD", "v", "0", "10") == []
+
+
+def test_blocked_client_resumes_its_pipeline(server: ServerProcess) -> None:
+    reader = Raw(server.port)
+    reader.send(mbulk(b"TREAD", b"b", b"0", b"10", b"BLOCK", b"0") + mbulk(b"ECHO", b"after"))
+    time.sleep(0.3)
+    writer = server.client()
+    assert writer.execute_command("TWRITE", "b", "x") == 0
+    assert reader.reply() == [b"x"]
+    assert reader.reply() == b"after"
+
+
+def test_disconnect_while_blocked_is_forgotten(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.send(mbulk(b"TREAD", b"gone", b"0", b"10", b"BLOCK", b"0"))
+    time.sleep(0.2)
+    conn.close()
+    r = server.client()
+    assert wait_for(lambda: int(r.info("clients")["blocked_clients"]) == 0)
+    assert r.execute_command("TWRITE", "gone", "x") == 0
+
+
+def test_quit_closes_after_reply(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.send(mbulk(b"QUIT") + mbulk(b"PING"))
+    assert conn.reply() == b"OK"
+    assert conn.closed()
+
+
+# -- limits -----------------------------------------------------------------------
+
+
+def test_bulk_over_proto_max_bulk_len(server_factory) -> None:
+    srv = server_factory(proto_max_bulk_len="1mb")
+    conn = Raw(srv.port)
+    # Only the header: the error comes before any payload is sent.
+    conn.send(b"*3\r\n$6\r\nTWRITE\r\n$1\r\nh\r\n$%d\r\n" % (1024 * 1024 + 1))
+    assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
+    assert conn.closed()
+    ok = Raw(srv.port)
+    ok.send(mbulk(b"TWRITE", b"h", b"x" * (1024 * 1024)))
+    assert ok.reply() == 0
+
+
+def test_query_buffer_limit(server_factory) -> None:
+    srv = server_factory(client_query_buffer_limit="1mb")
+    other = srv.client()
+    conn = Raw(srv.port)
+    conn.send(b"*3\r\n$6\r\nTWRITE\r\n$1\r\nq\r\n$3000000\r\n")
+    try:
+        conn.send(b"x" * (2 * 1024 * 1024))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert conn.closed()
+    assert other.ping() is True
+    assert wait_for(lambda: "max query buffer length" in srv.output())
+
+
+def test_output_buffer_limit_disconnects_slow_reader(server_factory) -> None:
+    srv = server_factory(client_output_buffer_limit="normal 2mb 0 0")
+    writer = srv.client()
+    chunk = b"y" * 10_000
+    for _ in range(10):
+        writer.execute_command("TWRITE", "big", "ENTRIES", *[chunk] * 100)
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.settimeout(10)
+    slow.connect(("127.0.0.1", srv.port))
+    try:
+        for _ in range(20):
+            slow.sendall(mbulk(b"TREAD", b"big", b"0", b"1000"))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert wait_for(lambda: "output buffer limits" in srv.output())
+    assert writer.ping() is True
+    slow.close()
+
+
+def test_maxclients(server_factory) -> None:
+    srv = server_factory(maxclients=2)
+    first = Raw(srv.port)
+    first.send(mbulk(b"PING"))
+    assert first.reply() == b"PONG"
+    second = Raw(srv.port)
+    second.send(mbulk(b"PING"))
+    assert second.reply() == b"PONG"
+    third = Raw(srv.port)
+    assert str(third.reply()) == "ERR max number of clients reached"
+    assert third.closed()
+    first.close()
+    time.sleep(0.2)
+    fourth = Raw(srv.port)
+    fourth.send(mbulk(b"PING"))
+    assert fourth.reply() == b"PONG"
+
+
+def test_idle_timeout(server_factory) -> None:
+    srv = server_factory(timeout=1)
+    idle = Raw(srv.port)
+    idle.send(mbulk(b"PING"))
+    assert idle.reply() == b"PONG"
+    idle.sock.settimeout(6)
+    assert idle.closed()
+
+
+def test_requirepass(server_factory) -> None:
+    srv = server_factory(requirepass="s3cret")
+    conn = Raw(srv.port)
+    conn.send(mbulk(b"TWRITE", b"a", b"b"))
+    assert str(conn.reply()).startswith("NOAUTH")
+    conn.send(mbulk(b"AUTH", b"wrong"))
+    assert str(conn.reply()).startswith("WRONGPASS")
+    conn.send(mbulk(b"AUTH", b"s3cret"))
+    assert conn.reply() == b"OK"
+    conn.send(mbulk(b"TWRITE", b"a", b"b"))
+    assert conn.reply() == 0
+    # Before AUTH a client cannot make the server buffer big requests.
+    stranger = Raw(srv.port)
+    stranger.send(b"*100\r\n")
+    assert "unauthenticated multibulk length" in str(stranger.reply())
+    assert stranger.closed()
+
+
+def test_protected_mode_refuses_non_loopback(server_factory) -> None:
+    # 127.0.0.2 is not "local" for protected mode: only 127.0.0.1, ::1 and
+    # unix sockets are.
+    srv = server_factory(bind="127.0.0.1 127.0.0.2")
+    outsider = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    error = str(outsider.reply())
+    assert error.startswith("DENIED Redis is running in protected mode")
+    assert outsider.closed()
+    local = Raw(srv.port)
+    local.send(mbulk(b"PING"))
+    assert local.reply() == b"PONG"
+    srv.client().config_set("requirepass", "pw")
+    allowed = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    allowed.send(mbulk(b"AUTH", b"pw") + mbulk(b"PING"))
+    assert allowed.reply() == b"OK"
+    assert allowed.reply() == b"PONG"
+
+
+def test_protected_mode_off(server_factory) -> None:
+    srv = server_factory(bind="127.0.0.1 127.0.0.2", protected_mode="no")
+    outsider = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    outsider.send(mbulk(b"PING"))
+    assert outsider.reply() == b"PONG"
+
+
+def test_unixsocket(server_factory, tmp_path: Path) -> None:
+    path = str(tmp_path / "rcp11.sock")
+    srv = server_factory(unixsocket=path, unixsocketperm="700")
+    assert os.stat(path).st_mode & 0o777 == 0o700
+    client = redis.Redis(unix_socket_path=path)
+    assert client.execute_command("TWRITE", "u", "x") == 0
+    assert srv.client().execute_command("TREAD", "u", "0", "1") == [b"x"]
+    client.close()
+
+
+# -- start-up, signals, daemon ------------------------------------------------------
+
+
+def test_help_and_version() -> None:
+    result = run_server("--help")
+    assert result.returncode == 0
+    assert "Usage: rcp11-server" in result.stdout
+    result = run_server("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("rcp11 server v=")
+
+
+def test_bad_config_file_exits_naming_the_line(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text("port 7000\n# fine so far\nappendfsync sometimes\n")
+    result = run_server(str(conf), "--port", str(free_port()))
+    assert result.returncode != 0
+    assert "at line 3" in result.stderr
+    assert str(conf) in result.stderr
+    assert "appendfsync sometimes" in result.stderr
+
+
+def test_bad_argument_exits(tmp_path: Path) -> None:
+    result = run_server("--port", "notaport")
+    assert result.returncode != 0
+    assert "argument couldn't be parsed into an integer" in result.stderr
+    result = run_server("--nosuchdirective", "1")
+    assert result.returncode != 0
+    assert "Bad directive" in result.stderr
+
+
+def test_port_in_use_exits(server: ServerProcess, tmp_path: Path) -> None:
+    result = run_server("--port", str(server.port), "--save", "", "--dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "Failed listening on port" in result.stdout
+
+
+def test_corrupt_snapshot_refuses_to_start(server_factory) -> None:
+    srv = server_factory(start=False)
+    (srv.dir / "dump.rcp").write_bytes(b"this is not a snapshot at all" * 10)
+    srv.start(wait=False)
+    assert srv.proc is not None
+    assert srv.proc.wait(30) == 1
+    assert "dump.rcp" in srv.output()
+
+
+def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
+    srv = server_factory(loglevel="verbose")
+    assert srv.stop() == 0
+    log = (srv.dir / "server.log").read_text()
+    lines = log.splitlines()
+    assert all(LOG_LINE.match(line) for line in lines if line and not line.startswith(" ")), log
+    assert "Ready to accept connections tcp" in log
+    assert f"port {srv.port}" in log
+    assert "Received SIGTERM" in log
+    assert "bye bye" in log
+
+
+def test_sigint_and_shutdown_command(server_factory) -> None:
+    srv = server_factory()
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(20) == 0
+    srv.start()
+    client = srv.client()
+    try:
+        client.shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass
+    assert srv.proc.wait(20) == 0
+
+
+def test_daemonize_and_pidfile(tmp_path: Path) -> None:
+    port = free_port()
+    pidfile = tmp_path / "rcp11.pid"
+    logfile = tmp_path / "daemon.log"
+    args = ["--port", str(port), "--daemonize", "yes", "--pidfile", str(pidfile)]
+    args += ["--logfile", str(logfile), "--save", "", "--dir", str(tmp_path)]
+    result = run_server(*args)
+    assert result.returncode == 0  # the launcher returns once detached
+    assert wait_for(pidfile.exists)
+    pid = int(pidfile.read_text())
+    try:
+        client = redis.Redis(port=port)
+        assert wait_for(lambda: _pings(client))
+        assert client.info("server")["process_id"] == pid
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    assert wait_for(lambda: not pidfile.exists())
+    assert wait_for(lambda: not _alive(pid))
+    assert "Ready to accept connections" in logfile.read_text()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_config_file_and_args(tmp_path: Path, server_factory) -> None:
+    conf = tmp_path / "my.conf"
+    conf.write_text("# my server\nhz 20\nmaxmemory 100mb\n")
+    srv = server_factory(conf=conf)
+    client = srv.client()
+    assert client.config_get("hz") == {"hz": "20"}
+    assert client.config_get("maxmemory") == {"maxmemory": str(100 * 1024 * 1024)}
+    assert client.config_get("port") == {"port": str(srv.port)}
+    client.config_set("hz", "30")
+    client.config_rewrite()
+    text = conf.read_text()
+    assert text.startswith("# my server\nhz 30\n")
+
+
+# -- tools --------------------------------------------------------------------------
+
+
+def test_redis_cli(server: ServerProcess) -> None:
+    require("redis-cli")
+    port = str(server.port)
+    result = subprocess.run(
+        ["redis-cli", "-p", port, "PING"], capture_output=True, text=True, timeout=30
+    )
+    assert result.stdout.strip() == "PONG"
+    commands = "".join(f"TWRITE mass m{i}\r\n" for i in range(2000))
+    result = subprocess.run(
+        ["redis-cli", "-p", port, "--pipe"],
+        input=commands,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "errors: 0, replies: 2000" in result.stdout
+    result = subprocess.run(
+        ["redis-cli", "-p", port, "TREAD", "mass", "-2", "5"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.stdout.split() == ["m1998", "m1999"]
+
+
+def test_redis_benchmark(server: ServerProcess) -> None:
+    require("redis-benchmark")
+    result = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-t", "ping", "-n", "2000", "-c", "5", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "PING_MBULK" in result.stdout.replace("\r", "\n")
+    assert server.client().ping() is True
