@@ -685,8 +685,13 @@ static int mn_head_reserve(mn_stream *s, uint8_t level) {
     return MN_OK;
 }
 
-/* The last node whose first offset is <= off, or NULL when there is none. */
+/* The last node whose first offset is <= off, or NULL when there is none.
+ * Consumers mostly read the newest messages, so the tail and the node
+ * before it (via the backward pointer) are tried before the descent. */
 static mn_node *mn_seek(const mn_stream *s, uint64_t off) {
+    mn_node *tail = s->tail;
+    if (tail != NULL && tail->first <= off) return tail;
+    if (tail != NULL && tail->prev != NULL && tail->prev->first <= off) return tail->prev;
     mn_node *x = NULL;
     for (int l = (int)s->level - 1; l >= 0; l--) {
         mn_node *next = x ? x->fwd[l] : s->head[l];
@@ -852,8 +857,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
         }
     }
 
-    /* Phase one, continued: allocate the new nodes, chained through prev
-     * (in order, via a separate pointer to the chain's last node). */
+    /* Phase one, continued: allocate the new nodes, chained in order
+     * through fwd[0] until phase two links them into the skiplist. */
     mn_node *chain = NULL, *chain_last = NULL;
     uint8_t top_level = 0;
     int lone = (s->num_nodes == 0);
