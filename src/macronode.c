@@ -36,7 +36,10 @@
  *     (eviction), so no search is needed to delete: freeing a prefix of k
  *     nodes walks level 0 and repoints the head's forward pointers, O(k).
  *   - Every node also has a backward pointer (prev) and the stream keeps the
- *     tail, which makes appending O(1) for messages going into the last node.
+ *     tail, which makes appending O(1) for messages going into the last node
+ *     (a new node costs one O(log nodes) walk to find where to link it), and
+ *     lets a lookup try the last two nodes before descending: consumers that
+ *     follow the stream read near its end.
  *   - A lookup returns the last node whose first offset is <= the wanted
  *     offset; the offset may still lie past that node's end, because offsets
  *     can be skipped (see GAPS), and then it reads as null.
@@ -78,6 +81,16 @@
  * consumer reading 100 messages at a time inflates each chunk once. The
  * cache is counted in memory_bytes and its entries are dropped when their
  * node is freed.
+ *
+ * MEMORY ACCOUNTING
+ * =================
+ *
+ * mn_memory_bytes() is the sum of the sizes this file asked the allocator
+ * for and still holds: the stream struct, the head's forward pointers, each
+ * node's struct, offset table and blob, and the decompression cache. It is
+ * updated at every malloc, realloc and free (tests/c/driver.c checks it
+ * against a counting allocator); the allocator's own per-block overhead is
+ * not included.
  *
  * GAPS
  * ====
