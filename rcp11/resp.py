@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import hiredis
@@ -311,17 +312,25 @@ def _parse_int(data: bytes) -> int | None:
 
 
 # Encoded size of one bulk argument ("$<len>\r\n<data>\r\n") by payload
-# length, and of the array header by argument count: the fast path uses them
-# to find where a command parsed by hiredis ended in the raw buffer.
-_BULK_SIZE = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
-_ARRAY_HEADER = [b"*%d\r\n" % n for n in range(256)]
+# length, and of an array header by argument count: the fast path uses them
+# to find where the commands hiredis parsed end in the raw buffer.
+_BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
+_ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
 # Commands of up to 99999 arguments take the hiredis path.
 _FAST_MAX_COUNT_DIGITS = 5
 _HUGE_AGGREGATE = re.compile(rb"\n[*%%~>|]\d{%d}" % (_FAST_MAX_COUNT_DIGITS + 1))
 
 
-def _bulk_size(length: int) -> int:
+def _bulk_size_of(length: int) -> int:
+    if length < 16384:
+        return _BULK_SIZES[length]
     return len(b"$%d\r\n" % length) + length + 2
+
+
+def _array_header_size(count: int) -> int:
+    if count < 16384:
+        return _ARRAY_HEADER_SIZES[count]
+    return len(b"*%d\r\n" % count)
 
 
 class RequestParser:
@@ -393,6 +402,28 @@ class RequestParser:
             raise self._error
         return None
 
+    def drain(self) -> list[list[bytes]]:
+        """Every complete command available now (gets() in bulk: one call per
+        read instead of one per command). Raises the pending ProtocolError
+        once the commands before it were taken."""
+        ready = self._ready
+        if not ready and self._error is None:
+            if self._need and self.buffered() < self._need:
+                return []
+            self._parse_available()
+        if ready:
+            commands = list(ready)
+            ready.clear()
+            return commands
+        if self._error is not None:
+            raise self._error
+        return []
+
+    def push_back(self, commands: list[list[bytes]]) -> None:
+        """Return commands taken by drain() but not run (the client blocked);
+        they come out first next time."""
+        self._ready.extendleft(reversed(commands))
+
     def _fill(self) -> None:
         # Merge newly fed bytes into the immutable working buffer, so every
         # argument sliced from it is already a bytes object (hashable keys).
@@ -410,6 +441,10 @@ class RequestParser:
         ready = self._ready
         try:
             while self._pos < len(self._buf):
+                if self.unauthenticated and ready:
+                    # One command at a time until AUTH succeeds: the limits
+                    # for the next command depend on its outcome.
+                    return
                 if self._args is None:
                     if self._buf[self._pos] != 42:  # not '*': an inline command
                         argv = self._inline()
@@ -430,29 +465,70 @@ class RequestParser:
 
     def _fast(self) -> bool:
         """Parse complete arrays with hiredis; False when it made no progress
-        (the slow path then handles the next command)."""
+        (the slow path then handles the next command).
+
+        hiredis accepts more than requests (status strings, nested arrays,
+        non-canonical headers), so its output is checked against the raw
+        bytes: the sizes of plain arrays of bulk strings holding exactly
+        these arguments must add up to where the next command starts. One
+        check per batch, in C loops; a batch that fails it is redone with a
+        check per command.
+        """
         buf = self._buf
-        start = pos = self._pos
+        pos = self._pos
         size = len(buf)
-        # Nested aggregate headers get the same treatment: hiredis only sees
-        # the bytes before the first "\n*<6+ digits>" (or %, ~, >, |), so it
-        # never allocates more than the top-level check allows; whatever
-        # comes after is handed over one command at a time by the slow path.
+        # hiredis allocates a whole list as soon as it reads "*<count>", so a
+        # huge count must never reach it: the first header is checked here,
+        # every later one (top level or nested, also %, ~, > and |) follows a
+        # newline and is found by the search, which cuts the batch short.
+        if buf.find(b"\r", pos, pos + _FAST_MAX_COUNT_DIGITS + 2) < 0:
+            return False
         huge = _HUGE_AGGREGATE.search(buf, pos)
         if huge is not None:
             size = huge.start() + 1
         reader = hiredis.Reader()
         reader.feed(buf, pos, size - pos)
+        commands: list[Any] = []
+        append = commands.append
+        gets = reader.gets
+        try:
+            while (argv := gets()) is not False:
+                append(argv)
+        except hiredis.ProtocolError:
+            return self._fast_checked(size)
+        if not commands:
+            return False
+        try:
+            # list.__getitem__ keeps these loops in C; an argument of 16 KB or
+            # more (IndexError) takes the per-command path.
+            total = sum(map(_BULK_SIZES.__getitem__, map(len, chain.from_iterable(commands))))
+            total += sum(map(_ARRAY_HEADER_SIZES.__getitem__, map(len, commands)))
+        except (TypeError, IndexError):
+            return self._fast_checked(size)
+        end = pos + total
+        if (
+            end > size
+            or (end < size and buf[end] != 42)
+            or buf[end - 2 : end] != b"\r\n"
+            or set(map(type, commands)) != {list}
+            or total > self.max_bulk_len
+            or max(map(len, commands)) > self.max_multibulk_len
+        ):
+            return self._fast_checked(size)
+        self._ready.extend(filter(None, commands))  # "*0" requests are skipped
+        self._pos = end
+        return True
+
+    def _fast_checked(self, size: int) -> bool:
+        """hiredis again, each command checked where it starts and ends; stops
+        at the first that is not a plain array of bulk strings."""
+        buf = self._buf
+        start = pos = self._pos
+        reader = hiredis.Reader()
+        reader.feed(buf, pos, size - pos)
         ready = self._ready
         max_bulk = self.max_bulk_len
-        bulk_size = _BULK_SIZE.__getitem__
-        find = buf.find
         while pos < size and buf[pos] == 42:
-            # hiredis allocates the whole list as soon as it reads "*<count>",
-            # so huge counts are left to the slow path, which checks them and
-            # grows its list only as arguments arrive.
-            if find(b"\r", pos, pos + _FAST_MAX_COUNT_DIGITS + 2) < 0:
-                break
             try:
                 argv = reader.gets()
             except hiredis.ProtocolError:
@@ -461,15 +537,10 @@ class RequestParser:
                 break  # incomplete (False), or a null array, or not an array
             count = len(argv)
             try:
-                payload = sum(map(bulk_size, map(len, argv)))
-            except IndexError:
-                try:
-                    payload = sum(map(_bulk_size, map(len, argv)))
-                except TypeError:
-                    break
-            except TypeError:
+                payload = sum(map(_bulk_size_of, map(len, argv)))
+            except (TypeError, IndexError):
                 break  # an element that is not a string
-            header = _ARRAY_HEADER[count] if count < 256 else b"*%d\r\n" % count
+            header = b"*%d\r\n" % count
             end = pos + len(header) + payload
             if (
                 end > size

@@ -248,27 +248,36 @@ class Connection(asyncio.Protocol):
         execute = server.execute
         blocked_marker = server.blocked_marker
         out = self.out
-        gets = parser.gets
         ran = False
         try:
             while True:
-                argv = gets()
-                if argv is None:
+                commands = parser.drain()
+                if not commands:
                     break
                 ran = True
-                try:
-                    reply = execute(state, client, argv)
-                except Exception as exc:  # a handler bug must not kill the server
-                    log.exception("Error running %r", argv[:1])
-                    reply = Error(f"ERR internal error running the command: {exc}")
-                if reply is blocked_marker:
-                    break
-                out.append(encode(reply, client.resp == 3))
-                if client.closing:
-                    self.close_after_write = True
-                    break
+                stop = False
+                for index, argv in enumerate(commands):
+                    try:
+                        reply = execute(state, client, argv)
+                    except Exception as exc:  # a handler bug must not kill the server
+                        log.exception("Error running %r", argv[:1])
+                        reply = Error(f"ERR internal error running the command: {exc}")
+                    if reply is blocked_marker:
+                        stop = True
+                    else:
+                        out.append(encode(reply, client.resp == 3))
+                        if client.closing:
+                            self.close_after_write = True
+                            stop = True
+                    if stop:
+                        # The rest of the pipeline waits until the client is
+                        # unblocked (or is dropped with the connection).
+                        parser.push_back(commands[index + 1 :])
+                        break
                 if self.check_auth and client.authenticated:
                     self.check_auth = parser.unauthenticated = False
+                if stop:
+                    break
         except ProtocolError as exc:
             log.log(VERBOSE, "Protocol error (%s) from client: %s", exc.message, client.addr)
             out.append(b"-ERR " + exc.message.encode() + b"\r\n")

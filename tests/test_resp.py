@@ -336,3 +336,34 @@ def test_payload_that_looks_like_a_huge_header() -> None:
     data = b"".join(mbulk(*argv) for argv in commands)
     for chunks in every_split(data):
         assert parse_all(chunks) == commands
+
+
+def test_drain_and_push_back() -> None:
+    parser = RequestParser()
+    parser.feed(mbulk(b"A") + mbulk(b"B") + b"C\r\n" + mbulk(b"D"))
+    commands = parser.drain()
+    assert commands == [[b"A"], [b"B"], [b"C"], [b"D"]]
+    parser.push_back(commands[2:])
+    parser.feed(mbulk(b"E"))
+    assert parser.drain() == [[b"C"], [b"D"]]
+    assert parser.drain() == [[b"E"]]
+    assert parser.drain() == []
+
+
+def test_drain_returns_commands_then_the_error() -> None:
+    parser = RequestParser()
+    parser.feed(mbulk(b"A") + b"*1\r\n:1\r\n")
+    assert parser.drain() == [[b"A"]]
+    with pytest.raises(ProtocolError):
+        parser.drain()
+
+
+def test_unauthenticated_parses_one_command_at_a_time() -> None:
+    # After AUTH succeeds, the next command is parsed with the normal limits,
+    # even when it arrived in the same read.
+    parser = RequestParser()
+    parser.unauthenticated = True
+    parser.feed(mbulk(b"AUTH", b"pw") + mbulk(*[b"x"] * 20))
+    assert parser.drain() == [[b"AUTH", b"pw"]]
+    parser.unauthenticated = False
+    assert parser.drain() == [[b"x"] * 20]
