@@ -191,7 +191,7 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
         state.clients[client.id] = client
         server.connections[client.id] = self
-        log.debug("Accepted %s", client.addr)
+        log.log(VERBOSE, "Accepted %s", client.addr)
 
     def data_received(self, data: bytes) -> None:
         client = self.client
@@ -220,7 +220,7 @@ class Connection(asyncio.Protocol):
         if client is None:
             return
         self.server.forget(client)
-        log.debug("Client closed connection %s", client.addr)
+        log.log(VERBOSE, "Client closed connection %s", client.addr)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests
@@ -398,6 +398,7 @@ class Server:
         config.on_change("proto-max-bulk-len", self._parser_limits_changed)
         config.on_change("client-query-buffer-limit", self._parser_limits_changed)
         config.on_change("loglevel", lambda level: logging.getLogger().setLevel(_LEVELS[level]))
+        config.on_change("dir", self._dir_changed)
         state.request_shutdown = self.request_shutdown
 
     # -- config reactions -------------------------------------------------------
@@ -411,6 +412,14 @@ class Server:
             if conn.parser is not None:
                 conn.parser.max_bulk_len = config.get("proto-max-bulk-len")
                 conn.parser.query_buffer_limit = config.get("client-query-buffer-limit")
+
+    @staticmethod
+    def _dir_changed(path: str) -> None:
+        # As Redis: the working directory is where files are written.
+        try:
+            os.chdir(path)
+        except OSError as exc:
+            raise ConfigError(f"Can't chdir to '{path}': {exc.strerror}") from None
 
     def set_keepalive(self, sock: Any) -> None:
         interval = self.state.config.get("tcp-keepalive")
@@ -714,14 +723,15 @@ def run(config: Config) -> int:
             "Warning: no config file specified, using the default config. In order to "
             "specify a config file use rcp11-server /path/to/redis.conf"
         )
+    # Relative pidfile and logfile paths mean the directory the server was
+    # started from, not `dir`.
+    pidfile = os.path.abspath(config.get("pidfile")) if config.get("pidfile") else ""
     try:
         os.chdir(config.get("dir"))
     except OSError as exc:
         log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
         return 1
-    pidfile = config.get("pidfile")
     if pidfile:
-        pidfile = os.path.abspath(pidfile)
         if not write_pidfile(pidfile):
             pidfile = ""
 
