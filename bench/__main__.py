@@ -106,7 +106,11 @@ def run_external(name: str, ctx: Context) -> SuiteReport:
     if entry is None:
         raise RuntimeError(f"{module_name} has neither run() nor main()")
     params = inspect.signature(entry).parameters
-    flags = [] if ctx.mode == "full" else [f"--{ctx.mode}"]
+    source = inspect.getsource(module)
+    flags = _cli_flags(ctx.mode, source)
+    out_file = ctx.pool.root / f"{name}.md"
+    if "--out" in source:
+        flags += ["--out", str(out_file)]
     offered = {
         "mode": ctx.mode,
         "quick": ctx.mode != "full",
@@ -120,10 +124,18 @@ def run_external(name: str, ctx: Context) -> SuiteReport:
         positional = [flags]  # main(argv) style
     ctx.log(name, f"running {module_name}.{entry.__name__} ({ctx.mode})")
     captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
-        result = entry(*positional, **kwargs)
-    sys.stderr.write(captured.getvalue())
+    try:
+        with contextlib.redirect_stdout(captured):
+            result = entry(*positional, **kwargs)
+    except SystemExit as exc:  # argparse refusing the flags, or sys.exit()
+        result = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.stderr.write(captured.getvalue())
+    cli_style = bool(positional) or "argv" in kwargs
+    if cli_style and isinstance(result, int) and out_file.exists():
+        result = out_file.read_text() if result == 0 else result
     if isinstance(result, str):
+        result = _demote_headings(result)
         report.markdown_extra = result
         first, _, rest = result.lstrip().partition("\n")
         if first.startswith("## "):
@@ -138,6 +150,30 @@ def run_external(name: str, ctx: Context) -> SuiteReport:
     else:
         report.markdown_extra = captured.getvalue()
     return report
+
+
+def _demote_headings(markdown: str) -> str:
+    """Nest a page that uses `#` headings one level down: on our page `#` is
+    the page title and `##` a suite."""
+    lines = markdown.splitlines()
+    if not any(line.startswith("# ") for line in lines):
+        return markdown
+    return "\n".join("#" + line if line.startswith("#") else line for line in lines) + "\n"
+
+
+def _cli_flags(mode: str, source: str) -> list[str]:
+    """Flags for a main(argv)-style suite. A suite without --smoke gets --quick
+    plus its own size options scaled down, when it has them."""
+    if mode == "full":
+        return []
+    if mode == "quick" or "--smoke" in source:
+        return [f"--{mode}"]
+    flags = ["--quick"]
+    if "--size-gb" in source:
+        flags += ["--size-gb", "0.01"]
+    if "--seconds" in source:
+        flags += ["--seconds", "0.3"]
+    return flags
 
 
 def main(argv: list[str] | None = None) -> int:
