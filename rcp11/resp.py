@@ -103,6 +103,9 @@ def _double(value: float) -> bytes:
 _INF = float("inf")
 
 
+_STATUS_CACHE = {status: b"+%s\r\n" % status.encode() for status in (OK, PONG, QUEUED)}
+
+
 def encode(reply: Any, resp3: bool) -> bytes:
     """Encode one reply value (see the module docstring) for RESP2 or RESP3."""
     kind = type(reply)
@@ -112,7 +115,10 @@ def encode(reply: Any, resp3: bool) -> bytes:
     if kind is int:
         return b":%d\r\n" % reply
     if kind is SimpleString:
-        return b"+" + _line(reply) + b"\r\n"
+        encoded = _STATUS_CACHE.get(reply)
+        if encoded is None:
+            encoded = b"+" + _line(reply) + b"\r\n"
+        return encoded
     if kind is Raw:
         return reply.data
     if reply is None:

@@ -502,3 +502,24 @@ def test_redis_benchmark(server: ServerProcess) -> None:
     assert result.returncode == 0, result.stderr
     assert "PING_MBULK" in result.stdout.replace("\r", "\n")
     assert server.client().ping() is True
+
+
+def test_block_timeout_and_stats(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.send(mbulk(b"TREAD", b"never", b"0", b"1", b"BLOCK", b"50") + mbulk(b"PING"))
+    assert conn.reply() is None  # the null array of a timed-out BLOCK
+    assert conn.reply() == b"PONG"
+    info = server.client().info()
+    assert info["tcp_port"] == server.port
+    assert info["total_connections_received"] >= 2
+    assert info["total_net_input_bytes"] > 0
+    assert info["total_net_output_bytes"] > 0
+
+
+def test_runtime_limit_change_applies_to_open_connections(server: ServerProcess) -> None:
+    conn = Raw(server.port)
+    conn.send(mbulk(b"PING"))
+    assert conn.reply() == b"PONG"
+    server.client().config_set("proto-max-bulk-len", "1mb")
+    conn.send(b"*2\r\n$4\r\nECHO\r\n$2000000\r\n")
+    assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
