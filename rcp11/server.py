@@ -596,6 +596,10 @@ class Server:
 
     def client_timeouts(self, now: float) -> None:
         timeout = self.state.config.get("timeout")
+        if not timeout and not self.output_limits[1]:
+            # Nothing time-based to check (hard limits are checked on write):
+            # skip the walk over every connection.
+            return
         for conn in list(self.connections.values()):
             client = conn.client
             if client is None or conn.closed:
