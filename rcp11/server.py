@@ -761,10 +761,7 @@ def run(config: Config) -> int:
         except ImportError:
             Persistence = None  # noqa: N806 - persistence not built yet
         if Persistence is not None:
-            persistence = Persistence(state)
-            started = time.monotonic()
-            persistence.load()
-            log.info("Data loaded from disk: %.3f seconds", time.monotonic() - started)
+            Persistence(state).load()
     except Exception as exc:
         log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
         log.debug("Details:", exc_info=True)
