@@ -57,7 +57,8 @@ Three files live in `dir`:
   capped, and is at least twice the batch) is appended to the file and
   fsynced *before* the write happens, so the reply carrying those offsets can
   only leave after its reservation is on disk. Under heavy load that is a
-  few small fsyncs per second. The file is a header then batches of
+  few small fsyncs per second. The file is a header (with an in-place slot
+  naming the boot whose AOF is complete, see below) then batches of
   (key, mark) records, each batch framed with its length and CRC32; a torn
   last batch was never acknowledged and is ignored; it is compacted by an
   atomic rewrite when it grows. At start-up, after the snapshot or AOF is
@@ -68,6 +69,14 @@ Three files live in `dir`:
   a raise is logged as an internal `RCP11-RAISE-NEXT key offset` record that
   only this loader understands, so later commands in the AOF replay onto the
   same offsets they were acknowledged with.
+
+  The raise is skipped when the data came from an AOF that holds every
+  command that ran: the offsets file's header slot names the boot (Linux
+  boot_id) whose AOF is complete. kill -9 loses nothing from the page cache,
+  so within the same boot replaying the AOF is exact and a kill -9 leaves no
+  gap; after a reboot (power loss may have cut the unsynced tail) the marks
+  apply. The slot is cleared, in place and before anything else, as soon as
+  an AOF write fails or the AOF is turned off.
 
   DEL really resets a stream (SPEC), but a reservation may only be dropped
   once the deletion itself is durable; otherwise a crash could bring back the
@@ -130,10 +139,25 @@ _BGSAVE_RETRY_DELAY = 5.0
 _MIN_STEP = 1024
 _MAX_STEP = 1 << 22
 _WRITE_CHUNK = 8 << 20
-# Marks with a meaning of their own in the offsets file: "the AOF of the
-# boot named by the key holds every acknowledged write" and its reset.
-_AOF_COMPLETE = -2
-_AOF_INCOMPLETE = -3
+# The offsets file header: magic, version, then a fixed-size slot saying
+# "the AOF written during boot <id> holds every command that ran". The slot
+# is overwritten in place, which needs no new disk blocks, so it can be
+# cleared even on a full disk; a torn slot fails its CRC and means "no".
+_OFS_HEADER = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
+_SLOT_SIZE = 64
+_SLOT_BOOT_MAX = _SLOT_SIZE - 6
+
+
+def _encode_slot(boot: bytes | None) -> bytes:
+    body = bytes([len(boot or b"")]) + (boot or b"")[:_SLOT_BOOT_MAX]
+    body = body.ljust(_SLOT_SIZE - 4, b"\0")
+    return body + _U32.pack(zlib.crc32(body))
+
+
+def _decode_slot(slot: bytes) -> bytes | None:
+    if len(slot) != _SLOT_SIZE or zlib.crc32(slot[:-4]) != _U32.unpack(slot[-4:])[0]:
+        return None
+    return slot[1 : 1 + slot[0]] or None
 
 
 class PersistenceError(Exception):
@@ -490,12 +514,14 @@ class OffsetReservations:
         except FileNotFoundError:
             self.marks = marks
             return marks
-        header = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
-        if len(data) < len(header):
+        header = _OFS_HEADER
+        if len(data) < len(header) + _SLOT_SIZE:
             data = b""  # created but its header never reached the disk
         elif data[: len(header)] != header:
             raise PersistenceError(f"{self.path}: not an rcp11 offsets file (bad header)")
-        pos = len(header) if data else 0
+        else:
+            self.aof_boot = _decode_slot(data[len(header) : len(header) + _SLOT_SIZE])
+        pos = len(header) + _SLOT_SIZE if data else 0
         valid = pos
         while pos < len(data):
             if len(data) - pos < _OFS_BATCH.size:
@@ -518,11 +544,7 @@ class OffsetReservations:
                     key = payload[at + 4 : at + 4 + klen]
                     (mark,) = _I64.unpack_from(payload, at + 4 + klen)
                     at += 12 + klen
-                    if mark == _AOF_COMPLETE:
-                        self.aof_boot = key
-                    elif mark == _AOF_INCOMPLETE:
-                        self.aof_boot = None
-                    elif mark < 0:
+                    if mark < 0:
                         marks.pop(key, None)
                     else:
                         marks[key] = mark
@@ -550,13 +572,15 @@ class OffsetReservations:
         if self._fd < 0:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             size = os.fstat(fd).st_size
-            if size == 0:
+            if size < len(_OFS_HEADER) + _SLOT_SIZE:
                 try:
-                    _write_all(fd, OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION))
+                    os.ftruncate(fd, 0)
+                    _write_all(fd, _OFS_HEADER + _encode_slot(self.aof_boot))
+                    os.fsync(fd)
                 except OSError:
                     os.close(fd)
                     raise
-                size = len(OFFSETS_MAGIC) + 2
+                size = len(_OFS_HEADER) + _SLOT_SIZE
                 fsync_dir(os.path.dirname(self.path))
             self._fd = fd
             self.file_size = size
@@ -586,7 +610,14 @@ class OffsetReservations:
         """Record durably whether the AOF of this boot is complete."""
         if boot == self.aof_boot:
             return
-        self.write([(boot or b"", _AOF_COMPLETE if boot else _AOF_INCOMPLETE)], durable=True)
+        self._open()  # creates the file with its header if needed
+        fd = os.open(self.path, os.O_WRONLY)  # not O_APPEND: pwrite must hit the slot
+        try:
+            os.pwrite(fd, _encode_slot(boot), len(_OFS_HEADER))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.fsyncs += 1
         self.aof_boot = boot
 
     def queue_drop(self, key: bytes) -> None:
@@ -623,12 +654,9 @@ class OffsetReservations:
     def rewrite(self, marks: dict[bytes, int]) -> None:
         """Replace the file atomically by exactly `marks`."""
         tmp = f"{self.path}.tmp-{os.getpid()}"
-        data = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
-        records = list(marks.items())
-        if self.aof_boot is not None:
-            records.append((self.aof_boot, _AOF_COMPLETE))
-        if records:
-            data += self._encode(records)
+        data = _OFS_HEADER + _encode_slot(self.aof_boot)
+        if marks:
+            data += self._encode(marks.items())
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -1188,6 +1216,8 @@ class Persistence:
             self._set_aof_error(self._fsync_error)
             self._fsync_error = None
         if self._aof_error is not None and self.aof_state == "on":
+            if self.reservations.aof_boot is not None:
+                self._mark_aof_complete(False)  # its first attempt failed
             self._flush_aof(force_fsync=True)
         if self._drops:
             self._settle_drops()

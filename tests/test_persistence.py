@@ -227,7 +227,7 @@ def test_reservations_torn_tail_ignored_middle_corruption_refused(tmp_path: Path
     torn = OffsetReservations(str(path))
     assert set(torn.load()) == {b"k0", b"k1", b"k2", b"k3"}
     bad = bytearray(good)
-    bad[14] ^= 0x40  # inside the first batch's payload
+    bad[10 + 64 + 8 + 2] ^= 0x40  # inside the first batch's payload (after header and slot)
     path.write_bytes(bytes(bad))
     with pytest.raises(PersistenceError, match=str(path)):
         OffsetReservations(str(path)).load()
