@@ -43,6 +43,9 @@ def spark() -> Iterator[object]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.driver.memory", "512m")
+        .config("spark.default.parallelism", "1")
+        # No empty trailing micro-batches: each costs a planning round.
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
