@@ -768,6 +768,8 @@ class Persistence:
         if callable(on_change):
             on_change("appendonly", self._on_appendonly_change)
             on_change("appendfsync", self._on_appendfsync_change)
+            on_change("dir", self._on_paths_change)
+            on_change("dbfilename", self._on_paths_change)
 
     # -- configuration ---------------------------------------------------
 
@@ -1638,6 +1640,28 @@ class Persistence:
             self._aof_buf_len = 0
             self._aof_error = None
             self.aof_last_write_status = "ok"
+
+    def _on_paths_change(self, *args: Any) -> None:
+        """CONFIG SET dir / dbfilename: later snapshots go to the new place,
+        and the offsets table moves along (it must sit next to the snapshot
+        that the next start will load). The open AOF stays where it is."""
+        from rcp11.config import ConfigError
+
+        configured = str(self._conf("dir"))
+        # The server has chdir()ed into a new `dir` by now.
+        new_dir = configured if os.path.isabs(configured) else os.getcwd()
+        snapshot_path = os.path.join(new_dir, str(self._conf("dbfilename")))
+        new_offsets = snapshot_path + ".offsets"
+        if new_offsets != self.reservations.path:
+            old_path = self.reservations.path
+            self.reservations.path = new_offsets
+            try:
+                self.reservations.rewrite(dict(self.reservations.marks))
+            except OSError as exc:
+                self.reservations.path = old_path
+                raise ConfigError(f"can't write {new_offsets}: {exc.strerror}") from None
+        self.dir = new_dir
+        self.snapshot_path = snapshot_path
 
     def _on_appendfsync_change(self, *args: Any) -> None:
         if self.aof_state == "on":

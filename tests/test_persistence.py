@@ -475,3 +475,24 @@ def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
     wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
     names = os.listdir(srv.dir)
     assert not [n for n in names if n.startswith("temp-")]
+
+
+def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Path) -> None:
+    srv = server_factory()
+    client = srv.client()
+    twrite(client, "s", b"a", b"b")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    client.config_set("dir", str(elsewhere))
+    twrite(client, "s", b"c")
+    assert client.save()
+    assert (elsewhere / "dump.rcp").exists()
+    assert (elsewhere / "dump.rcp.offsets").exists()
+    twrite(client, "s", b"lost")  # after the snapshot: lost by the crash below
+    srv.kill9()
+    srv.directives["dir"] = str(elsewhere)
+    srv.start()
+    client = srv.client()
+    assert client.execute_command("TREAD", "s", 0, 3) == [b"a", b"b", b"c"]
+    # The offset of "lost" is never handed out again.
+    assert twrite(client, "s", b"new") > 3
