@@ -238,6 +238,9 @@ def split_args(line: bytes) -> list[bytes] | None:
     and \\<any> escapes; 'single quotes' where only \\' is an escape. A closing
     quote must be followed by whitespace or the end. Returns None for
     unbalanced quotes."""
+    if b'"' not in line and b"'" not in line:
+        # No quoting: bytes.split() splits on exactly C's isspace() set.
+        return line.split()
     args: list[bytes] = []
     pos = 0
     end = len(line)
