@@ -127,7 +127,12 @@ def _serialized(serialize: Callable[[object, object], int], obj: object) -> byte
 
 
 class Stream:
-    """One RCP 11 stream: append-only messages addressed by logical offset."""
+    """One RCP 11 stream: append-only messages addressed by logical offset.
+
+    Not thread-safe: cffi runs the C calls without the GIL, so one thread
+    (the server's event loop) must own a stream. A forked child may read
+    its copy freely.
+    """
 
     __slots__ = ("_s", "_version")
 
