@@ -8,7 +8,8 @@
 
 Connection options are redis-cli's: -h HOST -p PORT -a PASSWORD, or -u URL.
 Long runs report progress (messages and messages/s) on stderr about once a
-second when stderr is a terminal, or always with --progress.
+second when stderr is a terminal and the data side (stdin for produce, stdout
+for consume) is not, or always with --progress.
 
 Exit status: 0 success, 1 an error (explained on stderr), 2 bad usage,
 130 interrupted.
@@ -238,7 +239,10 @@ def split_messages(chunks: Iterator[bytes], separator: bytes) -> Iterator[list[b
 
 def produce(args: argparse.Namespace, client: Client, stdin: BinaryIO, stderr: TextIO) -> int:
     separator = b"\0" if args.null else b"\n"
-    progress = Progress("produce", stderr, args.progress or _isatty(stderr))
+    # Someone typing lines at a terminal does not want a rate report in between.
+    progress = Progress(
+        "produce", stderr, args.progress or (_isatty(stderr) and not _isatty(stdin))
+    )
     first: int | None = None
     last: int | None = None
     try:
@@ -280,7 +284,10 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     group_option = {"group": args.group} if args.group else {"groupnew": args.groupnew}
     offset = args.from_offset if args.from_offset is not None else 0
     remaining = args.count
-    progress = Progress("consume", stderr, args.progress or _isatty(stderr))
+    # Messages shown on the terminal itself would be garbled by a progress line.
+    progress = Progress(
+        "consume", stderr, args.progress or (_isatty(stderr) and not _isatty(stdout))
+    )
     try:
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
