@@ -76,7 +76,7 @@ uint64_t mn_length(const mn_stream *s);             /* readable messages */
 uint64_t mn_num_nodes(const mn_stream *s);
 uint64_t mn_num_compressed_nodes(const mn_stream *s);
 uint64_t mn_payload_bytes(const mn_stream *s);      /* readable message bytes */
-uint64_t mn_memory_bytes(const mn_stream *s);       /* every byte allocated */
+uint64_t mn_memory_bytes(const mn_stream *s);       /* every byte it holds from malloc */
 uint32_t mn_max_entries(const mn_stream *s);
 int mn_compression_level(const mn_stream *s);
 
@@ -110,8 +110,8 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
 int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
                  int64_t *lens);
 
-/* Serialization. The stream header records next/first offsets, max_entries
- * and compression level; each node serializes to a self-describing
+/* Serialization. The stream header records next/first offsets, max_entries,
+ * compression level and node count; each node serializes to a self-describing
  * little-endian blob with a CRC32. Nodes are visited first to last. */
 int mn_serialize_header(const mn_stream *s, mn_buf *out);
 const mn_node *mn_first_node(const mn_stream *s);
@@ -119,7 +119,9 @@ const mn_node *mn_node_next(const mn_node *node);
 int mn_node_serialize(const mn_node *node, mn_buf *out);
 
 /* Check a blob from disk before trusting it: sizes, counts, monotonic
- * offsets, bounds and checksum. MN_OK or MN_ERR_CORRUPT. */
+ * offsets, bounds and checksum; a compressed node's chunk table, and that
+ * every chunk inflates to exactly its messages. MN_OK, MN_ERR_CORRUPT, or
+ * MN_ERR_NOMEM when the inflate buffer cannot be allocated. */
 int mn_validate_node_blob(const char *blob, size_t len);
 
 /* Rebuild: create a stream from a header blob, then add node blobs in order.
