@@ -336,12 +336,6 @@ def _bulk_size_of(length: int) -> int:
     return len(b"$%d\r\n" % length) + length + 2
 
 
-def _array_header_size(count: int) -> int:
-    if count < 16384:
-        return _ARRAY_HEADER_SIZES[count]
-    return len(b"*%d\r\n" % count)
-
-
 class RequestParser:
     """Turns bytes from one connection into argv lists.
 
@@ -354,13 +348,14 @@ class RequestParser:
     Both request forms are accepted: RESP arrays of bulk strings, and inline
     lines as telnet and `redis-cli` inline mode send them.
 
-    Two paths: hiredis parses runs of complete arrays at C speed; every
-    command it returns is checked against the raw bytes (its array header
-    where it started, CRLF where it must end) so anything not a plain array
-    of bulk strings drops to the exact Python parser, which owns the error
-    texts, inline commands, the limits, and any command split across reads.
-    Limits are therefore checked on the headers, before the payload they
-    announce is buffered.
+    Two paths. hiredis parses runs of complete arrays at C speed, and what
+    it returns is checked against the raw bytes: plain arrays of bulk
+    strings holding exactly those arguments must end where the next command
+    starts. Anything else (a status or integer element, a nested array, a
+    non-canonical length, a limit passed) drops to the exact Python parser,
+    which owns the error texts, inline commands, the limits, and every
+    command split across reads. Limits are therefore checked on the headers,
+    before the payload they announce is buffered.
     """
 
     def __init__(
