@@ -4,6 +4,7 @@ against a plain Python list of offsets."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -45,6 +46,16 @@ class StreamModel(RuleBasedStateMachine):
                 return
             raise AssertionError("append past 2^63-1 succeeded")
         assert self.stream.append(batch) == self.next
+        for m in batch:
+            self.readable[self.next] = m
+            self.next += 1
+
+    @rule(batch=st.lists(st.binary(max_size=60), min_size=1, max_size=300))
+    def append_joined(self, batch: list[bytes]) -> None:
+        if self.next + len(batch) > MAX_OFFSET + 1:
+            return
+        lens = np.fromiter(map(len, batch), dtype=np.uint32, count=len(batch))
+        assert self.stream.append_joined(b"".join(batch), lens) == self.next
         for m in batch:
             self.readable[self.next] = m
             self.next += 1
