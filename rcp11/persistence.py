@@ -682,6 +682,18 @@ class OffsetReservations:
 # ---------------------------------------------------------------------------
 
 
+def _close_in_background(fd: int) -> None:
+    """Close an fd off the event loop: closing the last fd of a replaced AOF
+    frees all its blocks, which takes long for a big file (Redis closes it
+    in a background thread for the same reason)."""
+
+    def close() -> None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    threading.Thread(target=close, name="rcp11-close", daemon=True).start()
+
+
 def _boot_id() -> bytes | None:
     try:
         with open("/proc/sys/kernel/random/boot_id", "rb") as file:
@@ -742,6 +754,7 @@ class Persistence:
         self._rewrite_not_before = 0.0
         self.aof_rewrites = 0
         self.aof_delayed_fsync = 0
+        self.latest_fork_usec = 0
         # The everysec fsync thread and the fd hand-over with it.
         self._lock = threading.Lock()
         self._fsync_fd = -1  # fd the thread is fsyncing right now
@@ -1023,6 +1036,8 @@ class Persistence:
     def _open_aof(self) -> None:
         fd = os.open(self.aof_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.aof_current_size = os.fstat(fd).st_size
+        # As Redis: growth for auto-aof-rewrite counts from the size at start.
+        self.aof_base_size = self.aof_current_size
         with self._lock:
             self._aof_fd = fd
 
@@ -1194,6 +1209,7 @@ class Persistence:
             "aof_last_bgrewrite_status": self.aof_last_bgrewrite_status,
             "aof_rewrites": self.aof_rewrites,
             "aof_last_write_status": self.aof_last_write_status,
+            "latest_fork_usec": self.latest_fork_usec,
         }
         if self.aof_state != "off":
             fields.update(
@@ -1383,11 +1399,14 @@ class Persistence:
     # -- background children ---------------------------------------------
 
     def _fork(self, kind: str, tmp_path: str, body: Callable[[], None]) -> _Child | None:
+        forked_at = time.perf_counter()
         try:
             pid = os.fork()
         except OSError as exc:
             log.warning("Can't fork for the %s child: %s", kind, exc.strerror)
             return None
+        if pid:
+            self.latest_fork_usec = int((time.perf_counter() - forked_at) * 1e6)
         if pid == 0:
             code = 1
             try:
@@ -1558,7 +1577,7 @@ class Persistence:
                 if old == self._fsync_fd:
                     self._deferred_close.append(old)
                 else:
-                    os.close(old)
+                    _close_in_background(old)
 
     def _close_deferred_fds(self) -> None:
         if not self._deferred_close:
@@ -1569,8 +1588,7 @@ class Persistence:
                 if fd == self._fsync_fd:
                     still.append(fd)
                 else:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                    _close_in_background(fd)
             self._deferred_close = still
 
     def _start_fsync_thread(self) -> None:
