@@ -1528,7 +1528,17 @@ class Persistence:
             base_size = os.fstat(fd).st_size
             _write_all(fd, tail)
             os.fsync(fd)
-            os.replace(child.tmp_path, self.aof_path)
+            # Hold the old file open so that its blocks are freed by a
+            # background close, not inside rename() on the event loop.
+            try:
+                old_fd = os.open(self.aof_path, os.O_RDONLY)
+            except OSError:
+                old_fd = -1
+            try:
+                os.replace(child.tmp_path, self.aof_path)
+            finally:
+                if old_fd >= 0:
+                    _close_in_background(old_fd)
             fsync_dir(self.dir)
         except OSError as exc:
             os.close(fd)
