@@ -496,3 +496,89 @@ def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Pat
     assert client.execute_command("TREAD", "s", 0, 3) == [b"a", b"b", b"c"]
     # The offset of "lost" is never handed out again.
     assert twrite(client, "s", b"new") > 3
+
+
+def aof_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
+    from rcp11.blocking import BlockingManager
+
+    config = Config()
+    config.set("dir", str(directory))
+    config.set("save", "")
+    config.apply_args(["--appendonly", "yes", "--appendfsync", "always"])
+    for name, value in directives.items():
+        config.set(name.replace("_", "-"), value)
+    state = ServerState(config)
+    BlockingManager(state)
+    persistence = Persistence(state)
+    persistence.load()
+    return state, persistence
+
+
+def run(state: ServerState, persistence: Persistence, *argv: bytes) -> object:
+    from rcp11.commands import execute
+    from rcp11.state import ClientState
+
+    client = ClientState(authenticated=True)
+    reply = execute(state, client, list(argv))
+    assert persistence.flush()
+    return reply
+
+
+def test_aof_after_reboot_raises_offsets_and_replays_them_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rcp11.persistence as persistence_module
+
+    state, persistence = aof_state(tmp_path)
+    for index in range(10):
+        run(state, persistence, b"TWRITE", b"s", b"m%d" % index)
+    mark = persistence.reservations.marks[b"s"]
+    assert mark > 10
+    # "Power loss": same files, but a new boot, so the unsynced tail of an
+    # everysec AOF might be gone and offsets up to the mark were promised.
+    monkeypatch.setattr(persistence_module, "_boot_id", lambda: b"another-boot")
+    state, persistence = aof_state(tmp_path)
+    stream = state.keyspace.get(b"s")
+    assert stream.next_offset == mark
+    assert stream.read(0, 10) == [b"m%d" % i for i in range(10)]
+    assert run(state, persistence, b"TWRITE", b"s", b"after") == mark
+    # Replaying the AOF (raise record included) gives the same offsets.
+    state, persistence = aof_state(tmp_path)
+    stream = state.keyspace.get(b"s")
+    assert stream.next_offset == mark + 1
+    assert stream.read(mark, 1) == [b"after"]
+
+
+def test_aof_unterminated_multi_at_tail_is_dropped(tmp_path: Path) -> None:
+    state, persistence = aof_state(tmp_path)
+    run(state, persistence, b"TWRITE", b"s", b"kept")
+    persistence.shutdown("nosave")
+    path = tmp_path / "appendonly.aof"
+    complete = path.stat().st_size
+    with open(path, "ab") as file:
+        file.write(encode_command([b"MULTI"]) + encode_command([b"TWRITE", b"s", b"half"]))
+    state, persistence = aof_state(tmp_path)
+    stream = state.keyspace.get(b"s")
+    assert stream.read(0, stream.next_offset) == [b"kept"]
+    assert path.stat().st_size == complete
+    persistence.shutdown("nosave")
+    with open(path, "ab") as file:
+        file.write(encode_command([b"MULTI"]) + encode_command([b"TWRITE", b"s", b"whole"]))
+        file.write(encode_command([b"EXEC"]))
+    state, _ = aof_state(tmp_path)
+    stream = state.keyspace.get(b"s")
+    assert stream.read(0, stream.next_offset) == [b"kept", b"whole"]
+
+
+def test_aof_corruption_in_the_middle_refuses_with_offset(tmp_path: Path) -> None:
+    state, persistence = aof_state(tmp_path)
+    for index in range(20):
+        run(state, persistence, b"TWRITE", b"s", b"m%d" % index)
+    persistence.shutdown("nosave")
+    path = tmp_path / "appendonly.aof"
+    data = bytearray(path.read_bytes())
+    middle = data.index(b"*3\r\n", len(data) // 2)
+    data[middle] = ord("#")
+    path.write_bytes(bytes(data))
+    with pytest.raises(PersistenceError, match=rf"{path}.*offset {middle}"):
+        aof_state(tmp_path)
