@@ -41,6 +41,12 @@ class Measured:
     def rate(self) -> float:
         return self.run.rate
 
+    @property
+    def per_cpu_second(self) -> float:
+        """Rate per second of server CPU: what the server does with a whole
+        core, independent of how much of one the shared machine gave it."""
+        return self.run.rate * 100.0 / self.server_cpu_pct if self.server_cpu_pct else 0.0
+
     def cpu_note(self) -> str:
         """Generator CPU / server CPU (+ server time spent waiting for a core)."""
         note = f"gen {self.run.loadgen_cpu_pct:.0f}% / srv {self.server_cpu_pct:.0f}%"

@@ -156,7 +156,8 @@ class Server:
         raise RuntimeError("no VmRSS line")
 
     def sched_seconds(self) -> tuple[float, float]:
-        """(seconds on a CPU, seconds runnable but waiting for a CPU), all threads.
+        """(seconds on a CPU by all threads, seconds the main thread was
+        runnable but waiting for a CPU).
 
         From /proc/PID/task/*/schedstat, which counts in nanoseconds (the
         tick-based /proc/PID/stat is too coarse for short runs). The waiting
@@ -171,7 +172,9 @@ class Server:
             except FileNotFoundError:
                 continue  # the thread ended meanwhile
             running += int(fields[0])
-            waiting += int(fields[1])
+            if int(task) == self.pid:
+                # The event loop's thread: its waits are the ones that delay replies.
+                waiting = int(fields[1])
         return running / 1e9, waiting / 1e9
 
     def stop(self) -> None:
