@@ -1452,7 +1452,8 @@ def shutdown_command(state: ServerState, client: ClientState, argv: list[bytes])
             raise CommandError("ERR No shutdown in progress.")
         else:
             raise CommandError(errors.SYNTAX)
-    state.request_shutdown(mode)
+    if state.request_shutdown(mode) is False:
+        raise CommandError("ERR Errors trying to SHUTDOWN. Check logs.")
     # No reply: the connection closes as the server exits.
     return BLOCKED
 
@@ -1698,7 +1699,7 @@ def command_command(state: ServerState, client: ClientState, argv: list[bytes]) 
         return [_command_info(cmd) for cmd in COMMANDS.values()]
     sub = _check_subcommand(
         "command",
-        {"count": 2, "info": -2, "docs": -2, "list": -2, "getkeys": -3, "help": 2},
+        {"count": 2, "info": -2, "docs": -2, "list": -2, "getkeys": -4, "help": 2},
         argv,
     )
     names = [_text(arg).lower() for arg in argv[2:]]
