@@ -60,7 +60,7 @@ MAX_CLIENTS = b"-ERR max number of clients reached\r\n"
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 WRITE_LOW_WATER = 1024 * 1024
 
-USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options] [-]
+USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options]
        rcp11-server -v or --version
        rcp11-server -h or --help
 
@@ -700,6 +700,43 @@ def write_pidfile(path: str) -> bool:
         return False
 
 
+# Descriptors the server needs besides client sockets: listeners, log, AOF,
+# snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
+RESERVED_FDS = 32
+
+
+def adjust_open_files_limit(config: Config) -> None:
+    """Raise the soft RLIMIT_NOFILE so maxclients connections fit; if the
+    hard limit does not allow it, lower maxclients as Redis does."""
+    try:
+        import resource
+    except ImportError:
+        return
+    wanted = config.get("maxclients") + RESERVED_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (ValueError, OSError):
+        pass
+    if soft < wanted:
+        allowed = max(1, soft - RESERVED_FDS)
+        log.warning(
+            "You requested maxclients of %d requiring at least %d max file descriptors; "
+            "the limit is %d, so maxclients is now %d.",
+            config.get("maxclients"),
+            wanted,
+            soft,
+            allowed,
+        )
+        config.set("maxclients", str(allowed))
+    else:
+        log.log(VERBOSE, "Increased maximum number of open files to %d", soft)
+
+
 def persistence_mode(config: Config) -> str:
     parts = []
     if config.get("appendonly"):
@@ -727,6 +764,7 @@ def run(config: Config) -> int:
             "Warning: no config file specified, using the default config. In order to "
             "specify a config file use rcp11-server /path/to/redis.conf"
         )
+    adjust_open_files_limit(config)
     # Relative pidfile and logfile paths mean the directory the server was
     # started from, not `dir`.
     pidfile = os.path.abspath(config.get("pidfile")) if config.get("pidfile") else ""
