@@ -24,6 +24,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,22 +207,29 @@ MODES = [
 ]
 
 
-def bench_throughput(root: Path, seconds: float, log) -> dict[str, dict[str, float]]:
-    results: dict[str, dict[str, float]] = {}
-    for kind in ("rcp11", "redis"):
-        results[kind] = {}
-        for label, directives in MODES:
-            directory = root / f"tp-{kind}-{label.replace(' ', '-')}"
-            srv = Server(kind, directory, {"save": "", **directives})
-            srv.start()
-            try:
-                rate = throughput(srv, seconds)
-            finally:
-                srv.kill()
-                shutil.rmtree(directory, ignore_errors=True)
-            results[kind][label] = rate
-            log(f"  {kind:5} {label:22} {rate:12,.0f} writes/s")
-    return results
+def bench_throughput(root: Path, seconds: float, repeat: int, log) -> dict[str, dict[str, float]]:
+    """Median of `repeat` runs per server and mode, the runs interleaved so
+    that a noisy neighbour hurts every mode alike."""
+    samples: dict[str, dict[str, list[float]]] = {
+        kind: {label: [] for label, _ in MODES} for kind in ("rcp11", "redis")
+    }
+    for round_index in range(repeat):
+        for kind in ("rcp11", "redis"):
+            for label, directives in MODES:
+                directory = root / f"tp-{kind}-{label.replace(' ', '-')}"
+                srv = Server(kind, directory, {"save": "", **directives})
+                srv.start()
+                try:
+                    rate = throughput(srv, seconds)
+                finally:
+                    srv.kill()
+                    shutil.rmtree(directory, ignore_errors=True)
+                samples[kind][label].append(rate)
+                log(f"  [{round_index + 1}/{repeat}] {kind:5} {label:22} {rate:12,.0f} writes/s")
+    return {
+        kind: {label: statistics.median(rates) for label, rates in by_mode.items()}
+        for kind, by_mode in samples.items()
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +322,7 @@ class BigResult:
     bgsave_s: float = 0.0
     rewrite_stall_ms: float = 0.0
     rewrite_s: float = 0.0
+    fork_ms: float = 0.0
 
 
 def bench_big(kind: str, root: Path, payload_bytes: int, log) -> BigResult:
@@ -346,6 +355,9 @@ def bench_big(kind: str, root: Path, payload_bytes: int, log) -> BigResult:
             wait_idle(conn, "rdb_bgsave_in_progress")
             result.bgsave_s = time.monotonic() - started
         result.bgsave_stall_ms = pinger.worst * 1000
+        info = conn.call("INFO", "all")
+        found = re.search(rb"latest_fork_usec:(\d+)", info if isinstance(info, bytes) else b"")
+        result.fork_ms = int(found.group(1)) / 1000 if found else float("nan")
         log(f"  {kind:5} BGSAVE {result.bgsave_s:.2f}s, worst ping {result.bgsave_stall_ms:.1f} ms")
 
         # The AOF: turning it on writes the first file in the background.
@@ -401,12 +413,14 @@ def render(
         f"{f' --size-gb {args.size_gb}' if args.size_gb is not None else ''}`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other work), "
-        f"{redis_version.split(' sha')[0]}; took {elapsed:.0f}s.",
+        f"{redis_version.split(' sha')[0]}; load average at the end "
+        f"{os.getloadavg()[0]:.1f}; took {elapsed:.0f}s.",
         "",
         "## Write throughput by persistence mode",
         "",
         "100-byte messages, 4 connections x 64 pipelined commands; rcp11 `TWRITE key msg`, "
-        "Redis `XADD key * d msg`. Ratio = throughput / throughput with appendonly no.",
+        "Redis `XADD key * d msg`. Median of interleaved runs. "
+        "Ratio = throughput / throughput with appendonly no.",
         "",
         "| mode | rcp11 writes/s | rcp11 ratio | Redis writes/s | Redis ratio |",
         "|---|---:|---:|---:|---:|",
@@ -453,6 +467,7 @@ def render(
     ]
     row("baseline worst ping (ms)", f"{r.baseline_stall_ms:.1f}", f"{d.baseline_stall_ms:.1f}")
     row("BGSAVE duration (s)", f"{r.bgsave_s:.2f}", f"{d.bgsave_s:.2f}")
+    row("fork for BGSAVE (ms, latest_fork_usec)", f"{r.fork_ms:.1f}", f"{d.fork_ms:.1f}")
     row("worst ping during BGSAVE (ms)", f"{r.bgsave_stall_ms:.1f}", f"{d.bgsave_stall_ms:.1f}")
     row("BGREWRITEAOF duration (s)", f"{r.rewrite_s:.2f}", f"{d.rewrite_s:.2f}")
     row(
@@ -480,12 +495,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=float, default=None, help="per throughput run (default 5, quick 1)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="throughput runs per mode, median kept (default 3, quick 1)",
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "persistence.md"))
     args = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not installed (apt-get install redis-server)")
     size_gb = args.size_gb if args.size_gb is not None else (0.05 if args.quick else 2.0)
     seconds = args.seconds if args.seconds is not None else (1.0 if args.quick else 5.0)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
 
     def log(message: str) -> None:
         print(message, flush=True)
@@ -494,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="rcp11-persistence-bench-", dir=os.environ.get("TMPDIR")))
     try:
         log("write throughput:")
-        tp = bench_throughput(root, seconds, log)
+        tp = bench_throughput(root, seconds, repeat, log)
         big: dict[str, BigResult] = {}
         for kind in ("rcp11", "redis"):
             log(f"large stream ({size_gb} GB), {kind}:")

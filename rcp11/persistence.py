@@ -810,6 +810,9 @@ class Persistence:
     def load(self) -> None:
         """Load snapshot or AOF, then apply offset reservations. Raises
         PersistenceError naming the file and the problem."""
+        import rcp11.commands  # noqa: F401 - imported now so the timing below is the load's
+        import rcp11.storage  # noqa: F401
+
         state = self.state
         os.makedirs(self.dir, exist_ok=True)
         self._remove_temp_files()
