@@ -561,9 +561,12 @@ class OffsetReservations:
                 len(data) - valid,
                 valid,
             )
-            with open(self.path, "r+b") as file:
-                file.truncate(valid)
-                os.fsync(file.fileno())
+            try:
+                with open(self.path, "r+b") as file:
+                    file.truncate(valid)
+                    os.fsync(file.fileno())
+            except OSError as exc:
+                raise PersistenceError(f"{self.path}: cannot truncate: {exc.strerror}") from exc
         self.marks = marks
         self.file_size = valid
         return marks
@@ -1542,11 +1545,15 @@ class Persistence:
             finally:
                 if old_fd >= 0:
                     _close_in_background(old_fd)
-            fsync_dir(self.dir)
         except OSError as exc:
             os.close(fd)
             log.warning("Can't finish the AOF rewrite: %s", exc.strerror or exc)
             return False
+        try:
+            fsync_dir(self.dir)
+        except OSError as exc:
+            # The new file is in place already: it must become the AOF now.
+            log.warning("Can't fsync %s after the AOF rewrite: %s", self.dir, exc.strerror)
         self._rewrite_buf = None
         # Everything logged so far is in the new, fsynced file.
         self._aof_buf = []
