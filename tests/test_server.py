@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import hiredis
+import pytest
 import redis
 from conftest import ServerProcess, free_port, require
 
@@ -239,8 +240,13 @@ def test_query_buffer_limit(server_factory) -> None:
     assert wait_for(lambda: "max query buffer length" in srv.output())
 
 
-def test_output_buffer_limit_disconnects_slow_reader(server_factory) -> None:
-    srv = server_factory(client_output_buffer_limit="normal 2mb 0 0")
+@pytest.mark.parametrize(
+    ("limit", "reason"), [("normal 2mb 0 0", "hard limit"), ("normal 0 1mb 1", "soft limit")]
+)
+def test_output_buffer_limit_disconnects_slow_reader(
+    server_factory, limit: str, reason: str
+) -> None:
+    srv = server_factory(client_output_buffer_limit=limit)
     writer = srv.client()
     chunk = b"y" * 10_000
     for _ in range(10):
@@ -255,6 +261,7 @@ def test_output_buffer_limit_disconnects_slow_reader(server_factory) -> None:
     except (BrokenPipeError, ConnectionResetError):
         pass
     assert wait_for(lambda: "output buffer limits" in srv.output())
+    assert reason in srv.output()
     assert writer.ping() is True
     slow.close()
 
