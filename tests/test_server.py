@@ -530,3 +530,24 @@ def test_runtime_limit_change_applies_to_open_connections(server: ServerProcess)
     server.client().config_set("proto-max-bulk-len", "1mb")
     conn.send(b"*2\r\n$4\r\nECHO\r\n$2000000\r\n")
     assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
+
+
+def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
+    # The server has persistence write the AOF in every loop iteration,
+    # before that iteration's replies; without that, the acknowledged tail
+    # would sit in a user-space buffer and die with the process.
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    conns = [Raw(srv.port) for _ in range(4)]
+    acknowledged: dict[bytes, int] = {}
+    for round_ in range(20):
+        for n, conn in enumerate(conns):
+            key = b"k%d" % n
+            conn.send(b"".join(mbulk(b"TWRITE", key, b"r%d-%d" % (round_, i)) for i in range(50)))
+        for n, conn in enumerate(conns):
+            for _ in range(50):
+                acknowledged[b"k%d" % n] = conn.reply()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    for key, last in acknowledged.items():
+        assert client.execute_command("TREAD", key, last, 1) == [b"r19-49"]
