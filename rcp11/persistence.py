@@ -139,6 +139,10 @@ _BGSAVE_RETRY_DELAY = 5.0
 _MIN_STEP = 1024
 _MAX_STEP = 1 << 22
 _WRITE_CHUNK = 8 << 20
+# Finishing an AOF rewrite: the commands logged meanwhile move into the new
+# file _FINISH_STEP bytes per cron tick until at most _FINISH_SMALL remain.
+_FINISH_STEP = 32 << 20
+_FINISH_SMALL = 4 << 20
 # The offsets file header: magic, version, then a fixed-size slot saying
 # "the AOF written during boot <id> holds every command that ran". The slot
 # is overwritten in place, which needs no new disk blocks, so it can be
@@ -725,6 +729,19 @@ class _Child:
         self.dirty_at_fork = 0
         self.removal_seq_at_fork = 0
         self.stream_keys: set[bytes] = set()
+        # AOF rewrite, after the child exited: moving the tail in.
+        self.finishing = False
+        self.fd = -1
+        self.base_size = 0
+        self.tail_written = 0
+        self.sync_thread: threading.Thread | None = None
+        self.sync_error: str | None = None
+
+    def sync_in_background(self) -> None:
+        try:
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            self.sync_error = f"fdatasync: {exc.strerror or exc}"
 
 
 class Persistence:
@@ -745,6 +762,7 @@ class Persistence:
         self._aof_buf: list[bytes] = []
         self._aof_buf_len = 0
         self._rewrite_buf: list[bytes] | None = None
+        self._rewrite_buf_len = 0
         self.aof_current_size = 0
         self.aof_base_size = 0
         self._aof_written = 0  # bytes handed to the kernel (all files, monotonic)
@@ -1058,6 +1076,7 @@ class Persistence:
             self._aof_buf_len += len(data)
         if self._rewrite_buf is not None:
             self._rewrite_buf.append(data)
+            self._rewrite_buf_len += len(data)
 
     def flush(self) -> bool:
         """Hand buffered AOF commands to the kernel (fsync with `always`).
@@ -1467,6 +1486,7 @@ class Persistence:
                 os.fsync(file.fileno())
 
         self._rewrite_buf = []
+        self._rewrite_buf_len = 0
         child = self._fork("aof", tmp, body)
         if child is None:
             self._rewrite_buf = None
@@ -1479,6 +1499,9 @@ class Persistence:
     def _reap_child(self) -> None:
         child = self._child
         if child is None:
+            return
+        if child.finishing:
+            self._advance_rewrite_finish(child)
             return
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
@@ -1501,37 +1524,89 @@ class Persistence:
                 self.rdb_last_bgsave_status = "err"
                 with contextlib.suppress(OSError):
                     os.unlink(child.tmp_path)
-        else:
-            self.aof_last_rewrite_time_sec = elapsed
-            if ok and self._finish_rewrite(child):
-                self.aof_last_bgrewrite_status = "ok"
-                self.aof_rewrites += 1
-                log.info("Background AOF rewrite finished successfully")
-            else:
-                log.warning("Background AOF rewrite failed")
-                self.aof_last_bgrewrite_status = "err"
-                self._rewrite_buf = None
-                with contextlib.suppress(OSError):
-                    os.unlink(child.tmp_path)
-                if self.aof_state == "wait_rewrite":
-                    self.aof_rewrite_scheduled = True
-                self._rewrite_not_before = time.monotonic() + _REWRITE_RETRY_DELAY
-
-    def _finish_rewrite(self, child: _Child) -> bool:
-        """Append what was written meanwhile, then swap the new file in."""
+            return
+        self.aof_last_rewrite_time_sec = elapsed
+        if not ok:
+            self._rewrite_failed(child, "the child failed")
+            return
         if self.aof_state == "off":
             self._rewrite_buf = None
             with contextlib.suppress(OSError):
                 os.unlink(child.tmp_path)
-            return True
-        tail = b"".join(self._rewrite_buf or [])
+            return
         try:
-            fd = os.open(child.tmp_path, os.O_WRONLY | os.O_APPEND)
+            child.fd = os.open(child.tmp_path, os.O_WRONLY | os.O_APPEND)
+            child.base_size = os.fstat(child.fd).st_size
         except OSError as exc:
-            log.warning("Can't open the rewritten AOF %s: %s", child.tmp_path, exc.strerror)
-            return False
+            self._rewrite_failed(child, f"can't open {child.tmp_path}: {exc.strerror}")
+            return
+        # Stays the current child (a rewrite "in progress") until the tail
+        # of commands written meanwhile is in the new file.
+        child.finishing = True
+        self._child = child
+        self._advance_rewrite_finish(child)
+
+    def _rewrite_failed(self, child: _Child, why: str) -> None:
+        log.warning("Background AOF rewrite failed: %s", why)
+        self._child = None
+        self.aof_last_bgrewrite_status = "err"
+        self._rewrite_buf = None
+        self._rewrite_buf_len = 0
+        if child.fd >= 0:
+            _close_in_background(child.fd)
+            child.fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(child.tmp_path)
+        if self.aof_state == "wait_rewrite":
+            self.aof_rewrite_scheduled = True
+        self._rewrite_not_before = time.monotonic() + _REWRITE_RETRY_DELAY
+
+    def _advance_rewrite_finish(self, child: _Child) -> None:
+        """Move the commands logged during the rewrite into the new file a
+        bounded slice per cron tick, with fdatasync in a background thread,
+        so that only a small remainder is written and fsynced on the event
+        loop when the files are swapped."""
+        if child.sync_error is not None:
+            self._rewrite_failed(child, child.sync_error)
+            return
+        syncing = child.sync_thread is not None and child.sync_thread.is_alive()
+        buf = self._rewrite_buf if self._rewrite_buf is not None else []
+        if self._rewrite_buf_len > _FINISH_SMALL:
+            taken = 0
+            count = 0
+            while count < len(buf) and taken < _FINISH_STEP:
+                taken += len(buf[count])
+                count += 1
+            data = b"".join(buf[:count])
+            del buf[:count]
+            try:
+                _write_all(child.fd, data)
+            except OSError as exc:
+                self._rewrite_failed(child, f"write: {exc.strerror or exc}")
+                return
+            self._rewrite_buf_len -= taken
+            child.tail_written += taken
+            if not syncing:
+                child.sync_thread = threading.Thread(
+                    target=child.sync_in_background, name="rcp11-rewrite-sync", daemon=True
+                )
+                child.sync_thread.start()
+            return
+        if syncing:
+            return  # at most until the next tick
+        if self._finish_rewrite(child):
+            self._child = None
+            self.aof_last_bgrewrite_status = "ok"
+            self.aof_rewrites += 1
+            log.info("Background AOF rewrite finished successfully")
+        else:
+            self._rewrite_failed(child, "can't swap the files")
+
+    def _finish_rewrite(self, child: _Child) -> bool:
+        """Append the last commands, fsync, swap the new file in."""
+        tail = b"".join(self._rewrite_buf or [])
+        fd = child.fd
         try:
-            base_size = os.fstat(fd).st_size
             _write_all(fd, tail)
             os.fsync(fd)
             # Hold the old file open so that its blocks are freed by a
@@ -1546,31 +1621,33 @@ class Persistence:
                 if old_fd >= 0:
                     _close_in_background(old_fd)
         except OSError as exc:
-            os.close(fd)
             log.warning("Can't finish the AOF rewrite: %s", exc.strerror or exc)
             return False
+        child.fd = -1  # now the AOF's fd
         try:
             fsync_dir(self.dir)
         except OSError as exc:
             # The new file is in place already: it must become the AOF now.
             log.warning("Can't fsync %s after the AOF rewrite: %s", self.dir, exc.strerror)
+        tail_size = child.tail_written + len(tail)
         self._rewrite_buf = None
+        self._rewrite_buf_len = 0
         # Everything logged so far is in the new, fsynced file.
         self._aof_buf = []
         self._aof_buf_len = 0
-        self._aof_written += len(tail)
+        self._aof_written += tail_size
         self._aof_synced = self._aof_written
         self._swap_aof_fd(fd)
-        self.aof_base_size = base_size
-        self.aof_current_size = base_size + len(tail)
+        self.aof_base_size = child.base_size
+        self.aof_current_size = child.base_size + tail_size
         if self._aof_error is not None:
             self._aof_error = None
             self.aof_last_write_status = "ok"
         if self.aof_state == "wait_rewrite":
             self.aof_state = "on"
-            self._mark_aof_complete(True)
             self._start_fsync_thread()
             log.info("AOF %s is on: its first file is complete", self.aof_path)
+        self._mark_aof_complete(True)
         self._settle_drops()
         return True
 
@@ -1578,14 +1655,21 @@ class Persistence:
         child = self._child
         if child is None:
             return
-        with contextlib.suppress(OSError):
-            os.kill(child.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(child.pid, 0)
+        if child.finishing:
+            # Already reaped: its pid may belong to someone else by now.
+            if child.fd >= 0:
+                _close_in_background(child.fd)
+                child.fd = -1
+        else:
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child.pid, 0)
         with contextlib.suppress(OSError):
             os.unlink(child.tmp_path)
         self._child = None
         self._rewrite_buf = None
+        self._rewrite_buf_len = 0
 
     # -- the AOF fd and the everysec thread --------------------------------
 

@@ -582,3 +582,28 @@ def test_aof_corruption_in_the_middle_refuses_with_offset(tmp_path: Path) -> Non
     path.write_bytes(bytes(data))
     with pytest.raises(PersistenceError, match=rf"{path}.*offset {middle}"):
         aof_state(tmp_path)
+
+
+def test_rewrite_with_a_big_tail_moves_it_in_slices(tmp_path: Path) -> None:
+    """Commands logged while the rewrite child runs can be many: they reach
+    the new file over several cron ticks, and nothing is lost or doubled."""
+    state, persistence = aof_state(tmp_path, appendfsync="everysec")
+    run(state, persistence, b"TWRITE", b"s", b"base")
+    assert persistence.bgrewriteaof()
+    big = b"x" * 100_000
+    for index in range(120):  # 12 MB, more than one slice
+        run(state, persistence, b"TWRITE", b"s", big + b"%d" % index)
+    ticks = 0
+    while persistence.info()["aof_rewrite_in_progress"]:
+        time.sleep(0.02)
+        persistence.tick(time.time())
+        ticks += 1
+        assert ticks < 3000
+    assert persistence.info()["aof_last_bgrewrite_status"] == "ok"
+    run(state, persistence, b"TWRITE", b"s", b"after")
+    persistence.shutdown("nosave")
+    assert (tmp_path / "appendonly.aof").read_bytes().startswith(b"RCP11SNAP")
+    loaded, _ = aof_state(tmp_path)
+    stream = loaded.keyspace.get(b"s")
+    expected = [b"base"] + [big + b"%d" % i for i in range(120)] + [b"after"]
+    assert stream.read(0, stream.next_offset) == expected
