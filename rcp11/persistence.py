@@ -21,9 +21,8 @@ Three files live in `dir`:
   The trailing CRC32 covers every byte except the stream blobs, which end
   with their own CRC32 over all their bytes and pass the core validator in
   Stream.load() (checksumming them twice would halve load speed); so a
-  flipped byte anywhere is caught. Every length
-  is checked against the bytes left in the file before anything is
-  allocated, so a torn or corrupt file is reported by name and byte offset
+  flipped byte anywhere is caught. Every length is checked against the
+  bytes left in the file before anything is allocated, so a torn or corrupt file is reported by name and byte offset
   instead of loading garbage. A file is written to a temporary name, fsynced,
   renamed over the old one and the directory is fsynced, so a crash leaves
   either the old or the new snapshot, never half of one.
@@ -39,8 +38,12 @@ Three files live in `dir`:
   yes) forks a child that writes a snapshot of the data into a temporary
   file; meanwhile the parent keeps appending to the old AOF and also keeps
   every new command in a rewrite buffer; when the child is done the parent
-  appends that buffer, fsyncs, renames the file over the old AOF and fsyncs
-  the directory. The loader accepts such a snapshot preamble followed by
+  moves that buffer into the new file in slices per cron tick (fdatasync in
+  a background thread) until little is left, then appends the rest, fsyncs,
+  renames the file over the old AOF and fsyncs the directory; the old file
+  is closed (its blocks freed) off the event loop. The AOF payload itself is
+  plain RESP without checksums, as Redis's: a flipped byte inside a value
+  cannot be detected, a damaged command structure can. The loader accepts such a snapshot preamble followed by
   RESP commands. Loading replays commands through rcp11.commands.execute with
   a fake client and state.loading set, MULTI ... EXEC blocks included; a
   transaction left open at the end is dropped. A torn tail (a command cut
