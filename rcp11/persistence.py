@@ -692,6 +692,45 @@ class OffsetReservations:
 # ---------------------------------------------------------------------------
 
 
+_FALLOCATE_WORKS = [True]
+# Disk space kept preallocated ahead of the AOF's end, largest slice that
+# fits first; a write is refused when less than the margin is left.
+_SPACE_SLICES = (64 << 20, 8 << 20, 1 << 20, 256 << 10)
+_SPACE_MARGIN = 128 << 10
+
+
+def _fallocate_keep_size(fd: int, offset: int, length: int) -> int:
+    """fallocate(FALLOC_FL_KEEP_SIZE); 0 or an errno."""
+    try:
+        libc = _libc()
+        if libc is None:
+            return errno.EOPNOTSUPP
+        if libc.fallocate(fd, 1, ctypes.c_longlong(offset), ctypes.c_longlong(length)) == 0:
+            return 0
+        return ctypes.get_errno() or errno.EIO
+    except (AttributeError, OSError):
+        return errno.EOPNOTSUPP
+
+
+_LIBC: list[Any] = []
+
+
+def _libc() -> Any:
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.fallocate.argtypes = [
+                ctypes.c_int,
+                ctypes.c_int,
+                ctypes.c_longlong,
+                ctypes.c_longlong,
+            ]
+            _LIBC.append(libc)
+        except (AttributeError, OSError):
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
 def _close_in_background(fd: int) -> None:
     """Close an fd off the event loop: closing the last fd of a replaced AOF
     frees all its blocks, which takes long for a big file (Redis closes it
@@ -779,6 +818,8 @@ class Persistence:
         self.aof_rewrites = 0
         self.aof_delayed_fsync = 0
         self.latest_fork_usec = 0
+        self._aof_reserved_until = 0  # file offset up to which blocks are preallocated
+        self._aof_space_low = False
         # The everysec fsync thread and the fd hand-over with it.
         self._lock = threading.Lock()
         self._fsync_fd = -1  # fd the thread is fsyncing right now
@@ -1067,6 +1108,36 @@ class Persistence:
         self.aof_base_size = self.aof_current_size
         with self._lock:
             self._aof_fd = fd
+        self._aof_reserved_until = 0
+
+    def _reserve_aof_space(self) -> bool:
+        """Preallocate disk blocks past the AOF's end (without changing its
+        size), so that a full disk shows up here, before a write command
+        runs, instead of as a failed write of a command that already ran.
+        False when the disk has no room for even the smallest slice."""
+        if not _FALLOCATE_WORKS[0] or self._aof_fd < 0:
+            return True
+        end = self.aof_current_size + self._aof_buf_len
+        for size in _SPACE_SLICES:
+            result = _fallocate_keep_size(self._aof_fd, end, size)
+            if result == 0:
+                self._aof_reserved_until = end + size
+                if self._aof_space_low:
+                    log.warning("The disk of %s has room again: accepting writes.", self.aof_path)
+                    self._aof_space_low = False
+                    if self._aof_error is None:
+                        self.aof_last_write_status = "ok"
+                return True
+            if result != errno.ENOSPC:
+                _FALLOCATE_WORKS[0] = False  # not supported here: rely on write errors
+                return True
+        if not self._aof_space_low:
+            log.warning(
+                "No room left on the disk of %s: refusing writes until there is", self.aof_path
+            )
+            self._aof_space_low = True
+            self.aof_last_write_status = "err"
+        return False
 
     # -- hooks called by the command layer and the server -----------------
 
@@ -1205,6 +1276,12 @@ class Persistence:
 
     def write_refused(self) -> str | None:
         if self._aof_error is not None or self._reservation_error is not None:
+            return errors.MISCONF
+        if (
+            self.aof_state == "on"
+            and self.aof_current_size + self._aof_buf_len + _SPACE_MARGIN > self._aof_reserved_until
+            and not self._reserve_aof_space()
+        ):
             return errors.MISCONF
         if (
             self.rdb_last_bgsave_status == "err"
@@ -1680,6 +1757,7 @@ class Persistence:
         with self._lock:
             old = self._aof_fd
             self._aof_fd = new_fd
+            self._aof_reserved_until = 0
             if old >= 0:
                 if old == self._fsync_fd:
                     self._deferred_close.append(old)

@@ -63,7 +63,7 @@ def try_write(client: redis.Redis, key: str, payload: bytes) -> int | str:
 
 def write_until_refused(client: redis.Redis, acked: dict[int, bytes], key: str) -> list[str]:
     refusals: list[str] = []
-    for index in range(2000):
+    for index in range(20000):  # the AOF keeps some room preallocated
         payload = b"while-full-%d-" % index + b"x" * 200
         result = try_write(client, key, payload)
         if isinstance(result, int):
