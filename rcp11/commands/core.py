@@ -1,0 +1,342 @@
+"""The command table and the one dispatch every command goes through.
+
+Handlers are synchronous and do no I/O: they read and change ServerState,
+call state.propagate() for what they changed (in a form whose replay is
+deterministic), and return a reply value (see rcp11.resp). A blocking handler
+registers the client with state.blocking and returns BLOCKED; the server then
+sends nothing until the blocking manager delivers the reply with
+client.send() and calls client.on_unblocked().
+
+execute() follows Redis's processCommand()/call(): look the command up,
+check arity, authentication, refused writes (MISCONF) and maxmemory (OOM),
+queue inside MULTI, run the handler, then wake clients blocked on keys the
+command changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rcp11 import errors
+from rcp11.errors import CommandError
+from rcp11.resp import QUEUED, Error
+from rcp11.state import ClientState, ServerState
+
+log = logging.getLogger("rcp11")
+
+Handler = Callable[[ServerState, ClientState, list[bytes]], Any]
+
+MAX_OFFSET = 2**63 - 1
+MIN_INT64 = -(2**63)
+
+# The Redis version we behave like; tools read it from HELLO and INFO to
+# decide which commands they may use.
+REDIS_COMPAT_VERSION = "7.0.0"
+
+
+class _Blocked:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+# Returned by execute() when the client now waits; the server sends nothing.
+BLOCKED = _Blocked()
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    handler: Handler
+    arity: int  # > 0: exactly; < 0: at least -arity. The name counts.
+    flags: frozenset[str]
+    first_key: int = 0
+    last_key: int = 0  # negative: counted from the end (-1 = last argument)
+    step: int = 0
+    summary: str = ""
+    group: str = "generic"
+    # Derived from flags once, so dispatch tests booleans, not set members.
+    write: bool = field(init=False)
+    denyoom: bool = field(init=False)
+    noauth: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "write", "write" in self.flags)
+        object.__setattr__(self, "denyoom", "denyoom" in self.flags)
+        object.__setattr__(self, "noauth", "noauth" in self.flags)
+
+    def keys(self, argv: list[bytes]) -> list[bytes]:
+        """The key arguments of argv, per first_key/last_key/step."""
+        if not self.first_key:
+            return []
+        last = self.last_key if self.last_key >= 0 else len(argv) + self.last_key
+        return argv[self.first_key : last + 1 : self.step]
+
+
+COMMANDS: dict[str, Command] = {}
+# The same rows by the name's bytes as clients usually send them (upper or
+# lower case), so dispatch needs no decode for the common spellings.
+_BY_BYTES: dict[bytes, Command] = {}
+
+
+def command(
+    name: str,
+    arity: int,
+    flags: str = "",
+    keys: tuple[int, int, int] = (0, 0, 0),
+    summary: str = "",
+    group: str = "generic",
+) -> Callable[[Handler], Handler]:
+    """Register the decorated handler as command `name`."""
+
+    def register(handler: Handler) -> Handler:
+        row = Command(name, handler, arity, frozenset(flags.split()), *keys, summary, group)
+        COMMANDS[name] = row
+        _BY_BYTES[name.encode()] = _BY_BYTES[name.upper().encode()] = row
+        return handler
+
+    return register
+
+
+# --------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------
+
+# Commands a client inside MULTI runs at once instead of queuing.
+_NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+
+
+class _Transaction:
+    """Which client's EXEC is running: its blocking commands do not block."""
+
+    client: ClientState | None = None
+
+
+transaction = _Transaction()
+
+
+def lookup(name: bytes) -> Command | None:
+    cmd = _BY_BYTES.get(name)
+    if cmd is None:
+        cmd = COMMANDS.get(name.decode("utf-8", "replace").lower())
+    return cmd
+
+
+def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    """Run one command for client; returns its reply or BLOCKED."""
+    cmd = _BY_BYTES.get(argv[0]) or lookup(argv[0])
+    if cmd is None:
+        shown = argv[0].decode("utf-8", "replace")
+        return _reject(state, client, None, errors.unknown_command(shown, argv[1:]))
+    arity = cmd.arity
+    if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+        return _reject(state, client, cmd, errors.wrong_arity(cmd.name))
+    if not state.loading:
+        if not client.authenticated and not cmd.noauth and requirepass_set(state):
+            return _reject(state, client, cmd, errors.NOAUTH)
+        if cmd.write or cmd.denyoom:
+            refusal = write_refusal(state, cmd.flags)
+            if refusal is not None:
+                return _reject(state, client, cmd, refusal)
+    if client.queued is not None and cmd.name not in _NOT_QUEUED:
+        client.queued.append(argv)
+        return QUEUED
+    reply = call(state, client, cmd, argv)
+    blocking = state.blocking
+    if blocking is not None:
+        blocking.serve_ready()
+    return reply
+
+
+def _reject(state: ServerState, client: ClientState, cmd: Command | None, message: str) -> Error:
+    # Like Redis's flagTransaction(): a command refused while queuing makes
+    # the whole transaction fail at EXEC.
+    if client.queued is not None:
+        client.multi_error = True
+    if cmd is not None:
+        _command_stats(state, cmd.name)[2] += 1
+    return Error(message)
+
+
+def requirepass_set(state: ServerState) -> bool:
+    return bool(config_value(state, "requirepass", ""))
+
+
+def write_refusal(state: ServerState, flags: Iterable[str]) -> str | None:
+    """Why a command with these flags may not run now (MISCONF, OOM)."""
+    if "write" in flags:
+        refused = state.persistence.write_refused()
+        if refused:
+            return refused
+    if "denyoom" in flags:
+        limit = config_value(state, "maxmemory", 0)
+        if limit and state.keyspace.used_bytes > int(limit):
+            return errors.OOM
+    return None
+
+
+def config_value(state: ServerState, name: str, default: Any) -> Any:
+    config = state.config
+    if config is None:
+        return default
+    value = config.get(name)
+    return default if value is None else value
+
+
+def _command_stats(state: ServerState, name: str) -> list[int]:
+    row = state.stats.commands.get(name)
+    if row is None:
+        row = state.stats.commands[name] = [0, 0, 0, 0]
+    return row
+
+
+def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> Any:
+    """Run a command that passed the checks (Redis's call())."""
+    client.last_command = cmd.name
+    started = time.perf_counter_ns()
+    try:
+        reply = cmd.handler(state, client, argv)
+    except CommandError as exc:
+        reply = Error(exc.message)
+    except Exception as exc:  # a bug must cost one reply, not the server
+        log.exception("command %r failed", cmd.name)
+        reply = Error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}: {exc}")
+    stats = state.stats
+    row = stats.commands.get(cmd.name) or _command_stats(state, cmd.name)
+    row[0] += 1
+    row[1] += (time.perf_counter_ns() - started) // 1000
+    stats.total_commands_processed += 1
+    if type(reply) is Error:
+        row[3] += 1
+    elif cmd.write:
+        blocking = state.blocking
+        if blocking is not None and blocking.active:
+            for key in cmd.keys(argv):
+                blocking.signal_key(key)
+    return reply
+
+
+def unwatch_all(state: ServerState, client: ClientState) -> None:
+    watchers = state.keyspace.watchers
+    for key in client.watched:
+        clients = watchers.get(key)
+        if clients is not None:
+            clients.discard(client)
+            if not clients:
+                del watchers[key]
+    client.watched.clear()
+    client.dirty_cas = False
+
+
+def client_disconnected(state: ServerState, client: ClientState) -> None:
+    """Forget a client that is gone: its blocked read, its WATCHed keys."""
+    if state.blocking is not None:
+        state.blocking.remove(client)
+    unwatch_all(state, client)
+    client.queued = None
+
+
+def expire_keys(state: ServerState, now: float | None = None) -> int:
+    """Active expiry for the server cron: delete keys whose TTL passed."""
+    return state.keyspace.expire_due(now)
+
+
+# --------------------------------------------------------------------------
+# Argument helpers
+# --------------------------------------------------------------------------
+
+# Redis's string2ll: optional '-', no '+', no leading zeros, no spaces.
+INTEGER_RE = re.compile(rb"0|-?[1-9][0-9]{0,18}")
+
+
+def parse_int(arg: bytes, message: str = errors.NOT_INTEGER) -> int:
+    if INTEGER_RE.fullmatch(arg) is None:
+        raise CommandError(message)
+    value = int(arg)
+    if not MIN_INT64 <= value <= MAX_OFFSET:
+        raise CommandError(message)
+    return value
+
+
+def text(arg: bytes) -> str:
+    return arg.decode("utf-8", "replace")
+
+
+def get_string(state: ServerState, key: bytes) -> bytes | None:
+    value = state.keyspace.get(key)
+    if value is not None and not isinstance(value, bytes):
+        raise CommandError(errors.WRONGTYPE)
+    return value
+
+
+def glob_to_regex(pattern: bytes) -> re.Pattern[bytes]:
+    """Compile a Redis glob (KEYS, SCAN MATCH, CONFIG GET) into a regex with
+    the semantics of Redis's stringmatchlen: * ? [abc] [^a-z] and \\x."""
+    out: list[bytes] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i : i + 1]
+        if c == b"*":
+            out.append(b".*")
+        elif c == b"?":
+            out.append(b".")
+        elif c == b"\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i : i + 1]))
+        elif c == b"[":
+            i += 1
+            negate = i < n and pattern[i : i + 1] == b"^"
+            if negate:
+                i += 1
+            members: list[bytes] = []
+            # An unterminated class runs to the end of the pattern, as in Redis.
+            while i < n and pattern[i : i + 1] != b"]":
+                if pattern[i : i + 1] == b"\\" and i + 1 < n:
+                    i += 1
+                    members.append(b"\\x%02x" % pattern[i])
+                elif (
+                    i + 2 < n and pattern[i + 1 : i + 2] == b"-" and pattern[i + 2 : i + 3] != b"]"
+                ):
+                    low, high = sorted((pattern[i], pattern[i + 2]))
+                    members.append(b"\\x%02x-\\x%02x" % (low, high))
+                    i += 2
+                else:
+                    members.append(b"\\x%02x" % pattern[i])
+                i += 1
+            if members:
+                out.append(b"[" + (b"^" if negate else b"") + b"".join(members) + b"]")
+            else:
+                # [] matches nothing and [^] matches any one byte.
+                out.append(b"." if negate else b"(?!)")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile(b"".join(out), re.DOTALL)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_subcommand(command_name: str, arity: dict[str, int], argv: list[bytes]) -> str:
+    """The lower-case subcommand of argv, checked against its arity."""
+    sub = text(argv[1]).lower()
+    expected = arity.get(sub)
+    if expected is None:
+        raise CommandError(errors.unknown_subcommand(text(argv[1]), command_name))
+    if (expected > 0 and len(argv) != expected) or len(argv) < -expected:
+        raise CommandError(errors.wrong_arity(f"{command_name}|{sub}"))
+    return sub
+
+
+def on_off(arg: bytes) -> bool:
+    value = arg.lower()
+    if value not in (b"on", b"off"):
+        raise CommandError(errors.SYNTAX)
+    return value == b"on"

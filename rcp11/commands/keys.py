@@ -1,0 +1,248 @@
+"""Keyspace commands: DEL EXISTS TYPE KEYS SCAN RENAME and expiry."""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_left
+from typing import Any
+
+from rcp11 import errors
+from rcp11.commands.core import (
+    MAX_OFFSET,
+    command,
+    glob_to_regex,
+    now_ms,
+    parse_int,
+    text,
+)
+from rcp11.errors import CommandError
+from rcp11.resp import OK, SimpleString
+from rcp11.state import ClientState, ServerState
+
+
+def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
+    deleted = sum(state.keyspace.delete(key) for key in argv[1:] if key in state.keyspace)
+    if deleted:
+        state.propagate(argv)
+    return deleted
+
+
+@command("del", -2, "write", (1, -1, 1), summary="Delete keys")
+def del_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _delete_keys(state, argv)
+
+
+@command("unlink", -2, "write fast", (1, -1, 1), summary="Delete keys")
+def unlink_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _delete_keys(state, argv)
+
+
+@command("exists", -2, "readonly fast", (1, -1, 1), summary="Count existing keys")
+def exists_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return sum(key in state.keyspace for key in argv[1:])
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "none"
+    return "string" if isinstance(value, bytes) else "stream"
+
+
+@command("type", 2, "readonly fast", (1, 1, 1), summary="The type of a key")
+def type_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return SimpleString(_type_name(state.keyspace.get(argv[1])))
+
+
+def _live_keys(state: ServerState) -> list[bytes]:
+    keyspace = state.keyspace
+    keys = list(keyspace)
+    if keyspace.expires:
+        keys = [key for key in keys if key in keyspace]  # drops expired keys
+    return keys
+
+
+@command("keys", 2, "readonly", summary="Keys matching a pattern")
+def keys_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    if argv[1] == b"*":
+        return _live_keys(state)
+    match = glob_to_regex(argv[1]).fullmatch
+    return [key for key in _live_keys(state) if match(key)]
+
+
+# SCAN walks keys in the order of their (per-process) hash; the cursor is
+# the hash to continue from. A snapshot sorted by hash is taken when a scan
+# starts, so every call is a bisect. Keys present for the whole scan are
+# returned; keys added meanwhile may or may not be, as in Redis.
+_scan_snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_HASH_MASK = 2**63 - 1
+
+
+def _scan_snapshot(state: ServerState, restart: bool) -> tuple[list[int], list[bytes]]:
+    snapshot = _scan_snapshots.get(state.keyspace)
+    if snapshot is None or restart:
+        pairs = sorted((hash(key) & _HASH_MASK, key) for key in state.keyspace)
+        snapshot = ([h for h, _ in pairs], [k for _, k in pairs])
+        _scan_snapshots[state.keyspace] = snapshot
+    return snapshot
+
+
+@command("scan", -2, "readonly", summary="Iterate over keys")
+def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    try:
+        cursor = parse_int(argv[1])
+    except CommandError:
+        raise CommandError(errors.INVALID_CURSOR) from None
+    if cursor < 0:
+        raise CommandError(errors.INVALID_CURSOR)
+    count = 10
+    match = None
+    wanted_type = None
+    i = 2
+    while i < len(argv):
+        option = argv[i].lower()
+        if i + 1 >= len(argv):
+            raise CommandError(errors.SYNTAX)
+        if option == b"count":
+            count = parse_int(argv[i + 1])
+            if count < 1:
+                raise CommandError(errors.SYNTAX)
+        elif option == b"match":
+            match = glob_to_regex(argv[i + 1]).fullmatch
+        elif option == b"type":
+            wanted_type = text(argv[i + 1]).lower()
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 2
+    hashes, keys = _scan_snapshot(state, restart=cursor == 0)
+    begin = bisect_left(hashes, cursor)
+    end = min(begin + count, len(hashes))
+    # Keys sharing a hash are returned together so the cursor can skip past.
+    while end < len(hashes) and end > begin and hashes[end] == hashes[end - 1]:
+        end += 1
+    next_cursor = hashes[end] if end < len(hashes) else 0
+    if next_cursor == 0:
+        _scan_snapshots.pop(state.keyspace, None)
+    found = []
+    for key in keys[begin:end]:
+        value = state.keyspace.get(key)
+        if value is None:
+            continue
+        if match is not None and not match(key):
+            continue
+        if wanted_type is not None and _type_name(value) != wanted_type:
+            continue
+        found.append(key)
+    return [b"%d" % next_cursor, found]
+
+
+@command("rename", 3, "write", (1, 2, 1), summary="Rename a key")
+def rename_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    src, dst = argv[1], argv[2]
+    if src not in state.keyspace:
+        raise CommandError(errors.NO_SUCH_KEY)
+    if src != dst:
+        state.keyspace.rename(src, dst)
+        state.propagate(argv)
+    return OK
+
+
+@command("renamenx", 3, "write fast", (1, 2, 1), summary="Rename a key unless the new name exists")
+def renamenx_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    src, dst = argv[1], argv[2]
+    if src not in state.keyspace:
+        raise CommandError(errors.NO_SUCH_KEY)
+    if dst in state.keyspace:
+        return 0
+    state.keyspace.rename(src, dst)
+    state.propagate(argv)
+    return 1
+
+
+def _set_deadline(state: ServerState, key: bytes, when_ms: int) -> None:
+    """Give key the deadline when_ms and log it in absolute form; a
+    deadline already past deletes the key, as Redis does."""
+    if when_ms <= now_ms():
+        state.keyspace.delete(key)
+        state.propagate([b"DEL", key])
+    else:
+        state.keyspace.set_expire(key, when_ms)
+        state.propagate([b"PEXPIREAT", key, b"%d" % when_ms])
+
+
+def _expire_generic(
+    state: ServerState, argv: list[bytes], unit_ms: int, absolute: bool, name: str
+) -> int:
+    key = argv[1]
+    amount = parse_int(argv[2])
+    when_ms = amount * unit_ms + (0 if absolute else now_ms())
+    if not -(2**63) <= when_ms <= MAX_OFFSET:
+        raise CommandError(errors.INVALID_EXPIRE.format(name))
+    flags = {arg.lower() for arg in argv[3:]}
+    if not flags <= {b"nx", b"xx", b"gt", b"lt"} or len(flags) != len(argv) - 3:
+        raise CommandError(f"ERR Unsupported option {text(argv[3])}")
+    if b"nx" in flags and len(flags) > 1 or {b"gt", b"lt"} <= flags:
+        raise CommandError("ERR NX and XX, GT or LT options at the same time are not compatible")
+    if key not in state.keyspace:
+        return 0
+    current = state.keyspace.expires.get(key)
+    if b"nx" in flags and current is not None:
+        return 0
+    if b"xx" in flags and current is None:
+        return 0
+    # A key without a TTL counts as an infinite TTL for GT and LT.
+    if b"gt" in flags and (current is None or when_ms <= current):
+        return 0
+    if b"lt" in flags and current is not None and when_ms >= current:
+        return 0
+    _set_deadline(state, key, when_ms)
+    return 1
+
+
+@command("expire", -3, "write fast", (1, 1, 1), summary="Set a key's time to live in seconds")
+def expire_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _expire_generic(state, argv, 1000, False, "expire")
+
+
+@command("pexpire", -3, "write fast", (1, 1, 1), summary="Set a key's time to live in ms")
+def pexpire_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _expire_generic(state, argv, 1, False, "pexpire")
+
+
+@command("expireat", -3, "write fast", (1, 1, 1), summary="Expire a key at a unix time")
+def expireat_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _expire_generic(state, argv, 1000, True, "expireat")
+
+
+@command("pexpireat", -3, "write fast", (1, 1, 1), summary="Expire a key at a unix time in ms")
+def pexpireat_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _expire_generic(state, argv, 1, True, "pexpireat")
+
+
+def _ttl(state: ServerState, key: bytes, unit_ms: int) -> int:
+    if key not in state.keyspace:
+        return -2
+    when = state.keyspace.expires.get(key)
+    if when is None:
+        return -1
+    remaining = max(when - now_ms(), 0)
+    return (remaining + unit_ms // 2) // unit_ms
+
+
+@command("ttl", 2, "readonly fast", (1, 1, 1), summary="A key's time to live in seconds")
+def ttl_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _ttl(state, argv[1], 1000)
+
+
+@command("pttl", 2, "readonly fast", (1, 1, 1), summary="A key's time to live in ms")
+def pttl_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _ttl(state, argv[1], 1)
+
+
+@command("persist", 2, "write fast", (1, 1, 1), summary="Remove a key's expiry")
+def persist_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    key = argv[1]
+    if key not in state.keyspace or state.keyspace.expires.pop(key, None) is None:
+        return 0
+    state.keyspace.touch(key)
+    state.propagate(argv)
+    return 1

@@ -1,0 +1,218 @@
+"""The RCP 11 commands: TWRITE, TREAD, TEVICT (SPEC.md sections 2-4)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rcp11 import errors
+from rcp11.blocking import (
+    BlockRequest,
+    group_default_start,
+    group_position,
+    lookup_stream,
+    set_group_position,
+    stream_reply,
+)
+from rcp11.commands.core import (
+    BLOCKED,
+    MAX_OFFSET,
+    command,
+    parse_int,
+    text,
+    transaction,
+)
+from rcp11.errors import CommandError
+from rcp11.state import ClientState, ServerState
+from rcp11.storage import OffsetOverflowError, Stream
+
+
+@command(
+    "twrite",
+    -3,
+    "write denyoom fast",
+    (1, 1, 1),
+    summary="Append entries to a stream; returns the offset of the first",
+    group="stream",
+)
+def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    key = argv[1]
+    backlog: int | None = None
+    if len(argv) == 3:
+        entries = argv[2:]  # the simple form: one entry, whatever its bytes
+    else:
+        i = 2
+        while True:
+            if i >= len(argv):
+                raise CommandError(errors.syntax_error("ENTRIES is missing"))
+            option = argv[i].upper()
+            if option == b"ENTRIES":
+                i += 1
+                break
+            if option == b"BACKLOG":
+                if backlog is not None:
+                    raise CommandError(errors.syntax_error("BACKLOG given more than once"))
+                if i + 1 >= len(argv):
+                    raise CommandError(errors.syntax_error("BACKLOG needs a count"))
+                backlog = parse_int(argv[i + 1], "ERR BACKLOG count must be an integer >= 0")
+                if backlog < 0:
+                    raise CommandError("ERR BACKLOG count must be an integer >= 0")
+                i += 2
+                continue
+            raise CommandError(
+                errors.syntax_error(
+                    f"unknown option '{text(argv[i])}' (expected BACKLOG or ENTRIES)"
+                )
+            )
+        entries = argv[i:]
+        if not entries:
+            raise CommandError(errors.syntax_error("no entry after ENTRIES"))
+    stream = lookup_stream(state, key)
+    created = stream is None
+    if stream is None:
+        stream = state.new_stream()
+    next_offset = stream.next_offset
+    if next_offset + len(entries) - 1 > MAX_OFFSET:
+        raise CommandError(errors.OFFSET_OVERFLOW)
+    state.persistence.before_stream_write(key, next_offset + len(entries))
+    first = _append(stream, entries)
+    evicted = stream.evict_keep(backlog) if backlog is not None else 0
+    if created:
+        state.keyspace.set(key, stream)
+    else:
+        state.keyspace.touch(key)
+    state.stats.total_messages_written += len(entries)
+    state.stats.total_messages_evicted += evicted
+    state.propagate(argv)
+    return first
+
+
+def _append(stream: Stream, entries: list[bytes]) -> int:
+    try:
+        return stream.append(entries)
+    except OffsetOverflowError:
+        raise CommandError(errors.OFFSET_OVERFLOW) from None
+
+
+_TREAD_OFFSET = "ERR offset is not an integer or out of range"
+_TREAD_COUNT = "ERR count is not an integer or out of range"
+_TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
+
+
+def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
+    """TREAD's options after key offset count: (BLOCK ms, group key,
+    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+    block_ms: int | None = None
+    group: bytes | None = None
+    group_new = False
+    withinfo = False
+    seen: set[bytes] = set()
+    i = 4
+    while i < len(argv):
+        option = argv[i].upper()
+        if option in seen:
+            raise CommandError(errors.syntax_error(f"{text(option)} given more than once"))
+        seen.add(option)
+        if option == b"WITHINFO":
+            withinfo = True
+            i += 1
+            continue
+        if option not in (b"BLOCK", b"GROUP", b"GROUPNEW"):
+            raise CommandError(errors.syntax_error(f"unknown option '{text(argv[i])}'"))
+        if i + 1 >= len(argv):
+            raise CommandError(errors.syntax_error(f"{text(option)} needs a value"))
+        value = argv[i + 1]
+        i += 2
+        if option == b"BLOCK":
+            block_ms = parse_int(value, _TREAD_TIMEOUT)
+            if block_ms < 0:
+                raise CommandError(errors.NEGATIVE_TIMEOUT)
+        else:
+            if group is not None:
+                raise CommandError(errors.GROUP_AND_GROUPNEW)
+            group = value
+            group_new = option == b"GROUPNEW"
+    return block_ms, group, group_new, withinfo
+
+
+@command(
+    "tread",
+    -4,
+    "readonly blocking",
+    (1, 1, 1),
+    summary="Read a stream from an offset, or as a member of a group",
+    group="stream",
+)
+def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    key = argv[1]
+    offset = parse_int(argv[2], _TREAD_OFFSET)
+    count = parse_int(argv[3], _TREAD_COUNT)
+    if count < 0:
+        raise CommandError(errors.NEGATIVE_COUNT)
+    if len(argv) > 4:
+        block_ms, group, group_new, withinfo = _tread_options(argv)
+    else:
+        block_ms, group, group_new, withinfo = None, None, False, False
+
+    stream = lookup_stream(state, key)
+    next_offset = stream.next_offset if stream is not None else 0
+    may_block = block_ms is not None and client is not transaction.client and not state.loading
+    resp3 = client.resp == 3
+    if group is None:
+        start = offset if offset >= 0 else max(next_offset + offset, 0)
+        if start >= next_offset and may_block:
+            return _block(
+                state, client, BlockRequest(client, key, start, count, withinfo), block_ms
+            )
+        reply, n = stream_reply(stream, start, count, withinfo, resp3)
+    else:
+        if group == key:
+            raise CommandError(errors.GROUP_IS_KEY)
+        # A group read writes its group key, so it obeys write refusals.
+        refused = state.persistence.write_refused() if not state.loading else None
+        if refused:
+            raise CommandError(refused)
+        position = group_position(state, group)
+        start = position if position is not None else group_default_start(stream, group_new)
+        if start >= next_offset and may_block:
+            if position is None:
+                # Created now, so a GROUPNEW reader gets what is written next.
+                set_group_position(state, group, start)
+            request = BlockRequest(client, key, start, count, withinfo, group, group_new)
+            return _block(state, client, request, block_ms)
+        reply, n = stream_reply(stream, start, count, withinfo, resp3)
+        if start + n != position:
+            set_group_position(state, group, start + n)
+    state.stats.total_messages_read += n
+    return reply
+
+
+def _block(state: ServerState, client: ClientState, request: BlockRequest, block_ms: Any) -> Any:
+    if state.blocking is None:
+        raise CommandError("ERR blocking is not available")
+    if block_ms:
+        request.deadline = time.monotonic() + block_ms / 1000
+    state.blocking.block(client, request)
+    return BLOCKED
+
+
+@command(
+    "tevict",
+    3,
+    "write fast",
+    (1, 1, 1),
+    summary="Evict the oldest messages of a stream",
+    group="stream",
+)
+def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    key = argv[1]
+    offset = parse_int(argv[2], _TREAD_OFFSET)
+    stream = lookup_stream(state, key)
+    if stream is None:
+        return 0
+    evicted = stream.evict_upto(offset) if offset >= 0 else stream.evict_keep(-offset)
+    if evicted:
+        state.keyspace.touch(key)
+        state.stats.total_messages_evicted += evicted
+        state.propagate(argv)
+    return evicted
