@@ -1109,6 +1109,7 @@ class Persistence:
         with self._lock:
             self._aof_fd = fd
         self._aof_reserved_until = 0
+        self._reserve_aof_space()
 
     def _reserve_aof_space(self) -> bool:
         """Preallocate disk blocks past the AOF's end (without changing its
@@ -1720,6 +1721,7 @@ class Persistence:
         self._swap_aof_fd(fd)
         self.aof_base_size = child.base_size
         self.aof_current_size = child.base_size + tail_size
+        self._reserve_aof_space()
         if self._aof_error is not None:
             self._aof_error = None
             self.aof_last_write_status = "ok"
