@@ -535,8 +535,8 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     uint32_t raw = mn_node_raw_bytes(n);
     if (raw < MN_COMPRESS_MIN_BYTES) return;
     uint64_t nchunks = 0, bound = 0;
-    for (uint32_t i = 0; i < n->count; i = mn_chunk_plan_end(n, i)) {
-        uint32_t j = mn_chunk_plan_end(n, i);
+    for (uint32_t i = 0, j; i < n->count; i = j) {
+        j = mn_chunk_plan_end(n, i);
         bound += compressBound(n->ends[j - 1] - mn_msg_start(n, i));
         nchunks++;
     }
@@ -553,8 +553,8 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     mn_put_u32le(out, (uint32_t)nchunks);
     uint64_t zlen = 0, k = 0;
     int ok = 1;
-    for (uint32_t i = 0; i < n->count && ok; i = mn_chunk_plan_end(n, i), k++) {
-        uint32_t j = mn_chunk_plan_end(n, i);
+    for (uint32_t i = 0, j; i < n->count && ok; i = j, k++) {
+        j = mn_chunk_plan_end(n, i);
         uint32_t from = mn_msg_start(n, i);
         uint32_t len = n->ends[j - 1] - from;
         uLong chunk_bound = compressBound(len);

@@ -356,6 +356,21 @@ def test_compression_keeps_reads_identical(level: int) -> None:
     assert packed.read(2540, 20) == [None] * 10 + lines[2550:2560]
 
 
+def test_reads_across_compressed_chunk_boundaries() -> None:
+    # 1000 lines of ~130 bytes make a node of several 32 KB zlib chunks.
+    lines = log_lines(3000, seed=11)
+    plain = Stream()
+    packed = Stream(compression_level=6)
+    plain.append(lines)
+    packed.append(lines)
+    assert packed.num_compressed_nodes == 2
+    for start in range(0, 2100, 7):
+        assert packed.read_resp(start, 90, True) == plain.read_resp(start, 90, True)
+    assert packed.read(0, 3000) == lines
+    copy = Stream.load(packed.dump())
+    assert copy.read(0, 3000) == lines
+
+
 def test_incompressible_nodes_stay_raw() -> None:
     rng = random.Random(3)
     s = Stream(max_entries=10, compression_level=9)
