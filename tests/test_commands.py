@@ -349,6 +349,10 @@ COMPARED_SCRIPTS = {
         ["COMMAND", "GETKEYS", "mset", "a", "1", "b", "2"],
         ["COMMAND", "GETKEYS", "ping"],
         ["SHUTDOWN", "FOO"],
+        ["MULTI"],
+        ["SHUTDOWN", "NOSAVE"],
+        ["CLIENT", "ID"],
+        ["EXEC"],
     ],
 }
 

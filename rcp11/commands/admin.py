@@ -101,7 +101,13 @@ def lastsave_command(state: ServerState, client: ClientState, argv: list[bytes])
     return int(lastsave() if callable(lastsave) else lastsave)
 
 
-@command("shutdown", -1, "admin noscript loading stale", summary="Stop the server", group="server")
+@command(
+    "shutdown",
+    -1,
+    "admin noscript loading stale no_multi",
+    summary="Stop the server",
+    group="server",
+)
 def shutdown_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     mode: str | None = None
     for arg in argv[1:]:

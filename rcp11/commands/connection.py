@@ -38,7 +38,7 @@ def echo_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
 
 
 @command(
-    "quit", -1, "noauth loading stale fast", summary="Close the connection", group="connection"
+    "quit", -1, "no_auth loading stale fast", summary="Close the connection", group="connection"
 )
 def quit_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     # The server closes the connection once this reply is written.
@@ -47,7 +47,7 @@ def quit_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
 
 
 @command(
-    "reset", 1, "noauth loading stale fast", summary="Reset the connection", group="connection"
+    "reset", 1, "no_auth loading stale fast", summary="Reset the connection", group="connection"
 )
 def reset_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     client.queued = None
@@ -71,7 +71,7 @@ def _authenticate(state: ServerState, client: ClientState, user: bytes, password
     client.authenticated = True
 
 
-@command("auth", -2, "noauth loading stale fast", summary="Authenticate", group="connection")
+@command("auth", -2, "no_auth loading stale fast", summary="Authenticate", group="connection")
 def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if len(argv) > 3:
         raise CommandError(errors.SYNTAX)
@@ -84,7 +84,7 @@ def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return OK
 
 
-@command("hello", -1, "noauth loading stale fast", summary="Handshake", group="connection")
+@command("hello", -1, "no_auth loading stale fast", summary="Handshake", group="connection")
 def hello_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     protover = client.resp
     if len(argv) > 1:

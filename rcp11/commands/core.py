@@ -69,7 +69,7 @@ class Command:
     def __post_init__(self) -> None:
         object.__setattr__(self, "write", "write" in self.flags)
         object.__setattr__(self, "denyoom", "denyoom" in self.flags)
-        object.__setattr__(self, "noauth", "noauth" in self.flags)
+        object.__setattr__(self, "noauth", "no_auth" in self.flags)
 
     def keys(self, argv: list[bytes]) -> list[bytes]:
         """The key arguments of argv, per first_key/last_key/step."""
@@ -145,6 +145,8 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
             if refusal is not None:
                 return _reject(state, client, cmd, refusal)
     if client.queued is not None and cmd.name not in _NOT_QUEUED:
+        if "no_multi" in cmd.flags:
+            return _reject(state, client, cmd, "ERR Command not allowed inside a transaction")
         client.queued.append(argv)
         return QUEUED
     reply = call(state, client, cmd, argv)
