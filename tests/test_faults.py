@@ -169,3 +169,29 @@ def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_fac
     filler.unlink()
     assert client.save()
     assert isinstance(try_write(client, "s", b"accepted"), int)
+
+
+def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, server_factory) -> None:
+    """A command bigger than the AOF's preallocated room, on a full disk:
+    the write fails after the command ran, so its reply must not be sent as
+    a success (the server drops it and closes the connection)."""
+    srv = server_factory(
+        dir=small_fs,
+        logfile=small_fs.parent / "server.log",
+        appendonly="yes",
+        appendfsync="always",
+    )
+    client = srv.client(socket_timeout=10)
+    assert client.execute_command("TWRITE", "s", b"first") == 0
+    filler = fill(small_fs)
+    result = try_write(client, "s", b"z" * 1_500_000)  # past any preallocated slice
+    assert result in ("misconf", "closed")
+    srv.kill9()
+    filler.unlink()
+    srv.start()
+    messages = read_all(srv.client(), "s")
+    assert messages[0] == b"first"
+    if result == "closed" and len(messages) > 1:
+        # It ran and was logged later, fine; what matters is that no success
+        # reply went out for an unlogged write.
+        assert messages[1] in (None, b"z" * 1_500_000)
