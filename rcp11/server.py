@@ -262,13 +262,17 @@ class Connection(asyncio.Protocol):
                     except Exception as exc:  # a handler bug must not kill the server
                         log.exception("Error running %r", argv[:1])
                         reply = Error(f"ERR internal error running the command: {exc}")
-                    if reply is blocked_marker:
+                    # Integer replies (TWRITE's offset) are encoded inline:
+                    # the hot path of a pipelined producer.
+                    if type(reply) is int:
+                        out.append(b":%d\r\n" % reply)
+                    elif reply is blocked_marker:
                         stop = True
                     else:
                         out.append(encode(reply, client.resp == 3))
-                        if client.closing:
-                            self.close_after_write = True
-                            stop = True
+                    if client.closing and not stop:
+                        self.close_after_write = True
+                        stop = True
                     if stop:
                         # The rest of the pipeline waits until the client is
                         # unblocked (or is dropped with the connection).
