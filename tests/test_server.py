@@ -551,3 +551,36 @@ def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
     client = srv.client()
     for key, last in acknowledged.items():
         assert client.execute_command("TREAD", key, last, 1) == [b"r19-49"]
+
+
+def test_garbage_never_takes_the_server_down(server: ServerProcess) -> None:
+    import random
+
+    rng = random.Random(1234)
+    valid = b"".join(
+        mbulk(b"TWRITE", b"fz", b"m%d" % i) + mbulk(b"TREAD", b"fz", b"0", b"3") for i in range(20)
+    )
+    valid += (
+        b"SET a 'b c'\r\nGET a\r\n" + mbulk(b"HELLO", b"3") + mbulk(b"TREAD", b"fz", b"-2", b"2")
+    )
+    for _ in range(40):
+        data = bytearray(valid)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 200)))
+        conn = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        try:
+            conn.sendall(bytes(data))
+            conn.settimeout(0.2)
+            while conn.recv(65536):
+                pass
+        except (TimeoutError, ConnectionResetError, BrokenPipeError):
+            pass
+        finally:
+            conn.close()
+    client = server.client()
+    assert client.ping() is True
+    assert client.execute_command("TWRITE", "after-fuzz", "x") == 0
+    assert client.execute_command("TREAD", "after-fuzz", "0", "1") == [b"x"]
+    assert "Traceback" not in server.output()  # no handler blew up either
