@@ -80,7 +80,7 @@ def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log) -> None:
 
 
 def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
-    records = ctx.pick(5_000_000, 1_000_000, 20_000)
+    records = ctx.pick(4_000_000, 1_000_000, 20_000)
     records -= records % (BATCH_100B * 3)
     table = Table(
         "Throughput, 100-byte messages",
@@ -220,7 +220,7 @@ def _row(table: Table, test: str, workload: str, m: Measured, kafka: str, goal: 
 
 
 def _latency(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
-    samples = ctx.pick(20_000, 3_000, 200)
+    samples = ctx.pick(10_000, 3_000, 200)
 
     def measure_latency() -> None:
         log(f"end-to-end latency: {num(samples)} samples")
@@ -304,7 +304,7 @@ def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
 def _stored_curve(ctx: Context, report: SuiteReport, log) -> None:
     segment = ctx.pick(2_000_000, 1_000_000, 10_000)
     segment -= segment % BATCH_100B
-    budget_s = ctx.pick(120, 20, 5)
+    budget_s = ctx.pick(100, 20, 5)
     max_segments = ctx.pick(1000, 1000, 3)
     # Leave room for the rest of the machine (other processes, the page cache).
     target = min(ctx.pick(12 << 30, 1 << 30, 1 << 30), int(mem_available() * 0.4))

@@ -34,7 +34,7 @@ def run(ctx: Context) -> SuiteReport:
 
 
 def _kafkaesque(ctx: Context, report: SuiteReport, log) -> None:
-    messages = ctx.pick(250_000, 20_000, 1_000)
+    messages = ctx.pick(150_000, 20_000, 1_000)
     table = Table(
         "Batches of 100 messages of 4 KB (kafkaesque's workload)",
         ["server", "workload", "messages/s", "MB/s", "vs kafkaesque (70,000/s)", "CPU (gen / srv)"],
@@ -72,7 +72,7 @@ def _kafkaesque(ctx: Context, report: SuiteReport, log) -> None:
 def _bandwidth(ctx: Context, report: SuiteReport, log) -> None:
     size = 4096
     batch = 256  # 1 MiB of payload per command
-    total = ctx.pick(1 << 30, 128 << 20, 8 << 20)
+    total = ctx.pick(512 << 20, 128 << 20, 8 << 20)
     messages = total // size
     messages -= messages % batch
     table = Table(

@@ -125,10 +125,10 @@ def _throughput(
     )
     # Probe sizes: a first run of this many requests per side measures both
     # rates; the real runs then last about `seconds` on the slower side.
-    write_requests = {1: ctx.pick(20_000, 2_000, 2_000), 32: ctx.pick(100_000, 10_000, 5_000)}
-    batch_requests = ctx.pick(5_000, 300, 200)
-    read_requests = {1: ctx.pick(20_000, 2_000, 2_000), 32: ctx.pick(50_000, 3_000, 3_000)}
-    seconds = ctx.pick(4.0, 0.5, 0.0)
+    write_requests = {1: ctx.pick(5_000, 2_000, 2_000), 32: ctx.pick(20_000, 10_000, 5_000)}
+    batch_requests = ctx.pick(1_000, 300, 200)
+    read_requests = {1: ctx.pick(5_000, 2_000, 2_000), 32: ctx.pick(5_000, 3_000, 3_000)}
+    seconds = ctx.pick(3.0, 0.5, 0.0)
 
     table.notes.append(
         f"`<100B>` is one fixed 100-byte printable payload; `<100 x 100B>` is that payload 100 "
@@ -258,7 +258,7 @@ def _preload(rcp: Server, red: Server) -> None:
 
 def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log) -> None:
     rounds = ctx.pick(4, 2, 1)
-    per_round = ctx.pick(5_000, 1_500, 100)
+    per_round = ctx.pick(3_000, 1_500, 100)
     table = Table(
         "Wake-up latency of a blocked reader",
         ["server", "workload", "samples", "p50 ms", "p99 ms", "p99.9 ms", "goal", "verdict"],
