@@ -578,6 +578,40 @@ static void test_allocation_failures(void) {
     }
 }
 
+/* Bulk string headers at every digit-count boundary up to 7 digits. */
+static void test_resp_lengths(void) {
+    static const uint32_t lens[] = {0,    1,     9,     10,     99,     100,     999,
+                                    1000, 9999,  10000, 99999,  100000, 999999,  1000000,
+                                    1234567};
+    const size_t n = sizeof lens / sizeof lens[0];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += lens[i];
+    char *buf = malloc(total);
+    CHECK(buf != NULL);
+    for (size_t i = 0; i < total; i++) buf[i] = (char)('a' + i % 26);
+    mn_stream *s = mn_stream_new(4, 1);
+    CHECK(mn_append(s, buf, lens, n) == 0);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_resp(s, 0, n, MN_NULL_RESP2, &out) == MN_OK);
+    size_t pos = 0, src = 0;
+    for (size_t i = 0; i < n; i++) {
+        char head[32];
+        int head_len = snprintf(head, sizeof head, "$%u\r\n", lens[i]);
+        CHECK(pos + (size_t)head_len + lens[i] + 2 <= out.len);
+        CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
+        pos += (size_t)head_len;
+        CHECK(same(out.data + pos, buf + src, lens[i]));
+        pos += lens[i] + 2;
+        src += lens[i];
+    }
+    CHECK(pos == out.len);
+    mn_buf_free(&out);
+    mn_stream_free(s);
+    free(buf);
+    CHECK(live_bytes == 0);
+}
+
 /* 100-byte messages in full nodes stay within 104.5 bytes each. */
 static void test_memory_per_message(void) {
     static char buf[1000 * 100];
@@ -600,6 +634,7 @@ int main(void) {
     test_validation();
     test_allocation_failures();
     test_memory_per_message();
+    test_resp_lengths();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
