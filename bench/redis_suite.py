@@ -92,7 +92,11 @@ def _interleaved(
     results: list[list[BenchLine]] = [[] for _ in runs]
     for _ in range(rounds):
         for i, (srv, command) in enumerate(runs):
-            results[i].append(redis_benchmark(srv.port, command, requests, CLIENTS, pipeline))
+            busy_before, _ = srv.sched_seconds()
+            line = redis_benchmark(srv.port, command, requests, CLIENTS, pipeline)
+            busy_after, _ = srv.sched_seconds()
+            line.server_cpu_pct = 100.0 * (busy_after - busy_before) / line.wall
+            results[i].append(line)
     return results
 
 
@@ -102,6 +106,10 @@ def _median_rps(lines: list[BenchLine]) -> float:
 
 def _cpu(lines: list[BenchLine]) -> str:
     return f"{statistics.median(line.loadgen_cpu_pct for line in lines):.0f}%"
+
+
+def _server_cpu(lines: list[BenchLine]) -> str:
+    return f"{statistics.median(line.server_cpu_pct for line in lines):.0f}%"
 
 
 def _throughput(
@@ -121,6 +129,7 @@ def _throughput(
             "goal",
             "verdict",
             "redis-benchmark CPU (rcp11 / redis runs)",
+            "server CPU (rcp11 / redis)",
         ],
     )
     # Probe sizes: a first run of this many requests per side measures both
@@ -136,7 +145,9 @@ def _throughput(
         "run that sizes the rounds to last about "
         f"{seconds:g} s on the slower server; entries/s = "
         "requests/s x entries per request (100 for the batch write and the reads). "
-        "Read keys are preloaded with 1000 entries, so each read returns 100 entries."
+        "Read keys are preloaded with 1000 entries, so each read returns 100 entries. "
+        "CPU columns are medians in % of one core; a server well below 100% was starved "
+        "by the generator or by other processes on the 2 shared cores."
     )
     report.tables.append(table)
 
@@ -173,6 +184,7 @@ def _throughput(
             f">= {goal}x",
             verdict(a / b >= goal),
             f"{_cpu(rcp_lines)} / {_cpu(red_lines)}",
+            f"{_server_cpu(rcp_lines)} / {_server_cpu(red_lines)}",
         )
         report.data[key] = {
             "rcp11": a,

@@ -25,6 +25,7 @@ class BenchLine:
     p99_ms: float
     wall: float
     loadgen_cpu: float
+    server_cpu_pct: float = 0.0  # filled in by callers that watch the server
 
     @property
     def loadgen_cpu_pct(self) -> float:
