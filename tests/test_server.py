@@ -359,6 +359,15 @@ def test_help_and_version() -> None:
     assert result.stdout.startswith("rcp11 server v=")
 
 
+def test_console_script() -> None:
+    require("rcp11-server")  # installed by `pip install -e .`
+    result = subprocess.run(
+        ["rcp11-server", "--version"], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("rcp11 server v=")
+
+
 def test_bad_config_file_exits_naming_the_line(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text("port 7000\n# fine so far\nappendfsync sometimes\n")
