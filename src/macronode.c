@@ -854,7 +854,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
     const size_t to_tail = i;
     if (to_tail > 0) {
         if (tcount > tail->cap) {
-            /* Only a lone first node has a short table: grow it by half. */
+            /* Only a lone first node (or a last node rebuilt by a load,
+             * which is loaded exactly) has a short table: grow it by half. */
             uint64_t cap = (uint64_t)tail->cap + tail->cap / 2;
             if (cap < (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH)
                 cap = (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH;
