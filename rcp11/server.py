@@ -385,6 +385,11 @@ class Server:
         self.loop = loop
         self.execute: Callable[[ServerState, ClientState, list[bytes]], Any] = commands.execute
         self.blocked_marker = commands.BLOCKED
+        # The command layer's own clean-up for a gone client (blocked read,
+        # WATCHed keys, MULTI queue) when it offers one.
+        self.client_disconnected: Callable[[ServerState, ClientState], None] | None = getattr(
+            commands, "client_disconnected", None
+        )
         self.connections: dict[int, Connection] = {}
         self.listeners: list[asyncio.AbstractServer] = []
         self.unix_path: str | None = None
@@ -561,6 +566,9 @@ class Server:
         state.clients.pop(client.id, None)
         self.connections.pop(client.id, None)
         client.closing = True
+        if self.client_disconnected is not None:
+            self.client_disconnected(state, client)
+            return
         blocking = state.blocking
         if blocking is not None and client.blocked is not None:
             blocking.remove(client)
