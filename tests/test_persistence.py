@@ -607,3 +607,23 @@ def test_rewrite_with_a_big_tail_moves_it_in_slices(tmp_path: Path) -> None:
     stream = loaded.keyspace.get(b"s")
     expected = [b"base"] + [big + b"%d" % i for i in range(120)] + [b"after"]
     assert stream.read(0, stream.next_offset) == expected
+
+
+def test_offsets_file_is_compacted_when_it_grows(tmp_path: Path) -> None:
+    path = tmp_path / "x.offsets"
+    reservations = OffsetReservations(str(path))
+    reservations.load()
+    for round_index in range(6):
+        for index in range(2000):
+            key = b"key-%d-%d" % (round_index, index)
+            reservations.write([(key, index + 1)], durable=False)
+            reservations.marks[key] = index + 1
+            if round_index < 5:
+                reservations.queue_drop(key)
+    reservations.write([], durable=True)
+    grown = path.stat().st_size
+    expected = dict(reservations.marks)
+    assert len(expected) == 2000
+    reservations.compact_if_large()
+    assert path.stat().st_size < grown / 3
+    assert OffsetReservations(str(path)).load() == expected
