@@ -1470,6 +1470,8 @@ class Persistence:
             log.info("Saving the final snapshot before exiting.")
             if not self._save_sync():
                 log.warning("Error trying to save the DB, can't exit.")
+                if self.aof_state == "on":
+                    self._start_fsync_thread()  # we keep running
                 return False
             durable = durable or self.aof_state == "off"
         elif self.aof_state == "off" and not os.path.exists(self.snapshot_path):

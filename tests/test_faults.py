@@ -195,3 +195,15 @@ def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, serve
         # It ran and was logged later, fine; what matters is that no success
         # reply went out for an unlogged write.
         assert messages[1] in (None, b"z" * 1_500_000)
+
+
+def test_shutdown_save_on_full_disk_keeps_running(small_fs: Path, server_factory) -> None:
+    srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
+    client = srv.client(socket_timeout=10)
+    client.execute_command("TWRITE", "s", b"x" * 100_000)
+    filler = fill(small_fs)
+    with pytest.raises(redis.exceptions.ResponseError, match="SHUTDOWN"):
+        client.execute_command("SHUTDOWN", "SAVE")
+    assert client.ping()
+    filler.unlink()
+    assert client.save()
