@@ -898,12 +898,12 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
     if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) goto nomem;
 
     /* Phase two: copy into the tail. */
-    const char *src = buf;
+    size_t consumed = 0; /* bytes of buf copied so far (buf may be NULL if all empty) */
     if (to_tail > 0) {
         uint32_t end = mn_node_raw_bytes(tail);
         size_t bytes = (size_t)(tbytes - end);
-        if (bytes) memcpy(tail->blob + end, src, bytes);
-        src += bytes;
+        if (bytes) memcpy(tail->blob + end, buf, bytes);
+        consumed = bytes;
         for (size_t k = 0; k < to_tail; k++) {
             end += lens[k];
             tail->ends[tail->count++] = end;
@@ -925,8 +925,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
                 end += lens[k + j];
                 node->ends[j] = end;
             }
-            if (end) memcpy(node->blob, src, end);
-            src += end;
+            if (end) memcpy(node->blob, buf + consumed, end);
+            consumed += end;
             k += count;
             node->first = offset;
             offset += count;
