@@ -57,10 +57,13 @@ Three files live in `dir`:
   *reservation mark*. before_stream_write(key, new_next) checks an in-memory
   dict; only when new_next passes the mark, a new mark (new_next plus a step
   that doubles while reservations of that key come faster than once a second,
-  capped, and is at least twice the batch) is appended to the file and
-  fsynced *before* the write happens, so the reply carrying those offsets can
-  only leave after its reservation is on disk. Under heavy load that is a
-  few small fsyncs per second. The file is a header (with an in-place slot
+  capped, and is at least twice the batch) is appended to the file *before*
+  the write happens (a full disk refuses the write with -MISCONF) and
+  fsynced by flush(), before any reply leaves: the reply carrying those
+  offsets can only leave after its reservation is on disk, and one fsync
+  covers all reservations of an event-loop iteration (many new streams in
+  one pipeline cost one fsync). Under heavy load that is a few small fsyncs
+  per second. The file is a header (with an in-place slot
   naming the boot whose AOF is complete, see below) then batches of
   (key, mark) records, each batch framed with its length and CRC32; a torn
   last batch was never acknowledged and is ignored; it is compacted by an
@@ -505,6 +508,7 @@ class OffsetReservations:
         self._pending: list[tuple[bytes, int]] = []  # not yet written, no fsync needed
         # Boot id of the run whose AOF held every acknowledged write, or None.
         self.aof_boot: bytes | None = None
+        self.unsynced = False  # reservations written but not yet fsynced
 
     @staticmethod
     def _encode(records: Iterable[tuple[bytes, int]]) -> bytes:
@@ -612,7 +616,11 @@ class OffsetReservations:
             step = max(_MIN_STEP, step // 2)
         batch = max(0, new_next - current_next)
         mark = min(new_next + max(step, 2 * batch), _MAX_OFFSET)
-        self.write([(key, mark)], durable=True)
+        # Written now, so a full disk refuses the write before it runs;
+        # fsynced by sync(), which flush() calls before any reply leaves:
+        # one fsync covers every reservation of an event-loop iteration.
+        self.write([(key, mark)], durable=False)
+        self.unsynced = True
         self.marks[key] = mark
         self._pace[key] = (step, now)
 
@@ -655,10 +663,21 @@ class OffsetReservations:
         if durable:
             os.fsync(fd)
             self.fsyncs += 1
+            self.unsynced = False
+
+    def sync(self) -> None:
+        """fsync reservations written since the last sync. Raises OSError."""
+        if self.unsynced:
+            os.fsync(self._open())
+            self.fsyncs += 1
+            self.unsynced = False
 
     def compact_if_large(self) -> None:
+        if self.file_size <= 256 * 1024:
+            return
         live = sum(16 + len(k) for k in self.marks)
-        if self.file_size > 256 * 1024 and self.file_size > 4 * live:
+        if self.file_size > 4 * live:
+            self.sync()
             self.rewrite(dict(self.marks))
 
     def rewrite(self, marks: dict[bytes, int]) -> None:
@@ -685,6 +704,7 @@ class OffsetReservations:
         self._pending = []
         self.file_size = len(data)
         self.fsyncs += 1
+        self.unsynced = False
 
 
 # ---------------------------------------------------------------------------
@@ -1157,11 +1177,15 @@ class Persistence:
         """Hand buffered AOF commands to the kernel (fsync with `always`).
         Returns False when that failed: the caller must not send the replies
         of this iteration's write commands as successes."""
-        if not self._aof_buf:
-            if self._drops:
-                self._settle_drops()
-            return True
-        ok = self._flush_aof(force_fsync=self._fsync_mode() == "always")
+        ok = True
+        if self.reservations.unsynced:
+            try:
+                self.reservations.sync()
+            except OSError as exc:
+                self._set_reservation_error(exc)
+                ok = False
+        if self._aof_buf:
+            ok = self._flush_aof(force_fsync=self._fsync_mode() == "always") and ok
         if self._drops:
             self._settle_drops()
         return ok
@@ -1346,6 +1370,7 @@ class Persistence:
         if self._drops:
             self._settle_drops()
         try:
+            self.reservations.sync()
             if self.reservations._pending:
                 self.reservations.write([], durable=False)
             self.reservations.compact_if_large()
@@ -1459,6 +1484,8 @@ class Persistence:
         False when the required save failed (the server must not exit)."""
         mode = mode.lower() if mode else None
         self._kill_child()
+        with contextlib.suppress(OSError):
+            self.reservations.sync()
         durable = False
         if self.aof_state == "on":
             if self._flush_aof(force_fsync=True):

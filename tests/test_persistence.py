@@ -195,6 +195,7 @@ def test_reservations_amortize_fsyncs(tmp_path: Path) -> None:
     for _ in range(20_000):
         persistence.before_stream_write(b"s", stream.next_offset + 1)
         stream.append([b"m"])
+        assert persistence.flush()  # as the server does before replying
     fsyncs = persistence.reservations.fsyncs
     # 20k single-message writes, steps start at 1024 and double when fast.
     assert 1 <= fsyncs <= 8
@@ -208,6 +209,7 @@ def test_reservations_recover_lost_streams_as_nulls(tmp_path: Path) -> None:
     state.keyspace.set(b"lost", stream)
     persistence.before_stream_write(b"lost", 5)
     stream.append([b"a", b"b", b"c", b"d", b"e"])
+    assert persistence.flush()
     # Crash: nothing was saved; only the reservation survives.
     recovered, loader = make_state(tmp_path)
     loader.load()
@@ -240,6 +242,7 @@ def test_deleted_stream_reservation_dropped_once_durable(tmp_path: Path) -> None
     state.keyspace.set(b"s", stream)
     persistence.before_stream_write(b"s", 3)
     stream.append([b"a", b"b", b"c"])
+    assert persistence.flush()
     assert persistence.save() == "OK"
     state.keyspace.delete(b"s")
     persistence.flush()
@@ -627,3 +630,19 @@ def test_offsets_file_is_compacted_when_it_grows(tmp_path: Path) -> None:
     reservations.compact_if_large()
     assert path.stat().st_size < grown / 3
     assert OffsetReservations(str(path)).load() == expected
+
+
+def test_many_new_streams_in_one_iteration_cost_one_fsync(tmp_path: Path) -> None:
+    state, persistence = make_state(tmp_path)
+    persistence.load()
+    before = persistence.reservations.fsyncs
+    for index in range(500):
+        key = b"stream-%d" % index
+        persistence.before_stream_write(key, 1)
+        stream = state.new_stream()
+        stream.append([b"m"])
+        state.keyspace.set(key, stream)
+    assert persistence.reservations.fsyncs == before  # not yet: flush() does it
+    assert persistence.flush()
+    assert persistence.reservations.fsyncs == before + 1
+    assert len(OffsetReservations(str(tmp_path / "dump.rcp.offsets")).load()) == 500
