@@ -105,6 +105,8 @@ def test_batch_read_with_a_user_schema_picks_columns_and_decodes_text(spark, srv
     assert [tuple(row) for row in df.collect()] == [("caf\u00e9", 0), ("tea", 1)]
     with pytest.raises(Exception, match="unknown column"):
         reader(spark, srv).schema("topic STRING").load("events").collect()
+    with pytest.raises(Exception, match="'offset' cannot be string"):
+        reader(spark, srv).schema("offset STRING").load("events").collect()
 
 
 def test_batch_read_with_bad_option_names_it(spark, srv) -> None:

@@ -19,14 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
+
+try:  # Spark >= 4.1 hands streaming writers Arrow batches too.
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - Spark 4.0 passes Rows
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
 try:  # Spark >= 4.2 has admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (
@@ -198,49 +203,92 @@ def split_range(start: int, end: int, partitions: int) -> list[OffsetRange]:
 
 
 COLUMNS = ("offset", "value", "key")
+# Spark type names each column may be declared with in a user schema.
+ALLOWED_TYPES = {"offset": ("long",), "value": ("binary", "string"), "key": ("string",)}
 
 
 @dataclass(frozen=True)
 class Projection:
-    """Which columns a reader produces, in order, and whether value is text.
+    """The columns a reader produces, in order, with their Spark types.
 
     A user schema (``spark.read.schema("value STRING, offset LONG")``) may
-    pick, reorder and read ``value`` as UTF-8 text; the default is SCHEMA.
+    pick and reorder columns and read ``value`` as UTF-8 text; the default
+    is SCHEMA.
     """
 
     columns: tuple[str, ...] = COLUMNS
-    text_value: bool = False
+    types: tuple[str, ...] = ("long", "binary", "string")
+    # As spelled in the schema, with nullability: Spark compares Arrow
+    # schemas exactly.
+    names: tuple[str, ...] = COLUMNS
+    nullable: tuple[bool, ...] = (True, True, True)
 
     @classmethod
     def from_schema(cls, schema: StructType | None) -> Projection:
         if schema is None:
             return cls()
-        names = tuple(name.lower() for name in schema.fieldNames())
-        unknown = [name for name in names if name not in COLUMNS]
-        if unknown:
-            raise ValueError(
-                f"rcp11 data source: unknown column(s) {unknown} in the schema; "
-                f"the columns are {', '.join(COLUMNS)} ({SCHEMA})"
-            )
-        text_value = any(
-            f.name.lower() == "value" and f.dataType.typeName() == "string" for f in schema.fields
+        columns = []
+        types = []
+        for schema_field in schema.fields:
+            name = schema_field.name.lower()
+            type_name = schema_field.dataType.typeName()
+            if name not in ALLOWED_TYPES:
+                raise ValueError(
+                    f"rcp11 data source: unknown column {schema_field.name!r} in the schema; "
+                    f"the columns are {', '.join(COLUMNS)} ({SCHEMA})"
+                )
+            if type_name not in ALLOWED_TYPES[name]:
+                raise ValueError(
+                    f"rcp11 data source: column {name!r} cannot be {type_name}; "
+                    f"use {' or '.join(ALLOWED_TYPES[name])}"
+                )
+            columns.append(name)
+            types.append(type_name)
+        return cls(
+            tuple(columns),
+            tuple(types),
+            tuple(schema.fieldNames()),
+            tuple(f.nullable for f in schema.fields),
         )
-        return cls(names, text_value)
 
-    def row(self, offset: int, message: bytes, key: str) -> tuple:
-        value: bytes | str = message.decode(errors="replace") if self.text_value else message
-        if self.columns == COLUMNS:
-            return (offset, value, key)
-        fields = {"offset": offset, "value": value, "key": key}
-        return tuple(fields[name] for name in self.columns)
+    def arrow_schema(self) -> Any:
+        import pyarrow as pa
+
+        arrow_types = {"long": pa.int64(), "binary": pa.binary(), "string": pa.string()}
+        return pa.schema(
+            [
+                pa.field(name, arrow_types[t], nullable)
+                for name, t, nullable in zip(self.names, self.types, self.nullable, strict=True)
+            ]
+        )
+
+    def record_batch(self, arrow_schema: Any, key: str, offsets: list[int], messages: list) -> Any:
+        """One Arrow batch for these messages; Arrow avoids Spark's per-row conversion."""
+        import pyarrow as pa
+
+        arrays = []
+        for name, type_name, arrow_field in zip(
+            self.columns, self.types, arrow_schema, strict=True
+        ):
+            if name == "offset":
+                values: list = offsets
+            elif name == "key":
+                values = [key] * len(offsets)
+            elif type_name == "string":
+                values = [bytes(m).decode(errors="replace") for m in messages]
+            else:
+                values = messages
+            arrays.append(pa.array(values, type=arrow_field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def read_range(
     options: ConnectionOptions, partition: OffsetRange, projection: Projection | None = None
-) -> Iterator[tuple]:
-    """Rows for the readable messages of one range (offset, value, key by default)."""
+) -> Iterator[Any]:
+    """Arrow record batches with the readable messages of one range."""
     key = options.require_key()
     projection = projection or Projection()
+    arrow_schema = projection.arrow_schema()
     client = options.connect()
     try:
         offset = partition.start
@@ -251,8 +299,13 @@ def read_range(
                 # The stream ends before the range does: it was deleted and
                 # recreated since planning. Nothing more to read here.
                 return
+            offsets: list[int] = []
+            messages: list = []
             for message_offset, message in result.items():
-                yield projection.row(message_offset, bytes(message), key)
+                offsets.append(message_offset)
+                messages.append(message)
+            if offsets:
+                yield projection.record_batch(arrow_schema, key, offsets, messages)
             # An evicted stretch would read as nulls: jump over it.
             offset = max(result.end, result.first_offset)
     finally:
@@ -284,7 +337,7 @@ class RCP11Reader(DataSourceReader):
         # Spark wants at least one partition; an empty range reads nothing.
         return ranges or [OffsetRange(start, start)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
         return read_range(self.connection, partition, self.projection)
 
@@ -345,7 +398,7 @@ class RCP11StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return split_range(int(start["offset"]), int(end["offset"]), self.partition_count)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
         return read_range(self.connection, partition, self.projection)
 
@@ -397,16 +450,13 @@ class _StreamAppender:
         self.key_index = names.index("key") if "key" in names else None
         self.summary = WriteSummary()
         self.pending: dict[str, list[bytes]] = {}
-        self.queued = 0
         self.client: Client | None = None
         self.pipe: Any = None
         self.pipe_keys: list[tuple[str, int]] = []
 
-    def add(self, row: Any) -> None:
-        key = row[self.key_index] if self.key_index is not None else None
+    def add(self, key: str | None, value: Any) -> None:
         if key is None:
             key = self.options.require_key()
-        value = row[self.value_index]
         if value is None:
             raise ValueError(
                 f"rcp11 data source: row {self.summary.rows} has a null 'value'; "
@@ -417,6 +467,22 @@ class _StreamAppender:
         self.summary.rows += 1
         if len(entries) >= self.options.batch_size:
             self._queue(key)
+
+    def add_all(self, items: Iterator[Any]) -> None:
+        """Add Arrow record batches (Spark's Arrow writers) or Rows (older Spark)."""
+        for item in items:
+            if hasattr(item, "num_rows"):
+                values = item.column(self.value_index).to_pylist()
+                if self.key_index is None:
+                    for value in values:
+                        self.add(None, value)
+                else:
+                    keys = item.column(self.key_index).to_pylist()
+                    for key, value in zip(keys, values, strict=True):
+                        self.add(key, value)
+            else:
+                key = item[self.key_index] if self.key_index is not None else None
+                self.add(key, item[self.value_index])
 
     def _queue(self, key: str) -> None:
         entries = self.pending.pop(key)
@@ -465,7 +531,7 @@ def _check_write_schema(schema: StructType, options: ConnectionOptions, overwrit
         )
 
 
-class RCP11Writer(DataSourceWriter):
+class RCP11Writer(DataSourceArrowWriter):
     """Batch write: every row's value is appended with TWRITE (at least once)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
@@ -475,12 +541,11 @@ class RCP11Writer(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         appender = _StreamAppender(self.connection, self.schema)
-        for row in iterator:
-            appender.add(row)
+        appender.add_all(iterator)
         return appender.finish()
 
 
-class RCP11StreamWriter(DataSourceStreamWriter):
+class RCP11StreamWriter(_StreamWriterBase):
     """Streaming write: each micro-batch is appended like a batch write.
 
     Appends are visible as soon as a task sends them, so a micro-batch that
@@ -494,8 +559,7 @@ class RCP11StreamWriter(DataSourceStreamWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         appender = _StreamAppender(self.connection, self.schema)
-        for row in iterator:
-            appender.add(row)
+        appender.add_all(iterator)
         return appender.finish()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -552,7 +616,7 @@ class RCP11DataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RCP11StreamReader(self.options, schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return RCP11Writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
