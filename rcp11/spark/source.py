@@ -36,12 +36,11 @@ except ImportError:  # pragma: no cover - Spark 4.0 passes Rows
 try:  # Spark >= 4.2 has admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
-        ReadLimit,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - older Spark 4.x
-    ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Placeholder so the reader class can be declared on Spark < 4.2."""
