@@ -522,15 +522,39 @@ class Server:
         every reply queued since the last flush."""
         self.flush_scheduled = False
         try:
-            self.state.persistence.flush()
+            logged = self.state.persistence.flush() is not False
         except Exception:
             log.exception("Persistence flush failed")
+            logged = False
         pending = self.pending
         self.pending = []
+        if not logged:
+            self.drop_unlogged(pending)
+        else:
+            for conn in pending:
+                conn.queued_for_flush = False
+                conn.write_pending()
+        self.arm_block_timer()
+
+    def drop_unlogged(self, pending: list[Connection]) -> None:
+        """The AOF could not take this iteration's writes: no reply of the
+        iteration may leave, since any of them may acknowledge or show data
+        that is not logged (a TWRITE's offset, a TREAD of it, a blocked
+        reader it served). Those clients are closed without them, so none
+        takes an unlogged write for done; later writes get -MISCONF."""
         for conn in pending:
             conn.queued_for_flush = False
-            conn.write_pending()
-        self.arm_block_timer()
+            conn.out.clear()
+            conn.close_after_write = True
+            if conn.client is not None:
+                conn.client.closing = True
+            conn.write_pending()  # nothing left to write: just closes
+        if pending:
+            log.warning(
+                "Writes could not be logged to the AOF: dropped the replies of %d "
+                "client(s) and closed them.",
+                len(pending),
+            )
 
     def arm_block_timer(self) -> None:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
