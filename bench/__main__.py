@@ -84,6 +84,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+class _Tee(io.StringIO):
+    """Keeps what a suite prints and shows it at once as progress (on stderr)."""
+
+    def __init__(self, progress: io.TextIOBase) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def write(self, text: str) -> int:
+        self.progress.write(text)
+        self.progress.flush()
+        return super().write(text)
+
+
 def run_external(name: str, ctx: Context) -> SuiteReport:
     """Call another helper's suite: `run(...)` returning markdown, or `main(argv)`.
 
@@ -123,14 +136,12 @@ def run_external(name: str, ctx: Context) -> SuiteReport:
     if not kwargs and params:
         positional = [flags]  # main(argv) style
     ctx.log(name, f"running {module_name}.{entry.__name__} ({ctx.mode})")
-    captured = io.StringIO()
+    captured = _Tee(sys.stderr)
     try:
         with contextlib.redirect_stdout(captured):
             result = entry(*positional, **kwargs)
     except SystemExit as exc:  # argparse refusing the flags, or sys.exit()
         result = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.stderr.write(captured.getvalue())
     cli_style = bool(positional) or "argv" in kwargs
     if cli_style and isinstance(result, int) and out_file.exists():
         result = out_file.read_text() if result == 0 else result
