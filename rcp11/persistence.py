@@ -715,7 +715,7 @@ class OffsetReservations:
 _FALLOCATE_WORKS = [True]
 # Disk space kept preallocated ahead of the AOF's end, largest slice that
 # fits first; a write is refused when less than the margin is left.
-_SPACE_SLICES = (64 << 20, 8 << 20, 1 << 20, 256 << 10)
+_SPACE_SLICES = (8 << 20, 1 << 20, 256 << 10)
 _SPACE_MARGIN = 128 << 10
 
 
@@ -1160,6 +1160,14 @@ class Persistence:
             self.aof_last_write_status = "err"
         return False
 
+    def _release_preallocated(self) -> None:
+        # Truncating to the current size gives back the blocks reserved past
+        # the end, so a stopped server does not keep them.
+        if self._aof_fd >= 0 and not self._aof_buf:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._aof_fd, os.fstat(self._aof_fd).st_size)
+        self._aof_reserved_until = 0
+
     # -- hooks called by the command layer and the server -----------------
 
     def propagate(self, argv: list[bytes]) -> None:
@@ -1505,6 +1513,7 @@ class Persistence:
             durable = True  # nothing on disk can come back with older offsets
         self._write_tight_reservations(durable)
         if self._aof_fd >= 0:
+            self._release_preallocated()
             with contextlib.suppress(OSError):
                 os.close(self._aof_fd)
             self._aof_fd = -1
@@ -1869,6 +1878,7 @@ class Persistence:
             self._mark_aof_complete(False)
             self.aof_rewrite_scheduled = False
             self._stop_fsync_thread()
+            self._release_preallocated()
             self._swap_aof_fd(-1)
             self._aof_buf = []
             self._aof_buf_len = 0
