@@ -654,6 +654,13 @@ class Server:
         if self.stopping:
             return True
         log.warning("User requested shutdown...")
+        # Replies of this iteration go out below, after the final save: the
+        # AOF must hold their writes first, as in every other iteration.
+        try:
+            logged = self.state.persistence.flush() is not False
+        except Exception:
+            log.exception("Persistence flush failed")
+            logged = False
         shutdown = getattr(self.state.persistence, "shutdown", None)
         if shutdown is not None:
             try:
@@ -675,6 +682,9 @@ class Server:
                 os.unlink(self.unix_path)
             except OSError:
                 pass
+        if not logged:
+            self.drop_unlogged(self.pending)
+        self.pending = []
         for conn in list(self.connections.values()):
             conn.write_pending()
             if conn.transport is not None and not conn.closed:
