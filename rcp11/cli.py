@@ -43,10 +43,6 @@ DEFAULT_CONSUME_BATCH = 1000
 PROGRESS_INTERVAL_S = 1.0
 
 
-class CliError(Exception):
-    """A failure explained to the user in words; main() prints it and exits 1."""
-
-
 # ---------------------------------------------------------------------------
 # Progress
 # ---------------------------------------------------------------------------
@@ -275,10 +271,6 @@ def produce(args: argparse.Namespace, client: Client, stdin: BinaryIO, stderr: T
 
 
 def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: TextIO) -> int:
-    if args.from_offset is not None and (args.group or args.groupnew):
-        raise CliError(
-            "--from cannot be combined with --group/--groupnew: the group key holds the offset"
-        )
     separator = b"\0" if args.null else b"\n"
     block: int | None = 0 if args.follow else args.block
     group_option = {"group": args.group} if args.group else {"groupnew": args.groupnew}
@@ -549,6 +541,10 @@ def main(
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "consume" and args.from_offset is not None and (args.group or args.groupnew):
+        parser.error(
+            "--from cannot be combined with --group/--groupnew: the group key holds the offset"
+        )
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout.buffer
     stderr = stderr if stderr is not None else sys.stderr
@@ -563,9 +559,6 @@ def main(
         if args.command == "info":
             return info(args, client, text_out)
         return evict(args, client, text_out)
-    except CliError as exc:
-        stderr.write(f"{PROG} {args.command}: {exc}\n")
-        return 1
     except redis.exceptions.RedisError as exc:
         stderr.write(f"{PROG} {args.command}: {_explain(exc, args, client is not None)}\n")
         return 1

@@ -86,6 +86,8 @@ def test_bad_usage_exits_2_with_a_message() -> None:
     assert b"KEY" in result.stderr
     assert rcp11("consume", "k", "--group", "g", "--groupnew", "h").returncode == 2
     assert rcp11("produce", "k", "--batch", "0").returncode == 2
+    mixed = rcp11("consume", "k", "--from", "3", "--group", "g")
+    assert mixed.returncode == 2 and b"group key holds the offset" in mixed.stderr
 
 
 # ---------------------------------------------------------------------------
