@@ -646,3 +646,71 @@ def test_many_new_streams_in_one_iteration_cost_one_fsync(tmp_path: Path) -> Non
     assert persistence.flush()
     assert persistence.reservations.fsyncs == before + 1
     assert len(OffsetReservations(str(tmp_path / "dump.rcp.offsets")).load()) == 500
+
+
+def state_view(state: ServerState) -> dict[bytes, object]:
+    view: dict[bytes, object] = {}
+    for key, value in state.keyspace.data.items():
+        if isinstance(value, bytes):
+            view[key] = value
+        else:
+            view[key] = (
+                value.next_offset,
+                value.first_offset,
+                value.num_compressed_nodes,
+                value.read(0, value.next_offset),
+            )
+    return view
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    state, persistence = aof_state(tmp_path, stream_compression="zlib", stream_node_max_entries="7")
+
+    def random_command() -> list[bytes]:
+        key = b"s%d" % rng.randrange(3)
+        roll = rng.random()
+        if roll < 0.55:
+            entries = [rng.randbytes(rng.randint(0, 20)) for _ in range(rng.randint(1, 12))]
+            return [b"TWRITE", key, b"ENTRIES", *entries]
+        if roll < 0.65:
+            return [b"TEVICT", key, b"%d" % rng.randint(-30, 60)]
+        if roll < 0.75:
+            return [b"TREAD", key, b"0", b"%d" % rng.randint(0, 6), b"GROUP", b"g" + key]
+        if roll < 0.8:
+            return [b"DEL", key]
+        if roll < 0.85:
+            return [b"TWRITE", key, b"BACKLOG", b"%d" % rng.randint(0, 9), b"ENTRIES", b"b"]
+        return [b"SET", b"str%d" % rng.randrange(2), rng.randbytes(8)]
+
+    from rcp11.commands import execute
+    from rcp11.state import ClientState
+
+    client = ClientState(authenticated=True)
+    for step in range(400):
+        if rng.random() < 0.05:
+            execute(state, client, [b"MULTI"])
+            for _ in range(rng.randint(1, 4)):
+                execute(state, client, random_command())
+            execute(state, client, [b"EXEC"])
+        else:
+            execute(state, client, random_command())
+        assert persistence.flush()
+        if step == 200:
+            persistence.bgrewriteaof()
+        persistence.tick(time.time())
+    while persistence.info()["aof_rewrite_in_progress"]:
+        time.sleep(0.02)
+        persistence.tick(time.time())
+    expected = state_view(state)
+    loaded, reloaded = aof_state(tmp_path)
+    assert state_view(loaded) == expected
+    # And once more after a rewrite of the reloaded data.
+    reloaded.bgrewriteaof()
+    while reloaded.info()["aof_rewrite_in_progress"]:
+        time.sleep(0.02)
+        reloaded.tick(time.time())
+    assert reloaded.info()["aof_last_bgrewrite_status"] == "ok"
+    again, _ = aof_state(tmp_path)
+    assert state_view(again) == expected
