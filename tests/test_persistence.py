@@ -666,7 +666,8 @@ def state_view(state: ServerState) -> dict[bytes, object]:
 @pytest.mark.parametrize("seed", range(3))
 def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    state, persistence = aof_state(tmp_path, stream_compression="zlib", stream_node_max_entries="7")
+    settings = {"stream_compression": "zlib", "stream_node_max_entries": "7"}
+    state, persistence = aof_state(tmp_path, **settings)
 
     def random_command() -> list[bytes]:
         key = b"s%d" % rng.randrange(3)
@@ -704,7 +705,7 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
         time.sleep(0.02)
         persistence.tick(time.time())
     expected = state_view(state)
-    loaded, reloaded = aof_state(tmp_path)
+    loaded, reloaded = aof_state(tmp_path, **settings)
     assert state_view(loaded) == expected
     # And once more after a rewrite of the reloaded data.
     reloaded.bgrewriteaof()
@@ -712,5 +713,5 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
         time.sleep(0.02)
         reloaded.tick(time.time())
     assert reloaded.info()["aof_last_bgrewrite_status"] == "ok"
-    again, _ = aof_state(tmp_path)
+    again, _ = aof_state(tmp_path, **settings)
     assert state_view(again) == expected
