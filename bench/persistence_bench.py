@@ -409,9 +409,8 @@ def render(
     lines = [
         "# Persistence benchmark",
         "",
-        f"`python -m bench.persistence_bench{' --quick' if args.quick else ''}"
-        f"{f' --size-gb {args.size_gb}' if args.size_gb is not None else ''}`, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"`python -m bench.persistence_bench {' '.join(args.argv)}`".replace(" `", "`"),
+        f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other work), "
         f"{redis_version.split(' sha')[0]}; load average at the end "
         f"{os.getloadavg()[0]:.1f}; took {elapsed:.0f}s.",
@@ -503,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "persistence.md"))
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not installed (apt-get install redis-server)")
     size_gb = args.size_gb if args.size_gb is not None else (0.05 if args.quick else 2.0)
