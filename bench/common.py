@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +14,7 @@ from bench.servers import Server, ServerPool
 
 MODES = ("full", "quick", "smoke")
 T = TypeVar("T", int, float)
+Log = Callable[[str], None]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bench.common import Context, Measured, measure
+from bench.common import Context, Log, Measured, measure
 from bench.latency import wakeup_latency
 from bench.report import SuiteReport, Table, mb, num, plot_lines, verdict
 from bench.servers import Server
@@ -70,7 +70,7 @@ def run(ctx: Context) -> SuiteReport:
     return report
 
 
-def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log) -> None:
+def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log: Log) -> None:
     """Run one measurement; an error becomes a reported row, not a crash."""
     try:
         fn()
@@ -79,7 +79,7 @@ def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log) -> None:
         log(f"ERROR in {what}: {exc}")
 
 
-def _throughput(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
     records = ctx.pick(4_000_000, 1_000_000, 20_000)
     records -= records % (BATCH_100B * 3)
     table = Table(
@@ -219,7 +219,7 @@ def _row(table: Table, test: str, workload: str, m: Measured, kafka: str, goal: 
     )
 
 
-def _latency(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+def _latency(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
     samples = ctx.pick(10_000, 3_000, 200)
 
     def measure_latency() -> None:
@@ -255,7 +255,7 @@ def _latency(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
     _guard(report, "end-to-end latency", measure_latency, log)
 
 
-def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
+def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
     budget = ctx.pick(256 << 20, 32 << 20, 1 << 20)
     cap = ctx.pick(3_000_000, 300_000, 5_000)
     table = Table(
@@ -301,7 +301,7 @@ def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log) -> None:
         )
 
 
-def _stored_curve(ctx: Context, report: SuiteReport, log) -> None:
+def _stored_curve(ctx: Context, report: SuiteReport, log: Log) -> None:
     segment = ctx.pick(2_000_000, 1_000_000, 10_000)
     segment -= segment % BATCH_100B
     budget_s = ctx.pick(100, 20, 5)

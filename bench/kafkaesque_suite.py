@@ -10,7 +10,7 @@ one rcp11 server, with a Redis list fed by the same generator as reference.
 
 from __future__ import annotations
 
-from bench.common import Context, measure
+from bench.common import Context, Log, measure
 from bench.report import SuiteReport, Table, num, ratio
 from bench.workloads import batch_writer, check_written, range_reader
 
@@ -33,7 +33,7 @@ def run(ctx: Context) -> SuiteReport:
     return report
 
 
-def _kafkaesque(ctx: Context, report: SuiteReport, log) -> None:
+def _kafkaesque(ctx: Context, report: SuiteReport, log: Log) -> None:
     messages = ctx.pick(150_000, 20_000, 1_000)
     table = Table(
         "Batches of 100 messages of 4 KB (kafkaesque's workload)",
@@ -69,7 +69,7 @@ def _kafkaesque(ctx: Context, report: SuiteReport, log) -> None:
             ctx.pool.stop(srv)
 
 
-def _bandwidth(ctx: Context, report: SuiteReport, log) -> None:
+def _bandwidth(ctx: Context, report: SuiteReport, log: Log) -> None:
     size = 4096
     batch = 256  # 1 MiB of payload per command
     total = ctx.pick(512 << 20, 128 << 20, 8 << 20)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 import statistics
 import string
+from typing import Any
 
 import numpy as np
 
-from bench.common import Context, measure
+from bench.common import Context, Log, measure
 from bench.latency import wakeup_latency
 from bench.redisbench import BenchLine, redis_benchmark
 from bench.report import SuiteReport, Table, num, plot_ratios, verdict
@@ -113,7 +114,7 @@ def _server_cpu(lines: list[BenchLine]) -> str:
 
 
 def _throughput(
-    ctx: Context, rcp: Server, red: Server, rounds: int, report: SuiteReport, log
+    ctx: Context, rcp: Server, red: Server, rounds: int, report: SuiteReport, log: Log
 ) -> None:
     p100 = text_payload(100)
     batch = [p100] * 100
@@ -195,7 +196,7 @@ def _throughput(
         }
         log(f"  rcp11 {num(a)} / redis {num(b)} entries/s = {a / b:.2f}x")
 
-    def guarded(what: str, *args) -> None:
+    def guarded(what: str, *args: Any) -> None:
         try:
             row(what, *args)
         except Exception as exc:  # the page must still be written
@@ -268,7 +269,7 @@ def _preload(rcp: Server, red: Server) -> None:
     check_written(rcp, b"rs", 1000)
 
 
-def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log) -> None:
+def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log: Log) -> None:
     rounds = ctx.pick(4, 2, 1)
     per_round = ctx.pick(3_000, 1_500, 100)
     table = Table(
@@ -315,7 +316,7 @@ def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log) ->
         log(f"ERROR in wake-up latency: {exc}")
 
 
-def _memory(ctx: Context, report: SuiteReport, log) -> None:
+def _memory(ctx: Context, report: SuiteReport, log: Log) -> None:
     entries = ctx.pick(1_000_000, 200_000, 20_000)
     table = Table(
         f"Resident memory growth for {num(entries)} entries of 100 bytes",
