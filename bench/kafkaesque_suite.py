@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bench.common import Context, Log, measure
 from bench.report import SuiteReport, Table, num, ratio
+from bench.servers import Server
 from bench.workloads import batch_writer, check_written, range_reader
 
 NAME = "kafkaesque"
@@ -28,12 +29,19 @@ def run(ctx: Context) -> SuiteReport:
     def log(message: str) -> None:
         ctx.log(NAME, message)
 
-    _kafkaesque(ctx, report, log)
-    _bandwidth(ctx, report, log)
+    servers: dict[str, Server] = {}
+    try:
+        for kind in ("rcp11", "redis"):
+            servers[kind] = ctx.pool.start(kind)
+        _kafkaesque(ctx, servers, report, log)
+        _bandwidth(ctx, servers, report, log)
+    finally:
+        for srv in servers.values():
+            ctx.pool.stop(srv)
     return report
 
 
-def _kafkaesque(ctx: Context, report: SuiteReport, log: Log) -> None:
+def _kafkaesque(ctx: Context, servers: dict[str, Server], report: SuiteReport, log: Log) -> None:
     messages = ctx.pick(150_000, 20_000, 1_000)
     table = Table(
         "Batches of 100 messages of 4 KB (kafkaesque's workload)",
@@ -41,11 +49,11 @@ def _kafkaesque(ctx: Context, report: SuiteReport, log: Log) -> None:
     )
     table.notes.append(
         f"{num(messages)} messages of 4096 random bytes, one connection, 100 messages per "
-        "command, pipelined (at least 16 commands in flight). Fresh servers."
+        "command, pipelined (at least 16 commands in flight)."
     )
     report.tables.append(table)
     for kind, command, key in (("rcp11", b"TWRITE", b"kq"), ("redis", b"RPUSH", b"kq")):
-        srv = ctx.pool.start(kind)
+        srv = servers[kind]
         try:
             log(f"{kind}: {num(messages)} x 4 KB in batches of 100 ({command.decode()})")
             m = measure(srv, [batch_writer(srv.port, key, messages, 100, 4096, command=command)])
@@ -66,10 +74,10 @@ def _kafkaesque(ctx: Context, report: SuiteReport, log: Log) -> None:
             report.errors.append(f"kafkaesque {kind}: {type(exc).__name__}: {exc}")
             log(f"ERROR: {exc}")
         finally:
-            ctx.pool.stop(srv)
+            srv.call(b"DEL", key)
 
 
-def _bandwidth(ctx: Context, report: SuiteReport, log: Log) -> None:
+def _bandwidth(ctx: Context, servers: dict[str, Server], report: SuiteReport, log: Log) -> None:
     size = 4096
     batch = 256  # 1 MiB of payload per command
     total = ctx.pick(512 << 20, 128 << 20, 8 << 20)
@@ -87,7 +95,7 @@ def _bandwidth(ctx: Context, report: SuiteReport, log: Log) -> None:
     )
     report.tables.append(table)
     for kind in ("rcp11", "redis"):
-        srv = ctx.pool.start(kind)
+        srv = servers[kind]
         try:
             command = b"TWRITE" if kind == "rcp11" else b"RPUSH"
             log(f"{kind}: write {messages * size / 1e9:.2f} GB")
@@ -138,4 +146,4 @@ def _bandwidth(ctx: Context, report: SuiteReport, log: Log) -> None:
             report.errors.append(f"bandwidth {kind}: {type(exc).__name__}: {exc}")
             log(f"ERROR: {exc}")
         finally:
-            ctx.pool.stop(srv)
+            srv.call(b"DEL", b"bw")
