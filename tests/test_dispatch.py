@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
@@ -321,3 +323,65 @@ def test_parse_int_follows_redis_string2ll() -> None:
 )
 def test_glob_like_redis(pattern: bytes, key: bytes, matches: bool) -> None:
     assert bool(glob_to_regex(pattern).fullmatch(key)) is matches
+
+
+_TOKENS = [
+    b"s",
+    b"g",
+    b"k",
+    b"0",
+    b"1",
+    b"-1",
+    b"10",
+    b"-100",
+    b"9223372036854775807",
+    b"-9223372036854775808",
+    b"99999999999999999999",
+    b"x",
+    b"",
+    b"\xff\x00",
+    b"ENTRIES",
+    b"BACKLOG",
+    b"BLOCK",
+    b"GROUP",
+    b"GROUPNEW",
+    b"WITHINFO",
+    b"NX",
+    b"XX",
+    b"EX",
+    b"PX",
+    b"GET",
+    b"KEEPTTL",
+    b"MATCH",
+    b"COUNT",
+    b"TYPE",
+    b"ID",
+    b"*",
+    b"[a-",
+    b"\\",
+]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(set(COMMANDS) - {"shutdown", "config"})),
+    args=st.lists(st.sampled_from(_TOKENS), max_size=7),
+    resp=st.sampled_from([2, 3]),
+)
+def test_no_argument_list_breaks_a_command(name: str, args: list[bytes], resp: int) -> None:
+    """Whatever the arguments, a command answers with a reply or a Redis
+    style error, never an internal error, and the reply can be encoded."""
+    state = ServerState(Config())
+    state.persistence = RecordingPersistence()
+    BlockingManager(state)
+    c = Client(resp=resp)
+    run(state, c, "TWRITE", "s", "ENTRIES", "a", "b", "c")
+    run(state, c, "SET", "k", "v")
+    run(state, c, "SET", "g", "1")
+    reply = execute(state, c, [name.encode(), *args])
+    if isinstance(reply, Error):
+        assert not reply.message.startswith("ERR internal error"), reply.message
+        assert reply.message.split()[0].isupper()
+    elif reply is not BLOCKED:
+        encode(reply, resp == 3)
+    state.blocking.remove(c)
