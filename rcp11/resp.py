@@ -325,6 +325,9 @@ def _parse_int(data: bytes) -> int | None:
 # to find where the commands hiredis parsed end in the raw buffer.
 _BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
+# Below this many buffered bytes (one small command, as a non-pipelining
+# client sends) setting up hiredis costs more than the Python parser.
+_FAST_MIN_BYTES = 128
 # Commands of up to 99999 arguments take the hiredis path.
 _FAST_MAX_COUNT_DIGITS = 5
 _HUGE_AGGREGATE = re.compile(rb"\n[*%%~>|]\d{%d}" % (_FAST_MAX_COUNT_DIGITS + 1))
@@ -457,7 +460,11 @@ class RequestParser:
                         if argv:
                             ready.append(argv)
                         continue
-                    if not self.unauthenticated and self._fast():
+                    if (
+                        not self.unauthenticated
+                        and len(self._buf) - self._pos > _FAST_MIN_BYTES
+                        and self._fast()
+                    ):
                         continue
                 argv = self._multibulk()
                 if argv is None:

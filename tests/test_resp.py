@@ -227,6 +227,20 @@ def test_protocol_errors(data: bytes, message: str) -> None:
         assert info.value.message == message
 
 
+@pytest.mark.parametrize(("data", "message"), BAD)
+def test_protocol_errors_behind_a_long_pipeline(data: bytes, message: str) -> None:
+    # Enough valid input ahead that hiredis parses the batch: what it accepts
+    # but Redis would not must still end in Redis's error.
+    prefix = b"".join(mbulk(b"ECHO", b"x" * 50) for _ in range(10))
+    parser = RequestParser()
+    parser.feed(prefix + data)
+    for _ in range(10):
+        assert parser.gets() == [b"ECHO", b"x" * 50]
+    with pytest.raises(ProtocolError) as info:
+        parser.gets()
+    assert info.value.message == message
+
+
 def test_commands_before_an_error_are_returned_first() -> None:
     parser = RequestParser()
     parser.feed(mbulk(b"PING") + b"PING\r\n" + b"*1\r\n:1\r\n" + mbulk(b"NEVER"))
