@@ -115,6 +115,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> Non
         m = measure(srv, [batch_writer(srv.port, b"p1", records, BATCH_100B, 100)])
         check_written(srv, b"p1", records)
         _row(
+            report,
             table,
             "1 producer",
             f"1 connection, {per_producer}, {num(records)} records, key p1",
@@ -131,6 +132,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> Non
         jobs = [batch_writer(srv.port, b"p3:%d" % i, each, BATCH_100B, 100) for i in range(3)]
         m = measure(srv, jobs)
         _row(
+            report,
             table,
             "3 producers",
             f"3 processes, keys p3:0..2, {per_producer}, {num(each)} records each",
@@ -145,6 +147,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> Non
         log(f"one consumer: {num(records)} records of p1 from offset 0")
         m = measure(srv, [range_reader(srv.port, b"p1", 0, records, 100, READ_COUNT)])
         _row(
+            report,
             table,
             "1 consumer",
             f"1 connection, `TREAD p1 <off> {READ_COUNT}`, 32 in flight, offsets 0..{num(records - 1)}",
@@ -161,6 +164,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> Non
         jobs = [range_reader(srv.port, b"p1", i * third, third, 100, READ_COUNT) for i in range(3)]
         m = measure(srv, jobs)
         _row(
+            report,
             table,
             "3 consumers",
             f"3 processes, each `TREAD p1 <off> {READ_COUNT}` over its third of p1, 32 in flight",
@@ -181,6 +185,7 @@ def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> Non
         m = measure(srv, jobs)
         check_written(srv, b"pc", n)
         _row(
+            report,
             table,
             "producer + consumer",
             f"2 processes: producer as above on key pc, consumer follows with `TREAD pc <off> {READ_COUNT} BLOCK 0` (one at a time); {num(n)} records; rate = records / time until both finished",
@@ -205,7 +210,15 @@ def _max_deviation(values: list[float]) -> float:
     return max(abs(v - median) / median for v in values) if median else 0.0
 
 
-def _row(table: Table, test: str, workload: str, m: Measured, kafka: str, goal: int | None) -> None:
+def _row(
+    report: SuiteReport,
+    table: Table,
+    test: str,
+    workload: str,
+    m: Measured,
+    kafka: str,
+    goal: int | None,
+) -> None:
     table.add(
         test,
         workload,
@@ -214,7 +227,14 @@ def _row(table: Table, test: str, workload: str, m: Measured, kafka: str, goal: 
         num(m.per_cpu_second),
         _kafka(kafka),
         f">= {num(goal)}" if goal else "-",
-        verdict(m.rate >= goal) if goal else "-",
+        report.goal(
+            f"Kafka suite: {test}, 100 B",
+            f"{num(m.rate)} records/s",
+            f">= {num(goal)}",
+            m.rate >= goal,
+        )
+        if goal
+        else "-",
         m.cpu_note(),
     )
 
@@ -246,7 +266,12 @@ def _latency(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
             f"{lat.p999:.3f}",
             "2 / 3 / 14",
             f"p99 <= {GOAL_P99_MS} ms, p99.9 <= {GOAL_P999_MS} ms",
-            verdict(lat.p99 <= GOAL_P99_MS and lat.p999 <= GOAL_P999_MS),
+            report.goal(
+                "Kafka suite: end-to-end latency p99 / p99.9",
+                f"{lat.p99:.3f} / {lat.p999:.3f} ms",
+                f"<= {GOAL_P99_MS} / {GOAL_P999_MS} ms",
+                lat.p99 <= GOAL_P99_MS and lat.p999 <= GOAL_P999_MS,
+            ),
         )
         report.tables.append(table)
         report.data["e2e_ms"] = {"p50": lat.p50, "p99": lat.p99, "p999": lat.p999}
@@ -364,7 +389,14 @@ def _stored_curve(ctx: Context, report: SuiteReport, log: Log) -> None:
         f"(`TWRITE big ENTRIES <{BATCH_100B} x 100 B>`, pipelined), each segment timed alone, "
         f"until {target / 1e9:.1f} GB of payload (40% of available memory, capped) or "
         f"{budget_s} s. Largest deviation of a segment from the median: records/s "
-        f"{spread * 100:.1f}% (goal <= {GOAL_FLAT * 100:.0f}%: {verdict(spread <= GOAL_FLAT)}); "
+        f"{spread * 100:.1f}% (goal <= {GOAL_FLAT * 100:.0f}%: "
+        + report.goal(
+            "Kafka suite: flat rate versus data stored (largest deviation from median)",
+            f"{spread * 100:.1f}% (per server CPU-s: {cpu_spread * 100:.1f}%)",
+            f"<= {GOAL_FLAT * 100:.0f}%",
+            spread <= GOAL_FLAT,
+        )
+        + "); "
         f"records per server CPU-s {cpu_spread * 100:.1f}% "
         f"({verdict(cpu_spread <= GOAL_FLAT)}), which discounts CPU taken by other processes."
     )

@@ -47,6 +47,12 @@ class SuiteReport:
     markdown_extra: str = ""
     data: dict[str, object] = field(default_factory=dict)
     seconds: float = 0.0
+    goals: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def goal(self, what: str, measured: str, target: str, ok: bool) -> str:
+        """Record a goal for the page's summary; return the table's verdict cell."""
+        self.goals.append((what, measured, target, ok))
+        return verdict(ok)
 
     def markdown(self, page_dir: Path) -> str:
         parts = [f"## {self.title}", ""]
@@ -162,6 +168,12 @@ def write_page(
     lines.append("")
     lines.append("Contents: " + ", ".join(f"[{s.title}](#{_anchor(s.title)})" for s in suites))
     lines.append("")
+    goals = [g for s in suites for g in s.goals]
+    if goals:
+        lines += ["## Goals at a glance", "", "| goal | measured | target | verdict |"]
+        lines.append("|---|---|---|---|")
+        lines += [f"| {w} | {m} | {t} | {verdict(ok)} |" for w, m, t, ok in goals]
+        lines += ["", "Details, workloads and CPU use are in the suite sections below.", ""]
     for suite in suites:
         lines.append(suite.markdown(page_dir))
     out.write_text("\n".join(lines))
