@@ -54,11 +54,18 @@ class BlockRequest:
 
 
 def stream_reply(
-    stream: Stream | None, start: int, count: int, withinfo: bool, resp3: bool
+    stream: Stream | None,
+    start: int,
+    count: int,
+    withinfo: bool,
+    resp3: bool,
+    next_offset: int | None = None,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
-    RESP bytes, and how many offsets it holds (nulls included)."""
-    next_offset = stream.next_offset if stream is not None else 0
+    RESP bytes, and how many offsets it holds (nulls included).
+    next_offset: the stream's, when the caller already has it."""
+    if next_offset is None:
+        next_offset = stream.next_offset if stream is not None else 0
     n = min(count, next_offset - start) if start < next_offset else 0
     body = stream.read_resp(start, n, resp3) if n > 0 else b""
     if withinfo:
@@ -228,7 +235,12 @@ class BlockingManager:
                     if start >= next_offset:
                         continue
                     reply, n = stream_reply(
-                        stream, start, request.count, request.withinfo, request.client.resp == 3
+                        stream,
+                        start,
+                        request.count,
+                        request.withinfo,
+                        request.client.resp == 3,
+                        next_offset,
                     )
                 else:
                     position = group_position(state, request.group)
@@ -242,7 +254,12 @@ class BlockingManager:
                             set_group_position(state, request.group, start)
                         continue
                     reply, n = stream_reply(
-                        stream, start, request.count, request.withinfo, request.client.resp == 3
+                        stream,
+                        start,
+                        request.count,
+                        request.withinfo,
+                        request.client.resp == 3,
+                        next_offset,
                     )
                     if start + n != position:
                         set_group_position(state, request.group, start + n)

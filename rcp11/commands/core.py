@@ -258,6 +258,10 @@ INTEGER_RE = re.compile(rb"0|-?[1-9][0-9]{0,18}")
 
 
 def parse_int(arg: bytes, message: str = errors.NOT_INTEGER) -> int:
+    # Fast path for the usual short non-negative number (18 digits cannot
+    # overflow); everything else goes through the exact check.
+    if 0 < len(arg) < 19 and arg.isdigit() and (arg[0] != 48 or len(arg) == 1):
+        return int(arg)
     if INTEGER_RE.fullmatch(arg) is None:
         raise CommandError(message)
     value = int(arg)

@@ -164,7 +164,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             return _block(
                 state, client, BlockRequest(client, key, start, count, withinfo), block_ms
             )
-        reply, n = stream_reply(stream, start, count, withinfo, resp3)
+        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -180,7 +180,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 set_group_position(state, group, start)
             request = BlockRequest(client, key, start, count, withinfo, group, group_new)
             return _block(state, client, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3)
+        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
