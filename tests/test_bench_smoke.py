@@ -114,6 +114,7 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     assert not errors, f"{errors}\n{detail}"
     assert result.returncode == 0, detail
     for heading in (
+        "## Goals at a glance",
         "## Suite 1: the Kafka benchmark",
         "### Throughput, 100-byte messages",
         "### End-to-end latency, producer -> blocked consumer",
