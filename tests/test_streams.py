@@ -43,6 +43,14 @@ def r3(srv: ServerProcess, r: redis.Redis) -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def rr(request: pytest.FixtureRequest, srv: ServerProcess, r: redis.Redis) -> Iterator[redis.Redis]:
+    """The same test in both protocols (the database is already flushed by r)."""
+    client = srv.client(protocol=request.param)
+    yield client
+    client.close()
+
+
 def twrite(client: redis.Redis, key: str, *args: Any) -> Any:
     return client.execute_command("TWRITE", key, *args)
 
@@ -96,36 +104,36 @@ class Reader(threading.Thread):
 # -------------------------------------------------------------- TWRITE
 
 
-def test_twrite_simple_form_returns_consecutive_offsets(r: redis.Redis) -> None:
-    assert twrite(r, "s", "a") == 0
-    assert twrite(r, "s", "b") == 1
-    assert tread(r, "s", 0, 10) == [b"a", b"b"]
+def test_twrite_simple_form_returns_consecutive_offsets(rr: redis.Redis) -> None:
+    assert twrite(rr, "s", "a") == 0
+    assert twrite(rr, "s", "b") == 1
+    assert tread(rr, "s", 0, 10) == [b"a", b"b"]
 
 
-def test_twrite_simple_form_entry_may_be_the_word_entries(r: redis.Redis) -> None:
-    assert twrite(r, "s", "ENTRIES") == 0
-    assert tread(r, "s", 0, 10) == [b"ENTRIES"]
+def test_twrite_simple_form_entry_may_be_the_word_entries(rr: redis.Redis) -> None:
+    assert twrite(rr, "s", "ENTRIES") == 0
+    assert tread(rr, "s", 0, 10) == [b"ENTRIES"]
 
 
-def test_twrite_entries_form_returns_first_offset_of_the_batch(r: redis.Redis) -> None:
-    assert twrite(r, "s", "ENTRIES", "a", "b", "c") == 0
-    assert twrite(r, "s", "entries", "d", "e") == 3
-    assert tread(r, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+def test_twrite_entries_form_returns_first_offset_of_the_batch(rr: redis.Redis) -> None:
+    assert twrite(rr, "s", "ENTRIES", "a", "b", "c") == 0
+    assert twrite(rr, "s", "entries", "d", "e") == 3
+    assert tread(rr, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
 
 
-def test_twrite_binary_entries_round_trip(r: redis.Redis) -> None:
+def test_twrite_binary_entries_round_trip(rr: redis.Redis) -> None:
     payloads = [b"\x00\r\n\xff", b"", b"x" * 100_000]
-    twrite(r, "s", "ENTRIES", *payloads)
-    assert tread(r, "s", 0, 10) == payloads
+    twrite(rr, "s", "ENTRIES", *payloads)
+    assert tread(rr, "s", 0, 10) == payloads
 
 
-def test_twrite_backlog_keeps_the_newest_count_messages(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", "a", "b", "c")
-    assert twrite(r, "s", "BACKLOG", 2, "ENTRIES", "d", "e") == 3
-    assert tread(r, "s", 0, 10) == [None, None, None, b"d", b"e"]
-    assert tread(r, "s", 0, 0, "WITHINFO") == [[3, 4, 0, 0]]
-    assert twrite(r, "s", "BACKLOG", 0, "ENTRIES", "f") == 5
-    assert tread(r, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
+def test_twrite_backlog_keeps_the_newest_count_messages(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", "a", "b", "c")
+    assert twrite(rr, "s", "BACKLOG", 2, "ENTRIES", "d", "e") == 3
+    assert tread(rr, "s", 0, 10) == [None, None, None, b"d", b"e"]
+    assert tread(rr, "s", 0, 0, "WITHINFO") == [[3, 4, 0, 0]]
+    assert twrite(rr, "s", "BACKLOG", 0, "ENTRIES", "f") == 5
+    assert tread(rr, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
 
 
 @pytest.mark.parametrize(
@@ -140,23 +148,23 @@ def test_twrite_backlog_keeps_the_newest_count_messages(r: redis.Redis) -> None:
     ],
 )
 def test_twrite_syntax_errors_name_the_problem_and_write_nothing(
-    r: redis.Redis, args: list[str], problem: str
+    rr: redis.Redis, args: list[str], problem: str
 ) -> None:
-    message = error_of(r, "TWRITE", "s", *args)
+    message = error_of(rr, "TWRITE", "s", *args)
     assert message.startswith("syntax error") and problem in message
-    assert r.exists("s") == 0
+    assert rr.exists("s") == 0
 
 
 @pytest.mark.parametrize("count", ["-1", "x", "1.5"])
-def test_twrite_bad_backlog_count(r: redis.Redis, count: str) -> None:
-    assert "BACKLOG count" in error_of(r, "TWRITE", "s", "BACKLOG", count, "ENTRIES", "x")
-    assert r.exists("s") == 0
+def test_twrite_bad_backlog_count(rr: redis.Redis, count: str) -> None:
+    assert "BACKLOG count" in error_of(rr, "TWRITE", "s", "BACKLOG", count, "ENTRIES", "x")
+    assert rr.exists("s") == 0
 
 
-def test_twrite_against_a_string_is_wrongtype(r: redis.Redis) -> None:
-    r.set("k", "v")
-    assert error_of(r, "TWRITE", "k", "x") == WRONGTYPE
-    assert r.get("k") == b"v"
+def test_twrite_against_a_string_is_wrongtype(rr: redis.Redis) -> None:
+    rr.set("k", "v")
+    assert error_of(rr, "TWRITE", "k", "x") == WRONGTYPE
+    assert rr.get("k") == b"v"
 
 
 # -------------------------------------------------------------- TREAD
@@ -169,21 +177,21 @@ def test_tread_missing_key_is_an_empty_stream(r: redis.Redis, r3: redis.Redis) -
     assert r.exists("nokey") == 0
 
 
-def test_tread_offset_and_count(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", *"abcdef")
-    assert tread(r, "s", 2, 3) == [b"c", b"d", b"e"]
-    assert tread(r, "s", 4, 100) == [b"e", b"f"]
-    assert tread(r, "s", 6, 10) == []
-    assert tread(r, "s", 60, 10) == []
+def test_tread_offset_and_count(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", *"abcdef")
+    assert tread(rr, "s", 2, 3) == [b"c", b"d", b"e"]
+    assert tread(rr, "s", 4, 100) == [b"e", b"f"]
+    assert tread(rr, "s", 6, 10) == []
+    assert tread(rr, "s", 60, 10) == []
 
 
 def test_tread_negative_offset_counts_back_from_next_and_floors_at_zero(
-    r: redis.Redis,
+    rr: redis.Redis,
 ) -> None:
-    twrite(r, "s", "ENTRIES", *"abcdef")
-    assert tread(r, "s", -2, 10) == [b"e", b"f"]
-    assert tread(r, "s", -100, 2) == [b"a", b"b"]
-    assert tread(r, "s", -2, 10, "WITHINFO")[0] == [0, 5, 4, 2]
+    twrite(rr, "s", "ENTRIES", *"abcdef")
+    assert tread(rr, "s", -2, 10) == [b"e", b"f"]
+    assert tread(rr, "s", -100, 2) == [b"a", b"b"]
+    assert tread(rr, "s", -2, 10, "WITHINFO")[0] == [0, 5, 4, 2]
 
 
 def test_tread_withinfo_header(r: redis.Redis, r3: redis.Redis) -> None:
@@ -195,10 +203,10 @@ def test_tread_withinfo_header(r: redis.Redis, r3: redis.Redis) -> None:
         assert tread(client, "s", 9, 3, "WITHINFO") == [[2, 4, 9, 0]]
 
 
-def test_tread_count_zero_returns_no_messages(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", "a", "b")
-    assert tread(r, "s", 0, 0) == []
-    assert tread(r, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
+def test_tread_count_zero_returns_no_messages(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", "a", "b")
+    assert tread(rr, "s", 0, 0) == []
+    assert tread(rr, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
 
 
 def test_tread_evicted_offsets_are_nulls_in_both_protocols(r: redis.Redis, r3: redis.Redis) -> None:
@@ -228,10 +236,10 @@ def recv_until(sock: socket.socket, marker: bytes) -> bytes:
     return data
 
 
-def test_tread_options_in_any_order(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", "a", "b")
-    assert tread(r, "s", 0, 1, "WITHINFO", "GROUP", "g", "BLOCK", 10) == [[0, 1, 0, 1], b"a"]
-    assert tread(r, "s", 0, 1, "block", 10, "withinfo", "group", "g") == [[0, 1, 1, 1], b"b"]
+def test_tread_options_in_any_order(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", "a", "b")
+    assert tread(rr, "s", 0, 1, "WITHINFO", "GROUP", "g", "BLOCK", 10) == [[0, 1, 0, 1], b"a"]
+    assert tread(rr, "s", 0, 1, "block", 10, "withinfo", "group", "g") == [[0, 1, 1, 1], b"b"]
 
 
 @pytest.mark.parametrize(
@@ -245,109 +253,109 @@ def test_tread_options_in_any_order(r: redis.Redis) -> None:
         (["FOO"], "unknown option 'FOO'"),
     ],
 )
-def test_tread_option_errors(r: redis.Redis, options: list[str], problem: str) -> None:
-    assert problem in error_of(r, "TREAD", "s", 0, 1, *options)
+def test_tread_option_errors(rr: redis.Redis, options: list[str], problem: str) -> None:
+    assert problem in error_of(rr, "TREAD", "s", 0, 1, *options)
 
 
-def test_tread_argument_errors(r: redis.Redis) -> None:
-    assert "offset" in error_of(r, "TREAD", "s", "x", 1)
-    assert "count" in error_of(r, "TREAD", "s", 0, "x")
-    assert error_of(r, "TREAD", "s", 0, -1) == "count must be >= 0"
-    assert error_of(r, "TREAD", "s", 0, 1, "BLOCK", -1) == "timeout is negative"
-    assert "timeout" in error_of(r, "TREAD", "s", 0, 1, "BLOCK", "soon")
-    assert error_of(r, "TREAD", "s", 0, 1, "GROUP", "g", "GROUPNEW", "h") == (
+def test_tread_argument_errors(rr: redis.Redis) -> None:
+    assert "offset" in error_of(rr, "TREAD", "s", "x", 1)
+    assert "count" in error_of(rr, "TREAD", "s", 0, "x")
+    assert error_of(rr, "TREAD", "s", 0, -1) == "count must be >= 0"
+    assert error_of(rr, "TREAD", "s", 0, 1, "BLOCK", -1) == "timeout is negative"
+    assert "timeout" in error_of(rr, "TREAD", "s", 0, 1, "BLOCK", "soon")
+    assert error_of(rr, "TREAD", "s", 0, 1, "GROUP", "g", "GROUPNEW", "h") == (
         "GROUP and GROUPNEW cannot be used together"
     )
-    assert error_of(r, "TREAD", "s") == "wrong number of arguments for 'tread' command"
+    assert error_of(rr, "TREAD", "s") == "wrong number of arguments for 'tread' command"
 
 
-def test_tread_against_a_string_is_wrongtype(r: redis.Redis) -> None:
-    r.set("k", "v")
-    assert error_of(r, "TREAD", "k", 0, 1) == WRONGTYPE
-    assert error_of(r, "TEVICT", "k", 0) == WRONGTYPE
-    twrite(r, "s", "x")
-    assert error_of(r, "GET", "s") == WRONGTYPE
-    assert error_of(r, "INCR", "s") == WRONGTYPE
+def test_tread_against_a_string_is_wrongtype(rr: redis.Redis) -> None:
+    rr.set("k", "v")
+    assert error_of(rr, "TREAD", "k", 0, 1) == WRONGTYPE
+    assert error_of(rr, "TEVICT", "k", 0) == WRONGTYPE
+    twrite(rr, "s", "x")
+    assert error_of(rr, "GET", "s") == WRONGTYPE
+    assert error_of(rr, "INCR", "s") == WRONGTYPE
 
 
 # -------------------------------------------------------------- TEVICT
 
 
-def test_tevict_positive_and_negative(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", *"abcdefgh")
-    assert r.execute_command("TEVICT", "s", 2) == 3
-    assert r.execute_command("TEVICT", "s", 2) == 0
-    assert r.execute_command("TEVICT", "s", -2) == 3
-    assert tread(r, "s", 0, 10, "WITHINFO") == [[6, 7, 0, 8]] + [None] * 6 + [b"g", b"h"]
+def test_tevict_positive_and_negative(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", *"abcdefgh")
+    assert rr.execute_command("TEVICT", "s", 2) == 3
+    assert rr.execute_command("TEVICT", "s", 2) == 0
+    assert rr.execute_command("TEVICT", "s", -2) == 3
+    assert tread(rr, "s", 0, 10, "WITHINFO") == [[6, 7, 0, 8]] + [None] * 6 + [b"g", b"h"]
 
 
-def test_tevict_missing_key_is_zero_and_creates_nothing(r: redis.Redis) -> None:
-    assert r.execute_command("TEVICT", "nokey", 5) == 0
-    assert r.exists("nokey") == 0
+def test_tevict_missing_key_is_zero_and_creates_nothing(rr: redis.Redis) -> None:
+    assert rr.execute_command("TEVICT", "nokey", 5) == 0
+    assert rr.exists("nokey") == 0
 
 
-def test_tevict_past_the_end_empties_but_keeps_next_offset(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", "a", "b")
-    assert r.execute_command("TEVICT", "s", 100) == 2
-    assert tread(r, "s", 0, 0, "WITHINFO") == [[2, 1, 0, 0]]
-    assert r.type("s") == b"stream"
-    assert twrite(r, "s", "c") == 2
+def test_tevict_past_the_end_empties_but_keeps_next_offset(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", "a", "b")
+    assert rr.execute_command("TEVICT", "s", 100) == 2
+    assert tread(rr, "s", 0, 0, "WITHINFO") == [[2, 1, 0, 0]]
+    assert rr.type("s") == b"stream"
+    assert twrite(rr, "s", "c") == 2
 
 
-def test_del_forgets_the_history(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", "a", "b")
-    assert r.delete("s") == 1
-    assert tread(r, "s", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
-    assert twrite(r, "s", "c") == 0
+def test_del_forgets_the_history(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", "a", "b")
+    assert rr.delete("s") == 1
+    assert tread(rr, "s", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
+    assert twrite(rr, "s", "c") == 0
 
 
 # -------------------------------------------------------------- groups
 
 
-def test_group_starts_at_first_readable_offset_and_advances(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", *"abcde")
-    r.execute_command("TEVICT", "s", 0)
+def test_group_starts_at_first_readable_offset_and_advances(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", *"abcde")
+    rr.execute_command("TEVICT", "s", 0)
     # The offset argument is ignored in a group read.
-    assert tread(r, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
-    assert r.get("g") == b"3"
-    assert tread(r, "s", 0, 10, "GROUP", "g", "WITHINFO") == [[1, 4, 3, 2], b"d", b"e"]
-    assert r.get("g") == b"5"
-    assert tread(r, "s", 0, 10, "GROUP", "g") == []
-    assert r.get("g") == b"5"
+    assert tread(rr, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
+    assert rr.get("g") == b"3"
+    assert tread(rr, "s", 0, 10, "GROUP", "g", "WITHINFO") == [[1, 4, 3, 2], b"d", b"e"]
+    assert rr.get("g") == b"5"
+    assert tread(rr, "s", 0, 10, "GROUP", "g") == []
+    assert rr.get("g") == b"5"
 
 
-def test_group_key_is_written_also_when_nothing_is_read(r: redis.Redis) -> None:
-    assert tread(r, "s", 0, 10, "GROUP", "g") == []
-    assert r.get("g") == b"0"
-    twrite(r, "s", "ENTRIES", "a", "b")
-    assert tread(r, "s", 0, 10, "GROUPNEW", "h") == []
-    assert r.get("h") == b"2"
-    twrite(r, "s", "c")
-    assert tread(r, "s", 0, 10, "GROUPNEW", "h") == [b"c"]
-    assert tread(r, "s", 0, 10, "GROUP", "g") == [b"a", b"b", b"c"]
+def test_group_key_is_written_also_when_nothing_is_read(rr: redis.Redis) -> None:
+    assert tread(rr, "s", 0, 10, "GROUP", "g") == []
+    assert rr.get("g") == b"0"
+    twrite(rr, "s", "ENTRIES", "a", "b")
+    assert tread(rr, "s", 0, 10, "GROUPNEW", "h") == []
+    assert rr.get("h") == b"2"
+    twrite(rr, "s", "c")
+    assert tread(rr, "s", 0, 10, "GROUPNEW", "h") == [b"c"]
+    assert tread(rr, "s", 0, 10, "GROUP", "g") == [b"a", b"b", b"c"]
 
 
-def test_group_key_is_an_ordinary_string(r: redis.Redis) -> None:
-    twrite(r, "s", "ENTRIES", *"abcd")
-    tread(r, "s", 0, 10, "GROUP", "g")
-    r.set("g", 1)  # rewind
-    assert tread(r, "s", 0, 2, "GROUP", "g") == [b"b", b"c"]
-    r.delete("g")  # reset
-    assert tread(r, "s", 0, 1, "GROUP", "g") == [b"a"]
-    assert r.type("g") == b"string"
+def test_group_key_is_an_ordinary_string(rr: redis.Redis) -> None:
+    twrite(rr, "s", "ENTRIES", *"abcd")
+    tread(rr, "s", 0, 10, "GROUP", "g")
+    rr.set("g", 1)  # rewind
+    assert tread(rr, "s", 0, 2, "GROUP", "g") == [b"b", b"c"]
+    rr.delete("g")  # reset
+    assert tread(rr, "s", 0, 1, "GROUP", "g") == [b"a"]
+    assert rr.type("g") == b"string"
 
 
-def test_group_key_errors(r: redis.Redis) -> None:
-    twrite(r, "s", "a")
-    r.set("g", "not-a-number")
-    message = error_of(r, "TREAD", "s", 0, 1, "GROUP", "g")
+def test_group_key_errors(rr: redis.Redis) -> None:
+    twrite(rr, "s", "a")
+    rr.set("g", "not-a-number")
+    message = error_of(rr, "TREAD", "s", 0, 1, "GROUP", "g")
     assert message.startswith("group key 'g'")
-    r.set("g", "-3")
-    assert error_of(r, "TREAD", "s", 0, 1, "GROUP", "g").startswith("group key 'g'")
-    assert "group key" in error_of(r, "TREAD", "s", 0, 1, "GROUP", "s")
-    twrite(r, "other", "x")
-    assert error_of(r, "TREAD", "s", 0, 1, "GROUP", "other") == WRONGTYPE
-    assert r.get("g") == b"-3"
+    rr.set("g", "-3")
+    assert error_of(rr, "TREAD", "s", 0, 1, "GROUP", "g").startswith("group key 'g'")
+    assert "group key" in error_of(rr, "TREAD", "s", 0, 1, "GROUP", "s")
+    twrite(rr, "other", "x")
+    assert error_of(rr, "TREAD", "s", 0, 1, "GROUP", "other") == WRONGTYPE
+    assert rr.get("g") == b"-3"
 
 
 # -------------------------------------------------------------- blocking
@@ -477,13 +485,13 @@ def test_blocked_reader_sees_resp3_reply(srv: ServerProcess, r: redis.Redis) -> 
 # -------------------------------------------------------------- transactions, pipelines
 
 
-def test_multi_exec_with_twrite_and_tread(r: redis.Redis) -> None:
-    pipe = r.pipeline(transaction=True)
+def test_multi_exec_with_twrite_and_tread(rr: redis.Redis) -> None:
+    pipe = rr.pipeline(transaction=True)
     pipe.execute_command("TWRITE", "s", "ENTRIES", "a", "b")
     pipe.execute_command("TREAD", "s", 0, 10, "BLOCK", 0)  # does not block in MULTI
     pipe.execute_command("TREAD", "s", 0, 1, "GROUP", "g")
     assert pipe.execute() == [0, [b"a", b"b"], [b"a"]]
-    assert r.get("g") == b"1"
+    assert rr.get("g") == b"1"
 
 
 def test_watch_aborts_the_transaction_when_the_stream_grows(
