@@ -764,6 +764,10 @@ def _close_in_background(fd: int) -> None:
 
 
 def _boot_id() -> bytes | None:
+    # RCP11_BOOT_ID lets a test pretend the machine rebooted (a power loss).
+    override = os.environ.get("RCP11_BOOT_ID")
+    if override:
+        return override.encode()
     try:
         with open("/proc/sys/kernel/random/boot_id", "rb") as file:
             return file.read().strip() or None
