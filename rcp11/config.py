@@ -109,12 +109,6 @@ def parse_memory(text: str) -> int:
     return value
 
 
-def _render_memory(value: int) -> str:
-    # CONFIG GET shows plain bytes (as Redis does); REWRITE uses the largest
-    # exact binary unit, which is what people write by hand.
-    return str(value)
-
-
 def _rewrite_memory(value: int) -> str:
     for unit, size in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024)):
         if value and value % size == 0:
@@ -133,7 +127,6 @@ class Directive:
     choices: tuple[str, ...] = ()
     # Plain file names only: a path here would let CONFIG SET write anywhere.
     filename_only: bool = False
-    doc: str = ""
 
 
 def _client_classes() -> dict[str, tuple[int, int, int]]:
@@ -283,7 +276,9 @@ def _render(d: Directive, value: Any, for_file: bool = False) -> str:
     if kind == "bool":
         return "yes" if value else "no"
     if kind == "memory":
-        return _rewrite_memory(value) if for_file else _render_memory(value)
+        # CONFIG GET shows plain bytes, as Redis does; a rewritten file gets
+        # the largest exact binary unit, as people write it by hand.
+        return _rewrite_memory(value) if for_file else str(value)
     if kind == "octal":
         return format(value, "o")
     if kind == "save":
