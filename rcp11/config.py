@@ -281,6 +281,8 @@ def _render(d: Directive, value: Any, for_file: bool = False) -> str:
         return _rewrite_memory(value) if for_file else str(value)
     if kind == "octal":
         return format(value, "o")
+    if kind == "dir" and not for_file:
+        return os.path.abspath(value)  # CONFIG GET dir shows where files go
     if kind == "save":
         return " ".join(f"{s} {c}" for s, c in value)
     if kind == "bind":
