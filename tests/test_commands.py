@@ -652,3 +652,18 @@ def test_shutdown_nosave_stops_the_server(server_factory: Any, tmp_path: Path) -
     with pytest.raises(redis.ConnectionError):
         client.execute_command("SHUTDOWN", "NOSAVE")
     assert srv.proc.wait(20) == 0
+
+
+def test_keys_expire_lazily_and_actively(r: redis.Redis) -> None:
+    r.set("lazy", "v", px=1)
+    r.set("active", "v", px=1)
+    r.set("stays", "v", ex=1000)
+    time.sleep(0.01)
+    assert r.get("lazy") is None  # expired on access
+    # Nobody touches "active": the server cron must remove it by itself.
+    deadline = time.monotonic() + 10
+    while r.dbsize() != 1:
+        assert time.monotonic() < deadline, "expired key never collected"
+        time.sleep(0.02)
+    assert r.keys("*") == [b"stays"]
+    assert r.info("stats")["expired_keys"] >= 2
