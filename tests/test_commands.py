@@ -11,13 +11,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import hiredis
 import pytest
 import redis
-from conftest import ServerProcess, free_port, have, require
+from conftest import ServerProcess, free_port, require
 
 # ---------------------------------------------------------------- fixtures
 
@@ -633,8 +632,7 @@ def test_redis_cli_starts_and_talks(srv: ServerProcess, r: redis.Redis) -> None:
 
 
 def test_redis_benchmark_runs(srv: ServerProcess, r: redis.Redis) -> None:
-    if not have("redis-benchmark"):
-        require("redis-benchmark")
+    require("redis-benchmark")
     done = subprocess.run(
         ["redis-benchmark", "-p", str(srv.port), "-n", "2000", "-c", "4", "-t", "set,get,incr"]
         + ["-q", "-P", "8"],
@@ -646,7 +644,7 @@ def test_redis_benchmark_runs(srv: ServerProcess, r: redis.Redis) -> None:
     assert done.stdout.count("requests per second") == 3
 
 
-def test_shutdown_nosave_stops_the_server(server_factory: Any, tmp_path: Path) -> None:
+def test_shutdown_nosave_stops_the_server(server_factory: Any) -> None:
     srv = server_factory()
     client = srv.client()
     with pytest.raises(redis.ConnectionError):
