@@ -91,6 +91,47 @@ def setnx_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     return 1
 
 
+def _set_with_ttl(state: ServerState, argv: list[bytes], unit_ms: int, name: str) -> Any:
+    key, value = argv[1], argv[3]
+    amount = parse_int(argv[2])
+    if amount <= 0 or amount * unit_ms + now_ms() > MAX_OFFSET:
+        raise CommandError(errors.INVALID_EXPIRE.format(name))
+    deadline = amount * unit_ms + now_ms()
+    state.keyspace.set(key, value)
+    state.keyspace.set_expire(key, deadline)
+    state.propagate([b"SET", key, value, b"PXAT", b"%d" % deadline])
+    return OK
+
+
+@command(
+    "setex", 4, "write denyoom", (1, 1, 1), summary="Set a string with a TTL in s", group="string"
+)
+def setex_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _set_with_ttl(state, argv, 1000, "setex")
+
+
+@command(
+    "psetex", 4, "write denyoom", (1, 1, 1), summary="Set a string with a TTL in ms", group="string"
+)
+def psetex_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _set_with_ttl(state, argv, 1, "psetex")
+
+
+@command(
+    "getset",
+    3,
+    "write denyoom fast",
+    (1, 1, 1),
+    summary="Set a string, return the old",
+    group="string",
+)
+def getset_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    old = get_string(state, argv[1])
+    state.keyspace.set(argv[1], argv[2])
+    state.propagate([b"SET", argv[1], argv[2]])
+    return old
+
+
 @command("getdel", 2, "write fast", (1, 1, 1), summary="Get a string and delete it", group="string")
 def getdel_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     value = get_string(state, argv[1])
