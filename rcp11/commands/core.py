@@ -108,6 +108,9 @@ def command(
 # Dispatch
 # --------------------------------------------------------------------------
 
+# Commands with subcommands (CLIENT LIST shows "cmd=client|list").
+_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
+
 # Commands a client inside MULTI runs at once instead of queuing.
 _NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 
@@ -201,6 +204,11 @@ def _command_stats(state: ServerState, name: str) -> list[int]:
 def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> Any:
     """Run a command that passed the checks (Redis's call())."""
     client.last_command = cmd.name
+    if cmd.name in _CONTAINERS and len(argv) > 1:
+        sub = argv[1].lower()
+        # Only a plausible subcommand name: CLIENT LIST lines must stay one line.
+        if len(sub) < 20 and sub.replace(b"-", b"").isalnum():
+            client.last_command = f"{cmd.name}|{sub.decode()}"
     started = time.perf_counter_ns()
     try:
         reply = cmd.handler(state, client, argv)
