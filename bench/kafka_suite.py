@@ -80,7 +80,7 @@ def _guard(report: SuiteReport, what: str, fn: Callable[[], None], log: Log) -> 
 
 
 def _throughput(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
-    records = ctx.pick(4_000_000, 1_000_000, 20_000)
+    records = ctx.pick(4_000_000, 600_000, 20_000)
     records -= records % (BATCH_100B * 3)
     table = Table(
         "Throughput, 100-byte messages",
@@ -240,7 +240,7 @@ def _row(
 
 
 def _latency(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
-    samples = ctx.pick(10_000, 3_000, 200)
+    samples = ctx.pick(10_000, 2_000, 200)
 
     def measure_latency() -> None:
         log(f"end-to-end latency: {num(samples)} samples")
@@ -281,8 +281,8 @@ def _latency(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
 
 
 def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> None:
-    budget = ctx.pick(256 << 20, 32 << 20, 1 << 20)
-    cap = ctx.pick(3_000_000, 300_000, 5_000)
+    budget = ctx.pick(256 << 20, 16 << 20, 1 << 20)
+    cap = ctx.pick(3_000_000, 200_000, 5_000)
     table = Table(
         "Message size: one producer",
         ["message bytes", "entries per TWRITE", "records", "records/s", "MB/s", "CPU (gen / srv)"],
@@ -327,9 +327,9 @@ def _message_sizes(ctx: Context, srv: Server, report: SuiteReport, log: Log) -> 
 
 
 def _stored_curve(ctx: Context, report: SuiteReport, log: Log) -> None:
-    segment = ctx.pick(2_000_000, 1_000_000, 10_000)
+    segment = ctx.pick(2_000_000, 500_000, 10_000)
     segment -= segment % BATCH_100B
-    budget_s = ctx.pick(100, 20, 5)
+    budget_s = ctx.pick(100, 10, 5)
     max_segments = ctx.pick(1000, 1000, 3)
     # Leave room for the rest of the machine (other processes, the page cache).
     target = min(ctx.pick(12 << 30, 1 << 30, 1 << 30), int(mem_available() * 0.4))
