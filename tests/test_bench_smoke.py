@@ -139,3 +139,73 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     assert kafka["producer_rps"] > 0 and kafka["consumer_rps"] > 0
     redis_data = record["suites"]["redis"]["data"]
     assert redis_data["write_p1"]["rcp11"] > 0 and redis_data["write_p1"]["redis"] > 0
+
+
+def _fake_suite(monkeypatch: pytest.MonkeyPatch, source: str) -> object:
+    """Install `source` as the module behind the 'core' suite name."""
+    import types
+
+    from bench import __main__ as bench_main
+
+    module = types.ModuleType("fake_suite_module")
+    exec(compile(source, "fake_suite_module.py", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, "fake_suite_module", module)
+    monkeypatch.setitem(bench_main.EXTERNAL_SUITES, "core", ("fake_suite_module", "Fake"))
+    monkeypatch.setattr(bench_main.inspect, "getsource", lambda _m: source)
+    return bench_main
+
+
+def _context(tmp_path: Path, mode: str) -> object:
+    from bench.common import Context
+    from bench.servers import ServerPool
+
+    pool = ServerPool()
+    pool.root.rmdir()  # its own fresh temp dir; this test's tmp_path replaces it
+    pool.root = tmp_path
+    return Context(mode, pool, tmp_path / "plots")
+
+
+def test_external_run_suite_gets_its_mode_and_keeps_its_title(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = "def run(mode):\n    return f'## Core things\\n\\n### Table\\n\\nmode={mode}\\n'\n"
+    bench_main = _fake_suite(monkeypatch, source)
+    report = bench_main.run_external("core", _context(tmp_path, "quick"))
+    assert report.title == "Core things (fake_suite_module.py)"
+    page = report.markdown(tmp_path)
+    assert page.count("## Core things") == 1
+    assert "mode=quick" in page
+
+
+def test_external_cli_suite_gets_flags_and_its_out_file_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = (
+        "import argparse\n"
+        "def main(argv):\n"
+        "    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--quick', action='store_true')\n"
+        "    p.add_argument('--size-gb', type=float, default=2.0)\n"
+        "    p.add_argument('--out')\n"
+        "    a = p.parse_args(argv)\n"
+        "    print('progress line, not part of the page')\n"
+        "    open(a.out, 'w').write(f'# Disk things\\n\\n## Table\\n\\nquick={a.quick} gb={a.size_gb}\\n')\n"
+        "    return 0\n"
+    )
+    bench_main = _fake_suite(monkeypatch, source)
+    report = bench_main.run_external("core", _context(tmp_path, "smoke"))
+    page = report.markdown(tmp_path)
+    # --smoke is unknown to it: it gets --quick and its own size option scaled down.
+    assert "quick=True gb=0.01" in page
+    assert "progress line" not in page
+    # Its page nests under ours: its title becomes our section, its sections ours.
+    assert report.title == "Disk things (fake_suite_module.py)"
+    assert "### Table" in page and "\n# " not in page
+
+
+def test_external_suite_failing_status_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bench_main = _fake_suite(monkeypatch, "import sys\ndef main(argv):\n    sys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="exited with status 3"):
+        bench_main.run_external("core", _context(tmp_path, "full"))
