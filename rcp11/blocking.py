@@ -124,7 +124,9 @@ class BlockingManager:
         # group key -> stream keys with group readers waiting -> how many,
         # so a SET/DEL of a group key re-checks the readers of that group.
         self._groups: dict[bytes, dict[bytes, int]] = {}
-        self._ready: dict[bytes, None] = {}
+        # Keys signalled since the last serve_ready(); the command layer
+        # skips the call while it is empty (the usual case).
+        self.ready: dict[bytes, None] = {}
         self._deadlines: list[tuple[float, int, BlockRequest]] = []
         self._sequence = itertools.count()
 
@@ -150,19 +152,19 @@ class BlockingManager:
         """key changed: its waiters (or the waiters of a group whose group
         key it is) are checked at the next serve_ready()."""
         if key in self._waiting:
-            self._ready[key] = None
+            self.ready[key] = None
         streams = self._groups.get(key)
         if streams:
             for stream_key in streams:
-                self._ready[stream_key] = None
+                self.ready[stream_key] = None
 
     def serve_ready(self) -> None:
-        if not self._ready:
+        if not self.ready:
             return
         served: list[ClientState] = []
-        while self._ready:
-            key = next(iter(self._ready))
-            del self._ready[key]
+        while self.ready:
+            key = next(iter(self.ready))
+            del self.ready[key]
             self._serve_key(key, served)
         # Resuming pipelines last: a resumed client may run commands that
         # block or wake others again, which must not happen mid-iteration.

@@ -184,15 +184,18 @@ class Keyspace:
         return self.data.get(key)
 
     def touch(self, key: bytes) -> None:
+        # Called by every write: _charge() is inlined for streams, and the
+        # WATCH lookup is skipped while nobody watches anything.
         charged = self._stream_bytes.get(key)
         if charged is not None:
-            now = self._charge(key, self.data[key])
+            now = self.data[key].memory_bytes + len(key) + self.KEY_OVERHEAD
             self.used_bytes += now - charged
             self._stream_bytes[key] = now
-        watchers = self.watchers.get(key)
-        if watchers:
-            for client in watchers:
-                client.dirty_cas = True
+        if self.watchers:
+            watchers = self.watchers.get(key)
+            if watchers:
+                for client in watchers:
+                    client.dirty_cas = True
 
     def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
         """Store value under key; like Redis's SET it drops the key's expiry

@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors
@@ -50,6 +51,13 @@ class _Blocked:
 BLOCKED = _Blocked()
 
 
+# Commands with subcommands (CLIENT LIST shows "cmd=client|list").
+_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
+
+# Commands a client inside MULTI runs at once instead of queuing.
+_NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
@@ -65,11 +73,19 @@ class Command:
     write: bool = field(init=False)
     denyoom: bool = field(init=False)
     noauth: bool = field(init=False)
+    no_multi: bool = field(init=False)
+    # CLIENT LIST names it "name|subcommand".
+    container: bool = field(init=False)
+    # Runs at once inside MULTI instead of being queued.
+    not_queued: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "write", "write" in self.flags)
         object.__setattr__(self, "denyoom", "denyoom" in self.flags)
         object.__setattr__(self, "noauth", "no_auth" in self.flags)
+        object.__setattr__(self, "no_multi", "no_multi" in self.flags)
+        object.__setattr__(self, "container", self.name in _CONTAINERS)
+        object.__setattr__(self, "not_queued", self.name in _NOT_QUEUED)
 
     def keys(self, argv: list[bytes]) -> list[bytes]:
         """The key arguments of argv, per first_key/last_key/step."""
@@ -108,12 +124,6 @@ def command(
 # Dispatch
 # --------------------------------------------------------------------------
 
-# Commands with subcommands (CLIENT LIST shows "cmd=client|list").
-_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
-
-# Commands a client inside MULTI runs at once instead of queuing.
-_NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-
 
 class _Transaction:
     """Which client's EXEC is running: its blocking commands do not block."""
@@ -133,28 +143,36 @@ def lookup(name: bytes) -> Command | None:
 
 def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     """Run one command for client; returns its reply or BLOCKED."""
+    # The hot path of every request: attributes are read once into locals
+    # and every check that is usually off is a single boolean test.
     cmd = _BY_BYTES.get(argv[0]) or lookup(argv[0])
     if cmd is None:
         shown = argv[0].decode("utf-8", "replace")
         return _reject(state, client, None, errors.unknown_command(shown, argv[1:]))
     arity = cmd.arity
-    if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+    argc = len(argv)
+    if argc != arity and (arity > 0 or argc < -arity):
         return _reject(state, client, cmd, errors.wrong_arity(cmd.name))
     if not state.loading:
         if not client.authenticated and not cmd.noauth and requirepass_set(state):
             return _reject(state, client, cmd, errors.NOAUTH)
-        if cmd.write or cmd.denyoom:
-            refusal = write_refusal(state, cmd.flags)
-            if refusal is not None:
+        # write_refusal() inlined: MISCONF, then OOM.
+        if cmd.write:
+            refusal = state.persistence.write_refused()
+            if refusal:
                 return _reject(state, client, cmd, refusal)
-    if client.queued is not None and cmd.name not in _NOT_QUEUED:
-        if "no_multi" in cmd.flags:
+        if cmd.denyoom and state.config is not None:
+            limit = state.config.get("maxmemory")
+            if limit and state.keyspace.used_bytes > int(limit):
+                return _reject(state, client, cmd, errors.OOM)
+    if client.queued is not None and not cmd.not_queued:
+        if cmd.no_multi:
             return _reject(state, client, cmd, "ERR Command not allowed inside a transaction")
         client.queued.append(argv)
         return QUEUED
     reply = call(state, client, cmd, argv)
     blocking = state.blocking
-    if blocking is not None:
+    if blocking is not None and blocking.ready:
         blocking.serve_ready()
     return reply
 
@@ -203,24 +221,25 @@ def _command_stats(state: ServerState, name: str) -> list[int]:
 
 def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> Any:
     """Run a command that passed the checks (Redis's call())."""
-    client.last_command = cmd.name
-    if cmd.name in _CONTAINERS and len(argv) > 1:
+    name = cmd.name
+    client.last_command = name
+    if cmd.container and len(argv) > 1:
         sub = argv[1].lower()
         # Only a plausible subcommand name: CLIENT LIST lines must stay one line.
         if len(sub) < 20 and sub.replace(b"-", b"").isalnum():
-            client.last_command = f"{cmd.name}|{sub.decode()}"
-    started = time.perf_counter_ns()
+            client.last_command = f"{name}|{sub.decode()}"
+    started = perf_counter_ns()
     try:
         reply = cmd.handler(state, client, argv)
     except CommandError as exc:
         reply = Error(exc.message)
     except Exception as exc:  # a bug must cost one reply, not the server
-        log.exception("command %r failed", cmd.name)
-        reply = Error(f"ERR internal error in '{cmd.name}': {type(exc).__name__}: {exc}")
+        log.exception("command %r failed", name)
+        reply = Error(f"ERR internal error in '{name}': {type(exc).__name__}: {exc}")
     stats = state.stats
-    row = stats.commands.get(cmd.name) or _command_stats(state, cmd.name)
+    row = stats.commands.get(name) or _command_stats(state, name)
     row[0] += 1
-    row[1] += (time.perf_counter_ns() - started) // 1000
+    row[1] += (perf_counter_ns() - started) // 1000
     stats.total_commands_processed += 1
     if type(reply) is Error:
         row[3] += 1

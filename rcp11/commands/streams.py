@@ -24,7 +24,7 @@ from rcp11.commands.core import (
 )
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import OffsetOverflowError, Stream
+from rcp11.storage import OffsetOverflowError
 
 
 @command(
@@ -37,61 +37,68 @@ from rcp11.storage import OffsetOverflowError, Stream
 )
 def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     key = argv[1]
-    backlog: int | None = None
     if len(argv) == 3:
         entries = argv[2:]  # the simple form: one entry, whatever its bytes
+        backlog = None
     else:
-        i = 2
-        while True:
-            if i >= len(argv):
-                raise CommandError(errors.syntax_error("ENTRIES is missing"))
-            option = argv[i].upper()
-            if option == b"ENTRIES":
-                i += 1
-                break
-            if option == b"BACKLOG":
-                if backlog is not None:
-                    raise CommandError(errors.syntax_error("BACKLOG given more than once"))
-                if i + 1 >= len(argv):
-                    raise CommandError(errors.syntax_error("BACKLOG needs a count"))
-                backlog = parse_int(argv[i + 1], "ERR BACKLOG count must be an integer >= 0")
-                if backlog < 0:
-                    raise CommandError("ERR BACKLOG count must be an integer >= 0")
-                i += 2
-                continue
-            raise CommandError(
-                errors.syntax_error(
-                    f"unknown option '{text(argv[i])}' (expected BACKLOG or ENTRIES)"
-                )
-            )
-        entries = argv[i:]
-        if not entries:
-            raise CommandError(errors.syntax_error("no entry after ENTRIES"))
-    stream = lookup_stream(state, key)
+        entries, backlog = _twrite_options(argv)
+    keyspace = state.keyspace
+    # Keyspace.get() only matters for keys with a TTL (lazy expiry).
+    stream = keyspace.get(key) if keyspace.expires else keyspace.data.get(key)
     created = stream is None
-    if stream is None:
-        stream = state.new_stream()
-    next_offset = stream.next_offset
-    if next_offset + len(entries) - 1 > MAX_OFFSET:
-        raise CommandError(errors.OFFSET_OVERFLOW)
-    state.persistence.before_stream_write(key, next_offset + len(entries))
-    first = _append(stream, entries)
-    evicted = stream.evict_keep(backlog) if backlog is not None else 0
     if created:
-        state.keyspace.set(key, stream)
+        stream = state.new_stream()
+    elif isinstance(stream, bytes):
+        raise CommandError(errors.WRONGTYPE)
+    count = len(entries)
+    new_next_offset = stream.next_offset + count
+    if new_next_offset - 1 > MAX_OFFSET:
+        raise CommandError(errors.OFFSET_OVERFLOW)
+    state.persistence.before_stream_write(key, new_next_offset)
+    try:
+        first = stream.append(entries)
+    except OffsetOverflowError:
+        raise CommandError(errors.OFFSET_OVERFLOW) from None
+    stats = state.stats
+    if backlog is not None:
+        stats.total_messages_evicted += stream.evict_keep(backlog)
+    if created:
+        keyspace.set(key, stream)
     else:
-        state.keyspace.touch(key)
-    state.stats.total_messages_written += len(entries)
-    state.stats.total_messages_evicted += evicted
+        keyspace.touch(key)
+    stats.total_messages_written += count
     state.propagate(argv)
     return first
 
 
-def _append(stream: Stream, entries: list[bytes]) -> int:
-    try:
-        return stream.append(entries)
-    except OffsetOverflowError:
-        raise CommandError(errors.OFFSET_OVERFLOW) from None
+def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
+    """TWRITE key [BACKLOG n] ENTRIES e1 e2 ...: (entries, backlog)."""
+    backlog: int | None = None
+    i = 2
+    while True:
+        if i >= len(argv):
+            raise CommandError(errors.syntax_error("ENTRIES is missing"))
+        option = argv[i].upper()
+        if option == b"ENTRIES":
+            i += 1
+            break
+        if option == b"BACKLOG":
+            if backlog is not None:
+                raise CommandError(errors.syntax_error("BACKLOG given more than once"))
+            if i + 1 >= len(argv):
+                raise CommandError(errors.syntax_error("BACKLOG needs a count"))
+            backlog = parse_int(argv[i + 1], "ERR BACKLOG count must be an integer >= 0")
+            if backlog < 0:
+                raise CommandError("ERR BACKLOG count must be an integer >= 0")
+            i += 2
+            continue
+        raise CommandError(
+            errors.syntax_error(f"unknown option '{text(argv[i])}' (expected BACKLOG or ENTRIES)")
+        )
+    entries = argv[i:]
+    if not entries:
+        raise CommandError(errors.syntax_error("no entry after ENTRIES"))
+    return entries, backlog
 
 
 _TREAD_OFFSET = "ERR offset is not an integer or out of range"
