@@ -1,0 +1,643 @@
+"""Black-box acceptance tests: one test per SPEC.md rule, run as a user would.
+
+Everything goes over the network (redis-py in RESP2 and RESP3, raw sockets,
+redis-cli) or through files and signals (kill -9, config files). Nothing
+imports the server. Tests for bugs that are still open are marked
+``xfail(strict=True)`` with the entry of /work/notes/bugs.md they cover.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import ServerProcess, require
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path_factory.mktemp("acceptance")).start()
+    yield server
+    server.kill9()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def r(srv: ServerProcess, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    client = srv.client(protocol=request.param)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def r2(srv: ServerProcess) -> Iterator[redis.Redis]:
+    client = srv.client(protocol=2)
+    client.flushall()
+    yield client
+    client.close()
+
+
+def raw(port: int, data: bytes, expect: int = 1, timeout: float = 5.0, until: bytes = b"") -> bytes:
+    """Send bytes on a fresh socket; return what arrives until `expect` CRLFs
+    were seen, or `until` ends the output (or the server closes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        out = b""
+        while not out.endswith(until) if until else out.count(b"\r\n") < expect:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def tw(c: redis.Redis, key: str, *entries: Any) -> int:
+    if len(entries) == 1:
+        return c.execute_command("TWRITE", key, entries[0])
+    return c.execute_command("TWRITE", key, "ENTRIES", *entries)
+
+
+def tr(c: redis.Redis, *args: Any) -> Any:
+    return c.execute_command("TREAD", *args)
+
+
+def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["reply"] = fn()
+        except Exception as exc:  # the caller asserts on it
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def wait_blocked(c: redis.Redis, n: int) -> None:
+    """Wait until the server reports n blocked clients (INFO clients)."""
+    deadline = time.monotonic() + 5
+    while c.info("clients")["blocked_clients"] != n:
+        assert time.monotonic() < deadline, "client never blocked"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------ 1. data model
+
+
+def test_offsets_start_at_zero_and_follow_each_other(r: redis.Redis) -> None:
+    assert tw(r, "s", "a") == 0
+    assert tw(r, "s", "b", "c", "d") == 1
+    assert tw(r, "s", "e") == 4
+    assert tr(r, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_messages_are_binary_safe(r: redis.Redis) -> None:
+    blob = bytes(range(256)) + b"\r\n\x00"
+    tw(r, "s", blob, b"")
+    assert tr(r, "s", 0, 2) == [blob, b""]
+
+
+def test_missing_key_reads_as_empty_stream(r: redis.Redis) -> None:
+    assert tr(r, "nokey", 0, 10) == []
+    assert tr(r, "nokey", 0, 10, "WITHINFO") == [[0, -1, 0, 0]]
+    assert r.exists("nokey") == 0
+
+
+def test_other_type_answers_wrongtype(r: redis.Redis) -> None:
+    r.set("str", "v")
+    for cmd in (["TWRITE", "str", "x"], ["TREAD", "str", 0, 1], ["TEVICT", "str", 1]):
+        with pytest.raises(redis.ResponseError, match=WRONGTYPE):
+            r.execute_command(*cmd)
+    tw(r, "s", "x")
+    with pytest.raises(redis.ResponseError, match=WRONGTYPE):
+        r.get("s")
+    assert r.type("s") in (b"stream", "stream")
+    assert r.type("str") in (b"string", "string")
+
+
+def test_del_restarts_offsets_at_zero(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c")
+    assert r.delete("s") == 1
+    assert tw(r, "s", "x") == 0
+    assert tr(r, "s", 0, 10, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+
+
+def test_next_offset_survives_evicting_everything(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c")
+    assert r.execute_command("TEVICT", "s", 100) == 3
+    assert r.exists("s") == 1
+    assert tr(r, "s", 0, 10, "WITHINFO") == [[3, 2, 0, 3], None, None, None]
+    assert tw(r, "s", "d") == 3
+
+
+# ---------------------------------------------------------------- 2. TWRITE
+
+
+def test_simple_form_takes_any_bytes_as_the_entry(r: redis.Redis) -> None:
+    assert r.execute_command("TWRITE", "s", "ENTRIES") == 0
+    assert r.execute_command("TWRITE", "s", "BACKLOG") == 1
+    assert tr(r, "s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["BACKLOG", "1", "ENTRIES"],  # no entry after ENTRIES
+        ["BACKLOG", "1", "x"],  # ENTRIES missing
+        ["FOO", "1", "ENTRIES", "x"],  # unknown option
+        ["BACKLOG", "-1", "ENTRIES", "x"],  # bad count
+        ["BACKLOG", "x", "ENTRIES", "x"],
+        ["a", "b"],
+    ],
+)
+def test_twrite_bad_syntax_is_an_error_and_writes_nothing(r: redis.Redis, args: list[str]) -> None:
+    with pytest.raises(redis.ResponseError, match="^(syntax error|.*)"):
+        r.execute_command("TWRITE", "s", *args)
+    assert r.exists("s") == 0
+
+
+def test_twrite_without_entry_is_wrong_arity(r: redis.Redis) -> None:
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'twrite' command"):
+        r.execute_command("TWRITE", "s")
+
+
+def test_backlog_keeps_exactly_the_newest(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b")
+    assert r.execute_command("TWRITE", "s", "BACKLOG", 2, "ENTRIES", "c", "d", "e") == 2
+    assert tr(r, "s", 0, 10, "WITHINFO") == [[3, 4, 0, 5], None, None, None, b"d", b"e"]
+    assert r.execute_command("TWRITE", "t", "BACKLOG", 10, "ENTRIES", "a") == 0
+    assert tr(r, "t", 0, 10) == [b"a"]
+    assert r.execute_command("TWRITE", "u", "BACKLOG", 0, "ENTRIES", "a", "b") == 0
+    assert tr(r, "u", 0, 10, "WITHINFO") == [[2, 1, 0, 2], None, None]
+
+
+def test_twrite_is_atomic_for_readers(r2: redis.Redis, srv: ServerProcess) -> None:
+    """A reader blocked on the stream gets all entries of one TWRITE at once."""
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 0, 100, "BLOCK", 5000))
+    wait_blocked(r2, 1)
+    tw(r2, "s", *[f"m{i}" for i in range(50)])
+    thread.join(5)
+    assert box["reply"] == [f"m{i}".encode() for i in range(50)]
+    reader.close()
+
+
+# ----------------------------------------------------------------- 3. TREAD
+
+
+def test_negative_offset_counts_back_from_next_and_floors_at_zero(r: redis.Redis) -> None:
+    tw(r, "s", *[str(i) for i in range(20)])
+    assert tr(r, "s", -10, 10) == [str(i).encode() for i in range(10, 20)]
+    assert tr(r, "s", -2, 10) == [b"18", b"19"]
+    assert tr(r, "s", -100, 2) == [b"0", b"1"]
+    assert tr(r, "s", -100, 1, "WITHINFO")[0] == [0, 19, 0, 1]
+
+
+def test_reply_stops_at_last_offset_and_past_next_is_empty(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c")
+    assert tr(r, "s", 1, 100) == [b"b", b"c"]
+    assert tr(r, "s", 3, 10) == []
+    assert tr(r, "s", 1000, 10) == []
+
+
+def test_evicted_offsets_are_null_in_place(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c", "d")
+    r.execute_command("TEVICT", "s", 1)
+    assert tr(r, "s", 0, 10) == [None, None, b"c", b"d"]
+
+
+def test_withinfo_shape(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c", "d")
+    r.execute_command("TEVICT", "s", 0)
+    assert tr(r, "s", 0, 2, "WITHINFO") == [[1, 3, 0, 2], None, b"b"]
+    assert tr(r, "s", -1, 5, "WITHINFO") == [[1, 3, 3, 1], b"d"]
+    assert tr(r, "s", 10, 5, "WITHINFO")[0][:2] == [1, 3]
+    assert tr(r, "s", 10, 5, "WITHINFO")[0][3] == 0
+
+
+def test_count_zero_returns_no_messages(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b")
+    assert tr(r, "s", 0, 0) == []
+    assert tr(r, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
+
+
+def test_options_in_any_order(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b")
+    a = tr(r, "s", 0, 5, "WITHINFO", "BLOCK", 10, "GROUP", "g1")
+    b = tr(r, "s", 0, 5, "GROUP", "g2", "WITHINFO", "BLOCK", 10)
+    assert a == b == [[0, 1, 0, 2], b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["WITHINFO", "WITHINFO"],
+        ["BLOCK", "1", "BLOCK", "1"],
+        ["GROUP", "g", "GROUPNEW", "h"],
+        ["GROUP", "g", "GROUP", "g"],
+        ["BLOCK", "-1"],
+        ["BLOCK", "x"],
+        ["FOO"],
+        ["GROUP"],
+    ],
+)
+def test_tread_bad_options_are_errors(r: redis.Redis, opts: list[str]) -> None:
+    tw(r, "s", "a")
+    with pytest.raises(redis.ResponseError):
+        tr(r, "s", 0, 5, *opts)
+    assert r.exists("g") == 0 and r.exists("h") == 0
+
+
+@pytest.mark.parametrize("bad", [["x", "1"], ["0", "-1"], ["0", "x"], ["9223372036854775808", "1"]])
+def test_tread_bad_offset_or_count(r: redis.Redis, bad: list[str]) -> None:
+    with pytest.raises(redis.ResponseError):
+        tr(r, "s", *bad)
+
+
+def test_block_timeout_is_null_array_resp2(srv: ServerProcess) -> None:
+    assert raw(srv.port, b"TREAD nothing 0 10 BLOCK 50\r\n") == b"*-1\r\n"
+
+
+def test_block_timeout_is_null_resp3(srv: ServerProcess) -> None:
+    reply = raw(
+        srv.port, b"HELLO 3\r\nTREAD nothing 0 10 BLOCK 50 WITHINFO\r\nPING\r\n", until=b"+PONG\r\n"
+    )
+    assert reply.endswith(b"\r\n_\r\n+PONG\r\n")
+
+
+def test_block_timeout_redis_py(r: redis.Redis) -> None:
+    assert tr(r, "s", 0, 10, "BLOCK", 30) is None
+
+
+def test_block_wakes_on_write(r2: redis.Redis, srv: ServerProcess) -> None:
+    reader = srv.client(protocol=3)
+    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "BLOCK", 0, "WITHINFO"))
+    wait_blocked(r2, 1)
+    tw(r2, "s", "a", "b")
+    thread.join(5)
+    assert box["reply"] == [[0, 1, 0, 2], b"a", b"b"]
+    reader.close()
+
+
+def test_block_beyond_next_offset_waits_until_reached(r2: redis.Redis, srv: ServerProcess) -> None:
+    tw(r2, "s", "m0")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 3, 10, "BLOCK", 5000))
+    wait_blocked(r2, 1)
+    tw(r2, "s", "m1")
+    tw(r2, "s", "m2")
+    assert r2.info("clients")["blocked_clients"] == 1
+    tw(r2, "s", "m3", "m4")
+    thread.join(5)
+    assert box["reply"] == [b"m3", b"m4"]
+    reader.close()
+
+
+def test_disconnected_blocked_client_is_forgotten(r2: redis.Redis, srv: ServerProcess) -> None:
+    sock = socket.create_connection(("127.0.0.1", srv.port))
+    sock.sendall(b"TREAD s 0 5 GROUP g BLOCK 0\r\n")
+    wait_blocked(r2, 1)
+    sock.close()
+    wait_blocked(r2, 0)
+    tw(r2, "s", "a", "b")
+    assert tr(r2, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
+
+
+def test_block_inside_multi_does_not_block(r: redis.Redis) -> None:
+    pipe = r.pipeline(transaction=True)
+    pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0)
+    pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0, "WITHINFO")
+    assert pipe.execute() == [[], [[0, -1, 0, 0]]]
+
+
+# ------------------------------------------------------------------ groups
+
+
+def test_group_ignores_offset_and_starts_at_first_readable(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c", "d")
+    r.execute_command("TEVICT", "s", 0)
+    assert tr(r, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
+    assert r.get("g") == b"3"
+    assert tr(r, "s", 0, 10, "GROUP", "g") == [b"d"]
+    assert r.get("g") == b"4"
+
+
+def test_empty_group_read_writes_the_group_key(r: redis.Redis) -> None:
+    assert tr(r, "nos", 0, 10, "GROUP", "g") == []
+    assert r.get("g") == b"0"
+    tw(r, "s", "a", "b")
+    assert tr(r, "s", 0, 10, "GROUPNEW", "n") == []
+    assert r.get("n") == b"2"
+    tw(r, "s", "c")
+    assert tr(r, "s", 0, 10, "GROUPNEW", "n") == [b"c"]
+
+
+def test_group_key_set_rewinds_and_del_resets(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c")
+    tr(r, "s", 0, 10, "GROUP", "g")
+    r.set("g", 1)
+    assert tr(r, "s", 0, 10, "GROUP", "g") == [b"b", b"c"]
+    r.delete("g")
+    assert tr(r, "s", 0, 1, "GROUP", "g") == [b"a"]
+
+
+def test_group_withinfo_counts_nulls_and_advances_past_them(r: redis.Redis) -> None:
+    tw(r, "s", "a", "b", "c")
+    r.set("g", 0)
+    r.execute_command("TEVICT", "s", 0)
+    assert tr(r, "s", 0, 2, "GROUP", "g", "WITHINFO") == [[1, 2, 0, 2], None, b"b"]
+    assert r.get("g") == b"2"
+
+
+def test_group_key_not_integer_error_names_it(r: redis.Redis) -> None:
+    tw(r, "s", "a")
+    r.set("badgroup", "abc")
+    with pytest.raises(redis.ResponseError, match="badgroup"):
+        tr(r, "s", 0, 1, "GROUP", "badgroup")
+    assert r.get("badgroup") == b"abc"
+
+
+def test_group_key_equal_to_stream_key_is_error(r: redis.Redis) -> None:
+    tw(r, "s", "a")
+    with pytest.raises(redis.ResponseError):
+        tr(r, "s", 0, 1, "GROUP", "s")
+    with pytest.raises(redis.ResponseError):
+        tr(r, "s", 0, 1, "GROUPNEW", "s")
+
+
+def test_blocked_groupnew_creates_key_and_gets_next_write(
+    r2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(r2, "s", "old1", "old2")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 5000))
+    wait_blocked(r2, 1)
+    assert r2.get("g") == b"2"
+    tw(r2, "s", "new")
+    thread.join(5)
+    assert box["reply"] == [b"new"]
+    assert r2.get("g") == b"3"
+    reader.close()
+
+
+def test_blocked_group_readers_served_in_order_and_split(
+    r2: redis.Redis, srv: ServerProcess
+) -> None:
+    r2.set("g", 0)
+    readers = [srv.client() for _ in range(3)]
+    jobs = []
+    for n, reader in enumerate(readers):
+        jobs.append(in_thread(lambda c=reader: tr(c, "s", 0, 2, "GROUP", "g", "BLOCK", 5000)))
+        wait_blocked(r2, n + 1)
+    tw(r2, "s", "1", "2", "3", "4", "5")
+    for thread, _ in jobs:
+        thread.join(5)
+    assert [box["reply"] for _, box in jobs] == [[b"1", b"2"], [b"3", b"4"], [b"5"]]
+    assert r2.get("g") == b"5"
+    for reader in readers:
+        reader.close()
+
+
+def test_served_group_reader_rejoins_at_the_end(r2: redis.Redis, srv: ServerProcess) -> None:
+    r2.set("g", 0)
+    first, second = srv.client(), srv.client()
+    job1 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(r2, 1)
+    job2 = in_thread(lambda: tr(second, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(r2, 2)
+    tw(r2, "s", "a")
+    job1[0].join(5)
+    assert job1[1]["reply"] == [b"a"]
+    assert r2.info("clients")["blocked_clients"] == 1  # second got nothing, keeps its place
+    job3 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(r2, 2)
+    tw(r2, "s", "b")
+    job2[0].join(5)
+    assert job2[1]["reply"] == [b"b"]
+    tw(r2, "s", "c")
+    job3[0].join(5)
+    assert job3[1]["reply"] == [b"c"]
+    first.close()
+    second.close()
+
+
+# ---------------------------------------------------------------- 4. TEVICT
+
+
+def test_tevict_counts_and_negative_keeps_newest(r: redis.Redis) -> None:
+    assert r.execute_command("TEVICT", "missing", 5) == 0
+    tw(r, "s", *"abcdef")
+    assert r.execute_command("TEVICT", "s", 1) == 2
+    assert r.execute_command("TEVICT", "s", 1) == 0
+    assert r.execute_command("TEVICT", "s", -2) == 2
+    assert tr(r, "s", 0, 10) == [None, None, None, None, b"e", b"f"]
+    assert r.execute_command("TEVICT", "s", -10) == 0
+    assert r.execute_command("TEVICT", "s", 1000) == 2
+    assert tr(r, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
+
+
+def test_evicted_macronodes_give_memory_back(r2: redis.Redis) -> None:
+    tw(r2, "s", *[b"x" * 100] * 5000)
+    before = r2.memory_usage("s")
+    r2.execute_command("TEVICT", "s", -1)
+    after = r2.memory_usage("s")
+    assert after < before / 2
+    assert r2.info("streams")["stream_messages"] == 1
+
+
+# ---------------------------------------------------------------- 5. server
+
+
+def test_error_texts_match_redis(r2: redis.Redis) -> None:
+    with pytest.raises(redis.ResponseError) as exc:
+        r2.execute_command("FOO", "a", "b")
+    assert str(exc.value) == "unknown command 'FOO', with args beginning with: 'a' 'b' "
+    with pytest.raises(redis.ResponseError) as exc:
+        r2.execute_command("GET")
+    assert str(exc.value) == "wrong number of arguments for 'get' command"
+
+
+def test_inline_commands_like_telnet(srv: ServerProcess) -> None:
+    out = raw(srv.port, b'TWRITE inl "a b"\r\nTREAD inl 0 5\nPING\r\n', expect=4)
+    assert out.startswith(b":0\r\n*1\r\n$3\r\na b\r\n+PONG\r\n")
+
+
+def test_protocol_error_closes_connection(srv: ServerProcess) -> None:
+    out = raw(srv.port, b"*1\r\n$x\r\n", expect=5)
+    assert out == b"-ERR Protocol error: invalid bulk length\r\n"
+
+
+def test_type_exists_scan_rename_on_streams(r: redis.Redis) -> None:
+    tw(r, "s", "a")
+    r.rename("s", "t")
+    assert tr(r, "t", 0, 5) == [b"a"]
+    assert r.exists("s", "t") == 1
+    assert r.object("encoding", "t") is not None
+    assert isinstance(r.memory_usage("t"), int)
+
+
+def test_info_streams_section(r2: redis.Redis) -> None:
+    tw(r2, "a", "x", "yy")
+    tw(r2, "b", "zzz")
+    info = r2.info("streams")
+    assert info["streams"] == 2
+    assert info["stream_messages"] == 3
+    assert info["stream_payload_bytes"] == 6
+    port = r2.connection_pool.connection_kwargs["port"]
+    text = raw(port, b"INFO\r\n", expect=2, until=b"\r\n\r\n")
+    for name in (
+        b"# Server",
+        b"# Clients",
+        b"# Memory",
+        b"# Persistence",
+        b"# Stats",
+        b"# Keyspace",
+    ):
+        assert name in text
+
+
+def test_requirepass_noauth(server_factory: Any) -> None:
+    srv = server_factory(requirepass="pw")
+    out = raw(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", expect=4)
+    assert out == (
+        b"-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
+    )
+
+
+def test_config_file_error_names_line(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text("port 0\n# comment\nappendfsync sometimes\n")
+    proc = subprocess.run(
+        ["python", "-m", "rcp11", "server", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "line 3" in text and "appendfsync sometimes" in text
+
+
+def test_maxmemory_refuses_writes_with_oom(r2: redis.Redis) -> None:
+    tw(r2, "s", "x" * 1000)
+    r2.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            tw(r2, "s", "x")
+    finally:
+        r2.config_set("maxmemory", 0)
+
+
+def test_redis_cli_pipe_and_reads(srv: ServerProcess) -> None:
+    require("redis-cli")
+    data = "".join(f"TWRITE piped m{i}\r\n" for i in range(100))
+    proc = subprocess.run(
+        ["redis-cli", "-p", str(srv.port), "--pipe"], input=data, capture_output=True, text=True
+    )
+    assert "errors: 0, replies: 100" in proc.stdout
+    out = subprocess.run(
+        ["redis-cli", "-p", str(srv.port), "TREAD", "piped", "-2", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.split() == ["m98", "m99"]
+
+
+# ------------------------------------------------------------ 6. durability
+
+
+def test_appendonly_kill9_keeps_every_acknowledged_write(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="no")
+    c = srv.client()
+    pipe = c.pipeline(transaction=False)
+    for i in range(500):
+        pipe.execute_command("TWRITE", "s", f"m{i}")
+    assert pipe.execute()[-1] == 499
+    c.execute_command("TEVICT", "s", 9)
+    tr(c, "s", 0, 5, "GROUP", "g")
+    c.set("k", "v")
+    srv.kill9()
+    srv.start()
+    c = srv.client()
+    got = tr(c, "s", 0, 1000, "WITHINFO")
+    assert got[0] == [10, 499, 0, 500]
+    assert got[11] == b"m10" and got[-1] == b"m499"
+    assert c.get("g") == b"15" and c.get("k") == b"v"
+    assert tw(c, "s", "next") == 500
+
+
+@pytest.mark.parametrize("mode", ["none", "snapshot"])
+def test_kill9_never_reuses_offsets(server_factory: Any, mode: str) -> None:
+    srv = server_factory(save="3600 1" if mode == "snapshot" else "")
+    c = srv.client()
+    for i in range(5):
+        tw(c, "s", f"a{i}")
+    if mode == "snapshot":
+        c.save()
+    for i in range(5):
+        tw(c, "s", f"b{i}")
+    srv.kill9()
+    srv.start()
+    c = srv.client()
+    assert tw(c, "s", "new") >= 10
+    lost = tr(c, "s", 5, 5)
+    assert all(m is None for m in lost)
+    if mode == "snapshot":
+        assert tr(c, "s", 0, 5) == [f"a{i}".encode() for i in range(5)]
+
+
+@pytest.mark.xfail(strict=True, reason="bug B3: torn AOF tail lets offsets be reused")
+def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes")
+    c = srv.client()
+    last = [tw(c, "s", f"m{i}") for i in range(50)][-1]
+    srv.kill9()
+    aof = srv.dir / "appendonly.aof"
+    data = aof.read_bytes().rstrip(b"\0")
+    aof.write_bytes(data[:-5])
+    srv.start()
+    c = srv.client()
+    assert tw(c, "s", "new") > last
+    assert tr(c, "s", last, 1) == [None]
+
+
+@pytest.mark.xfail(strict=True, reason="bug B1: DEL + SAVE then kill -9 brings the key back")
+def test_del_then_save_survives_kill9(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    c = srv.client()
+    for i in range(5):
+        tw(c, "s", f"m{i}")
+    c.save()
+    c.delete("s")
+    c.save()
+    srv.kill9()
+    srv.start()
+    c = srv.client()
+    assert c.exists("s") == 0
+    assert tw(c, "s", "x") == 0
+
+
+def test_corrupt_snapshot_refused_by_name(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    c = srv.client()
+    tw(c, "s", *[b"x" * 50] * 2000)
+    c.save()
+    srv.stop()
+    snap = srv.dir / "dump.rcp"
+    data = bytearray(snap.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    snap.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="dump.rcp"):
+        srv.start(timeout=15)
