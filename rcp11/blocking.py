@@ -119,8 +119,9 @@ class BlockingManager:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         state.blocking = self
-        # stream key -> FIFO of requests waiting on it
-        self._waiting: dict[bytes, dict[BlockRequest, None]] = {}
+        # stream key -> FIFO of requests waiting on it (empty: writers
+        # need not signal keys)
+        self.waiting: dict[bytes, dict[BlockRequest, None]] = {}
         # group key -> stream keys with group readers waiting -> how many,
         # so a SET/DEL of a group key re-checks the readers of that group.
         self._groups: dict[bytes, dict[bytes, int]] = {}
@@ -131,16 +132,16 @@ class BlockingManager:
         self._sequence = itertools.count()
 
     def __len__(self) -> int:
-        return sum(len(queue) for queue in self._waiting.values())
+        return sum(len(queue) for queue in self.waiting.values())
 
     @property
     def active(self) -> bool:
         """Whether any client waits (lets writers skip signal_key)."""
-        return bool(self._waiting)
+        return bool(self.waiting)
 
     def block(self, client: ClientState, request: BlockRequest) -> None:
         client.blocked = request
-        self._waiting.setdefault(request.key, {})[request] = None
+        self.waiting.setdefault(request.key, {})[request] = None
         if request.group is not None:
             streams = self._groups.setdefault(request.group, {})
             streams[request.key] = streams.get(request.key, 0) + 1
@@ -151,7 +152,7 @@ class BlockingManager:
     def signal_key(self, key: bytes) -> None:
         """key changed: its waiters (or the waiters of a group whose group
         key it is) are checked at the next serve_ready()."""
-        if key in self._waiting:
+        if key in self.waiting:
             self.ready[key] = None
         streams = self._groups.get(key)
         if streams:
@@ -203,11 +204,11 @@ class BlockingManager:
     def _forget(self, request: BlockRequest) -> None:
         request.client.blocked = None
         self.state.stats.blocked_clients -= 1
-        queue = self._waiting.get(request.key)
+        queue = self.waiting.get(request.key)
         if queue is not None:
             queue.pop(request, None)
             if not queue:
-                del self._waiting[request.key]
+                del self.waiting[request.key]
         if request.group is not None:
             streams = self._groups[request.group]
             streams[request.key] -= 1
@@ -222,7 +223,7 @@ class BlockingManager:
         self._forget(request)
 
     def _serve_key(self, key: bytes, served: list[ClientState]) -> None:
-        queue = self._waiting.get(key)
+        queue = self.waiting.get(key)
         if not queue:
             return
         state = self.state

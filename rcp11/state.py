@@ -162,10 +162,13 @@ class Keyspace:
         self._expire_heap: list[tuple[int, bytes]] = []
         # Memory accounting for maxmemory and INFO memory, kept up to date
         # on every change instead of summed over all keys per command.
-        # Streams are re-measured by touch(); _stream_bytes remembers what
-        # each one was charged.
-        self.used_bytes = 0
+        # _stream_bytes remembers what each stream was charged. A written
+        # stream is only noted in _unmeasured by touch(); it is re-measured
+        # (a C call) when used_bytes is next read, so a run of writes costs
+        # one measurement, and none at all while nobody asks (no maxmemory).
+        self._used_bytes = 0
         self._stream_bytes: dict[bytes, int] = {}
+        self._unmeasured: dict[bytes, None] = {}
 
     def __len__(self) -> int:
         return len(self.data)
@@ -183,14 +186,27 @@ class Keyspace:
             self._expire_if_due(key)
         return self.data.get(key)
 
+    @property
+    def used_bytes(self) -> int:
+        if self._unmeasured:
+            self._measure()
+        return self._used_bytes
+
+    def _measure(self) -> None:
+        charges = self._stream_bytes
+        data = self.data
+        for key in self._unmeasured:
+            now = data[key].memory_bytes + len(key) + self.KEY_OVERHEAD
+            self._used_bytes += now - charges[key]
+            charges[key] = now
+        self._unmeasured.clear()
+
     def touch(self, key: bytes) -> None:
-        # Called by every write: _charge() is inlined for streams, and the
-        # WATCH lookup is skipped while nobody watches anything.
-        charged = self._stream_bytes.get(key)
-        if charged is not None:
-            now = self.data[key].memory_bytes + len(key) + self.KEY_OVERHEAD
-            self.used_bytes += now - charged
-            self._stream_bytes[key] = now
+        # Called by every write, so it does no C call: a stream is measured
+        # later (used_bytes), and the WATCH lookup is skipped while nobody
+        # watches anything.
+        if key in self._stream_bytes:
+            self._unmeasured[key] = None
         if self.watchers:
             watchers = self.watchers.get(key)
             if watchers:
@@ -209,7 +225,7 @@ class Keyspace:
             self.expires.pop(key, None)
         self.data[key] = value
         charged = self._charge(key, value)
-        self.used_bytes += charged
+        self._used_bytes += charged
         if not isinstance(value, bytes):
             self._stream_bytes[key] = charged
         self.touch(key)
@@ -240,9 +256,12 @@ class Keyspace:
 
     def _uncharge(self, key: bytes, value: Any) -> None:
         if isinstance(value, bytes):
-            self.used_bytes -= self._charge(key, value)
+            self._used_bytes -= self._charge(key, value)
         else:
-            self.used_bytes -= self._stream_bytes.pop(key, 0)
+            # What it was charged last, measured or not: the pending
+            # re-measurement is dropped with it.
+            self._used_bytes -= self._stream_bytes.pop(key, 0)
+            self._unmeasured.pop(key, None)
 
     def set_expire(self, key: bytes, when_ms: int) -> None:
         """Make an existing key expire at when_ms (unix milliseconds)."""

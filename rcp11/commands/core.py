@@ -245,7 +245,7 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
         row[3] += 1
     elif cmd.write:
         blocking = state.blocking
-        if blocking is not None and blocking.active:
+        if blocking is not None and blocking.waiting:
             for key in cmd.keys(argv):
                 blocking.signal_key(key)
     return reply
