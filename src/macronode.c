@@ -223,10 +223,16 @@
 #define MN_CHUNK_ENTRY_BYTES 8
 
 /* The offset table of a lone node grows by half, and by at least this many
- * entries: a 1-message stream keeps a 1-entry table. Blobs of active nodes
- * grow by half too: at most a third of an active node is slack, and sealed
- * or full nodes have none. */
+ * entries: a 1-message stream keeps a 1-entry table. */
 #define MN_TABLE_MIN_GROWTH 4
+
+/* Blobs of active nodes grow by half, but not past the node's projected
+ * full size (average message so far x max_entries) plus this share of it.
+ * Overshooting the full size would be slack until the node fills, and would
+ * push 100 KB nodes of 100-byte messages past malloc's mmap threshold
+ * (128 KB), where every node costs an mmap and a munmap. Sealed or full
+ * nodes have no slack at all. */
+#define MN_BLOB_PROJECTION_HEADROOM_PCT 12
 
 /* Serialized formats. */
 #define MN_FORMAT_VERSION 2
@@ -865,6 +871,9 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
         }
         if (tbytes > tail->blob_cap) {
             uint64_t cap = (uint64_t)tail->blob_cap + tail->blob_cap / 2;
+            uint64_t projected = tbytes * max / tcount;
+            projected += projected * MN_BLOB_PROJECTION_HEADROOM_PCT / 100;
+            if (cap > projected) cap = projected;
             if (cap < tbytes || tcount == max) cap = tbytes;
             if (cap > MN_NODE_BYTES_LIMIT) cap = tbytes;
             if (mn_node_resize_blob(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
