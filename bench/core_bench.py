@@ -325,8 +325,8 @@ def bench_compression(sizes: Sizes) -> str:
             ],
             rows,
         )
-        + "\n\nA compressed node is zlib chunks of >= 32 KB; a random read of 100 "
-        "messages inflates the one or two chunks it touches (the 4-chunk cache rarely "
+        + "\n\nA compressed node is zlib chunks of >= 16 KB; a random read of 100 "
+        "messages inflates the two or three chunks it touches (the 8-chunk cache rarely "
         "hits), a consumer reading in order inflates each chunk once. Ratio is raw "
         "memory / compressed memory, offset tables and the raw active node included."
     )

@@ -357,7 +357,7 @@ def test_compression_keeps_reads_identical(level: int) -> None:
 
 
 def test_reads_across_compressed_chunk_boundaries() -> None:
-    # 1000 lines of ~130 bytes make a node of several 32 KB zlib chunks.
+    # 1000 lines of ~100 bytes make a node of several 16 KB zlib chunks.
     lines = log_lines(3000, seed=11)
     plain = Stream()
     packed = Stream(compression_level=6)
@@ -477,7 +477,7 @@ def small_node_blobs() -> list[bytes]:
     raw.append([b"ab", b"", b"cde", b"f"])
     packed = Stream(max_entries=40, compression_level=9)
     packed.append([b"hello hello hello hello %d" % (i % 3) for i in range(41)])
-    # 20 KB messages: the sealed node holds three zlib chunks.
+    # 20 KB messages: the sealed node holds one zlib chunk per message.
     chunked = Stream(max_entries=5, compression_level=1)
     chunked.append([bytes([65 + i]) * 20_000 for i in range(6)])
     blobs = list(raw.dump())[1:2] + list(packed.dump())[1:2] + list(chunked.dump())[1:2]

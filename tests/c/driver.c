@@ -489,7 +489,7 @@ static void test_validation(void) {
     mn_stream_free(s);
     free_blobs(blobs, n);
 
-    /* 20 KB messages: the sealed node is three zlib chunks. */
+    /* 20 KB messages: the sealed node is five zlib chunks. */
     mn_stream *chunked = mn_stream_new(5, 1);
     static char big[6 * 20000];
     uint32_t big_lens[6];
