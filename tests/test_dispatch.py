@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
-from rcp11.commands import BLOCKED, COMMANDS, execute, glob_to_regex, parse_int
+from rcp11.commands import BLOCKED, COMMANDS, execute, execute_run, glob_to_regex, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
 from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
@@ -385,3 +385,119 @@ def test_no_argument_list_breaks_a_command(name: str, args: list[bytes], resp: i
     elif reply is not BLOCKED:
         encode(reply, resp == 3)
     state.blocking.remove(c)
+
+
+# -- execute_run: a pipelined run of TWRITEs done with one append ------------
+
+
+def _pipeline(*commands: tuple[Any, ...]) -> list[list[bytes]]:
+    return [[a if isinstance(a, bytes) else str(a).encode() for a in cmd] for cmd in commands]
+
+
+def _run_pipeline(state: ServerState, client: ClientState, commands: list[list[bytes]]) -> list:
+    """What a server does with one read: execute_run where it applies,
+    execute() for the rest."""
+    replies: list[Any] = []
+    index = 0
+    while index < len(commands):
+        run = execute_run(state, client, commands, index)
+        if run is not None:
+            replies.extend(run)
+            index += len(run)
+        else:
+            replies.append(execute(state, client, commands[index]))
+            index += 1
+    return replies
+
+
+def _observable(state: ServerState, client: ClientState) -> tuple[Any, ...]:
+    # Not used_bytes: one append of many grows the storage's tables in other
+    # steps than many appends of one, so the memory really differs a little.
+    log = state.persistence.log  # type: ignore[attr-defined]
+    stats = state.stats
+    return (
+        list(log),
+        [wire(run(state, client, "TREAD", key, 0, 1000)) for key in (b"s", b"t")],
+        stats.total_messages_written,
+        stats.total_commands_processed,
+        stats.commands.get("twrite", [0])[0],
+        state.dirty,
+    )
+
+
+@pytest.mark.parametrize(
+    "commands",
+    [
+        # a plain run on an existing stream, then a different key and a read
+        [("TWRITE", "s", f"m{i}") for i in range(40)]
+        + [("TWRITE", "t", "x"), ("TREAD", "s", 0, 5)],
+        # runs broken by other commands and by other keys, mixed spellings
+        [("twrite", "s", "a"), ("TWRITE", "s", "b"), ("TWRITE", "t", "c"), ("twrite", "t", "d")]
+        + [("SET", "k", "v"), ("TWRITE", "s", "e"), ("TWRITE", "s", "f")],
+        # a run on a key that does not exist yet, and on a string
+        [
+            ("TWRITE", "new", "a"),
+            ("TWRITE", "new", "b"),
+            ("TWRITE", "k", "a"),
+            ("TWRITE", "k", "b"),
+        ],
+        # the ENTRIES form is never part of a run
+        [("TWRITE", "s", "ENTRIES", "a", "b"), ("TWRITE", "s", "ENTRIES", "c")],
+    ],
+)
+def test_execute_run_is_indistinguishable_from_one_by_one(
+    commands: list[tuple[Any, ...]],
+) -> None:
+    outcomes = []
+    for batched in (False, True):
+        state = ServerState(Config())
+        state.persistence = RecordingPersistence()
+        BlockingManager(state)
+        c = Client()
+        run(state, c, "TWRITE", "s", "first")
+        run(state, c, "SET", "k", "v")
+        pipeline = _pipeline(*commands)
+        if batched:
+            replies = _run_pipeline(state, c, pipeline)
+        else:
+            replies = [execute(state, c, argv) for argv in pipeline]
+        outcomes.append(([wire(r) for r in replies], _observable(state, c)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_execute_run_applies_to_a_run_of_plain_twrites(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "first")
+    pipeline = _pipeline(*[("TWRITE", "s", f"m{i}") for i in range(5)], ("TWRITE", "t", "x"))
+    assert execute_run(state, c, pipeline, 0) == [1, 2, 3, 4, 5]
+    assert execute_run(state, c, pipeline, 5) is None  # a lone command
+
+
+def test_execute_run_steps_aside_when_one_by_one_could_differ(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "s", "first")
+    pipeline = _pipeline(("TWRITE", "s", "a"), ("TWRITE", "s", "b"))
+
+    reader = Client()
+    assert run(state, reader, "TREAD", "s", 1, 1, "BLOCK", 0) is BLOCKED
+    # The reader must be woken after the first write, with one message.
+    assert execute_run(state, c, pipeline, 0) is None
+    assert _run_pipeline(state, c, pipeline) == [1, 2]
+    assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\na\r\n"]
+
+    run(state, c, "MULTI")
+    assert execute_run(state, c, pipeline, 0) is None
+    run(state, c, "DISCARD")
+
+    state.persistence.refuse = errors.MISCONF  # type: ignore[attr-defined]
+    assert execute_run(state, c, pipeline, 0) is None
+    state.persistence.refuse = None  # type: ignore[attr-defined]
+
+    run(state, c, "EXPIRE", "s", 100)
+    assert execute_run(state, c, pipeline, 0) is None
+    run(state, c, "PERSIST", "s")
+
+    state.config.set("maxmemory", "100mb")
+    assert execute_run(state, c, pipeline, 0) is None
+    state.config.set("maxmemory", "0")
+    assert execute_run(state, c, pipeline, 0) == [3, 4]

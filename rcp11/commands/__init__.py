@@ -3,6 +3,9 @@ goes through (core.execute) and the handlers, one module per family.
 
     from rcp11.commands import execute, BLOCKED, COMMANDS
 
+execute_run() is an optional fast path a server may try first on a
+pipeline: a run of plain TWRITEs on one stream done with one append.
+
 Importing the package registers every command.
 """
 
@@ -21,6 +24,7 @@ from rcp11.commands.core import (
     glob_to_regex,
     parse_int,
 )
+from rcp11.commands.streams import execute_run
 
 __all__ = [
     "BLOCKED",
@@ -30,6 +34,7 @@ __all__ = [
     "client_disconnected",
     "connection",
     "execute",
+    "execute_run",
     "expire_keys",
     "glob_to_regex",
     "info_text",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors
@@ -18,6 +19,7 @@ from rcp11.commands.core import (
     BLOCKED,
     MAX_OFFSET,
     command,
+    command_stats,
     parse_int,
     text,
     transaction,
@@ -25,7 +27,7 @@ from rcp11.commands.core import (
 from rcp11.errors import CommandError
 from rcp11.resp import Raw
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import OffsetOverflowError
+from rcp11.storage import OffsetOverflowError, StorageError
 
 
 @command(
@@ -70,6 +72,81 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     stats.total_messages_written += count
     state.propagate(argv)
     return first
+
+
+# Spellings a pipelined run is recognised by; any other goes one by one.
+_TWRITE_NAMES = frozenset({b"TWRITE", b"twrite"})
+# A run's AOF bytes must fit in the disk space persistence keeps reserved
+# ahead of the log (it checks before each write command, with a 128 KB
+# margin), so a run is cut at this many payload bytes.
+_RUN_MAX_BYTES = 64 << 10
+
+
+def execute_run(
+    state: ServerState, client: ClientState, commands: list[list[bytes]], index: int
+) -> list[int] | None:
+    """Run commands[index:] as far as they are a run of plain `TWRITE key
+    value` on one existing stream, with one append for all of them, when
+    nothing could tell that from running them one by one through execute():
+    no transaction, no blocked reader to wake in between, no TTL, no
+    maxmemory, writes allowed. Returns their replies (consecutive offsets),
+    or None to say: use execute() for commands[index].
+
+    Every command is still propagated (AOF) and counted on its own."""
+    argv = commands[index]
+    if len(argv) != 3 or argv[0] not in _TWRITE_NAMES:
+        return None
+    key = argv[1]
+    end = index + 1
+    size = len(argv[2])
+    limit = len(commands)
+    while end < limit:
+        follower = commands[end]
+        if len(follower) != 3 or follower[1] != key or follower[0] not in _TWRITE_NAMES:
+            break
+        size += len(follower[2])
+        if size > _RUN_MAX_BYTES:
+            break
+        end += 1
+    count = end - index
+    if count < 2 or state.loading or not client.authenticated or client.queued is not None:
+        return None
+    blocking = state.blocking
+    keyspace = state.keyspace
+    if (
+        (blocking is not None and (blocking.waiting or blocking.ready))
+        or key in keyspace.expires
+        or (state.config is not None and state.config.get("maxmemory"))
+        or state.persistence.write_refused()
+    ):
+        return None
+    stream = keyspace.data.get(key)
+    if stream is None or isinstance(stream, bytes):
+        return None  # creation and WRONGTYPE take the one-by-one path
+    run = commands[index:end]
+    new_next_offset = stream.next_offset + count
+    if new_next_offset - 1 > MAX_OFFSET:
+        return None
+    try:
+        state.persistence.before_stream_write(key, new_next_offset)
+        started = perf_counter_ns()
+        first = stream.append([argv[2] for argv in run])
+    except (CommandError, StorageError):
+        return None  # nothing was written; execute() gives each its error
+    keyspace.touch(key)
+    # state.propagate() per command, without re-testing `loading` each time.
+    state.dirty += count
+    propagate = state.persistence.propagate
+    for argv in run:
+        propagate(argv)
+    stats = state.stats
+    stats.total_messages_written += count
+    stats.total_commands_processed += count
+    row = stats.commands.get("twrite") or command_stats(state, "twrite")
+    row[0] += count
+    row[1] += (perf_counter_ns() - started) // 1000
+    client.last_command = "twrite"
+    return list(range(first, first + count))
 
 
 def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
