@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Build the storage core with AddressSanitizer (+ LeakSanitizer) and UBSan
 # and run tests/c/driver.c against it. Any finding fails the run.
-# Usage: tests/c/run_sanitizers.sh   (from anywhere; needs cc and zlib1g-dev)
+#
+# Usage: tests/c/run_sanitizers.sh [--with-python]
+#   --with-python  also build the cffi extension sanitized, in a scratch copy
+#                  of the checkout, and run tests/test_core*.py against it
+#                  (about a minute more; leak checks off: CPython's own
+#                  allocations would drown them).
+# Needs cc and zlib1g-dev.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-src="$here/../../src"
+repo="$(cd "$here/../.." && pwd)"
+src="$repo/src"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
 cc="${CC:-cc}"
-flags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror
-       -fsanitize=address,undefined -fno-sanitize-recover=all -I"$src")
+sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+flags=(-std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I"$src")
 
 # The core gets the counting allocator hooks; the driver does not.
 "$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode.o"
@@ -20,3 +27,17 @@ flags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$out/driver"
+
+if [ "${1:-}" = "--with-python" ]; then
+    copy="$out/checkout"
+    mkdir -p "$copy/tests"
+    cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$copy/"
+    cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$copy/tests/"
+    rm -f "$copy"/rcp11/_macronode*.so
+    (cd "$copy" && PYTHONWARNINGS=ignore::FutureWarning RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
+        python3 setup.py -q build_ext --inplace >/dev/null)
+    preload="$("$cc" -print-file-name=libasan.so):$("$cc" -print-file-name=libubsan.so)"
+    (cd "$copy" && ASAN_OPTIONS="detect_leaks=0:halt_on_error=1" \
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" LD_PRELOAD="$preload" \
+        PYTHONPATH="$copy" python3 -m pytest -p no:cacheprovider -q tests)
+fi
