@@ -31,10 +31,10 @@ UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
 if [ "${1:-}" = "--with-python" ]; then
     copy="$out/checkout"
     mkdir -p "$copy/tests"
-    cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$copy/"
+    cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$repo/README.md" "$copy/"
     cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$copy/tests/"
     rm -f "$copy"/rcp11/_macronode*.so
-    (cd "$copy" && PYTHONWARNINGS=ignore::FutureWarning RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
+    (cd "$copy" && PYTHONWARNINGS=ignore RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
         python3 setup.py -q build_ext --inplace >/dev/null)
     preload="$("$cc" -print-file-name=libasan.so):$("$cc" -print-file-name=libubsan.so)"
     (cd "$copy" && ASAN_OPTIONS="detect_leaks=0:halt_on_error=1" \
