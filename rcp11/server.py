@@ -329,6 +329,13 @@ class Connection(asyncio.Protocol):
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
+            hard = self.server.output_limits[0]
+            if hard and transport.get_write_buffer_size() + len(data) > hard:
+                # Like Redis, a reply that would push the output buffer past
+                # the hard limit closes the client before any of it is sent,
+                # so one huge TREAD cannot balloon the server either.
+                self.client_over_limit(f"hard limit {hard}", len(data))
+                return
             transport.write(data)
             self.server.state.stats.total_net_output_bytes += len(data)
         if self.close_after_write:
@@ -357,11 +364,15 @@ class Connection(asyncio.Protocol):
         else:
             self.soft_limit_since = 0.0
             return
+        self.client_over_limit(reason, pending)
+
+    def client_over_limit(self, reason: str, pending: int) -> None:
+        client = self.client
         log.warning(
             "Client id=%d addr=%s closed for overcoming of output buffer limits (%s, "
             "%d bytes pending).",
-            client.id,
-            client.addr,
+            client.id if client else -1,
+            client.addr if client else "?",
             reason,
             pending,
         )

@@ -693,3 +693,19 @@ def test_unlogged_writes_are_never_acknowledged() -> None:
     srv.flush()
     assert transport.written == []
     assert transport.closed
+
+
+def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory) -> None:
+    srv = server_factory(client_output_buffer_limit="normal 100kb 50kb 1")
+    writer = srv.client()
+    writer.execute_command("TWRITE", "big", "ENTRIES", *[b"z" * 1000] * 500)
+    reader = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    reader.sendall(mbulk(b"TREAD", b"big", b"0", b"500"))
+    received = b""
+    while chunk := reader.recv(65536):
+        received += chunk
+    reader.close()
+    # The 500 KB reply is over the 100 KB hard limit: none of it is sent.
+    assert len(received) < 100_000
+    assert wait_for(lambda: "output buffer limits" in srv.output())
+    assert writer.execute_command("TREAD", "big", "0", "2") == [b"z" * 1000] * 2
