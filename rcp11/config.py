@@ -150,6 +150,10 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("tcp-keepalive", "int", 300, high=INT_MAX),
         Directive("maxclients", "int", 10000, low=1, high=INT_MAX),
         Directive("maxmemory", "memory", 0),
+        # Only noeviction: a log gives data back through TEVICT/BACKLOG, never
+        # by dropping keys behind the user's back. Kept so tools that read or
+        # set Redis's default find it.
+        Directive("maxmemory-policy", "enum", "noeviction", choices=("noeviction",)),
         Directive("dir", "dir", "./"),
         Directive("dbfilename", "string", "dump.rcp", filename_only=True),
         Directive("save", "save", [(3600, 1), (300, 100), (60, 10000)]),

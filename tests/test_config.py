@@ -319,3 +319,11 @@ def test_multi_word_directive_in_one_argument(tmp_path: Path) -> None:
     assert config.get("client-output-buffer-limit")["normal"] == (2 * 1024**2, 1024**2, 5)
     config.load_file(str(write(tmp_path, 'bind "127.0.0.1 ::1"\n')))
     assert config.get("bind") == ["127.0.0.1", "::1"]
+
+
+def test_maxmemory_policy_is_noeviction_only() -> None:
+    config = Config()
+    assert config.get("maxmemory-policy") == "noeviction"
+    assert config.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    with pytest.raises(ConfigError):
+        config.set("maxmemory-policy", "allkeys-lru")
