@@ -371,6 +371,23 @@ def test_blocked_reader_wakes_on_write(srv: ServerProcess, r: redis.Redis) -> No
     assert blocked_clients(r) == 0
 
 
+def test_pipelined_writes_wake_a_blocked_reader_after_the_first(
+    srv: ServerProcess, r: redis.Redis
+) -> None:
+    # As in Redis, a reader is served right after the command that fed it,
+    # not after the whole pipeline: it gets one message, not three.
+    twrite(r, "s", "old")
+    reader = Reader(srv, "TREAD", "s", 1, 10, "BLOCK", 0)
+    reader.start()
+    wait_blocked(r, 1)
+    pipe = r.pipeline(transaction=False)
+    for n in range(3):
+        pipe.execute_command("TWRITE", "s", f"new{n}")
+    assert pipe.execute() == [1, 2, 3]
+    assert reader.result() == [b"new0"]
+    assert tread(r, "s", 0, 10) == [b"old", b"new0", b"new1", b"new2"]
+
+
 def test_block_with_data_available_answers_at_once(r: redis.Redis) -> None:
     twrite(r, "s", "a")
     assert tread(r, "s", 0, 10, "BLOCK", 0) == [b"a"]
