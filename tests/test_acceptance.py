@@ -672,3 +672,52 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
     info = c.info("streams")
     assert info["stream_compressed_nodes"] > 0
     assert info["stream_messages"] == 379
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bug B8: group key deleted while waiting skips the waking message"
+)
+def test_blocked_groupnew_reader_gets_next_write_after_group_reset(
+    r2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(r2, "s", "old")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 1500))
+    wait_blocked(r2, 1)
+    r2.flushall()  # resets the group and the stream
+    tw(r2, "s", "new")
+    thread.join(5)
+    assert box.get("reply") == [b"new"]
+    reader.close()
+
+
+def test_asyncio_client_and_transactions(srv: ServerProcess) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    async def scenario() -> list[Any]:
+        client = redis.asyncio.Redis(port=srv.port, protocol=3)
+        await client.flushall()
+        await client.execute_command("TWRITE", "s", "ENTRIES", "a", "b")
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.execute_command("TWRITE", "s", "c")
+            pipe.execute_command("TREAD", "s", -2, 5, "WITHINFO")
+            pipe.execute_command("TREAD", "s", 0, 5, "GROUP", "g")
+            replies = await pipe.execute()
+        timeout = await client.execute_command("TREAD", "s", 10, 1, "BLOCK", 20)
+        await client.aclose()
+        return [*replies, timeout]
+
+    assert asyncio.run(scenario()) == [2, [[0, 2, 1, 2], b"b", b"c"], [b"a", b"b", b"c"], None]
+
+
+def test_pipelined_commands_wait_behind_a_blocked_read(r2: redis.Redis, srv: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+        sock.sendall(b"TREAD ord 0 5 BLOCK 5000\r\nPING\r\n")
+        wait_blocked(r2, 1)
+        tw(r2, "ord", "x")
+        out = b""
+        while not out.endswith(b"+PONG\r\n"):
+            out += sock.recv(1000)
+    assert out == b"*1\r\n$1\r\nx\r\n+PONG\r\n"
