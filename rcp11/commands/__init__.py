@@ -4,7 +4,8 @@ goes through (core.execute) and the handlers, one module per family.
     from rcp11.commands import execute, BLOCKED, COMMANDS
 
 execute_run() is an optional fast path a server may try first on a
-pipeline: a run of plain TWRITEs on one stream done with one append.
+pipeline: a run of plain TWRITEs on one stream done with one append
+(only worth calling when argv[0] is in RUN_COMMANDS).
 
 Importing the package registers every command.
 """
@@ -24,10 +25,11 @@ from rcp11.commands.core import (
     glob_to_regex,
     parse_int,
 )
-from rcp11.commands.streams import execute_run
+from rcp11.commands.streams import RUN_COMMANDS, execute_run
 
 __all__ = [
     "BLOCKED",
+    "RUN_COMMANDS",
     "COMMANDS",
     "Command",
     "admin",

@@ -75,7 +75,8 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 
 
 # Spellings a pipelined run is recognised by; any other goes one by one.
-_TWRITE_NAMES = frozenset({b"TWRITE", b"twrite"})
+# Public so a server can skip the execute_run() call for other commands.
+RUN_COMMANDS = frozenset({b"TWRITE", b"twrite"})
 # A run's AOF bytes must fit in the disk space persistence keeps reserved
 # ahead of the log (it checks before each write command, with a 128 KB
 # margin), so a run is cut at this many payload bytes.
@@ -94,7 +95,7 @@ def execute_run(
 
     Every command is still propagated (AOF) and counted on its own."""
     argv = commands[index]
-    if len(argv) != 3 or argv[0] not in _TWRITE_NAMES:
+    if len(argv) != 3 or argv[0] not in RUN_COMMANDS:
         return None
     key = argv[1]
     end = index + 1
@@ -102,7 +103,7 @@ def execute_run(
     limit = len(commands)
     while end < limit:
         follower = commands[end]
-        if len(follower) != 3 or follower[1] != key or follower[0] not in _TWRITE_NAMES:
+        if len(follower) != 3 or follower[1] != key or follower[0] not in RUN_COMMANDS:
             break
         size += len(follower[2])
         if size > _RUN_MAX_BYTES:
