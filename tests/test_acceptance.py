@@ -613,7 +613,6 @@ def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
     assert tr(c, "s", last, 1) == [None]
 
 
-@pytest.mark.xfail(strict=True, reason="bug B1: DEL + SAVE then kill -9 brings the key back")
 def test_del_then_save_survives_kill9(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     c = srv.client()
@@ -643,7 +642,6 @@ def test_corrupt_snapshot_refused_by_name(server_factory: Any) -> None:
         srv.start(timeout=15)
 
 
-@pytest.mark.xfail(strict=True, reason="bug B7: kill -9 right after SAVE raises next offset")
 def test_kill9_right_after_save_loads_snapshot_exactly(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     c = srv.client()
