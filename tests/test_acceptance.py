@@ -719,3 +719,16 @@ def test_pipelined_commands_wait_behind_a_blocked_read(r2: redis.Redis, srv: Ser
         while not out.endswith(b"+PONG\r\n"):
             out += sock.recv(1000)
     assert out == b"*1\r\n$1\r\nx\r\n+PONG\r\n"
+
+
+def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: Any) -> None:
+    srv = server_factory()
+    c = srv.client()
+    for i in range(5):
+        tw(c, "s", f"m{i}")
+    c.delete("s")
+    srv.kill9()
+    srv.start()
+    c = srv.client()
+    assert c.exists("s") == 0
+    assert tw(c, "s", "x") == 0
