@@ -751,6 +751,10 @@ def _libc() -> Any:
     return _LIBC[0]
 
 
+def _stream_nexts(state: ServerState) -> dict[bytes, int]:
+    return {k: v.next_offset for k, v in state.keyspace.data.items() if not isinstance(v, bytes)}
+
+
 def _close_in_background(fd: int) -> None:
     """Close an fd off the event loop: closing the last fd of a replaced AOF
     frees all its blocks, which takes long for a big file (Redis closes it
@@ -794,7 +798,7 @@ class _Child:
         self.started = time.time()
         self.dirty_at_fork = 0
         self.removal_seq_at_fork = 0
-        self.stream_keys: set[bytes] = set()
+        self.stream_keys: dict[bytes, int] = {}  # stream -> next offset at fork
         # AOF rewrite, after the child exited: moving the tail in.
         self.finishing = False
         self.fd = -1
@@ -1310,6 +1314,14 @@ class Persistence:
             elif key in self.reservations.marks:
                 self.reservations.queue_drop(key)
         self._drops = keep
+        if self.reservations._pending:
+            # Into the page cache now, so that a kill -9 right after the DEL
+            # became durable does not bring the stream back empty. No fsync:
+            # a lost drop record only leaves an empty stream with a gap.
+            try:
+                self.reservations.write([], durable=False)
+            except OSError as exc:
+                log.warning("Cannot update the offsets file: %s", exc.strerror or exc)
 
     def write_refused(self) -> str | None:
         if self._aof_error is not None or self._reservation_error is not None:
@@ -1443,7 +1455,7 @@ class Persistence:
 
     def _save_sync(self) -> bool:
         tmp = os.path.join(self.dir, f"temp-rcp11-{os.getpid()}.snap")
-        keys = {k for k, v in self.state.keyspace.data.items() if not isinstance(v, bytes)}
+        keys = _stream_nexts(self.state)
         started = time.monotonic()
         try:
             _write_snapshot_file(self.state, self.snapshot_path, tmp)
@@ -1455,14 +1467,43 @@ class Persistence:
         self._snapshot_done(self.state.dirty, keys, self._removal_seq)
         return True
 
-    def _snapshot_done(self, dirty_at_start: int, keys: set[bytes], removal_seq: int) -> None:
+    def _snapshot_done(self, dirty_at_start: int, keys: dict[bytes, int], removal_seq: int) -> None:
         self.state.dirty = max(0, self.state.dirty - dirty_at_start)
         self._lastsave = int(time.time())
         self.rdb_last_bgsave_status = "ok"
         self.rdb_saves += 1
-        self._snapshot_stream_keys = keys
+        self._snapshot_stream_keys = set(keys)
         self._snapshot_removal_seq = removal_seq
         self._settle_drops()
+        if self.aof_state == "off":
+            self._tighten_after_snapshot(keys)
+
+    def _tighten_after_snapshot(self, nexts: dict[bytes, int]) -> None:
+        """The snapshot just written is what the next start loads. A stream
+        not written since it was taken has every offset it ever handed out
+        below its next offset in that file: its mark can come down to that,
+        so a crash right after SAVE/BGSAVE leaves no gap. Not fsynced: if
+        the lowering is lost, the old (higher) mark only means a gap."""
+        marks = self.reservations.marks
+        lowered: list[tuple[bytes, int]] = []
+        for key, next_offset in nexts.items():
+            value = self.state.keyspace.data.get(key)
+            if (
+                value is not None
+                and not isinstance(value, bytes)
+                and value.next_offset == next_offset
+                and marks.get(key, -1) > next_offset
+            ):
+                lowered.append((key, next_offset))
+        if not lowered:
+            return
+        try:
+            self.reservations.write(lowered, durable=False)
+        except OSError as exc:
+            log.warning("Cannot update the offsets file: %s", exc.strerror or exc)
+            return
+        for key, next_offset in lowered:
+            marks[key] = next_offset
 
     def bgsave(self) -> Any:
         if self._child is not None:
@@ -1571,9 +1612,7 @@ class Persistence:
         child = _Child(kind, pid, tmp_path)
         child.dirty_at_fork = self.state.dirty
         child.removal_seq_at_fork = self._removal_seq
-        child.stream_keys = {
-            k for k, v in self.state.keyspace.data.items() if not isinstance(v, bytes)
-        }
+        child.stream_keys = _stream_nexts(self.state)
         self._child = child
         return child
 
