@@ -732,3 +732,25 @@ def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: An
     c = srv.client()
     assert c.exists("s") == 0
     assert tw(c, "s", "x") == 0
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bug B2: offset ceiling gives 2^63 replies and blocks shutdown"
+)
+def test_stream_at_offset_ceiling_reads_and_shuts_down(server_factory: Any) -> None:
+    # The only way to a stream at 2^63-1 without writing 2^63 messages: the
+    # AOF record the server itself logs when it raises a stream's next offset.
+    srv = server_factory(appendonly="yes", start=False)
+    record = [b"RCP11-RAISE-NEXT", b"s", b"%d" % (2**63 - 1)]
+    srv.dir.joinpath("appendonly.aof").write_bytes(
+        b"*3\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in record)
+    )
+    srv.start()
+    c = srv.client()
+    assert tw(c, "s", "last") == 2**63 - 1
+    with pytest.raises(redis.ResponseError):
+        tw(c, "s", "past")
+    c.execute_command("TEVICT", "s", 2**63 - 1)
+    info = tr(c, "s", -1, 1, "WITHINFO")[0]  # must be parseable int64s
+    assert info[1] == 2**63 - 1
+    assert srv.stop(timeout=5) == 0
