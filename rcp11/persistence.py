@@ -512,7 +512,11 @@ class OffsetReservations:
 
     @staticmethod
     def _encode(records: Iterable[tuple[bytes, int]]) -> bytes:
-        payload = b"".join(_U32.pack(len(k)) + k + _I64.pack(m) for k, m in records)
+        # A stream at the ceiling has next offset 2^63, one past what an i64
+        # holds; its mark stays 2^63-1 (no offset is left to hand out anyway).
+        payload = b"".join(
+            _U32.pack(len(k)) + k + _I64.pack(min(m, _MAX_OFFSET)) for k, m in records
+        )
         return _OFS_BATCH.pack(len(payload), zlib.crc32(payload)) + payload
 
     def load(self) -> dict[bytes, int]:
