@@ -918,18 +918,21 @@ class Persistence:
         boot = _boot_id()
         from_complete_aof = False
         try:
+            # Read first: _load_aof() must clear its "AOF complete" slot
+            # before it cuts a torn tail off the AOF.
+            marks = self.reservations.load()
             if self._yes("appendonly"):
                 if os.path.exists(self.aof_path):
-                    self._load_aof()
-                    from_complete_aof = True
+                    from_complete_aof = self._load_aof()
                 elif os.path.exists(self.snapshot_path):
                     self._snapshot_stream_keys = set(self._load_snapshot_file())
             elif os.path.exists(self.snapshot_path):
                 self._snapshot_stream_keys = set(self._load_snapshot_file())
-            marks = self.reservations.load()
             # Same boot as the run that wrote the AOF: the page cache kept
-            # every byte it wrote, so the AOF holds every acknowledged write
-            # and replaying it is exact; no gap needed.
+            # every byte it wrote, so an AOF loaded whole holds every
+            # acknowledged write and replaying it is exact; no gap needed.
+            # A torn tail means bytes were lost after all (power loss, a
+            # damaged disk, a copied file): only the marks are safe then.
             from_complete_aof = (
                 from_complete_aof and boot is not None and self.reservations.aof_boot == boot
             )
@@ -979,7 +982,10 @@ class Persistence:
         log.info("Snapshot %s loaded: %d keys", path, len(self.state.keyspace))
         return keys
 
-    def _load_aof(self) -> None:
+    def _load_aof(self) -> bool:
+        """Replay the AOF. Returns False when a torn tail was cut off: the
+        file then holds less than was acknowledged, so the caller must apply
+        the reservation marks whatever the offsets file's boot slot says."""
         from rcp11.commands import execute
 
         path = self.aof_path
@@ -1050,12 +1056,22 @@ class Persistence:
                 cut,
             )
             try:
+                # Cleared durably before the cut: a crash after it would
+                # otherwise leave a whole-looking AOF that the slot vouches
+                # for, and the lost offsets would be handed out again.
+                self.reservations.set_aof_boot(None)
+            except OSError as exc:
+                raise PersistenceError(
+                    f"{self.reservations.path}: cannot write: {exc.strerror}"
+                ) from exc
+            try:
                 with open(path, "r+b") as file:
                     file.truncate(cut)
                     os.fsync(file.fileno())
             except OSError as exc:
                 raise PersistenceError(f"{path}: cannot truncate: {exc.strerror}") from exc
         log.info("AOF %s loaded: %d keys", path, len(state.keyspace))
+        return torn_at is None
 
     def _replay(
         self,

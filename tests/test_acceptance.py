@@ -598,7 +598,6 @@ def test_kill9_never_reuses_offsets(server_factory: Any, mode: str) -> None:
         assert tr(c, "s", 0, 5) == [f"a{i}".encode() for i in range(5)]
 
 
-@pytest.mark.xfail(strict=True, reason="bug B3: torn AOF tail lets offsets be reused")
 def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes")
     c = srv.client()
