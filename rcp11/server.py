@@ -246,6 +246,8 @@ class Connection(asyncio.Protocol):
         server = self.server
         state = server.state
         execute = server.execute
+        execute_run = server.execute_run
+        run_commands = server.run_commands
         blocked_marker = server.blocked_marker
         out = self.out
         ran = False
@@ -256,7 +258,17 @@ class Connection(asyncio.Protocol):
                     break
                 ran = True
                 stop = False
-                for index, argv in enumerate(commands):
+                index = 0
+                total = len(commands)
+                while index < total:
+                    if total - index > 1 and commands[index][0] in run_commands:
+                        # A run of TWRITEs on one stream: one append for all.
+                        run = execute_run(state, client, commands, index)
+                        if run is not None:
+                            out.append(b"".join([b":%d\r\n" % offset for offset in run]))
+                            index += len(run)
+                            continue
+                    argv = commands[index]
                     try:
                         reply = execute(state, client, argv)
                     except Exception as exc:  # a handler bug must not kill the server
@@ -278,6 +290,7 @@ class Connection(asyncio.Protocol):
                         # unblocked (or is dropped with the connection).
                         parser.push_back(commands[index + 1 :])
                         break
+                    index += 1
                 if self.check_auth and client.authenticated:
                     self.check_auth = parser.unauthenticated = False
                 if stop:
@@ -396,6 +409,10 @@ class Server:
         self.loop = loop
         self.execute: Callable[[ServerState, ClientState, list[bytes]], Any] = commands.execute
         self.blocked_marker = commands.BLOCKED
+        self.execute_run: Callable[
+            [ServerState, ClientState, list[list[bytes]], int], list[int] | None
+        ] = commands.execute_run
+        self.run_commands: frozenset[bytes] = commands.RUN_COMMANDS
         # The command layer's own clean-up for a gone client (blocked read,
         # WATCHed keys, MULTI queue) when it offers one.
         self.client_disconnected: Callable[[ServerState, ClientState], None] | None = getattr(
