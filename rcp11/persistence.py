@@ -829,6 +829,11 @@ class Persistence:
         self.snapshot_path = os.path.join(self.dir, str(config.get("dbfilename")))
         self.aof_path = os.path.join(self.dir, str(config.get("appendfilename")))
         self.reservations = OffsetReservations(self.snapshot_path + ".offsets")
+        # CONFIG SET dir moves the offsets file but not the open AOF; a next
+        # start would pair that file with whatever AOF sits in the new dir,
+        # so its slot may then never vouch for an AOF.
+        self._aof_dir = self.dir
+        self._offsets_beside_aof = True
         # AOF: "off", "on", or "wait_rewrite" (turned on at runtime; its
         # first file is being written by a rewrite child).
         self.aof_state = "off"
@@ -1259,7 +1264,8 @@ class Persistence:
 
     def _mark_aof_complete(self, complete: bool) -> None:
         try:
-            self.reservations.set_aof_boot(_boot_id() if complete else None)
+            vouch = complete and self._offsets_beside_aof
+            self.reservations.set_aof_boot(_boot_id() if vouch else None)
         except OSError as exc:
             self._set_reservation_error(exc)
 
@@ -1959,14 +1965,18 @@ class Persistence:
         new_dir = configured if os.path.isabs(configured) else os.getcwd()
         snapshot_path = os.path.join(new_dir, str(self._conf("dbfilename")))
         new_offsets = snapshot_path + ".offsets"
+        beside_aof = os.path.realpath(new_dir) == os.path.realpath(self._aof_dir)
         if new_offsets != self.reservations.path:
-            old_path = self.reservations.path
+            old_path, old_boot = self.reservations.path, self.reservations.aof_boot
             self.reservations.path = new_offsets
+            if not beside_aof:
+                self.reservations.aof_boot = None
             try:
                 self.reservations.rewrite(dict(self.reservations.marks))
             except OSError as exc:
-                self.reservations.path = old_path
+                self.reservations.path, self.reservations.aof_boot = old_path, old_boot
                 raise ConfigError(f"can't write {new_offsets}: {exc.strerror}") from None
+        self._offsets_beside_aof = beside_aof
         self.dir = new_dir
         self.snapshot_path = snapshot_path
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -504,6 +505,26 @@ def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Pat
     assert client.execute_command("TREAD", "s", 0, 3) == [b"a", b"b", b"c"]
     # The offset of "lost" is never handed out again.
     assert twrite(client, "s", b"new") > 3
+
+
+def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path: Path) -> None:
+    # The open AOF stays in the old dir; the AOF a later start finds in the
+    # new dir (here an old copy) must not be taken as holding every write.
+    srv = server_factory(appendonly="yes")
+    client = srv.client()
+    for index in range(5):
+        twrite(client, "s", b"m%d" % index)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(srv.dir / "appendonly.aof", elsewhere / "appendonly.aof")
+    client.config_set("dir", str(elsewhere))
+    last = [twrite(client, "s", b"n%d" % index) for index in range(5)][-1]
+    srv.kill9()
+    srv.directives["dir"] = str(elsewhere)
+    srv.start()
+    client = srv.client()
+    assert twrite(client, "s", b"new") > last
+    assert client.execute_command("TREAD", "s", last, 1) == [None]
 
 
 def aof_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
