@@ -671,9 +671,6 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
     assert info["stream_messages"] == 379
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug B8: group key deleted while waiting skips the waking message"
-)
 def test_blocked_groupnew_reader_gets_next_write_after_group_reset(
     r2: redis.Redis, srv: ServerProcess
 ) -> None:

@@ -47,6 +47,13 @@ def _flush(state: ServerState, argv: list[bytes]) -> Any:
         raise CommandError(errors.SYNTAX)
     state.keyspace.flush()
     state.propagate([b"FLUSHALL"])
+    blocking = state.blocking
+    if blocking is not None and blocking.active:
+        # Waiting group readers must re-resolve their start against the now
+        # empty keyspace before the next write, or a GROUPNEW reader would
+        # resolve it after that write and skip the message that wakes it.
+        for key in list(blocking.waiting):
+            blocking.signal_key(key)
     return OK
 
 
