@@ -70,11 +70,13 @@ def stream_reply(
     body = stream.read_resp(start, n, resp3) if n > 0 else b""
     if withinfo:
         first = stream.first_offset if stream is not None else 0
+        # A stream that wrote offset 2^63-1 has next offset 2^63, which no
+        # RESP integer holds: the info reports the ceiling instead.
         head = b"*%d\r\n*4\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n" % (
             n + 1,
-            first,
+            min(first, _MAX_OFFSET),
             next_offset - 1,
-            start,
+            min(start, _MAX_OFFSET),
             n,
         )
     else:
@@ -96,7 +98,9 @@ def group_position(state: ServerState, group: bytes) -> int | None:
         return None
     if not isinstance(value, bytes):
         raise CommandError(errors.WRONGTYPE)
-    if not _OFFSET_RE.fullmatch(value) or int(value) > _MAX_OFFSET:
+    # 2^63 is the group position past a stream's last possible message: the
+    # server writes it itself, so it must read it back.
+    if not _OFFSET_RE.fullmatch(value) or int(value) > _MAX_OFFSET + 1:
         raise CommandError(errors.group_not_offset(group))
     return int(value)
 
