@@ -237,39 +237,30 @@ class BlockingManager:
             try:
                 stream = lookup_stream(state, key)
                 next_offset = stream.next_offset if stream is not None else 0
+                position = None
                 if request.group is None:
                     start = request.start
-                    if start >= next_offset:
-                        continue
-                    reply, n = stream_reply(
-                        stream,
-                        start,
-                        request.count,
-                        request.withinfo,
-                        request.client.resp == 3,
-                        next_offset,
-                    )
                 else:
                     position = group_position(state, request.group)
                     start = position
                     if start is None:
                         start = group_default_start(stream, request.group_new)
-                    if start >= next_offset:
-                        if position is None:
-                            # The group key was deleted while this reader
-                            # waited: recreate it, as blocking would have.
-                            set_group_position(state, request.group, start)
-                        continue
-                    reply, n = stream_reply(
-                        stream,
-                        start,
-                        request.count,
-                        request.withinfo,
-                        request.client.resp == 3,
-                        next_offset,
-                    )
-                    if start + n != position:
-                        set_group_position(state, request.group, start + n)
+                if start >= next_offset:
+                    if request.group is not None and position is None:
+                        # The group key was deleted while this reader
+                        # waited: recreate it, as blocking would have.
+                        set_group_position(state, request.group, start)
+                    continue
+                reply, n = stream_reply(
+                    stream,
+                    start,
+                    request.count,
+                    request.withinfo,
+                    request.client.resp == 3,
+                    next_offset,
+                )
+                if request.group is not None and start + n != position:
+                    set_group_position(state, request.group, start + n)
             except CommandError as exc:
                 # The key turned into a string (or the group key into
                 # garbage): the reader gets the error TREAD would now give.
