@@ -134,6 +134,15 @@ def server_factory(tmp_path: Path) -> Iterator:
         srv.kill9()
 
 
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server shared by a test module (its tests flush it as needed):
+    starting one per test would dominate the run time on a small machine."""
+    server = ServerProcess(tmp_path_factory.mktemp("module-server")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def server(server_factory) -> ServerProcess:
     """One running server with persistence off."""

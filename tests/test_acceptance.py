@@ -23,13 +23,6 @@ from conftest import ServerProcess, require
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("acceptance")).start()
-    yield server
-    server.kill9()
-
-
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
 def r(srv: ServerProcess, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     client = srv.client(protocol=request.param)

@@ -29,13 +29,6 @@ def rcp11(
     )
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("cli")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def client(srv: ServerProcess) -> Iterator[Client]:
     c = Client(host="127.0.0.1", port=srv.port)

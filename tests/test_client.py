@@ -17,15 +17,6 @@ from conftest import REPO, ServerProcess
 from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # One server for the module (tests flush it): starting one per test would
-    # dominate the run time on a small machine.
-    server = ServerProcess(tmp_path_factory.mktemp("client")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
 def client(request: pytest.FixtureRequest, srv: ServerProcess) -> Iterator[Client]:
     c = Client(host="127.0.0.1", port=srv.port, protocol=request.param)

@@ -21,13 +21,6 @@ from conftest import ServerProcess, free_port, require
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("commands")).start()
-    yield server
-    server.kill9()
-
-
 @pytest.fixture
 def r(srv: ServerProcess) -> Iterator[redis.Redis]:
     client = srv.client(protocol=2)

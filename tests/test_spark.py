@@ -19,13 +19,6 @@ from rcp11.client import Client
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("spark-srv")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession

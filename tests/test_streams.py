@@ -20,14 +20,6 @@ from conftest import ServerProcess, require
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # One server for the module: starting one costs more than all the tests.
-    server = ServerProcess(tmp_path_factory.mktemp("streams")).start()
-    yield server
-    server.kill9()
-
-
 @pytest.fixture
 def r(srv: ServerProcess) -> Iterator[redis.Redis]:
     client = srv.client(protocol=2)
