@@ -413,10 +413,10 @@ class Server:
             [ServerState, ClientState, list[list[bytes]], int], list[int] | None
         ] = commands.execute_run
         self.run_commands: frozenset[bytes] = commands.RUN_COMMANDS
-        # The command layer's own clean-up for a gone client (blocked read,
-        # WATCHed keys, MULTI queue) when it offers one.
-        self.client_disconnected: Callable[[ServerState, ClientState], None] | None = getattr(
-            commands, "client_disconnected", None
+        # The command layer's clean-up for a gone client (blocked read,
+        # WATCHed keys, MULTI queue).
+        self.client_disconnected: Callable[[ServerState, ClientState], None] = (
+            commands.client_disconnected
         )
         self.connections: dict[int, Connection] = {}
         self.listeners: list[asyncio.AbstractServer] = []
@@ -618,20 +618,7 @@ class Server:
         state.clients.pop(client.id, None)
         self.connections.pop(client.id, None)
         client.closing = True
-        if self.client_disconnected is not None:
-            self.client_disconnected(state, client)
-            return
-        blocking = state.blocking
-        if blocking is not None and client.blocked is not None:
-            blocking.remove(client)
-        watchers = state.keyspace.watchers
-        for key in client.watched:
-            waiting = watchers.get(key)
-            if waiting is not None:
-                waiting.discard(client)
-                if not waiting:
-                    del watchers[key]
-        client.watched.clear()
+        self.client_disconnected(state, client)
 
     # -- cron --------------------------------------------------------------------
 
