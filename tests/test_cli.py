@@ -183,6 +183,10 @@ def test_consume_block_exits_after_waiting_in_vain(client: Client, port: str) ->
     assert result.stdout == b"only\n"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> None:
     client.twrite("s", b"a", b"b")
     proc = subprocess.Popen(
@@ -190,6 +194,10 @@ def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> 
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # A CI runner may start us with SIGINT ignored (a background job), and
+        # Python then keeps it ignored in the child: give the follower the
+        # default a user at a terminal has, so Ctrl-C means KeyboardInterrupt.
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stdout is not None
