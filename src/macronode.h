@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 5
+#define MN_ABI_VERSION 6
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -104,6 +104,11 @@ int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
  * the caller knows n and writes it. */
 int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
                  mn_buf *out);
+/* The same, with `prefix_len` bytes of `prefix` (e.g. the caller's array
+ * header) written first, so that the whole reply is one buffer. Nothing is
+ * appended on error. */
+int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+                          const char *prefix, size_t prefix_len, mn_buf *out);
 
 /* Same range, for callers that want the messages themselves: appends the
  * payloads back to back to out and writes lens[i] (-1 for null). */

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from rcp11.storage import (
+    MAX_MESSAGE_BYTES,
     MAX_OFFSET,
     CorruptDataError,
     InvalidArgumentError,
+    MessageTooBigError,
     OffsetOverflowError,
     Stream,
     validate_node_blob,
@@ -122,6 +124,40 @@ def test_empty_and_binary_messages() -> None:
 def test_append_nothing_is_an_error() -> None:
     with pytest.raises(InvalidArgumentError):
         Stream().append([])
+
+
+class ClaimsLength(bytes):
+    """A message that reports a length it does not have, to reach the size
+    limits without allocating 4 GB."""
+
+    claimed = 0
+
+    def __len__(self) -> int:
+        return self.claimed
+
+
+@pytest.mark.parametrize("claimed", [MAX_MESSAGE_BYTES + 1, 2**32, 2**40])
+def test_too_big_message_in_a_batch_appends_nothing(claimed: int) -> None:
+    s = filled(5)
+    before = list(s.dump())
+    huge = ClaimsLength(b"x")
+    huge.claimed = claimed
+    with pytest.raises(MessageTooBigError):
+        s.append([b"ok", huge, b"ok"])
+    assert list(s.dump()) == before
+    assert s.next_offset == 5
+    assert s.append([b"after", b"it"]) == 5
+
+
+def test_read_resp_writes_a_prefix_before_the_messages() -> None:
+    s = filled(10)
+    s.evict_upto(2)
+    expected = [None] * 3 + [msg(i) for i in range(3, 10)]
+    assert s.read_resp(0, 10, False, b"*10\r\n") == b"*10\r\n" + resp_of(expected)
+    assert s.read_resp(1, 4, True, b"*4\r\n") == b"*4\r\n" + resp_of(expected[1:5], True)
+    assert s.read_resp(10, 0, False, b"*0\r\n") == b"*0\r\n"
+    with pytest.raises(InvalidArgumentError):
+        s.read_resp(5, 6, False, b"*6\r\n")
 
 
 def test_bad_construction_arguments() -> None:
@@ -309,6 +345,24 @@ def test_tiny_streams_stay_tiny() -> None:
         s.append([bytes(100)])
     # The active node grows its blob by half at a time.
     assert s.memory_bytes < 1.5 * 10 * 100 + 400
+
+
+def test_active_node_reserves_its_projected_size_and_seals_without_slack() -> None:
+    s = Stream(max_entries=100)
+    batch = [bytes(100)] * 10
+    for _ in range(10):
+        s.append(batch)  # fills the first node exactly
+    one_node = s.memory_bytes
+    s.append(batch)
+    # The second node reserved its blob for 100 messages (plus headroom) at once...
+    reserved = s.memory_bytes - one_node
+    assert 100 * 100 <= reserved < 100 * 100 * 1.2 + 100 * 4 + 200
+    for _ in range(8):
+        s.append(batch)
+    assert s.memory_bytes - one_node == reserved  # ...so filling it grew nothing
+    s.append(batch)  # the now full second node gave its slack back
+    assert s.memory_bytes - one_node < reserved
+    assert_reads(s, [bytes(100)] * 200)
 
 
 def test_memory_is_given_back_per_node() -> None:

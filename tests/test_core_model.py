@@ -5,11 +5,12 @@ against a plain Python list of offsets."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rcp11.storage import MAX_OFFSET, OffsetOverflowError, Stream
+from rcp11.storage import MAX_OFFSET, InvalidArgumentError, OffsetOverflowError, Stream
 
 messages = st.lists(st.binary(max_size=120), min_size=1, max_size=40)
 
@@ -104,11 +105,19 @@ class StreamModel(RuleBasedStateMachine):
         for resp3, null in ((False, b"$-1\r\n"), (True, b"_\r\n")):
             expected = b"".join(null if m is None else b"$%d\r\n%s\r\n" % (len(m), m) for m in want)
             assert self.stream.read_resp(start, count, resp3) == expected
+            header = b"*%d\r\n" % count
+            assert self.stream.read_resp(start, count, resp3, header) == header + expected
 
     @invariant()
     def counters_match(self) -> None:
         s = self.stream
         assert s.next_offset == self.next
+        assert s.last_offset == self.next - 1
+        # Stream caches next_offset; the C core's own range check must agree.
+        assert s.read_resp(self.next, 0, False) == b""
+        if self.next <= MAX_OFFSET:
+            with pytest.raises(InvalidArgumentError):
+                s.read_resp(self.next, 1, False)
         assert s.length == len(self.readable)
         assert s.payload_bytes == sum(map(len, self.readable.values()))
         assert s.first_offset == next(iter(self.readable), self.next)

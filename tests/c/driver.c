@@ -373,6 +373,14 @@ static void test_arguments(void) {
     CHECK(mn_read_resp(s, 0, 2, MN_NULL_RESP3, &out) == MN_OK);
     CHECK(mn_read_resp(s, 1, 1, MN_NULL_RESP3, &out) == MN_OK);
     CHECK(out.len == 17 && memcmp(out.data, "_\r\n$1\r\nx\r\n$1\r\nx\r\n", 17) == 0);
+    /* A prefix goes first; an error appends nothing, not even the prefix. */
+    out.len = 0;
+    CHECK(mn_read_resp_prefixed(s, 0, 2, MN_NULL_RESP2, "*2\r\n", 4, &out) == MN_OK);
+    CHECK(out.len == 16 && memcmp(out.data, "*2\r\n$-1\r\n$1\r\nx\r\n", 16) == 0);
+    CHECK(mn_read_resp_prefixed(s, 0, 3, MN_NULL_RESP2, "*3\r\n", 4, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp_prefixed(s, 0, 1, MN_NULL_RESP2, NULL, 4, &out) == MN_ERR_ARG);
+    CHECK(mn_read_resp_prefixed(s, 2, 0, MN_NULL_RESP3, "*0\r\n", 4, &out) == MN_OK);
+    CHECK(out.len == 20 && memcmp(out.data + 16, "*0\r\n", 4) == 0);
     mn_buf_free(&out);
     mn_stream_free(s);
     mn_stream_free(NULL);
