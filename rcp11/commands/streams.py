@@ -276,7 +276,8 @@ def _tread_plain(
     state: ServerState, client: ClientState, key: bytes, offset: int, count: int
 ) -> Raw:
     """TREAD key offset count without options, the consumers' hot path:
-    stream_reply() inlined, the array header joined to the C-formatted body."""
+    stream_reply() inlined, the C core writes the array header and the body
+    into one buffer."""
     keyspace = state.keyspace
     stream = keyspace.get(key) if keyspace.expires else keyspace.data.get(key)
     if stream is None:
@@ -289,7 +290,7 @@ def _tread_plain(
     if n <= 0:
         return _EMPTY_ARRAY
     state.stats.total_messages_read += n
-    return Raw(b"*%d\r\n" % n + stream.read_resp(start, n, client.resp == 3))
+    return Raw(stream.read_resp(start, n, client.resp == 3, b"*%d\r\n" % n))
 
 
 _EMPTY_ARRAY = Raw(b"*0\r\n")
