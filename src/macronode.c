@@ -236,14 +236,6 @@
  * nodes have no slack at all. */
 #define MN_BLOB_PROJECTION_HEADROOM_PCT 12
 
-/* A node started after another one (not lone) reserves its blob for the
- * projected full size at once instead of growing it by half: a stream
- * written 100 messages at a time would otherwise reallocate (and copy) a
- * 100 KB blob six times per node, which measured ~5 us of a 7 us append of
- * 100 x 100 bytes. Capped here so one big first message cannot reserve
- * max_entries times its size; the blob grows by half past the cap. */
-#define MN_BLOB_INITIAL_MAX ((uint64_t)1 << 20)
-
 /* Serialized formats. */
 #define MN_FORMAT_VERSION 2
 #define MN_HEADER_BYTES 40
@@ -835,15 +827,6 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next) {
  * Append
  * --------------------------------------------------------------------- */
 
-/* Blob capacity for a new active node that starts with `count` messages of
- * `bytes` bytes: the projected full node (see MN_BLOB_INITIAL_MAX). */
-static uint64_t mn_blob_initial_cap(uint64_t bytes, uint32_t count, uint32_t max) {
-    uint64_t projected = bytes * max / count;
-    projected += projected * MN_BLOB_PROJECTION_HEADROOM_PCT / 100;
-    if (projected > MN_BLOB_INITIAL_MAX) projected = MN_BLOB_INITIAL_MAX;
-    return projected > bytes ? projected : bytes;
-}
-
 /* Appending is two-phase so that it is atomic. Phase one plans where every
  * message goes and allocates everything: growth of the tail's table and
  * blob, every new node, and head levels. Only growth of capacity happens
@@ -913,10 +896,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             i++;
         }
         uint32_t cap = (lone && count < max) ? count : max;
-        uint64_t blob_cap = bytes;
-        if (!lone && i == n && count < max) blob_cap = mn_blob_initial_cap(bytes, count, max);
         uint8_t level = mn_random_level(s);
-        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)blob_cap);
+        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)bytes);
         if (node == NULL) goto nomem;
         node->count = count; /* provisional: phase two fills the table */
         if (chain == NULL) chain = node;

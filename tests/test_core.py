@@ -347,24 +347,6 @@ def test_tiny_streams_stay_tiny() -> None:
     assert s.memory_bytes < 1.5 * 10 * 100 + 400
 
 
-def test_active_node_reserves_its_projected_size_and_seals_without_slack() -> None:
-    s = Stream(max_entries=100)
-    batch = [bytes(100)] * 10
-    for _ in range(10):
-        s.append(batch)  # fills the first node exactly
-    one_node = s.memory_bytes
-    s.append(batch)
-    # The second node reserved its blob for 100 messages (plus headroom) at once...
-    reserved = s.memory_bytes - one_node
-    assert 100 * 100 <= reserved < 100 * 100 * 1.2 + 100 * 4 + 200
-    for _ in range(8):
-        s.append(batch)
-    assert s.memory_bytes - one_node == reserved  # ...so filling it grew nothing
-    s.append(batch)  # the now full second node gave its slack back
-    assert s.memory_bytes - one_node < reserved
-    assert_reads(s, [bytes(100)] * 200)
-
-
 def test_memory_is_given_back_per_node() -> None:
     s = filled(1000, max_entries=100)
     per_node = s.memory_bytes / 10
