@@ -29,6 +29,9 @@ from rcp11.resp import Raw
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import OffsetOverflowError, StorageError
 
+# The usual spellings of ENTRIES, matched before the general option parser.
+_ENTRIES_SPELLINGS = frozenset({b"ENTRIES", b"entries"})
+
 
 @command(
     "twrite",
@@ -42,6 +45,9 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     key = argv[1]
     if len(argv) == 3:
         entries = argv[2:]  # the simple form: one entry, whatever its bytes
+        backlog = None
+    elif argv[2] in _ENTRIES_SPELLINGS and len(argv) > 3:
+        entries = argv[3:]  # TWRITE key ENTRIES e1 e2 ...: no option to parse
         backlog = None
     else:
         entries, backlog = _twrite_options(argv)
