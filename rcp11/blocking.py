@@ -132,7 +132,8 @@ class BlockingManager:
         # Keys signalled since the last serve_ready(); the command layer
         # skips the call while it is empty (the usual case).
         self.ready: dict[bytes, None] = {}
-        self._deadlines: list[tuple[float, int, BlockRequest]] = []
+        # Public: the server's flush skips next_deadline() while it is empty.
+        self.deadlines: list[tuple[float, int, BlockRequest]] = []
         self._sequence = itertools.count()
 
     def __len__(self) -> int:
@@ -150,7 +151,7 @@ class BlockingManager:
             streams = self._groups.setdefault(request.group, {})
             streams[request.key] = streams.get(request.key, 0) + 1
         if request.deadline is not None:
-            heapq.heappush(self._deadlines, (request.deadline, next(self._sequence), request))
+            heapq.heappush(self.deadlines, (request.deadline, next(self._sequence), request))
         self.state.stats.blocked_clients += 1
 
     def signal_key(self, key: bytes) -> None:
@@ -181,7 +182,7 @@ class BlockingManager:
         array. now: time.monotonic() seconds."""
         now = time.monotonic() if now is None else now
         timed_out: list[ClientState] = []
-        heap = self._deadlines
+        heap = self.deadlines
         while heap and heap[0][0] <= now:
             request = heapq.heappop(heap)[2]
             if request.client.blocked is request:
@@ -193,7 +194,7 @@ class BlockingManager:
     def next_deadline(self) -> float | None:
         """The earliest pending timeout (time.monotonic() seconds), for a
         server that wants to wake exactly then instead of at its next tick."""
-        heap = self._deadlines
+        heap = self.deadlines
         while heap and heap[0][2].client.blocked is not heap[0][2]:
             heapq.heappop(heap)
         return heap[0][0] if heap else None

@@ -325,12 +325,63 @@ def _parse_int(data: bytes) -> int | None:
 # to find where the commands hiredis parsed end in the raw buffer.
 _BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
-# Below this many buffered bytes (one small command, as a non-pipelining
-# client sends) setting up hiredis costs more than the Python parser.
-_FAST_MIN_BYTES = 128
+# '*' characters _huge_header() checks one by one before it hands the rest
+# of the buffer to the regex (a pipeline holds one per command).
+_STAR_PROBES = 8
+# Below this many bytes one regex scan costs less than the finds.
+_HUGE_REGEX_BELOW = 1024
 # Commands of up to 99999 arguments take the hiredis path.
 _FAST_MAX_COUNT_DIGITS = 5
 _HUGE_AGGREGATE = re.compile(rb"\n[*%%~>|]\d{%d}" % (_FAST_MAX_COUNT_DIGITS + 1))
+
+
+def _huge_header(buf: bytes, start: int, size: int) -> int:
+    """Where the parse must stop so that no aggregate header after start
+    announcing a huge count reaches hiredis: the header's position, or size.
+
+    memchr-speed finds for the usual case (a few '*' headers, none of the
+    RESP3 aggregate types); the regex for anything else.
+    """
+    if size - start < _HUGE_REGEX_BELOW:
+        return _huge_regex_cut(buf, start, size)
+    find = buf.find
+    if (
+        find(b"%", start, size) >= 0
+        or find(b"~", start, size) >= 0
+        or find(b">", start, size) >= 0
+        or find(b"|", start, size) >= 0
+    ):
+        return _huge_regex_cut(buf, start, size)
+    star = find(b"*", start, size)
+    for _ in range(_STAR_PROBES):
+        if star < 0:
+            return size
+        if buf[star - 1] == 10 and find(b"\r", star, star + _FAST_MAX_COUNT_DIGITS + 2) < 0:
+            return star
+        star = find(b"*", star + 1, size)
+    return _huge_regex_cut(buf, star, size) if star >= 0 else size
+
+
+def _huge_regex_cut(buf: bytes, start: int, size: int) -> int:
+    huge = _HUGE_AGGREGATE.search(buf, start - 1, size)
+    return size if huge is None else huge.start() + 1
+
+
+def _canonical_size(commands: list[Any]) -> tuple[int, int]:
+    """(bytes, widest argument count) of these commands encoded as plain
+    arrays of bulk strings; bytes is -1 when one is not an array. Raises
+    TypeError for an element that is not a string, IndexError for an
+    argument of 16 KB or more (list.__getitem__ keeps the loops in C)."""
+    if len(commands) == 1:
+        argv = commands[0]
+        count = len(argv)
+        total = _ARRAY_HEADER_SIZES[count] + sum(map(_BULK_SIZES.__getitem__, map(len, argv)))
+        return (total if type(argv) is list else -1), count
+    if set(map(type, commands)) != {list}:
+        return -1, 0
+    total = sum(map(_BULK_SIZES.__getitem__, map(len, chain.from_iterable(commands))))
+    total += sum(map(_ARRAY_HEADER_SIZES.__getitem__, map(len, commands)))
+    return total, max(map(len, commands))
 
 
 def _bulk_size_of(length: int) -> int:
@@ -383,9 +434,19 @@ class RequestParser:
         self._need = 0
         self._ready: deque[list[bytes]] = deque()
         self._error: ProtocolError | None = None
+        # Kept empty between parses: creating one costs as much as parsing a
+        # small command with it.
+        self._reader = hiredis.Reader()
 
     def feed(self, data: bytes) -> None:
-        self._more += data
+        if not self._more and self._pos >= len(self._buf) and type(data) is bytes:
+            # Nothing buffered: parse the bytes as they came, no copy.
+            self._buf = data
+            self._pos = 0
+            if len(data) <= self.query_buffer_limit or not self.query_buffer_limit:
+                return
+        else:
+            self._more += data
         if self.query_buffer_limit and self.buffered() > self.query_buffer_limit:
             raise QueryBufferLimitError(
                 f"query buffer of {self.buffered()} bytes passed {self.query_buffer_limit}"
@@ -409,12 +470,60 @@ class RequestParser:
             raise self._error
         return None
 
+    def take(self, data: bytes) -> list[list[bytes]]:
+        """feed(data), then drain(): with a short cut for the usual read, one
+        or more whole requests arriving into an empty buffer."""
+        if (
+            self._ready
+            or self._more
+            or self._pos < len(self._buf)
+            or self._args is not None
+            or self._error is not None
+            or self.unauthenticated
+            or type(data) is not bytes
+            or data[:1] != b"*"
+        ):
+            self.feed(data)
+            return self.drain()
+        size = len(data)
+        if (
+            data.find(b"\r", 1, _FAST_MAX_COUNT_DIGITS + 2) < 0
+            or size > self.query_buffer_limit > 0
+            or (
+                _HUGE_AGGREGATE.search(data) is not None
+                if size < _HUGE_REGEX_BELOW
+                else _huge_header(data, 1, size) != size
+            )
+        ):
+            self.feed(data)
+            return self.drain()
+        commands = self._hiredis_parse(data, 0, size)
+        try:
+            total, count = _canonical_size(commands) if commands else (-1, 0)
+        except (TypeError, IndexError):
+            total = -1
+        if (
+            total != size
+            or data[size - 2 :] != b"\r\n"
+            or total > self.max_bulk_len
+            or count > self.max_multibulk_len
+        ):
+            # A partial command, or something only the exact parser judges.
+            self._reader = hiredis.Reader()
+            self.feed(data)
+            return self.drain()
+        if not count:
+            commands = list(filter(None, commands))  # "*0" requests are skipped
+        return commands
+
     def drain(self) -> list[list[bytes]]:
         """Every complete command available now (gets() in bulk: one call per
         read instead of one per command). Raises the pending ProtocolError
         once the commands before it were taken."""
         ready = self._ready
         if not ready and self._error is None:
+            if self._pos >= len(self._buf) and not self._more:
+                return []  # the usual second call: everything was taken
             if self._need and self.buffered() < self._need:
                 return []
             self._parse_available()
@@ -460,11 +569,7 @@ class RequestParser:
                         if argv:
                             ready.append(argv)
                         continue
-                    if (
-                        not self.unauthenticated
-                        and len(self._buf) - self._pos > _FAST_MIN_BYTES
-                        and self._fast()
-                    ):
+                    if not self.unauthenticated and self._fast():
                         continue
                 argv = self._multibulk()
                 if argv is None:
@@ -490,45 +595,62 @@ class RequestParser:
         size = len(buf)
         # hiredis allocates a whole list as soon as it reads "*<count>", so a
         # huge count must never reach it: the first header is checked here,
-        # every later one (top level or nested, also %, ~, > and |) follows a
-        # newline and is found by the search, which cuts the batch short.
+        # every later one (top level or nested) is cut off by _huge_header.
         if buf.find(b"\r", pos, pos + _FAST_MAX_COUNT_DIGITS + 2) < 0:
             return False
-        huge = _HUGE_AGGREGATE.search(buf, pos)
-        if huge is not None:
-            size = huge.start() + 1
-        reader = hiredis.Reader()
-        reader.feed(buf, pos, size - pos)
+        size = _huge_header(buf, pos + 1, size)
+        commands = self._hiredis_parse(buf, pos, size)
+        if commands is None:
+            return self._fast_checked(size)
+        if not commands:
+            # One incomplete command: the slow path assembles it as it
+            # trickles in, without parsing it again on every read.
+            self._reader = hiredis.Reader()
+            return False
+        try:
+            # list.__getitem__ keeps these loops in C; an argument of 16 KB or
+            # more (IndexError) takes the per-command path. A status, integer
+            # or null element has no len() (TypeError).
+            total, count = _canonical_size(commands)
+        except (TypeError, IndexError):
+            self._reader = hiredis.Reader()
+            return self._fast_checked(size)
+        end = pos + total
+        if end != size:
+            # A partial command stays in the reader: start the next parse
+            # from a clean one at the command's first byte.
+            self._reader = hiredis.Reader()
+        if (
+            end > size
+            or (end < size and buf[end] != 42)
+            or buf[end - 2 : end] != b"\r\n"
+            or total > self.max_bulk_len
+            or count > self.max_multibulk_len
+        ):
+            return self._fast_checked(size)
+        if count:
+            self._ready.extend(commands)
+        else:
+            self._ready.extend(filter(None, commands))  # "*0" requests are skipped
+        self._pos = end
+        return True
+
+    def _hiredis_parse(self, buf: bytes, start: int, end: int) -> list[Any] | None:
+        """Every complete reply hiredis reads in buf[start:end] (a partial
+        one stays in the reader); None when it refused the input, and the
+        reader is then replaced."""
+        reader = self._reader
+        reader.feed(buf, start, end - start)
         commands: list[Any] = []
         append = commands.append
         gets = reader.gets
         try:
             while (argv := gets()) is not False:
                 append(argv)
-        except hiredis.ProtocolError:
-            return self._fast_checked(size)
-        if not commands:
-            return False
-        try:
-            # list.__getitem__ keeps these loops in C; an argument of 16 KB or
-            # more (IndexError) takes the per-command path.
-            total = sum(map(_BULK_SIZES.__getitem__, map(len, chain.from_iterable(commands))))
-            total += sum(map(_ARRAY_HEADER_SIZES.__getitem__, map(len, commands)))
-        except (TypeError, IndexError):
-            return self._fast_checked(size)
-        end = pos + total
-        if (
-            end > size
-            or (end < size and buf[end] != 42)
-            or buf[end - 2 : end] != b"\r\n"
-            or set(map(type, commands)) != {list}
-            or total > self.max_bulk_len
-            or max(map(len, commands)) > self.max_multibulk_len
-        ):
-            return self._fast_checked(size)
-        self._ready.extend(filter(None, commands))  # "*0" requests are skipped
-        self._pos = end
-        return True
+        except Exception:  # hiredis.ProtocolError, or MemoryError on a huge count
+            self._reader = hiredis.Reader()
+            return None
+        return commands
 
     def _fast_checked(self, size: int) -> bool:
         """hiredis again, each command checked where it starts and ends; stops

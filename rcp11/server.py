@@ -201,7 +201,9 @@ class Connection(asyncio.Protocol):
         server.state.stats.total_net_input_bytes += len(data)
         client.last_interaction = server.now = time.time()
         try:
-            self.parser.feed(data)  # type: ignore[union-attr]
+            commands = self.parser.take(data)  # type: ignore[union-attr]
+        except ProtocolError as exc:
+            commands = exc
         except QueryBufferLimitError:
             log.warning(
                 "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
@@ -212,7 +214,11 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         if client.blocked is None and not client.closing:
-            self.process()
+            self.process(commands)
+        elif type(commands) is list and commands:
+            # Run once the client is unblocked; a protocol error stays
+            # pending in the parser until then.
+            self.parser.push_back(commands)  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -236,9 +242,9 @@ class Connection(asyncio.Protocol):
 
     # -- request processing --------------------------------------------------
 
-    def process(self) -> None:
-        """Run every complete command buffered for this client, until it
-        blocks or closes."""
+    def process(self, first: list[list[bytes]] | ProtocolError | None = None) -> None:
+        """Run every complete command buffered for this client (first: those
+        the parser already handed out), until it blocks or closes."""
         client = self.client
         parser = self.parser
         if client is None or parser is None or self.closed:
@@ -253,7 +259,13 @@ class Connection(asyncio.Protocol):
         ran = False
         try:
             while True:
-                commands = parser.drain()
+                if first is None:
+                    commands = parser.drain()
+                elif type(first) is list:
+                    commands = first
+                    first = None
+                else:
+                    raise first
                 if not commands:
                     break
                 ran = True
@@ -355,7 +367,11 @@ class Connection(asyncio.Protocol):
             self.closed = True
             transport.close()
             return
-        self.check_output_limits(self.server.now)
+        # The usual case: the kernel took everything, nothing to watch.
+        if transport.get_write_buffer_size() or self.soft_limit_since:
+            self.check_output_limits(self.server.now)
+        elif self.client is not None:
+            self.client.output_buffer_len = 0
 
     def check_output_limits(self, now: float) -> None:
         transport = self.transport
@@ -588,7 +604,7 @@ class Server:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
         tick, so short timeouts are not rounded up to 1/hz."""
         blocking = self.state.blocking
-        if blocking is None:
+        if blocking is None or not blocking.deadlines:
             return
         deadline = blocking.next_deadline()
         if deadline is None:

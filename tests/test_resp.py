@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import hiredis
 import pytest
 from hypothesis import given
@@ -97,6 +99,21 @@ def parse_all(chunks: list[bytes], **limits: int) -> list[list[bytes]]:
     return commands
 
 
+def take_all(chunks: list[bytes], **limits: int) -> list[list[bytes]]:
+    """What the server does with each read: take() it, then drain() the rest."""
+    parser = RequestParser(**limits)
+    commands = []
+    for chunk in chunks:
+        commands += parser.take(chunk)
+        while batch := parser.drain():
+            commands += batch
+    return commands
+
+
+# Both ways into the parser must agree on every input.
+PARSERS = pytest.mark.parametrize("parse", [parse_all, take_all], ids=["gets", "take"])
+
+
 def every_split(data: bytes) -> list[list[bytes]]:
     """The data whole, split in two at every byte, and one byte at a time."""
     ways = [[data], [data[i : i + 1] for i in range(len(data))]]
@@ -127,9 +144,10 @@ EXPECTED = [
 ]
 
 
-def test_parse_every_split() -> None:
+@PARSERS
+def test_parse_every_split(parse: Callable[..., list[list[bytes]]]) -> None:
     for chunks in every_split(STREAM):
-        assert parse_all(chunks) == EXPECTED, chunks
+        assert parse(chunks) == EXPECTED, chunks
 
 
 def test_parse_returns_bytes_objects() -> None:
@@ -137,12 +155,13 @@ def test_parse_returns_bytes_objects() -> None:
         assert all(type(arg) is bytes for arg in argv)
 
 
-def test_parse_long_pipeline() -> None:
+@PARSERS
+def test_parse_long_pipeline(parse: Callable[..., list[list[bytes]]]) -> None:
     commands = [[b"TWRITE", b"key%d" % i, b"x" * (i % 50)] for i in range(5000)]
     data = b"".join(mbulk(*argv) for argv in commands)
-    assert parse_all([data]) == commands
+    assert parse([data]) == commands
     chunks = [data[i : i + 4096] for i in range(0, len(data), 4096)]
-    assert parse_all(chunks) == commands
+    assert parse(chunks) == commands
 
 
 def test_parse_big_argument_arrives_in_pieces() -> None:
@@ -163,6 +182,7 @@ def test_parse_any_split_of_any_commands(commands: list[list[bytes]], data: st.D
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=8)))
     chunks = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
     assert parse_all(chunks) == commands
+    assert take_all(chunks) == commands
 
 
 # -- inline ---------------------------------------------------------------------
@@ -220,10 +240,13 @@ BAD = [
 
 
 @pytest.mark.parametrize(("data", "message"), BAD)
-def test_protocol_errors(data: bytes, message: str) -> None:
+@PARSERS
+def test_protocol_errors(
+    data: bytes, message: str, parse: Callable[..., list[list[bytes]]]
+) -> None:
     for chunks in every_split(data):
         with pytest.raises(ProtocolError) as info:
-            parse_all(chunks)
+            parse(chunks)
         assert info.value.message == message
 
 
@@ -330,26 +353,37 @@ def test_simple_string_subclass_is_a_str() -> None:
     assert encode([SimpleString("QUEUED")], False) == b"*1\r\n+QUEUED\r\n"
 
 
-def test_huge_counts_never_reach_hiredis_preallocation() -> None:
+@PARSERS
+def test_huge_counts_never_reach_hiredis_preallocation(
+    parse: Callable[..., list[list[bytes]]],
+) -> None:
     # hiredis would allocate a list of the announced size at once; these must
     # be refused or waited on without that (this test would take minutes and
     # gigabytes otherwise).
     with pytest.raises(ProtocolError, match="expected '\\$', got '\\*'"):
-        parse_all([mbulk(b"PING") + b"*1\r\n*2000000000\r\n"])
+        parse([mbulk(b"PING") + b"*1\r\n*2000000000\r\n"])
     with pytest.raises(ProtocolError, match="expected '\\$', got '%'"):
-        parse_all([b"*2\r\n$1\r\na\r\n%2000000000\r\n"])
+        parse([b"*2\r\n$1\r\na\r\n%2000000000\r\n"])
+    big = b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n*1999999999\r\n" + b"x" * 4000
+    with pytest.raises(ProtocolError, match="expected '\\$', got '\\*'"):
+        parse([big])
     parser = RequestParser()
     parser.feed(mbulk(b"PING") + b"*2000000000\r\n$4\r\nECHO\r\n")
     assert parser.gets() == [b"PING"]
     assert parser.gets() is None
 
 
-def test_payload_that_looks_like_a_huge_header() -> None:
+@PARSERS
+def test_payload_that_looks_like_a_huge_header(parse: Callable[..., list[list[bytes]]]) -> None:
     payload = b"line\n*1234567\r\nmore\n%9999999"
     commands = [[b"TWRITE", b"s", payload], [b"PING"], [b"ECHO", payload]]
     data = b"".join(mbulk(*argv) for argv in commands)
     for chunks in every_split(data):
-        assert parse_all(chunks) == commands
+        assert parse(chunks) == commands
+    # Past the size where finds replace the regex, and past the '*' probes.
+    stars = b"\n*" * 20 + b"\n*12345678\r\n" + b"y" * 2000
+    commands = [[b"TWRITE", b"s", stars]] * 3
+    assert parse([b"".join(mbulk(*argv) for argv in commands)]) == commands
 
 
 def test_drain_and_push_back() -> None:
