@@ -512,7 +512,7 @@ class RequestParser:
             self._reader = hiredis.Reader()
             self.feed(data)
             return self.drain()
-        if not count:
+        if len(commands) > 1 or not count:
             commands = list(filter(None, commands))  # "*0" requests are skipped
         return commands
 
@@ -628,10 +628,7 @@ class RequestParser:
             or count > self.max_multibulk_len
         ):
             return self._fast_checked(size)
-        if count:
-            self._ready.extend(commands)
-        else:
-            self._ready.extend(filter(None, commands))  # "*0" requests are skipped
+        self._ready.extend(filter(None, commands))  # "*0" requests are skipped
         self._pos = end
         return True
 

@@ -156,6 +156,15 @@ def test_parse_returns_bytes_objects() -> None:
 
 
 @PARSERS
+def test_empty_requests_between_commands_are_skipped(
+    parse: Callable[..., list[list[bytes]]],
+) -> None:
+    data = mbulk(b"PING") + b"*0\r\n" + mbulk(b"ECHO", b"x" * 200) + b"*0\r\n"
+    assert parse([data]) == [[b"PING"], [b"ECHO", b"x" * 200]]
+    assert parse([b"*0\r\n"]) == []
+
+
+@PARSERS
 def test_parse_long_pipeline(parse: Callable[..., list[list[bytes]]]) -> None:
     commands = [[b"TWRITE", b"key%d" % i, b"x" * (i % 50)] for i in range(5000)]
     data = b"".join(mbulk(*argv) for argv in commands)
