@@ -589,6 +589,25 @@ def test_maxmemory_refuses_writes_with_oom(r: redis.Redis) -> None:
     assert r.execute_command("TWRITE", "s", "y") == 0
 
 
+def test_maxmemory_counts_the_clients_too(server_factory: Any) -> None:
+    # As in redis-server, an empty server is not at zero bytes: `maxmemory 1`
+    # refuses the very first write.
+    srv = server_factory()
+    client = srv.client()
+    try:
+        memory = client.info("memory")
+        assert memory["used_memory_dataset"] == 0
+        assert memory["used_memory"] > 0
+        client.config_set("maxmemory", 1)
+        with pytest.raises(redis.ResponseError, match="^command not allowed when used memory"):
+            client.execute_command("TWRITE", "s", "x")
+        assert client.exists("s") == 0
+        client.config_set("maxmemory", 0)
+        assert client.execute_command("TWRITE", "s", "x") == 0
+    finally:
+        client.close()
+
+
 def test_type_memory_usage_object_encoding_of_a_stream(r: redis.Redis) -> None:
     r.execute_command("TWRITE", "s", "ENTRIES", *["x" * 1000] * 10)
     assert r.type("s") == b"stream"

@@ -497,7 +497,7 @@ def _info_clients(state: ServerState) -> dict[str, Any]:
 
 
 def _info_memory(state: ServerState) -> dict[str, Any]:
-    used = state.keyspace.used_bytes
+    used = state.used_memory()
     rss = _rss_bytes()
     maxmemory = int(config_value(state, "maxmemory", 0))
     return {
@@ -505,7 +505,7 @@ def _info_memory(state: ServerState) -> dict[str, Any]:
         "used_memory_human": _human(used),
         "used_memory_rss": rss,
         "used_memory_rss_human": _human(rss),
-        "used_memory_dataset": used,
+        "used_memory_dataset": state.keyspace.used_bytes,
         "maxmemory": maxmemory,
         "maxmemory_human": _human(maxmemory),
         "maxmemory_policy": "noeviction",

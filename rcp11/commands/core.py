@@ -163,7 +163,7 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
                 return _reject(state, client, cmd, refusal)
         if cmd.denyoom and state.config is not None:
             limit = state.config.get("maxmemory")
-            if limit and state.keyspace.used_bytes > int(limit):
+            if limit and state.used_memory() > int(limit):
                 return _reject(state, client, cmd, errors.OOM)
     if client.queued is not None and not cmd.not_queued:
         if cmd.no_multi:
@@ -199,7 +199,7 @@ def write_refusal(state: ServerState, flags: Iterable[str]) -> str | None:
             return refused
     if "denyoom" in flags:
         limit = config_value(state, "maxmemory", 0)
-        if limit and state.keyspace.used_bytes > int(limit):
+        if limit and state.used_memory() > int(limit):
             return errors.OOM
     return None
 
