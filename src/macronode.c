@@ -1405,3 +1405,54 @@ int mn_load_finish(mn_stream *s) {
     s->load_expected = 0;
     return MN_OK;
 }
+
+/* ------------------------------------------------------------------------
+ * Request scanning
+ * --------------------------------------------------------------------- */
+
+/* Parse "<digits>\r\n" at p (canonical: no sign, no leading zero but "0"
+ * itself, at most 18 digits so the value fits with room). Returns the
+ * position after the CRLF, or NULL when the header is not canonical or not
+ * complete within [p, end). */
+static const char *mn_scan_count(const char *p, const char *end, uint64_t *value) {
+    const char *start = p;
+    uint64_t v = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - start < 18) {
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+    }
+    size_t digits = (size_t)(p - start);
+    if (digits == 0 || (digits > 1 && *start == '0')) return NULL;
+    if (end - p < 2 || p[0] != '\r' || p[1] != '\n') return NULL;
+    *value = v;
+    return p + 2;
+}
+
+int64_t mn_resp_scan(const char *buf, size_t start, size_t stop, uint64_t max_bulk,
+                     uint64_t max_count) {
+    if (start > stop || stop > (size_t)INT64_MAX) return MN_ERR_ARG;
+    if (start == stop) return (int64_t)start;
+    if (buf == NULL) return MN_ERR_ARG;
+    const char *end = buf + stop;
+    buf += start;
+    const char *done = buf; /* end of the last complete request */
+    const char *p = buf;
+    while (p < end && *p == '*') {
+        uint64_t count;
+        p = mn_scan_count(p + 1, end, &count);
+        if (p == NULL || count > max_count) break;
+        uint64_t i = 0;
+        for (; i < count; i++) {
+            uint64_t n;
+            if (p >= end || *p != '$') break;
+            p = mn_scan_count(p + 1, end, &n);
+            if (p == NULL || n > max_bulk || (uint64_t)(end - p) < n + 2) break;
+            p += n;
+            if (p[0] != '\r' || p[1] != '\n') break;
+            p += 2;
+        }
+        if (i < count) break;
+        done = p;
+    }
+    return (int64_t)(start + (size_t)(done - buf));
+}
