@@ -56,9 +56,10 @@ COLD_CHUNKS_TO_STOP = 4
 
 @dataclass
 class FaultCounters:
-    """Kernel-side cost of a process's page faults, from /proc/PID/stat."""
+    """A process's page faults and CPU split by mode, from /proc/PID/stat."""
 
     minor_faults: int
+    user_seconds: float
     kernel_seconds: float
 
     @classmethod
@@ -66,11 +67,13 @@ class FaultCounters:
         with open(f"/proc/{pid}/stat") as f:
             # Fields after the command name, which may contain spaces.
             fields = f.read().rsplit(")", 1)[1].split()
-        return cls(int(fields[7]), int(fields[12]) / CLOCK_TICKS)
+        return cls(int(fields[7]), int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS)
 
     def since(self, before: FaultCounters) -> FaultCounters:
         return FaultCounters(
-            self.minor_faults - before.minor_faults, self.kernel_seconds - before.kernel_seconds
+            self.minor_faults - before.minor_faults,
+            self.user_seconds - before.user_seconds,
+            self.kernel_seconds - before.kernel_seconds,
         )
 
     @property
