@@ -1538,8 +1538,10 @@ class Persistence:
         self._snapshot_stream_keys = set(keys)
         self._snapshot_removal_seq = removal_seq
         self._settle_drops()
-        if self.aof_state == "off":
-            self._tighten_after_snapshot(keys)
+        # Also with the AOF on: a restart may come without it (appendonly
+        # switched off), and a stream written after the snapshot reserves
+        # above its lowered mark again before any reply.
+        self._tighten_after_snapshot(keys)
 
     def _tighten_after_snapshot(self, nexts: dict[bytes, int]) -> None:
         """The snapshot just written is what the next start loads. A stream
