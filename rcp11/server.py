@@ -653,6 +653,7 @@ class Server:
             if expire_due is not None:
                 expire_due()
             self.client_timeouts(now)
+            state.used_memory_peak()
         except Exception:
             log.exception("Error in the server cron")
         if self.pending and not self.flush_scheduled:

@@ -134,6 +134,7 @@ class Stats:
     total_messages_written: int = 0
     total_messages_read: int = 0
     total_messages_evicted: int = 0
+    used_memory_peak: int = 0
     # INFO commandstats: command name -> [calls, usec, rejected, failed]
     commands: dict[str, list[int]] = field(default_factory=dict)
 
@@ -330,6 +331,14 @@ class ServerState:
         """INFO's used_memory, and what maxmemory is held against: the
         dataset plus what each connected client costs the server."""
         return self.keyspace.used_bytes + CLIENT_OVERHEAD_BYTES * len(self.clients)
+
+    def used_memory_peak(self) -> int:
+        """The highest used_memory seen (by the cron and INFO) since start or
+        CONFIG RESETSTAT."""
+        used = self.used_memory()
+        if used > self.stats.used_memory_peak:
+            self.stats.used_memory_peak = used
+        return self.stats.used_memory_peak
 
     def new_stream(self) -> Stream:
         from rcp11.storage import Stream

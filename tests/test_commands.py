@@ -608,6 +608,24 @@ def test_maxmemory_counts_the_clients_too(server_factory: Any) -> None:
         client.close()
 
 
+def test_info_memory_peak_survives_a_delete_until_resetstat(server_factory: Any) -> None:
+    srv = server_factory()
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "big", "ENTRIES", *["x" * 1000] * 1000)
+        full = client.info("memory")
+        assert full["used_memory_peak"] >= full["used_memory"] > 1_000_000
+        client.delete("big")
+        emptied = client.info("memory")
+        assert emptied["used_memory"] < 100_000
+        assert emptied["used_memory_peak"] >= full["used_memory"]
+        client.config_resetstat()
+        reset = client.info("memory")
+        assert reset["used_memory_peak"] == reset["used_memory"]
+    finally:
+        client.close()
+
+
 def test_type_memory_usage_object_encoding_of_a_stream(r: redis.Redis) -> None:
     r.execute_command("TWRITE", "s", "ENTRIES", *["x" * 1000] * 10)
     assert r.type("s") == b"stream"

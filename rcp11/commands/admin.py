@@ -498,6 +498,7 @@ def _info_clients(state: ServerState) -> dict[str, Any]:
 
 def _info_memory(state: ServerState) -> dict[str, Any]:
     used = state.used_memory()
+    peak = state.used_memory_peak()
     rss = _rss_bytes()
     maxmemory = int(config_value(state, "maxmemory", 0))
     return {
@@ -505,6 +506,9 @@ def _info_memory(state: ServerState) -> dict[str, Any]:
         "used_memory_human": _human(used),
         "used_memory_rss": rss,
         "used_memory_rss_human": _human(rss),
+        "used_memory_peak": peak,
+        "used_memory_peak_human": _human(peak),
+        "used_memory_peak_perc": f"{100 * used / peak:.2f}%" if peak else "100.00%",
         "used_memory_dataset": state.keyspace.used_bytes,
         "maxmemory": maxmemory,
         "maxmemory_human": _human(maxmemory),
