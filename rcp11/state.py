@@ -324,6 +324,8 @@ class ServerState:
         self.dirty = 0  # changes since the last successful save
         self.loading = False  # True while AOF/snapshot replay runs
         self.tcp_port = 0
+        config.on_change("stream-compression", self.apply_compression)
+        config.on_change("stream-compression-level", self.apply_compression)
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None.
         self.request_shutdown: Callable[[str | None], None] = lambda mode: None
 
@@ -340,13 +342,25 @@ class ServerState:
             self.stats.used_memory_peak = used
         return self.stats.used_memory_peak
 
+    def compression_level(self) -> int:
+        """zlib level for sealed nodes from the config (0: off)."""
+        if self.config.get("stream-compression") == "zlib":
+            return int(self.config.get("stream-compression-level"))
+        return 0
+
     def new_stream(self) -> Stream:
         from rcp11.storage import Stream
 
-        level = 0
-        if self.config.get("stream-compression") == "zlib":
-            level = int(self.config.get("stream-compression-level"))
-        return Stream(int(self.config.get("stream-node-max-entries")), level)
+        return Stream(int(self.config.get("stream-node-max-entries")), self.compression_level())
+
+    def apply_compression(self, _changed: Any = None) -> None:
+        """Nodes sealed from now on, in every stream, follow the configured
+        compression (as CONFIG SET and a restart with other settings mean);
+        nodes already sealed keep their form."""
+        level = self.compression_level()
+        for value in self.keyspace.data.values():
+            if not isinstance(value, bytes):
+                value.set_compression(level)
 
     def propagate(self, argv: list[bytes]) -> None:
         """Log a write (AOF) and count it for save rules. Handlers call this

@@ -626,6 +626,32 @@ def test_info_memory_peak_survives_a_delete_until_resetstat(server_factory: Any)
         client.close()
 
 
+def test_stream_compression_reaches_existing_streams(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1", stream_node_max_entries=10)
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 5)
+        client.config_set("stream-compression", "zlib")
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        compressed = client.info("streams")["stream_compressed_nodes"]
+        assert compressed > 0
+        client.config_set("stream-compression", "no")
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        assert client.info("streams")["stream_compressed_nodes"] == compressed
+    finally:
+        client.close()
+    # A restart with compression on compresses what is sealed after it.
+    srv.restart(stream_compression="zlib")
+    client = srv.client()
+    try:
+        before = client.info("streams")["stream_compressed_nodes"]
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        assert client.info("streams")["stream_compressed_nodes"] > before
+        assert client.execute_command("TREAD", "old", 0, 1) == [b"y" * 200]
+    finally:
+        client.close()
+
+
 def test_type_memory_usage_object_encoding_of_a_stream(r: redis.Redis) -> None:
     r.execute_command("TWRITE", "s", "ENTRIES", *["x" * 1000] * 10)
     assert r.type("s") == b"stream"
