@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 7
+EXPECTED_ABI_VERSION = 6
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -383,24 +383,6 @@ def validate_node_blob(blob: bytes) -> bool:
     if rc == lib.MN_ERR_NOMEM:
         _check(rc)
     return rc == lib.MN_OK
-
-
-def resp_scan(buf: bytes, start: int, end: int, max_bulk: int, max_count: int) -> int:
-    """Where the complete, canonical requests in buf[start:end] end.
-
-    Canonical requests are RESP arrays of bulk strings with decimal counts
-    and lengths written without sign or leading zeros, none over max_count
-    arguments or max_bulk bytes: exactly what hiredis parses into a list of
-    bytes that re-encodes to the same bytes. Returns the offset in buf
-    (start..end) of the first byte that is not such a complete request
-    (an incomplete one, an inline command, anything non-canonical or over a
-    limit). One C pass at memory speed, for the server's request parser.
-    buf must be bytes (C reads it in place; other buffers raise TypeError).
-    """
-    if not 0 <= start <= end <= len(buf):
-        raise InvalidArgumentError("start/end outside the buffer", lib.MN_ERR_ARG)
-    # bytes go to C as a pointer to their own storage: nothing is copied.
-    return lib.mn_resp_scan(buf, start, end, max_bulk, max_count)
 
 
 def _check_level(level: int) -> None:

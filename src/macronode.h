@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 7
+#define MN_ABI_VERSION 6
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -135,17 +135,6 @@ int mn_validate_node_blob(const char *blob, size_t len);
 mn_stream *mn_load_header(const char *blob, size_t len, int *err);
 int mn_load_node(mn_stream *s, const char *blob, size_t len);
 int mn_load_finish(mn_stream *s);
-
-/* Request scanning, for the server's parser: scans buf[start..stop) for
- * the longest run of complete requests that are canonical RESP arrays of
- * bulk strings ("*<count>\r\n", then count times "$<n>\r\n<n bytes>\r\n",
- * decimal numbers without sign or leading zeros), each with count <=
- * max_count and every n <= max_bulk, and returns where it ends (start..stop).
- * Scanning stops before the first request that is incomplete, not of that
- * form (inline, RESP3 types, "*-1", a non-canonical number) or over a limit:
- * those are for the exact parser. MN_ERR_ARG when start > stop. */
-int64_t mn_resp_scan(const char *buf, size_t start, size_t stop, uint64_t max_bulk,
-                     uint64_t max_count);
 
 /* CDEF-END */
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import random
 
-import hiredis
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rcp11.storage import (
     MAX_MESSAGE_BYTES,
@@ -19,7 +16,6 @@ from rcp11.storage import (
     MessageTooBigError,
     OffsetOverflowError,
     Stream,
-    resp_scan,
     validate_node_blob,
 )
 
@@ -576,92 +572,3 @@ def test_append_accepts_bytes_like_messages() -> None:
     assert s.append([memoryview(b"cd"), b"e"]) == 1
     assert s.append_joined(memoryview(b"fgh"), [2, 1]) == 3
     assert s.read(0, 5) == [b"ab", b"cd", b"e", b"fg", b"h"]
-
-
-# -- request scanning ------------------------------------------------------------
-
-BULK_LIMIT = 512 << 20
-COUNT_LIMIT = 2**31 - 1
-
-
-def request(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-
-
-def test_resp_scan_stops_after_the_last_complete_request() -> None:
-    first = request(b"TWRITE", b"s", b"x" * 100)
-    second = request(b"TWRITE", b"b", b"ENTRIES", *[b"\r\n$5\r\n*1\r\n"] * 50)
-    empty = b"*0\r\n"
-    data = first + second + empty
-    assert resp_scan(data, 0, len(data), BULK_LIMIT, COUNT_LIMIT) == len(data)
-    for cut in range(len(data)):
-        ends = [0, len(first), len(first) + len(second), len(data)]
-        assert resp_scan(data, 0, cut, BULK_LIMIT, COUNT_LIMIT) == max(e for e in ends if e <= cut)
-    assert resp_scan(data, len(first), len(data), BULK_LIMIT, COUNT_LIMIT) == len(data)
-    assert resp_scan(data, 3, 3, BULK_LIMIT, COUNT_LIMIT) == 3
-
-
-@pytest.mark.parametrize(
-    "tail",
-    [
-        b"PING\r\n",  # inline
-        b"*1\r\n$04\r\nPING\r\n",  # leading zero
-        b"*01\r\n$4\r\nPING\r\n",
-        b"*+1\r\n$4\r\nPING\r\n",
-        b"*-1\r\n",
-        b"*1\r\n$-1\r\n",
-        b"*1\r\n:1\r\n",  # not a bulk string
-        b"*1\r\n*1\r\n$1\r\nx\r\n",  # nested
-        b"*1\n$4\r\nPING\r\n",  # bare LF
-        b"*1\r\n$4\r\nPINGxx",  # no CRLF after the payload
-        b"*1\r\n$\r\nPING\r\n",
-        b"* 1\r\n$4\r\nPING\r\n",
-        b"%1\r\n$1\r\nk\r\n$1\r\nv\r\n",  # RESP3 map
-        b"*1\r\n$1234567890123456789\r\nx\r\n",  # too many digits
-    ],
-)
-def test_resp_scan_leaves_non_canonical_requests_to_the_exact_parser(tail: bytes) -> None:
-    head = request(b"PING")
-    data = head + tail + request(b"PING")
-    assert resp_scan(data, 0, len(data), BULK_LIMIT, COUNT_LIMIT) == len(head)
-
-
-def test_resp_scan_stops_before_a_request_over_a_limit() -> None:
-    small = request(b"GET", b"k")
-    data = small + request(b"SET", b"k", b"v" * 10) + small
-    assert resp_scan(data, 0, len(data), 10, 3) == len(data)
-    assert resp_scan(data, 0, len(data), 9, 3) == len(small)
-    assert resp_scan(data, 0, len(data), 10, 2) == len(small)
-
-
-def test_resp_scan_refuses_bounds_outside_the_buffer() -> None:
-    for start, end in ((-1, 2), (3, 2), (0, 5)):
-        with pytest.raises(InvalidArgumentError):
-            resp_scan(b"*0\r\n", start, end, BULK_LIMIT, COUNT_LIMIT)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    commands=st.lists(st.lists(st.binary(max_size=12), max_size=4), min_size=1, max_size=4),
-    edits=st.lists(st.tuples(st.integers(0, 10**6), st.binary(min_size=1, max_size=3)), max_size=3),
-)
-def test_resp_scan_prefix_is_exactly_what_hiredis_parses_back(
-    commands: list[list[bytes]], edits: list[tuple[int, bytes]]
-) -> None:
-    """Whatever the bytes, the scanned prefix is a run of whole requests that
-    hiredis turns into lists of bytes re-encoding to that very prefix."""
-    data = bytearray(b"".join(request(*argv) for argv in commands))
-    for position, junk in edits:
-        position %= len(data) + 1
-        data[position : position + len(junk)] = junk
-    buf = bytes(data)
-    end = resp_scan(buf, 0, len(buf), BULK_LIMIT, COUNT_LIMIT)
-    reader = hiredis.Reader()
-    reader.feed(buf[:end])
-    encoded = b""
-    while (argv := reader.gets()) is not False:
-        assert type(argv) is list and all(type(a) is bytes for a in argv)
-        encoded += request(*argv)
-    assert encoded == buf[:end]
-    if not edits:
-        assert end == len(buf)

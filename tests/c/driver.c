@@ -636,32 +636,7 @@ static void test_memory_per_message(void) {
     CHECK(live_bytes == 0);
 }
 
-/* Every prefix of a pipeline, copied to an exact-size allocation so that the
- * sanitizer sees any read past the end, scans to its last whole request. */
-static void test_resp_scan(void) {
-    static const char pipe[] = "*2\r\n$4\r\nECHO\r\n$3\r\na\r\n\r\n*0\r\n*1\r\n$0\r\n\r\n";
-    const size_t len = sizeof pipe - 1;
-    const size_t ends[] = {0, 23, 27, 37};
-    for (size_t cut = 0; cut <= len; cut++) {
-        char *copy = malloc(cut ? cut : 1);
-        CHECK(copy != NULL);
-        memcpy(copy, pipe, cut);
-        size_t want = 0;
-        for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++)
-            if (ends[k] <= cut) want = ends[k];
-        CHECK(mn_resp_scan(copy, 0, cut, 100, 100) == (int64_t)want);
-        free(copy);
-    }
-    CHECK(mn_resp_scan(pipe, 23, len, 100, 100) == (int64_t)len);
-    CHECK(mn_resp_scan(pipe, 0, len, 2, 100) == 0);  /* "a\r\n" is 3 bytes */
-    CHECK(mn_resp_scan(pipe, 0, len, 100, 1) == 0);  /* ECHO has 2 arguments */
-    CHECK(mn_resp_scan(NULL, 0, 0, 100, 100) == 0);
-    CHECK(mn_resp_scan(NULL, 0, 1, 100, 100) == MN_ERR_ARG);
-    CHECK(mn_resp_scan(pipe, 2, 1, 100, 100) == MN_ERR_ARG);
-}
-
 int main(void) {
-    test_resp_scan();
     test_arguments();
     test_offset_limit();
     test_validation();
