@@ -878,7 +878,7 @@ def run(config: Config) -> int:
             Persistence = None  # noqa: N806 - persistence not built yet
         if Persistence is not None:
             Persistence(state).load()
-        state.apply_compression()
+        state.apply_stream_settings()
     except Exception as exc:
         log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
         log.debug("Details:", exc_info=True)

@@ -324,8 +324,8 @@ class ServerState:
         self.dirty = 0  # changes since the last successful save
         self.loading = False  # True while AOF/snapshot replay runs
         self.tcp_port = 0
-        config.on_change("stream-compression", self.apply_compression)
-        config.on_change("stream-compression-level", self.apply_compression)
+        for name in ("stream-compression", "stream-compression-level", "stream-node-max-entries"):
+            config.on_change(name, self.apply_stream_settings)
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None.
         self.request_shutdown: Callable[[str | None], None] = lambda mode: None
 
@@ -353,14 +353,17 @@ class ServerState:
 
         return Stream(int(self.config.get("stream-node-max-entries")), self.compression_level())
 
-    def apply_compression(self, _changed: Any = None) -> None:
-        """Nodes sealed from now on, in every stream, follow the configured
-        compression (as CONFIG SET and a restart with other settings mean);
-        nodes already sealed keep their form."""
+    def apply_stream_settings(self, _changed: Any = None) -> None:
+        """Nodes filled and sealed from now on, in every stream, follow the
+        configured node size and compression (as CONFIG SET and a restart
+        with other settings mean, and as redis-server applies
+        stream-node-max-entries); nodes already written keep their form."""
         level = self.compression_level()
+        max_entries = int(self.config.get("stream-node-max-entries"))
         for value in self.keyspace.data.values():
             if not isinstance(value, bytes):
                 value.set_compression(level)
+                value.set_max_entries(max_entries)
 
     def propagate(self, argv: list[bytes]) -> None:
         """Log a write (AOF) and count it for save rules. Handlers call this

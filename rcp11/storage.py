@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 6
+EXPECTED_ABI_VERSION = 7
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -286,6 +286,14 @@ class Stream:
         self._version += 1
         _check(lib.mn_raise_next_offset(self._s, next_offset))
         self._next = next_offset
+
+    def set_max_entries(self, max_entries: int) -> None:
+        """Messages per node for nodes filled from now on."""
+        if not 1 <= max_entries <= MAX_MAX_ENTRIES:
+            raise InvalidArgumentError(
+                f"max_entries must be between 1 and {MAX_MAX_ENTRIES}", lib.MN_ERR_ARG
+            )
+        _check(lib.mn_stream_set_max_entries(self._s, max_entries))
 
     def set_compression(self, level: int) -> None:
         """zlib level (0 = off) for nodes sealed from now on."""

@@ -118,7 +118,8 @@
  *
  *   - Nodes are ordered by first offset and do not overlap: a node's first is
  *     >= the end (first + count) of the node before it.
- *   - Every node holds 1..max_entries messages and at least one readable
+ *   - Every node holds 1..max_entries messages (as max_entries was when it
+ *     was filled: it can be changed) and at least one readable
  *     message: nodes entirely below `first` are freed.
  *   - first == next when the stream has no node; otherwise the first node
  *     contains `first`.
@@ -806,6 +807,14 @@ int mn_stream_set_compression(mn_stream *s, int compression_level) {
     return MN_OK;
 }
 
+int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries) {
+    if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return MN_ERR_ARG;
+    /* A smaller value leaves fuller nodes as they are (appends start a new
+     * node); a larger one lets the last node grow its table on demand. */
+    s->max_entries = max_entries;
+    return MN_OK;
+}
+
 uint64_t mn_next_offset(const mn_stream *s) { return s->next; }
 uint64_t mn_first_offset(const mn_stream *s) { return s->num_nodes ? s->first : s->next; }
 uint64_t mn_length(const mn_stream *s) { return s->length; }
@@ -1373,7 +1382,8 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     int rc = mn_parse_node_blob(blob, len, &v);
     if (rc != MN_OK) return rc;
     if (s->num_nodes >= s->load_expected) return MN_ERR_CORRUPT;
-    if (v.count > s->max_entries) return MN_ERR_CORRUPT;
+    /* v.count is bounded by MN_MAX_MAX_ENTRIES already: a node may hold more
+     * than the stream's current max_entries if that was lowered later. */
     uint64_t end = v.first + v.count;
     if (end > s->next || end <= s->first) return MN_ERR_CORRUPT;
     if (s->tail != NULL) {

@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 6
+#define MN_ABI_VERSION 7
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -67,6 +67,9 @@ void mn_buf_free(mn_buf *b);
 mn_stream *mn_stream_new(uint32_t max_entries, int compression_level);
 void mn_stream_free(mn_stream *s);
 int mn_stream_set_compression(mn_stream *s, int compression_level);
+/* Messages per node for nodes filled from now on (1..MN_MAX_MAX_ENTRIES);
+ * nodes already holding more keep them. */
+int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries);
 
 /* Offsets. next: offset the next appended message gets (0 for a new stream).
  * first: oldest readable offset, equal to next when nothing is readable. */

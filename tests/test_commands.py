@@ -626,6 +626,27 @@ def test_info_memory_peak_survives_a_delete_until_resetstat(server_factory: Any)
         client.close()
 
 
+def test_stream_node_size_reaches_existing_streams(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"a", b"b", b"c"])
+        client.config_set("stream-node-max-entries", 10)
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"m%d" % i for i in range(97)])
+        assert client.info("streams")["stream_nodes"] == 10
+        assert client.execute_command("TREAD", "old", 0, 4) == [b"a", b"b", b"c", b"m0"]
+    finally:
+        client.close()
+    srv.restart(stream_node_max_entries=50)
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"n%d" % i for i in range(100)])
+        assert client.info("streams")["stream_nodes"] == 12
+        assert client.execute_command("TREAD", "old", 199, 1) == [b"n99"]
+    finally:
+        client.close()
+
+
 def test_stream_compression_reaches_existing_streams(server_factory: Any) -> None:
     srv = server_factory(save="3600 1", stream_node_max_entries=10)
     client = srv.client()

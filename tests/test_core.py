@@ -432,6 +432,25 @@ def test_set_compression_applies_to_nodes_sealed_later() -> None:
     assert s.read(0, 400) == lines + lines[:100]
 
 
+def test_set_max_entries_applies_to_nodes_filled_later() -> None:
+    messages = [b"m%d" % i for i in range(100)]
+    s = Stream(max_entries=40)
+    s.append(messages[:50])  # nodes of 40 and 10
+    s.set_max_entries(5)
+    assert s.max_entries == 5
+    s.append(messages[50:60])  # the 10-message node stays as it is: 2 new nodes
+    assert s.num_nodes == 4
+    # A node holding more than the current max still round-trips.
+    s = roundtrip(s)
+    assert s.max_entries == 5
+    s.set_max_entries(20)
+    s.append(messages[60:])  # the last node (5) grows to 20, then 20 more
+    assert s.num_nodes == 6
+    assert s.read(0, 100) == messages
+    with pytest.raises(InvalidArgumentError):
+        s.set_max_entries(0)
+
+
 def test_decompression_cache_is_counted_and_freed() -> None:
     lines = log_lines(1000)
     s = Stream(max_entries=100, compression_level=6)

@@ -323,8 +323,12 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
             m->next += skip;
         } else if (op < 68) {
             s = roundtrip(s);
-        } else if (op < 70) {
+        } else if (op < 69) {
             CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+        } else if (op < 70) {
+            uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
+            CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
+            CHECK(mn_max_entries(s) == max);
         } else {
             uint64_t start = rnd_below(m->next + 1);
             uint64_t room = m->next - start;
@@ -348,6 +352,8 @@ static void test_arguments(void) {
     CHECK(mn_stream_new(10, 10) == NULL);
     mn_stream *s = mn_stream_new(10, 0);
     CHECK(mn_stream_set_compression(s, 10) == MN_ERR_ARG);
+    CHECK(mn_stream_set_max_entries(s, 0) == MN_ERR_ARG);
+    CHECK(mn_stream_set_max_entries(s, MN_MAX_MAX_ENTRIES + 1) == MN_ERR_ARG);
     uint32_t len = 1;
     CHECK(mn_append(s, "x", &len, 0) == MN_ERR_ARG);
     CHECK(mn_append(s, NULL, &len, 1) == MN_ERR_ARG);
