@@ -1674,3 +1674,246 @@ def test_shipped_redis_conf_as_is(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _batch_storm_then_kill9(srv: ServerProcess, seconds: float) -> dict[int, int]:
+    """Multi-entry TWRITEs (with BGSAVEs) until kill -9: {first offset: size} acknowledged."""
+    acked: dict[int, int] = {}
+    stop = threading.Event()
+
+    def writer() -> None:
+        cl = srv.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        n = 0
+        try:
+            while not stop.is_set():
+                size = 1 + n % 37
+                batch = [b"b%d-%d/%d" % (n, k, size) for k in range(size)]
+                acked[cl.execute_command("TWRITE", "s", "ENTRIES", *batch)] = size
+                if n % 50 == 0:
+                    cl.execute_command("BGSAVE", "SCHEDULE")
+                n += 1
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            pass
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    time.sleep(seconds)
+    srv.kill9()
+    stop.set()
+    thread.join(10)
+    return acked
+
+
+@pytest.mark.parametrize("mode", ["aof", "snapshot"])
+def test_a_multi_entry_twrite_survives_kill9_whole_or_not_at_all(
+    server_factory: Any, mode: str
+) -> None:
+    srv = server_factory(appendonly="yes" if mode == "aof" else "no", save="3600 1")
+    acked = _batch_storm_then_kill9(srv, 0.3)
+    assert acked
+    srv.start()
+    cl = srv.client()
+    got = tr(cl, "s", 0, max(acked) + 40)
+    batches: dict[bytes, list[bytes | None]] = {}
+    for message in got:
+        if message is not None:
+            batches.setdefault(message.split(b"-")[0], []).append(message)
+    for name, parts in batches.items():
+        size = int(parts[0].rsplit(b"/", 1)[1])
+        assert len(parts) == size, f"batch {name!r}: {len(parts)} of {size} entries"
+    if mode == "aof":
+        assert all(got[first] is not None for first in acked)
+
+
+# ------------------------------------------------------- 3. groups, in depth
+
+
+def test_group_queue_splits_by_each_count_and_withinfo_is_per_client(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    c2.set("g", 0)
+    a, b, cc = srv.client(), srv.client(protocol=3), srv.client()
+    job_a = in_thread(lambda: tr(a, "s", 0, 2, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(c2, 1)
+    job_b = in_thread(lambda: tr(b, "s", 0, 5, "GROUP", "g", "BLOCK", 5000, "WITHINFO"))
+    wait_blocked(c2, 2)
+    job_c = in_thread(lambda: tr(cc, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(c2, 3)
+    tw(c2, "s", "a", "b", "c", "d")
+    job_a[0].join(5)
+    job_b[0].join(5)
+    assert job_a[1]["reply"] == [b"a", b"b"]
+    assert job_b[1]["reply"] == [[0, 3, 2, 2], b"c", b"d"]
+    wait_blocked(c2, 1)  # c got nothing and keeps waiting
+    assert c2.get("g") == b"4"
+    tw(c2, "s", "e")
+    job_c[0].join(5)
+    assert job_c[1]["reply"] == [b"e"]
+    assert c2.get("g") == b"5"
+
+
+def test_group_waiter_that_times_out_leaves_the_queue(c2: redis.Redis, srv: ServerProcess) -> None:
+    c2.set("g", 0)
+    a, b = srv.client(), srv.client()
+    job_a = in_thread(lambda: tr(a, "s", 0, 2, "GROUP", "g", "BLOCK", 100))
+    wait_blocked(c2, 1)
+    job_b = in_thread(lambda: tr(b, "s", 0, 2, "GROUP", "g", "BLOCK", 5000))
+    job_a[0].join(5)
+    assert job_a[1]["reply"] is None
+    wait_blocked(c2, 1)
+    tw(c2, "s", "x")
+    job_b[0].join(5)
+    assert job_b[1]["reply"] == [b"x"]
+
+
+def test_plain_and_group_waiters_on_one_stream_are_all_served(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    plain, g1, g2 = srv.client(), srv.client(), srv.client()
+    jobs = [
+        in_thread(lambda: tr(plain, "s", 0, 5, "BLOCK", 5000)),
+        in_thread(lambda: tr(g1, "s", 0, 5, "GROUP", "g1", "BLOCK", 5000)),
+        in_thread(lambda: tr(g2, "s", 0, 5, "GROUPNEW", "g2", "BLOCK", 5000)),
+    ]
+    wait_blocked(c2, 3)
+    tw(c2, "s", "a", "b")
+    for thread, _ in jobs:
+        thread.join(5)
+    assert [box["reply"] for _, box in jobs] == [[b"a", b"b"]] * 3
+    assert c2.mget("g1", "g2") == [b"2", b"2"]
+
+
+def test_setting_the_group_key_while_a_reader_waits_moves_its_start(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(c2, "s", "a", "b")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 0, 5, "GROUPNEW", "g", "BLOCK", 5000))
+    wait_blocked(c2, 1)
+    c2.set("g", 0)  # rewind: the group's next message now exists
+    tw(c2, "s", "c")  # at the latest this write serves the reader
+    thread.join(5)
+    assert box["reply"][:2] == [b"a", b"b"]
+    assert c2.get("g") == b"%d" % (len(box["reply"]))
+
+
+def test_wait_beyond_next_is_served_by_a_write_whose_entries_are_evicted_at_once(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(c2, "s", "a", "b", "c")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 5, 5, "BLOCK", 5000, "WITHINFO"))
+    wait_blocked(c2, 1)
+    c2.execute_command("TWRITE", "s", "BACKLOG", 0, "ENTRIES", "x", "y", "z")
+    thread.join(5)
+    assert box["reply"] == [[6, 5, 5, 1], None]
+
+
+def test_tevict_does_not_wake_waiters(c2: redis.Redis, srv: ServerProcess) -> None:
+    tw(c2, "s", "a", "b", "c")
+    reader = srv.client()
+    thread, box = in_thread(lambda: tr(reader, "s", 3, 5, "BLOCK", 5000))
+    wait_blocked(c2, 1)
+    assert c2.execute_command("TEVICT", "s", 100) == 3
+    c2.ping()
+    assert c2.info("clients")["blocked_clients"] == 1
+    tw(c2, "s", "d")
+    thread.join(5)
+    assert box["reply"] == [b"d"]
+
+
+def test_group_reads_inside_multi(c: redis.Redis) -> None:
+    pipe = c.pipeline(transaction=True)
+    pipe.execute_command("TWRITE", "s", "ENTRIES", "a", "b")
+    pipe.execute_command("TREAD", "s", 0, 1, "GROUP", "g")
+    pipe.execute_command("TREAD", "s", 0, 5, "GROUP", "g", "BLOCK", 0)
+    pipe.execute_command("TREAD", "s", 0, 5, "GROUPNEW", "n", "BLOCK", 0, "WITHINFO")
+    assert pipe.execute() == [0, [b"a"], [b"b"], [[0, 1, 2, 0]]]
+    assert c.mget("g", "n") == [b"2", b"2"]
+
+
+def test_sigterm_with_blocked_clients_saves_and_exits(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", "a")
+    socks = []
+    for n in range(4):
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        sock.sendall(
+            b"TREAD s 1 5 GROUPNEW g%d BLOCK 0\r\n" % n if n % 2 else b"TREAD s 1 5 BLOCK 0\r\n"
+        )
+        socks.append(sock)
+    wait_blocked(cl, 4)
+    assert srv.stop(timeout=10) == 0
+    for sock in socks:
+        sock.close()
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "s", 0, 5) == [b"a"]
+    assert cl.mget("g1", "g3") == [b"1", b"1"]
+    assert tw(cl, "s", "b") == 1
+
+
+# ------------------------------------------------------------ 7. tools
+
+
+def test_redis_benchmark_with_stream_commands(srv: ServerProcess, c2: redis.Redis) -> None:
+    require("redis-benchmark")
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(srv.port), "-n", "2000", "-c", "4", "-q"]
+        + ["TWRITE", "bench", "__rand_int__"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "requests per second" in out.stdout
+    assert tr(c2, "bench", 0, 0, "WITHINFO") == [[0, 1999, 0, 0]]
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(srv.port), "-n", "1000", "-c", "4", "-q", "-P", "16"]
+        + ["TREAD", "bench", "-10", "10"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "requests per second" in out.stdout
+
+
+def test_redis_cli_resp3_and_readable_output(srv: ServerProcess, c2: redis.Redis) -> None:
+    require("redis-cli")
+    tw(c2, "s", "a", "b", "c")
+    c2.execute_command("TEVICT", "s", 0)
+    cli = ["redis-cli", "-p", str(srv.port), "--no-raw"]
+    out = subprocess.run([*cli, "TREAD", "s", "0", "5", "WITHINFO"], capture_output=True, text=True)
+    assert out.stdout.splitlines() == [
+        "1) 1) (integer) 1",
+        "   2) (integer) 2",
+        "   3) (integer) 0",
+        "   4) (integer) 3",
+        "2) (nil)",
+        '3) "b"',
+        '4) "c"',
+    ]
+    for proto in ("-2", "-3"):
+        out = subprocess.run(
+            [*cli, proto, "TREAD", "s", "9", "5", "BLOCK", "10"], capture_output=True, text=True
+        )
+        assert out.stdout.strip() == "(nil)"
+    out = subprocess.run([*cli, "-3", "TREAD", "s", "0", "1"], capture_output=True, text=True)
+    assert out.stdout.strip() == "1) (nil)"
+
+
+def test_cli_produce_consume_as_in_the_readme(srv: ServerProcess, c2: redis.Redis) -> None:
+    base = [sys.executable, "-m", "rcp11", "-p", str(srv.port)]
+    lines = "".join(f"{n}\n" for n in range(1, 5001))
+    prod = subprocess.run([*base, "produce", "nums"], input=lines, capture_output=True, text=True)
+    assert prod.returncode == 0
+    assert tr(c2, "nums", 0, 0, "WITHINFO") == [[0, 4999, 0, 0]]
+    tail = subprocess.run(
+        [*base, "consume", "nums", "--from", "-10"], capture_output=True, text=True
+    )
+    assert tail.stdout.split() == [str(n) for n in range(4991, 5001)]
+    group = subprocess.run(
+        [*base, "consume", "nums", "--group", "g", "-n", "3"], capture_output=True, text=True
+    )
+    assert group.stdout.split() == ["1", "2", "3"]
+    assert c2.get("g") == b"3"
