@@ -875,7 +875,6 @@ def test_info_has_redis_field_names(c2: redis.Redis, section: str) -> None:
     assert not missing
 
 
-@pytest.mark.xfail(strict=True, reason="B2: INFO memory has no used_memory_peak(_human)")
 def test_info_memory_peak_fields(c2: redis.Redis) -> None:
     info = c2.info("memory")
     assert info["used_memory_peak"] >= info["used_memory"] > 0
@@ -1020,10 +1019,6 @@ def test_config_set_stream_directives_apply_to_new_streams(c2: redis.Redis) -> N
         c2.config_set("stream-compression", "no")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B3: CONFIG SET stream-node-max-entries/compression ignored by existing streams",
-)
 def test_config_set_stream_directives_apply_to_existing_streams(c2: redis.Redis) -> None:
     # redis-server 7 checks stream-node-max-entries on every append, so a
     # CONFIG SET takes effect for the streams already there.
@@ -1040,9 +1035,6 @@ def test_config_set_stream_directives_apply_to_existing_streams(c2: redis.Redis)
         c2.config_set("stream-compression", "no")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="B3: streams loaded from a snapshot keep the old node size/compression"
-)
 def test_restart_with_new_stream_directives_applies_to_loaded_streams(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -1624,10 +1616,6 @@ def test_config_set_dir_moves_the_next_snapshot(server_factory: Any, tmp_path: P
     assert (elsewhere / "dump.rcp").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B4: snapshot taken in AOF mode, loaded without AOF after kill -9: +1024 nulls",
-)
 def test_snapshot_from_aof_mode_loads_exactly_without_aof(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
