@@ -200,8 +200,16 @@ class Connection(asyncio.Protocol):
         server = self.server
         server.state.stats.total_net_input_bytes += len(data)
         client.last_interaction = server.now = time.time()
+        parser = self.parser
+        runnable = client.blocked is None and not client.closing
+        commands: list[list[bytes]] | ProtocolError = []
         try:
-            commands = self.parser.take(data)  # type: ignore[union-attr]
+            if runnable:
+                commands = parser.take(data)  # type: ignore[union-attr]
+            else:
+                # Only buffered (and held to the query buffer limit) until
+                # the client can run commands again.
+                parser.feed(data)  # type: ignore[union-attr]
         except ProtocolError as exc:
             commands = exc
         except QueryBufferLimitError:
@@ -209,16 +217,12 @@ class Connection(asyncio.Protocol):
                 "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
                 client.id,
                 client.addr,
-                self.parser.buffered(),  # type: ignore[union-attr]
+                parser.buffered(),  # type: ignore[union-attr]
             )
             self.abort()
             return
-        if client.blocked is None and not client.closing:
+        if runnable:
             self.process(commands)
-        elif type(commands) is list and commands:
-            # Run once the client is unblocked; a protocol error stays
-            # pending in the parser until then.
-            self.parser.push_back(commands)  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -240,6 +240,23 @@ def test_query_buffer_limit(server_factory) -> None:
     assert wait_for(lambda: "max query buffer length" in srv.output())
 
 
+def test_blocked_client_is_held_to_the_query_buffer_limit(server_factory) -> None:
+    # A blocked client's pipeline waits unparsed; past the limit it is closed
+    # instead of growing the server's memory.
+    srv = server_factory(client_query_buffer_limit="1mb")
+    conn = Raw(srv.port)
+    conn.send(mbulk(b"TREAD", b"nothing", b"0", b"1", b"BLOCK", b"0"))
+    assert wait_for(lambda: srv.client().info("clients")["blocked_clients"] == 1)
+    try:
+        for _ in range(30):
+            conn.send(mbulk(b"PING", b"x" * 100_000) * 1)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert conn.closed()
+    assert wait_for(lambda: "max query buffer length" in srv.output())
+    assert srv.client().info("clients")["blocked_clients"] == 0
+
+
 @pytest.mark.parametrize(
     ("limit", "reason"), [("normal 2mb 0 0", "hard limit"), ("normal 0 1mb 1", "soft limit")]
 )
