@@ -1918,3 +1918,107 @@ def test_cli_produce_consume_as_in_the_readme(srv: ServerProcess, c2: redis.Redi
     )
     assert group.stdout.split() == ["1", "2", "3"]
     assert c2.get("g") == b"3"
+
+
+# ------------------------------------------- pipelined runs of stream commands
+
+
+def _pipe_raw(port: int, cmds: list[list[str]]) -> bytes:
+    data = b"".join(_resp(*cmd) for cmd in cmds) + _resp("ECHO", "__end__")
+    return raw(port, data, until=b"$7\r\n__end__\r\n")[: -len(b"$7\r\n__end__\r\n")]
+
+
+def test_pipelined_twrites_answer_one_by_one_like_sequential_calls(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    c2.set("str", "x")
+    out = _pipe_raw(
+        srv.port,
+        [
+            ["TWRITE", "s", "a"],
+            ["TWRITE", "s", "b"],
+            ["TWRITE", "str", "c"],
+            ["TWRITE", "s", "ENTRIES", "d", "e"],
+            ["TWRITE", "s", "x", "y"],
+            ["TWRITE", "s", "BACKLOG", "2", "ENTRIES", "f"],
+            ["TWRITE", "s"],
+            ["TWRITE", "t", "z"],
+            ["TWRITE", "s", "g"],
+            ["TREAD", "s", "0", "10"],
+            ["TWRITE", "s", "h"],
+            ["MULTI"],
+            ["TWRITE", "s", "i"],
+            ["EXEC"],
+            ["TWRITE", "s", "j"],
+        ],
+    )
+    assert out.startswith(b":0\r\n:1\r\n-WRONGTYPE Operation against a key holding")
+    rest = out.split(b"wrong kind of value\r\n", 1)[1]
+    assert rest.startswith(b":2\r\n-ERR ")
+    assert rest.split(b"\r\n", 2)[2].startswith(
+        b":4\r\n-ERR wrong number of arguments for 'twrite' command\r\n:0\r\n:5\r\n"
+        b"*6\r\n$-1\r\n$-1\r\n$-1\r\n$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
+        b":6\r\n+OK\r\n+QUEUED\r\n*1\r\n:7\r\n:8\r\n"
+    )
+    assert tr(c2, "s", 0, 20, "WITHINFO")[0] == [3, 8, 0, 9]
+
+
+def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> None:
+    srv = server_factory(requirepass="pw")
+    cmds = [["TWRITE", "s", "a"], ["TWRITE", "s", "b"], ["AUTH", "pw"], ["TWRITE", "s", "c"]]
+    cmds += [["TWRITE", "s", "d"], ["RESET"], ["TWRITE", "s", "e"], ["TWRITE", "s", "f"]]
+    out = raw(srv.port, b"".join(_resp(*cmd) for cmd in cmds), until=b"required.\r\n" * 2)
+    noauth = b"-NOAUTH Authentication required.\r\n"
+    assert out == noauth * 2 + b"+OK\r\n:0\r\n:1\r\n+RESET\r\n" + noauth * 2
+
+
+def test_maxmemory_reached_in_the_middle_of_a_pipeline(c2: redis.Redis, srv: ServerProcess) -> None:
+    try:
+        out = _pipe_raw(
+            srv.port,
+            [
+                ["TWRITE", "s", "a"],
+                ["CONFIG", "SET", "maxmemory", "1"],
+                ["TWRITE", "s", "b"],
+                ["TWRITE", "s", "c"],
+                ["TREAD", "s", "0", "5"],
+                ["TEVICT", "s", "0"],
+                ["CONFIG", "SET", "maxmemory", "0"],
+                ["TWRITE", "s", "d"],
+            ],
+        )
+    finally:
+        c2.config_set("maxmemory", 0)
+    oom = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+    assert out == b":0\r\n+OK\r\n" + oom * 2 + b"*1\r\n$1\r\na\r\n:1\r\n+OK\r\n:1\r\n"
+
+
+def test_group_waiters_served_during_a_pipelined_run(c2: redis.Redis, srv: ServerProcess) -> None:
+    c2.set("g", 0)
+    readers = [srv.client() for _ in range(3)]
+    jobs = []
+    for n, reader in enumerate(readers):
+        jobs.append(in_thread(lambda cl=reader: tr(cl, "s", 0, 1, "GROUP", "g", "BLOCK", 5000)))
+        wait_blocked(c2, n + 1)
+    out = _pipe_raw(srv.port, [["TWRITE", "s", m] for m in "abcd"])
+    assert out == b":0\r\n:1\r\n:2\r\n:3\r\n"
+    for thread, _ in jobs:
+        thread.join(5)
+    assert [box["reply"] for _, box in jobs] == [[b"a"], [b"b"], [b"c"]]
+    assert c2.get("g") == b"3"
+    assert tr(c2, "s", 0, 5, "GROUP", "g") == [b"d"]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="B5: BGSAVE SCHEDULE refused while an AOF rewrite runs (Redis schedules it)"
+)
+def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes", save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", "a")
+    out = raw(srv.port, _resp("BGREWRITEAOF") + _resp("BGSAVE", "SCHEDULE"), until=b"\r\n" * 1)
+    out += raw(srv.port, b"") if out.count(b"\r\n") < 2 else b""
+    assert (
+        out == b"+Background append only file rewriting started\r\n+Background saving scheduled\r\n"
+    )
+    wait_for(lambda: (srv.dir / "dump.rcp").exists())
