@@ -2016,8 +2016,7 @@ def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
     tw(cl, "s", "a")
-    out = raw(srv.port, _resp("BGREWRITEAOF") + _resp("BGSAVE", "SCHEDULE"), until=b"\r\n" * 1)
-    out += raw(srv.port, b"") if out.count(b"\r\n") < 2 else b""
+    out = _pipe_raw(srv.port, [["BGREWRITEAOF"], ["BGSAVE", "SCHEDULE"]])
     assert (
         out == b"+Background append only file rewriting started\r\n+Background saving scheduled\r\n"
     )
