@@ -2021,3 +2021,32 @@ def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
         out == b"+Background append only file rewriting started\r\n+Background saving scheduled\r\n"
     )
     wait_for(lambda: (srv.dir / "dump.rcp").exists())
+
+
+@pytest.mark.xfail(
+    strict=True, reason="B6: FLUSHALL with save points does not save; kill -9 resurrects the data"
+)
+@pytest.mark.parametrize("during_bgsave", [False, True], ids=["plain", "during-bgsave"])
+def test_flushall_with_save_points_stays_flushed_after_kill9(
+    server_factory: Any, during_bgsave: bool
+) -> None:
+    # redis-server 7: FLUSHALL with save points configured saves the empty
+    # dataset at once (and kills a running BGSAVE), so a crash cannot undo it.
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", *[b"y" * 500] * 5000)
+    cl.set("k", "v")
+    cl.save()
+    if during_bgsave:
+        pipe = cl.pipeline(transaction=False)
+        pipe.bgsave()
+        pipe.flushall()
+        pipe.execute()
+        wait_for(lambda: cl.info("persistence")["rdb_bgsave_in_progress"] == 0)
+    else:
+        cl.flushall()
+    srv.kill9()
+    srv.start()
+    cl = srv.client()
+    assert cl.dbsize() == 0
+    assert tw(cl, "s", "new") == 0
