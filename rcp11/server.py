@@ -125,6 +125,9 @@ def _format_addr(sockaddr: Any, unix_path: str | None) -> str:
     return "?"
 
 
+_INTEGER_REPLY = b":%d\r\n"
+
+
 class Connection(asyncio.Protocol):
     """One client connection. Its ClientState is what commands see."""
 
@@ -281,7 +284,7 @@ class Connection(asyncio.Protocol):
                         # A run of TWRITEs on one stream: one append for all.
                         run = execute_run(state, client, commands, index)
                         if run is not None:
-                            out.append(b"".join([b":%d\r\n" % offset for offset in run]))
+                            out.append(b"".join(map(_INTEGER_REPLY.__mod__, run)))
                             index += len(run)
                             continue
                     argv = commands[index]

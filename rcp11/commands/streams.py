@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from time import perf_counter_ns
 from typing import Any
 
@@ -141,11 +142,11 @@ def execute_run(
     except (CommandError, StorageError):
         return None  # nothing was written; execute() gives each its error
     keyspace.touch(key)
-    # state.propagate() per command, without re-testing `loading` each time.
+    # state.propagate() per command, without re-testing `loading` each time,
+    # and not at all while there is no AOF to write.
     state.dirty += count
-    propagate = state.persistence.propagate
-    for argv in run:
-        propagate(argv)
+    if getattr(state.persistence, "aof_state", "off") != "off":
+        deque(map(state.persistence.propagate, run), maxlen=0)
     stats = state.stats
     stats.total_messages_written += count
     stats.total_commands_processed += count
