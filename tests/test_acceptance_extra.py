@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -2050,3 +2051,72 @@ def test_flushall_with_save_points_stays_flushed_after_kill9(
     cl = srv.client()
     assert cl.dbsize() == 0
     assert tw(cl, "s", "new") == 0
+
+
+def test_shutdown_while_bgsave_runs_saves_everything(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    for _ in range(10):
+        cl.execute_command("TWRITE", "s", "ENTRIES", *[b"y" * 500] * 5000)
+    cl.save()
+    script = b"BGSAVE\r\nTWRITE s after\r\nSET k v\r\nSHUTDOWN\r\n"
+    out = raw(srv.port, script, timeout=20)
+    assert out == b"+Background saving started\r\n:50000\r\n+OK\r\n"
+    assert srv.proc is not None and srv.proc.wait(20) == 0
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "s", -1, 1, "WITHINFO") == [[0, 50000, 50000, 1], b"after"]
+    assert cl.get("k") == b"v"
+    assert tw(cl, "s", "n") == 50001
+
+
+def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", "a")
+    cl.set("k", "v")
+    doomed = tmp_path / "doomed"
+    doomed.mkdir()
+    cl.config_set("dir", str(doomed))
+    shutil.rmtree(doomed)
+    with pytest.raises(redis.ResponseError):
+        cl.save()
+    assert cl.info("persistence")["rdb_last_bgsave_status"] == "err"
+    with pytest.raises(redis.ResponseError, match="^MISCONF"):
+        tw(cl, "s", "b")
+    assert cl.get("k") == b"v" and tr(cl, "s", 0, 5) == [b"a"]  # reads still work
+    doomed.mkdir()
+    assert cl.save()
+    assert tw(cl, "s", "b") == 1
+
+
+def test_tcp_keepalive_is_set_on_client_sockets(server_factory: Any) -> None:
+    if not have("ss"):
+        pytest.skip("ss (iproute2) is not installed")
+    srv = server_factory(tcp_keepalive=100)
+    with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+        sock.sendall(b"PING\r\n")
+        assert sock.recv(10) == b"+PONG\r\n"
+        out = subprocess.run(
+            ["ss", "-tnoH", "state", "established", f"( sport = :{srv.port} )"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    assert "keepalive" in out
+    seconds = int(out.split("keepalive,")[1].split("sec")[0].split("min")[0])
+    assert 60 < seconds <= 100 or "min" in out.split("keepalive,")[1].split(",")[0]
+
+
+def test_loglevel_warning_keeps_notices_out_of_the_logfile(server_factory: Any) -> None:
+    quiet = server_factory(loglevel="warning")
+    chatty = server_factory(loglevel="verbose")
+    for srv in (quiet, chatty):
+        srv.client().save()
+        srv.stop()
+    quiet_log = (quiet.dir / "server.log").read_text()
+    chatty_log = (chatty.dir / "server.log").read_text()
+    assert "Ready to accept connections" in chatty_log
+    assert "Ready to accept connections" not in quiet_log
+    assert len(quiet_log) < len(chatty_log)
