@@ -67,7 +67,6 @@ def stream_reply(
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
     n = min(count, next_offset - start) if start < next_offset else 0
-    body = stream.read_resp(start, n, resp3) if n > 0 else b""
     if withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
@@ -81,7 +80,11 @@ def stream_reply(
         )
     else:
         head = b"*%d\r\n" % n
-    return Raw(head + body), n
+    if n <= 0:
+        return Raw(head), n
+    # The core writes the header and the messages into one buffer: no
+    # second copy of a large reply to join them.
+    return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
 
 
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
