@@ -2120,3 +2120,50 @@ def test_loglevel_warning_keeps_notices_out_of_the_logfile(server_factory: Any) 
     assert "Ready to accept connections" in chatty_log
     assert "Ready to accept connections" not in quiet_log
     assert len(quiet_log) < len(chatty_log)
+
+
+@pytest.mark.parametrize("fsync", ["always", "no"])
+def test_group_progress_survives_kill9_no_message_handed_out_twice(
+    server_factory: Any, fsync: str
+) -> None:
+    srv = server_factory(appendonly="yes", appendfsync=fsync)
+    delivered: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consumer() -> None:
+        cl = srv.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        try:
+            while not stop.is_set():
+                reply = tr(cl, "s", 0, 3, "GROUP", "g", "BLOCK", 200, "WITHINFO")
+                if reply:
+                    start, count = reply[0][2], reply[0][3]
+                    with lock:
+                        delivered.extend(range(start, start + count))
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass
+
+    def producer() -> None:
+        cl = srv.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        n = 0
+        try:
+            while not stop.is_set():
+                tw(cl, "s", b"m%d" % n)
+                n += 1
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass
+
+    threads = [threading.Thread(target=consumer, daemon=True) for _ in range(3)]
+    threads.append(threading.Thread(target=producer, daemon=True))
+    for thread in threads:
+        thread.start()
+    time.sleep(0.4)
+    srv.kill9()
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert delivered
+    assert len(delivered) == len(set(delivered))  # each message to one member only
+    srv.start()
+    cl = srv.client()
+    assert int(cl.get("g")) >= max(delivered) + 1
