@@ -2167,3 +2167,53 @@ def test_group_progress_survives_kill9_no_message_handed_out_twice(
     srv.start()
     cl = srv.client()
     assert int(cl.get("g")) >= max(delivered) + 1
+
+
+def test_config_rewrite_keeps_comments_quotes_values_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    conf = tmp_path / "r.conf"
+    conf.write_text(f"# keep me\nport {port}\nsave 3600 1\nloglevel notice\ndir {tmp_path}\n")
+    argv = [sys.executable, "-m", "rcp11", "server", str(conf)]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    password = "a b\"c\\d'e"
+    try:
+        wait_for(lambda: _pings(port), timeout=20)
+        cl = redis.Redis(port=port)
+        cl.config_set("save", "")
+        cl.config_set("maxmemory", "3mb")
+        cl.config_set("stream-node-max-entries", "77")
+        cl.config_set("requirepass", password)
+        assert cl.config_rewrite()
+        assert conf.read_text().startswith("# keep me\n")
+        assert raw(port, _resp("AUTH", password) + _resp("SHUTDOWN", "NOSAVE")) == b"+OK\r\n"
+        proc.wait(10)
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL)
+        wait_for(lambda: raw(port, b"PING\r\n", timeout=1).startswith(b"-NOAUTH"), timeout=20)
+        cl = redis.Redis(port=port, password=password)
+        got = cl.config_get("*")
+        assert (got["save"], got["maxmemory"], got["stream-node-max-entries"]) == (
+            "",
+            "3145728",
+            "77",
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_multi_word_directive_values_on_the_command_line(tmp_path: Path) -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "rcp11", "server", "--port", str(port), "--dir", str(tmp_path)]
+    argv += ["--save", "3600", "1", "300", "100", "--logfile", str(tmp_path / "log")]
+    argv += ["--client-output-buffer-limit", "normal", "1mb", "512kb", "10"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _pings(port), timeout=20)
+        got = redis.Redis(port=port).config_get("*")
+        assert got["save"] == "3600 1 300 100"
+        assert got["client-output-buffer-limit"].startswith("normal 1048576 524288 10")
+    finally:
+        proc.kill()
+        proc.wait()
