@@ -2225,3 +2225,56 @@ def test_multi_word_directive_values_on_the_command_line(tmp_path: Path) -> None
     finally:
         proc.kill()
         proc.wait()
+
+
+# ------------------------------------------------------------ sizes and scans
+
+
+def test_backlog_bounded_stream_keeps_memory_bounded(server_factory: Any) -> None:
+    srv = server_factory(stream_node_max_entries=100)
+    cl = srv.client()
+    pipe = cl.pipeline(transaction=False)
+    for _ in range(200):
+        pipe.execute_command("TWRITE", "s", "BACKLOG", 150, "ENTRIES", *[b"z" * 50] * 100)
+    assert pipe.execute()[-1] == 19900
+    info = cl.info("streams")
+    assert info["stream_messages"] == 150
+    assert info["stream_nodes"] <= 3
+    assert cl.memory_usage("s") < 100 * 1024
+    assert tr(cl, "s", -150, 1, "WITHINFO")[0] == [19850, 19999, 19850, 1]
+
+
+def test_multi_megabyte_entry_round_trips_through_aof_and_snapshot(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes", save="3600 1", stream_compression="zlib")
+    cl = srv.client()
+    rng = random.Random(5)
+    noisy = rng.randbytes(1 << 20) * 3
+    tw(cl, "big", noisy, b"tail")
+    srv.kill9()
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "big", 0, 2) == [noisy, b"tail"]
+    cl.save()
+    srv.restart(appendonly="no")
+    assert tr(srv.client(), "big", 0, 2) == [noisy, b"tail"]
+
+
+def test_scan_returns_every_key_once(c2: redis.Redis) -> None:
+    pipe = c2.pipeline(transaction=False)
+    for n in range(600):
+        if n % 2:
+            pipe.execute_command("TWRITE", f"stream:{n}", "x")
+        else:
+            pipe.set(f"string:{n}", n)
+    pipe.execute()
+    seen: list[bytes] = []
+    cursor = 0
+    while True:
+        cursor, keys = c2.scan(cursor, count=25)
+        seen.extend(keys)
+        if cursor == 0:
+            break
+    # SCAN may repeat a key, but must return every key present all along.
+    assert len(set(seen)) == 600 and len(seen) < 1200
+    streams = list(c2.scan_iter(match="stream:*", _type="stream", count=50))
+    assert len(streams) == 300
