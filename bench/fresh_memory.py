@@ -10,8 +10,8 @@ time per 4 KB page instead of ~2 us for a page the host still backs. Free
 memory in fragments smaller than a reported block, and memory freed too
 recently to have been reported, is still backed; the buddy allocator hands
 out the smallest free blocks first, so a process that grows from empty gets
-"warm" pages for its first few GB (0-5 GB here, depending on what the
-machine did before) and "cold" ones after. A server storing 100-byte
+"warm" pages for its first few GB (2.5-10 GB here within one hour, more as
+memory fragments) and "cold" ones after. A server storing 100-byte
 records takes ~26 page faults per 1000 records just for the new data, so the
 switch costs it ~0.16 us per record, 15-25% of its throughput, at whatever
 stored size the machine's fragmentation puts the switch: a step in the
@@ -23,8 +23,10 @@ unbacked ones cost (measured against memory it has just freed and taken
 back, which is backed for sure), and holds it while the curve runs. So every
 fresh page of the server is a cold one, as for any server that has been
 growing for a while, and the curve shows what stored data does to the
-server, not where the machine's warm memory runs out. It is a no-op where
-the kernel does no free page reporting.
+server, not where the machine's warm memory runs out. To keep the ballast
+small it first asks the kernel to compact memory (when run as root), which
+merges fragments into reportable blocks, and waits for the reporting to
+settle. It is a no-op where the kernel does no free page reporting.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPORTING = Path("/sys/module/page_reporting/parameters")
+COMPACT = Path("/proc/sys/vm/compact_memory")
 PAGE = mmap.PAGESIZE
 CHUNK = 128 << 20  # touched and timed at a time
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -102,7 +105,18 @@ def _reported_kib() -> int | None:
         return None  # a kernel without this counter: nothing to wait for
 
 
-def wait_for_reporter(quiet_s: float = 3.0, timeout_s: float = 30.0) -> float:
+def compact_free_memory() -> bool:
+    """Ask the kernel to compact memory (root only; a fraction of a second
+    here), so that free fragments merge into blocks that get reported: less
+    warm memory for the ballast to hold. False when not allowed."""
+    try:
+        COMPACT.write_text("1")
+    except OSError:
+        return False
+    return True
+
+
+def wait_for_reporter(quiet_s: float = 4.0, timeout_s: float = 30.0) -> float:
     """Wait until the kernel has stopped reporting free blocks (memory freed
     just before, e.g. by the previous server, is still backed by the host
     until reported). Returns the seconds waited."""
@@ -130,6 +144,7 @@ class Ballast:
     warm_us: float = 0.0  # kernel us per fault re-touching just-freed memory
     us_per_fault: list[float] = field(default_factory=list)
     reached_cold: bool = False
+    compacted: bool = False
     skipped: str = ""
 
     def describe(self) -> str:
@@ -141,8 +156,9 @@ class Ballast:
             if self.reached_cold
             else "up to its memory cap, and fresh pages still cost"
         )
+        compacted = "memory was compacted, then " if self.compacted else ""
         return (
-            f"before the first segment, a ballast process took {self.held_bytes / 2**30:.1f} GiB "
+            f"before the first segment, {compacted}a ballast process took {self.held_bytes / 2**30:.1f} GiB "
             f"of host-backed free memory (first touch {costs[0]:.1f} us of kernel time per 4 KB "
             f"page) {end} {costs[-1]:.1f} us per page, and held it until the last segment"
         )
@@ -155,6 +171,7 @@ def warm_memory_held(limit_bytes: int) -> Iterator[Ballast]:
     if reporting_order() is None:
         yield Ballast(skipped="this kernel reports no free pages to a host")
         return
+    compacted = compact_free_memory()
     waited = wait_for_reporter()
     # A child of its own: forked load generators must not copy its page
     # tables, and it dies with our end of the pipe however we exit.
@@ -171,7 +188,12 @@ def warm_memory_held(limit_bytes: int) -> Iterator[Ballast]:
             raise RuntimeError(f"ballast process exited with {proc.wait()}")
         report = json.loads(line)
         yield Ballast(
-            report["held"], waited, report["warm_us"], report["us_per_fault"], report["cold"]
+            report["held"],
+            waited,
+            report["warm_us"],
+            report["us_per_fault"],
+            report["cold"],
+            compacted,
         )
     finally:
         if proc.stdin is not None:

@@ -473,15 +473,19 @@ def _memory_note(ballast: Ballast | None, fault_us: list[float]) -> str:
     if ballast is None:
         held = "No ballast in this run."
     else:
-        held = f"For equal conditions, {ballast.describe()}."
+        held = (
+            f"For equal conditions, {ballast.describe()}: every segment pays for memory the "
+            "host must back again, the conservative case (memory it still backs ran the "
+            "first GBs up to ~20% faster)."
+        )
     return (
         "Fresh memory is the one cost here that the machine, not the server, sets: on this "
         "VM the host drops the backing of free memory the guest reports (virtio-balloon free "
         "page reporting), and a page it no longer backs costs ~4x more kernel time on first "
         "touch than one it does. A server growing from empty first gets the still-backed "
-        "pages (a few GB, depending on what ran before) and then the others, which made an "
-        f"unexplained 15-25% step in this curve (bench/fresh_memory.py). {held} Kernel time "
-        f"per page fault of the server over the segments: {spread}."
+        "pages (2.5-10 GB here, as much as free memory is fragmented) and then the others, "
+        "which made an unexplained 15-30% step in this curve (bench/fresh_memory.py). "
+        f"{held} Kernel time per page fault of the server over the segments: {spread}."
     )
 
 
