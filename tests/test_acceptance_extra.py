@@ -1372,7 +1372,6 @@ def test_aof_replays_every_kind_of_write(server_factory: Any) -> None:
     pipe.execute()
     cl.execute_command("TEVICT", "s", -4)
     tw(cl, "f", "x")
-    cl.flushdb() if False else None
     # a group key moved by a served blocked reader, and one created while blocking
     reader = srv.client()
     thread, box = in_thread(lambda: tr(reader, "q", 0, 5, "GROUPNEW", "gq", "BLOCK", 5000))
@@ -2297,10 +2296,6 @@ def test_truncated_offsets_file_is_reported_or_reuses_nothing(
     srv.kill9()
     offsets = srv.dir / "dump.rcp.offsets"
     offsets.write_bytes(offsets.read_bytes()[:-1])  # a damaged tail, as a bad disk leaves
-    proc = (
-        subprocess.run(srv.argv(), cwd=srv.dir, capture_output=True, timeout=3) if False else None
-    )
-    del proc
     try:
         srv.start(timeout=10)
     except RuntimeError as refused:
