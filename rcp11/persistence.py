@@ -888,6 +888,7 @@ class Persistence:
         self.aof_last_bgrewrite_status = "ok"
         self.aof_last_rewrite_time_sec = -1
         self.aof_rewrite_scheduled = False
+        self.rdb_bgsave_scheduled = False
         self._rewrite_not_before = 0.0
         self.aof_rewrites = 0
         self.aof_delayed_fsync = 0
@@ -1474,6 +1475,10 @@ class Persistence:
         if self.aof_rewrite_scheduled and time.monotonic() >= self._rewrite_not_before:
             self._start_rewrite()
             return
+        if self.rdb_bgsave_scheduled:
+            self.rdb_bgsave_scheduled = False
+            if self._start_bgsave():
+                return
         for seconds, changes in self._save_rules():
             if (
                 self.state.dirty >= changes
@@ -1570,10 +1575,14 @@ class Persistence:
         for key, next_offset in lowered:
             marks[key] = next_offset
 
-    def bgsave(self) -> Any:
+    def bgsave(self, schedule: bool = False) -> Any:
         if self._child is not None:
             if self._child.kind == "rdb":
                 raise CommandError("ERR Background save already in progress")
+            if schedule:
+                # Started by the cron once the AOF rewrite is done.
+                self.rdb_bgsave_scheduled = True
+                return SimpleString("Background saving scheduled")
             raise CommandError(
                 "ERR Another child process is active (AOF?): can't BGSAVE right now. "
                 "Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."
@@ -1581,6 +1590,21 @@ class Persistence:
         if not self._start_bgsave():
             raise CommandError("ERR Can't fork a background save (see the server log)")
         return SimpleString("Background saving started")
+
+    def flushall(self) -> None:
+        """After FLUSHALL, as redis-server does: a BGSAVE in progress is
+        killed (its snapshot holds the flushed data), and with save points
+        configured the empty dataset is saved at once, so a crash cannot
+        bring the flushed keys back."""
+        if self._child is not None and self._child.kind == "rdb":
+            log.info("Killing the background save: FLUSHALL makes its snapshot stale")
+            self._kill_child()
+        self.rdb_bgsave_scheduled = False
+        if self._save_rules():
+            dirty = self.state.dirty
+            self._save_sync()
+            # The flush still counts as a change, as Redis keeps it.
+            self.state.dirty = dirty
 
     def bgrewriteaof(self) -> Any:
         if self._child is not None and self._child.kind == "aof":

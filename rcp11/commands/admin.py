@@ -42,11 +42,15 @@ def time_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return [b"%d" % (now_us // 1_000_000), b"%d" % (now_us % 1_000_000)]
 
 
-def _flush(state: ServerState, argv: list[bytes]) -> Any:
+def _flush(state: ServerState, argv: list[bytes], save: bool = False) -> Any:
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
         raise CommandError(errors.SYNTAX)
     state.keyspace.flush()
     state.propagate([b"FLUSHALL"])
+    if save and not state.loading:
+        flushall = getattr(state.persistence, "flushall", None)
+        if flushall is not None:
+            flushall()
     blocking = state.blocking
     if blocking is not None and blocking.active:
         # Waiting group readers must re-resolve their start against the now
@@ -64,7 +68,7 @@ def flushdb_command(state: ServerState, client: ClientState, argv: list[bytes]) 
 
 @command("flushall", -1, "write", summary="Delete every key", group="server")
 def flushall_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
-    return _flush(state, argv)
+    return _flush(state, argv, save=True)
 
 
 def _persistence_call(state: ServerState, method: str, *args: Any) -> Any:
@@ -86,7 +90,7 @@ def save_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
 def bgsave_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"schedule"):
         raise CommandError(errors.SYNTAX)
-    result = _persistence_call(state, "bgsave")
+    result = _persistence_call(state, "bgsave", len(argv) == 2)
     return SimpleString(result if isinstance(result, str) else "Background saving started")
 
 
