@@ -2027,9 +2027,6 @@ def test_group_waiters_served_during_a_pipelined_run(c2: redis.Redis, srv: Serve
     assert tr(c2, "s", 0, 5, "GROUP", "g") == [b"d"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="B5: BGSAVE SCHEDULE refused while an AOF rewrite runs (Redis schedules it)"
-)
 def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
@@ -2041,9 +2038,6 @@ def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     wait_for(lambda: (srv.dir / "dump.rcp").exists())
 
 
-@pytest.mark.xfail(
-    strict=True, reason="B6: FLUSHALL with save points does not save; kill -9 resurrects the data"
-)
 @pytest.mark.parametrize("during_bgsave", [False, True], ids=["plain", "during-bgsave"])
 def test_flushall_with_save_points_stays_flushed_after_kill9(
     server_factory: Any, during_bgsave: bool
@@ -2289,9 +2283,6 @@ def test_scan_returns_every_key_once(c2: redis.Redis) -> None:
     assert len(streams) == 300
 
 
-@pytest.mark.xfail(
-    strict=True, reason="B7: a truncated offsets file is silently ignored and offsets are reused"
-)
 @pytest.mark.parametrize("mode", ["none", "snapshot"])
 def test_truncated_offsets_file_is_reported_or_reuses_nothing(
     server_factory: Any, mode: str
