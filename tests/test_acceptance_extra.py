@@ -2304,3 +2304,79 @@ def test_truncated_offsets_file_is_reported_or_reuses_nothing(
         return
     last = 10 if mode == "snapshot" else 9
     assert tw(srv.client(), "s", "x") > last
+
+
+# ------------------------------------------------------- WATCH, parsers
+
+
+@pytest.mark.parametrize(
+    "touch",
+    ["flushall", "flushdb", "rename", "expire", "set", "unlink"],
+)
+def test_watch_is_touched_like_redis(c2: redis.Redis, srv: ServerProcess, touch: str) -> None:
+    other = srv.client()
+    tw(c2, "s", "x")
+    c2.set("k", "v")
+    actions = {
+        "flushall": lambda: other.flushall(),
+        "flushdb": lambda: other.flushdb(),
+        "rename": lambda: other.rename("s", "t"),
+        "expire": lambda: other.pexpire("s", 1) and time.sleep(0.05),
+        "set": lambda: other.set("k", "v2"),
+        "unlink": lambda: other.unlink("s"),
+    }
+    pipe = c2.pipeline(transaction=True)
+    pipe.watch("s", "k")
+    pipe.multi()
+    pipe.get("k")
+    actions[touch]()
+    with pytest.raises(redis.WatchError):
+        pipe.execute()
+    other.close()
+
+
+def test_group_key_moved_by_a_served_waiter_aborts_a_watching_exec(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(c2, "s", "x")
+    tr(c2, "s", 0, 5, "GROUP", "g")
+    waiter, writer = srv.client(), srv.client()
+    thread, box = in_thread(lambda: tr(waiter, "s", 0, 5, "GROUP", "g", "BLOCK", 5000))
+    wait_blocked(c2, 1)
+    pipe = c2.pipeline(transaction=True)
+    pipe.watch("g")
+    pipe.multi()
+    pipe.get("g")
+    tw(writer, "unrelated", "y")
+    tw(writer, "s", "z")  # serves the waiter, which moves g
+    thread.join(5)
+    assert box["reply"] == [b"z"]
+    with pytest.raises(redis.WatchError):
+        pipe.execute()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("parser", ["hiredis", "python"])
+def test_replies_parse_with_hiredis_and_the_pure_python_parser(
+    srv: ServerProcess, protocol: int, parser: str
+) -> None:
+    from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
+
+    if parser == "hiredis":
+        pytest.importorskip("hiredis")
+        parser_class: Any = _HiredisParser
+    else:
+        parser_class = _RESP2Parser if protocol == 2 else _RESP3Parser
+    pool = redis.ConnectionPool(port=srv.port, protocol=protocol, parser_class=parser_class)
+    cl = redis.Redis(connection_pool=pool)
+    key = f"parsers-{protocol}-{parser}"
+    assert tw(cl, key, "a", b"\x00\r\n", "c") == 0
+    cl.execute_command("TEVICT", key, 0)
+    assert tr(cl, key, 0, 5, "WITHINFO") == [[1, 2, 0, 3], None, b"\x00\r\n", b"c"]
+    assert tr(cl, key, 9, 5, "BLOCK", 10) is None
+    assert tr(cl, key, 9, 5, "BLOCK", 10, "WITHINFO") is None
+    assert tr(cl, key, 0, 0) == []
+    with pytest.raises(redis.ResponseError, match=WRONGTYPE):
+        cl.get(key)
+    cl.delete(key)
+    cl.close()
