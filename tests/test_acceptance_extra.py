@@ -2380,3 +2380,24 @@ def test_replies_parse_with_hiredis_and_the_pure_python_parser(
         cl.get(key)
     cl.delete(key)
     cl.close()
+
+
+def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    tw(c2, "big", *[b"x" * 1000] * 500)
+    c2.config_set("client-output-buffer-limit", "normal 100kb 50kb 1")
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+            sock.sendall(b"TREAD big 0 500\r\n")
+            got = 0
+            try:
+                while chunk := sock.recv(1 << 20):
+                    got += len(chunk)
+            except ConnectionResetError:
+                pass
+        assert got < 500 * 1000  # closed instead of sending the whole reply
+        assert len(tr(c2, "big", 0, 50)) == 50  # a small reply still goes out
+    finally:
+        c2.config_set("client-output-buffer-limit", "normal 0 0 0")
+    assert len(tr(c2, "big", 0, 500)) == 500
