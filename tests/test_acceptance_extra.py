@@ -2401,3 +2401,34 @@ def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
     finally:
         c2.config_set("client-output-buffer-limit", "normal 0 0 0")
     assert len(tr(c2, "big", 0, 500)) == 500
+
+
+def test_big_pipeline_split_at_random_byte_boundaries(c2: redis.Redis, srv: ServerProcess) -> None:
+    rng = random.Random(7)
+    cmds = []
+    for n in range(6000):
+        if n % 500 == 499:
+            cmds.append(_resp("TREAD", "p", str(n - 3), "2"))
+        elif n % 3 == 0:
+            cmds.append(_resp("TWRITE", "p", "ENTRIES", f"e{n}a", f"e{n}b"))
+        else:
+            cmds.append(_resp("TWRITE", "p", f"e{n}" * rng.randint(1, 40)))
+    data = b"".join(cmds) + b"ECHO __end__\r\n"  # the tail is inline, as telnet sends
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        pos = 0
+        while pos < len(data):
+            step = rng.randint(1, 9000)
+            sock.sendall(data[pos : pos + step])
+            pos += step
+        out = b""
+        while not out.endswith(b"$7\r\n__end__\r\n"):
+            chunk = sock.recv(1 << 20)
+            assert chunk, "server closed the connection"
+            out += chunk
+    assert b"-ERR" not in out
+    offsets = [int(line[1:]) for line in out.split(b"\r\n") if line.startswith(b":")]
+    written = [n for n in range(6000) if n % 500 != 499]
+    sizes = [2 if n % 3 == 0 else 1 for n in written]
+    assert offsets == [sum(sizes[:k]) for k in range(len(sizes))]
+    info = tr(c2, "p", 0, 0, "WITHINFO")[0]
+    assert info[1] == sum(sizes) - 1
