@@ -2432,3 +2432,25 @@ def test_big_pipeline_split_at_random_byte_boundaries(c2: redis.Redis, srv: Serv
     assert offsets == [sum(sizes[:k]) for k in range(len(sizes))]
     info = tr(c2, "p", 0, 0, "WITHINFO")[0]
     assert info[1] == sum(sizes) - 1
+
+
+def test_asyncio_cancelled_group_waiter_swallows_nothing(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(port=srv.port, protocol=3)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                client.execute_command("TREAD", "s", 0, 5, "GROUPNEW", "g", "BLOCK", 0), 0.3
+            )
+        await client.aclose()
+
+    asyncio.run(scenario())
+    wait_blocked(c2, 0)
+    assert c2.get("g") == b"0"  # created when it started waiting
+    tw(c2, "s", "a", "b")
+    assert tr(c2, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
