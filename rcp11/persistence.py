@@ -531,6 +531,33 @@ class _BadBytes(Exception):
 # ---------------------------------------------------------------------------
 
 
+# How far the marks go up when the offsets file's last batch is cut short.
+# One reservation moves a mark by at most 3 x the entries of one command plus
+# _MAX_STEP; a command fits in client-query-buffer-limit (1 GB at most by
+# default, >= 6 bytes per entry), so 2^30 covers any lost batch.
+_TORN_BATCH_MARGIN = 1 << 30
+
+
+def _raise_after_torn_batch(marks: dict[bytes, int], torn: bytes) -> dict[bytes, int]:
+    """Marks for a file whose last batch (torn, unverified) was cut off:
+    every known mark and every key still readable in the cut batch, raised
+    by the margin. Marks only go up, so reading garbage costs a gap at most."""
+    raised = {key: min(mark + _TORN_BATCH_MARGIN, _MAX_OFFSET) for key, mark in marks.items()}
+    payload = torn[_OFS_BATCH.size :]
+    at = 0
+    while at + _U32.size <= len(payload):
+        (klen,) = _U32.unpack_from(payload, at)
+        if klen > len(payload) - at - _U32.size:
+            break
+        key = payload[at + _U32.size : at + _U32.size + klen]
+        at += _U32.size + klen
+        mark = _I64.unpack_from(payload, at)[0] if at + _I64.size <= len(payload) else 0
+        at += _I64.size
+        mark = min(max(mark, 0, marks.get(key, 0)) + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+        raised[key] = max(raised.get(key, 0), mark)
+    return raised
+
+
 class OffsetReservations:
     """The durable key -> reserved next-offset table (module docstring)."""
 
@@ -557,8 +584,11 @@ class OffsetReservations:
         return _OFS_BATCH.pack(len(payload), zlib.crc32(payload)) + payload
 
     def load(self) -> dict[bytes, int]:
-        """Read the table. A torn last batch (never fsynced, so never
-        acknowledged) is cut off; damage before the last batch refuses."""
+        """Read the table. Damage before the last batch refuses. A last batch
+        cut short is cut off: torn by a power loss it was never fsynced (so
+        never acknowledged), but a file damaged at its end looks the same, so
+        every mark, and every key still readable in it, is raised by
+        _TORN_BATCH_MARGIN and the file is rewritten with the raised marks."""
         marks: dict[bytes, int] = {}
         try:
             with open(self.path, "rb") as file:
@@ -606,21 +636,23 @@ class OffsetReservations:
                 ) from exc
             pos = end
             valid = end
+        self.marks = marks
+        self.file_size = valid
         if valid < len(data):
             log.warning(
-                "Offsets file %s: ignoring a torn last batch (%d bytes) at byte offset %d",
+                "Offsets file %s: the last batch (%d bytes at byte offset %d) is cut short; "
+                "every reservation is raised by %d so that no offset it may have covered "
+                "is handed out again",
                 self.path,
                 len(data) - valid,
                 valid,
+                _TORN_BATCH_MARGIN,
             )
+            marks = _raise_after_torn_batch(marks, data[valid:])
             try:
-                with open(self.path, "r+b") as file:
-                    file.truncate(valid)
-                    os.fsync(file.fileno())
+                self.rewrite(marks)
             except OSError as exc:
-                raise PersistenceError(f"{self.path}: cannot truncate: {exc.strerror}") from exc
-        self.marks = marks
-        self.file_size = valid
+                raise PersistenceError(f"{self.path}: cannot rewrite: {exc.strerror}") from exc
         return marks
 
     def _open(self) -> int:
