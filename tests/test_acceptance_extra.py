@@ -2454,3 +2454,22 @@ def test_asyncio_cancelled_group_waiter_swallows_nothing(
     assert c2.get("g") == b"0"  # created when it started waiting
     tw(c2, "s", "a", "b")
     assert tr(c2, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
+
+
+@pytest.mark.xfail(strict=True, reason="B8: CLIENT UNBLOCK is unknown (redis-server 7 unblocks)")
+def test_client_unblock_ends_a_blocked_tread_like_a_timeout(
+    c2: redis.Redis, srv: ServerProcess
+) -> None:
+    waiter = srv.client()
+    thread, box = in_thread(lambda: tr(waiter, "s", 0, 5, "GROUPNEW", "g", "BLOCK", 0))
+    wait_blocked(c2, 1)
+    waiter_id = next(cl["id"] for cl in c2.client_list() if "b" in cl["flags"])
+    assert c2.execute_command("CLIENT", "UNBLOCK", waiter_id) == 1
+    thread.join(5)
+    assert box.get("reply", "missing") is None
+    assert c2.execute_command("CLIENT", "UNBLOCK", waiter_id) == 0
+    thread, box = in_thread(lambda: tr(waiter, "s", 0, 5, "BLOCK", 0))
+    wait_blocked(c2, 1)
+    assert c2.execute_command("CLIENT", "UNBLOCK", waiter_id, "ERROR") == 1
+    thread.join(5)
+    assert str(box.get("error", "")) == "UNBLOCKED client unblocked via CLIENT UNBLOCK"
