@@ -2473,3 +2473,39 @@ def test_client_unblock_ends_a_blocked_tread_like_a_timeout(
     assert c2.execute_command("CLIENT", "UNBLOCK", waiter_id, "ERROR") == 1
     thread.join(5)
     assert str(box.get("error", "")) == "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+
+
+def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes")
+    cl = srv.client()
+    for _ in range(4):
+        cl.execute_command("TWRITE", "s", "ENTRIES", *[b"y" * 500] * 5000)
+    tw(cl, "doomed", "x")
+    pipe = cl.pipeline(transaction=False)
+    pipe.bgrewriteaof()
+    for n in range(300):
+        pipe.execute_command("TWRITE", "s", b"during%d" % n)
+    pipe.execute_command("TREAD", "s", 0, 7, "GROUP", "g")
+    pipe.delete("doomed")
+    pipe.execute_command("TEVICT", "s", 99)
+    replies = pipe.execute()
+    assert replies[1] == 20000 and replies[300] == 20299
+    wait_for(
+        lambda: (
+            cl.info("persistence")["aof_rewrite_in_progress"] == 0
+            and cl.info("persistence")["aof_rewrite_scheduled"] == 0
+        )
+    )
+    tw(cl, "s", "after")
+    srv.kill9()
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "s", 20298, 3, "WITHINFO") == [
+        [100, 20300, 20298, 3],
+        b"during298",
+        b"during299",
+        b"after",
+    ]
+    assert cl.get("g") == b"7"
+    assert cl.exists("doomed") == 0
+    assert tw(cl, "s", "n") == 20301
