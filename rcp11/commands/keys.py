@@ -166,6 +166,7 @@ def _set_deadline(state: ServerState, key: bytes, when_ms: int) -> None:
         state.propagate([b"DEL", key])
     else:
         state.keyspace.set_expire(key, when_ms)
+        state.keyspace.touch(key)  # a new TTL fails WATCHers' EXEC, as in Redis
         state.propagate([b"PEXPIREAT", key, b"%d" % when_ms])
 
 
