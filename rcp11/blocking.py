@@ -202,6 +202,17 @@ class BlockingManager:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def unblock(self, client: ClientState, error: bool) -> bool:
+        """CLIENT UNBLOCK: end the client's blocked read as a timeout (a
+        null reply) or with an -UNBLOCKED error. False if it was not blocked."""
+        request = client.blocked
+        if not isinstance(request, BlockRequest):
+            return False
+        reply = Error("UNBLOCKED client unblocked via CLIENT UNBLOCK") if error else NULL_ARRAY
+        self._finish(request, reply)
+        client.on_unblocked()
+        return True
+
     def remove(self, client: ClientState) -> None:
         """The client disconnected: forget it at once, so messages that
         arrive later go to the next waiter."""

@@ -582,3 +582,41 @@ def test_redis_cli_twrite_and_tread(srv: ServerProcess, r: redis.Redis, tmp_path
     out = cli(stdin='TWRITE s "with space"\nTREAD s -1 1 WITHINFO\n')
     assert out.splitlines() == ["3", "0", "3", "3", "1", "with space"]
     assert cli("-3", "TREAD", "s", "5", "1", "BLOCK", "10") == "\n"
+
+
+@pytest.mark.parametrize(("reason", "expected"), [(None, None), ("ERROR", "UNBLOCKED")])
+def test_client_unblock_ends_a_blocked_tread(
+    srv: ServerProcess, r: redis.Redis, reason: str | None, expected: str | None
+) -> None:
+    reader = srv.client(protocol=2)
+    outcome: list[Any] = []
+
+    def read() -> None:
+        try:
+            outcome.append(reader.execute_command("TREAD", "s", 0, 1, "BLOCK", 0))
+        except redis.ResponseError as exc:
+            outcome.append(str(exc))
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        wait_blocked(r, 1)
+        reader_id = next(c["id"] for c in r.client_list() if c["cmd"] == "tread")
+        extra = [reason] if reason else []
+        assert r.execute_command("CLIENT", "UNBLOCK", reader_id, *extra) == 1
+        thread.join(10)
+        assert outcome and (outcome[0] if expected is None else outcome[0].split()[0]) == expected
+        # Not blocked any more: nothing to unblock, and the reader works on.
+        assert r.execute_command("CLIENT", "UNBLOCK", reader_id) == 0
+        assert reader.ping() is True
+        assert r.info("clients")["blocked_clients"] == 0
+    finally:
+        reader.close()
+
+
+def test_client_unblock_arguments(r: redis.Redis) -> None:
+    assert r.execute_command("CLIENT", "UNBLOCK", 999999) == 0
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.execute_command("CLIENT", "UNBLOCK", "abc")
+    with pytest.raises(redis.ResponseError, match="reason should be TIMEOUT or ERROR"):
+        r.execute_command("CLIENT", "UNBLOCK", 1, "later")

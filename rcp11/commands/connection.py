@@ -227,6 +227,8 @@ _CLIENT_HELP = [
     "    Set client library name or version, shown by CLIENT LIST.",
     "SETNAME <name>",
     "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
     "HELP",
     "    Print this help.",
 ]
@@ -242,6 +244,7 @@ _CLIENT_ARITY = {
     "setinfo": 4,
     "no-evict": 3,
     "no-touch": 3,
+    "unblock": -3,
     "help": 2,
 }
 
@@ -280,7 +283,24 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if sub in ("no-evict", "no-touch"):
         on_off(argv[2])
         return OK
+    if sub == "unblock":
+        return _client_unblock(state, argv)
     return _CLIENT_HELP
+
+
+def _client_unblock(state: ServerState, argv: list[bytes]) -> int:
+    """CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 if that client was blocked."""
+    if len(argv) > 4:
+        raise CommandError(errors.SYNTAX)
+    target_id = parse_int(argv[2])
+    reason = argv[3].lower() if len(argv) == 4 else b"timeout"
+    if reason not in (b"timeout", b"error"):
+        raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+    target = state.clients.get(target_id)
+    blocking = state.blocking
+    if target is None or blocking is None:
+        return 0
+    return int(blocking.unblock(target, error=reason == b"error"))
 
 
 def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: float) -> str:
