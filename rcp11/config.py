@@ -140,8 +140,8 @@ def _client_classes() -> dict[str, tuple[int, int, int]]:
 DIRECTIVES: dict[str, Directive] = {
     d.name: d
     for d in [
-        Directive("bind", "bind", ["127.0.0.1", "-::1"], mutable=False),
-        Directive("port", "int", 6379, mutable=False, high=65535),
+        Directive("bind", "bind", ["127.0.0.1", "-::1"]),
+        Directive("port", "int", 6379, high=65535),
         Directive("unixsocket", "string", "", mutable=False),
         Directive("unixsocketperm", "octal", 0, mutable=False, high=0o777),
         Directive("protected-mode", "bool", True),

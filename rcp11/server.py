@@ -443,6 +443,8 @@ class Server:
         )
         self.connections: dict[int, Connection] = {}
         self.listeners: list[asyncio.AbstractServer] = []
+        # (host, port) -> its listener (None until create_server finished).
+        self.tcp_listeners: dict[tuple[str, int], Any] = {}
         self.unix_path: str | None = None
         self.pending: list[Connection] = []
         self.flush_scheduled = False
@@ -459,6 +461,8 @@ class Server:
         config.on_change("client-query-buffer-limit", self._parser_limits_changed)
         config.on_change("loglevel", lambda level: logging.getLogger().setLevel(_LEVELS[level]))
         config.on_change("dir", self._dir_changed)
+        config.on_change("port", self._rebind)
+        config.on_change("bind", self._rebind)
         state.request_shutdown = self.request_shutdown
 
     # -- config reactions -------------------------------------------------------
@@ -500,39 +504,14 @@ class Server:
         config = self.state.config
         port = config.get("port")
         if port:
-            bound = 0
-            for entry in config.get("bind"):
-                optional = entry.startswith("-")
-                host = entry[1:] if optional else entry
-                host = {"*": "0.0.0.0", "::*": "::"}.get(host, host)
-                try:
-                    listener = await self.loop.create_server(
-                        lambda: Connection(self),
-                        host=host,
-                        port=port,
-                        reuse_address=True,
-                        backlog=511,
-                    )
-                except OSError as exc:
-                    if optional and exc.errno in (
-                        errno.EADDRNOTAVAIL,
-                        errno.EAFNOSUPPORT,
-                        errno.EPROTONOSUPPORT,
-                        None,
-                    ):
-                        log.log(VERBOSE, "Skipping optional bind address %s: %s", host, exc)
-                        continue
-                    log.warning(
-                        "Warning: Could not create server TCP listening socket %s:%d: %s",
-                        host,
-                        port,
-                        exc.strerror or exc,
-                    )
-                    raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
-                self.listeners.append(listener)
-                bound += 1
-            if not bound:
+            try:
+                _, sockets = self._bind_tcp(config.get("bind"), port, {})
+            except OSError as exc:
+                raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
+            if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
+            for address, sock in sockets.items():
+                await self._serve_tcp(address, sock)
         path = config.get("unixsocket")
         if path:
             try:
@@ -552,11 +531,100 @@ class Server:
             self.unix_path = path
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
-        sockets = [s for listener in self.listeners for s in listener.sockets]
-        for sock in sockets:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                self.state.tcp_port = sock.getsockname()[1]
-                break
+        self._note_tcp_port()
+
+    def _note_tcp_port(self) -> None:
+        for address in self.tcp_listeners:
+            self.state.tcp_port = address[1]
+            return
+        self.state.tcp_port = 0
+
+    def _bind_tcp(
+        self, binds: list[str], port: int, keep: dict[tuple[str, int], Any]
+    ) -> tuple[set[tuple[str, int]], dict[tuple[str, int], socket.socket]]:
+        """Every (address, port) the bind list means, and listening sockets
+        for those not in keep, bound now (so a failure is known at once).
+        Raises OSError, after closing what it bound, when a required
+        address fails."""
+        wanted: set[tuple[str, int]] = set()
+        bound: dict[tuple[str, int], socket.socket] = {}
+        try:
+            for entry in binds:
+                optional = entry.startswith("-")
+                host = entry[1:] if optional else entry
+                host = {"*": "0.0.0.0", "::*": "::"}.get(host, host)
+                try:
+                    infos = socket.getaddrinfo(
+                        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                    )
+                    for family, kind, proto, _name, sockaddr in infos:
+                        address = (sockaddr[0], port)
+                        wanted.add(address)
+                        if address in keep or address in bound:
+                            continue
+                        sock = socket.socket(family, kind, proto)
+                        try:
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                            if family == socket.AF_INET6:
+                                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                            sock.bind(sockaddr)
+                            sock.listen(511)
+                            sock.setblocking(False)
+                        except OSError:
+                            sock.close()
+                            raise
+                        bound[address] = sock
+                except (OSError, UnicodeError) as exc:
+                    errno_ = getattr(exc, "errno", None)
+                    if optional and errno_ in (
+                        errno.EADDRNOTAVAIL,
+                        errno.EAFNOSUPPORT,
+                        errno.EPROTONOSUPPORT,
+                        None,
+                    ):
+                        log.log(VERBOSE, "Skipping optional bind address %s: %s", host, exc)
+                        continue
+                    log.warning(
+                        "Warning: Could not create server TCP listening socket %s:%d: %s",
+                        host,
+                        port,
+                        getattr(exc, "strerror", None) or exc,
+                    )
+                    raise OSError(errno_, f"cannot listen on {host}:{port}") from exc
+        except OSError:
+            for sock in bound.values():
+                sock.close()
+            raise
+        return wanted, bound
+
+    async def _serve_tcp(self, address: tuple[str, int], sock: socket.socket) -> None:
+        listener = await self.loop.create_server(lambda: Connection(self), sock=sock, backlog=511)
+        self.listeners.append(listener)
+        self.tcp_listeners[address] = listener
+
+    def _rebind(self, _value: Any = None) -> None:
+        """CONFIG SET port / bind: listen on the new addresses (bound before
+        the reply, so a failure refuses the change), then close the old."""
+        config = self.state.config
+        port = config.get("port")
+        wanted: set[tuple[str, int]] = set()
+        bound: dict[tuple[str, int], socket.socket] = {}
+        if port:
+            try:
+                wanted, bound = self._bind_tcp(config.get("bind"), port, self.tcp_listeners)
+            except OSError:
+                raise ConfigError("Failed to bind to specified addresses.") from None
+            if not wanted:
+                raise ConfigError("Failed to bind to specified addresses.")
+        for address in [a for a in self.tcp_listeners if a not in wanted]:
+            listener = self.tcp_listeners.pop(address)
+            if listener is not None:
+                listener.close()
+                self.listeners.remove(listener)
+        for address, sock in bound.items():
+            self.tcp_listeners[address] = None  # serving once create_server is done
+            self.loop.create_task(self._serve_tcp(address, sock))
+        self._note_tcp_port()
 
     # -- output ----------------------------------------------------------------
 

@@ -209,8 +209,8 @@ def test_config_set_typed() -> None:
     [
         ([("nosuch", "1")], "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'"),
         (
-            [("port", "7000")],
-            "ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config",
+            [("daemonize", "yes")],
+            "ERR CONFIG SET failed (possibly related to argument 'daemonize') - can't set immutable config",
         ),
         (
             [("maxmemory", "lots")],

@@ -726,3 +726,39 @@ def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory)
     assert len(received) < 100_000
     assert wait_for(lambda: "output buffer limits" in srv.output())
     assert writer.execute_command("TREAD", "big", "0", "2") == [b"z" * 1000] * 2
+
+
+def test_config_set_port_and_bind_rebind_like_redis(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    new_port = free_port()
+    assert client.config_set("port", new_port)
+    moved = redis.Redis(port=new_port, retry=None)
+    try:
+        assert wait_for(lambda: _answers(moved))
+        assert moved.config_get("port") == {"port": str(new_port)}
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        # A port someone else holds: refused, and the server stays where it is.
+        blocker = socket.socket()
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        try:
+            with pytest.raises(redis.ResponseError, match="Failed to bind"):
+                moved.config_set("port", blocker.getsockname()[1])
+        finally:
+            blocker.close()
+        assert moved.config_get("port") == {"port": str(new_port)}
+        assert moved.config_set("bind", "127.0.0.1")
+        assert moved.config_get("bind") == {"bind": "127.0.0.1"}
+        assert _answers(redis.Redis(port=new_port, retry=None))
+    finally:
+        moved.shutdown(nosave=True)
+        srv.proc.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return client.ping() is True
+    except redis.ConnectionError:
+        return False
