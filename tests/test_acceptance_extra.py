@@ -1004,7 +1004,6 @@ def test_config_set_immutable_directives_say_so(c2: redis.Redis, name: str) -> N
         c2.config_set(name, "yes" if name == "daemonize" else "/tmp/elsewhere")
 
 
-@pytest.mark.xfail(strict=True, reason="B1: CONFIG SET bind refused (redis-server 7 rebinds)")
 def test_config_set_bind_like_redis7(server_factory: Any) -> None:
     srv = server_factory()
     cl = srv.client()
@@ -2432,7 +2431,6 @@ def test_asyncio_cancelled_group_waiter_swallows_nothing(
     assert tr(c2, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
 
 
-@pytest.mark.xfail(strict=True, reason="B8: CLIENT UNBLOCK is unknown (redis-server 7 unblocks)")
 def test_client_unblock_ends_a_blocked_tread_like_a_timeout(
     c2: redis.Redis, srv: ServerProcess
 ) -> None:
