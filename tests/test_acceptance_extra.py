@@ -2483,3 +2483,30 @@ def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None
     assert cl.get("g") == b"7"
     assert cl.exists("doomed") == 0
     assert tw(cl, "s", "n") == 20301
+
+
+@pytest.mark.parametrize("mode", ["none", "snapshot", "aof"])
+def test_renamed_stream_keeps_its_no_reuse_guarantee_across_kill9(
+    server_factory: Any, mode: str
+) -> None:
+    directives = {"none": {}, "snapshot": {"save": "3600 1"}, "aof": {"appendonly": "yes"}}
+    srv = server_factory(**directives[mode])
+    cl = srv.client()
+    for i in range(5):
+        tw(cl, "src", f"m{i}")
+    if mode == "snapshot":
+        cl.save()
+    cl.rename("src", "dst")
+    last = tw(cl, "dst", "after-rename")
+    tw(cl, "big", *[f"b{i}" for i in range(50)])
+    tw(cl, "small", "s0")
+    cl.rename("small", "big")  # replaces the longer stream: its history is gone
+    last_big = tw(cl, "big", "x")
+    assert (last, last_big) == (5, 1)
+    srv.kill9()
+    srv.start()
+    cl = srv.client()
+    assert tw(cl, "dst", "n") > last
+    assert tw(cl, "big", "n") > last_big
+    if mode == "aof":
+        assert tr(cl, "dst", 0, 7) == [*(f"m{i}".encode() for i in range(5)), b"after-rename", b"n"]
