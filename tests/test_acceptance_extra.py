@@ -918,6 +918,9 @@ def test_info_keyspace_stats_and_resetstat(c2: redis.Redis) -> None:
     port = c2.connection_pool.connection_kwargs["port"]
     text = raw(port, b"INFO everything\r\n", until=b"\r\n\r\n")
     assert b"# Streams" in text and b"# Keyspace" in text
+    assert "stream_messages" in c2.info()  # plain INFO shows the streams section too
+    tw(c2, "s", "b")
+    assert c2.info("commandstats")["cmdstat_twrite"]["calls"] == 1  # counted since RESETSTAT
     text = raw(port, b"INFO STREAMS\r\n", until=b"\r\n\r\n")
     assert b"# Streams" in text and b"# Server" not in text
 
@@ -2510,3 +2513,39 @@ def test_renamed_stream_keeps_its_no_reuse_guarantee_across_kill9(
     assert tw(cl, "big", "n") > last_big
     if mode == "aof":
         assert tr(cl, "dst", 0, 7) == [*(f"m{i}".encode() for i in range(5)), b"after-rename", b"n"]
+
+
+# ------------------------------------------------------------ 7. rcp11.client
+
+
+def test_python_client_sync_and_async_as_documented(c2: redis.Redis, srv: ServerProcess) -> None:
+    import asyncio
+
+    from rcp11.client import AsyncClient, Client
+
+    cl = Client(port=srv.port)
+    assert cl.twrite("events", b"a", b"b") == 0
+    assert cl.twrite("events", b"c", backlog=2) == 2
+    result = cl.tread("events", 0, 10, withinfo=True)
+    assert (result.first_offset, result.last_offset, result.start, result.count) == (1, 2, 0, 3)
+    assert result.messages == [None, b"b", b"c"]
+    assert cl.tread("events", 5, 1, block=10) is None
+    assert cl.tevict("events", 1) == 1
+    follow = cl.follow("events", start=-5, block_ms=50)
+    assert next(follow) == (2, b"c")
+    group = cl.follow_group("events", "readers", block_ms=50)
+    assert next(group) == (2, b"c")
+    assert c2.get("readers") == b"3"
+
+    async def scenario() -> list[Any]:
+        client = AsyncClient(port=srv.port)
+        first = await client.twrite("events", b"d", b"e")
+        seen = []
+        async for item in client.follow("events", start=first, block_ms=50):
+            seen.append(item)
+            if len(seen) == 2:
+                break
+        await client.aclose()
+        return [first, seen]
+
+    assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
