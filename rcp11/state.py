@@ -55,6 +55,8 @@ class PersistenceHooks(Protocol):
 class NullPersistence:
     """Persistence that keeps nothing: the default before persistence loads."""
 
+    aof_state = "off"  # as Persistence's: nothing to log
+
     def propagate(self, argv: list[bytes]) -> None:
         pass
 

@@ -21,6 +21,8 @@ from rcp11.state import ClientState, NullPersistence, ServerState
 class RecordingPersistence(NullPersistence):
     """Remembers what was propagated and lets a test refuse writes."""
 
+    aof_state = "on"  # it logs, like an AOF
+
     def __init__(self) -> None:
         self.log: list[list[bytes]] = []
         self.refuse: str | None = None
