@@ -729,6 +729,7 @@ class Server:
                 expire_due()
             self.client_timeouts(now)
             state.used_memory_peak()
+            state.sample_rates(time.monotonic())
         except Exception:
             log.exception("Error in the server cron")
         if self.pending and not self.flush_scheduled:

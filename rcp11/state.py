@@ -12,6 +12,7 @@ import heapq
 import itertools
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +122,28 @@ class ClientState:
     lib_ver: bytes = b""
 
 
+class InstantaneousRates:
+    """Redis's instantaneous_* INFO fields: the mean per-second rate of a
+    counter over the last 16 samples, taken by the server cron."""
+
+    SAMPLES = 16
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}
+        self._rates: dict[str, deque[float]] = {}
+
+    def sample(self, name: str, value: int, now: float) -> None:
+        last = self._last.get(name)
+        if last is not None and now > last[0]:
+            rates = self._rates.setdefault(name, deque(maxlen=self.SAMPLES))
+            rates.append((value - last[1]) / (now - last[0]))
+        self._last[name] = (now, value)
+
+    def rate(self, name: str) -> float:
+        rates = self._rates.get(name)
+        return sum(rates) / len(rates) if rates else 0.0
+
+
 @dataclass
 class Stats:
     total_connections_received: int = 0
@@ -137,6 +160,7 @@ class Stats:
     total_messages_read: int = 0
     total_messages_evicted: int = 0
     used_memory_peak: int = 0
+    rates: InstantaneousRates = field(default_factory=InstantaneousRates)
     # INFO commandstats: command name -> [calls, usec, rejected, failed]
     commands: dict[str, list[int]] = field(default_factory=dict)
 
@@ -335,6 +359,14 @@ class ServerState:
         """INFO's used_memory, and what maxmemory is held against: the
         dataset plus what each connected client costs the server."""
         return self.keyspace.used_bytes + CLIENT_OVERHEAD_BYTES * len(self.clients)
+
+    def sample_rates(self, now: float) -> None:
+        """Feed the instantaneous_* rates (called by the cron)."""
+        stats = self.stats
+        rates = stats.rates
+        rates.sample("ops", stats.total_commands_processed, now)
+        rates.sample("input", stats.total_net_input_bytes, now)
+        rates.sample("output", stats.total_net_output_bytes, now)
 
     def used_memory_peak(self) -> int:
         """The highest used_memory seen (by the cron and INFO) since start or

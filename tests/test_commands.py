@@ -758,3 +758,23 @@ def test_keys_expire_lazily_and_actively(r: redis.Redis) -> None:
         time.sleep(0.02)
     assert r.keys("*") == [b"stays"]
     assert r.info("stats")["expired_keys"] >= 2
+
+
+def test_info_instantaneous_ops_per_sec_follows_the_load(server_factory: Any) -> None:
+    srv = server_factory()
+    client = srv.client()
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            pipe = client.pipeline(transaction=False)
+            for _ in range(200):
+                pipe.ping()
+            pipe.execute()
+        stats = client.info("stats")
+        assert stats["instantaneous_ops_per_sec"] > 500
+        assert float(stats["instantaneous_input_kbps"]) > 0
+        assert float(stats["instantaneous_output_kbps"]) > 0
+        time.sleep(2.5)  # 16 samples of an idle server
+        assert client.info("stats")["instantaneous_ops_per_sec"] < 100
+    finally:
+        client.close()

@@ -533,9 +533,11 @@ def _info_stats(state: ServerState) -> dict[str, Any]:
     return {
         "total_connections_received": stats.total_connections_received,
         "total_commands_processed": stats.total_commands_processed,
-        "instantaneous_ops_per_sec": 0,
+        "instantaneous_ops_per_sec": round(stats.rates.rate("ops")),
         "total_net_input_bytes": stats.total_net_input_bytes,
         "total_net_output_bytes": stats.total_net_output_bytes,
+        "instantaneous_input_kbps": f"{stats.rates.rate('input') / 1024:.2f}",
+        "instantaneous_output_kbps": f"{stats.rates.rate('output') / 1024:.2f}",
         "rejected_connections": stats.rejected_connections,
         "expired_keys": stats.expired_keys,
         "evicted_keys": stats.evicted_keys,
