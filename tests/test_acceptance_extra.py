@@ -1145,6 +1145,16 @@ def test_unixsocket(server_factory: Any, tmp_path: Path) -> None:
         assert out.stdout.strip() == "via unix"
 
 
+def _alive(pid: int) -> bool:
+    """Running, not exited: a daemon is reparented to PID 1, which may reap
+    its zombie late (or never, in a container)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
     port = free_port()
     pidfile, logfile = tmp_path / "rcp11.pid", tmp_path / "rcp11.log"
@@ -1160,10 +1170,10 @@ def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
         assert redis.Redis(port=port).info("server")["process_id"] == pid
         assert logfile.stat().st_size > 0
         assert raw(port, b"SHUTDOWN NOSAVE\r\n") == b""
-        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
+        wait_for(lambda: not _alive(pid), timeout=10)
         assert not pidfile.exists()
     finally:
-        if Path(f"/proc/{pid}").exists():
+        if _alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
