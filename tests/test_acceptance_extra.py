@@ -1106,7 +1106,16 @@ def test_protected_mode_denies_outside_clients_without_password(server_factory: 
         except ConnectionResetError:
             pass
     assert out.startswith(b"-DENIED Redis is running in protected mode")
-    srv.client().config_set("protected-mode", "no")
+    admin = srv.client()
+    admin.config_set("requirepass", "pw")  # with a password, outside clients may try
+    with socket.create_connection((ip, srv.port), timeout=3) as sock:
+        sock.sendall(b"PING\r\nAUTH pw\r\nPING\r\n")
+        answer = b""
+        while answer.count(b"\r\n") < 3:
+            answer += sock.recv(1000)
+        assert answer == b"-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
+    admin.config_set("requirepass", "")
+    admin.config_set("protected-mode", "no")
     with socket.create_connection((ip, srv.port), timeout=3) as sock:
         sock.sendall(b"PING\r\n")
         assert sock.recv(100) == b"+PONG\r\n"
