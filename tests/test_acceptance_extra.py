@@ -2576,3 +2576,16 @@ def test_python_client_sync_and_async_as_documented(c2: redis.Redis, srv: Server
         return [first, seen]
 
     assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
+
+
+def test_config_set_port_moves_the_listener_like_redis7(server_factory: Any) -> None:
+    srv = server_factory()
+    admin = srv.client()
+    new_port = free_port()
+    assert admin.config_set("port", new_port)
+    assert admin.ping()  # the connection that asked stays
+    assert _pings(new_port)
+    assert not _pings(srv.port)
+    assert redis.Redis(port=new_port).config_get("port")["port"] == str(new_port)
+    with pytest.raises(redis.ResponseError, match="port"):
+        admin.config_set("port", 70000)
