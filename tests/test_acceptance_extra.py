@@ -1567,13 +1567,14 @@ def test_bgsave_then_kill9(server_factory: Any) -> None:
 def test_snapshot_keeps_fully_evicted_stream_ttls_and_binary_data(server_factory: Any) -> None:
     srv = server_factory(save="3600 1", stream_compression="zlib")
     cl = srv.client()
-    key = b"bin\r\nkey\x00"
+    key = b"bin\r\nkey\x00" + b"K" * 70000  # past any 16-bit length field
     big = random.Random(4).randbytes(1 << 19) * 3 + b"\r\n\x00"
     tw(cl, key, big, b"")
     tw(cl, "empty", "a", "b", "c")
     cl.execute_command("TEVICT", "empty", -0 + 100)
     cl.set("ttl", "v", ex=1000)
     cl.set(b"g\x00", 7)
+    tw(cl, b"", "empty key")
     srv.stop()
     srv.start()
     cl = srv.client()
@@ -1582,6 +1583,7 @@ def test_snapshot_keeps_fully_evicted_stream_ttls_and_binary_data(server_factory
     assert tw(cl, "empty", "d") == 3
     assert 990 <= cl.ttl("ttl") <= 1000
     assert cl.get(b"g\x00") == b"7"
+    assert tr(cl, b"", 0, 1) == [b"empty key"]
 
 
 def test_truncated_snapshot_is_refused_by_name(server_factory: Any) -> None:
