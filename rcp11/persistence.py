@@ -65,9 +65,13 @@ Three files live in `dir`:
   one pipeline cost one fsync). Under heavy load that is a few small fsyncs
   per second. The file is a header (with an in-place slot
   naming the boot whose AOF is complete, see below) then batches of
-  (key, mark) records, each batch framed with its length and CRC32; a torn
-  last batch was never acknowledged and is ignored; it is compacted by an
-  atomic rewrite when it grows. At start-up, after the snapshot or AOF is
+  (key, mark) records, each batch framed with its length and CRC32. A last
+  batch cut short is dropped: torn by a power loss it was never fsynced, so
+  never acknowledged, but a file damaged at its end looks the same, so every
+  mark (and every key still readable in the cut batch) is then raised by
+  2^30, more than one reservation can move a mark, and the file rewritten.
+  Damage before the last batch refuses start-up. The file is compacted by
+  an atomic rewrite when it grows. At start-up, after the snapshot or AOF is
   loaded, each reserved stream's next offset is raised to its mark, and a
   reserved stream that was lost altogether is recreated empty at its mark:
   messages lost in a crash read as null, never as other data, in every
