@@ -34,6 +34,33 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 MAX = 2**63 - 1
 
 
+def _wait_ready_by_socket(server: ServerProcess, timeout: float = 20.0) -> None:
+    """ServerProcess.wait_ready over a plain socket: redis-py backs off for
+    a while after a refused connection, which made every start slower."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.proc is not None
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.output()}")
+        answer = _answer(server.port, b"PING\r\n")
+        if answer and not answer.startswith(b"-LOADING"):
+            return  # +PONG, or -NOAUTH from a server with a password: it is up
+        time.sleep(0.02)
+    raise RuntimeError(f"server did not answer within {timeout}s:\n{server.output()}")
+
+
+@pytest.fixture
+def server_factory(server_factory: Any) -> Any:
+    """conftest's factory, with servers that wait for readiness by socket."""
+
+    def make(conf: Path | None = None, start: bool = True, **directives: Any) -> ServerProcess:
+        server = server_factory(conf, start=False, **directives)
+        server.wait_ready = lambda timeout=20.0: _wait_ready_by_socket(server, timeout)
+        return server.start() if start else server
+
+    return make
+
+
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
 def c(srv: ServerProcess, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     client = srv.client(protocol=request.param)
