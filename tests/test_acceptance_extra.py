@@ -1466,13 +1466,17 @@ def test_config_set_appendonly_yes_at_runtime_then_kill9(server_factory: Any) ->
     cl.set("g", "1")
     assert cl.config_set("appendonly", "yes")
     tw(cl, "s", "c")
+    # a pipelined run while the first rewrite may still be going on
+    out = _pipe_raw(srv.port, [["TWRITE", "s", f"p{n}"] for n in range(200)])
+    assert out.endswith(b":202\r\n")
     wait_for(lambda: cl.info("persistence")["aof_rewrite_in_progress"] == 0)
     tw(cl, "s", "d")
     srv.kill9()
     srv.directives["appendonly"] = "yes"
     srv.start()
     cl = srv.client()
-    assert tr(cl, "s", 0, 10) == [b"a", b"b", b"c", b"d"]
+    pipelined = [f"p{n}".encode() for n in range(200)]
+    assert tr(cl, "s", 0, 300) == [b"a", b"b", b"c", *pipelined, b"d"]
     assert cl.get("g") == b"1"
 
 
