@@ -2615,3 +2615,19 @@ def test_config_set_port_moves_the_listener_like_redis7(server_factory: Any) -> 
     assert redis.Redis(port=new_port).config_get("port")["port"] == str(new_port)
     with pytest.raises(redis.ResponseError, match="port"):
         admin.config_set("port", 70000)
+
+
+def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill9(
+    server_factory: Any,
+) -> None:
+    srv = server_factory(appendonly="yes")
+    cl = srv.client()
+    tw(cl, "s", "first")
+    assert cl.config_set("appendonly", "no")
+    out = _pipe_raw(srv.port, [["TWRITE", "s", f"m{n}"] for n in range(3000)])
+    assert out.endswith(b":3000\r\n")
+    srv.kill9()
+    srv.directives["appendonly"] = "no"
+    srv.start()
+    cl = srv.client()
+    assert tw(cl, "s", "n") > 3000
