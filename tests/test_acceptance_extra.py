@@ -1200,16 +1200,19 @@ def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
         [sys.executable, "-m", "rcp11", "server", *args], cwd=tmp_path, timeout=30
     )
     assert launcher.returncode == 0
-    wait_for(lambda: _pings(port) and pidfile.exists(), timeout=15)
-    pid = int(pidfile.read_text().strip())
+    pid = 0
     try:
+        wait_for(lambda: _pings(port) and pidfile.exists(), timeout=15)
+        pid = int(pidfile.read_text().strip())
         assert redis.Redis(port=port).info("server")["process_id"] == pid
         assert logfile.stat().st_size > 0
         assert raw(port, b"SHUTDOWN NOSAVE\r\n") == b""
         wait_for(lambda: not _alive(pid), timeout=10)
         assert not pidfile.exists()
-    finally:
-        if _alive(pid):
+    finally:  # never leave a daemon behind, whatever failed
+        if not pid and pidfile.exists():
+            pid = int(pidfile.read_text().strip() or 0)
+        if pid and _alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
