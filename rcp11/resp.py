@@ -502,16 +502,25 @@ class RequestParser:
             total, count = _canonical_size(commands) if commands else (-1, 0)
         except (TypeError, IndexError):
             total = -1
+        if total != size:
+            # A partial command stays in the reader: the next parse starts
+            # from a clean one at the command's first byte.
+            self._reader = hiredis.Reader()
         if (
-            total != size
-            or data[size - 2 :] != b"\r\n"
+            total <= 0
+            or total > size
+            or (total < size and data[total] != 42)
+            or data[total - 2 : total] != b"\r\n"
             or total > self.max_bulk_len
             or count > self.max_multibulk_len
         ):
-            # A partial command, or something only the exact parser judges.
-            self._reader = hiredis.Reader()
+            # Something only the exact parser judges.
             self.feed(data)
             return self.drain()
+        if total < size:
+            # The rest, a command still arriving, waits in the buffer.
+            self._buf = data
+            self._pos = total
         if len(commands) > 1 or not count:
             commands = list(filter(None, commands))  # "*0" requests are skipped
         return commands
