@@ -343,7 +343,8 @@ def _huge_header(buf: bytes, start: int, size: int) -> int:
     RESP3 aggregate types); the regex for anything else.
     """
     if size - start < _HUGE_REGEX_BELOW:
-        return _huge_regex_cut(buf, start, size)
+        huge = _HUGE_AGGREGATE.search(buf, start - 1, size)
+        return size if huge is None else huge.start() + 1
     find = buf.find
     if (
         find(b"%", start, size) >= 0
@@ -471,58 +472,33 @@ class RequestParser:
         return None
 
     def take(self, data: bytes) -> list[list[bytes]]:
-        """feed(data), then drain(): with a short cut for the usual read, one
-        or more whole requests arriving into an empty buffer."""
+        """feed(data), then drain(): what the server does with each read. A
+        read starting a request in an empty buffer is parsed by hiredis at
+        once, without a copy."""
         if (
-            self._ready
+            type(data) is not bytes
+            or data[:1] != b"*"
+            or self._ready
             or self._more
             or self._pos < len(self._buf)
             or self._args is not None
             or self._error is not None
             or self.unauthenticated
-            or type(data) is not bytes
-            or data[:1] != b"*"
+            or len(data) > self.query_buffer_limit > 0
         ):
             self.feed(data)
             return self.drain()
+        self._buf = data
+        self._pos = 0
         size = len(data)
-        if (
-            data.find(b"\r", 1, _FAST_MAX_COUNT_DIGITS + 2) < 0
-            or size > self.query_buffer_limit > 0
-            or (
-                _HUGE_AGGREGATE.search(data) is not None
-                if size < _HUGE_REGEX_BELOW
-                else _huge_header(data, 1, size) != size
-            )
-        ):
-            self.feed(data)
+        parsed = None
+        if _huge_header(data, 1, size) == size:
+            parsed = self._parse_whole(data, 0, size)
+        if not parsed or not parsed[0]:
+            # Incomplete, or only the exact parser can judge it.
+            self._parse_available(try_fast=False)
             return self.drain()
-        commands = self._hiredis_parse(data, 0, size)
-        try:
-            total, count = _canonical_size(commands) if commands else (-1, 0)
-        except (TypeError, IndexError):
-            total = -1
-        if total != size:
-            # A partial command stays in the reader: the next parse starts
-            # from a clean one at the command's first byte.
-            self._reader = hiredis.Reader()
-        if (
-            total <= 0
-            or total > size
-            or (total < size and data[total] != 42)
-            or data[total - 2 : total] != b"\r\n"
-            or total > self.max_bulk_len
-            or count > self.max_multibulk_len
-        ):
-            # Something only the exact parser judges.
-            self.feed(data)
-            return self.drain()
-        if total < size:
-            # The rest, a command still arriving, waits in the buffer.
-            self._buf = data
-            self._pos = total
-        if len(commands) > 1 or not count:
-            commands = list(filter(None, commands))  # "*0" requests are skipped
+        commands, self._pos = parsed  # a command still arriving waits in the buffer
         return commands
 
     def drain(self) -> list[list[bytes]]:
@@ -560,7 +536,9 @@ class RequestParser:
             self._pos = 0
             self._more.clear()
 
-    def _parse_available(self) -> None:
+    def _parse_available(self, try_fast: bool = True) -> None:
+        """Parse what is buffered; try_fast=False when the hiredis path just
+        made no progress at the current position."""
         self._fill()
         self._need = 0
         ready = self._ready
@@ -578,8 +556,9 @@ class RequestParser:
                         if argv:
                             ready.append(argv)
                         continue
-                    if not self.unauthenticated and self._fast():
+                    if try_fast and not self.unauthenticated and self._fast():
                         continue
+                try_fast = True
                 argv = self._multibulk()
                 if argv is None:
                     return
@@ -590,73 +569,70 @@ class RequestParser:
 
     def _fast(self) -> bool:
         """Parse complete arrays with hiredis; False when it made no progress
-        (the slow path then handles the next command).
+        (the slow path then handles the next command). A batch that fails
+        _parse_whole()'s check is redone with a check per command."""
+        buf = self._buf
+        pos = self._pos
+        size = _huge_header(buf, pos + 1, len(buf))
+        parsed = self._parse_whole(buf, pos, size)
+        if parsed is None:
+            return self._fast_checked(size)
+        commands, end = parsed
+        if not commands:
+            return False  # the slow path assembles it as it trickles in
+        self._ready.extend(commands)
+        self._pos = end
+        return True
+
+    def _parse_whole(self, buf: bytes, pos: int, size: int) -> tuple[list[Any], int] | None:
+        """The complete requests hiredis reads in buf[pos:size] and where they
+        end ("*0" requests dropped); None when only the exact parser may
+        judge them. size must already stop before any huge header.
 
         hiredis accepts more than requests (status strings, nested arrays,
         non-canonical headers), so its output is checked against the raw
         bytes: the sizes of plain arrays of bulk strings holding exactly
         these arguments must add up to where the next command starts. One
-        check per batch, in C loops; a batch that fails it is redone with a
-        check per command.
+        check per batch, in C loops.
         """
-        buf = self._buf
-        pos = self._pos
-        size = len(buf)
         # hiredis allocates a whole list as soon as it reads "*<count>", so a
-        # huge count must never reach it: the first header is checked here,
-        # every later one (top level or nested) is cut off by _huge_header.
+        # huge count must never reach it: _huge_header() cut every later
+        # header, the first one is checked here.
         if buf.find(b"\r", pos, pos + _FAST_MAX_COUNT_DIGITS + 2) < 0:
-            return False
-        size = _huge_header(buf, pos + 1, size)
-        commands = self._hiredis_parse(buf, pos, size)
-        if commands is None:
-            return self._fast_checked(size)
-        if not commands:
-            # One incomplete command: the slow path assembles it as it
-            # trickles in, without parsing it again on every read.
-            self._reader = hiredis.Reader()
-            return False
-        try:
-            # list.__getitem__ keeps these loops in C; an argument of 16 KB or
-            # more (IndexError) takes the per-command path. A status, integer
-            # or null element has no len() (TypeError).
-            total, count = _canonical_size(commands)
-        except (TypeError, IndexError):
-            self._reader = hiredis.Reader()
-            return self._fast_checked(size)
-        end = pos + total
-        if end != size:
-            # A partial command stays in the reader: start the next parse
-            # from a clean one at the command's first byte.
-            self._reader = hiredis.Reader()
-        if (
-            end > size
-            or (end < size and buf[end] != 42)
-            or buf[end - 2 : end] != b"\r\n"
-            or total > self.max_bulk_len
-            or count > self.max_multibulk_len
-        ):
-            return self._fast_checked(size)
-        self._ready.extend(filter(None, commands))  # "*0" requests are skipped
-        self._pos = end
-        return True
-
-    def _hiredis_parse(self, buf: bytes, start: int, end: int) -> list[Any] | None:
-        """Every complete reply hiredis reads in buf[start:end] (a partial
-        one stays in the reader); None when it refused the input, and the
-        reader is then replaced."""
+            return [], pos
         reader = self._reader
-        reader.feed(buf, start, end - start)
+        reader.feed(buf, pos, size - pos)
         commands: list[Any] = []
         append = commands.append
         gets = reader.gets
         try:
             while (argv := gets()) is not False:
                 append(argv)
-        except Exception:  # hiredis.ProtocolError, or MemoryError on a huge count
+            # An argument of 16 KB or more (IndexError) or an element that is
+            # not a string (TypeError) is left to the exact parser.
+            total, count = _canonical_size(commands) if commands else (0, 0)
+        except Exception:  # hiredis.ProtocolError, MemoryError, TypeError, IndexError
             self._reader = hiredis.Reader()
             return None
-        return commands
+        end = pos + total
+        if end != size:
+            # A partial command stays in the reader: the next parse starts
+            # from a clean one at the command's first byte.
+            self._reader = hiredis.Reader()
+        if not commands:
+            return [], pos
+        if (
+            total <= 0
+            or end > size
+            or (end < size and buf[end] != 42)
+            or buf[end - 2 : end] != b"\r\n"
+            or total > self.max_bulk_len
+            or count > self.max_multibulk_len
+        ):
+            return None
+        if len(commands) > 1 or not count:
+            commands = list(filter(None, commands))  # "*0" requests are skipped
+        return commands, end
 
     def _fast_checked(self, size: int) -> bool:
         """hiredis again, each command checked where it starts and ends; stops
