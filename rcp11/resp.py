@@ -343,8 +343,7 @@ def _huge_header(buf: bytes, start: int, size: int) -> int:
     RESP3 aggregate types); the regex for anything else.
     """
     if size - start < _HUGE_REGEX_BELOW:
-        huge = _HUGE_AGGREGATE.search(buf, start - 1, size)
-        return size if huge is None else huge.start() + 1
+        return _huge_regex_cut(buf, start, size)
     find = buf.find
     if (
         find(b"%", start, size) >= 0
