@@ -205,7 +205,7 @@ class Connection(asyncio.Protocol):
         client.last_interaction = server.now = time.time()
         parser = self.parser
         runnable = client.blocked is None and not client.closing
-        commands: list[list[bytes]] | ProtocolError = []
+        commands: list[list[bytes]] | None = None
         try:
             if runnable:
                 commands = parser.take(data)  # type: ignore[union-attr]
@@ -213,8 +213,8 @@ class Connection(asyncio.Protocol):
                 # Only buffered (and held to the query buffer limit) until
                 # the client can run commands again.
                 parser.feed(data)  # type: ignore[union-attr]
-        except ProtocolError as exc:
-            commands = exc
+        except ProtocolError:
+            pass  # the parser keeps it: process() gets it from drain()
         except QueryBufferLimitError:
             log.warning(
                 "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
@@ -249,7 +249,7 @@ class Connection(asyncio.Protocol):
 
     # -- request processing --------------------------------------------------
 
-    def process(self, first: list[list[bytes]] | ProtocolError | None = None) -> None:
+    def process(self, first: list[list[bytes]] | None = None) -> None:
         """Run every complete command buffered for this client (first: those
         the parser already handed out), until it blocks or closes."""
         client = self.client
@@ -268,11 +268,9 @@ class Connection(asyncio.Protocol):
             while True:
                 if first is None:
                     commands = parser.drain()
-                elif type(first) is list:
+                else:
                     commands = first
                     first = None
-                else:
-                    raise first
                 if not commands:
                     break
                 ran = True
@@ -531,13 +529,7 @@ class Server:
             self.unix_path = path
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
-        self._note_tcp_port()
-
-    def _note_tcp_port(self) -> None:
-        for address in self.tcp_listeners:
-            self.state.tcp_port = address[1]
-            return
-        self.state.tcp_port = 0
+        self.state.tcp_port = port
 
     def _bind_tcp(
         self, binds: list[str], port: int, keep: dict[tuple[str, int], Any]
@@ -624,7 +616,7 @@ class Server:
         for address, sock in bound.items():
             self.tcp_listeners[address] = None  # serving once create_server is done
             self.loop.create_task(self._serve_tcp(address, sock))
-        self._note_tcp_port()
+        self.state.tcp_port = port
 
     # -- output ----------------------------------------------------------------
 
@@ -640,11 +632,7 @@ class Server:
         """Once per loop iteration: persistence first (the AOF rule), then
         every reply queued since the last flush."""
         self.flush_scheduled = False
-        try:
-            logged = self.state.persistence.flush() is not False
-        except Exception:
-            log.exception("Persistence flush failed")
-            logged = False
+        logged = self._flush_persistence()
         pending = self.pending
         self.pending = []
         if not logged:
@@ -654,6 +642,15 @@ class Server:
                 conn.queued_for_flush = False
                 conn.write_pending()
         self.arm_block_timer()
+
+    def _flush_persistence(self) -> bool:
+        """The AOF rule before replies leave; False when the writes of this
+        iteration could not be logged."""
+        try:
+            return self.state.persistence.flush() is not False
+        except Exception:
+            log.exception("Persistence flush failed")
+            return False
 
     def drop_unlogged(self, pending: list[Connection]) -> None:
         """The AOF could not take this iteration's writes: no reply of the
@@ -764,11 +761,7 @@ class Server:
         log.warning("User requested shutdown...")
         # Replies of this iteration go out below, after the final save: the
         # AOF must hold their writes first, as in every other iteration.
-        try:
-            logged = self.state.persistence.flush() is not False
-        except Exception:
-            log.exception("Persistence flush failed")
-            logged = False
+        logged = self._flush_persistence()
         shutdown = getattr(self.state.persistence, "shutdown", None)
         if shutdown is not None:
             try:
