@@ -27,6 +27,9 @@ class PersistenceHooks(Protocol):
     """What the command layer asks of persistence. rcp11.persistence
     implements it; NullPersistence below is the do-nothing default."""
 
+    # "off" while nothing is logged: callers may then skip propagate().
+    aof_state: str
+
     def propagate(self, argv: list[bytes]) -> None:
         """Log one write command (already executed) to the AOF buffer."""
 
@@ -56,7 +59,7 @@ class PersistenceHooks(Protocol):
 class NullPersistence:
     """Persistence that keeps nothing: the default before persistence loads."""
 
-    aof_state = "off"  # as Persistence's: nothing to log
+    aof_state = "off"
 
     def propagate(self, argv: list[bytes]) -> None:
         pass

@@ -17,6 +17,8 @@ import pytest
 import redis
 from conftest import ServerProcess, free_port, require
 
+from rcp11.state import NullPersistence
+
 LOG_LINE = re.compile(r"^\d+:[MC] \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} [.\-*#] .+")
 
 
@@ -658,7 +660,9 @@ def make_connection(persistence: object) -> tuple[object, object, FakeTransport]
     return srv, conn, transport
 
 
-class RecordingPersistence:
+class RecordingPersistence(NullPersistence):
+    aof_state = "on"
+
     def __init__(self, outcome: bool) -> None:
         self.outcome = outcome
         self.logged: list[list[bytes]] = []
@@ -673,21 +677,6 @@ class RecordingPersistence:
         # nothing of this iteration may have reached the socket yet
         self.flushed_before_write.append(not self.transport.written)
         return self.outcome
-
-    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
-        pass
-
-    def on_key_removed(self, key: bytes) -> None:
-        pass
-
-    def write_refused(self) -> str | None:
-        return None
-
-    def info(self) -> dict:
-        return {}
-
-    def tick(self, now: float) -> None:
-        pass
 
 
 def test_persistence_flush_runs_before_any_reply_is_written() -> None:

@@ -145,7 +145,7 @@ def execute_run(
     # state.propagate() per command, without re-testing `loading` each time,
     # and not at all while there is no AOF to write.
     state.dirty += count
-    if getattr(state.persistence, "aof_state", "on") != "off":
+    if state.persistence.aof_state != "off":
         deque(map(state.persistence.propagate, run), maxlen=0)
     stats = state.stats
     stats.total_messages_written += count
