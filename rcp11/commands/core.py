@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -156,15 +156,10 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if not state.loading:
         if not client.authenticated and not cmd.noauth and requirepass_set(state):
             return _reject(state, client, cmd, errors.NOAUTH)
-        # write_refusal() inlined: MISCONF, then OOM.
-        if cmd.write:
-            refusal = state.persistence.write_refused()
-            if refusal:
+        if cmd.write or cmd.denyoom:
+            refusal = write_refusal(state, cmd.write, cmd.denyoom)
+            if refusal is not None:
                 return _reject(state, client, cmd, refusal)
-        if cmd.denyoom and state.config is not None:
-            limit = state.config.get("maxmemory")
-            if limit and state.used_memory() > int(limit):
-                return _reject(state, client, cmd, errors.OOM)
     if client.queued is not None and not cmd.not_queued:
         if cmd.no_multi:
             return _reject(state, client, cmd, "ERR Command not allowed inside a transaction")
@@ -191,13 +186,14 @@ def requirepass_set(state: ServerState) -> bool:
     return bool(config_value(state, "requirepass", ""))
 
 
-def write_refusal(state: ServerState, flags: Iterable[str]) -> str | None:
-    """Why a command with these flags may not run now (MISCONF, OOM)."""
-    if "write" in flags:
+def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
+    """Why a command that writes / may grow memory may not run now
+    (MISCONF, OOM)."""
+    if write:
         refused = state.persistence.write_refused()
         if refused:
             return refused
-    if "denyoom" in flags:
+    if denyoom:
         limit = config_value(state, "maxmemory", 0)
         if limit and state.used_memory() > int(limit):
             return errors.OOM

@@ -26,12 +26,8 @@ from rcp11.commands.core import (
     transaction,
 )
 from rcp11.errors import CommandError
-from rcp11.resp import Raw
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import OffsetOverflowError, StorageError
-
-# The usual spellings of ENTRIES, matched before the general option parser.
-_ENTRIES_SPELLINGS = frozenset({b"ENTRIES", b"entries"})
 
 
 @command(
@@ -46,9 +42,6 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     key = argv[1]
     if len(argv) == 3:
         entries = argv[2:]  # the simple form: one entry, whatever its bytes
-        backlog = None
-    elif argv[2] in _ENTRIES_SPELLINGS and len(argv) > 3:
-        entries = argv[3:]  # TWRITE key ENTRIES e1 e2 ...: no option to parse
         backlog = None
     else:
         entries, backlog = _twrite_options(argv)
@@ -242,9 +235,10 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     count = parse_int(argv[3], _TREAD_COUNT)
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
-    if len(argv) == 4:
-        return _tread_plain(state, client, key, offset, count)
-    block_ms, group, group_new, withinfo = _tread_options(argv)
+    if len(argv) > 4:
+        block_ms, group, group_new, withinfo = _tread_options(argv)
+    else:
+        block_ms, group, group_new, withinfo = None, None, False, False
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -277,30 +271,6 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
     return reply
-
-
-def _tread_plain(
-    state: ServerState, client: ClientState, key: bytes, offset: int, count: int
-) -> Raw:
-    """TREAD key offset count without options, the consumers' hot path:
-    stream_reply() inlined, the C core writes the array header and the body
-    into one buffer."""
-    keyspace = state.keyspace
-    stream = keyspace.get(key) if keyspace.expires else keyspace.data.get(key)
-    if stream is None:
-        return _EMPTY_ARRAY
-    if isinstance(stream, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    next_offset = stream.next_offset
-    start = offset if offset >= 0 else max(next_offset + offset, 0)
-    n = min(count, next_offset - start)
-    if n <= 0:
-        return _EMPTY_ARRAY
-    state.stats.total_messages_read += n
-    return Raw(stream.read_resp(start, n, client.resp == 3, b"*%d\r\n" % n))
-
-
-_EMPTY_ARRAY = Raw(b"*0\r\n")
 
 
 def _block(state: ServerState, client: ClientState, request: BlockRequest, block_ms: Any) -> Any:

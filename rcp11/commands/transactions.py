@@ -62,8 +62,9 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
         return NULL_ARRAY
     commands = [lookup(argv[0]) for argv in queued]
     if not state.loading:
-        flags = frozenset().union(*(cmd.flags for cmd in commands))
-        refusal = write_refusal(state, flags)
+        refusal = write_refusal(
+            state, any(cmd.write for cmd in commands), any(cmd.denyoom for cmd in commands)
+        )
         if refusal is not None:
             _end_transaction(state, client)
             raise CommandError(errors.exec_abort_because(refusal))
