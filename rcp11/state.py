@@ -226,7 +226,7 @@ class Keyspace:
         charges = self._stream_bytes
         data = self.data
         for key in self._unmeasured:
-            now = data[key].memory_bytes + len(key) + self.KEY_OVERHEAD
+            now = self._charge(key, data[key])
             self._used_bytes += now - charges[key]
             charges[key] = now
         self._unmeasured.clear()
