@@ -742,6 +742,18 @@ class OffsetReservations:
             self.fsyncs += 1
             self.unsynced = False
 
+    def write_best_effort(self, records: list[tuple[bytes, int]]) -> bool:
+        """Append records and any queued ones without fsync, for records whose
+        loss costs only a gap; False (logged) when the write failed."""
+        if not records and not self._pending:
+            return True
+        try:
+            self.write(records, durable=False)
+        except OSError as exc:
+            log.warning("Cannot update the offsets file %s: %s", self.path, exc.strerror or exc)
+            return False
+        return True
+
     def sync(self) -> None:
         """fsync reservations written since the last sync. Raises OSError."""
         if self.unsynced:
@@ -1414,14 +1426,10 @@ class Persistence:
             elif key in self.reservations.marks:
                 self.reservations.queue_drop(key)
         self._drops = keep
-        if self.reservations._pending:
-            # Into the page cache now, so that a kill -9 right after the DEL
-            # became durable does not bring the stream back empty. No fsync:
-            # a lost drop record only leaves an empty stream with a gap.
-            try:
-                self.reservations.write([], durable=False)
-            except OSError as exc:
-                log.warning("Cannot update the offsets file: %s", exc.strerror or exc)
+        # Into the page cache now, so that a kill -9 right after the DEL
+        # became durable does not bring the stream back empty. No fsync: a
+        # lost drop record only leaves an empty stream with a gap.
+        self.reservations.write_best_effort([])
 
     def write_refused(self) -> str | None:
         if self._aof_error is not None or self._reservation_error is not None:
@@ -1601,15 +1609,9 @@ class Persistence:
                 and marks.get(key, -1) > next_offset
             ):
                 lowered.append((key, next_offset))
-        if not lowered:
-            return
-        try:
-            self.reservations.write(lowered, durable=False)
-        except OSError as exc:
-            log.warning("Cannot update the offsets file: %s", exc.strerror or exc)
-            return
-        for key, next_offset in lowered:
-            marks[key] = next_offset
+        if lowered and self.reservations.write_best_effort(lowered):
+            for key, next_offset in lowered:
+                marks[key] = next_offset
 
     def bgsave(self, schedule: bool = False) -> Any:
         if self._child is not None:
