@@ -8,14 +8,65 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> bool:
+    """Poll until condition() is true; True, or AssertionError at timeout."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.02)
+    return True
+
+
+def wait_blocked(client: redis.Redis, n: int, timeout: float = 10.0) -> None:
+    """Wait until the server reports exactly n blocked clients, so a test's
+    order of events is the server's order and not a race."""
+    deadline = time.monotonic() + timeout
+    while int(client.info("clients")["blocked_clients"]) != n:
+        assert time.monotonic() < deadline, f"blocked_clients never reached {n}"
+        time.sleep(0.01)
+
+
+def mbulk(*args: bytes) -> bytes:
+    """A request as a client sends it: a RESP array of bulk strings."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+def tw(client: redis.Redis, key: str, *entries: Any) -> int:
+    """TWRITE key entry, or TWRITE key ENTRIES e1 e2 ... for several."""
+    if len(entries) == 1:
+        return client.execute_command("TWRITE", key, entries[0])
+    return client.execute_command("TWRITE", key, "ENTRIES", *entries)
+
+
+def tr(client: redis.Redis, *args: Any) -> Any:
+    return client.execute_command("TREAD", *args)
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run fn in a daemon thread; its reply or exception lands in the box."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["reply"] = fn()
+        except Exception as exc:  # the caller asserts on it
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
 
 
 def free_port() -> int:

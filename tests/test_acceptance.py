@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import ServerProcess, require
+from conftest import ServerProcess, in_thread, require, tr, tw, wait_blocked
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
@@ -51,38 +49,6 @@ def raw(port: int, data: bytes, expect: int = 1, timeout: float = 5.0, until: by
                 break
             out += chunk
         return out
-
-
-def tw(c: redis.Redis, key: str, *entries: Any) -> int:
-    if len(entries) == 1:
-        return c.execute_command("TWRITE", key, entries[0])
-    return c.execute_command("TWRITE", key, "ENTRIES", *entries)
-
-
-def tr(c: redis.Redis, *args: Any) -> Any:
-    return c.execute_command("TREAD", *args)
-
-
-def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["reply"] = fn()
-        except Exception as exc:  # the caller asserts on it
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
-def wait_blocked(c: redis.Redis, n: int) -> None:
-    """Wait until the server reports n blocked clients (INFO clients)."""
-    deadline = time.monotonic() + 5
-    while c.info("clients")["blocked_clients"] != n:
-        assert time.monotonic() < deadline, "client never blocked"
-        time.sleep(0.01)
 
 
 # ------------------------------------------------------------ 1. data model

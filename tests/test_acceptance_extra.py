@@ -26,7 +26,18 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import REPO, ServerProcess, free_port, have, require
+from conftest import (
+    REPO,
+    ServerProcess,
+    free_port,
+    have,
+    in_thread,
+    require,
+    tr,
+    tw,
+    wait_blocked,
+    wait_for,
+)
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -106,44 +117,6 @@ def closed_by_server(sock: socket.socket, timeout: float = 3.0) -> bool:
     except TimeoutError:
         return False
     return True
-
-
-def tw(cl: redis.Redis, key: str, *entries: Any) -> int:
-    if len(entries) == 1:
-        return cl.execute_command("TWRITE", key, entries[0])
-    return cl.execute_command("TWRITE", key, "ENTRIES", *entries)
-
-
-def tr(cl: redis.Redis, *args: Any) -> Any:
-    return cl.execute_command("TREAD", *args)
-
-
-def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["reply"] = fn()
-        except Exception as exc:  # the test asserts on it
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
-def wait_blocked(cl: redis.Redis, n: int) -> None:
-    deadline = time.monotonic() + 5
-    while cl.info("clients")["blocked_clients"] != n:
-        assert time.monotonic() < deadline, f"blocked_clients never reached {n}"
-        time.sleep(0.01)
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
 
 
 def s(value: Any) -> Any:

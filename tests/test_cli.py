@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPO, ServerProcess, free_port, require
+from conftest import REPO, ServerProcess, free_port, require, wait_blocked
 
 from rcp11.cli import Progress, split_messages
 from rcp11.client import Client
@@ -40,15 +40,6 @@ def client(srv: ServerProcess) -> Iterator[Client]:
 @pytest.fixture
 def port(srv: ServerProcess) -> str:
     return str(srv.port)
-
-
-def wait_blocked(c: Client, clients: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if int(c.info("clients").get("blocked_clients", 0)) >= clients:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{clients} client(s) never blocked")
 
 
 # ---------------------------------------------------------------------------

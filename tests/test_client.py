@@ -7,12 +7,11 @@ import itertools
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import redis
-from conftest import REPO, ServerProcess
+from conftest import REPO, ServerProcess, wait_blocked
 
 from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
 
@@ -27,16 +26,6 @@ def client(request: pytest.FixtureRequest, srv: ServerProcess) -> Iterator[Clien
 
 def new_client(srv: ServerProcess, protocol: int = 2) -> Client:
     return Client(host="127.0.0.1", port=srv.port, protocol=protocol)
-
-
-def wait_blocked(c: Client, clients: int, timeout: float = 10.0) -> None:
-    """Wait until the server reports `clients` connections blocked in TREAD."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if int(c.info("clients").get("blocked_clients", 0)) >= clients:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{clients} client(s) never blocked: {c.info('clients')}")
 
 
 # ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from conftest import wait_for
 
 from rcp11.config import Config
 from rcp11.persistence import (
@@ -471,15 +472,6 @@ def test_del_resets_stream_across_restart(server_factory) -> None:
     client = srv.client()
     assert client.exists("s") == 0
     assert twrite(client, "s", b"new") == 0
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import hiredis
 import pytest
+from conftest import mbulk
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -119,10 +120,6 @@ def every_split(data: bytes) -> list[list[bytes]]:
     ways = [[data], [data[i : i + 1] for i in range(len(data))]]
     ways += [[data[:i], data[i:]] for i in range(1, len(data))]
     return ways
-
-
-def mbulk(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
 
 
 STREAM = (

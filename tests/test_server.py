@@ -15,7 +15,7 @@ from pathlib import Path
 import hiredis
 import pytest
 import redis
-from conftest import ServerProcess, free_port, require
+from conftest import ServerProcess, free_port, mbulk, require, wait_for
 
 from rcp11.state import NullPersistence
 
@@ -61,19 +61,6 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def mbulk(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def run_server(

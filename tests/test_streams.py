@@ -7,7 +7,6 @@ import asyncio
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from conftest import ServerProcess, require
+from conftest import ServerProcess, require, wait_blocked
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
@@ -59,15 +58,6 @@ def error_of(client: redis.Redis, *argv: Any) -> str:
 
 def blocked_clients(client: redis.Redis) -> int:
     return int(client.info("clients")["blocked_clients"])
-
-
-def wait_blocked(client: redis.Redis, n: int, timeout: float = 10.0) -> None:
-    """Wait until n clients are blocked, so a test's order of events is the
-    server's order and not a race."""
-    deadline = time.monotonic() + timeout
-    while blocked_clients(client) != n:
-        assert time.monotonic() < deadline, f"never saw {n} blocked clients"
-        time.sleep(0.01)
 
 
 class Reader(threading.Thread):
