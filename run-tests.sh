@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Set up everything the test suite needs on a fresh Debian machine, then run
 # it all: lint, the C core under AddressSanitizer/UBSan, and pytest.
-# Usage: ./run-tests.sh [pytest args...]
+#
+# Usage: ./run-tests.sh [pytest args...]     e.g. ./run-tests.sh -m "not slow"
+#
+# Python packages go into a virtual environment: the active one if there is
+# one ($VIRTUAL_ENV), else ./.venv (made on the first run, reused after).
+# Debian 12 and Ubuntu 23.04+ refuse `pip install` into the system Python
+# (PEP 668), so nothing here ever installs outside that environment, and the
+# tests find the server, the CLI and pyspark through it.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,7 +18,20 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     command -v redis-cli >/dev/null || need+=(redis-tools)
     command -v java >/dev/null || need+=(default-jre-headless)
     command -v cc >/dev/null || need+=(build-essential)
+    command -v clang >/dev/null || need+=(clang)
+    dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
     dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
+    dpkg -s libhiredis-dev >/dev/null 2>&1 || need+=(libhiredis-dev)
+    command -v openssl >/dev/null || need+=(openssl)
+    if [ -z "${VIRTUAL_ENV:-}" ]; then
+        # The system Python needs its headers (the C core is compiled
+        # against them) and venv with ensurepip.
+        py=$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
+        if [ "$(command -v python3)" = /usr/bin/python3 ]; then
+            dpkg -s "$py-dev" >/dev/null 2>&1 || need+=("$py-dev")
+            dpkg -s "$py-venv" >/dev/null 2>&1 || need+=("$py-venv")
+        fi
+    fi
     if [ ${#need[@]} -gt 0 ]; then
         echo "== apt-get install ${need[*]}"
         apt-get update -qq
@@ -20,15 +40,34 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # The Debian package starts a redis-server on 6379; tests never use it.
 fi
 
-echo "== pip install -e .[test,bench]"
-python3 -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+    venv="$VIRTUAL_ENV"
+else
+    venv="$PWD/.venv"
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "== python3 -m venv .venv"
+        if ! python3 -m venv "$venv"; then
+            rm -rf "$venv"
+            echo "python3 -m venv failed: install the venv module first" >&2
+            echo "(Debian/Ubuntu: sudo apt-get install python3-venv)" >&2
+            exit 1
+        fi
+    fi
+fi
+# Everything below (and every process the tests start) runs from the venv.
+export VIRTUAL_ENV="$venv"
+export PATH="$venv/bin:$PATH"
+py="$venv/bin/python"
+
+echo "== pip install -e .[test,bench] (into $venv)"
+"$py" -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 
 echo "== ruff"
-python3 -m ruff check rcp11 tests bench src/build_macronode.py
-python3 -m ruff format --check rcp11 tests bench src/build_macronode.py
+"$py" -m ruff check rcp11 tests bench src/build_macronode.py
+"$py" -m ruff format --check rcp11 tests bench src/build_macronode.py
 
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
 
 echo "== pytest"
-python3 -m pytest -q "$@"
+"$py" -m pytest -q "$@"

@@ -366,10 +366,11 @@ def test_help_and_version() -> None:
 
 
 def test_console_script() -> None:
-    require("rcp11-server")  # installed by `pip install -e .`
-    result = subprocess.run(
-        ["rcp11-server", "--version"], capture_output=True, text=True, timeout=30
-    )
+    # The script pip installed into the environment running the tests (the
+    # venv run-tests.sh made), never whatever rcp11-server is first on PATH.
+    script = Path(sys.executable).parent / "rcp11-server"
+    assert script.exists(), f"{script} missing: pip install -e . into this environment"
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert result.stdout.startswith("rcp11 server v=")
 
