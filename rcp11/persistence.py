@@ -375,6 +375,8 @@ def read_snapshot(reader: _CrcReader, state: ServerState) -> list[bytes]:
         if tag not in (b"S", b"T", b"X"):
             raise reader.fail(f"corrupt file (unknown record type {tag!r})", record_at)
         key = reader.read(reader.u32())
+        if tag != b"X" and key in keyspace.data:
+            raise reader.fail(f"corrupt file (key {key[:60]!r} appears twice)", record_at)
         if tag == b"S":
             keyspace.set(key, reader.read(reader.u64()))
         elif tag == b"X":
@@ -564,6 +566,37 @@ def _iter_records(payload: bytes) -> Iterator[Record]:
         yield key, mark, bool(raw_len & _DELETED_FLAG)
 
 
+# Finding a complete batch after a damaged length reads at most this many
+# bytes through crc32 (a few hundred ms): past it the damage is taken for a
+# torn tail, as before the search.
+_BATCH_SEARCH_BUDGET = 256 << 20
+
+
+def _complete_batch_after(data: bytes, start: int) -> int | None:
+    """The offset of a complete, checksummed, non-empty batch at or after
+    `start`, if any. A batch torn by a crash is the file's last bytes, so
+    such a batch after it proves the length before it was damaged."""
+    budget = _BATCH_SEARCH_BUDGET
+    size = len(data)
+    for pos in range(start, size - _OFS_BATCH.size - 12 + 1):
+        length, crc = _OFS_BATCH.unpack_from(data, pos)
+        if length < 12 or length > size - pos - _OFS_BATCH.size:
+            continue
+        budget -= length
+        if budget < 0:
+            return None
+        payload = data[pos + _OFS_BATCH.size : pos + _OFS_BATCH.size + length]
+        if zlib.crc32(payload) != crc:
+            continue
+        try:
+            for _record in _iter_records(payload):
+                pass
+        except struct.error:
+            continue
+        return pos
+    return None
+
+
 def _raise_after_torn_batch(
     live: dict[bytes, int], deleted: dict[bytes, int], torn: bytes
 ) -> tuple[dict[bytes, int], dict[bytes, int]]:
@@ -643,6 +676,8 @@ class OffsetReservations:
         except FileNotFoundError:
             self.marks, self.deleted = live, deleted
             return live
+        except OSError as exc:
+            raise PersistenceError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
         pos, old_format = self._header_end(data)
         if pos == 0:
             data = b""
@@ -653,7 +688,16 @@ class OffsetReservations:
             length, crc = _OFS_BATCH.unpack_from(data, pos)
             end = pos + _OFS_BATCH.size + length
             if end > len(data):
-                break  # torn last batch
+                # Torn last batch, or a damaged length field with batches
+                # after it: those would be lost if this were read as the end.
+                later = _complete_batch_after(data, pos + 1)
+                if later is not None:
+                    raise PersistenceError(
+                        f"{self.path}: corrupt file (the batch at byte offset {pos} claims "
+                        f"{length} bytes, past the end of the file, but a complete batch "
+                        f"follows at byte offset {later})"
+                    )
+                break
             payload = data[pos + _OFS_BATCH.size : end]
             if zlib.crc32(payload) != crc:
                 if end == len(data):
@@ -701,15 +745,25 @@ class OffsetReservations:
         """Where the batches start (0: no header yet, read as empty) and
         whether the file has the version 1 layout."""
         v1_header = OFFSETS_MAGIC + struct.pack("<H", 1)
-        if len(data) < len(_OFS_HEADER):
-            return 0, False  # created but its header never reached the disk
+        if len(data) < len(_OFS_HEADER) and (
+            _OFS_HEADER.startswith(data) or v1_header.startswith(data)
+        ):
+            return 0, False  # created, but its header never fully reached the disk
         if data.startswith(_OFS_HEADER):
             return len(_OFS_HEADER), False
         if data.startswith(v1_header):
             if len(data) < len(v1_header) + _V1_SLOT_SIZE:
                 return 0, False  # its header and slot never fully reached the disk
             return len(v1_header) + _V1_SLOT_SIZE, True
-        raise PersistenceError(f"{self.path}: not an rcp11 offsets file (bad header)")
+        if data.startswith(OFFSETS_MAGIC) and len(data) >= len(_OFS_HEADER):
+            (version,) = struct.unpack_from("<H", data, len(OFFSETS_MAGIC))
+            raise PersistenceError(
+                f"{self.path}: unsupported offsets file version {version} at byte offset "
+                f"{len(OFFSETS_MAGIC)}"
+            )
+        raise PersistenceError(
+            f"{self.path}: not an rcp11 offsets file (bad header, {len(data)} bytes)"
+        )
 
     def _open(self) -> int:
         if self._fd < 0:
@@ -1129,7 +1183,11 @@ class Persistence:
         path = self.aof_path
         state = self.state
         client = ClientState(addr="aof-loader", authenticated=True, resp=2)
-        with open(path, "rb", buffering=1 << 20) as file:
+        try:
+            file = open(path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed by `with` below
+        except OSError as exc:
+            raise PersistenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        with file:
             size = os.fstat(file.fileno()).st_size
             start = 0
             head = file.read(len(SNAP_MAGIC))
@@ -1218,13 +1276,21 @@ class Persistence:
             )
 
     def _replay_raise(self, argv: list[bytes], path: str, at: int) -> None:
-        try:
-            key, mark = argv[1], int(argv[2])
-        except (IndexError, ValueError):
+        # Written only by this module as RAISE-NEXT key offset, offset in
+        # 0..2^63 (a stream at the ceiling has next offset 2^63).
+        problem = None
+        if len(argv) != 3:
+            problem = f"{len(argv) - 1} arguments instead of 2"
+        elif not argv[2].isdigit() or int(argv[2]) > _MAX_OFFSET + 1:
+            problem = f"offset {argv[2][:30]!r} is not an integer from 0 to 2^63"
+        elif isinstance(self.state.keyspace.data.get(argv[1]), bytes):
+            problem = "the key holds a string"
+        if problem is not None:
             raise PersistenceError(
-                f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at}"
-            ) from None
-        self._raise_stream(key, mark)
+                f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at} ({problem}); "
+                "refusing to start"
+            )
+        self._raise_stream(argv[1], int(argv[2]))
 
     def _raise_stream(self, key: bytes, mark: int) -> bool:
         """Make key's stream have next offset >= mark. Returns whether that
