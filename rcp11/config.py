@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rcp11 import __version__
+from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
 from rcp11.resp import split_args
 
 INT_MAX = 2**31 - 1
@@ -227,8 +228,10 @@ def _parse(d: Directive, args: list[str], current: Any) -> Any:
         if not os.path.isdir(path):
             raise ConfigError(f"No such directory: {text}")
         return path
-    if d.filename_only and ("/" in text or "\\" in text):
-        raise ConfigError(f"{d.name} can't be a path, just a filename")
+    if d.filename_only:
+        problem = filename_problem(d.name, text)
+        if problem is not None:
+            raise ConfigError(problem)
     return text
 
 
@@ -349,6 +352,12 @@ class Config:
         self._values: dict[str, Any] = {name: _copy(d.default) for name, d in DIRECTIVES.items()}
         self._callbacks: dict[str, list[Callable[[Any], None]]] = {}
         self.path: str | None = None
+        # Relative pidfile and logfile paths mean the directory the server
+        # was started from (it chdir()s into `dir` later).
+        self.start_dir = os.getcwd()
+        # Where each directive was last set (file or command line), to name
+        # it when a check across directives fails after loading.
+        self._origin: dict[str, tuple[int, str, int, str]] = {}
         # While loading, the first `save` line replaces the default rules and
         # later ones add to them, so a file can list one rule per line.
         self._save_seen = False
@@ -408,6 +417,13 @@ class Config:
             except ConfigError as exc:
                 raise ConfigError(exc.reason, raw_name) from None
             parsed.append((name, value))
+        candidate = dict(self._values)
+        candidate.update(parsed)
+        clash = self._files_clash(candidate)
+        if clash is not None:
+            problem, blamed = clash
+            named = [raw for raw, _ in pairs if raw.lower() in blamed] or [pairs[-1][0]]
+            raise ConfigError(problem, named[0])
         old = {name: self._values[name] for name, _ in parsed}
         for name, value in parsed:
             self._values[name] = value
@@ -435,6 +451,43 @@ class Config:
                 return [""] if d.kind == "save" else []
             return text.split()
         return [text]
+
+    # -- checks across directives -------------------------------------------
+
+    def check(self) -> None:
+        """After the file and the command line are applied: refuse values
+        that only clash together (raises ConfigError naming where the later
+        of the clashing directives was set)."""
+        clash = self._files_clash(self._values)
+        if clash is None:
+            return
+        problem, blamed = clash
+        origins = [self._origin[name] for name in blamed if name in self._origin]
+        if not origins:
+            raise ConfigError(problem, blamed[0])
+        _, source, line, text = max(origins)
+        raise ConfigError(problem, blamed[0], source=source, line=line, text=text)
+
+    def _files_clash(self, values: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """Why the files these values name would overwrite one another,
+        with the directives involved; None when they are all distinct."""
+        dbfilename, appendfilename = values["dbfilename"], values["appendfilename"]
+        problem = names_clash(dbfilename, appendfilename)
+        if problem is not None:
+            return problem, ["dbfilename", "appendfilename"]
+        ours = data_paths(values["dir"], dbfilename, appendfilename)
+        theirs: dict[str, str] = {}
+        for name in ("pidfile", "logfile"):
+            if values[name]:
+                theirs[name] = os.path.join(self.start_dir, values[name])
+        if self.path:
+            theirs["the config file"] = self.path
+        for mine, path in ours.items():
+            for other, other_path in theirs.items():
+                if same_file(path, other_path):
+                    blamed = [n for n in (other, mine, "dir") if n in DIRECTIVES]
+                    return f"{mine} ({path}) can't be the same file as {other}", blamed
+        return None
 
     # -- loading -----------------------------------------------------------
 
@@ -512,6 +565,7 @@ class Config:
             value = _parse(d, args, self._values[name])
         except ConfigError as exc:
             raise ConfigError(exc.reason, name, source=source, line=line, text=text) from None
+        self._origin[name] = (len(self._origin), source, line, text)
         if d.kind == "save" and value and self._save_seen:
             value = self._values["save"] + value
         if d.kind == "save":

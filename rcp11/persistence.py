@@ -3,7 +3,8 @@
 Design
 ======
 
-Three files live in `dir`:
+Three files live in `dir` (their names, and the names they may never
+share, are in rcp11/datafiles.py):
 
 * The snapshot (`dbfilename`), written by SAVE, BGSAVE, `save` rules and
   SHUTDOWN. Layout (little endian)::
@@ -132,6 +133,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from rcp11 import errors
+from rcp11.datafiles import REWRITE_TEMP_PREFIX, SNAPSHOT_TEMP_PREFIX, TEMP_PREFIXES, offsets_name
 from rcp11.errors import CommandError
 from rcp11.resp import OK, Error, SimpleString
 from rcp11.state import ClientState, ServerState
@@ -896,7 +898,10 @@ class OffsetReservations:
 
     def rewrite(self, marks: dict[bytes, int], deleted: dict[bytes, int] | None = None) -> None:
         """Replace the file atomically by exactly `marks` (and `deleted`)."""
-        tmp = f"{self.path}.tmp-{os.getpid()}"
+        # A temporary name the start-up sweep removes if a crash leaves it.
+        tmp = os.path.join(
+            os.path.dirname(self.path), f"{SNAPSHOT_TEMP_PREFIX}offsets-{os.getpid()}.tmp"
+        )
         deleted = dict(deleted or {})
         data = _OFS_HEADER
         # Deleted records first: at load one drops the key's live mark.
@@ -1031,7 +1036,9 @@ class Persistence:
         self.dir = _resolve_dir(str(config.get("dir")))
         self.snapshot_path = os.path.join(self.dir, str(config.get("dbfilename")))
         self.aof_path = os.path.join(self.dir, str(config.get("appendfilename")))
-        self.reservations = OffsetReservations(self.snapshot_path + ".offsets")
+        self.reservations = OffsetReservations(
+            os.path.join(self.dir, offsets_name(str(config.get("dbfilename"))))
+        )
         # AOF: "off", "on", or "wait_rewrite" (turned on at runtime; its
         # first file is being written by a rewrite child).
         self.aof_state = "off"
@@ -1157,7 +1164,7 @@ class Persistence:
     def _remove_temp_files(self) -> None:
         with contextlib.suppress(OSError):
             for name in os.listdir(self.dir):
-                if name.startswith(("temp-rcp11-", "temp-rewriteaof-rcp11-")):
+                if name.startswith(TEMP_PREFIXES):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.dir, name))
 
@@ -1348,7 +1355,7 @@ class Persistence:
         return raised
 
     def _write_aof_base_sync(self) -> None:
-        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{os.getpid()}.aof")
+        tmp = os.path.join(self.dir, f"{REWRITE_TEMP_PREFIX}{os.getpid()}.aof")
         try:
             size = _write_snapshot_file(self.state, self.aof_path, tmp)
         except OSError as exc:
@@ -1670,7 +1677,7 @@ class Persistence:
         raise CommandError("ERR Failed saving the snapshot (see the server log)")
 
     def _save_sync(self) -> bool:
-        tmp = os.path.join(self.dir, f"temp-rcp11-{os.getpid()}.snap")
+        tmp = os.path.join(self.dir, f"{SNAPSHOT_TEMP_PREFIX}{os.getpid()}.snap")
         keys = _stream_nexts(self.state)
         started = time.monotonic()
         try:
@@ -1843,7 +1850,7 @@ class Persistence:
 
     def _start_bgsave(self) -> bool:
         self._last_bgsave_try = time.time()
-        tmp = os.path.join(self.dir, f"temp-rcp11-{int(time.time() * 1000)}.snap")
+        tmp = os.path.join(self.dir, f"{SNAPSHOT_TEMP_PREFIX}{int(time.time() * 1000)}.snap")
         state = self.state
 
         def body() -> None:
@@ -1863,7 +1870,7 @@ class Persistence:
         # The child's snapshot must cover everything in the AOF buffer.
         if self.aof_state == "on" and not self._flush_aof(force_fsync=False):
             return False
-        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{int(time.time() * 1000)}.aof")
+        tmp = os.path.join(self.dir, f"{REWRITE_TEMP_PREFIX}{int(time.time() * 1000)}.aof")
         state = self.state
 
         def body() -> None:
@@ -2160,8 +2167,9 @@ class Persistence:
         configured = str(self._conf("dir"))
         # The server has chdir()ed into a new `dir` by now.
         new_dir = configured if os.path.isabs(configured) else os.getcwd()
-        snapshot_path = os.path.join(new_dir, str(self._conf("dbfilename")))
-        new_offsets = snapshot_path + ".offsets"
+        dbfilename = str(self._conf("dbfilename"))
+        snapshot_path = os.path.join(new_dir, dbfilename)
+        new_offsets = os.path.join(new_dir, offsets_name(dbfilename))
         if new_offsets != self.reservations.path:
             old_path = self.reservations.path
             self.reservations.path = new_offsets

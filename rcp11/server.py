@@ -819,6 +819,7 @@ def load_config(argv: list[str]) -> Config:
     if path is not None:
         config.load_file(path)
     config.apply_args(args)
+    config.check()
     return config
 
 
