@@ -128,6 +128,9 @@ class Directive:
     choices: tuple[str, ...] = ()
     # Plain file names only: a path here would let CONFIG SET write anywhere.
     filename_only: bool = False
+    # Where files are written: CONFIG SET only with enable-protected-configs
+    # (redis-server 7's PROTECTED_CONFIG).
+    protected: bool = False
 
 
 def _client_classes() -> dict[str, tuple[int, int, int]]:
@@ -146,6 +149,9 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("unixsocket", "string", "", mutable=False),
         Directive("unixsocketperm", "octal", 0, mutable=False, high=0o777),
         Directive("protected-mode", "bool", True),
+        Directive(
+            "enable-protected-configs", "enum", "no", mutable=False, choices=("no", "yes", "local")
+        ),
         Directive("requirepass", "string", ""),
         Directive("timeout", "int", 0, high=INT_MAX),
         Directive("tcp-keepalive", "int", 300, high=INT_MAX),
@@ -155,8 +161,8 @@ DIRECTIVES: dict[str, Directive] = {
         # by dropping keys behind the user's back. Kept so tools that read or
         # set Redis's default find it.
         Directive("maxmemory-policy", "enum", "noeviction", choices=("noeviction",)),
-        Directive("dir", "dir", "./"),
-        Directive("dbfilename", "string", "dump.rcp", filename_only=True),
+        Directive("dir", "dir", "./", protected=True),
+        Directive("dbfilename", "string", "dump.rcp", filename_only=True, protected=True),
         Directive("save", "save", [(3600, 1), (300, 100), (60, 10000)]),
         Directive("appendonly", "bool", False),
         Directive("appendfilename", "string", "appendonly.aof", mutable=False, filename_only=True),
@@ -397,8 +403,16 @@ class Config:
         'save' or 'client-output-buffer-limit' take)."""
         self.set_many([(name, text if isinstance(text, str) else " ".join(text))])
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> None:
-        """CONFIG SET name value [name value ...]: all or nothing."""
+    def protected_allowed(self, local: bool) -> bool:
+        """Whether a client (connected over loopback or the unix socket when
+        `local`) may CONFIG SET protected directives."""
+        mode = self._values["enable-protected-configs"]
+        return mode == "yes" or (mode == "local" and local)
+
+    def set_many(self, pairs: list[tuple[str, str]], *, protected_ok: bool = True) -> None:
+        """CONFIG SET name value [name value ...]: all or nothing. CONFIG SET
+        from a client passes protected_ok=protected_allowed(...); code of the
+        server itself may set anything mutable."""
         seen: set[str] = set()
         parsed: list[tuple[str, Any]] = []
         for raw_name, text in pairs:
@@ -411,6 +425,8 @@ class Config:
             seen.add(name)
             if not d.mutable:
                 raise ConfigError("can't set immutable config", raw_name)
+            if d.protected and not protected_ok:
+                raise ConfigError("can't set protected config", raw_name)
             try:
                 args = self._args_for_set(d, text)
                 value = _parse(d, args, self._values[name])

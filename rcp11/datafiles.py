@@ -56,10 +56,7 @@ def names_clash(dbfilename: str, appendfilename: str) -> str | None:
     if dbfilename == appendfilename:
         return "dbfilename and appendfilename can't name the same file"
     if offsets_name(dbfilename) == appendfilename:
-        return (
-            f"dbfilename's offsets file ({offsets_name(dbfilename)}) can't be the "
-            "appendfilename"
-        )
+        return f"dbfilename's offsets file ({offsets_name(dbfilename)}) can't be the appendfilename"
     return None
 
 

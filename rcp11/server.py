@@ -175,6 +175,9 @@ class Connection(asyncio.Protocol):
             return
         client = ClientState()
         client.addr = _format_addr(peer, self.unix_path)
+        client.local = self.unix_path is not None or (
+            isinstance(peer, tuple) and peer[0] in _LOOPBACK
+        )
         client.laddr = _format_addr(transport.get_extra_info("sockname"), self.unix_path)
         sock = transport.get_extra_info("socket")
         client.fd = sock.fileno() if sock is not None else -1

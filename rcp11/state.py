@@ -93,6 +93,9 @@ class ClientState:
 
     addr: str = "?"
     laddr: str = "?"
+    # Connected over loopback (127.0.0.1, ::1) or the unix socket: what
+    # enable-protected-configs local allows.
+    local: bool = False
     fd: int = -1
     id: int = field(default_factory=lambda: next(_client_ids))
     name: bytes = b""

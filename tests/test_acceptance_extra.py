@@ -1667,7 +1667,7 @@ def test_dbfilename_and_appendfilename_are_used(server_factory: Any) -> None:
 
 
 def test_config_set_dir_moves_the_next_snapshot(server_factory: Any, tmp_path: Path) -> None:
-    srv = server_factory(save="3600 1")
+    srv = server_factory(save="3600 1", enable_protected_configs="yes")
     cl = srv.client()
     tw(cl, "s", "a")
     elsewhere = tmp_path / "elsewhere"
@@ -2120,7 +2120,7 @@ def test_shutdown_while_bgsave_runs_saves_everything(server_factory: Any) -> Non
 def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    srv = server_factory(save="3600 1")
+    srv = server_factory(save="3600 1", enable_protected_configs="yes")
     cl = srv.client()
     tw(cl, "s", "a")
     cl.set("k", "v")

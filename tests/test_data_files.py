@@ -134,7 +134,7 @@ def test_config_set_of_other_directives_still_works() -> None:
 
 def test_save_can_never_replace_the_aof(server_factory) -> None:
     """The issue's reproduction: CONFIG SET dbfilename appendonly.aof; SAVE."""
-    srv = server_factory(appendonly="yes", appendfsync="always")
+    srv = server_factory(appendonly="yes", appendfsync="always", enable_protected_configs="yes")
     client = srv.client()
     tw(client, "s", "a")
     for bad in ("appendonly.aof", "", "..", "x/y", "temp-rcp11-1.snap"):
@@ -179,7 +179,7 @@ def test_redis_cli_sees_the_refusal(server_factory) -> None:
     from conftest import require
 
     require("redis-cli")
-    srv = server_factory()
+    srv = server_factory(enable_protected_configs="yes")
     done = subprocess.run(
         ["redis-cli", "-p", str(srv.port), "CONFIG", "SET", "dbfilename", "appendonly.aof"],
         capture_output=True,

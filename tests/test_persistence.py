@@ -563,7 +563,7 @@ def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
 
 
 def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Path) -> None:
-    srv = server_factory()
+    srv = server_factory(enable_protected_configs="yes")
     client = srv.client()
     twrite(client, "s", b"a", b"b")
     elsewhere = tmp_path / "elsewhere"
@@ -586,7 +586,7 @@ def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Pat
 def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path: Path) -> None:
     # The open AOF stays in the old dir; the AOF a later start finds in the
     # new dir (here an old copy) must not be taken as holding every write.
-    srv = server_factory(appendonly="yes")
+    srv = server_factory(appendonly="yes", enable_protected_configs="yes")
     client = srv.client()
     for index in range(5):
         twrite(client, "s", b"m%d" % index)
