@@ -444,21 +444,25 @@ class Config:
         for name, value in parsed:
             self._values[name] = value
         done: list[str] = []
+        failing = ""
         try:
             for name, value in parsed:
+                failing = name
                 for callback in self._callbacks.get(name, ()):
                     callback(value)
                 done.append(name)
         except ConfigError as exc:
             for name, value in old.items():
                 self._values[name] = value
-            for name in done:
+            # The failing directive's callbacks that ran before the refusal
+            # (the server's chdir for `dir`, say) are undone too.
+            for name in [*done, failing]:
                 for callback in self._callbacks.get(name, ()):
                     try:
                         callback(old[name])
                     except ConfigError:
                         pass  # restoring the old value is best effort
-            raise ConfigError(exc.reason, exc.name or name) from None
+            raise ConfigError(exc.reason, exc.name or failing) from None
 
     @staticmethod
     def _args_for_set(d: Directive, text: str) -> list[str]:

@@ -22,6 +22,9 @@ may not take a temporary or the lock file's name.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 
 OFFSETS_SUFFIX = ".offsets"
@@ -76,12 +79,60 @@ def same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+class DirectoryInUse(Exception):
+    """Another process holds the data directory's lock."""
+
+
+# Locks this process holds, by real path. POSIX locks belong to the process,
+# and closing any descriptor of the file drops them, so a directory is
+# opened once and its descriptor kept for the life of the process.
+_held: dict[str, int] = {}
+
+
+def lock_data_dir(directory: str) -> str:
+    """Take the data directory's lock (the lock file is created if needed)
+    and write our pid into it; returns the lock file's path. Raises
+    DirectoryInUse naming the process that holds it, or OSError.
+
+    A POSIX record lock (lockf): the kernel drops it when the holder dies,
+    kill -9 included, so a stale lock file never blocks a restart; forked
+    children (BGSAVE) do not inherit it."""
+    path = os.path.join(os.path.realpath(directory), LOCK_NAME)
+    if path in _held:
+        return path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = b""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 32, 0).strip()
+        os.close(fd)
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            who = f"pid {holder.decode('ascii', 'replace')}" if holder else "another process"
+            raise DirectoryInUse(
+                f"the data directory {os.path.dirname(path)} is in use by another rcp11 "
+                f"server ({who}, holding {path})"
+            ) from None
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    _held[path] = fd
+    return path
+
+
 __all__ = [
     "LOCK_NAME",
     "OFFSETS_SUFFIX",
     "TEMP_PREFIXES",
+    "DirectoryInUse",
     "data_paths",
     "filename_problem",
+    "lock_data_dir",
     "names_clash",
     "offsets_name",
     "same_file",

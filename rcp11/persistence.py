@@ -133,7 +133,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from rcp11 import errors
-from rcp11.datafiles import REWRITE_TEMP_PREFIX, SNAPSHOT_TEMP_PREFIX, TEMP_PREFIXES, offsets_name
+from rcp11.datafiles import (
+    REWRITE_TEMP_PREFIX,
+    SNAPSHOT_TEMP_PREFIX,
+    TEMP_PREFIXES,
+    DirectoryInUse,
+    lock_data_dir,
+    offsets_name,
+)
 from rcp11.errors import CommandError
 from rcp11.resp import OK, Error, SimpleString
 from rcp11.state import ClientState, ServerState
@@ -1122,7 +1129,7 @@ class Persistence:
         import rcp11.storage  # noqa: F401
 
         state = self.state
-        os.makedirs(self.dir, exist_ok=True)
+        self.lock_dir()
         self._remove_temp_files()
         state.loading = self.loading = True
         started = time.monotonic()
@@ -1160,6 +1167,21 @@ class Persistence:
                 raise PersistenceError(f"{self.aof_path}: cannot append: {self._aof_error}")
             self._start_fsync_thread()
         state.dirty = 0
+
+    def lock_dir(self) -> None:
+        """Take the data directory (rcp11/datafiles.py) before any file in it
+        is touched: a second server there would delete this one's temporary
+        files and write over its AOF. Raises PersistenceError naming the
+        process that holds it."""
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            lock_data_dir(self.dir)
+        except DirectoryInUse as exc:
+            raise PersistenceError(f"Can't start: {exc}") from None
+        except OSError as exc:
+            raise PersistenceError(
+                f"{self.dir}: cannot lock the data directory: {exc.strerror or exc}"
+            ) from exc
 
     def _remove_temp_files(self) -> None:
         with contextlib.suppress(OSError):
@@ -2167,6 +2189,13 @@ class Persistence:
         configured = str(self._conf("dir"))
         # The server has chdir()ed into a new `dir` by now.
         new_dir = configured if os.path.isabs(configured) else os.getcwd()
+        if os.path.realpath(new_dir) != os.path.realpath(self.dir):
+            try:
+                lock_data_dir(new_dir)
+            except DirectoryInUse as exc:
+                raise ConfigError(str(exc)) from None
+            except OSError as exc:
+                raise ConfigError(f"can't lock {new_dir}: {exc.strerror or exc}") from None
         dbfilename = str(self._conf("dbfilename"))
         snapshot_path = os.path.join(new_dir, dbfilename)
         new_offsets = os.path.join(new_dir, offsets_name(dbfilename))
