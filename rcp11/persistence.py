@@ -654,6 +654,8 @@ class OffsetReservations:
         self.fsyncs = 0
         self._pending: list[Record] = []  # not yet written, no fsync needed
         self.unsynced = False  # reservations written but not yet fsynced
+        # The file exists but was cut inside its header: no mark is known.
+        self.header_torn = False
 
     @property
     def pending(self) -> bool:
@@ -688,6 +690,7 @@ class OffsetReservations:
         except OSError as exc:
             raise PersistenceError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
         pos, old_format = self._header_end(data)
+        self.header_torn = pos == 0
         if pos == 0:
             data = b""
         valid = pos
@@ -1144,6 +1147,8 @@ class Persistence:
                     self._snapshot_stream_keys = set(self._load_snapshot_file())
             elif os.path.exists(self.snapshot_path):
                 self._snapshot_stream_keys = set(self._load_snapshot_file())
+            if self.reservations.header_torn:
+                self._mark_streams_after_torn_header()
             # Never trust that the files hold every acknowledged write (the
             # module docstring): every stream goes up to its mark.
             raises = self._apply_reservations()
@@ -1339,6 +1344,36 @@ class Persistence:
             keyspace.touch(key)
             return True
         return False
+
+    def _mark_streams_after_torn_header(self) -> None:
+        """The offsets file was cut inside its header, so no mark is known.
+        A crash while creating it leaves that, and then no stream has
+        reserved anything yet; but a damaged file looks the same, so, as
+        for a torn last batch, every stream the files brought back gets a
+        mark _TORN_BATCH_MARGIN above its next offset, durably."""
+        reservations = self.reservations
+        raised = 0
+        for key, value in self.state.keyspace.data.items():
+            if isinstance(value, bytes):
+                continue
+            mark = min(value.next_offset + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+            reservations.marks[key] = max(reservations.marks.get(key, 0), mark)
+            raised += 1
+        if not raised:
+            return
+        log.warning(
+            "Offsets file %s is cut inside its header: the next offset of each of the %d "
+            "streams loaded is raised by %d so that no offset is handed out again",
+            reservations.path,
+            raised,
+            _TORN_BATCH_MARGIN,
+        )
+        try:
+            reservations.rewrite(dict(reservations.marks), dict(reservations.deleted))
+        except OSError as exc:
+            raise PersistenceError(
+                f"{reservations.path}: cannot rewrite: {exc.strerror or exc}"
+            ) from exc
 
     def _apply_reservations(self) -> list[tuple[bytes, int]]:
         """Raise every reserved stream to its mark (module docstring).

@@ -247,3 +247,31 @@ def test_every_loader_error_names_its_file(tmp_path: Path) -> None:
                 loaded(directory, **directives)
             except PersistenceError as exc:
                 assert str(directory / name) in str(exc)
+
+
+@pytest.mark.parametrize("length", [0, 1, 5, 9])
+def test_offsets_file_cut_inside_its_header_still_reuses_no_offset(
+    tmp_path: Path, length: int
+) -> None:
+    """A file cut inside its header holds no mark at all. That is what a
+    crash while creating it leaves (no stream reserved anything yet), but
+    a damaged file looks the same: every stream the other files bring back
+    then goes up by the torn-file margin, as for a torn last batch."""
+    state, persistence = loaded(tmp_path)
+    from rcp11.commands import execute
+    from rcp11.state import ClientState
+
+    client = ClientState(authenticated=True)
+    execute(state, client, [b"TWRITE", b"s", b"ENTRIES", *[b"m%d" % i for i in range(10)]])
+    assert persistence.flush()
+    assert persistence.save() == "OK"
+    execute(state, client, [b"TWRITE", b"s", b"lost"])  # acknowledged at 10, never saved
+    assert persistence.flush()
+    path = tmp_path / "dump.rcp.offsets"
+    path.write_bytes(path.read_bytes()[:length])
+    again, _ = loaded(tmp_path)
+    stream = again.keyspace.get(b"s")
+    assert stream.read(0, 10) == [b"m%d" % i for i in range(10)]
+    assert stream.next_offset >= 11 + 2**30 - 1
+    # The raised mark is on disk: a second start agrees without a new raise.
+    assert OffsetReservations(str(path)).load()[b"s"] >= stream.next_offset
