@@ -508,12 +508,6 @@ class Server:
     # Start-up binds before it loads anything (as redis-server: a port in
     # use is reported at once, not after loading the data) and serves after.
 
-    async def listen(self) -> None:
-        """bind_tcp(), bind_unix() and serve() in one go."""
-        self.bind_tcp()
-        self.bind_unix()
-        await self.serve()
-
     def bind_tcp(self) -> None:
         """Bind and listen on the configured TCP addresses (connections wait
         in the kernel's backlog until serve()). Raises SystemExit."""

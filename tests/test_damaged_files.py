@@ -11,10 +11,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import tw
+from conftest import persistence_in_process, tw
 
-from rcp11.blocking import BlockingManager
-from rcp11.config import Config
 from rcp11.persistence import (
     OFFSETS_MAGIC,
     RAISE_NEXT,
@@ -30,14 +28,7 @@ V1_HEADER = OFFSETS_MAGIC + struct.pack("<H", 1)
 
 
 def loaded(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
-    config = Config()
-    config.set("dir", str(directory))
-    config.set("save", "")
-    for name, value in directives.items():
-        config.set(name.replace("_", "-"), value)
-    state = ServerState(config)
-    BlockingManager(state)
-    persistence = Persistence(state)
+    state, persistence = persistence_in_process(directory, **directives)
     persistence.load()
     return state, persistence
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_for
+from conftest import persistence_in_process, wait_for
 
-from rcp11.config import Config
 from rcp11.persistence import (
     OffsetReservations,
     Persistence,
@@ -30,14 +29,7 @@ from rcp11.state import ServerState
 
 
 def make_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
-    config = Config()
-    config.set("dir", str(directory))
-    config.set("save", "")
-    for name, value in directives.items():
-        config.set(name.replace("_", "-"), value)
-    state = ServerState(config)
-    persistence = Persistence(state)
-    return state, persistence
+    return persistence_in_process(directory, **directives)
 
 
 def fill_random(state: ServerState, rng: random.Random) -> dict[bytes, object]:
@@ -604,17 +596,8 @@ def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path:
 
 
 def aof_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
-    from rcp11.blocking import BlockingManager
-
-    config = Config()
-    config.set("dir", str(directory))
-    config.set("save", "")
-    config.apply_args(["--appendonly", "yes", "--appendfsync", "always"])
-    for name, value in directives.items():
-        config.set(name.replace("_", "-"), value)
-    state = ServerState(config)
-    BlockingManager(state)
-    persistence = Persistence(state)
+    settings = {"appendonly": "yes", "appendfsync": "always", **directives}
+    state, persistence = persistence_in_process(directory, **settings)
     persistence.load()
     return state, persistence
 

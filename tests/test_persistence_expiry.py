@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tr, tw, wait_for
+import redis
+from conftest import persistence_in_process, tr, tw, wait_for
 
 from rcp11.commands import execute
-from rcp11.config import Config
 from rcp11.persistence import Persistence, encode_command
 from rcp11.state import ClientState, ServerState
 
@@ -27,16 +27,9 @@ from rcp11.state import ClientState, ServerState
 
 
 def load(directory: Path, appendonly: str = "yes") -> tuple[ServerState, Persistence]:
-    from rcp11.blocking import BlockingManager
-
-    config = Config()
-    config.set("dir", str(directory))
-    config.set("save", "")
-    config.set("appendonly", appendonly)
-    config.set("appendfsync", "always")
-    state = ServerState(config)
-    BlockingManager(state)
-    persistence = Persistence(state)
+    state, persistence = persistence_in_process(
+        directory, appendonly=appendonly, appendfsync="always"
+    )
     persistence.load()
     return state, persistence
 
@@ -193,16 +186,21 @@ def test_expired_but_not_deleted_keys_in_a_snapshot_expire_after_loading(
 # ---------------------------------------------------------------------------
 
 
-def test_kill9_then_restart_after_the_deadline_resurrects_nothing(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
+def issue_reproduction(client: redis.Redis, ttl_ms: int) -> int:
+    """TWRITE s a; PEXPIRE s ttl; TWRITE s b; SET k v; PEXPIRE k ttl;
+    APPEND k x. Returns the latest deadline (unix ms)."""
     assert tw(client, "s", "a") == 0
-    assert client.pexpire("s", 1500)
+    assert client.pexpire("s", ttl_ms)
     assert tw(client, "s", "b") == 1
     assert client.set("k", "v")
-    assert client.pexpire("k", 1500)
+    assert client.pexpire("k", ttl_ms)
     assert client.append("k", "x") == 2
-    deadline = now_ms() + 1500
+    return now_ms() + ttl_ms
+
+
+def test_kill9_then_restart_after_the_deadline_resurrects_nothing(server_factory) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always")
+    deadline = issue_reproduction(srv.client(), 1500)
     srv.kill9()
     wait_for(lambda: now_ms() > deadline + 50)
     srv.start()
@@ -219,13 +217,7 @@ def test_kill9_then_restart_after_the_deadline_resurrects_nothing(server_factory
 
 def test_kill9_then_restart_before_the_deadline_keeps_ttls_and_offsets(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
-    assert tw(client, "s", "a") == 0
-    assert client.pexpire("s", 60_000)
-    assert tw(client, "s", "b") == 1
-    client.set("k", "v")
-    client.pexpire("k", 60_000)
-    client.append("k", "x")
+    issue_reproduction(srv.client(), 60_000)
     srv.kill9()
     srv.start()
     client = srv.client()
