@@ -12,6 +12,9 @@ import time
 import pytest
 import redis
 
+# Every test here starts servers and kills them with kill -9.
+pytestmark = pytest.mark.slow
+
 WRITERS = 3
 ROUNDS = 3
 

@@ -125,6 +125,7 @@ def test_unreadable_offsets_file_refuses_naming_it(tmp_path: Path) -> None:
         loaded(tmp_path)
 
 
+@pytest.mark.slow
 def test_server_refuses_to_start_on_a_short_garbage_offsets_file(server_factory) -> None:
     srv = server_factory()
     tw(srv.client(), "s", "a")

@@ -132,6 +132,7 @@ def test_config_set_of_other_directives_still_works() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_save_can_never_replace_the_aof(server_factory) -> None:
     """The issue's reproduction: CONFIG SET dbfilename appendonly.aof; SAVE."""
     srv = server_factory(appendonly="yes", appendfsync="always", enable_protected_configs="yes")

@@ -198,6 +198,7 @@ def issue_reproduction(client: redis.Redis, ttl_ms: int) -> int:
     return now_ms() + ttl_ms
 
 
+@pytest.mark.slow
 def test_kill9_then_restart_after_the_deadline_resurrects_nothing(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always")
     deadline = issue_reproduction(srv.client(), 1500)
@@ -215,6 +216,7 @@ def test_kill9_then_restart_after_the_deadline_resurrects_nothing(server_factory
     assert client.exists("s", "k") == 0
 
 
+@pytest.mark.slow
 def test_kill9_then_restart_before_the_deadline_keeps_ttls_and_offsets(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always")
     issue_reproduction(srv.client(), 60_000)
@@ -233,6 +235,7 @@ def test_kill9_then_restart_before_the_deadline_keeps_ttls_and_offsets(server_fa
     assert srv.client().get("k") is None
 
 
+@pytest.mark.slow
 def test_redis_cli_ttl_survives_kill9(server_factory) -> None:
     from conftest import require
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 from conftest import ServerProcess, free_port, tr, tw, wait_for
 
@@ -55,6 +56,7 @@ def test_second_server_on_the_same_port_and_dir_touches_nothing(server_factory) 
     assert tw(client, "s", "b") == 1
 
 
+@pytest.mark.slow
 def test_second_server_on_a_directory_in_use_refuses_naming_the_holder(
     server_factory,
 ) -> None:
@@ -90,6 +92,7 @@ def test_second_server_on_a_directory_in_use_refuses_naming_the_holder(
     assert not (srv.dir / "temp-rcp11-1700000000000.snap").exists()  # swept by its owner
 
 
+@pytest.mark.slow
 def test_port_in_use_is_reported_before_loading_anything(server_factory, tmp_path: Path) -> None:
     busy = server_factory()
     data = ServerProcess(tmp_path / "big", appendonly="yes", appendfsync="no")
