@@ -1490,6 +1490,11 @@ class Persistence:
             except OSError as exc:
                 self._set_reservation_error(exc)
                 ok = False
+        if self.reservations.pending:
+            # Deleted-stream records before the AOF gets the DEL: a kill -9
+            # in between must not leave a DEL whose key comes back at its
+            # mark (the reverse order only costs a gap).
+            self.reservations.write_best_effort([])
         if self._aof_buf:
             ok = self._flush_aof(force_fsync=self._fsync_mode() == "always") and ok
         if self._drops:
