@@ -1,0 +1,32 @@
+"""One fuzzer process: `python -m fuzz.proto._atheris TARGET [libFuzzer args...]`.
+
+rcp11 is imported under atheris's instrumentation, so libFuzzer sees the
+Python branches the input reached (coverage-guided); the C core and hiredis
+are not instrumented. Started by `python -m fuzz.proto`, which passes the corpus
+directories and limits.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import atheris
+
+with atheris.instrument_imports(include=["rcp11"]):
+    import rcp11.commands  # noqa: F401  (every command module, instrumented)
+    from fuzz.proto.harness import in_scratch_dir
+    from fuzz.proto.targets import TARGETS
+
+
+def main() -> None:
+    name = sys.argv[1]
+    target = TARGETS[name]
+    # Commands that write files write them into an empty directory; the
+    # corpus paths are absolute (python -m fuzz.proto makes them so).
+    in_scratch_dir()
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
