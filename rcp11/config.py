@@ -183,6 +183,15 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),
         Directive("stream-compression-level", "int", 6, low=1, high=9),
+        # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
+        # start-up, except tls-auth-clients (new handshakes follow it).
+        Directive("tls-port", "int", 0, mutable=False, high=65535),
+        Directive("tls-cert-file", "string", "", mutable=False),
+        Directive("tls-key-file", "string", "", mutable=False),
+        Directive("tls-key-file-pass", "string", "", mutable=False),
+        Directive("tls-ca-cert-file", "string", "", mutable=False),
+        Directive("tls-auth-clients", "enum", "yes", choices=("yes", "no", "optional")),
+        Directive("tls-protocols", "string", "", mutable=False),
     ]
 }
 

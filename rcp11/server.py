@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rcp11 import __version__
+from rcp11 import __version__, tls
 from rcp11.config import Config, ConfigError
 from rcp11.errors import ProtocolError
 from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
@@ -448,6 +448,7 @@ class Server:
         # (host, port) -> its listener (None until create_server finished).
         self.tcp_listeners: dict[tuple[str, int], Any] = {}
         self.unix_path: str | None = None
+        self.tls: tls.Bound | None = None
         # Bound at start-up before loading, served after (bind_*, serve).
         self._bound_tcp: dict[tuple[str, int], socket.socket] = {}
         self._bound_unix: socket.socket | None = None
@@ -513,7 +514,7 @@ class Server:
         in the kernel's backlog until serve()). Raises SystemExit."""
         config = self.state.config
         port = config.get("port")
-        if not port and not config.get("unixsocket"):
+        if not port and not config.get("unixsocket") and not config.get("tls-port"):
             raise SystemExit("Configured to not listen anywhere, exiting.")
         if port:
             try:
@@ -523,6 +524,7 @@ class Server:
             if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
             self._bound_tcp = sockets
+        self.tls = tls.bind(self)  # tls-port: TLS listeners beside the TCP ones
 
     def bind_unix(self) -> None:
         """Bind and listen on the unix socket, if configured. A socket file
@@ -561,6 +563,8 @@ class Server:
             )
             self._bound_unix = None
             self.listeners.append(listener)
+        if self.tls is not None:
+            await self.tls.serve(self)
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
         self.state.tcp_port = self.state.config.get("port")

@@ -482,6 +482,7 @@ def _info_server(state: ServerState) -> dict[str, Any]:
         "process_id": os.getpid(),
         "run_id": state.run_id,
         "tcp_port": state.tcp_port,
+        "tls_port": state.config.get("tls-port") if state.config is not None else 0,
         "server_time_usec": time.time_ns() // 1000,
         "uptime_in_seconds": uptime,
         "uptime_in_days": uptime // 86400,
