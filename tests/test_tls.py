@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-
-from tests.conftest import ServerProcess, free_port, require, wait_for
+from conftest import ServerProcess, free_port, require, wait_for
 
 
 def openssl(*args: str, cwd: Path) -> None:
