@@ -228,6 +228,28 @@ def _parse(pieces: Iterable[bytes], method: str) -> tuple[list[list[bytes]], str
     parser = RequestParser()
     out: list[list[bytes]] = []
     try:
+        return _parse_into(parser, pieces, method, out)
+    except TypeError as exc:
+        if not AVOID_KNOWN:
+            raise
+        # Issue 8 item 1 (hiredis raising for a map keyed by an array),
+        # known: read it as the protocol error it will be.
+        return _known_not_bulk(out, exc)
+
+
+def _known_not_bulk(out: list[list[bytes]], why: object) -> tuple[list[list[bytes]], str]:
+    good = []
+    for argv in out:
+        if any(type(arg) is not bytes for arg in argv):
+            break
+        good.append(argv)
+    return good, f"known: not a bulk string ({why})"
+
+
+def _parse_into(
+    parser: RequestParser, pieces: Iterable[bytes], method: str, out: list[list[bytes]]
+) -> tuple[list[list[bytes]], str | None]:
+    try:
         for piece in pieces:
             if method == "take":
                 out += parser.take(piece)
@@ -272,6 +294,14 @@ def parse_every_way(
     }
     if len(data) <= BYTEWISE_MAX:
         ways["drain, byte by byte"] = _parse([data[i : i + 1] for i in range(len(data))], "drain")
+    if AVOID_KNOWN:
+        # Issue 8 item 1, known: a request with an element that is not a
+        # bulk string ends the connection wherever it comes.
+        results = [whole, *ways.values()]
+        if any(any(type(a) is not bytes for a in argv) for r in results for argv in r[0]) or any(
+            (r[1] or "").startswith("known:") for r in results
+        ):
+            return _known_not_bulk(whole[0], "parse")
     for name, result in ways.items():
         if result != whole:
             raise Finding(
@@ -310,6 +340,10 @@ class Target:
         pending = client.pending
         while pending and client.blocked is None:
             argv = pending[0]
+            if AVOID_KNOWN and any(type(arg) is not bytes for arg in argv):
+                # Issue 8 item 1, known: the fixed server closes here.
+                self.disconnect(index)
+                return
             check_argv(argv, "parsed")
             if excluded(argv):
                 pending.popleft()

@@ -21,7 +21,7 @@ from typing import Any
 import hiredis
 
 from fuzz.proto import gen, model
-from fuzz.proto.gen import Draw
+from fuzz.proto.gen import AVOID_KNOWN, Draw
 from fuzz.proto.harness import Finding, Target, parse_every_way
 from rcp11.errors import ProtocolError
 from rcp11.resp import RequestParser, encode
@@ -54,12 +54,18 @@ def struct(data: bytes) -> None:
                 commands += more
         except ProtocolError as exc:
             errors[client] = str(exc)
+        except TypeError:
+            if not AVOID_KNOWN:
+                raise
+            errors[client] = "known"  # issue 8 item 1; see harness._parse
         taken[client] += commands
         target.run(client, commands)
         if errors[client] is not None:
             target.disconnect(client)
     for client in range(3):
         expected = parse_every_way(sent[client])
+        if AVOID_KNOWN and (errors[client] == "known" or (expected[1] or "").startswith("known:")):
+            continue
         if expected != (taken[client], errors[client]):
             raise Finding(
                 f"client {client}: reads as they came parsed to {taken[client]!r:.400} "
