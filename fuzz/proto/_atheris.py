@@ -8,6 +8,8 @@ directories and limits.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 
 import atheris
@@ -18,13 +20,27 @@ with atheris.instrument_imports(include=["rcp11"]):
     from fuzz.proto.targets import TARGETS
 
 
+def _self_command(name: str) -> str:
+    """An executable that starts this fuzzer again: libFuzzer's -merge (and
+    -fork) run argv[0] as a program, which a `python -m` module is not."""
+    path = os.path.abspath(f"fuzz-{name}.sh")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(path, "w") as f:
+        f.write(
+            f"#!/bin/sh\nPYTHONPATH={shlex.quote(root)} exec {shlex.quote(sys.executable)} "
+            f'-m fuzz.proto._atheris {shlex.quote(name)} "$@"\n'
+        )
+    os.chmod(path, 0o755)
+    return path
+
+
 def main() -> None:
     name = sys.argv[1]
     target = TARGETS[name]
     # Commands that write files write them into an empty directory; the
     # corpus paths are absolute (python -m fuzz.proto makes them so).
     in_scratch_dir()
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    atheris.Setup([_self_command(name), *sys.argv[2:]], target)
     atheris.Fuzz()
 
 
