@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -239,6 +240,22 @@ class Soak:
         self.up.set()
 
     def run(self) -> int:
+        """The soak; the server is killed whatever happens, and its directory
+        removed unless a check failed (then its path is printed)."""
+        code = 1
+        try:
+            code = self._run()
+        finally:
+            if self.server.proc is not None and self.server.proc.poll() is None:
+                self.server.proc.kill()
+                self.server.proc.wait()
+            if code == 0:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            else:
+                print(f"soak: server files kept in {self.workdir}", flush=True)
+        return code
+
+    def _run(self) -> int:
         args = self.args
         self.server.start()
         assert self.server.proc is not None

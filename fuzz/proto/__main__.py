@@ -2,10 +2,10 @@
 
 Each target (raw, struct, diff; all by default) runs in its own atheris
 process for --time seconds, one after the other. Inputs that reach new code
-are kept in fuzz/proto/work/<target>/ (not in git); the seeds in
+are kept in fuzz/proto/work/<target>/corpus/ (not in git); the seeds in
 fuzz/proto/corpus/<target>/ are read first. A crash, a Finding or a timeout stops
 that target, leaves the input in fuzz/proto/work/<target>/artifacts/ and makes
-the exit code 1. --merge folds fuzz/proto/work/<target>/ into the seed corpus,
+the exit code 1. --merge folds fuzz/proto/work/<target>/corpus/ into the seeds,
 keeping only inputs that add coverage.
 
 Prints one line per target: executions, seconds, coverage (libFuzzer's
@@ -60,8 +60,10 @@ class Result:
 
 def run_target(target: str, seconds: int, extra: list[str], merge: bool = False) -> Result:
     seeds = HERE / "corpus" / target
-    work = HERE / "work" / target
-    artifacts = work / "artifacts"
+    # libFuzzer reads corpus directories recursively: artifacts and the
+    # scratch directory sit beside the corpus, not in it.
+    work = HERE / "work" / target / "corpus"
+    artifacts = work.parent / "artifacts"
     for path in (seeds, work, artifacts):
         path.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "fuzz.proto._atheris", target]

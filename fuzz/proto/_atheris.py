@@ -20,11 +20,15 @@ with atheris.instrument_imports(include=["rcp11"]):
     from fuzz.proto.targets import TARGETS
 
 
+def _root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _self_command(name: str) -> str:
     """An executable that starts this fuzzer again: libFuzzer's -merge (and
     -fork) run argv[0] as a program, which a `python -m` module is not."""
     path = os.path.abspath(f"fuzz-{name}.sh")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = _root()
     with open(path, "w") as f:
         f.write(
             f"#!/bin/sh\nPYTHONPATH={shlex.quote(root)} exec {shlex.quote(sys.executable)} "
@@ -37,9 +41,10 @@ def _self_command(name: str) -> str:
 def main() -> None:
     name = sys.argv[1]
     target = TARGETS[name]
-    # Commands that write files write them into an empty directory; the
-    # corpus paths are absolute (python -m fuzz.proto makes them so).
-    in_scratch_dir()
+    # Commands that write files write them into the target's scratch
+    # directory (under work/, not in git); the corpus paths are absolute
+    # (python -m fuzz.proto makes them so).
+    in_scratch_dir(os.path.join(_root(), "fuzz", "proto", "work", name, "scratch"))
     atheris.Setup([_self_command(name), *sys.argv[2:]], target)
     atheris.Fuzz()
 

@@ -404,12 +404,15 @@ class Target:
         check_replay(self.state)
 
 
-def in_scratch_dir() -> Callable[[], None]:
-    """Run in an empty temporary directory (a command that writes files
-    writes them there); returns the function that goes back."""
+def in_scratch_dir(path: str | None = None) -> Callable[[], None]:
+    """Run in directory path (made if missing), or in a new temporary one:
+    a command that writes files writes them there. Returns the function
+    that goes back."""
     old = os.getcwd()
-    scratch = tempfile.mkdtemp(prefix="rcp11-fuzz-")
-    os.chdir(scratch)
+    if path is None:
+        path = tempfile.mkdtemp(prefix="rcp11-fuzz-")
+    os.makedirs(path, exist_ok=True)
+    os.chdir(path)
 
     def back() -> None:
         os.chdir(old)
