@@ -4,6 +4,7 @@ and a checker; `python -m bench.soak --duration 600` is the real run."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,4 +47,7 @@ def test_soak_checker_catches_a_server_that_loses_acknowledged_writes() -> None:
         timeout=300,
     )
     assert proc.returncode == 1, proc.stdout[-3000:]
+    kept = re.search(r"soak: server files kept in (\S+)", proc.stdout)
+    assert kept, proc.stdout[-3000:]
+    shutil.rmtree(kept.group(1))  # kept for a person to look at; not here
     assert "None instead of seq" in proc.stdout, proc.stdout[-3000:]
