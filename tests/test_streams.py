@@ -1,5 +1,7 @@
 """TWRITE / TREAD / TEVICT end to end against a real server (SPEC.md 1-4),
-in RESP2 and RESP3, including blocking reads and groups."""
+in RESP2 and RESP3, including blocking reads and groups. Every test runs
+against both servers: rcp11-server and redis-server with the rcp11 module
+(the stream_server fixture)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ import redis.asyncio
 from conftest import ServerProcess, require, wait_blocked
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+@pytest.fixture(scope="module")
+def srv(stream_server: ServerProcess) -> ServerProcess:
+    return stream_server
 
 
 @pytest.fixture
@@ -280,7 +287,7 @@ def test_tevict_past_the_end_empties_but_keeps_next_offset(rr: redis.Redis) -> N
     twrite(rr, "s", "ENTRIES", "a", "b")
     assert rr.execute_command("TEVICT", "s", 100) == 2
     assert tread(rr, "s", 0, 0, "WITHINFO") == [[2, 1, 0, 0]]
-    assert rr.type("s") == b"stream"
+    assert rr.type("s") == b"rcp11-log"
     assert twrite(rr, "s", "c") == 2
 
 
