@@ -73,7 +73,10 @@
  *     rewound group serves at once. When the group key disappeared, its
  *     readers remember the position the group would now start at (the
  *     contract recreates the key at that moment; a keyspace-event callback
- *     must not write, so the key is written when they are served).
+ *     must not write, so the key is written when they are served);
+ *   - FLUSHDB / FLUSHALL fire no per-key event: a server-event hook
+ *     (rl_on_flush) makes every group reader of the flushed database start
+ *     over at offset 0.
  *
  * One rule keeps Redis's propagation sound: the wake callback writes and
  * replicates only when it replies. Redis propagates what a served client's
@@ -799,6 +802,27 @@ static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event
         RedisModule_SignalKeyAsReady(ctx, w->key);
     }
     return REDISMODULE_OK;
+}
+
+/* FLUSHDB / FLUSHALL (and a replica's full resync) drop streams and group
+ * keys without a keyspace event per key: every group reader of a flushed
+ * database starts over at offset 0, the start of the stream that will be
+ * created next. */
+static void rl_on_flush(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data) {
+    (void)ctx;
+    (void)eid;
+    const RedisModuleFlushInfo *info = data;
+    if (subevent != REDISMODULE_SUBEVENT_FLUSHDB_END || rl_waiting == 0) return;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rl_groups, "^", NULL, 0);
+    void *value;
+    while (RedisModule_DictNextC(it, NULL, &value) != NULL) {
+        for (rl_wait *w = ((rl_group *)value)->head; w != NULL; w = w->next) {
+            if (info->dbnum != -1 && info->dbnum != w->db) continue;
+            w->fallback = 0;
+            w->has_fallback = 1;
+        }
+    }
+    RedisModule_DictIteratorStop(it);
 }
 
 /* ------------------------------------------------------------------------
@@ -1661,6 +1685,9 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
             REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_STRING | REDISMODULE_NOTIFY_EXPIRED |
                 REDISMODULE_NOTIFY_EVICTED,
             rl_on_keyspace_event) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    RedisModuleEvent flush = {REDISMODULE_EVENT_FLUSHDB, 1};
+    if (RedisModule_SubscribeToServerEvent(ctx, flush, rl_on_flush) != REDISMODULE_OK)
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

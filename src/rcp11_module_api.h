@@ -64,6 +64,11 @@
 #define REDISMODULE_NOTIFY_EVICTED (1 << 9)
 #define REDISMODULE_NOTIFY_MODULE (1 << 13)
 
+/* Server events (SubscribeToServerEvent): FLUSHDB, fired before
+ * (subevent 0) and after (subevent 1) FLUSHDB/FLUSHALL and full resyncs. */
+#define REDISMODULE_EVENT_FLUSHDB 2
+#define REDISMODULE_SUBEVENT_FLUSHDB_END 1
+
 /* Module configs (Register*Config). */
 #define REDISMODULE_CONFIG_DEFAULT 0
 
@@ -111,12 +116,28 @@ typedef struct RedisModuleBlockedClient RedisModuleBlockedClient;
 typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
 typedef struct RedisModuleDict RedisModuleDict;
 typedef struct RedisModuleDefragCtx RedisModuleDefragCtx;
+typedef struct RedisModuleDictIter RedisModuleDictIter;
+
+/* A server event: its id and the version of the data it comes with. */
+typedef struct RedisModuleEvent {
+    uint64_t id;
+    uint64_t dataver;
+} RedisModuleEvent;
+
+/* The data of REDISMODULE_EVENT_FLUSHDB (dataver 1). */
+typedef struct RedisModuleFlushInfo {
+    uint64_t version;
+    int32_t sync;
+    int32_t dbnum; /* -1: every database */
+} RedisModuleFlushInfo;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef int (*RedisModuleNotificationFunc)(RedisModuleCtx *ctx, int type, const char *event,
                                            RedisModuleString *key);
 typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_report);
 typedef void (*RedisModuleFreePrivdataFunc)(RedisModuleCtx *ctx, void *privdata);
+typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
+                                         uint64_t subevent, void *data);
 
 typedef long long (*RedisModuleConfigGetNumericFunc)(const char *name, void *privdata);
 typedef int (*RedisModuleConfigSetNumericFunc)(const char *name, long long val, void *privdata,
@@ -286,6 +307,10 @@ typedef struct RedisModuleCommandInfo {
     X(int, DictSetC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))               \
     X(int, DictDelC, (RedisModuleDict * d, void *key, size_t keylen, void *oldval))            \
     X(uint64_t, DictSize, (RedisModuleDict * d))                                               \
+    X(RedisModuleDictIter *, DictIteratorStartC,                                               \
+      (RedisModuleDict * d, const char *op, void *key, size_t keylen))                         \
+    X(void *, DictNextC, (RedisModuleDictIter * di, size_t *keylen, void **dataptr))           \
+    X(void, DictIteratorStop, (RedisModuleDictIter * di))                                      \
     /* 6.0 */                                                                                  \
     X(RedisModuleBlockedClient *, BlockClientOnKeys,                                           \
       (RedisModuleCtx * ctx, RedisModuleCmdFunc reply_callback,                                \
@@ -304,6 +329,8 @@ typedef struct RedisModuleCommandInfo {
       (RedisModuleInfoCtx * ctx, const char *field, unsigned long long value))                 \
     X(int, InfoAddFieldCString, (RedisModuleInfoCtx * ctx, const char *field, const char *value)) \
     X(int, GetServerVersion, (void))                                                           \
+    X(int, SubscribeToServerEvent,                                                             \
+      (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))       \
     /* 7.0 */                                                                                  \
     X(RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))              \
     X(int, SetCommandInfo, (RedisModuleCommand * command, const RedisModuleCommandInfo *info)) \

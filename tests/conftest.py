@@ -297,3 +297,13 @@ def require(program: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{program} is not installed; .ci/run must install it")
     pytest.skip(f"{program} not installed")
+
+
+def stream_info(client: redis.Redis) -> dict[str, Any]:
+    """INFO's streams section of either server: rcp11-server's "streams",
+    or the module's "rcp11_streams", whose fields Redis prefixes with the
+    module name ("rcp11_stream_messages"): returned without the prefix."""
+    info = client.info("streams")
+    if info:
+        return info
+    return {k.removeprefix("rcp11_"): v for k, v in client.info("rcp11").items()}
