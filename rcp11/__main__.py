@@ -37,7 +37,10 @@ def module_main(args: list[str]) -> int:
         return 2
     path = module_path()
     if not path.is_file():
-        print(f"the Redis module was not built ({path} is missing): run pip install .", file=sys.stderr)
+        print(
+            f"the Redis module was not built ({path} is missing): run pip install .",
+            file=sys.stderr,
+        )
         return 1
     print(path)
     return 0
