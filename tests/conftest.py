@@ -242,6 +242,25 @@ def stream_server(
 
 
 @pytest.fixture
+def module_factory(tmp_path: Path) -> Iterator:
+    """Start redis-servers with the module: module_factory(appendonly="yes",
+    **{"rcp11.stream-compression": "zlib"}) -> RedisModuleServer."""
+    started: list[RedisModuleServer] = []
+
+    def make(start: bool = True, **directives: object) -> RedisModuleServer:
+        require("redis-server")
+        srv = RedisModuleServer(tmp_path / f"redis{len(started)}", **directives)
+        started.append(srv)
+        if start:
+            srv.start()
+        return srv
+
+    yield make
+    for srv in started:
+        srv.kill9()
+
+
+@pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator:
     """Start servers: server_factory(appendonly="yes", ...) -> ServerProcess."""
     started: list[ServerProcess] = []
