@@ -33,7 +33,7 @@
  *   -----------   ----------------------------   -----------------------------
  *   twrite        write deny-oom fast            1: RW INSERT
  *   tread         readonly may-replicate         1: RO ACCESS; after GROUP or
- *                 blocking                          GROUPNEW: RW UPDATE
+ *                 blocking getkeys-api              GROUPNEW: RW UPDATE
  *   tevict        write fast                     1: RW DELETE
  *   tconcat       write deny-oom                 1: RW INSERT; 2..: RW DELETE
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
@@ -44,10 +44,13 @@
  * that it may propagate (CLIENT PAUSE WRITE holds it back).
  *
  * The key specs (RedisModule_SetCommandInfo, 7.0) name the group key too,
- * so COMMAND GETKEYS, Cluster's CROSSSLOT check, redis-py's RedisCluster and
- * redis-cli -c all see it. In a cluster a stream and its group keys must
- * hash to one slot: give them one hash tag, "{events}" and
- * "{events}:readers" (docs/MODULE.md).
+ * so COMMAND GETKEYS, ACLs and redis-py's RedisCluster see it. Redis 7.0's
+ * Cluster does not read key specs when it checks slots (it uses first/last/
+ * step, or the module's own answer): so TREAD also has "getkeys-api" and
+ * answers key-position requests itself (rl_tread_keys), and a group key in
+ * another slot is -CROSSSLOT, never written on a node that does not own it.
+ * In a cluster a stream and its group keys must hash to one slot: give them
+ * one hash tag, "{events}" and "{events}:readers" (docs/MODULE.md).
  *
  * BLOCKING
  * ========
@@ -1020,7 +1023,29 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     return REDISMODULE_OK;
 }
 
+/* A key-position request (Cluster's slot check, COMMAND GETKEYS without key
+ * specs): the stream key and the group key, found as the parser finds it. */
+static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
+    for (int i = 4; i < argc;) {
+        if (rl_arg_is(argv[i], "WITHINFO")) {
+            i++;
+        } else if (rl_arg_is(argv[i], "BLOCK")) {
+            i += 2;
+        } else if (rl_arg_is(argv[i], "GROUP") || rl_arg_is(argv[i], "GROUPNEW")) {
+            if (i + 1 < argc) RedisModule_KeyAtPos(ctx, i + 1);
+            i += 2;
+        } else {
+            break; /* a syntax error: the command will say so */
+        }
+    }
+}
+
 static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (RedisModule_IsKeysPositionRequest(ctx)) {
+        rl_tread_keys(ctx, argv, argc);
+        return REDISMODULE_OK;
+    }
     if (argc < 4) return RedisModule_WrongArity(ctx);
     rl_tread_args a;
     memset(&a, 0, sizeof(a));
@@ -1568,16 +1593,16 @@ static const RedisModuleCommandInfoVersion rl_info_version = {
      .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
      .fk.range = {0, 1, 0}}
 
-static RedisModuleCommandKeySpec rl_twrite_keys[] = {
+static RedisModuleCommandKeySpec rl_twrite_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
-static RedisModuleCommandKeySpec rl_tread_keys[] = {
+static RedisModuleCommandKeySpec rl_tread_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS),
     RL_KEY_AFTER("GROUP", 4, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE),
     RL_KEY_AFTER("GROUPNEW", 4, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE),
     {0}};
-static RedisModuleCommandKeySpec rl_tevict_keys[] = {
+static RedisModuleCommandKeySpec rl_tevict_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_DELETE), {0}};
-static RedisModuleCommandKeySpec rl_tconcat_keys[] = {
+static RedisModuleCommandKeySpec rl_tconcat_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT),
     {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_DELETE,
      .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
@@ -1585,7 +1610,7 @@ static RedisModuleCommandKeySpec rl_tconcat_keys[] = {
      .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
      .fk.range = {-1, 1, 0}},
     {0}};
-static RedisModuleCommandKeySpec rl_skipto_keys[] = {
+static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
 typedef struct rl_command {
@@ -1600,15 +1625,15 @@ typedef struct rl_command {
 
 static const rl_command rl_commands[] = {
     {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
-     "Append entries to a stream; returns the offset of the first", rl_twrite_keys},
-    {"tread", rl_tread, "readonly may-replicate blocking", 1, 1, 1, -4,
-     "Read a stream from an offset, or as a member of a group", rl_tread_keys},
+     "Append entries to a stream; returns the offset of the first", rl_twrite_specs},
+    {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
+     "Read a stream from an offset, or as a member of a group", rl_tread_specs},
     {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
-     rl_tevict_keys},
+     rl_tevict_specs},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
-     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_keys},
+     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
-     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_keys},
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
 };
 
 static int rl_create_commands(RedisModuleCtx *ctx) {

@@ -279,6 +279,8 @@ typedef struct RedisModuleCommandInfo {
     X(void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                       \
     X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                 \
     X(int, StringToLongLong, (const RedisModuleString *str, long long *ll))                    \
+    X(int, IsKeysPositionRequest, (RedisModuleCtx * ctx))                                      \
+    X(void, KeyAtPos, (RedisModuleCtx * ctx, int pos))                                         \
     X(int, Replicate, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))       \
     X(int, ReplicateVerbatim, (RedisModuleCtx * ctx))                                          \
     X(RedisModuleType *, CreateDataType, (RedisModuleCtx * ctx, const char *name, int encver,  \
