@@ -98,9 +98,10 @@ class ModuleCluster:
             replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
             if len(replicas) != 1:
                 return False
-            if replicas[0]["state"] != "online" or replicas[0]["offset"] != info[
-                "master_repl_offset"
-            ]:
+            if (
+                replicas[0]["state"] != "online"
+                or replicas[0]["offset"] != info["master_repl_offset"]
+            ):
                 return False
         return True
 
@@ -166,7 +167,7 @@ def test_cluster_of_module_nodes_routes_blocks_and_survives_failover(
     for n, _, _, _ in readers:
         rc.execute_command("TWRITE", stream_key(n), "woken")
         acknowledged[stream_key(n)].append(b"woken")
-    for n, thread, box, node in readers:
+    for _, thread, box, node in readers:
         thread.join(20)
         assert box.get("reply") == [b"woken"], box
         node.close()
