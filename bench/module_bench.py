@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.common import Context, Log, measure
 from bench.loadgen import Job
-from bench.redisbench import BenchLine, redis_benchmark
+from bench.redis_suite import _interleaved
 from bench.report import SuiteReport, Table, num
 from bench.resp import encode_command
 from bench.servers import Server
@@ -31,7 +31,6 @@ from bench.workloads import batch_writer, payload, single_writer
 NAME = "module"
 TITLE = "Suite: the rcp11 Redis module inside redis-server"
 
-CLIENTS = 50
 GOAL_VS_STREAM = 1.0  # TWRITE vs XADD, TREAD vs XRANGE
 GOAL_VS_LIST = 1.5  # batch forms vs RPUSH / LRANGE
 GOAL_MEMORY = 0.92  # bytes per entry vs a Redis stream
@@ -178,14 +177,6 @@ def _preload(srv: Server, p100: str) -> None:
         srv.call(b"XADD", b"xs", b"*", b"f", data)
 
 
-def _timed(srv: Server, command: list[str], requests: int, pipeline: int) -> BenchLine:
-    busy_before, _ = srv.sched_seconds()
-    line = redis_benchmark(srv.port, command, requests, CLIENTS, pipeline)
-    busy_after, _ = srv.sched_seconds()
-    line.server_cpu_pct = 100.0 * (busy_after - busy_before) / line.wall
-    return line
-
-
 def _row(
     ctx: Context,
     srv: Server,
@@ -206,14 +197,13 @@ def _row(
     if per_request > 1 and ours[0] == "TWRITE":
         requests = ctx.pick(1_000, 300, 100)
     if seconds:
-        probe = [_timed(srv, cmd, requests, pipeline).rps for cmd in (ours, theirs)]
+        probe = [
+            r[0].rps for r in _interleaved(1, [(srv, ours), (srv, theirs)], requests, pipeline)
+        ]
         requests = max(requests, min(int(min(probe) * seconds), requests * 50))
     log(f"{label} -P {pipeline}: {rounds} x {num(requests)} requests each side")
-    mine: list[BenchLine] = []
-    redis: list[BenchLine] = []
-    for _ in range(rounds):
-        mine.append(_timed(srv, ours, requests, pipeline))
-        redis.append(_timed(srv, theirs, requests, pipeline))
+    # The same server answers both sides, alternately (A B A B ...).
+    mine, redis = _interleaved(rounds, [(srv, ours), (srv, theirs)], requests, pipeline)
     a = statistics.median(x.rps for x in mine) * per_request
     b = statistics.median(x.rps for x in redis) * per_request
     # Requests per server CPU second: rps / (cpu% / 100).

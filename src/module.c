@@ -464,6 +464,19 @@ static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
     return 0;
 }
 
+/* Open a key that must hold a stream or nothing: *key is the opened key
+ * (NULL for a missing key opened READ only, which the API allows everywhere
+ * a key goes), *s the stream (NULL for an empty key). When the key holds
+ * something else, replies -WRONGTYPE and returns 0. */
+static int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
+                          RedisModuleKey **key, mn_stream **s) {
+    *key = RedisModule_OpenKey(ctx, name, mode);
+    if (rl_stream_of(*key, s)) return 1;
+    RedisModule_CloseKey(*key);
+    RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+    return 0;
+}
+
 /* Where `start` falls for a negative offset -n: next - n, floored at 0. */
 static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
     if (offset >= 0) return (uint64_t)offset;
@@ -724,13 +737,10 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     (void)argv;
     (void)argc;
     rl_wait *w = RedisModule_GetBlockedClientPrivateData(ctx);
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, w->key, REDISMODULE_READ);
     mn_stream *s;
-    if (!rl_stream_of(key, &s)) {
-        RedisModule_CloseKey(key);
-        RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
-        return REDISMODULE_OK;
-    }
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
+        return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
     uint64_t next = s ? mn_next_offset(s) : 0;
     uint64_t start = w->start, pos = 0;
     int missing = 0;
@@ -884,12 +894,10 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
 
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
     mn_stream *s;
-    if (!rl_stream_of(key, &s)) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
-    }
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
     uint64_t next = s ? mn_next_offset(s) : 0;
     if ((uint64_t)n > RL_OFFSET_END - next) {
         RedisModule_CloseKey(key);
@@ -1056,12 +1064,9 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (a.count < 0) return RedisModule_ReplyWithError(ctx, RL_ERR_NEGATIVE_COUNT);
     if (argc > 4 && rl_tread_options(ctx, argv, argc, &a) != REDISMODULE_OK) return REDISMODULE_OK;
 
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
     mn_stream *s;
-    if (!rl_stream_of(key, &s)) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
-    }
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
     uint64_t next = s ? mn_next_offset(s) : 0;
     int flags = RedisModule_GetContextFlags(ctx);
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
@@ -1126,12 +1131,10 @@ static int rl_tevict(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long offset;
     if (RedisModule_StringToLongLong(argv[2], &offset) != REDISMODULE_OK)
         return RedisModule_ReplyWithError(ctx, RL_ERR_OFFSET);
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
     mn_stream *s;
-    if (!rl_stream_of(key, &s)) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
-    }
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
     if (s == NULL) {
         RedisModule_CloseKey(key);
         return RedisModule_ReplyWithLongLong(ctx, 0);
@@ -1269,12 +1272,10 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t target;
     if (!rl_parse_offset(p, len, RL_OFFSET_END, &target))
         return RedisModule_ReplyWithError(ctx, RL_ERR_SKIPTO);
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
     mn_stream *s;
-    if (!rl_stream_of(key, &s)) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
-    }
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
     int created = s == NULL;
     if (created) {
         s = rl_stream_new();
