@@ -176,7 +176,7 @@
 #define RL_TYPE_NAME "rcp11-log"
 /* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
 #define RL_ENCVER 1
-/* Key specs, module configs and RM_Yield-era behaviour need 7.0. */
+/* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
 /* 2^63: one past the largest offset, the largest next offset. */
