@@ -156,14 +156,16 @@ def test_cluster_of_module_nodes_routes_blocks_and_survives_failover(
     for port, n in by_owner.items():
         rest = rc.execute_command("TREAD", stream_key(n), 0, 100, "GROUP", group_key(n))
         assert rest == acknowledged[stream_key(n)][1:]
-        node = cluster.node_client(port)
+        reader = cluster.client()  # routes the blocking read to the owner itself
         thread, box = in_thread(
-            lambda node=node, n=n: node.execute_command(
+            lambda reader=reader, n=n: reader.execute_command(
                 "TREAD", stream_key(n), 0, 10, "BLOCK", 20_000, "GROUP", group_key(n)
             )
         )
-        wait_blocked(cluster.node_client(port), 1)
-        readers.append((n, thread, box, node))
+        owner = cluster.node_client(port)
+        wait_blocked(owner, 1)
+        owner.close()
+        readers.append((n, thread, box, reader))
     for n, _, _, _ in readers:
         rc.execute_command("TWRITE", stream_key(n), "woken")
         acknowledged[stream_key(n)].append(b"woken")
