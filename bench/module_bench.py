@@ -99,9 +99,9 @@ def _throughput(ctx: Context, report: SuiteReport, log: Log) -> None:
     table.notes.append(
         f"{rounds} alternating round(s) per row after a probe that sizes each run to about "
         f"{seconds:g} s; entries/s = requests/s x entries per request. Read keys hold 1000 "
-        "entries of 100 bytes, so each read returns 100. The verdict uses the better of the "
-        "two ratios: on a shared machine the throughput ratio moves with other load, the "
-        "ratio per server CPU second much less."
+        "entries of 100 bytes, so each read returns 100. The verdict is the throughput "
+        "ratio's; the ratio of requests per server CPU second, which other load on a shared "
+        "machine moves much less, is given beside it."
     )
     report.tables.append(table)
     srv = start_module_server(ctx)
@@ -210,7 +210,6 @@ def _row(
     a_cpu = statistics.median(x.rps * 100 / x.server_cpu_pct for x in mine if x.server_cpu_pct)
     b_cpu = statistics.median(x.rps * 100 / x.server_cpu_pct for x in redis if x.server_cpu_pct)
     ratio, cpu_ratio = a / b, a_cpu / b_cpu
-    best = max(ratio, cpu_ratio)
     table.add(
         label,
         pipeline,
@@ -224,7 +223,7 @@ def _row(
             f"Module suite: {label}, -P {pipeline}",
             f"{ratio:.2f}x ({cpu_ratio:.2f}x per server CPU)",
             f">= {goal}x",
-            best >= goal,
+            ratio >= goal,
         ),
     )
     report.data[key] = {

@@ -52,6 +52,12 @@
  * In a cluster a stream and its group keys must hash to one slot: give them
  * one hash tag, "{events}" and "{events}:readers" (docs/MODULE.md).
  *
+ * Commands that change a key signal it themselves (WATCH, client-side
+ * caching: the module sets NO_IMPLICIT_SIGNAL_MODIFIED, so merely opening a
+ * key for writing invalidates nothing) and announce keyspace events:
+ * "twrite", "tevict", "tconcat" in the module class, "set" for a group key
+ * a group read moved, "del" for each TCONCAT source.
+ *
  * BLOCKING
  * ========
  *
