@@ -16,6 +16,7 @@ and key expiry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -175,6 +176,9 @@ class Connection(asyncio.Protocol):
             return
         client = ClientState()
         client.addr = _format_addr(peer, self.unix_path)
+        client.local = self.unix_path is not None or (
+            isinstance(peer, tuple) and peer[0] in _LOOPBACK
+        )
         client.laddr = _format_addr(transport.get_extra_info("sockname"), self.unix_path)
         sock = transport.get_extra_info("socket")
         client.fd = sock.fileno() if sock is not None else -1
@@ -444,6 +448,9 @@ class Server:
         # (host, port) -> its listener (None until create_server finished).
         self.tcp_listeners: dict[tuple[str, int], Any] = {}
         self.unix_path: str | None = None
+        # Bound at start-up before loading, served after (bind_*, serve).
+        self._bound_tcp: dict[tuple[str, int], socket.socket] = {}
+        self._bound_unix: socket.socket | None = None
         self.pending: list[Connection] = []
         self.flush_scheduled = False
         self.now = time.time()
@@ -498,9 +505,16 @@ class Server:
 
     # -- listening ------------------------------------------------------------
 
-    async def listen(self) -> None:
+    # Start-up binds before it loads anything (as redis-server: a port in
+    # use is reported at once, not after loading the data) and serves after.
+
+    def bind_tcp(self) -> None:
+        """Bind and listen on the configured TCP addresses (connections wait
+        in the kernel's backlog until serve()). Raises SystemExit."""
         config = self.state.config
         port = config.get("port")
+        if not port and not config.get("unixsocket"):
+            raise SystemExit("Configured to not listen anywhere, exiting.")
         if port:
             try:
                 _, sockets = self._bind_tcp(config.get("bind"), port, {})
@@ -508,28 +522,48 @@ class Server:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
             if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
-            for address, sock in sockets.items():
-                await self._serve_tcp(address, sock)
+            self._bound_tcp = sockets
+
+    def bind_unix(self) -> None:
+        """Bind and listen on the unix socket, if configured. A socket file
+        that a live server answers on is not taken over. Raises SystemExit."""
+        config = self.state.config
         path = config.get("unixsocket")
-        if path:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            try:
-                listener = await self.loop.create_unix_server(
-                    lambda: Connection(self, path), path=path, backlog=511
-                )
-            except OSError as exc:
-                raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
-            perm = config.get("unixsocketperm")
-            if perm:
-                os.chmod(path, perm)
+        if not path:
+            return
+        if _unix_socket_answers(path):
+            raise SystemExit(f"Failed opening Unix socket: {path}: Address already in use")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            sock.listen(511)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
+        perm = config.get("unixsocketperm")
+        if perm:
+            os.chmod(path, perm)
+        self._bound_unix = sock
+        self.unix_path = path
+
+    async def serve(self) -> None:
+        """Start accepting on everything bind_tcp()/bind_unix() bound."""
+        for address, sock in self._bound_tcp.items():
+            await self._serve_tcp(address, sock)
+        self._bound_tcp = {}
+        if self._bound_unix is not None:
+            path = self.unix_path
+            listener = await self.loop.create_unix_server(
+                lambda: Connection(self, path), sock=self._bound_unix, backlog=511
+            )
+            self._bound_unix = None
             self.listeners.append(listener)
-            self.unix_path = path
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
-        self.state.tcp_port = port
+        self.state.tcp_port = self.state.config.get("port")
 
     def _bind_tcp(
         self, binds: list[str], port: int, keep: dict[tuple[str, int], Any]
@@ -806,6 +840,20 @@ class Server:
 # ---------------------------------------------------------------------------
 
 
+def _unix_socket_answers(path: str) -> bool:
+    """Whether a server listens on the unix socket at path (a stale socket
+    file left by a dead server refuses the connection)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def parse_command_line(argv: list[str]) -> tuple[str | None, list[str]]:
     """[config file] [--directive value ...] as redis-server takes them."""
     if argv and not argv[0].startswith("--"):
@@ -819,6 +867,7 @@ def load_config(argv: list[str]) -> Config:
     if path is not None:
         config.load_file(path)
     config.apply_args(args)
+    config.check()
     return config
 
 
@@ -920,10 +969,6 @@ def run(config: Config) -> int:
     except OSError as exc:
         log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
         return 1
-    if pidfile:
-        if not write_pidfile(pidfile):
-            pidfile = ""
-
     try:
         import uvloop
 
@@ -932,21 +977,34 @@ def run(config: Config) -> int:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
-    state = ServerState(config)
     from rcp11.blocking import BlockingManager
+    from rcp11.persistence import Persistence, PersistenceError
 
+    state = ServerState(config)
     BlockingManager(state)
     server = Server(state, loop)
+    persistence = Persistence(state)
+    # The order matters (as redis-server): the port first, so "Address
+    # already in use" comes before any data is read; then the data
+    # directory's lock, so a second server on a directory in use stops
+    # before it touches a file there (it once deleted the running server's
+    # temporary files); then the unix socket and the pidfile; then the data.
+    try:
+        server.bind_tcp()
+        persistence.lock_dir()
+        server.bind_unix()
+    except (SystemExit, PersistenceError) as exc:
+        log.warning("%s", exc)
+        loop.close()
+        return 1
+    if pidfile:
+        if not write_pidfile(pidfile):
+            pidfile = ""
     log.info("rcp11 %s running standalone, port %d, pid %d", __version__, config.get("port"), pid)
     log.info("Persistence: %s", persistence_mode(config))
     log.info("Server initialized")
     try:
-        try:
-            from rcp11.persistence import Persistence
-        except ImportError:
-            Persistence = None  # noqa: N806 - persistence not built yet
-        if Persistence is not None:
-            Persistence(state).load()
+        persistence.load()
         state.apply_stream_settings()
     except Exception as exc:
         log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
@@ -956,7 +1014,7 @@ def run(config: Config) -> int:
         return 1
 
     try:
-        loop.run_until_complete(server.listen())
+        loop.run_until_complete(server.serve())
     except SystemExit as exc:
         log.warning("%s", exc)
         _remove_pidfile(pidfile)

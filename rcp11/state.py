@@ -93,6 +93,9 @@ class ClientState:
 
     addr: str = "?"
     laddr: str = "?"
+    # Connected over loopback (127.0.0.1, ::1) or the unix socket: what
+    # enable-protected-configs local allows.
+    local: bool = False
     fd: int = -1
     id: int = field(default_factory=lambda: next(_client_ids))
     name: bytes = b""
@@ -302,7 +305,9 @@ class Keyspace:
             heapq.heapify(self._expire_heap)
 
     def _expire_if_due(self, key: bytes) -> None:
-        # While replaying persistence nothing expires: the log decides.
+        # While the files load nothing expires (as in redis-server): the
+        # commands logged after a deadline ran on the live key, so replay
+        # must find it; it expires once loading is over.
         if self.expires[key] <= time.time() * 1000 and not self._state.loading:
             self._expire(key)
 

@@ -69,6 +69,25 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, box
 
 
+def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any]:
+    """(ServerState, Persistence) on `directory`, in this process, with a
+    blocking manager and no save rules; `directives` as for CONFIG SET
+    (underscores for dashes). Not loaded yet: call .load()."""
+    from rcp11.blocking import BlockingManager
+    from rcp11.config import Config
+    from rcp11.persistence import Persistence
+    from rcp11.state import ServerState
+
+    config = Config()
+    config.set("dir", str(directory))
+    config.set("save", "")
+    for name, value in directives.items():
+        config.set(name.replace("_", "-"), value)
+    state = ServerState(config)
+    BlockingManager(state)
+    return state, Persistence(state)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -238,7 +238,10 @@ def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -
                 raise CommandError(
                     f"ERR Unknown option or number of arguments for CONFIG SET - '{text(argv[-1])}'"
                 )
-            config.set_many([(text(argv[i]), text(argv[i + 1])) for i in range(2, len(argv), 2)])
+            config.set_many(
+                [(text(argv[i]), text(argv[i + 1])) for i in range(2, len(argv), 2)],
+                protected_ok=config.protected_allowed(client.local),
+            )
             return OK
         if sub == "rewrite":
             config.rewrite()

@@ -165,8 +165,12 @@ def renamenx_command(state: ServerState, client: ClientState, argv: list[bytes])
 
 def _set_deadline(state: ServerState, key: bytes, when_ms: int) -> None:
     """Give key the deadline when_ms and log it in absolute form; a
-    deadline already past deletes the key, as Redis does."""
-    if when_ms <= now_ms():
+    deadline already past deletes the key, as Redis does, except while the
+    files load: a replayed deadline that has passed since it was logged
+    only sets the TTL (as redis-server's checkAlreadyExpired), so the
+    commands logged after it replay onto the key they ran on, and the key
+    expires after loading."""
+    if when_ms <= now_ms() and not state.loading:
         state.keyspace.delete(key)
         state.propagate([b"DEL", key])
     else:
