@@ -96,10 +96,13 @@ def free_port() -> int:
 
 class ServerProcess:
     """An rcp11-server child process started with --directive overrides.
+    kind says which server it is ("rcp11"; RedisModuleServer is "module").
 
     Each server gets its own directory (dir), so snapshots and AOF files of
     different tests never meet. restart() keeps port and directory.
     """
+
+    kind = "rcp11"
 
     def __init__(self, workdir: Path, conf: Path | None = None, **directives: object) -> None:
         self.dir = workdir
@@ -189,6 +192,93 @@ class ServerProcess:
         return self.start()
 
 
+class RedisModuleServer(ServerProcess):
+    """redis-server with the rcp11 module loaded, driven like ServerProcess
+    (port, dir, client(), stop(), kill9(), restart()).
+
+    Directives are redis-server's; module configs take their "rcp11."
+    names (rcp11.stream-node-max-entries ...). RCP11_MODULE_PATH overrides
+    the module (CI's sanitizer run builds its own) and RCP11_MODULE_PRELOAD
+    is put into LD_PRELOAD (the sanitizer runtime)."""
+
+    kind = "module"
+
+    def __init__(self, workdir: Path, conf: Path | None = None, **directives: object) -> None:
+        super().__init__(workdir, conf, **directives)
+        self.directives.setdefault("enable-debug-command", "yes")
+
+    def argv(self) -> list[str]:
+        args = ["redis-server"]
+        if self.conf is not None:
+            args.append(str(self.conf))
+        args += ["--port", str(self.port), "--bind", "127.0.0.1", "--loadmodule", module_path()]
+        for name, value in self.directives.items():
+            args += [f"--{name}", value]
+        return args
+
+    def start(self, wait: bool = True, timeout: float = 20.0) -> ServerProcess:
+        env = dict(os.environ)
+        preload = os.environ.get("RCP11_MODULE_PRELOAD")
+        if preload:
+            env["LD_PRELOAD"] = preload
+        self.proc = subprocess.Popen(
+            self.argv(), cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+
+def module_path() -> str:
+    """The Redis module the tests load (python -m rcp11 module-path)."""
+    override = os.environ.get("RCP11_MODULE_PATH")
+    if override:
+        return override
+    from rcp11.__main__ import module_path as built
+
+    path = built()
+    if not path.is_file():
+        pytest.fail(f"the Redis module was not built ({path}): pip install -e .")
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=["rcp11", "module"])
+def stream_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One server per test module and kind: rcp11-server ("rcp11") and
+    redis-server with the rcp11 module ("module"). Tests of the stream
+    commands take it (usually as their module's `srv`) so that both
+    servers answer them: a difference is a bug, or Redis's own wording."""
+    if request.param == "module":
+        require("redis-server")
+        server: ServerProcess = RedisModuleServer(tmp_path_factory.mktemp("module-redis"))
+    else:
+        server = ServerProcess(tmp_path_factory.mktemp("module-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def module_factory(tmp_path: Path) -> Iterator:
+    """Start redis-servers with the module: module_factory(appendonly="yes",
+    **{"rcp11.stream-compression": "zlib"}) -> RedisModuleServer."""
+    started: list[RedisModuleServer] = []
+
+    def make(start: bool = True, **directives: object) -> RedisModuleServer:
+        require("redis-server")
+        srv = RedisModuleServer(tmp_path / f"redis{len(started)}", **directives)
+        started.append(srv)
+        if start:
+            srv.start()
+        return srv
+
+    yield make
+    for srv in started:
+        srv.kill9()
+
+
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator:
     """Start servers: server_factory(appendonly="yes", ...) -> ServerProcess."""
@@ -245,3 +335,13 @@ def require(program: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{program} is not installed; .ci/run must install it")
     pytest.skip(f"{program} not installed")
+
+
+def stream_info(client: redis.Redis) -> dict[str, Any]:
+    """INFO's streams section of either server: rcp11-server's "streams",
+    or the module's "rcp11_streams", whose fields Redis prefixes with the
+    module name ("rcp11_stream_messages"): returned without the prefix."""
+    info = client.info("streams")
+    if info:
+        return info
+    return {k.removeprefix("rcp11_"): v for k, v in client.info("rcp11").items()}

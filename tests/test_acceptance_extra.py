@@ -831,7 +831,7 @@ def test_scan_type_and_keys_patterns_see_streams(c2: redis.Redis) -> None:
     tw(c2, "s1", "a")
     tw(c2, "s2", "a")
     c2.set("k1", "v")
-    assert sorted(c2.scan_iter(_type="stream")) == [b"s1", b"s2"]
+    assert sorted(c2.scan_iter(_type="rcp11-log")) == [b"s1", b"s2"]
     assert sorted(c2.scan_iter(_type="string")) == [b"k1"]
     assert sorted(c2.keys("s?")) == [b"s1", b"s2"]
     assert c2.exists("s1", "s1", "k1", "nokey") == 3
@@ -2295,7 +2295,7 @@ def test_scan_returns_every_key_once(c2: redis.Redis) -> None:
             break
     # SCAN may repeat a key, but must return every key present all along.
     assert len(set(seen)) == 600 and len(seen) < 1200
-    streams = list(c2.scan_iter(match="stream:*", _type="stream", count=50))
+    streams = list(c2.scan_iter(match="stream:*", _type="rcp11-log", count=50))
     assert len(streams) == 300
 
 

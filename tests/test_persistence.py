@@ -361,7 +361,7 @@ def workload(client: redis.Redis, rng: random.Random) -> None:
 def snapshot_of(client: redis.Redis) -> dict[bytes, object]:
     view: dict[bytes, object] = {}
     for key in sorted(client.keys("*")):
-        if client.type(key) == b"stream":
+        if client.type(key) == b"rcp11-log":
             info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
             view[key] = (info, tread_all(client, key.decode()))
         else:

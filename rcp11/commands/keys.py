@@ -42,10 +42,15 @@ def exists_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return sum(key in state.keyspace for key in argv[1:])
 
 
+# TYPE's answer for a stream: the name of the Redis module's data type, so
+# that both servers answer alike (docs/PROTOCOL.md section 5).
+STREAM_TYPE = "rcp11-log"
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "none"
-    return "string" if isinstance(value, bytes) else "stream"
+    return "string" if isinstance(value, bytes) else STREAM_TYPE
 
 
 @command("type", 2, "readonly fast", (1, 1, 1), summary="The type of a key")
