@@ -36,9 +36,8 @@ class Blocked:
 
 
 BLOCKED = Blocked()
-# TYPE of a stream. The contract's section 5 says `rcp11-log` (the module
-# build's type name); the server and its acceptance tests say `stream`.
-STREAM_TYPE = b"stream"
+# TYPE of a stream (docs/PROTOCOL.md section 1: the module build's type name).
+STREAM_TYPE = b"rcp11-log"
 # TTL of a key with an expiry: any positive number of seconds.
 TTL_POSITIVE = "ttl>0"
 
