@@ -24,6 +24,14 @@ class ProtocolError(Exception):
         self.message = message
 
 
+def expected_bulk(type_byte: int) -> str:
+    """redis-server's reply to a request argument that is not a bulk string:
+    the offending byte as it is (the server writes protocol errors latin-1
+    encoded, so any byte stays one byte), CR and LF shown as spaces."""
+    shown = " " if type_byte in (10, 13) else chr(type_byte)
+    return f"Protocol error: expected '$', got '{shown}'"
+
+
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 SYNTAX = "ERR syntax error"
 NOT_INTEGER = "ERR value is not an integer or out of range"

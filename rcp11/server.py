@@ -314,7 +314,8 @@ class Connection(asyncio.Protocol):
                     break
         except ProtocolError as exc:
             log.log(VERBOSE, "Protocol error (%s) from client: %s", exc.message, client.addr)
-            out.append(b"-ERR " + exc.message.encode() + b"\r\n")
+            # latin-1: the message may quote one raw byte of the request.
+            out.append(b"-ERR " + exc.message.encode("latin-1", "replace") + b"\r\n")
             self.close_after_write = True
             client.closing = True
         client.query_buffer_len = parser.buffered()

@@ -226,3 +226,31 @@ def require(program: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{program} is not installed; .ci/run must install it")
     pytest.skip(f"{program} not installed")
+
+
+@pytest.fixture(scope="session")
+def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A real redis-server 7 (persistence off) to compare answers with;
+    yields its port."""
+    require("redis-server")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis-reference")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(workdir / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16) == b"+PONG\r\n"
+        except OSError:
+            return False
+
+    wait_for(answers, timeout=10)
+    yield port
+    proc.kill()
+    proc.wait()
