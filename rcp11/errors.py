@@ -45,6 +45,10 @@ NESTED_MULTI = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+UNLOGGED_CHANGE = (
+    "MISCONF An internal error left a change that could not be logged to the AOF: "
+    "rcp11 refuses writes until it is restarted. Check the server log."
+)
 MISCONF = (
     "MISCONF Errors writing to the AOF file or the snapshot: rcp11 is configured to "
     "refuse writes while persistence fails. Check the server log and the disk."
@@ -102,3 +106,16 @@ def syntax_error(problem: str) -> str:
 
 def exec_abort_because(reason: str) -> str:
     return f"EXECABORT Transaction discarded because of: {reason}"
+
+
+def internal_error(command: str, exc: BaseException) -> str:
+    """A handler bug: the command failed and changed nothing."""
+    return f"ERR internal error in '{command}': {type(exc).__name__}: {exc}"
+
+
+def failed_after_change(command: str, problem: str, logged: bool) -> str:
+    """A handler raised after it had changed data; the change stays (and is
+    in the AOF when logged), so the reply must say so rather than claim
+    nothing happened."""
+    outcome = "the change is kept and logged" if logged else "the change could not be logged"
+    return f"{problem} (raised after '{command}' changed data; {outcome})"

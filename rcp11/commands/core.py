@@ -27,6 +27,7 @@ from rcp11 import errors
 from rcp11.errors import CommandError
 from rcp11.resp import QUEUED, Error
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import MUTATIONS
 
 log = logging.getLogger("rcp11")
 
@@ -190,7 +191,7 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
     """Why a command that writes / may grow memory may not run now
     (MISCONF, OOM)."""
     if write:
-        refused = state.persistence.write_refused()
+        refused = state.writes_refused or state.persistence.write_refused()
         if refused:
             return refused
     if denyoom:
@@ -225,14 +226,21 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
         # Only a plausible subcommand name: CLIENT LIST lines must stay one line.
         if len(sub) < 20 and sub.replace(b"-", b"").isalnum():
             client.last_command = f"{name}|{sub.decode()}"
+    keyspace = state.keyspace
+    changes = keyspace.changes + MUTATIONS.ticks
+    logged = state.dirty
     started = perf_counter_ns()
     try:
         reply = cmd.handler(state, client, argv)
-    except CommandError as exc:
-        reply = Error(exc.message)
     except Exception as exc:  # a bug must cost one reply, not the server
-        log.exception("command %r failed", name)
-        reply = Error(f"ERR internal error in '{name}': {type(exc).__name__}: {exc}")
+        if isinstance(exc, CommandError):
+            problem = exc.message
+        else:
+            log.exception("command %r failed", name)
+            problem = errors.internal_error(name, exc)
+        if keyspace.changes + MUTATIONS.ticks != changes:
+            problem = _keep_change(state, name, argv, state.dirty != logged, problem)
+        reply = Error(problem)
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)
     row[0] += 1
@@ -246,6 +254,44 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
             for key in cmd.keys(argv):
                 blocking.signal_key(key)
     return reply
+
+
+def _keep_change(
+    state: ServerState, name: str, argv: list[bytes], handler_logged: bool, problem: str
+) -> str:
+    """A handler raised after it had changed data: make memory and the AOF
+    agree, and return the error reply that says what happened.
+
+    Handlers propagate what they changed as their last step, so one that
+    had propagated logged its change. Otherwise argv itself is logged:
+    handlers are deterministic, so replaying it redoes the same change and
+    raises the same error. It goes inside MULTI ... EXEC (alone, or in the
+    EXEC being run), whose reply is a list even when a command in it fails,
+    so the loader replays past it. If even that cannot be logged, memory
+    holds a change the AOF lacks: every write is refused from now on
+    (state.writes_refused) until a restart, so no acknowledged write can
+    build on it.
+    """
+    if not handler_logged and not state.loading:
+        try:
+            if transaction.client is None:
+                state.propagate([b"MULTI"])
+                state.propagate(argv)
+                state.propagate([b"EXEC"])
+            else:
+                state.propagate(argv)  # the running EXEC already wraps it
+        except Exception:
+            log.exception("could not log the change made by a failed %r", name)
+            if state.writes_refused is None:
+                log.warning(
+                    "Command %r changed data and failed, and the change could not be "
+                    "logged: refusing writes until restart.",
+                    name,
+                )
+            state.writes_refused = errors.UNLOGGED_CHANGE
+            return errors.failed_after_change(name, problem, logged=False)
+    log.warning("Command %r raised after it changed data; the change is kept and logged.", name)
+    return errors.failed_after_change(name, problem, logged=True)
 
 
 def unwatch_all(state: ServerState, client: ClientState) -> None:

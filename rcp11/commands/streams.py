@@ -24,6 +24,7 @@ from rcp11.commands.core import (
     parse_int,
     text,
     transaction,
+    write_refusal,
 )
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
@@ -118,7 +119,7 @@ def execute_run(
         (blocking is not None and (blocking.waiting or blocking.ready))
         or key in keyspace.expires
         or (state.config is not None and state.config.get("maxmemory"))
-        or state.persistence.write_refused()
+        or write_refusal(state, True, False)
     ):
         return None
     stream = keyspace.data.get(key)
@@ -255,7 +256,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
         # A group read writes its group key, so it obeys write refusals.
-        refused = state.persistence.write_refused() if not state.loading else None
+        refused = write_refusal(state, True, False) if not state.loading else None
         if refused:
             raise CommandError(refused)
         position = group_position(state, group)
