@@ -13,7 +13,6 @@ as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from typing import Any
 
 from rcp11 import __version__
 from rcp11.resp import split_args
+from rcp11.stringmatch import compile_glob
 
 INT_MAX = 2**31 - 1
 LLONG_MAX = 2**63 - 1
@@ -371,8 +371,14 @@ class Config:
         result: dict[str, str] = {}
         for pattern in patterns:
             lowered = pattern.lower()
+            if not any(special in lowered for special in "[*?"):
+                # As Redis: no glob character, an exact (case-blind) name.
+                if lowered in DIRECTIVES and lowered not in result:
+                    result[lowered] = self.render(lowered)
+                continue
+            match = compile_glob(pattern.encode("utf-8", "surrogateescape"), nocase=True).match
             for name in DIRECTIVES:
-                if name not in result and fnmatch.fnmatchcase(name, lowered):
+                if name not in result and match(name.encode()):
                     result[name] = self.render(name)
         return result
 

@@ -22,7 +22,6 @@ from rcp11.commands.core import (
     client_disconnected,
     execute,
     expire_keys,
-    glob_to_regex,
     parse_int,
 )
 from rcp11.commands.streams import RUN_COMMANDS, execute_run
@@ -38,7 +37,6 @@ __all__ = [
     "execute",
     "execute_run",
     "expire_keys",
-    "glob_to_regex",
     "info_text",
     "keys",
     "parse_int",

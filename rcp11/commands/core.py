@@ -351,51 +351,6 @@ def get_string(state: ServerState, key: bytes) -> bytes | None:
     return value
 
 
-def glob_to_regex(pattern: bytes) -> re.Pattern[bytes]:
-    """Compile a Redis glob (KEYS, SCAN MATCH, CONFIG GET) into a regex with
-    the semantics of Redis's stringmatchlen: * ? [abc] [^a-z] and \\x."""
-    out: list[bytes] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i : i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i : i + 1]))
-        elif c == b"[":
-            i += 1
-            negate = i < n and pattern[i : i + 1] == b"^"
-            if negate:
-                i += 1
-            members: list[bytes] = []
-            # An unterminated class runs to the end of the pattern, as in Redis.
-            while i < n and pattern[i : i + 1] != b"]":
-                if pattern[i : i + 1] == b"\\" and i + 1 < n:
-                    i += 1
-                    members.append(b"\\x%02x" % pattern[i])
-                elif (
-                    i + 2 < n and pattern[i + 1 : i + 2] == b"-" and pattern[i + 2 : i + 3] != b"]"
-                ):
-                    low, high = sorted((pattern[i], pattern[i + 2]))
-                    members.append(b"\\x%02x-\\x%02x" % (low, high))
-                    i += 2
-                else:
-                    members.append(b"\\x%02x" % pattern[i])
-                i += 1
-            if members:
-                out.append(b"[" + (b"^" if negate else b"") + b"".join(members) + b"]")
-            else:
-                # [] matches nothing and [^] matches any one byte.
-                out.append(b"." if negate else b"(?!)")
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out), re.DOTALL)
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
