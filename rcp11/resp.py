@@ -339,6 +339,10 @@ def _parse_int(data: bytes) -> int | None:
 # to find where the commands hiredis parsed end in the raw buffer.
 _BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
+# Bytes parsed per call at most (take(), drain(), gets()): a 256 KB read of
+# tiny pipelined commands is thousands of them, and the server runs what one
+# call returns before it lets other clients have their turn.
+PARSE_SPAN = 32 * 1024
 # '*' characters _huge_header() checks one by one before it hands the rest
 # of the buffer to the regex (a pipeline holds one per command).
 _STAR_PROBES = 8
@@ -563,7 +567,7 @@ class RequestParser:
             return self.drain()
         self._buf = data
         self._pos = 0
-        size = len(data)
+        size = min(len(data), PARSE_SPAN)
         parsed = None
         if _huge_header(data, 1, size) == size:
             parsed = self._parse_whole(data, 0, size)
@@ -575,9 +579,10 @@ class RequestParser:
         return commands
 
     def drain(self) -> list[list[bytes]]:
-        """Every complete command available now (gets() in bulk: one call per
-        read instead of one per command). Raises the pending ProtocolError
-        once the commands before it were taken."""
+        """The complete commands available now, up to PARSE_SPAN bytes of them
+        (gets() in bulk: one call per read instead of one per command; call
+        again until it returns []). Raises the pending ProtocolError once the
+        commands before it were taken."""
         ready = self._ready
         if not ready and self._error is None:
             if self._pos >= len(self._buf) and not self._more:
@@ -615,8 +620,11 @@ class RequestParser:
         self._fill()
         self._need = 0
         ready = self._ready
+        start = self._pos
         try:
             while self._pos < len(self._buf):
+                if ready and self._pos - start >= PARSE_SPAN:
+                    return  # enough for one turn; the rest on the next call
                 if self.unauthenticated and ready:
                     # One command at a time until AUTH succeeds: the limits
                     # for the next command depend on its outcome.
@@ -646,7 +654,7 @@ class RequestParser:
         _parse_whole()'s check is redone with a check per command."""
         buf = self._buf
         pos = self._pos
-        size = _huge_header(buf, pos + 1, len(buf))
+        size = _huge_header(buf, pos + 1, min(len(buf), pos + PARSE_SPAN))
         parsed = self._parse_whole(buf, pos, size)
         if parsed is None:
             return self._fast_checked(size)

@@ -151,7 +151,7 @@ def _client_flags(client: ClientState) -> str:
     return flags or "N"
 
 
-def _client_line(client: ClientState, now: float) -> str:
+def client_line(client: ClientState, now: float) -> str:
     fields = [
         ("id", client.id),
         ("addr", client.addr),
@@ -262,7 +262,7 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         client.name = argv[2]
         return OK
     if sub == "info":
-        return Verbatim("txt", _client_line(client, now) + "\n")
+        return Verbatim("txt", client_line(client, now) + "\n")
     if sub == "list":
         return Verbatim("txt", _client_list(state, client, argv[2:], now))
     if sub == "kill":
@@ -323,7 +323,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
             clients = [c for c in clients if c.id in wanted]
         else:
             raise CommandError(errors.SYNTAX)
-    return "".join(_client_line(c, now) + "\n" for c in clients)
+    return "".join(client_line(c, now) + "\n" for c in clients)
 
 
 def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:
