@@ -352,6 +352,9 @@ class Config:
         # While loading, the first `save` line replaces the default rules and
         # later ones add to them, so a file can list one rule per line.
         self._save_seen = False
+        # rename-command lines (file, then arguments): (old, new, source,
+        # line, text). Not a directive: no CONFIG GET/SET, kept by REWRITE.
+        self.renames: list[tuple[str, str, str, int, str]] = []
 
     # -- reading -----------------------------------------------------------
 
@@ -504,6 +507,9 @@ class Config:
 
     def _apply(self, words: list[str], source: str, line: int, text: str) -> None:
         name = words[0].lower()
+        if name == "rename-command" and len(words) == 3:
+            self.renames.append((words[1], words[2], source, line, text))
+            return
         d = DIRECTIVES.get(name)
         if d is None or len(words) < 2:
             raise ConfigError(

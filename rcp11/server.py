@@ -614,7 +614,7 @@ class Server:
         self.execute_run: Callable[
             [ServerState, ClientState, list[list[bytes]], int], list[int] | None
         ] = commands.execute_run
-        self.run_commands: frozenset[bytes] = commands.RUN_COMMANDS
+        self.run_commands: set[bytes] = commands.RUN_COMMANDS
         # CLIENT LIST's line for a client, for the log.
         self.client_line: Callable[[ClientState, float], str] = commands.connection.client_line
         # The command layer's clean-up for a gone client (blocked read,
@@ -1004,7 +1004,20 @@ def load_config(argv: list[str]) -> Config:
     if path is not None:
         config.load_file(path)
     config.apply_args(args)
+    apply_renames(config)
     return config
+
+
+def apply_renames(config: Config) -> None:
+    """The file's and the arguments' rename-command lines, in their order
+    (as Redis applies them while it reads the file)."""
+    from rcp11.commands import rename_command
+
+    for old, new, source, line, text in config.renames:
+        try:
+            rename_command(old, new)
+        except ValueError as exc:
+            raise ConfigError(str(exc), source=source, line=line, text=text) from None
 
 
 def daemonize() -> None:

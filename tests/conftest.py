@@ -254,3 +254,17 @@ def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     yield port
     proc.kill()
     proc.wait()
+
+
+def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
+    """redis-cli's output (stdout and stderr) for one command, or for
+    what stdin holds (e.g. a transaction, or --pipe input)."""
+    require("redis-cli")
+    done = subprocess.run(
+        ["redis-cli", "-p", str(port), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.stdout + done.stderr

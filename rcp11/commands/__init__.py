@@ -18,13 +18,15 @@ from rcp11.commands.admin import info_text
 from rcp11.commands.core import (
     BLOCKED,
     COMMANDS,
+    RUN_COMMANDS,
     Command,
     client_disconnected,
     execute,
     expire_keys,
     parse_int,
+    rename_command,
 )
-from rcp11.commands.streams import RUN_COMMANDS, execute_run
+from rcp11.commands.streams import execute_run
 
 __all__ = [
     "BLOCKED",
@@ -40,6 +42,7 @@ __all__ = [
     "info_text",
     "keys",
     "parse_int",
+    "rename_command",
     "streams",
     "strings",
     "transactions",

@@ -97,9 +97,15 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
-# The same rows by the name's bytes as clients usually send them (upper or
-# lower case), so dispatch needs no decode for the common spellings.
+# The rows by the names clients may call them (rename-command changes these,
+# never COMMANDS): lower-case name -> row, and the name's bytes as clients
+# usually send them (upper or lower case), so dispatch needs no decode for
+# the common spellings.
+_CLIENT_NAMES: dict[str, Command] = {}
 _BY_BYTES: dict[bytes, Command] = {}
+# rename-command's effect, new name (or "") by original name; empty when
+# nothing was renamed, which is all dispatch tests on its hot path.
+_RENAMED: dict[str, str] = {}
 
 
 def command(
@@ -114,7 +120,7 @@ def command(
 
     def register(handler: Handler) -> Handler:
         row = Command(name, handler, arity, frozenset(flags.split()), *keys, summary, group)
-        COMMANDS[name] = row
+        COMMANDS[name] = _CLIENT_NAMES[name] = row
         _BY_BYTES[name.encode()] = _BY_BYTES[name.upper().encode()] = row
         return handler
 
@@ -136,10 +142,49 @@ transaction = _Transaction()
 
 
 def lookup(name: bytes) -> Command | None:
+    """The command a client calls by this name (after rename-command)."""
     cmd = _BY_BYTES.get(name)
     if cmd is None:
-        cmd = COMMANDS.get(name.decode("utf-8", "replace").lower())
+        cmd = _CLIENT_NAMES.get(name.decode("utf-8", "replace").lower())
     return cmd
+
+
+def lookup_original(name: bytes) -> Command | None:
+    """The command by its own name, whatever rename-command did: what the
+    AOF holds (dispatch logs original names) and EXEC runs."""
+    return COMMANDS.get(name.decode("utf-8", "replace").lower())
+
+
+def rename_command(old: str, new: str) -> None:
+    """rename-command old new, as redis.conf applies it: `old` stops
+    answering, `new` ("" for none) calls that command. Raises ValueError
+    with Redis's text."""
+    cmd = _CLIENT_NAMES.get(old.lower())
+    if cmd is None:
+        raise ValueError("No such command in rename-command")
+    if new and new.lower() in _CLIENT_NAMES:
+        raise ValueError("Target command name already exists")
+    del _CLIENT_NAMES[old.lower()]
+    for spelling in [b for b, row in _BY_BYTES.items() if row is cmd]:
+        del _BY_BYTES[spelling]
+    if new:
+        _CLIENT_NAMES[new.lower()] = cmd
+        for spelling in {new, new.lower(), new.upper()}:
+            _BY_BYTES[spelling.encode("utf-8", "surrogateescape")] = cmd
+    _RENAMED[cmd.name] = new
+    _refresh_run_spellings()
+
+
+# Spellings of TWRITE a pipelined run is recognised by (streams.execute_run;
+# the server tests it before calling). Only names that reach TWRITE, and only
+# ones that are TWRITE's own: a run logs its commands as they were sent.
+RUN_COMMANDS: set[bytes] = {b"TWRITE", b"twrite"}
+
+
+def _refresh_run_spellings() -> None:
+    twrite = COMMANDS.get("twrite")
+    keep = {s for s in (b"TWRITE", b"twrite") if twrite is not None and _BY_BYTES.get(s) is twrite}
+    RUN_COMMANDS.intersection_update(keep)
 
 
 def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -147,6 +192,11 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     # The hot path of every request: attributes are read once into locals
     # and every check that is usually off is a single boolean test.
     cmd = _BY_BYTES.get(argv[0]) or lookup(argv[0])
+    if _RENAMED:
+        if state.loading:
+            cmd = lookup_original(argv[0])  # the AOF holds original names
+        elif cmd is not None:
+            argv[0] = cmd.name.encode()  # so it is logged (and queued) by its own name
     if cmd is None:
         shown = argv[0].decode("utf-8", "replace")
         return _reject(state, client, None, errors.unknown_command(shown, argv[1:]))

@@ -20,6 +20,7 @@ from rcp11.blocking import (
 from rcp11.commands.core import (
     BLOCKED,
     MAX_OFFSET,
+    RUN_COMMANDS,
     command,
     command_stats,
     parse_int,
@@ -78,9 +79,6 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return first
 
 
-# Spellings a pipelined run is recognised by; any other goes one by one.
-# Public so a server can skip the execute_run() call for other commands.
-RUN_COMMANDS = frozenset({b"TWRITE", b"twrite"})
 # A run's AOF bytes must fit in the disk space persistence keeps reserved
 # ahead of the log (it checks before each write command, with a 128 KB
 # margin), so a run is cut at this many payload bytes.
