@@ -27,7 +27,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from rcp11 import __version__
+from rcp11 import __version__, errors
 from rcp11.config import Config, ConfigError
 from rcp11.errors import ProtocolError
 from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
@@ -784,6 +784,9 @@ class Server:
         the reply, so a failure refuses the change), then close the old."""
         config = self.state.config
         port = config.get("port")
+        if not port and not self.unix_path:
+            # Redis takes it and can no longer be reached by anyone.
+            raise ConfigError(errors.PORT_ZERO_UNREACHABLE)
         wanted: set[tuple[str, int]] = set()
         bound: dict[tuple[str, int], socket.socket] = {}
         if port:

@@ -1,8 +1,10 @@
-"""Security users expect (issue 8): constant-time password checks."""
+"""Security users expect (issue 8): constant-time password checks, and no
+CONFIG SET that leaves the server unreachable."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -51,3 +53,26 @@ def test_auth_and_hello_auth_with_a_password(
     assert redis.Redis(port=srv.port, password="pw", protocol=3).ping()
     assert "WRONGPASS" in redis_cli(srv.port, "HELLO", "3", "AUTH", "default", "pwx")
     assert "NOAUTH" in redis_cli(srv.port, "GET", "k")
+
+
+# -- CONFIG SET port 0 ---------------------------------------------------------------
+
+
+def test_config_set_port_0_without_unixsocket_is_refused(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    srv = server_factory()
+    client = srv.client()
+    with pytest.raises(redis.ResponseError, match="unreachable: no unixsocket"):
+        client.config_set("port", "0")
+    assert client.config_get("port") == {"port": str(srv.port)}
+    assert srv.client().ping()
+
+
+def test_config_set_port_0_with_a_unixsocket_keeps_that_way_in(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    path = str(tmp_path / "rcp11.sock")
+    srv = server_factory(unixsocket=path)
+    assert srv.client().config_set("port", "0")
+    assert redis.Redis(unix_socket_path=path).ping()
