@@ -268,3 +268,22 @@ def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
         timeout=30,
     )
     return done.stdout + done.stderr
+
+
+def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:
+    """What the server does with one read of a pipeline, in process
+    (Connection.process without the network): a run where execute_run()
+    takes one, execute() for the rest."""
+    from rcp11.commands import execute, execute_run
+
+    replies: list[Any] = []
+    index = 0
+    while index < len(commands):
+        run = execute_run(state, client, commands, index)
+        if run is not None:
+            replies.extend(run)
+            index += len(run)
+        else:
+            replies.append(execute(state, client, commands[index]))
+            index += 1
+    return replies

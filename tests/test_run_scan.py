@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import dispatch_read
 
 from rcp11.blocking import BlockingManager
 from rcp11.commands import BLOCKED, execute, execute_run
@@ -30,22 +31,6 @@ class CountingList(list):
         item = super().__getitem__(index)
         self.reads += len(item) if isinstance(index, slice) else 1
         return item
-
-
-def dispatch(state: ServerState, client: ClientState, commands: list[list[bytes]]) -> list:
-    """What the server does with one read (Connection.process): a run where
-    execute_run() takes one, execute() for the rest."""
-    replies: list[Any] = []
-    index = 0
-    while index < len(commands):
-        run = execute_run(state, client, commands, index)
-        if run is not None:
-            replies.extend(run)
-            index += len(run)
-        else:
-            replies.append(execute(state, client, commands[index]))
-            index += 1
-    return replies
 
 
 def fresh() -> tuple[ServerState, ClientState]:
@@ -95,7 +80,7 @@ def test_pipeline_reads_are_linear_whatever_disables_runs(condition: Any) -> Non
         state, client = fresh()
         condition(state, client)
         commands = CountingList([[b"TWRITE", b"pk", b"x"] for _ in range(n)])
-        replies = dispatch(state, client, commands)
+        replies = dispatch_read(state, client, commands)
         assert len(replies) == n
         per_command.append(commands.reads / n)
     # Each command is read a bounded number of times (a scan that runs its
@@ -116,6 +101,6 @@ def test_runs_stop_short_of_the_largest_offset() -> None:
     stream = state.keyspace.data[b"pk"]
     stream.raise_next_offset(2**63 - 3)  # room for three more offsets
     commands = [[b"TWRITE", b"pk", b"x"] for _ in range(5)]
-    replies = dispatch(state, client, commands)
+    replies = dispatch_read(state, client, commands)
     assert replies[:3] == [2**63 - 3, 2**63 - 2, 2**63 - 1]
     assert all("exceed" in reply.message for reply in replies[3:])

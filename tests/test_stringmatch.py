@@ -85,6 +85,17 @@ def test_config_get_patterns_ignore_case_like_redis(
 @pytest.mark.parametrize(
     ("pattern", "key", "matches"),
     [
+        (b"*", b"anything", True),
+        (b"h?llo", b"hello", True),
+        (b"h?llo", b"hllo", False),
+        (b"h[ae]llo", b"hallo", True),
+        (b"h[^e]llo", b"hello", False),
+        (b"h[a-c]llo", b"hbllo", True),
+        (b"h[c-a]llo", b"hbllo", True),
+        (b"h\\*llo", b"h*llo", True),
+        (b"h\\*llo", b"hello", False),
+        (b"a.c", b"abc", False),
+        (b"user:*:name", b"user:42:name", True),
         (b"*", b"", False),
         (b"", b"", True),
         (b"", b"a", False),
