@@ -151,7 +151,9 @@ def pipelined_writes(srv: Server, n: int, condition: str) -> dict[str, object]:
     }
 
 
-def run_side_by_side(title: str, measure: Callable[[Server], dict[str, object]], **extra: str) -> None:
+def run_side_by_side(
+    title: str, measure: Callable[[Server], dict[str, object]], **extra: str
+) -> None:
     with server_pool() as pool:
         for kind in ("rcp11", "redis"):
             srv = pool.start(kind, **extra)
