@@ -13,7 +13,6 @@ as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -23,6 +22,7 @@ from typing import Any
 from rcp11 import __version__
 from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
 from rcp11.resp import split_args
+from rcp11.stringmatch import compile_glob
 
 INT_MAX = 2**31 - 1
 LLONG_MAX = 2**63 - 1
@@ -376,6 +376,9 @@ class Config:
         # While loading, the first `save` line replaces the default rules and
         # later ones add to them, so a file can list one rule per line.
         self._save_seen = False
+        # rename-command lines (file, then arguments): (old, new, source,
+        # line, text). Not a directive: no CONFIG GET/SET, kept by REWRITE.
+        self.renames: list[tuple[str, str, str, int, str]] = []
 
     # -- reading -----------------------------------------------------------
 
@@ -395,8 +398,14 @@ class Config:
         result: dict[str, str] = {}
         for pattern in patterns:
             lowered = pattern.lower()
+            if not any(special in lowered for special in "[*?"):
+                # As Redis: no glob character, an exact (case-blind) name.
+                if lowered in DIRECTIVES and lowered not in result:
+                    result[lowered] = self.render(lowered)
+                continue
+            match = compile_glob(pattern.encode("utf-8", "surrogateescape"), nocase=True).match
             for name in DIRECTIVES:
-                if name not in result and fnmatch.fnmatchcase(name, lowered):
+                if name not in result and match(name.encode()):
                     result[name] = self.render(name)
         return result
 
@@ -580,6 +589,9 @@ class Config:
 
     def _apply(self, words: list[str], source: str, line: int, text: str) -> None:
         name = words[0].lower()
+        if name == "rename-command" and len(words) == 3:
+            self.renames.append((words[1], words[2], source, line, text))
+            return
         d = DIRECTIVES.get(name)
         if d is None or len(words) < 2:
             raise ConfigError(

@@ -202,6 +202,9 @@ class Keyspace:
         self._used_bytes = 0
         self._stream_bytes: dict[bytes, int] = {}
         self._unmeasured: dict[bytes, None] = {}
+        # Bumped by every change (touch() and set_expire()): dispatch compares
+        # it around a handler that raised (see commands.core.call).
+        self.changes = 0
 
     def __len__(self) -> int:
         return len(self.data)
@@ -238,6 +241,7 @@ class Keyspace:
         # Called by every write, so it does no C call: a stream is measured
         # later (used_bytes), and the WATCH lookup is skipped while nobody
         # watches anything.
+        self.changes += 1
         if key in self._stream_bytes:
             self._unmeasured[key] = None
         if self.watchers:
@@ -298,6 +302,7 @@ class Keyspace:
 
     def set_expire(self, key: bytes, when_ms: int) -> None:
         """Make an existing key expire at when_ms (unix milliseconds)."""
+        self.changes += 1
         self.expires[key] = when_ms
         heapq.heappush(self._expire_heap, (when_ms, key))
         if len(self._expire_heap) > 2 * len(self.expires) + 64:
@@ -357,6 +362,9 @@ class ServerState:
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save
         self.loading = False  # True while AOF/snapshot replay runs
+        # Set when a change could not be logged (commands.core.call): every
+        # write is then refused with this text until the server restarts.
+        self.writes_refused: str | None = None
         self.tcp_port = 0
         for name in ("stream-compression", "stream-compression-level", "stream-node-max-entries"):
             config.on_change(name, self.apply_stream_settings)
@@ -411,6 +419,8 @@ class ServerState:
         """Log a write (AOF) and count it for save rules. Handlers call this
         for exactly what they changed, in a form whose replay is
         deterministic (TREAD GROUP logs SET groupkey <offset>)."""
-        self.dirty += 1
         if not self.loading:
             self.persistence.propagate(argv)
+        # Counted once logged: dispatch reads `dirty` to know whether a
+        # handler that raised had logged its change.
+        self.dirty += 1

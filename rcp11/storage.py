@@ -133,6 +133,20 @@ def _serialized(serialize: Callable[[object, object], int], obj: object) -> byte
         lib.mn_buf_free(buf)
 
 
+class MutationClock:
+    """Counts every mutation of every stream. Dispatch reads it around a
+    command handler that raised, to know whether the handler had already
+    changed a stream (so that the change is logged, never left half done)."""
+
+    __slots__ = ("ticks",)
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+
+MUTATIONS = MutationClock()
+
+
 class Stream:
     """One RCP 11 stream: append-only messages addressed by logical offset.
 
@@ -234,6 +248,7 @@ class Stream:
                 self._s, b"".join(entries), ffi.from_buffer("uint32_t[]", lens), n
             )
         self._version += 1
+        MUTATIONS.ticks += 1
         if first < 0:
             raise _error(first)
         self._next = first + n
@@ -257,6 +272,7 @@ class Stream:
         lens_ptr = ffi.from_buffer("uint32_t[]", lens32)
         first = lib.mn_append(self._s, ffi.from_buffer(data), lens_ptr, lens32.size)
         self._version += 1
+        MUTATIONS.ticks += 1
         if first < 0:
             raise _error(first)
         self._next = first + lens32.size
@@ -268,6 +284,7 @@ class Stream:
             raise InvalidArgumentError("offset must be >= 0", lib.MN_ERR_ARG)
         offset = min(offset, MAX_OFFSET)
         self._version += 1
+        MUTATIONS.ticks += 1
         return _check(lib.mn_evict_upto(self._s, offset))
 
     def evict_keep(self, keep: int) -> int:
@@ -275,6 +292,7 @@ class Stream:
         if keep < 0:
             raise InvalidArgumentError("keep must be >= 0", lib.MN_ERR_ARG)
         self._version += 1
+        MUTATIONS.ticks += 1
         return _check(lib.mn_evict_keep(self._s, min(keep, 2**64 - 1)))
 
     def raise_next_offset(self, next_offset: int) -> None:
@@ -284,6 +302,7 @@ class Stream:
                 f"next offset must be between {self.next_offset} and 2^63", lib.MN_ERR_ARG
             )
         self._version += 1
+        MUTATIONS.ticks += 1
         _check(lib.mn_raise_next_offset(self._s, next_offset))
         self._next = next_offset
 

@@ -345,3 +345,64 @@ def stream_info(client: redis.Redis) -> dict[str, Any]:
     if info:
         return info
     return {k.removeprefix("rcp11_"): v for k, v in client.info("rcp11").items()}
+
+
+@pytest.fixture(scope="session")
+def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A real redis-server 7 (persistence off) to compare answers with;
+    yields its port."""
+    require("redis-server")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis-reference")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(workdir / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16) == b"+PONG\r\n"
+        except OSError:
+            return False
+
+    wait_for(answers, timeout=10)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
+    """redis-cli's output (stdout and stderr) for one command, or for
+    what stdin holds (e.g. a transaction, or --pipe input)."""
+    require("redis-cli")
+    done = subprocess.run(
+        ["redis-cli", "-p", str(port), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.stdout + done.stderr
+
+
+def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:
+    """What the server does with one read of a pipeline, in process
+    (Connection.process without the network): a run where execute_run()
+    takes one, execute() for the rest."""
+    from rcp11.commands import execute, execute_run
+
+    replies: list[Any] = []
+    index = 0
+    while index < len(commands):
+        run = execute_run(state, client, commands, index)
+        if run is not None:
+            replies.extend(run)
+            index += len(run)
+        else:
+            replies.append(execute(state, client, commands[index]))
+            index += 1
+    return replies

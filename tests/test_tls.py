@@ -168,6 +168,10 @@ def test_tls_beside_tcp_with_client_certificates(
     # The server keeps serving plain clients after the refused handshakes.
     assert plain.ping() and secure.ping()
 
+    # CONFIG SET port 0 is allowed while the TLS port still reaches it.
+    assert plain.config_set("port", 0)
+    assert secure.execute_command("TREAD", "s", 0, 10) == [b"over tls", b"over tcp"]
+
 
 def test_tls_only_with_optional_client_auth_and_a_protected_key(
     tmp_path: Path, certs: Path, started: list[ServerProcess]

@@ -22,13 +22,13 @@ from rcp11.commands.core import (
     check_subcommand,
     command,
     config_value,
-    glob_to_regex,
     parse_int,
     text,
 )
 from rcp11.errors import CommandError
 from rcp11.resp import OK, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
+from rcp11.stringmatch import compile_glob
 
 
 @command("dbsize", 1, "readonly fast", summary="Number of keys", group="server")
@@ -400,7 +400,7 @@ def command_command(state: ServerState, client: ClientState, argv: list[bytes]) 
             raise CommandError(errors.SYNTAX)
         kind, value = names[1], names[2]
         if kind == "pattern":
-            match = glob_to_regex(argv[4].lower()).fullmatch
+            match = compile_glob(argv[4], nocase=True).match
             return [n for n in COMMANDS if match(n.encode())]
         if kind == "aclcat":
             category = "@" + value.lstrip("@")

@@ -10,7 +10,6 @@ from rcp11 import errors
 from rcp11.commands.core import (
     MAX_OFFSET,
     command,
-    glob_to_regex,
     now_ms,
     parse_int,
     text,
@@ -18,6 +17,7 @@ from rcp11.commands.core import (
 from rcp11.errors import CommandError
 from rcp11.resp import OK, SimpleString
 from rcp11.state import ClientState, ServerState
+from rcp11.stringmatch import compile_glob
 
 
 def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
@@ -70,8 +70,7 @@ def _live_keys(state: ServerState) -> list[bytes]:
 def keys_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if argv[1] == b"*":
         return _live_keys(state)
-    match = glob_to_regex(argv[1]).fullmatch
-    return [key for key in _live_keys(state) if match(key)]
+    return compile_glob(argv[1]).filter(_live_keys(state))
 
 
 # SCAN walks keys in the order of their (per-process) hash; the cursor is
@@ -112,7 +111,8 @@ def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
             if count < 1:
                 raise CommandError(errors.SYNTAX)
         elif option == b"match":
-            match = glob_to_regex(argv[i + 1]).fullmatch
+            # As Redis: "*" alone matches every key, the empty one too.
+            match = None if argv[i + 1] == b"*" else compile_glob(argv[i + 1]).match
         elif option == b"type":
             wanted_type = text(argv[i + 1]).lower()
         else:
