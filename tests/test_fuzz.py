@@ -1,9 +1,13 @@
 """The Python fuzzers (fuzz/proto): the model agrees with the contract on
 hand-worked cases, the harness catches a planted bug, the seed corpus replays
-clean."""
+clean, and each fuzzer runs for a bounded time in CI (make fuzz runs them
+longer)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +141,26 @@ def test_seed_corpus_replays_clean(path: Path) -> None:
 def test_every_fuzzer_has_seeds() -> None:
     for name in TARGETS:
         assert any((CORPUS / name).iterdir()), name
+
+
+# Seconds per target in CI; `make fuzz` runs each for 10 minutes.
+FUZZ_SECONDS = 15
+
+
+@pytest.mark.slow
+def test_each_fuzzer_runs_clean_for_a_bounded_time() -> None:
+    """What CI fuzzes: each target under atheris for FUZZ_SECONDS, after
+    replaying its seed corpus (the findings' reproductions included). A
+    crash, a Finding or a timeout fails the test with the saved input."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz.proto", "--time", str(FUZZ_SECONDS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=FUZZ_SECONDS * 3 * 4 + 120,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    lines = re.findall(r"^fuzz (\w+) +runs=(\d+) .*cov=(\d+) .*ok$", proc.stdout, re.M)
+    assert sorted(name for name, _, _ in lines) == sorted(TARGETS), proc.stdout
+    for name, runs, cov in lines:
+        assert int(runs) > 100 and int(cov) > 100, (name, runs, cov)
