@@ -33,6 +33,7 @@ MAX_OFFSET: int = lib.MN_MAX_OFFSET
 MAX_MESSAGE_BYTES: int = lib.MN_MAX_MESSAGE_BYTES
 DEFAULT_MAX_ENTRIES: int = lib.MN_DEFAULT_MAX_ENTRIES
 MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
+FORMAT_VERSION: int = lib.MN_FORMAT_VERSION
 
 # Message lengths go to mn_append() as a uint32 array.array through
 # ffi.from_buffer: for 100 messages that is ~4 us cheaper than letting cffi

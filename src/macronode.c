@@ -237,8 +237,7 @@
  * nodes have no slack at all. */
 #define MN_BLOB_PROJECTION_HEADROOM_PCT 12
 
-/* Serialized formats. */
-#define MN_FORMAT_VERSION 2
+/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). */
 #define MN_HEADER_BYTES 40
 #define MN_NODE_FRAME_BYTES 32 /* fixed node fields + CRC32 */
 #define MN_NODE_FIXED_BYTES 28 /* node fields before the offset table */

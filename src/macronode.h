@@ -21,6 +21,10 @@
  * stale compiled extension fails loudly at import instead of misbehaving. */
 #define MN_ABI_VERSION 7
 
+/* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
+ * write. Loading also accepts the versions listed in macronode.c. */
+#define MN_FORMAT_VERSION 2
+
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
 

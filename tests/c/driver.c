@@ -12,61 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "count_alloc.h"
 #include "macronode.h"
 
-/* ------------------------------------------------------------------------
- * Counting allocator with failure injection
- * --------------------------------------------------------------------- */
-
-/* Each block carries its size in front; 16 bytes keep malloc's alignment. */
-#define HOOK_HEADER 16
-
-static size_t live_bytes;   /* bytes the core holds right now */
-static long fail_after = -1; /* allocations left before failing; -1 = never */
-
-static int hook_should_fail(void) {
-    if (fail_after < 0) return 0;
-    if (fail_after == 0) return 1; /* sticky: real OOM does not go away */
-    fail_after--;
-    return 0;
-}
-
-void *mn_test_malloc(size_t size) {
-    if (hook_should_fail()) return NULL;
-    unsigned char *p = malloc(size + HOOK_HEADER);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    live_bytes += size;
-    return p + HOOK_HEADER;
-}
-
-void *mn_test_calloc(size_t count, size_t size) {
-    void *p = mn_test_malloc(count * size);
-    if (p != NULL) memset(p, 0, count * size);
-    return p;
-}
-
-void *mn_test_realloc(void *ptr, size_t size) {
-    if (ptr == NULL) return mn_test_malloc(size);
-    if (hook_should_fail()) return NULL;
-    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
-    size_t old;
-    memcpy(&old, base, sizeof old);
-    unsigned char *p = realloc(base, size + HOOK_HEADER);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    live_bytes = live_bytes - old + size;
-    return p + HOOK_HEADER;
-}
-
-void mn_test_free(void *ptr) {
-    if (ptr == NULL) return;
-    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
-    size_t old;
-    memcpy(&old, base, sizeof old);
-    live_bytes -= old;
-    free(base);
-}
+/* The counting allocator (count_alloc.c): live_bytes is what the core holds,
+ * fail_after = k makes the (k+1)-th allocation from now and every later one
+ * fail, -1 never. Macros keep the tests below short. */
+#define live_bytes count_alloc_live()
+#define SET_FAIL_AFTER(k) count_alloc_fail_after(k)
 
 /* ------------------------------------------------------------------------
  * Checks
@@ -540,9 +493,9 @@ static void test_allocation_failures(void) {
         model_evict(m, 3);
         for (long k = 0;; k++) {
             uint64_t memory = mn_memory_bytes(s);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = do_append(s, m, 37);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             CHECK(live_bytes == mn_memory_bytes(s));
             if (rc == MN_OK) break;
             CHECK(rc == MN_ERR_NOMEM);
@@ -553,9 +506,9 @@ static void test_allocation_failures(void) {
         for (long k = 0;; k++) {
             mn_buf out;
             mn_buf_init(&out);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = mn_read_resp(s, 0, m->next, MN_NULL_RESP2, &out);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             CHECK(rc == MN_OK || (rc == MN_ERR_NOMEM && out.len == 0));
             mn_buf_free(&out);
             CHECK(live_bytes == mn_memory_bytes(s));
@@ -565,9 +518,9 @@ static void test_allocation_failures(void) {
             mn_buf *blobs;
             size_t n;
             serialize(s, &blobs, &n);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             mn_stream *copy = load(blobs, n);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             free_blobs(blobs, n);
             if (copy != NULL) {
                 mn_stream_free(s);
@@ -579,10 +532,10 @@ static void test_allocation_failures(void) {
         for (long k = 0;; k++) {
             mn_buf out;
             mn_buf_init(&out);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = mn_node_serialize(mn_first_node(s), &out);
             if (rc == MN_OK) rc = mn_serialize_header(s, &out);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             mn_buf_free(&out);
             if (rc == MN_OK) break;
             CHECK(rc == MN_ERR_NOMEM);

@@ -21,8 +21,9 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I"$src")
 
 # The core gets the counting allocator hooks; the driver does not.
 "$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode.o"
+"$cc" "${flags[@]}" -c "$here/count_alloc.c" -o "$out/count_alloc.o"
 "$cc" "${flags[@]}" -c "$here/driver.c" -o "$out/driver.o"
-"$cc" "${flags[@]}" "$out/macronode.o" "$out/driver.o" -lz -o "$out/driver"
+"$cc" "${flags[@]}" "$out/macronode.o" "$out/count_alloc.o" "$out/driver.o" -lz -o "$out/driver"
 
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \

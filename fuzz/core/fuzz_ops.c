@@ -1,0 +1,503 @@
+/* fuzz_ops.c -- libFuzzer harness: sequences of storage core operations
+ * decoded from the fuzz input, checked against a model.
+ *
+ * Build and run with fuzz/core/run.sh (clang -fsanitize=fuzzer,address,
+ * undefined, macronode.c compiled with tests/c/alloc_hook.h so that every
+ * allocation of the core goes through the counting allocator).
+ *
+ * THE MODEL
+ * =========
+ *
+ * Two streams, A and B (B is the source of concatenations). For each, the
+ * model keeps the readable messages in offset order -- offset, length and
+ * the seed their bytes are made from -- and the next offset. Whatever the
+ * core does with nodes, chunks and compression, every read must give back
+ * exactly the model's bytes and nulls, every counter must match, and the
+ * counting allocator must hold exactly what mn_memory_bytes() says.
+ *
+ * INPUT
+ * =====
+ *
+ * A sequence of operations, each an opcode byte and its arguments, read
+ * from the input with little helpers that return zeros once the input is
+ * used up (so every input is valid). One opcode arms failure injection for
+ * the next operation: its k-th allocation fails; the operation must then
+ * report MN_ERR_NOMEM and leave both streams exactly as the model says.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "count_alloc.h"
+#include "macronode.h"
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                 \
+        }                                                                            \
+    } while (0)
+
+/* Bounds that keep one input fast: the model and the checks are linear in
+ * the messages held. */
+#define MAX_PAYLOAD (1u << 19)   /* bytes appended per run */
+#define MAX_MESSAGES 8000        /* messages appended per run */
+#define MAX_BATCH 300            /* messages per append call */
+#define MAX_READ 400             /* offsets per read call */
+#define MAX_OPS 400              /* operations per input */
+
+/* ------------------------------------------------------------------------
+ * Input decoding
+ * --------------------------------------------------------------------- */
+
+typedef struct input {
+    const uint8_t *p;
+    size_t n;
+} input;
+
+static uint8_t in_u8(input *in) {
+    if (in->n == 0) return 0;
+    in->n--;
+    return *in->p++;
+}
+
+static uint16_t in_u16(input *in) { return (uint16_t)(in_u8(in) | (in_u8(in) << 8)); }
+
+static uint32_t in_u32(input *in) { return (uint32_t)in_u16(in) | ((uint32_t)in_u16(in) << 16); }
+
+static uint64_t in_u64(input *in) { return (uint64_t)in_u32(in) | ((uint64_t)in_u32(in) << 32); }
+
+/* A value in 0..limit, biased toward the ends and small values. */
+static uint64_t in_pick(input *in, uint64_t limit) {
+    uint8_t how = in_u8(in);
+    if (limit == 0) return 0;
+    switch (how % 4) {
+    case 0: return limit;
+    case 1: return in_u8(in) % (limit + 1);
+    case 2: return limit - in_u8(in) % (limit + 1);
+    default: return in_u64(in) % (limit + 1 == 0 ? limit : limit + 1);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Messages and the model
+ * --------------------------------------------------------------------- */
+
+static uint8_t msg_byte(uint32_t seed, uint32_t j) {
+    /* A third of the messages compress well, the rest hardly. */
+    if (seed % 3 == 0) return (uint8_t)('a' + j % 3);
+    uint32_t x = seed * 2654435761u + j * 40503u;
+    return (uint8_t)(x ^ (x >> 13));
+}
+
+typedef struct msg {
+    uint64_t off;
+    uint32_t len;
+    uint32_t seed;
+} msg;
+
+typedef struct model {
+    msg *m;            /* readable messages m[head .. len-1], by offset */
+    size_t head, len, cap;
+    uint64_t next;
+    uint64_t payload;  /* bytes of the readable messages */
+} model;
+
+typedef struct world {
+    mn_stream *s[2];
+    model m[2];
+    uint32_t seeds;     /* next message seed */
+    uint64_t appended;  /* bytes appended so far */
+    uint64_t messages;  /* messages appended so far */
+    long fail_k;        /* failure injection for the next operation, -1 none */
+} world;
+
+static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed) {
+    if (m->len == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->m = realloc(m->m, m->cap * sizeof(msg));
+        CHECK(m->m != NULL);
+    }
+    m->m[m->len++] = (msg){off, len, seed};
+    m->payload += len;
+}
+
+static size_t model_count(const model *m) { return m->len - m->head; }
+
+/* Index of the first readable message with offset >= off. */
+static size_t model_lower(const model *m, uint64_t off) {
+    size_t lo = m->head, hi = m->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->m[mid].off < off) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static uint64_t model_first(const model *m) {
+    return m->head < m->len ? m->m[m->head].off : m->next;
+}
+
+/* Drop readable messages with offset < cut; how many. */
+static uint64_t model_evict_below(model *m, uint64_t cut) {
+    size_t i = model_lower(m, cut);
+    uint64_t n = i - m->head;
+    for (size_t j = m->head; j < i; j++) m->payload -= m->m[j].len;
+    m->head = i;
+    if (m->head == m->len) m->head = m->len = 0;
+    return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Checks
+ * --------------------------------------------------------------------- */
+
+static void check_counters(world *w) {
+    for (int k = 0; k < 2; k++) {
+        const mn_stream *s = w->s[k];
+        const model *m = &w->m[k];
+        CHECK(mn_next_offset(s) == m->next);
+        CHECK(mn_first_offset(s) == model_first(m));
+        CHECK(mn_length(s) == model_count(m));
+        CHECK(mn_payload_bytes(s) == m->payload);
+        CHECK((mn_num_nodes(s) == 0) == (model_count(m) == 0));
+        CHECK(mn_num_compressed_nodes(s) <= mn_num_nodes(s));
+    }
+    CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
+}
+
+/* Read [start, start + n) both ways and compare with the model. Returns
+ * MN_ERR_NOMEM (appending nothing) only under failure injection. */
+static int check_read(world *w, int k, uint64_t start, uint64_t n) {
+    mn_stream *s = w->s[k];
+    const model *m = &w->m[k];
+    static int64_t lens[MAX_READ];
+    CHECK(n <= MAX_READ);
+    mn_buf out;
+    mn_buf_init(&out);
+    int rc = mn_read_copy(s, start, n, &out, lens);
+    if (rc == MN_ERR_NOMEM && out.len == 0) return rc; /* injected */
+    CHECK(rc == MN_OK);
+    size_t pos = 0, i = model_lower(m, start);
+    for (uint64_t o = start; o < start + n; o++) {
+        uint64_t x = o - start;
+        if (i < m->len && m->m[i].off == o) {
+            const msg *g = &m->m[i++];
+            CHECK(lens[x] == (int64_t)g->len);
+            CHECK(pos + g->len <= out.len);
+            for (uint32_t j = 0; j < g->len; j++)
+                CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
+            pos += g->len;
+        } else {
+            CHECK(lens[x] == -1);
+        }
+    }
+    CHECK(pos == out.len);
+    mn_buf_free(&out);
+
+    for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
+        mn_buf_init(&out);
+        rc = mn_read_resp_prefixed(s, start, n, style, "*", 1, &out);
+        if (rc == MN_ERR_NOMEM && out.len == 0) return rc; /* injected */
+        CHECK(rc == MN_OK);
+        pos = 1;
+        i = model_lower(m, start);
+        for (uint64_t o = start; o < start + n; o++) {
+            char head[32];
+            int hl;
+            if (i < m->len && m->m[i].off == o) {
+                const msg *g = &m->m[i++];
+                hl = snprintf(head, sizeof head, "$%u\r\n", g->len);
+                CHECK(pos + (size_t)hl + g->len + 2 <= out.len);
+                CHECK(memcmp(out.data + pos, head, (size_t)hl) == 0);
+                pos += (size_t)hl;
+                for (uint32_t j = 0; j < g->len; j++)
+                    CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
+                pos += g->len;
+                CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
+                pos += 2;
+            } else {
+                const char *null = style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
+                size_t nl = strlen(null);
+                CHECK(pos + nl <= out.len && memcmp(out.data + pos, null, nl) == 0);
+                pos += nl;
+            }
+        }
+        CHECK(pos == out.len);
+        mn_buf_free(&out);
+    }
+    return MN_OK;
+}
+
+/* Every readable message of both streams, in reads of up to MAX_READ
+ * offsets placed on the messages (offsets may be spread up to 2^63). */
+static void check_all(world *w) {
+    check_counters(w);
+    for (int k = 0; k < 2; k++) {
+        const model *m = &w->m[k];
+        size_t i = m->head;
+        while (i < m->len) {
+            uint64_t start = m->m[i].off;
+            uint64_t room = m->next - start;
+            uint64_t n = room < MAX_READ ? room : MAX_READ;
+            CHECK(check_read(w, k, start, n) == MN_OK);
+            i = model_lower(m, start + n);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Operations
+ * --------------------------------------------------------------------- */
+
+static int room_for(world *w, uint64_t messages, uint64_t bytes) {
+    return w->messages + messages <= MAX_MESSAGES && w->appended + bytes <= MAX_PAYLOAD;
+}
+
+static int op_append(world *w, int k, input *in, int one) {
+    static char buf[MAX_PAYLOAD];
+    static uint32_t lens[MAX_BATCH];
+    size_t n = one ? 1 : 1 + in_u8(in) % MAX_BATCH;
+    uint8_t shape = in_u8(in);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len;
+        switch (shape % 4) {
+        case 0: len = 100; break;                             /* the common case */
+        case 1: len = in_u8(in) % 40; break;                  /* tiny, empty ones too */
+        case 2: len = in_u8(in); break;
+        default: len = (uint32_t)in_u8(in) * 97 + in_u8(in); /* up to ~25 KB: chunks */
+        }
+        lens[i] = len;
+        total += len;
+    }
+    if (!room_for(w, n, total)) return MN_OK;
+    model *m = &w->m[k];
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (uint32_t j = 0; j < lens[i]; j++) buf[pos + j] = (char)msg_byte(w->seeds + (uint32_t)i, j);
+        pos += lens[i];
+    }
+    int64_t first = one ? mn_append_one(w->s[k], buf, lens[0]) : mn_append(w->s[k], buf, lens, n);
+    if (n > MN_MAX_OFFSET + 1ULL - m->next) {
+        CHECK(first == MN_ERR_OVERFLOW);
+        return MN_OK;
+    }
+    if (first < 0) return (int)first;
+    CHECK((uint64_t)first == m->next);
+    for (size_t i = 0; i < n; i++) model_push(m, m->next + i, lens[i], w->seeds + (uint32_t)i);
+    m->next += n;
+    w->seeds += (uint32_t)n;
+    w->appended += total;
+    w->messages += n;
+    return MN_OK;
+}
+
+static int op_read(world *w, int k, input *in) {
+    const model *m = &w->m[k];
+    /* Start near a readable message most of the time: offsets may span
+     * up to 2^63. */
+    uint64_t start;
+    if (model_count(m) && in_u8(in) % 4) {
+        const msg *g = &m->m[m->head + in_u16(in) % model_count(m)];
+        uint64_t back = in_u8(in) % 8;
+        start = g->off >= back ? g->off - back : 0;
+    } else {
+        start = in_pick(in, m->next);
+    }
+    uint64_t room = m->next - start;
+    uint64_t n = in_pick(in, room < MAX_READ ? room : MAX_READ);
+    return check_read(w, k, start, n);
+}
+
+static int op_evict_upto(world *w, int k, input *in) {
+    model *m = &w->m[k];
+    uint64_t upto = in_pick(in, m->next + 3);
+    if (upto > (uint64_t)INT64_MAX) upto = INT64_MAX;
+    uint64_t expect = model_evict_below(m, upto + 1);
+    CHECK(mn_evict_upto(w->s[k], (int64_t)upto) == (int64_t)expect);
+    return MN_OK;
+}
+
+static int op_evict_keep(world *w, int k, input *in) {
+    model *m = &w->m[k];
+    uint64_t keep = in_pick(in, 2000);
+    uint64_t expect = keep < m->next ? model_evict_below(m, m->next - keep) : 0;
+    CHECK(mn_evict_keep(w->s[k], keep) == (int64_t)expect);
+    return MN_OK;
+}
+
+static int op_raise(world *w, int k, input *in) {
+    model *m = &w->m[k];
+    const uint64_t limit = MN_MAX_OFFSET + 1ULL;
+    uint64_t to;
+    switch (in_u8(in) % 4) {
+    case 0: to = m->next + in_u8(in) % 50; break;
+    case 1: to = limit - in_u16(in) % 3000; break; /* near 2^63 */
+    case 2: to = m->next + in_u64(in) % (limit - m->next + 1); break;
+    default: to = m->next - (m->next > 0); break;  /* below next: refused */
+    }
+    int rc = mn_raise_next_offset(w->s[k], to);
+    if (to < m->next || to > limit) {
+        CHECK(rc == MN_ERR_ARG);
+        return MN_OK;
+    }
+    CHECK(rc == MN_OK);
+    m->next = to;
+    return MN_OK;
+}
+
+static int op_settings(world *w, int k, input *in) {
+    uint8_t what = in_u8(in);
+    if (what % 2 == 0) {
+        int level = in_u8(in) % 11; /* 10 is out of range */
+        int rc = mn_stream_set_compression(w->s[k], level);
+        CHECK(rc == (level <= 9 ? MN_OK : MN_ERR_ARG));
+        if (level <= 9) CHECK(mn_compression_level(w->s[k]) == level);
+    } else {
+        uint32_t max = (uint32_t)in_pick(in, 1100);
+        int rc = mn_stream_set_max_entries(w->s[k], max);
+        CHECK(rc == (max >= 1 ? MN_OK : MN_ERR_ARG));
+        if (max >= 1) CHECK(mn_max_entries(w->s[k]) == max);
+    }
+    return MN_OK;
+}
+
+/* Serialize both ways and load: the copy must serialize identically. A
+ * failed allocation anywhere keeps the original. */
+static int serialize_all(const mn_stream *s, mn_buf **blobs, size_t *n) {
+    size_t count = (size_t)mn_num_nodes(s) + 1;
+    mn_buf *b = calloc(count, sizeof *b);
+    CHECK(b != NULL);
+    int rc = mn_serialize_header(s, &b[0]);
+    size_t i = 1;
+    for (const mn_node *node = mn_first_node(s); node != NULL && rc == MN_OK; node = mn_node_next(node))
+        rc = mn_node_serialize(node, &b[i++]);
+    *blobs = b;
+    *n = count;
+    return rc;
+}
+
+static void free_blobs(mn_buf *b, size_t n) {
+    for (size_t i = 0; i < n; i++) mn_buf_free(&b[i]);
+    free(b);
+}
+
+static int op_roundtrip(world *w, int k) {
+    mn_buf *blobs, *again;
+    size_t n, n2;
+    int rc = serialize_all(w->s[k], &blobs, &n);
+    if (rc != MN_OK) {
+        free_blobs(blobs, n);
+        return rc;
+    }
+    for (size_t i = 1; i < n; i++) {
+        rc = mn_validate_node_blob(blobs[i].data, blobs[i].len);
+        if (rc != MN_OK) {
+            CHECK(rc == MN_ERR_NOMEM);
+            free_blobs(blobs, n);
+            return rc;
+        }
+    }
+    int err = 1;
+    mn_stream *copy = mn_load_header(blobs[0].data, blobs[0].len, &err);
+    if (copy == NULL) {
+        CHECK(err == MN_ERR_NOMEM);
+        free_blobs(blobs, n);
+        return err;
+    }
+    for (size_t i = 1; i < n && rc == MN_OK; i++) rc = mn_load_node(copy, blobs[i].data, blobs[i].len);
+    if (rc == MN_OK) rc = mn_load_finish(copy);
+    if (rc != MN_OK) {
+        CHECK(rc == MN_ERR_NOMEM);
+        mn_stream_free(copy);
+        free_blobs(blobs, n);
+        return rc;
+    }
+    rc = serialize_all(copy, &again, &n2);
+    if (rc == MN_OK) {
+        CHECK(n == n2);
+        for (size_t i = 0; i < n; i++)
+            CHECK(blobs[i].len == again[i].len && memcmp(blobs[i].data, again[i].data, blobs[i].len) == 0);
+        CHECK(mn_max_entries(copy) == mn_max_entries(w->s[k]));
+        CHECK(mn_compression_level(copy) == mn_compression_level(w->s[k]));
+        CHECK(mn_num_compressed_nodes(copy) == mn_num_compressed_nodes(w->s[k]));
+        mn_stream_free(w->s[k]);
+        w->s[k] = copy;
+    } else {
+        CHECK(rc == MN_ERR_NOMEM);
+        mn_stream_free(copy);
+    }
+    free_blobs(again, n2);
+    free_blobs(blobs, n);
+    return rc;
+}
+
+enum {
+    OP_APPEND,
+    OP_APPEND_ONE,
+    OP_READ,
+    OP_EVICT_UPTO,
+    OP_EVICT_KEEP,
+    OP_RAISE,
+    OP_SETTINGS,
+    OP_ROUNDTRIP,
+    OP_FAIL_NEXT,
+    OP_COUNT
+};
+
+static int run_op(world *w, uint8_t op, input *in) {
+    int k = (op >> 7) & 1; /* the top bit picks the stream */
+    switch (op % OP_COUNT) {
+    case OP_APPEND: return op_append(w, k, in, 0);
+    case OP_APPEND_ONE: return op_append(w, k, in, 1);
+    case OP_READ: return op_read(w, k, in);
+    case OP_EVICT_UPTO: return op_evict_upto(w, k, in);
+    case OP_EVICT_KEEP: return op_evict_keep(w, k, in);
+    case OP_RAISE: return op_raise(w, k, in);
+    case OP_SETTINGS: return op_settings(w, k, in);
+    case OP_ROUNDTRIP: return op_roundtrip(w, k);
+    default: return MN_OK;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    input in = {data, size};
+    world w;
+    memset(&w, 0, sizeof w);
+    w.fail_k = -1;
+    uint8_t setup = in_u8(&in);
+    uint32_t max_a = 1 + in_u16(&in) % 1200, max_b = 1 + in_u8(&in) % 64;
+    w.s[0] = mn_stream_new(max_a, setup % 10);
+    w.s[1] = mn_stream_new(max_b, (setup / 10) % 10);
+    CHECK(w.s[0] != NULL && w.s[1] != NULL);
+    for (int ops = 0; in.n > 0 && ops < MAX_OPS; ops++) {
+        uint8_t op = in_u8(&in);
+        if (op % OP_COUNT == OP_FAIL_NEXT) {
+            w.fail_k = in_u8(&in) % 24;
+            continue;
+        }
+        long k = w.fail_k;
+        w.fail_k = -1;
+        count_alloc_fail_after(k);
+        int rc = run_op(&w, op, &in);
+        count_alloc_fail_after(-1);
+        count_alloc_failures();
+        if (rc != MN_OK) {
+            /* Only an injected failure may fail, and it changes nothing. */
+            CHECK(k >= 0 && rc == MN_ERR_NOMEM);
+            check_all(&w);
+        }
+        check_counters(&w);
+    }
+    check_all(&w);
+    for (int k = 0; k < 2; k++) {
+        mn_stream_free(w.s[k]);
+        free(w.m[k].m);
+    }
+    CHECK(count_alloc_live() == 0);
+    return 0;
+}
