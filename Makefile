@@ -1,7 +1,7 @@
 # Benchmarks and tests; see BENCHMARKS.md and run-tests.sh.
 PYTHON ?= python3
 
-.PHONY: bench bench-quick bench-smoke test
+.PHONY: bench bench-quick bench-smoke test fuzz
 
 # Full run (< 15 min on 2 cores): rewrites BENCHMARKS.md and bench/plots/.
 bench:
@@ -17,3 +17,9 @@ bench-smoke:
 
 test:
 	./run-tests.sh
+
+# The storage core's libFuzzer harnesses, FUZZ_SECONDS each (default 10 min);
+# new corpus entries go to fuzz/core/work/, crashes to fuzz/core/crashes/.
+FUZZ_SECONDS ?= 600
+fuzz:
+	fuzz/core/run.sh $(FUZZ_SECONDS)

@@ -63,11 +63,15 @@ echo "== pip install -e .[test,bench] (into $venv)"
 "$py" -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 
 echo "== ruff"
-"$py" -m ruff check rcp11 tests bench src/build_macronode.py
-"$py" -m ruff format --check rcp11 tests bench src/build_macronode.py
+"$py" -m ruff check rcp11 tests bench fuzz src/build_macronode.py
+"$py" -m ruff format --check rcp11 tests bench fuzz src/build_macronode.py
 
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
+
+# Bounded: 25 s per harness over the committed corpus (make fuzz runs longer).
+echo "== C core under libFuzzer (fuzz/core)"
+bash fuzz/core/run.sh 25 --ci
 
 echo "== pytest"
 "$py" -m pytest -q "$@"

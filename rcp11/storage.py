@@ -8,8 +8,10 @@ exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
 from __future__ import annotations
 
 import threading
+import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 7
+EXPECTED_ABI_VERSION = 8
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -34,6 +36,31 @@ MAX_MESSAGE_BYTES: int = lib.MN_MAX_MESSAGE_BYTES
 DEFAULT_MAX_ENTRIES: int = lib.MN_DEFAULT_MAX_ENTRIES
 MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
 FORMAT_VERSION: int = lib.MN_FORMAT_VERSION
+MAX_COMPRESSION_DEPTH: int = lib.MN_MAX_COMPRESSION_DEPTH
+TIME_CHECKPOINT_EVERY = 64  # messages per time index entry (MN_TIME_CHECKPOINT_EVERY)
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+def wall_ms() -> int:
+    """The wall clock in unix milliseconds: the append time used when a
+    caller passes none."""
+    return time.time_ns() // 1_000_000
+
+
+def _clamp_ms(ms: int) -> int:
+    return _INT64_MIN if ms < _INT64_MIN else _INT64_MAX if ms > _INT64_MAX else ms
+
+
+def _max_nodes(max_nodes: int | None) -> int:
+    if max_nodes is None:
+        return _UINT64_MAX
+    if max_nodes < 0:
+        raise InvalidArgumentError("max_nodes must be >= 0", lib.MN_ERR_ARG)
+    return min(max_nodes, _UINT64_MAX)
+
 
 # Message lengths go to mn_append() as a uint32 array.array through
 # ffi.from_buffer: for 100 messages that is ~4 us cheaper than letting cffi
@@ -92,6 +119,36 @@ def _check(rc: int) -> int:
     if rc >= 0:
         return rc
     raise _error(rc)
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """What one retention call evicted (mn_evicted), and whether it stopped
+    at its node budget with more to evict."""
+
+    messages: int = 0
+    bytes: int = 0
+    nodes: int = 0
+    memory: int = 0
+    more: bool = False
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One macronode (mn_node_info): for tests, DEBUG and INFO."""
+
+    first: int
+    count: int
+    compressed: bool
+    zlevel: int
+    first_ms: int
+    last_ms: int
+    memory: int
+
+
+def _evicted(ev: Any, rc: int) -> Evicted:
+    _check(rc)
+    return Evicted(ev.messages, ev.bytes, ev.nodes, ev.memory, rc == 1)
 
 
 def _range_error(start: int, count: int, next_offset: int) -> InvalidArgumentError:
@@ -200,6 +257,23 @@ class Stream:
     def compression_level(self) -> int:
         return lib.mn_compression_level(self._s)
 
+    @property
+    def last_append_ms(self) -> int:
+        """The stream's clock: the time its newest message ever got (0 before any)."""
+        return lib.mn_last_append_ms(self._s)
+
+    @property
+    def oldest_append_ms(self) -> int | None:
+        """Append time of the oldest readable message (or of one at most 63
+        before it); None when the stream holds no message."""
+        ms = lib.mn_oldest_append_ms(self._s)
+        return None if ms == lib.MN_TIME_NONE else ms
+
+    @property
+    def oldest_node_memory(self) -> int:
+        """Bytes that evict_oldest_node() would give back (0 when empty)."""
+        return lib.mn_oldest_node_memory(self._s)
+
     def __len__(self) -> int:
         return lib.mn_length(self._s)
 
@@ -212,8 +286,13 @@ class Stream:
 
     # -- writes ---------------------------------------------------------
 
-    def append(self, entries: Sequence[bytes]) -> int:
-        """Append entries atomically in one C call; return the first one's offset."""
+    def append(self, entries: Sequence[bytes], now_ms: int | None = None) -> int:
+        """Append entries atomically in one C call; return the first one's offset.
+
+        now_ms: their append time (unix ms; default: the wall clock). A time
+        before the stream's last_append_ms counts as last_append_ms.
+        """
+        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
         n = len(entries)
         if n == 1:
             data = entries[0]
@@ -222,7 +301,7 @@ class Stream:
             size = len(data)
             if size > MAX_MESSAGE_BYTES:
                 raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
-            first = lib.mn_append_one(self._s, data, size)
+            first = lib.mn_append_one(self._s, data, size, ms)
         elif n == 0:
             raise InvalidArgumentError("nothing to append", lib.MN_ERR_ARG)
         else:
@@ -232,7 +311,7 @@ class Stream:
                 raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG) from None
             # mn_append() rejects lengths between MAX_MESSAGE_BYTES and 2^32-1.
             first = lib.mn_append(
-                self._s, b"".join(entries), ffi.from_buffer("uint32_t[]", lens), n
+                self._s, b"".join(entries), ffi.from_buffer("uint32_t[]", lens), n, ms
             )
         self._version += 1
         if first < 0:
@@ -240,23 +319,27 @@ class Stream:
         self._next = first + n
         return first
 
-    def append_joined(self, data: bytes, lens: Sequence[int] | np.ndarray) -> int:
-        """Append messages stored back to back in data; lens[i] is message i's length."""
+    def append_joined(
+        self, data: bytes, lens: Sequence[int] | np.ndarray, now_ms: int | None = None
+    ) -> int:
+        """Append messages stored back to back in data; lens[i] is message i's length
+        (now_ms as for append())."""
         sizes = np.asarray(lens, dtype=np.int64)
         if sizes.ndim != 1 or sizes.size == 0:
             raise InvalidArgumentError("lens must be a non-empty 1-D sequence", lib.MN_ERR_ARG)
         if int(sizes.sum()) != len(data):
             raise InvalidArgumentError("lens do not add up to len(data)", lib.MN_ERR_ARG)
-        return self._append_sizes(data, sizes)
+        return self._append_sizes(data, sizes, now_ms)
 
-    def _append_sizes(self, data: bytes, sizes: np.ndarray) -> int:
+    def _append_sizes(self, data: bytes, sizes: np.ndarray, now_ms: int | None = None) -> int:
+        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
         if sizes.min() < 0:
             raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
         if sizes.max() > MAX_MESSAGE_BYTES:
             raise MessageTooBigError("message too big", lib.MN_ERR_TOOBIG)
         lens32 = np.ascontiguousarray(sizes, dtype=np.uint32)
         lens_ptr = ffi.from_buffer("uint32_t[]", lens32)
-        first = lib.mn_append(self._s, ffi.from_buffer(data), lens_ptr, lens32.size)
+        first = lib.mn_append(self._s, ffi.from_buffer(data), lens_ptr, lens32.size, ms)
         self._version += 1
         if first < 0:
             raise _error(first)
@@ -287,6 +370,64 @@ class Stream:
         self._version += 1
         _check(lib.mn_raise_next_offset(self._s, next_offset))
         self._next = next_offset
+
+    # -- time index and retention ----------------------------------------
+
+    def seek_time(self, unix_ms: int) -> int:
+        """Offset of the first readable message appended at or after unix_ms
+        (next_offset if none): never later, at most 63 messages earlier."""
+        return lib.mn_seek_time(self._s, _clamp_ms(unix_ms))
+
+    def evict_older_than(self, cutoff_ms: int, max_nodes: int | None = None) -> Evicted:
+        """Evict whole nodes (oldest first, at most max_nodes) whose newest
+        message was appended before cutoff_ms; the active node too once all
+        its messages are older."""
+        ev = ffi.new("mn_evicted *")
+        self._version += 1
+        rc = lib.mn_evict_older_than(self._s, _clamp_ms(cutoff_ms), _max_nodes(max_nodes), ev)
+        return _evicted(ev, rc)
+
+    def evict_over_bytes(self, max_payload: int, max_nodes: int | None = None) -> Evicted:
+        """Evict whole oldest nodes (at most max_nodes) while the payload
+        exceeds max_payload bytes, never the active node."""
+        if max_payload < 0:
+            raise InvalidArgumentError("max_payload must be >= 0", lib.MN_ERR_ARG)
+        ev = ffi.new("mn_evicted *")
+        self._version += 1
+        rc = lib.mn_evict_over_bytes(
+            self._s, min(max_payload, _UINT64_MAX), _max_nodes(max_nodes), ev
+        )
+        return _evicted(ev, rc)
+
+    def evict_oldest_node(self) -> Evicted:
+        """Evict the oldest node, the active one included (nodes == 0: empty)."""
+        ev = ffi.new("mn_evicted *")
+        self._version += 1
+        _check(lib.mn_evict_oldest_node(self._s, ev))
+        return _evicted(ev, 0)
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node, first to last."""
+        info = ffi.new("mn_node_info *")
+        out = []
+        node = lib.mn_first_node(self._s)
+        while node != ffi.NULL:
+            lib.mn_node_get_info(node, info)
+            out.append(
+                NodeInfo(
+                    info.first,
+                    info.count,
+                    bool(info.compressed),
+                    info.zlevel,
+                    info.first_ms,
+                    info.last_ms,
+                    info.memory,
+                )
+            )
+            node = lib.mn_node_next(node)
+        return out
+
+    # -- settings -------------------------------------------------------
 
     def set_max_entries(self, max_entries: int) -> None:
         """Messages per node for nodes filled from now on."""
@@ -366,14 +507,18 @@ class Stream:
             yield blob
 
     @classmethod
-    def load(cls, blobs: Iterable[bytes]) -> Stream:
-        """Rebuild a stream from dump() output; CorruptDataError if anything is off."""
+    def load(cls, blobs: Iterable[bytes], now_ms: int | None = None) -> Stream:
+        """Rebuild a stream from dump() output; CorruptDataError if anything is off.
+
+        A dump of format version 2 (before the time index) loads too: its
+        messages count as appended at now_ms (default: the wall clock)."""
+        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
         it = iter(blobs)
         header = next(it, None)
         if header is None:
             raise CorruptDataError("no stream header", lib.MN_ERR_CORRUPT)
         err = ffi.new("int *")
-        ptr = lib.mn_load_header(ffi.from_buffer(header), len(header), err)
+        ptr = lib.mn_load_header(ffi.from_buffer(header), len(header), ms, err)
         if ptr == ffi.NULL:
             _check(err[0] if err[0] < 0 else lib.MN_ERR_CORRUPT)
         stream = cls.__new__(cls)

@@ -87,7 +87,8 @@
  *
  * mn_memory_bytes() is the sum of the sizes this file asked the allocator
  * for and still holds: the stream struct, the head's forward pointers, each
- * node's struct, offset table and blob, and the decompression cache. It is
+ * node's struct, table (offsets and times) and blob, and the decompression
+ * cache. It is
  * updated at every malloc, realloc and free (tests/c/driver.c checks it
  * against a counting allocator); the allocator's own per-block overhead is
  * not included.
@@ -101,6 +102,28 @@
  * offsets belong to no node and read as null forever; the next append starts
  * a new node at the raised offset. So nodes cover offset ranges with holes
  * between them, and every lookup is prepared for an offset in no node.
+ *
+ * TIME INDEX
+ * ==========
+ *
+ * Every message has an append time (unix ms), the now_ms its append passed
+ * -- the caller's clock, not the core's: the server passes its cached time,
+ * a Redis module Redis's, tests their own -- raised to the stream's clock
+ * (the newest time ever appended) when it is earlier, so times never
+ * decrease along a stream even when the wall clock steps back. The clock
+ * is an argument of the append functions rather than a per-stream setter:
+ * a setter would cost a second call per append from Python and from a C
+ * caller alike, and could be forgotten.
+ *
+ * Like Kafka's time index, the index is sparse: a node keeps the time of
+ * its messages 0, 64, 128, ... (MN_TIME_CHECKPOINT_EVERY) and of its last
+ * message, ~0.13 byte per message. mn_seek_time() descends the skiplist on
+ * the nodes' last times to the first node with a message at or after the
+ * wanted time, then bisects its checkpoints: if checkpoint k is older and
+ * checkpoint k+1 (or the node's last message) is not, the answer is among
+ * messages 64k+1 .. 64(k+1), and the seek returns 64k+1 -- never later than
+ * the answer, at most 63 messages earlier. Retention by age reads only the
+ * nodes' last times, in whole nodes like Kafka's segments.
  *
  * EVICTION
  * ========
@@ -128,6 +151,9 @@
  *     in 4 GB - 1 (MN_NODE_BYTES_LIMIT), so a serialized node always fits a
  *     32-bit length.
  *   - Only sealed nodes (never the tail) are compressed.
+ *   - Times never decrease: within a node checkpoint k <= checkpoint k+1 <=
+ *     last_ms, and a node's first time >= the previous node's last_ms; no
+ *     time is later than the stream's clock or earlier than 0.
  *
  * SERIALIZATION
  * =============
@@ -138,39 +164,56 @@
  * the format is the same on every host. A node blob is a near-plain copy of
  * the node in memory: a compressed node stays compressed.
  *
- * Stream header blob (MN_HEADER_BYTES = 40 bytes):
+ * Stream header blob, format 3 (MN_HEADER_BYTES = 52 bytes):
  *
  *   OFFSET  SIZE  DESCRIPTION
  *   ------  ----  -----------------------------------------------------
  *        0     4  magic "MNST"
- *        4     1  format version, MN_FORMAT_VERSION
+ *        4     1  format version, MN_FORMAT_VERSION (3)
  *        5     1  compression level for nodes sealed from now on (0..9)
- *        6     2  reserved, zero
+ *        6     2  compression depth (0..MN_MAX_COMPRESSION_DEPTH)
  *        8     8  next offset (0..2^63)
  *       16     8  first offset: oldest readable offset, == next when empty
  *       24     8  number of node blobs that follow
  *       32     4  max_entries (1..MN_MAX_MAX_ENTRIES)
- *       36     4  CRC32 (zlib) of bytes 0..35
+ *       36     4  reserved, zero
+ *       40     8  clock: the newest append time (unix ms, >= 0)
+ *       48     4  CRC32 (zlib) of bytes 0..47
  *
- * Node blob (32 + 4 * count + stored_len bytes):
+ * Node blob, format 3 (40 + 4 * count + 8 * ceil(count / 64) + stored_len
+ * bytes):
  *
  *   OFFSET      SIZE        DESCRIPTION
  *   ----------  ----------  -----------------------------------------------
  *            0           4  magic "MNND"
- *            4           1  format version, MN_FORMAT_VERSION
+ *            4           1  format version, MN_FORMAT_VERSION (3)
  *            5           1  flags: bit 0 set = blob is zlib chunks
- *            6           2  reserved, zero
+ *            6           1  zlevel: zlib level the node was last compressed,
+ *                           or tried, at (0 = never; >= 1 when compressed)
+ *            7           1  reserved, zero
  *            8           8  first: logical offset of message 0
  *           16           4  count: messages in the node (1..max_entries)
  *           20           4  raw_len: uncompressed blob bytes == ends[count-1]
  *           24           4  stored_len: blob bytes as stored below; equal to
  *                           raw_len when raw, smaller when compressed
- *           28   4 * count  offset table: ends[i], end of message i in the
+ *           28           8  last_ms: append time of message count-1
+ *           36   4 * count  offset table: ends[i], end of message i in the
  *                           raw blob, non-decreasing
- *   28 + 4*count stored_len blob: raw messages, or the compressed blob
- *                           exactly as in memory (chunk table + zlib
+ *    T = 36 + 4*count    8  times[k] for k < ceil(count / 64): append time
+ *      * ceil(count/64)     of message 64k, non-decreasing, <= last_ms
+ *   T + 8*ceil(count/64)    blob: raw messages, or the compressed blob
+ *           stored_len      exactly as in memory (chunk table + zlib
  *                           streams, see mn_chunk_count())
  *   end - 4              4  CRC32 (zlib) of every byte before it
+ *
+ * Format 2 (before the time index) still loads: its header is the first 36
+ * bytes above with bytes 6..7 reserved (zero), then the CRC32 at 36 (40
+ * bytes); its node blob is the first 28 bytes above with bytes 6..7
+ * reserved, then the offset table, the blob and the CRC32 (no last_ms, no
+ * times). All nodes of a stream have the header's version. Its messages
+ * have no recorded time: they count as appended at the loader's clock
+ * (mn_load_header's now_ms), which becomes the stream's clock, and a
+ * compressed format-2 node counts as compressed at the stream's level.
  *
  * Evicted messages of a partially evicted first node are serialized with it
  * (the header's first offset says which ones are gone), so a loaded stream
@@ -237,11 +280,28 @@
  * nodes have no slack at all. */
 #define MN_BLOB_PROJECTION_HEADROOM_PCT 12
 
-/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). */
-#define MN_HEADER_BYTES 40
-#define MN_NODE_FRAME_BYTES 32 /* fixed node fields + CRC32 */
-#define MN_NODE_FIXED_BYTES 28 /* node fields before the offset table */
+/* The time index: a node records the append time of its messages 0, 64,
+ * 128, ... and of its last one. A seek by time then lands at most 63
+ * messages before the exact answer, which one TREAD of 100 covers, for 8
+ * bytes per 64 messages (0.125 byte per message, about 0.1% of a 100-byte
+ * message). Every 16 messages would quadruple that for a precision no
+ * reader needs; every 256 would make a seek start up to 255 messages early,
+ * several reads of 100. */
+#define MN_TIME_CHECKPOINT_EVERY 64
+
+/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). Version 2
+ * (before the time index) still loads; see SERIALIZATION. */
+#define MN_FORMAT_VERSION_V2 2
+#define MN_HEADER_BYTES 52
+#define MN_HEADER_BYTES_V2 40
+#define MN_NODE_FRAME_BYTES 40    /* fixed node fields + CRC32 */
+#define MN_NODE_FIXED_BYTES 36    /* node fields before the offset table */
+#define MN_NODE_FRAME_BYTES_V2 32
+#define MN_NODE_FIXED_BYTES_V2 28
 #define MN_NODE_FLAG_COMPRESSED 1u
+/* The level a compressed version 2 node is taken to have when its stream's
+ * level is 0 (zlib's default: the format did not record it). */
+#define MN_V2_ZLEVEL 6
 
 /* A serialized node, raw blob included, must fit a 32-bit length. */
 #define MN_NODE_BYTES_LIMIT ((uint64_t)UINT32_MAX)
@@ -253,17 +313,31 @@ static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
  * Types
  * --------------------------------------------------------------------- */
 
+/* A node's offset table and time table share one allocation (one malloc
+ * per node fewer), sized for `cap` messages:
+ *
+ *   +---------------------------+-----+---------------------------------+
+ *   | uint32 ends[cap]          | pad | int64 times[ceil(cap / 64)]     |
+ *   +---------------------------+-----+---------------------------------+
+ *   ^ ends                            ^ ends + mn_times_at(cap), 8-aligned
+ *
+ * times[k] is the append time (unix ms) of message 64 * k; entries past the
+ * messages held are unused. Resizing the table moves the time table with
+ * it (mn_node_resize_table()). */
 struct mn_node {
     uint64_t first;     /* logical offset of message 0 */
     mn_node *prev;      /* backward pointer, NULL for the first node */
     char *blob;         /* messages back to back, or their zlib chunks */
-    uint32_t *ends;     /* offset table, `cap` entries allocated */
+    uint32_t *ends;     /* offset table + time table, room for `cap` */
+    int64_t last_ms;    /* append time of message count-1 */
     uint32_t count;     /* messages held */
-    uint32_t cap;       /* entries allocated in ends */
+    uint32_t cap;       /* messages the table has room for */
     uint32_t blob_cap;  /* bytes allocated in blob (== stored bytes when
                            compressed) */
     uint8_t level;      /* entries in fwd */
     uint8_t compressed; /* blob is zlib chunks of ends[count-1] raw bytes */
+    uint8_t zlevel;     /* zlib level it was last compressed, or tried, at;
+                           0 = never (or inflated since) */
     mn_node *fwd[];     /* forward pointers, one per level */
 };
 
@@ -290,6 +364,8 @@ struct mn_stream {
     uint64_t num_compressed;
     uint64_t rng;            /* xorshift64 state for node levels */
     uint64_t load_expected;  /* node count announced by a header being loaded */
+    int64_t clock;           /* append time of the newest message ever (ms);
+                                appends never stamp an earlier time */
     mn_node **head;          /* head forward pointers, head_cap allocated */
     mn_node *tail;           /* the active node */
     mn_cache *cache;         /* allocated on the first read of a compressed chunk */
@@ -297,6 +373,8 @@ struct mn_stream {
     uint8_t level;           /* levels in use (<= head_cap) */
     uint8_t head_cap;
     uint8_t compression;     /* zlib level for nodes sealed from now on */
+    uint8_t load_version;    /* format of the blobs being loaded */
+    uint16_t depth;          /* newest sealed nodes kept raw */
 };
 
 /* ------------------------------------------------------------------------
@@ -384,12 +462,42 @@ static uint32_t mn_msg_start(const mn_node *n, uint32_t i) {
     return i ? n->ends[i - 1] : 0;
 }
 
+/* Time table entries for `count` messages: one per MN_TIME_CHECKPOINT_EVERY,
+ * the first message's included. */
+static uint32_t mn_times_for(uint32_t count) {
+    return count ? (count - 1) / MN_TIME_CHECKPOINT_EVERY + 1 : 0;
+}
+
+/* Where the time table starts in a table allocation for `cap` messages, and
+ * that allocation's size (layout at struct mn_node). */
+static size_t mn_times_at(uint32_t cap) { return ((size_t)cap * 4 + 7) & ~(size_t)7; }
+
+static size_t mn_table_bytes(uint32_t cap) {
+    return mn_times_at(cap) + (size_t)mn_times_for(cap) * sizeof(int64_t);
+}
+
+static int64_t *mn_node_times(const mn_node *n) {
+    return (int64_t *)(void *)((char *)n->ends + mn_times_at(n->cap));
+}
+
+static int64_t mn_node_first_ms(const mn_node *n) { return mn_node_times(n)[0]; }
+
+/* Record that message i of n, just written, was appended at t. */
+static void mn_node_stamp(mn_node *n, uint32_t i, int64_t t) {
+    if (i % MN_TIME_CHECKPOINT_EVERY == 0) mn_node_times(n)[i / MN_TIME_CHECKPOINT_EVERY] = t;
+    n->last_ms = t;
+}
+
+/* Bytes of a serialized node of `count` messages and `stored` blob bytes. */
+static uint64_t mn_node_serialized_bytes(uint32_t count, uint64_t stored) {
+    return MN_NODE_FRAME_BYTES + 4 * (uint64_t)count + 8 * (uint64_t)mn_times_for(count) + stored;
+}
+
 /* Can a node holding `count` messages of `bytes` raw bytes take one more of
  * `len` bytes? Keeps every node serializable within a 32-bit length. */
 static int mn_node_fits(uint32_t max_entries, uint32_t count, uint64_t bytes, uint32_t len) {
     if (count >= max_entries) return 0;
-    uint64_t serialized = MN_NODE_FRAME_BYTES + 4 * ((uint64_t)count + 1) + bytes + len;
-    return serialized <= MN_NODE_BYTES_LIMIT;
+    return mn_node_serialized_bytes(count + 1, bytes + len) <= MN_NODE_BYTES_LIMIT;
 }
 
 /* Pugh's random level with p = 1/4, from a xorshift64 generator private to
@@ -408,24 +516,31 @@ static uint8_t mn_random_level(mn_stream *s) {
     return level;
 }
 
-/* Allocate an unlinked node with room for `cap` table entries and
+/* Bytes a node holds from the allocator: struct, tables and blob. */
+static uint64_t mn_node_memory(const mn_node *n) {
+    return mn_node_struct_bytes(n->level) + mn_table_bytes(n->cap) + n->blob_cap;
+}
+
+/* Allocate an unlinked node with room for `cap` messages in its tables and
  * `blob_cap` blob bytes. Counts the memory. NULL on failure. */
 static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint32_t blob_cap) {
+    if (cap == 0) cap = 1;
+    if (blob_cap == 0) blob_cap = 1;
     mn_node *n = malloc(mn_node_struct_bytes(level));
     if (n == NULL) return NULL;
     memset(n, 0, mn_node_struct_bytes(level));
     n->level = level;
-    n->ends = malloc((size_t)(cap ? cap : 1) * sizeof(uint32_t));
-    n->blob = malloc(blob_cap ? blob_cap : 1);
+    n->ends = malloc(mn_table_bytes(cap));
+    n->blob = malloc(blob_cap);
     if (n->ends == NULL || n->blob == NULL) {
         free(n->ends);
         free(n->blob);
         free(n);
         return NULL;
     }
-    n->cap = cap ? cap : 1;
-    n->blob_cap = blob_cap ? blob_cap : 1;
-    s->memory += mn_node_struct_bytes(level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    n->cap = cap;
+    n->blob_cap = blob_cap;
+    s->memory += mn_node_memory(n);
     return n;
 }
 
@@ -447,20 +562,30 @@ static void mn_cache_forget(mn_stream *s, const mn_node *n) {
 /* Free an unlinked node (or one being unlinked) and its accounting. */
 static void mn_node_release(mn_stream *s, mn_node *n) {
     mn_cache_forget(s, n);
-    s->memory -= mn_node_struct_bytes(n->level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    s->memory -= mn_node_memory(n);
     free(n->ends);
     free(n->blob);
     free(n);
 }
 
-/* Reallocate the offset table to `cap` entries. */
+/* Reallocate the tables for `cap` (>= count) messages. The time table sits
+ * after the offset table, so it moves: up after growing, down before
+ * shrinking (and back if the shrink fails). */
 static int mn_node_resize_table(mn_stream *s, mn_node *n, uint32_t cap) {
     if (cap == 0) cap = 1;
     if (cap == n->cap) return MN_OK;
-    uint32_t *p = realloc(n->ends, (size_t)cap * sizeof(uint32_t));
-    if (p == NULL) return MN_ERR_NOMEM;
-    s->memory = s->memory - (uint64_t)n->cap * sizeof(uint32_t) + (uint64_t)cap * sizeof(uint32_t);
-    n->ends = p;
+    size_t used = (size_t)mn_times_for(n->count) * sizeof(int64_t);
+    size_t from = mn_times_at(n->cap), to = mn_times_at(cap);
+    char *old = (char *)n->ends;
+    if (to < from && used) memmove(old + to, old + from, used);
+    char *p = realloc(old, mn_table_bytes(cap));
+    if (p == NULL) {
+        if (to < from && used) memmove(old + from, old + to, used);
+        return MN_ERR_NOMEM;
+    }
+    if (to > from && used) memmove(p + to, p + from, used);
+    s->memory = s->memory - mn_table_bytes(n->cap) + mn_table_bytes(cap);
+    n->ends = (uint32_t *)(void *)p;
     n->cap = cap;
     return MN_OK;
 }
@@ -541,7 +666,10 @@ static uint32_t mn_chunk_plan_end(const mn_node *n, uint32_t i) {
  * MN_COMPRESS_MIN_SAVING_PCT. Any failure keeps the raw form. */
 static void mn_node_compress(mn_stream *s, mn_node *n) {
     uint32_t raw = mn_node_raw_bytes(n);
-    if (raw < MN_COMPRESS_MIN_BYTES) return;
+    if (raw < MN_COMPRESS_MIN_BYTES) {
+        n->zlevel = s->compression; /* tried: not worth it */
+        return;
+    }
     uint64_t nchunks = 0, bound = 0;
     for (uint32_t i = 0, j; i < n->count; i = j) {
         j = mn_chunk_plan_end(n, i);
@@ -580,6 +708,7 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     deflateEnd(&zs);
     uint64_t total = header + zlen;
     uint64_t max_len = (uint64_t)raw - (uint64_t)raw * MN_COMPRESS_MIN_SAVING_PCT / 100;
+    if (ok && total > max_len) n->zlevel = s->compression; /* tried: does not pay */
     char *exact = ok && total <= max_len ? realloc(out, (size_t)total) : NULL;
     if (exact == NULL) {
         free(out);
@@ -590,6 +719,7 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     n->blob = exact;
     n->blob_cap = (uint32_t)total;
     n->compressed = 1;
+    n->zlevel = s->compression;
     s->num_compressed++;
 }
 
@@ -842,7 +972,7 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next) {
  * with nothing appended. Phase two copies and links and cannot fail (the
  * sealing it does may fail to shrink or compress, which only costs memory).
  */
-int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n, int64_t now_ms) {
     if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
     if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
     uint64_t total = 0;
@@ -916,7 +1046,10 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
     }
     if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) goto nomem;
 
-    /* Phase two: copy into the tail. */
+    /* Phase two: copy into the tail. Every message gets the same time, the
+     * stream's clock moved to now_ms unless that is earlier. */
+    const int64_t t = now_ms > s->clock ? now_ms : s->clock;
+    s->clock = t;
     size_t consumed = 0; /* bytes of buf copied so far (buf may be NULL if all empty) */
     if (to_tail > 0) {
         uint32_t end = mn_node_raw_bytes(tail);
@@ -925,7 +1058,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
         consumed = bytes;
         for (size_t k = 0; k < to_tail; k++) {
             end += lens[k];
-            tail->ends[tail->count++] = end;
+            tail->ends[tail->count] = end;
+            mn_node_stamp(tail, tail->count++, t);
         }
         if (tail->count == max) mn_node_shrink(s, tail);
     }
@@ -943,6 +1077,7 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             for (uint32_t j = 0; j < count; j++) {
                 end += lens[k + j];
                 node->ends[j] = end;
+                mn_node_stamp(node, j, t);
             }
             if (end) memcpy(node->blob, buf + consumed, end);
             consumed += end;
@@ -969,8 +1104,8 @@ nomem:
     return MN_ERR_NOMEM;
 }
 
-int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len) {
-    return mn_append(s, buf, &len, 1);
+int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len, int64_t now_ms) {
+    return mn_append(s, buf, &len, 1, now_ms);
 }
 
 /* ------------------------------------------------------------------------
@@ -982,6 +1117,23 @@ static uint64_t mn_span_bytes(const mn_node *n, uint32_t from, uint32_t to) {
     return (uint64_t)mn_msg_start(n, to) - mn_msg_start(n, from);
 }
 
+/* Evict the whole first node (there is one), adding what went to ev. */
+static void mn_evict_first_node(mn_stream *s, mn_evicted *ev) {
+    mn_node *n = s->head[0];
+    uint64_t lo = n->first > s->first ? n->first : s->first;
+    uint64_t messages = mn_node_end(n) - lo;
+    uint64_t bytes = mn_span_bytes(n, (uint32_t)(lo - n->first), n->count);
+    uint64_t memory = s->memory;
+    mn_unlink_first(s);
+    s->length -= messages;
+    s->payload -= bytes;
+    s->first = s->num_nodes ? s->head[0]->first : s->next;
+    ev->messages += messages;
+    ev->bytes += bytes;
+    ev->nodes++;
+    ev->memory += memory - s->memory;
+}
+
 int64_t mn_evict_upto(mn_stream *s, int64_t offset) {
     if (offset < 0) return MN_ERR_ARG;
     uint64_t cut = (uint64_t)offset + 1;
@@ -991,31 +1143,106 @@ int64_t mn_evict_upto(mn_stream *s, int64_t offset) {
         return 0;
     }
     if (cut <= s->first) return 0;
-    uint64_t evicted = 0;
-    mn_node *n;
-    while ((n = s->head[0]) != NULL && mn_node_end(n) <= cut) {
-        uint64_t lo = n->first > s->first ? n->first : s->first;
-        evicted += mn_node_end(n) - lo;
-        s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), n->count);
-        mn_unlink_first(s);
-    }
-    if (n == NULL) {
-        s->first = s->next;
-    } else {
-        uint64_t lo = n->first > s->first ? n->first : s->first;
+    mn_evicted ev = {0, 0, 0, 0};
+    while (s->num_nodes && mn_node_end(s->head[0]) <= cut) mn_evict_first_node(s, &ev);
+    if (s->num_nodes) {
+        mn_node *n = s->head[0];
+        uint64_t lo = s->first; /* n contains first */
         if (cut > lo) {
-            evicted += cut - lo;
+            ev.messages += cut - lo;
+            s->length -= cut - lo;
             s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), (uint32_t)(cut - n->first));
+            s->first = cut;
         }
-        s->first = cut > n->first ? cut : n->first;
     }
-    s->length -= evicted;
-    return (int64_t)evicted;
+    return (int64_t)ev.messages;
 }
 
 int64_t mn_evict_keep(mn_stream *s, uint64_t keep) {
     if (keep >= s->next) return 0;
     return mn_evict_upto(s, (int64_t)(s->next - keep - 1));
+}
+
+/* ------------------------------------------------------------------------
+ * Time index and retention
+ * --------------------------------------------------------------------- */
+
+int64_t mn_last_append_ms(const mn_stream *s) { return s->clock; }
+
+uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms) {
+    if (s->num_nodes == 0) return s->next;
+    /* Times never decrease along the list, so the skiplist can descend on
+     * last_ms: x ends as the last node whose newest message is older than
+     * unix_ms, and the answer lies in the node after it. */
+    mn_node *x = NULL;
+    for (int l = (int)s->level - 1; l >= 0; l--) {
+        mn_node *next = x ? x->fwd[l] : s->head[l];
+        while (next != NULL && next->last_ms < unix_ms) {
+            x = next;
+            next = x->fwd[l];
+        }
+    }
+    const mn_node *n = x ? x->fwd[0] : s->head[0];
+    if (n == NULL) return s->next;
+    /* older = how many checkpoints are older than unix_ms. Checkpoint k is
+     * message 64k: with older == 0 message 0 is the answer; otherwise
+     * messages up to 64(older-1) are older and the answer is after them,
+     * within the next 63 (checkpoint `older` is not older, or the node's
+     * last message is not). */
+    const int64_t *times = mn_node_times(n);
+    uint32_t lo = 0, hi = mn_times_for(n->count);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (times[mid] < unix_ms) lo = mid + 1;
+        else hi = mid;
+    }
+    uint64_t i = lo ? (uint64_t)(lo - 1) * MN_TIME_CHECKPOINT_EVERY + 1 : 0;
+    if (i >= n->count) i = n->count - 1;
+    uint64_t off = n->first + i;
+    return off > s->first ? off : s->first;
+}
+
+int mn_evict_older_than(mn_stream *s, int64_t cutoff_ms, uint64_t max_nodes, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    for (; s->num_nodes && s->head[0]->last_ms < cutoff_ms; max_nodes--) {
+        if (max_nodes == 0) return 1;
+        mn_evict_first_node(s, ev);
+    }
+    return 0;
+}
+
+int mn_evict_over_bytes(mn_stream *s, uint64_t max_payload, uint64_t max_nodes, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    for (; s->payload > max_payload && s->num_nodes > 1; max_nodes--) {
+        if (max_nodes == 0) return 1;
+        mn_evict_first_node(s, ev);
+    }
+    return 0;
+}
+
+int mn_evict_oldest_node(mn_stream *s, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    if (s->num_nodes == 0) return 0;
+    mn_evict_first_node(s, ev);
+    return 1;
+}
+
+int64_t mn_oldest_append_ms(const mn_stream *s) {
+    if (s->num_nodes == 0) return MN_TIME_NONE;
+    const mn_node *n = s->head[0];
+    /* The checkpoint at or before the first readable message. */
+    return mn_node_times(n)[(s->first - n->first) / MN_TIME_CHECKPOINT_EVERY];
+}
+
+uint64_t mn_oldest_node_memory(const mn_stream *s) {
+    if (s->num_nodes == 0) return 0;
+    const mn_node *n = s->head[0];
+    uint64_t bytes = mn_node_memory(n);
+    if (s->cache != NULL) {
+        for (int i = 0; i < MN_CACHE_SLOTS; i++)
+            if (s->cache->slot[i].node == n) bytes += s->cache->slot[i].len;
+    }
+    return bytes;
 }
 
 /* ------------------------------------------------------------------------
@@ -1221,12 +1448,14 @@ int mn_serialize_header(const mn_stream *s, mn_buf *out) {
     memcpy(p, MN_HEADER_MAGIC, 4);
     p[4] = MN_FORMAT_VERSION;
     p[5] = s->compression;
-    mn_put_u16le(p + 6, 0);
+    mn_put_u16le(p + 6, s->depth);
     mn_put_u64le(p + 8, s->next);
     mn_put_u64le(p + 16, mn_first_offset(s));
     mn_put_u64le(p + 24, s->num_nodes);
     mn_put_u32le(p + 32, s->max_entries);
-    mn_put_u32le(p + 36, mn_crc32(p, 36));
+    mn_put_u32le(p + 36, 0);
+    mn_put_u64le(p + 40, (uint64_t)s->clock);
+    mn_put_u32le(p + 48, mn_crc32(p, 48));
     out->len += MN_HEADER_BYTES;
     return MN_OK;
 }
@@ -1237,10 +1466,20 @@ const mn_node *mn_first_node(const mn_stream *s) {
 
 const mn_node *mn_node_next(const mn_node *node) { return node->fwd[0]; }
 
+void mn_node_get_info(const mn_node *node, mn_node_info *out) {
+    out->first = node->first;
+    out->count = node->count;
+    out->compressed = node->compressed;
+    out->zlevel = node->zlevel;
+    out->first_ms = mn_node_first_ms(node);
+    out->last_ms = node->last_ms;
+    out->memory = mn_node_memory(node);
+}
+
 int mn_node_serialize(const mn_node *node, mn_buf *out) {
     uint32_t raw_len = mn_node_raw_bytes(node);
     uint32_t stored = node->compressed ? node->blob_cap : raw_len;
-    uint64_t total = MN_NODE_FRAME_BYTES + 4 * (uint64_t)node->count + stored;
+    uint64_t total = mn_node_serialized_bytes(node->count, stored);
     if (total > MN_NODE_BYTES_LIMIT) return MN_ERR_TOOBIG;
     int rc = mn_buf_reserve(out, (size_t)total);
     if (rc != MN_OK) return rc;
@@ -1248,13 +1487,17 @@ int mn_node_serialize(const mn_node *node, mn_buf *out) {
     memcpy(base, MN_NODE_MAGIC, 4);
     base[4] = MN_FORMAT_VERSION;
     base[5] = node->compressed ? MN_NODE_FLAG_COMPRESSED : 0;
-    mn_put_u16le(base + 6, 0);
+    base[6] = node->zlevel;
+    base[7] = 0;
     mn_put_u64le(base + 8, node->first);
     mn_put_u32le(base + 16, node->count);
     mn_put_u32le(base + 20, raw_len);
     mn_put_u32le(base + 24, stored);
+    mn_put_u64le(base + 28, (uint64_t)node->last_ms);
     unsigned char *p = base + MN_NODE_FIXED_BYTES;
     for (uint32_t i = 0; i < node->count; i++, p += 4) mn_put_u32le(p, node->ends[i]);
+    const int64_t *times = mn_node_times(node);
+    for (uint32_t k = 0; k < mn_times_for(node->count); k++, p += 8) mn_put_u64le(p, (uint64_t)times[k]);
     if (stored) memcpy(p, node->blob, stored);
     p += stored;
     mn_put_u32le(p, mn_crc32(base, (size_t)(p - base)));
@@ -1267,7 +1510,11 @@ typedef struct mn_node_view {
     uint64_t first;
     uint32_t count, raw_len, stored;
     int compressed;
+    int version;
+    uint8_t zlevel;             /* 0 for version 2 */
+    int64_t last_ms;            /* version 3 only */
     const unsigned char *table; /* count little-endian uint32 */
+    const unsigned char *times; /* mn_times_for(count) little-endian int64; NULL for version 2 */
     const unsigned char *blob;  /* stored bytes */
 } mn_node_view;
 
@@ -1276,25 +1523,58 @@ static uint32_t mn_view_msg_start(const mn_node_view *v, uint32_t i) {
     return i ? mn_get_u32le(v->table + 4 * ((size_t)i - 1)) : 0;
 }
 
-static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
-    const unsigned char *p = (const unsigned char *)blob;
-    if (p == NULL || len < MN_NODE_FRAME_BYTES || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
-    if (memcmp(p, MN_NODE_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return MN_ERR_CORRUPT;
-    if ((p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0 || mn_get_u16le(p + 6) != 0) return MN_ERR_CORRUPT;
+static int64_t mn_view_time(const mn_node_view *v, uint32_t k) {
+    return (int64_t)mn_get_u64le(v->times + 8 * (size_t)k);
+}
+
+/* Check the frame of a version 3 or 2 node blob (layouts in the big
+ * comment) and fill v; the blob itself is checked by the caller. */
+static int mn_parse_node_frame(const unsigned char *p, size_t len, mn_node_view *v) {
+    if (p == NULL || len < MN_NODE_FRAME_BYTES_V2 || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
+    if (memcmp(p, MN_NODE_MAGIC, 4) != 0) return MN_ERR_CORRUPT;
+    v->version = p[4];
+    if (v->version != MN_FORMAT_VERSION && v->version != MN_FORMAT_VERSION_V2) return MN_ERR_CORRUPT;
+    int v2 = v->version == MN_FORMAT_VERSION_V2;
+    size_t frame = v2 ? MN_NODE_FRAME_BYTES_V2 : MN_NODE_FRAME_BYTES;
+    size_t fixed = v2 ? MN_NODE_FIXED_BYTES_V2 : MN_NODE_FIXED_BYTES;
+    if (len < frame || (p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0) return MN_ERR_CORRUPT;
+    v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
+    v->zlevel = v2 ? 0 : p[6];
+    if (v2 ? mn_get_u16le(p + 6) != 0 : p[7] != 0) return MN_ERR_CORRUPT;
+    if (v->zlevel > 9 || (v->compressed && !v2 && v->zlevel == 0)) return MN_ERR_CORRUPT;
     v->first = mn_get_u64le(p + 8);
     v->count = mn_get_u32le(p + 16);
     v->raw_len = mn_get_u32le(p + 20);
     v->stored = mn_get_u32le(p + 24);
-    v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
+    v->last_ms = v2 ? 0 : (int64_t)mn_get_u64le(p + 28);
     if (v->count < 1 || v->count > MN_MAX_MAX_ENTRIES) return MN_ERR_CORRUPT;
     if (v->first > MN_OFFSET_END - v->count) return MN_ERR_CORRUPT;
-    uint64_t expect = MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->stored;
+    uint64_t times_bytes = v2 ? 0 : 8 * (uint64_t)mn_times_for(v->count);
+    uint64_t expect = frame + 4 * (uint64_t)v->count + times_bytes + v->stored;
     if (expect != len) return MN_ERR_CORRUPT;
-    if (MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->raw_len > MN_NODE_BYTES_LIMIT)
-        return MN_ERR_CORRUPT;
+    /* Loaded, the node must fit a current-format blob too. */
+    if (mn_node_serialized_bytes(v->count, v->raw_len) > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
     if (mn_get_u32le(p + len - 4) != mn_crc32(p, len - 4)) return MN_ERR_CORRUPT;
-    v->table = p + MN_NODE_FIXED_BYTES;
-    v->blob = v->table + 4 * (size_t)v->count;
+    v->table = p + fixed;
+    v->times = v2 ? NULL : v->table + 4 * (size_t)v->count;
+    v->blob = v->table + 4 * (size_t)v->count + times_bytes;
+    if (!v2) {
+        /* Times never decrease: checkpoints in order, the last message
+         * not older than the last checkpoint; the clock starts at 0. */
+        int64_t prev = 0;
+        for (uint32_t k = 0; k < mn_times_for(v->count); k++) {
+            int64_t t = mn_view_time(v, k);
+            if (t < prev) return MN_ERR_CORRUPT;
+            prev = t;
+        }
+        if (v->last_ms < prev) return MN_ERR_CORRUPT;
+    }
+    return MN_OK;
+}
+
+static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
+    int rc = mn_parse_node_frame((const unsigned char *)blob, len, v);
+    if (rc != MN_OK) return rc;
     uint32_t prev = 0;
     for (uint32_t i = 0; i < v->count; i++) {
         uint32_t end = mn_get_u32le(v->table + 4 * (size_t)i);
@@ -1328,18 +1608,18 @@ static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
     if (prev_zend != zarea_len) return MN_ERR_CORRUPT;
     char *raw = malloc(largest ? largest : 1);
     if (raw == NULL) return MN_ERR_NOMEM;
-    int rc = MN_OK;
+    int rc2 = MN_OK;
     prev_zend = 0;
-    for (uint32_t k = 0; k < nchunks && rc == MN_OK; k++) {
+    for (uint32_t k = 0; k < nchunks && rc2 == MN_OK; k++) {
         const unsigned char *entry = v->blob + MN_CHUNK_COUNT_BYTES + (size_t)k * MN_CHUNK_ENTRY_BYTES;
         uint32_t first = mn_get_u32le(entry), zend = mn_get_u32le(entry + 4);
         uint32_t end_msg = k + 1 < nchunks ? mn_get_u32le(entry + MN_CHUNK_ENTRY_BYTES) : v->count;
         uint32_t len = mn_view_msg_start(v, end_msg) - mn_view_msg_start(v, first);
-        rc = mn_inflate_exact(raw, len, zarea + prev_zend, zend - prev_zend);
+        rc2 = mn_inflate_exact(raw, len, zarea + prev_zend, zend - prev_zend);
         prev_zend = zend;
     }
     free(raw);
-    return rc;
+    return rc2;
 }
 
 int mn_validate_node_blob(const char *blob, size_t len) {
@@ -1347,20 +1627,33 @@ int mn_validate_node_blob(const char *blob, size_t len) {
     return mn_parse_node_blob(blob, len, &v);
 }
 
-mn_stream *mn_load_header(const char *blob, size_t len, int *err) {
+mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err) {
     const unsigned char *p = (const unsigned char *)blob;
     int dummy;
     if (err == NULL) err = &dummy;
     *err = MN_ERR_CORRUPT;
-    if (p == NULL || len != MN_HEADER_BYTES) return NULL;
-    if (memcmp(p, MN_HEADER_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return NULL;
-    if (mn_get_u32le(p + 36) != mn_crc32(p, 36)) return NULL;
+    if (p == NULL || len < MN_HEADER_BYTES_V2 || memcmp(p, MN_HEADER_MAGIC, 4) != 0) return NULL;
+    int version = p[4];
+    if (version == MN_FORMAT_VERSION) {
+        if (len != MN_HEADER_BYTES || mn_get_u32le(p + 48) != mn_crc32(p, 48)) return NULL;
+        if (mn_get_u32le(p + 36) != 0) return NULL;
+    } else if (version == MN_FORMAT_VERSION_V2) {
+        if (len != MN_HEADER_BYTES_V2 || mn_get_u32le(p + 36) != mn_crc32(p, 36)) return NULL;
+        if (mn_get_u16le(p + 6) != 0) return NULL;
+    } else {
+        return NULL;
+    }
     int level = p[5];
+    unsigned depth = version == MN_FORMAT_VERSION ? mn_get_u16le(p + 6) : 0;
     uint64_t next = mn_get_u64le(p + 8);
     uint64_t first = mn_get_u64le(p + 16);
     uint64_t nodes = mn_get_u64le(p + 24);
     uint32_t max_entries = mn_get_u32le(p + 32);
-    if (level > 9 || mn_get_u16le(p + 6) != 0) return NULL;
+    /* A version 2 stream has no times: its messages count as appended now
+     * (see SERIALIZATION). */
+    int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40)
+                                                 : (now_ms > 0 ? now_ms : 0);
+    if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0) return NULL;
     if (next > MN_OFFSET_END || first > next) return NULL;
     if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;
     if ((nodes == 0) != (first == next)) return NULL;
@@ -1371,7 +1664,10 @@ mn_stream *mn_load_header(const char *blob, size_t len, int *err) {
     }
     s->next = next;
     s->first = first;
+    s->depth = (uint16_t)depth;
+    s->clock = clock;
     s->load_expected = nodes;
+    s->load_version = (uint8_t)version;
     *err = MN_OK;
     return s;
 }
@@ -1380,7 +1676,7 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     mn_node_view v;
     int rc = mn_parse_node_blob(blob, len, &v);
     if (rc != MN_OK) return rc;
-    if (s->num_nodes >= s->load_expected) return MN_ERR_CORRUPT;
+    if (s->num_nodes >= s->load_expected || v.version != s->load_version) return MN_ERR_CORRUPT;
     /* v.count is bounded by MN_MAX_MAX_ENTRIES already: a node may hold more
      * than the stream's current max_entries if that was lowered later. */
     uint64_t end = v.first + v.count;
@@ -1390,6 +1686,11 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     } else if (v.first > s->first) {
         return MN_ERR_CORRUPT; /* the first node must hold the first offset */
     }
+    if (v.times != NULL) {
+        /* Times continue the previous node's and stop at the stream's clock. */
+        int64_t after = s->tail != NULL ? s->tail->last_ms : 0;
+        if (mn_view_time(&v, 0) < after || v.last_ms > s->clock) return MN_ERR_CORRUPT;
+    }
     uint8_t level = mn_random_level(s);
     if (mn_head_reserve(s, level) != MN_OK) return MN_ERR_NOMEM;
     mn_node *n = mn_node_alloc(s, level, v.count, v.stored);
@@ -1397,7 +1698,14 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     n->first = v.first;
     n->count = v.count;
     n->compressed = (uint8_t)v.compressed;
+    /* A version 2 blob does not say which level compressed it. */
+    if (v.compressed && v.zlevel == 0) n->zlevel = s->compression ? s->compression : MN_V2_ZLEVEL;
+    else n->zlevel = v.zlevel;
     for (uint32_t i = 0; i < v.count; i++) n->ends[i] = mn_get_u32le(v.table + 4 * (size_t)i);
+    int64_t *times = mn_node_times(n);
+    for (uint32_t k = 0; k < mn_times_for(v.count); k++)
+        times[k] = v.times != NULL ? mn_view_time(&v, k) : s->clock;
+    n->last_ms = v.times != NULL ? v.last_ms : s->clock;
     if (v.stored) memcpy(n->blob, v.blob, v.stored);
     mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
     mn_tail_slots(s, slot);

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 
 from rcp11.storage import Stream
 
+T0 = 1_700_000_000_000  # recipes append at fixed times, so dumps are reproducible
+
 
 def msg(i: int) -> bytes:
     """A distinct message per offset, of varying length (0..40 bytes)."""
@@ -20,19 +22,23 @@ def msg(i: int) -> bytes:
 
 def json_line(i: int) -> bytes:
     """A compressible JSON log line."""
-    return (
-        b'{"ts":%d,"level":"%s","path":"/api/v1/items/%d","status":%d,"user":"u%05d"}'
-        % (1_700_000_000_000 + 17 * i, b"info" if i % 7 else b"warn", i % 977, 200, i % 311)
+    return b'{"ts":%d,"level":"%s","path":"/api/v1/items/%d","status":%d,"user":"u%05d"}' % (
+        1_700_000_000_000 + 17 * i,
+        b"info" if i % 7 else b"warn",
+        i % 977,
+        200,
+        i % 311,
     )
 
 
 def raw_with_gaps() -> Stream:
     """Raw nodes of 10, a partially evicted first node, a raised gap."""
     s = Stream(max_entries=10)
-    s.append([msg(i) for i in range(95)])
+    for i in range(95):
+        s.append([msg(i)], now_ms=T0 + 3 * i)
     s.evict_upto(13)
     s.raise_next_offset(102)
-    s.append([msg(i) for i in range(102, 122)])
+    s.append([msg(i) for i in range(102, 122)], now_ms=T0 + 1000)
     return s
 
 
@@ -40,7 +46,7 @@ def zlib_nodes() -> Stream:
     """zlib level 6, nodes of 50 JSON lines, 20 evicted."""
     s = Stream(max_entries=50, compression_level=6)
     for start in range(0, 230, 37):
-        s.append([json_line(i) for i in range(start, min(230, start + 37))])
+        s.append([json_line(i) for i in range(start, min(230, start + 37))], now_ms=T0 + start)
     s.evict_upto(19)
     return s
 
@@ -48,14 +54,14 @@ def zlib_nodes() -> Stream:
 def chunked() -> Stream:
     """8 KB messages, nodes of 5, zlib level 1: one node of three chunks."""
     s = Stream(max_entries=5, compression_level=1)
-    s.append([bytes([65 + i % 26]) * 8000 + b"%d" % i for i in range(8)])
+    s.append([bytes([65 + i % 26]) * 8000 + b"%d" % i for i in range(8)], now_ms=T0)
     return s
 
 
 def empty_raised() -> Stream:
     """No node at all, next offset raised and everything evicted."""
     s = Stream(max_entries=1000)
-    s.append([b"a", b"b"])
+    s.append([b"a", b"b"], now_ms=T0)
     s.evict_upto(1)
     s.raise_next_offset(1 << 40)
     return s

@@ -90,7 +90,8 @@ static void exercise(mn_stream *s, char **blobs, const size_t *lens, size_t n, i
         CHECK(i == n);
     }
     uint64_t length = mn_length(s);
-    int64_t at = mn_append_one(s, "hello", 5);
+    int64_t clock = mn_last_append_ms(s);
+    int64_t at = mn_append_one(s, "hello", 5, clock - 1);
     if (next == MN_MAX_OFFSET + 1ULL) {
         CHECK(at == MN_ERR_OVERFLOW);
     } else {
@@ -101,6 +102,9 @@ static void exercise(mn_stream *s, char **blobs, const size_t *lens, size_t n, i
         CHECK(mn_read_resp(s, next, 1, MN_NULL_RESP2, &out) == MN_OK);
         CHECK(out.len == 11 && memcmp(out.data, "$5\r\nhello\r\n", 11) == 0);
         mn_buf_free(&out);
+        CHECK(mn_last_append_ms(s) == clock); /* never back */
+        CHECK(mn_seek_time(s, clock + 1) == next + 1);
+        CHECK(mn_seek_time(s, clock) <= next);
     }
     CHECK(count_alloc_live() == mn_memory_bytes(s));
     CHECK(mn_evict_keep(s, 1) >= 0);
@@ -135,7 +139,7 @@ static void run_dump(const uint8_t *data, size_t size, int fix_crc) {
     }
     if (n == 0) return;
     int err = 1;
-    mn_stream *s = mn_load_header(blobs[0], lens[0], &err);
+    mn_stream *s = mn_load_header(blobs[0], lens[0], 1700000000000, &err);
     CHECK((s == NULL) == (err != MN_OK));
     CHECK(s != NULL || err == MN_ERR_CORRUPT);
     int rc = s != NULL ? MN_OK : MN_ERR_CORRUPT;

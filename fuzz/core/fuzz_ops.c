@@ -9,11 +9,14 @@
  * =========
  *
  * Two streams, A and B (B is the source of concatenations). For each, the
- * model keeps the readable messages in offset order -- offset, length and
- * the seed their bytes are made from -- and the next offset. Whatever the
- * core does with nodes, chunks and compression, every read must give back
- * exactly the model's bytes and nulls, every counter must match, and the
- * counting allocator must hold exactly what mn_memory_bytes() says.
+ * model keeps the readable messages in offset order -- offset, length, the
+ * seed their bytes are made from and their append time -- and the next
+ * offset and the stream's clock. Whatever the core does with nodes, chunks
+ * and compression, every read must give back exactly the model's bytes and
+ * nulls, every counter must match, every node's times must be its
+ * messages', a seek by time must land within its documented precision,
+ * and the counting allocator must hold exactly what mn_memory_bytes()
+ * says. The wall clock the appends use moves forward and, sometimes, back.
  *
  * INPUT
  * =====
@@ -47,6 +50,9 @@
 #define MAX_BATCH 300            /* messages per append call */
 #define MAX_READ 400             /* offsets per read call */
 #define MAX_OPS 400              /* operations per input */
+/* The time index's documented precision: a seek lands at most 63 messages
+ * early (one checkpoint interval). */
+#define MN_TIME_CHECKPOINT_EVERY_TESTED 64
 
 /* ------------------------------------------------------------------------
  * Input decoding
@@ -96,6 +102,7 @@ typedef struct msg {
     uint64_t off;
     uint32_t len;
     uint32_t seed;
+    int64_t ms;        /* append time */
 } msg;
 
 typedef struct model {
@@ -103,6 +110,7 @@ typedef struct model {
     size_t head, len, cap;
     uint64_t next;
     uint64_t payload;  /* bytes of the readable messages */
+    int64_t clock;     /* the stream's clock: newest append time */
 } model;
 
 typedef struct world {
@@ -112,15 +120,16 @@ typedef struct world {
     uint64_t appended;  /* bytes appended so far */
     uint64_t messages;  /* messages appended so far */
     long fail_k;        /* failure injection for the next operation, -1 none */
+    int64_t wall;       /* the clock appends pass */
 } world;
 
-static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed) {
+static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed, int64_t ms) {
     if (m->len == m->cap) {
         m->cap = m->cap ? 2 * m->cap : 64;
         m->m = realloc(m->m, m->cap * sizeof(msg));
         CHECK(m->m != NULL);
     }
-    m->m[m->len++] = (msg){off, len, seed};
+    m->m[m->len++] = (msg){off, len, seed, ms};
     m->payload += len;
 }
 
@@ -139,6 +148,12 @@ static size_t model_lower(const model *m, uint64_t off) {
 
 static uint64_t model_first(const model *m) {
     return m->head < m->len ? m->m[m->head].off : m->next;
+}
+
+/* The readable message at offset off, or NULL. */
+static const msg *model_at(const model *m, uint64_t off) {
+    size_t i = model_lower(m, off);
+    return i < m->len && m->m[i].off == off ? &m->m[i] : NULL;
 }
 
 /* Drop readable messages with offset < cut; how many. */
@@ -165,6 +180,10 @@ static void check_counters(world *w) {
         CHECK(mn_payload_bytes(s) == m->payload);
         CHECK((mn_num_nodes(s) == 0) == (model_count(m) == 0));
         CHECK(mn_num_compressed_nodes(s) <= mn_num_nodes(s));
+        CHECK(mn_last_append_ms(s) == m->clock);
+        int64_t oldest = mn_oldest_append_ms(s);
+        if (model_count(m) == 0) CHECK(oldest == MN_TIME_NONE);
+        else CHECK(oldest >= 0 && oldest <= m->m[m->head].ms);
     }
     CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
 }
@@ -179,7 +198,10 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
     mn_buf out;
     mn_buf_init(&out);
     int rc = mn_read_copy(s, start, n, &out, lens);
-    if (rc == MN_ERR_NOMEM && out.len == 0) return rc; /* injected */
+    if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
+        mn_buf_free(&out);
+        return rc;
+    }
     CHECK(rc == MN_OK);
     size_t pos = 0, i = model_lower(m, start);
     for (uint64_t o = start; o < start + n; o++) {
@@ -201,7 +223,10 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
     for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
         mn_buf_init(&out);
         rc = mn_read_resp_prefixed(s, start, n, style, "*", 1, &out);
-        if (rc == MN_ERR_NOMEM && out.len == 0) return rc; /* injected */
+        if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
+            mn_buf_free(&out);
+            return rc;
+        }
         CHECK(rc == MN_OK);
         pos = 1;
         i = model_lower(m, start);
@@ -232,11 +257,38 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
     return MN_OK;
 }
 
+/* Nodes in order, not overlapping, times never decreasing; a node's last
+ * message is readable (nodes wholly evicted are freed) and its time is the
+ * node's last_ms; so is message 0's first_ms when readable. */
+static void check_nodes(world *w, int k) {
+    const model *m = &w->m[k];
+    mn_node_info info;
+    uint64_t end = 0, nodes = 0, compressed = 0;
+    int64_t last = 0;
+    for (const mn_node *node = mn_first_node(w->s[k]); node != NULL; node = mn_node_next(node)) {
+        mn_node_get_info(node, &info);
+        CHECK(info.count >= 1 && info.first >= end);
+        CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
+        const msg *g = model_at(m, info.first + info.count - 1);
+        CHECK(g != NULL && g->ms == info.last_ms);
+        g = model_at(m, info.first);
+        CHECK(g == NULL || g->ms == info.first_ms);
+        CHECK(info.memory > 0 && (!info.compressed || info.zlevel >= 1));
+        end = info.first + info.count;
+        last = info.last_ms;
+        nodes++;
+        compressed += info.compressed;
+    }
+    CHECK(nodes == mn_num_nodes(w->s[k]) && compressed == mn_num_compressed_nodes(w->s[k]));
+    CHECK(last <= m->clock);
+}
+
 /* Every readable message of both streams, in reads of up to MAX_READ
  * offsets placed on the messages (offsets may be spread up to 2^63). */
 static void check_all(world *w) {
     check_counters(w);
     for (int k = 0; k < 2; k++) {
+        check_nodes(w, k);
         const model *m = &w->m[k];
         size_t i = m->head;
         while (i < m->len) {
@@ -281,14 +333,16 @@ static int op_append(world *w, int k, input *in, int one) {
         for (uint32_t j = 0; j < lens[i]; j++) buf[pos + j] = (char)msg_byte(w->seeds + (uint32_t)i, j);
         pos += lens[i];
     }
-    int64_t first = one ? mn_append_one(w->s[k], buf, lens[0]) : mn_append(w->s[k], buf, lens, n);
+    int64_t first = one ? mn_append_one(w->s[k], buf, lens[0], w->wall)
+                        : mn_append(w->s[k], buf, lens, n, w->wall);
     if (n > MN_MAX_OFFSET + 1ULL - m->next) {
         CHECK(first == MN_ERR_OVERFLOW);
         return MN_OK;
     }
     if (first < 0) return (int)first;
     CHECK((uint64_t)first == m->next);
-    for (size_t i = 0; i < n; i++) model_push(m, m->next + i, lens[i], w->seeds + (uint32_t)i);
+    if (w->wall > m->clock) m->clock = w->wall;
+    for (size_t i = 0; i < n; i++) model_push(m, m->next + i, lens[i], w->seeds + (uint32_t)i, m->clock);
     m->next += n;
     w->seeds += (uint32_t)n;
     w->appended += total;
@@ -403,7 +457,7 @@ static int op_roundtrip(world *w, int k) {
         }
     }
     int err = 1;
-    mn_stream *copy = mn_load_header(blobs[0].data, blobs[0].len, &err);
+    mn_stream *copy = mn_load_header(blobs[0].data, blobs[0].len, w->wall, &err);
     if (copy == NULL) {
         CHECK(err == MN_ERR_NOMEM);
         free_blobs(blobs, n);
@@ -425,6 +479,7 @@ static int op_roundtrip(world *w, int k) {
         CHECK(mn_max_entries(copy) == mn_max_entries(w->s[k]));
         CHECK(mn_compression_level(copy) == mn_compression_level(w->s[k]));
         CHECK(mn_num_compressed_nodes(copy) == mn_num_compressed_nodes(w->s[k]));
+        CHECK(mn_last_append_ms(copy) == mn_last_append_ms(w->s[k]));
         mn_stream_free(w->s[k]);
         w->s[k] = copy;
     } else {
@@ -434,6 +489,89 @@ static int op_roundtrip(world *w, int k) {
     free_blobs(again, n2);
     free_blobs(blobs, n);
     return rc;
+}
+
+/* The wall clock moves: mostly forward a little, sometimes a lot, and
+ * sometimes back (the stream's clock must not). */
+static int op_clock(world *w, input *in) {
+    uint8_t how = in_u8(in);
+    switch (how % 4) {
+    case 0: w->wall += in_u8(in); break;
+    case 1: w->wall += (int64_t)in_u32(in); break;
+    case 2: w->wall -= in_u16(in); break;
+    default: w->wall = (int64_t)(in_u64(in) >> 2) - (1LL << 40); break; /* anywhere, even < 0 */
+    }
+    return MN_OK;
+}
+
+/* A time near a readable message's, or anywhere. */
+static int64_t in_time(const model *m, input *in) {
+    if (model_count(m) && in_u8(in) % 4) {
+        const msg *g = &m->m[m->head + in_u16(in) % model_count(m)];
+        return g->ms + (int8_t)in_u8(in) % 3;
+    }
+    return (int64_t)in_u64(in);
+}
+
+static int op_seek(world *w, int k, input *in) {
+    const model *m = &w->m[k];
+    int64_t t = in_time(m, in);
+    uint64_t got = mn_seek_time(w->s[k], t);
+    /* exact: the first readable message appended at or after t */
+    size_t i = m->head;
+    while (i < m->len && m->m[i].ms < t) i++;
+    uint64_t exact = i < m->len ? m->m[i].off : m->next;
+    CHECK(got <= exact);
+    size_t j = model_lower(m, got);
+    CHECK(got == m->next || (j < m->len && m->m[j].off == got)); /* a message, readable */
+    CHECK(i - j <= (size_t)(MN_TIME_CHECKPOINT_EVERY_TESTED - 1));
+    return MN_OK;
+}
+
+static int op_retain(world *w, int k, input *in) {
+    model *m = &w->m[k];
+    mn_stream *s = w->s[k];
+    mn_evicted ev = {0, 0, 0, 0};
+    uint64_t budget = in_u8(in) % 5;
+    uint64_t memory = mn_memory_bytes(s), before_first = model_first(m), payload = m->payload;
+    size_t before = model_count(m);
+    int rc;
+    uint8_t what = in_u8(in) % 3;
+    if (what == 0) {
+        int64_t cutoff = in_time(m, in);
+        rc = mn_evict_older_than(s, cutoff, budget, &ev);
+        /* Nothing unexpired went. */
+        for (size_t i = m->head; i < m->len && m->m[i].off < mn_first_offset(s); i++)
+            if (m->m[i].off >= before_first) CHECK(m->m[i].ms < cutoff);
+        mn_node_info info;
+        if (rc == 0 && mn_num_nodes(s)) {
+            mn_node_get_info(mn_first_node(s), &info);
+            CHECK(info.last_ms >= cutoff);
+        }
+    } else if (what == 1) {
+        uint64_t limit = in_pick(in, payload + 200);
+        rc = mn_evict_over_bytes(s, limit, budget, &ev);
+        if (rc == 0) CHECK(mn_payload_bytes(s) <= limit || mn_num_nodes(s) == 1);
+    } else {
+        uint64_t node_memory = mn_oldest_node_memory(s);
+        rc = mn_evict_oldest_node(s, &ev);
+        CHECK(rc == (before > 0) && ev.nodes == (uint64_t)rc);
+        CHECK(ev.memory == node_memory);
+        rc = 0;
+    }
+    CHECK(rc == 0 || rc == 1);
+    if (rc == 1) CHECK(ev.nodes == budget);
+    CHECK(ev.memory == memory - mn_memory_bytes(s));
+    /* Whole nodes: the stream now starts at a node's first offset. */
+    mn_node_info info;
+    if (mn_num_nodes(s) && ev.nodes) {
+        mn_node_get_info(mn_first_node(s), &info);
+        CHECK(mn_first_offset(s) == info.first);
+    }
+    uint64_t gone = model_evict_below(m, mn_first_offset(s));
+    CHECK(ev.messages == gone && gone == before - model_count(m));
+    CHECK(ev.bytes == payload - m->payload);
+    return MN_OK;
 }
 
 enum {
@@ -446,6 +584,9 @@ enum {
     OP_SETTINGS,
     OP_ROUNDTRIP,
     OP_FAIL_NEXT,
+    OP_CLOCK,
+    OP_SEEK,
+    OP_RETAIN,
     OP_COUNT
 };
 
@@ -460,15 +601,22 @@ static int run_op(world *w, uint8_t op, input *in) {
     case OP_RAISE: return op_raise(w, k, in);
     case OP_SETTINGS: return op_settings(w, k, in);
     case OP_ROUNDTRIP: return op_roundtrip(w, k);
+    case OP_CLOCK: return op_clock(w, in);
+    case OP_SEEK: return op_seek(w, k, in);
+    case OP_RETAIN: return op_retain(w, k, in);
     default: return MN_OK;
     }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    /* FUZZ_TRACE=1 prints each operation (to reduce a crash by hand). */
+    static int trace = -1;
+    if (trace < 0) trace = getenv("FUZZ_TRACE") != NULL;
     input in = {data, size};
     world w;
     memset(&w, 0, sizeof w);
     w.fail_k = -1;
+    w.wall = 1700000000000;
     uint8_t setup = in_u8(&in);
     uint32_t max_a = 1 + in_u16(&in) % 1200, max_b = 1 + in_u8(&in) % 64;
     w.s[0] = mn_stream_new(max_a, setup % 10);
@@ -485,6 +633,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         count_alloc_fail_after(k);
         int rc = run_op(&w, op, &in);
         count_alloc_fail_after(-1);
+        if (trace)
+            fprintf(stderr, "op %d stream %d fail_k %ld rc %d next %llu length %llu nodes %llu\n",
+                    op % OP_COUNT, op >> 7, k, rc, (unsigned long long)mn_next_offset(w.s[op >> 7]),
+                    (unsigned long long)mn_length(w.s[op >> 7]), (unsigned long long)mn_num_nodes(w.s[op >> 7]));
         count_alloc_failures();
         if (rc != MN_OK) {
             /* Only an injected failure may fail, and it changes nothing. */

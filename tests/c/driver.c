@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "count_alloc.h"
 #include "macronode.h"
 
@@ -47,6 +49,10 @@ static int same(const char *a, const char *b, size_t n) { return n == 0 || memcm
 
 static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
 
+/* The clock the random tests append with: it moves forward by 0..2 ms per
+ * append (often not at all), so many messages share a time. */
+static int64_t test_clock = 1700000000000;
+
 /* The message at offset o is a function of o, so the model only needs to
  * know which offsets are readable. Every ninth message compresses well. */
 static uint32_t msg_len(uint64_t o) {
@@ -63,13 +69,16 @@ static void msg_fill(uint64_t o, char *out) {
 
 typedef struct model {
     uint64_t next;
+    int64_t clock;                 /* the stream's clock */
     unsigned char readable[MODEL_CAP];
+    int64_t ms[MODEL_CAP];         /* append time of each offset */
 } model;
 
 static model the_model;
 
 static void model_reset(model *m) {
     m->next = 0;
+    m->clock = 0;
     memset(m->readable, 0, sizeof m->readable);
 }
 
@@ -142,8 +151,44 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
     }
 }
 
+/* Node times are their messages' (a node's last message is always
+ * readable; its first when not evicted) and never decrease. */
+static void check_times(const mn_stream *s, const model *m) {
+    mn_node_info info;
+    int64_t last = 0;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        mn_node_get_info(node, &info);
+        uint64_t end = info.first + info.count;
+        CHECK(end <= m->next && m->readable[end - 1]);
+        CHECK(info.last_ms == m->ms[end - 1]);
+        CHECK(!m->readable[info.first] || info.first_ms == m->ms[info.first]);
+        CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
+        last = info.last_ms;
+    }
+    CHECK(mn_last_append_ms(s) == m->clock);
+}
+
+/* mn_seek_time(t) is never later than the first readable message at or
+ * after t, and at most 63 readable messages earlier. */
+static void check_seek(const mn_stream *s, const model *m, int64_t t) {
+    uint64_t exact = m->next;
+    for (uint64_t o = 0; o < m->next; o++) {
+        if (m->readable[o] && m->ms[o] >= t) {
+            exact = o;
+            break;
+        }
+    }
+    uint64_t got = mn_seek_time(s, t);
+    CHECK(got <= exact);
+    CHECK(got == m->next || m->readable[got]);
+    uint64_t between = 0;
+    for (uint64_t o = got; o < exact; o++) between += m->readable[o];
+    CHECK(between < 64);
+}
+
 static void check_all(mn_stream *s, const model *m) {
     check_counters(s, m);
+    check_times(s, m);
     CHECK(live_bytes == mn_memory_bytes(s));
     for (uint64_t start = 0; start < m->next; start += 200) {
         uint64_t n = m->next - start < 200 ? m->next - start : 200;
@@ -165,10 +210,17 @@ static int do_append(mn_stream *s, model *m, size_t n) {
         msg_fill(m->next + i, buf + pos);
         pos += lens[i];
     }
-    int64_t first = n == 1 ? mn_append_one(s, buf, lens[0]) : mn_append(s, buf, lens, n);
+    /* Mostly forward, sometimes back (a wall clock stepped back). */
+    test_clock += rnd_below(10) ? (int64_t)rnd_below(3) : -(int64_t)rnd_below(50);
+    int64_t first = n == 1 ? mn_append_one(s, buf, lens[0], test_clock)
+                           : mn_append(s, buf, lens, n, test_clock);
     if (first < 0) return (int)first;
     CHECK(first == (int64_t)m->next);
-    for (size_t i = 0; i < n; i++) m->readable[m->next + i] = 1;
+    if (test_clock > m->clock) m->clock = test_clock;
+    for (size_t i = 0; i < n; i++) {
+        m->readable[m->next + i] = 1;
+        m->ms[m->next + i] = m->clock;
+    }
     m->next += n;
     return MN_OK;
 }
@@ -207,7 +259,7 @@ static void free_blobs(mn_buf *blobs, size_t n) {
 
 static mn_stream *load(mn_buf *blobs, size_t n) {
     int err = 1;
-    mn_stream *s = mn_load_header(blobs[0].data, blobs[0].len, &err);
+    mn_stream *s = mn_load_header(blobs[0].data, blobs[0].len, 0, &err);
     if (s == NULL) {
         CHECK(err < 0);
         return NULL;
@@ -282,6 +334,21 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
             uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
             CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
             CHECK(mn_max_entries(s) == max);
+        } else if (op < 74) {
+            check_seek(s, m, m->clock - (int64_t)rnd_below(300));
+        } else if (op < 75) {
+            /* Retention by age, a few nodes per call: only older messages go. */
+            int64_t cutoff = m->clock - (int64_t)rnd_below(400);
+            mn_evicted ev = {0, 0, 0, 0};
+            int rc = mn_evict_older_than(s, cutoff, rnd_below(4), &ev);
+            CHECK(rc == 0 || rc == 1);
+            uint64_t gone = 0;
+            for (uint64_t o = 0; o < mn_first_offset(s); o++) {
+                if (m->readable[o]) CHECK(m->ms[o] < cutoff);
+                gone += m->readable[o];
+                m->readable[o] = 0;
+            }
+            CHECK(ev.messages == gone);
         } else {
             uint64_t start = rnd_below(m->next + 1);
             uint64_t room = m->next - start;
@@ -308,15 +375,15 @@ static void test_arguments(void) {
     CHECK(mn_stream_set_max_entries(s, 0) == MN_ERR_ARG);
     CHECK(mn_stream_set_max_entries(s, MN_MAX_MAX_ENTRIES + 1) == MN_ERR_ARG);
     uint32_t len = 1;
-    CHECK(mn_append(s, "x", &len, 0) == MN_ERR_ARG);
-    CHECK(mn_append(s, NULL, &len, 1) == MN_ERR_ARG);
-    CHECK(mn_append_one(s, NULL, 0) == 0);
+    CHECK(mn_append(s, "x", &len, 0, 0) == MN_ERR_ARG);
+    CHECK(mn_append(s, NULL, &len, 1, 0) == MN_ERR_ARG);
+    CHECK(mn_append_one(s, NULL, 0, 0) == 0);
     CHECK(mn_evict_upto(s, 0) == 1);
     /* Lengths are checked before the buffer is read, so a lie is safe. */
     uint32_t huge[2] = {1, (uint32_t)MN_MAX_MESSAGE_BYTES + 1};
-    CHECK(mn_append(s, "x", huge, 2) == MN_ERR_TOOBIG);
+    CHECK(mn_append(s, "x", huge, 2, 0) == MN_ERR_TOOBIG);
     CHECK(mn_length(s) == 0 && mn_next_offset(s) == 1);
-    CHECK(mn_append(s, "x", &len, 1) == 1);
+    CHECK(mn_append(s, "x", &len, 1, 0) == 1);
     CHECK(mn_evict_upto(s, -1) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, 0) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, ((uint64_t)1 << 63) + 1) == MN_ERR_ARG);
@@ -353,12 +420,12 @@ static void test_offset_limit(void) {
     CHECK(mn_first_offset(s) == end - 3);
     const char data[] = "abcd";
     uint32_t lens[4] = {1, 1, 1, 1};
-    CHECK(mn_append(s, data, lens, 4) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 4, 0) == MN_ERR_OVERFLOW);
     CHECK(mn_length(s) == 0 && mn_num_nodes(s) == 0 && mn_next_offset(s) == end - 3);
-    CHECK(mn_append(s, data, lens, 3) == (int64_t)(end - 3));
+    CHECK(mn_append(s, data, lens, 3, 0) == (int64_t)(end - 3));
     CHECK(mn_next_offset(s) == end);
-    CHECK(mn_append(s, data, lens, 1) == MN_ERR_OVERFLOW);
-    CHECK(mn_append_one(s, data, 1) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 1, 0) == MN_ERR_OVERFLOW);
+    CHECK(mn_append_one(s, data, 1, 0) == MN_ERR_OVERFLOW);
     CHECK(mn_raise_next_offset(s, end) == MN_OK);
     mn_buf out;
     mn_buf_init(&out);
@@ -410,7 +477,7 @@ static void test_validation(void) {
     mn_stream *raw = mn_stream_new(3, 0);
     const char data[] = "abcdef";
     uint32_t lens[4] = {2, 0, 3, 1};
-    CHECK(mn_append(raw, data, lens, 4) == 0);
+    CHECK(mn_append(raw, data, lens, 4, 0) == 0);
     mn_stream *packed = mn_stream_new(40, 9);
     char text[41 * 8];
     uint32_t plens[41];
@@ -418,7 +485,7 @@ static void test_validation(void) {
         memcpy(text + 8 * i, i % 2 ? "hellohel" : "worldwor", 8);
         plens[i] = 8;
     }
-    CHECK(mn_append(packed, text, plens, 41) == 0);
+    CHECK(mn_append(packed, text, plens, 41, 0) == 0);
     CHECK(mn_num_compressed_nodes(packed) == 1);
 
     mn_buf *blobs;
@@ -429,11 +496,11 @@ static void test_validation(void) {
     for (size_t pos = 0; pos < blobs[0].len; pos++) {
         blobs[0].data[pos] ^= 0x10;
         int err = 0;
-        CHECK(mn_load_header(blobs[0].data, blobs[0].len, &err) == NULL && err == MN_ERR_CORRUPT);
+        CHECK(mn_load_header(blobs[0].data, blobs[0].len, 0, &err) == NULL && err == MN_ERR_CORRUPT);
         blobs[0].data[pos] ^= 0x10;
     }
     for (size_t cut = 0; cut < blobs[0].len; cut++)
-        CHECK(mn_load_header(blobs[0].data, cut, NULL) == NULL);
+        CHECK(mn_load_header(blobs[0].data, cut, 0, NULL) == NULL);
     /* Nodes out of order, repeated, missing or extra are refused. */
     mn_buf swapped[3] = {blobs[0], blobs[2], blobs[1]};
     CHECK(load(swapped, 3) == NULL);
@@ -449,7 +516,7 @@ static void test_validation(void) {
     check_blob_rejects_corruption(&blobs[1]);
     /* A compressed last node cannot come from a dump. */
     mn_buf *pblobs = blobs;
-    mn_stream *s = mn_load_header(pblobs[0].data, pblobs[0].len, NULL);
+    mn_stream *s = mn_load_header(pblobs[0].data, pblobs[0].len, 0, NULL);
     CHECK(s != NULL);
     CHECK(mn_load_node(s, pblobs[1].data, pblobs[1].len) == MN_OK);
     CHECK(mn_load_finish(s) == MN_ERR_CORRUPT);
@@ -464,7 +531,7 @@ static void test_validation(void) {
         memset(big + 20000 * i, 'A' + i, 20000);
         big_lens[i] = 20000;
     }
-    CHECK(mn_append(chunked, big, big_lens, 6) == 0);
+    CHECK(mn_append(chunked, big, big_lens, 6, 0) == 0);
     CHECK(mn_num_compressed_nodes(chunked) == 1);
     serialize(chunked, &blobs, &n);
     check_blob_rejects_corruption(&blobs[1]);
@@ -557,7 +624,7 @@ static void test_resp_lengths(void) {
     CHECK(buf != NULL);
     for (size_t i = 0; i < total; i++) buf[i] = (char)('a' + i % 26);
     mn_stream *s = mn_stream_new(4, 1);
-    CHECK(mn_append(s, buf, lens, n) == 0);
+    CHECK(mn_append(s, buf, lens, n, 0) == 0);
     mn_buf out;
     mn_buf_init(&out);
     CHECK(mn_read_resp(s, 0, n, MN_NULL_RESP2, &out) == MN_OK);
@@ -586,11 +653,155 @@ static void test_memory_per_message(void) {
     memset(buf, 'x', sizeof buf);
     for (int i = 0; i < 1000; i++) lens[i] = 100;
     mn_stream *s = mn_stream_new(1000, 0);
-    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000) == 1000 * i);
+    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000, 0) == 1000 * i);
     CHECK(mn_memory_bytes(s) * 10 <= 20000 * 1045);
     CHECK(live_bytes == mn_memory_bytes(s));
     CHECK(mn_evict_keep(s, 0) == 20000);
     CHECK(mn_num_nodes(s) == 0 && mn_next_offset(s) == 20000);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Rewrite the CRC32 of a blob after editing it, so that the checks behind
+ * the checksum are what refuses it. */
+static void fix_crc(mn_buf *b) {
+    uint32_t crc = (uint32_t)crc32(crc32(0L, NULL, 0), (const unsigned char *)b->data, (unsigned)(b->len - 4));
+    for (int i = 0; i < 4; i++) b->data[b->len - 4 + (size_t)i] = (char)(crc >> (8 * i));
+}
+
+static void put_i64(char *p, int64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (char)((uint64_t)v >> (8 * i));
+}
+
+/* Version 3 node blob: times start at 36 + 4 * count; last_ms at 28. */
+#define NODE_LAST_MS_AT 28
+#define NODE_TIMES_AT(count) (36 + 4 * (size_t)(count))
+
+static void test_time_index(void) {
+    /* One message per 10 ms, 150 per node: checkpoints at 0, 64, 128. */
+    mn_stream *s = mn_stream_new(150, 0);
+    CHECK(mn_last_append_ms(s) == 0 && mn_seek_time(s, 5) == 0);
+    CHECK(mn_oldest_append_ms(s) == MN_TIME_NONE && mn_oldest_node_memory(s) == 0);
+    for (int64_t i = 0; i < 400; i++) CHECK(mn_append_one(s, "m", 1, 1000 + 10 * i) == i);
+    CHECK(mn_last_append_ms(s) == 1000 + 3990);
+    CHECK(mn_oldest_append_ms(s) == 1000);
+    for (int64_t t = 900; t <= 5100; t++) {
+        uint64_t exact = t <= 1000 ? 0 : t > 4990 ? 400 : (uint64_t)((t - 1000 + 9) / 10);
+        uint64_t got = mn_seek_time(s, t);
+        CHECK(got <= exact && exact - got < 64);
+        /* exact when the answer starts a node */
+        if (t > 1000 && exact % 150 == 0) CHECK(got == exact);
+    }
+    /* Eviction: the answer is never an evicted offset; the oldest time is
+     * the checkpoint at or before the first readable message. */
+    CHECK(mn_evict_upto(s, 170) == 171);
+    CHECK(mn_seek_time(s, 0) == 171);
+    CHECK(mn_seek_time(s, 1000 + 10 * 180) >= 171 && mn_seek_time(s, 1000 + 10 * 180) <= 180);
+    CHECK(mn_oldest_append_ms(s) == 1000 + 10 * (150 + 0));
+    /* The clock never goes back; a negative time is 0. */
+    mn_stream *c = mn_stream_new(10, 0);
+    CHECK(mn_append_one(c, "a", 1, -50) == 0 && mn_last_append_ms(c) == 0);
+    CHECK(mn_append_one(c, "b", 1, 100) == 1 && mn_append_one(c, "c", 1, 40) == 2);
+    CHECK(mn_last_append_ms(c) == 100 && mn_seek_time(c, 100) == 1 && mn_seek_time(c, 101) == 3);
+    mn_stream_free(c);
+
+    /* Saved and loaded with the stream. */
+    mn_buf *blobs;
+    size_t n;
+    serialize(s, &blobs, &n);
+    mn_stream *copy = load(blobs, n);
+    CHECK(copy != NULL && mn_last_append_ms(copy) == mn_last_append_ms(s));
+    for (int64_t t = 2000; t < 5100; t += 7) CHECK(mn_seek_time(copy, t) == mn_seek_time(s, t));
+    mn_stream_free(copy);
+    /* Times out of order, past the node's last or the stream's clock,
+     * or before the previous node's, are refused. */
+    CHECK(n == 3);
+    mn_buf *node = &blobs[1]; /* 150 messages from offset 150: checkpoints 0, 64, 128 */
+    char saved[8];
+    memcpy(saved, node->data + NODE_TIMES_AT(150) + 8, 8);
+    put_i64(node->data + NODE_TIMES_AT(150) + 8, 1000 + 10 * 149); /* checkpoint 1 < 0 */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    memcpy(node->data + NODE_TIMES_AT(150) + 8, saved, 8);
+    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 150 + 10 * 127); /* last < checkpoint 2 */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 299);
+    fix_crc(node);
+    node = &blobs[2]; /* 100 messages from offset 300 */
+    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 299 - 1); /* before node 1's last */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_OK);
+    CHECK(load(blobs, n) == NULL);
+    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 300);
+    fix_crc(node);
+    CHECK((copy = load(blobs, n)) != NULL);
+    mn_stream_free(copy);
+    put_i64(blobs[n - 1].data + NODE_LAST_MS_AT, 1000 + 3990 + 1); /* past the clock */
+    fix_crc(&blobs[n - 1]);
+    CHECK(mn_validate_node_blob(blobs[n - 1].data, blobs[n - 1].len) == MN_OK);
+    CHECK(load(blobs, n) == NULL);
+    free_blobs(blobs, n);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Nodes of 10 messages of 3 bytes; node k appended at time 1000 * k. */
+static mn_stream *retention_stream(int nodes) {
+    mn_stream *s = mn_stream_new(10, 0);
+    for (int k = 0; k < nodes; k++)
+        for (int i = 0; i < 10; i++) CHECK(mn_append_one(s, "abc", 3, 1000 * k) == 10 * k + i);
+    return s;
+}
+
+static void test_retention(void) {
+    mn_stream *s = retention_stream(6);
+    mn_evicted ev = {0, 0, 0, 0};
+    uint64_t memory = mn_memory_bytes(s);
+    CHECK(mn_evict_upto(s, 4) == 5); /* the first node is partially evicted */
+    /* Older than 3500: nodes 0..3, two per call. */
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 1);
+    CHECK(ev.nodes == 2 && ev.messages == 15 && ev.bytes == 45);
+    CHECK(mn_first_offset(s) == 20 && mn_length(s) == 40);
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 0);
+    CHECK(ev.nodes == 4 && ev.messages == 35 && ev.bytes == 105);
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 0 && ev.nodes == 4);
+    CHECK(ev.memory == memory - mn_memory_bytes(s) && live_bytes == mn_memory_bytes(s));
+    CHECK(mn_oldest_append_ms(s) == 4000);
+    /* A node with one unexpired message stays whole. */
+    CHECK(mn_append_one(s, "abc", 3, 9000) == 60);
+    CHECK(mn_append_one(s, "abc", 3, 9500) == 61);
+    CHECK(mn_evict_older_than(s, 9200, 100, &ev) == 0);
+    CHECK(mn_first_offset(s) == 60 && mn_length(s) == 2); /* 60 expired, kept */
+    /* The active node goes once all its messages expired; the offsets stay. */
+    CHECK(mn_evict_older_than(s, 9501, 0, &ev) == 1);
+    CHECK(mn_evict_older_than(s, 9501, 100, &ev) == 0);
+    CHECK(mn_num_nodes(s) == 0 && mn_length(s) == 0 && mn_next_offset(s) == 62);
+    CHECK(mn_first_offset(s) == 62 && mn_payload_bytes(s) == 0);
+    CHECK(ev.messages == 62 - 5 && ev.nodes == 7);
+    CHECK(mn_append_one(s, "x", 1, 1) == 62 && mn_last_append_ms(s) == 9500);
+    mn_stream_free(s);
+
+    /* By size: oldest whole nodes while the payload exceeds the limit, never
+     * the active node. */
+    s = retention_stream(5); /* 150 bytes, 30 per node */
+    memset(&ev, 0, sizeof ev);
+    CHECK(mn_evict_over_bytes(s, 150, 10, &ev) == 0 && ev.nodes == 0);
+    CHECK(mn_evict_over_bytes(s, 100, 1, &ev) == 1 && ev.nodes == 1);
+    CHECK(mn_evict_over_bytes(s, 100, 10, &ev) == 0 && ev.nodes == 2);
+    CHECK(mn_payload_bytes(s) == 90 && mn_first_offset(s) == 20);
+    CHECK(mn_evict_over_bytes(s, 0, 10, &ev) == 0);
+    CHECK(mn_num_nodes(s) == 1 && mn_payload_bytes(s) == 30 && ev.bytes == 120);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    /* The oldest node, whatever it is, for a maxmemory policy. */
+    uint64_t node_memory = mn_oldest_node_memory(s);
+    memory = mn_memory_bytes(s);
+    memset(&ev, 0, sizeof ev);
+    CHECK(mn_evict_oldest_node(s, &ev) == 1 && ev.messages == 10 && ev.memory == node_memory);
+    CHECK(memory - node_memory == mn_memory_bytes(s) && live_bytes == mn_memory_bytes(s));
+    CHECK(mn_evict_oldest_node(s, &ev) == 0 && ev.nodes == 1);
+    CHECK(mn_evict_older_than(NULL, 0, 1, &ev) == MN_ERR_ARG);
+    CHECK(mn_evict_over_bytes(s, 0, 1, NULL) == MN_ERR_ARG);
     mn_stream_free(s);
     CHECK(live_bytes == 0);
 }
@@ -602,6 +813,8 @@ int main(void) {
     test_allocation_failures();
     test_memory_per_message();
     test_resp_lengths();
+    test_time_index();
+    test_retention();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
