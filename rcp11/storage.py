@@ -371,6 +371,19 @@ class Stream:
         _check(lib.mn_raise_next_offset(self._s, next_offset))
         self._next = next_offset
 
+    def concat(self, src: Stream) -> int:
+        """Append every readable message of src (in order, contiguous offsets)
+        atomically; src is left empty (its next offset kept). Whole nodes
+        move instead of being copied. Returns the first appended offset
+        (next_offset when src held none)."""
+        if src is self:
+            raise InvalidArgumentError("cannot concatenate a stream to itself", lib.MN_ERR_ARG)
+        self._version += 1
+        src._version += 1
+        first = _check(lib.mn_stream_concat(self._s, src._s))
+        self._next = lib.mn_next_offset(self._s)
+        return first
+
     # -- time index and retention ----------------------------------------
 
     def seek_time(self, unix_ms: int) -> int:

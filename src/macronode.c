@@ -125,6 +125,22 @@
  * the answer, at most 63 messages earlier. Retention by age reads only the
  * nodes' last times, in whole nodes like Kafka's segments.
  *
+ * CONCATENATION
+ * =============
+ *
+ * mn_stream_concat() appends another stream's readable messages at the
+ * next offsets. Offsets are only the node's first plus an index, so a
+ * node holding no evicted message can move from one skiplist to the other
+ * as it is: unlinked from src, its first offset renumbered, linked after
+ * dst's tail; its blob, compression, chunks and offset table stay, and its
+ * times are raised to dst's clock where older (O(times), no message is
+ * touched). Only the readable part of a partially evicted first node is
+ * copied -- its evicted messages would otherwise take offsets -- and so is
+ * a source small enough to fit in dst's active node, which would otherwise
+ * be sealed half full for each small source appended. Copies go through
+ * the two phases of appending, so the whole operation still allocates
+ * everything before it changes anything.
+ *
  * EVICTION
  * ========
  *
@@ -741,6 +757,24 @@ static int mn_inflate_exact(char *dst, uint32_t len, const unsigned char *src, u
     return MN_OK;
 }
 
+/* Where the raw bytes of chunk k of a compressed node start in its raw
+ * blob, and how many there are. */
+static uint32_t mn_chunk_raw_start(const mn_node *n, uint32_t k) {
+    return mn_msg_start(n, mn_chunk_first_msg(n, k));
+}
+
+static uint32_t mn_chunk_raw_len(const mn_node *n, uint32_t k) {
+    return mn_msg_start(n, mn_chunk_end_msg(n, k)) - mn_chunk_raw_start(n, k);
+}
+
+/* Inflate chunk k of a compressed node into dst (mn_chunk_raw_len bytes). */
+static int mn_chunk_inflate(const mn_node *n, uint32_t k, char *dst) {
+    uint32_t zfrom = k ? mn_chunk_zend(n, k - 1) : 0;
+    const unsigned char *zarea = (const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
+                                 (size_t)mn_chunk_count(n) * MN_CHUNK_ENTRY_BYTES;
+    return mn_inflate_exact(dst, mn_chunk_raw_len(n, k), zarea + zfrom, mn_chunk_zend(n, k) - zfrom);
+}
+
 /* Raw bytes of chunk k of a compressed node, from the cache or inflated
  * into it. NULL with *err set on failure. */
 static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int *err) {
@@ -765,17 +799,13 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
                                                         slot->last_use < victim->last_use)))
             victim = slot;
     }
-    uint32_t from = mn_msg_start(n, mn_chunk_first_msg(n, k));
-    uint32_t len = mn_msg_start(n, mn_chunk_end_msg(n, k)) - from;
-    uint32_t zfrom = k ? mn_chunk_zend(n, k - 1) : 0;
-    const unsigned char *zarea = (const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
-                                 (size_t)mn_chunk_count(n) * MN_CHUNK_ENTRY_BYTES;
+    uint32_t len = mn_chunk_raw_len(n, k);
     char *raw = malloc(len ? len : 1);
     if (raw == NULL) {
         *err = MN_ERR_NOMEM;
         return NULL;
     }
-    int rc = mn_inflate_exact(raw, len, zarea + zfrom, mn_chunk_zend(n, k) - zfrom);
+    int rc = mn_chunk_inflate(n, k, raw);
     if (rc != MN_OK) {
         free(raw);
         *err = rc;
@@ -965,29 +995,37 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next) {
  * Append
  * --------------------------------------------------------------------- */
 
-/* Appending is two-phase so that it is atomic. Phase one plans where every
- * message goes and allocates everything: growth of the tail's table and
- * blob, every new node, and head levels. Only growth of capacity happens
- * there, which changes no content, so an allocation failure can return
- * with nothing appended. Phase two copies and links and cannot fail (the
- * sealing it does may fail to shrink or compress, which only costs memory).
+/* Appending is two-phase so that it is atomic. Phase one (mn_append_plan)
+ * plans where every message goes and allocates everything: growth of the
+ * tail's table and blob, every new node, and head levels. Only growth of
+ * capacity happens there, which changes no content, so an allocation
+ * failure can return with nothing appended. Phase two (mn_append_commit)
+ * copies and links and cannot fail (the sealing it does may fail to shrink
+ * or compress, which only costs memory). mn_stream_concat() uses the same
+ * two phases for the messages it copies.
  */
-int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n, int64_t now_ms) {
-    if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
-    if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if ((uint64_t)lens[i] > (uint64_t)MN_MAX_MESSAGE_BYTES) return MN_ERR_TOOBIG;
-        total += lens[i];
-    }
-    if (total > 0 && buf == NULL) return MN_ERR_ARG;
-    const uint32_t max = s->max_entries;
+typedef struct mn_plan {
+    size_t to_tail;  /* messages that go into the tail */
+    uint64_t tbytes; /* the tail's raw bytes once they are in */
+    mn_node *chain;  /* new nodes, in order, chained through fwd[0] */
+} mn_plan;
 
-    /* Phase one: how many messages the tail takes. */
+static void mn_plan_abort(mn_stream *s, mn_plan *p) {
+    while (p->chain != NULL) {
+        mn_node *next_new = p->chain->fwd[0];
+        mn_node_release(s, p->chain);
+        p->chain = next_new;
+    }
+}
+
+/* Phase one for n messages of the given lengths (checked by the caller). */
+static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan *p) {
+    const uint32_t max = s->max_entries;
     mn_node *tail = s->tail;
     size_t i = 0;
     uint32_t tcount = 0;
     uint64_t tbytes = 0;
+    p->chain = NULL;
     if (tail != NULL && mn_node_end(tail) == s->next && !tail->compressed) {
         tcount = tail->count;
         tbytes = mn_node_raw_bytes(tail);
@@ -997,11 +1035,13 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
             i++;
         }
     }
-    const size_t to_tail = i;
-    if (to_tail > 0) {
+    p->to_tail = i;
+    p->tbytes = tbytes;
+    if (i > 0) {
         if (tcount > tail->cap) {
-            /* Only a lone first node (or a last node rebuilt by a load,
-             * which is loaded exactly) has a short table: grow it by half. */
+            /* Only a lone first node, or a last node rebuilt by a load or
+             * moved by a concatenation (both exactly sized), has a short
+             * table: grow it by half. */
             uint64_t cap = (uint64_t)tail->cap + tail->cap / 2;
             if (cap < (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH)
                 cap = (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH;
@@ -1019,10 +1059,9 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
             if (mn_node_resize_blob(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
         }
     }
-
-    /* Phase one, continued: allocate the new nodes, chained in order
-     * through fwd[0] until phase two links them into the skiplist. */
-    mn_node *chain = NULL, *chain_last = NULL;
+    /* The new nodes, chained in order through fwd[0] until phase two links
+     * them into the skiplist. */
+    mn_node *chain_last = NULL;
     uint8_t top_level = 0;
     int lone = (s->num_nodes == 0);
     while (i < n) {
@@ -1036,40 +1075,49 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
         uint32_t cap = (lone && count < max) ? count : max;
         uint8_t level = mn_random_level(s);
         mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)bytes);
-        if (node == NULL) goto nomem;
+        if (node == NULL) {
+            mn_plan_abort(s, p);
+            return MN_ERR_NOMEM;
+        }
         node->count = count; /* provisional: phase two fills the table */
-        if (chain == NULL) chain = node;
+        if (p->chain == NULL) p->chain = node;
         else chain_last->fwd[0] = node;
         chain_last = node;
         if (level > top_level) top_level = level;
         lone = 0;
     }
-    if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) goto nomem;
+    if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) {
+        mn_plan_abort(s, p);
+        return MN_ERR_NOMEM;
+    }
+    return MN_OK;
+}
 
-    /* Phase two: copy into the tail. Every message gets the same time, the
-     * stream's clock moved to now_ms unless that is earlier. */
-    const int64_t t = now_ms > s->clock ? now_ms : s->clock;
-    s->clock = t;
+/* Phase two: n messages back to back in buf (total bytes), message k
+ * appended at times[k], or all at t when times is NULL. Advances next,
+ * length and payload; the caller sets the clock. */
+static void mn_append_commit(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
+                             uint64_t total, const int64_t *times, int64_t t, mn_plan *p) {
+    mn_node *tail = s->tail;
     size_t consumed = 0; /* bytes of buf copied so far (buf may be NULL if all empty) */
-    if (to_tail > 0) {
+    if (p->to_tail > 0) {
         uint32_t end = mn_node_raw_bytes(tail);
-        size_t bytes = (size_t)(tbytes - end);
+        size_t bytes = (size_t)(p->tbytes - end);
         if (bytes) memcpy(tail->blob + end, buf, bytes);
         consumed = bytes;
-        for (size_t k = 0; k < to_tail; k++) {
+        for (size_t k = 0; k < p->to_tail; k++) {
             end += lens[k];
             tail->ends[tail->count] = end;
-            mn_node_stamp(tail, tail->count++, t);
+            mn_node_stamp(tail, tail->count++, times ? times[k] : t);
         }
-        if (tail->count == max) mn_node_shrink(s, tail);
+        if (tail->count == s->max_entries) mn_node_shrink(s, tail);
     }
-    /* Phase two, continued: fill and link the new nodes. */
-    if (chain != NULL) {
+    if (p->chain != NULL) {
         mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
         mn_tail_slots(s, slot);
-        uint64_t offset = s->next + to_tail;
-        size_t k = to_tail;
-        mn_node *node = chain;
+        uint64_t offset = s->next + p->to_tail;
+        size_t k = p->to_tail;
+        mn_node *node = p->chain;
         while (node != NULL) {
             mn_node *next_new = node->fwd[0];
             uint32_t count = node->count;
@@ -1077,7 +1125,7 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
             for (uint32_t j = 0; j < count; j++) {
                 end += lens[k + j];
                 node->ends[j] = end;
-                mn_node_stamp(node, j, t);
+                mn_node_stamp(node, j, times ? times[k + j] : t);
             }
             if (end) memcpy(node->blob, buf + consumed, end);
             consumed += end;
@@ -1088,20 +1136,30 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
             mn_link_tail(s, node, slot);
             node = next_new;
         }
+        p->chain = NULL;
     }
-    int64_t first_offset = (int64_t)s->next;
     s->next += n;
     s->length += n;
     s->payload += total;
-    return first_offset;
+}
 
-nomem:
-    while (chain != NULL) {
-        mn_node *next_new = chain->fwd[0];
-        mn_node_release(s, chain);
-        chain = next_new;
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n, int64_t now_ms) {
+    if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
+    if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((uint64_t)lens[i] > (uint64_t)MN_MAX_MESSAGE_BYTES) return MN_ERR_TOOBIG;
+        total += lens[i];
     }
-    return MN_ERR_NOMEM;
+    if (total > 0 && buf == NULL) return MN_ERR_ARG;
+    mn_plan plan;
+    if (mn_append_plan(s, lens, n, &plan) != MN_OK) return MN_ERR_NOMEM;
+    /* Every message gets the same time, the stream's clock moved to now_ms
+     * unless that is earlier. */
+    int64_t first_offset = (int64_t)s->next;
+    if (now_ms > s->clock) s->clock = now_ms;
+    mn_append_commit(s, buf, lens, n, total, NULL, s->clock, &plan);
+    return first_offset;
 }
 
 int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len, int64_t now_ms) {
@@ -1243,6 +1301,173 @@ uint64_t mn_oldest_node_memory(const mn_stream *s) {
             if (s->cache->slot[i].node == n) bytes += s->cache->slot[i].len;
     }
     return bytes;
+}
+
+/* ------------------------------------------------------------------------
+ * Concatenation
+ * --------------------------------------------------------------------- */
+
+/* A time not earlier than message i's own (times never decrease): its own
+ * at a checkpoint, else the next checkpoint's or the node's last. */
+static int64_t mn_node_time_bound(const mn_node *n, uint32_t i) {
+    const int64_t *times = mn_node_times(n);
+    uint32_t k = i / MN_TIME_CHECKPOINT_EVERY;
+    if (i % MN_TIME_CHECKPOINT_EVERY == 0) return times[k];
+    return k + 1 < mn_times_for(n->count) ? times[k + 1] : n->last_ms;
+}
+
+/* Messages a concatenation copies rather than moves, gathered back to
+ * back with their lengths and time bounds (allocated with malloc: they
+ * are scratch, not counted in any stream's memory). */
+typedef struct mn_gather {
+    char *buf;
+    uint32_t *lens;
+    int64_t *times;
+    size_t n;
+    uint64_t bytes;
+} mn_gather;
+
+static void mn_gather_free(mn_gather *g) {
+    free(g->buf);
+    free(g->lens);
+    free(g->times);
+    memset(g, 0, sizeof *g);
+}
+
+/* Gather messages i.. of node `from` and all of the nodes after it up to
+ * `stop` (excluded), times raised to at least `floor`. Inflates what is
+ * compressed into scratch memory, not into the stream's cache. */
+static int mn_gather_messages(const mn_node *from, uint32_t i, const mn_node *stop,
+                              int64_t floor, mn_gather *g) {
+    memset(g, 0, sizeof *g);
+    for (const mn_node *x = from; x != stop; x = x->fwd[0]) {
+        uint32_t lo = x == from ? i : 0;
+        g->n += x->count - lo;
+        g->bytes += mn_span_bytes(x, lo, x->count);
+    }
+    if (g->bytes > SIZE_MAX) return MN_ERR_TOOBIG;
+    g->buf = malloc(g->bytes ? (size_t)g->bytes : 1);
+    g->lens = malloc(g->n * sizeof(uint32_t));
+    g->times = malloc(g->n * sizeof(int64_t));
+    if (g->buf == NULL || g->lens == NULL || g->times == NULL) {
+        mn_gather_free(g);
+        return MN_ERR_NOMEM;
+    }
+    size_t m = 0, pos = 0;
+    for (const mn_node *x = from; x != stop; x = x->fwd[0]) {
+        uint32_t lo = x == from ? i : 0;
+        uint32_t start = mn_msg_start(x, lo);
+        if (!x->compressed) {
+            memcpy(g->buf + pos, x->blob + start, mn_node_raw_bytes(x) - start);
+        } else {
+            for (uint32_t k = mn_chunk_of(x, lo); k < mn_chunk_count(x); k++) {
+                uint32_t len = mn_chunk_raw_len(x, k), at = mn_chunk_raw_start(x, k);
+                char *raw = malloc(len ? len : 1);
+                int rc = raw == NULL ? MN_ERR_NOMEM : mn_chunk_inflate(x, k, raw);
+                if (rc == MN_OK) {
+                    uint32_t skip = start > at ? start - at : 0;
+                    memcpy(g->buf + pos + (at + skip - start), raw + skip, len - skip);
+                }
+                free(raw);
+                if (rc != MN_OK) {
+                    mn_gather_free(g);
+                    return rc;
+                }
+            }
+        }
+        pos += mn_node_raw_bytes(x) - start;
+        for (uint32_t j = lo; j < x->count; j++, m++) {
+            g->lens[m] = x->ends[j] - mn_msg_start(x, j);
+            int64_t t = mn_node_time_bound(x, j);
+            g->times[m] = t > floor ? t : floor;
+        }
+    }
+    return MN_OK;
+}
+
+/* Does all of src fit in dst's active node? Then it is copied there
+ * rather than leaving dst's active node behind half full. */
+static int mn_concat_fits_tail(const mn_stream *dst, const mn_stream *src) {
+    const mn_node *tail = dst->tail;
+    if (tail == NULL || tail->compressed || mn_node_end(tail) != dst->next) return 0;
+    if (src->length > (uint64_t)dst->max_entries - tail->count || tail->count >= dst->max_entries)
+        return 0;
+    return mn_node_serialized_bytes(tail->count + (uint32_t)src->length,
+                                    (uint64_t)mn_node_raw_bytes(tail) + src->payload) <=
+           MN_NODE_BYTES_LIMIT;
+}
+
+int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
+    if (dst == NULL || src == NULL || dst == src) return MN_ERR_ARG;
+    const int64_t first_offset = (int64_t)dst->next;
+    if (src->num_nodes == 0) return first_offset;
+    if (src->length > MN_OFFSET_END - dst->next) return MN_ERR_OVERFLOW;
+    const int64_t floor = dst->clock;
+
+    /* Phase one: gather what is copied (all of src when it fits dst's
+     * active node, else the readable part of a partially evicted first
+     * node), plan its append, make dst's head tall enough for the nodes
+     * that move. Nothing visible changes; a failure undoes it all. */
+    mn_node *head = src->head[0];
+    mn_node *move_from = head;
+    mn_gather g;
+    memset(&g, 0, sizeof g);
+    int rc = MN_OK;
+    if (mn_concat_fits_tail(dst, src)) move_from = NULL;
+    else if (src->first > head->first) move_from = head->fwd[0];
+    if (move_from != head)
+        rc = mn_gather_messages(head, (uint32_t)(src->first - head->first), move_from, floor, &g);
+    mn_plan plan = {0, 0, NULL};
+    if (rc == MN_OK && g.n) rc = mn_append_plan(dst, g.lens, g.n, &plan);
+    uint8_t top = 0;
+    for (const mn_node *x = move_from; x != NULL; x = x->fwd[0])
+        if (x->level > top) top = x->level;
+    if (rc == MN_OK && top && mn_head_reserve(dst, top) != MN_OK) {
+        mn_plan_abort(dst, &plan);
+        rc = MN_ERR_NOMEM;
+    }
+    if (rc != MN_OK) {
+        mn_gather_free(&g);
+        return rc;
+    }
+
+    /* Phase two: append the copies, then relink the nodes that move after
+     * dst's tail, renumbered, their times raised to dst's clock where
+     * older. Then src keeps no node. */
+    if (g.n) mn_append_commit(dst, g.buf, g.lens, g.n, g.bytes, g.times, 0, &plan);
+    mn_gather_free(&g);
+    mn_node *x = head, *next;
+    for (; x != move_from; x = next) { /* copied: freed */
+        next = x->fwd[0];
+        mn_node_release(src, x);
+    }
+    mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
+    mn_tail_slots(dst, slot);
+    for (; x != NULL; x = next) {
+        next = x->fwd[0];
+        mn_cache_forget(src, x);
+        uint64_t memory = mn_node_memory(x);
+        src->memory -= memory;
+        dst->memory += memory;
+        int64_t *times = mn_node_times(x);
+        for (uint32_t k = 0; k < mn_times_for(x->count); k++)
+            if (times[k] < floor) times[k] = floor;
+        if (x->last_ms < floor) x->last_ms = floor;
+        x->first = dst->next;
+        dst->next += x->count;
+        dst->length += x->count;
+        dst->payload += mn_node_raw_bytes(x);
+        if (dst->tail != NULL) mn_node_seal(dst, dst->tail);
+        mn_link_tail(dst, x, slot);
+    }
+    if (dst->tail->last_ms > dst->clock) dst->clock = dst->tail->last_ms;
+    for (int l = 0; l < src->head_cap; l++) src->head[l] = NULL;
+    src->tail = NULL;
+    src->level = 0;
+    src->num_nodes = src->num_compressed = 0;
+    src->length = src->payload = 0;
+    src->first = src->next;
+    return first_offset;
 }
 
 /* ------------------------------------------------------------------------

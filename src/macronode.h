@@ -138,6 +138,30 @@ int64_t mn_evict_upto(mn_stream *s, int64_t offset);
 /* Keep the newest `keep` offsets (offsets >= next - keep), evict the rest. */
 int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
 
+/* Concatenation (TCONCAT): append every readable message of src to dst,
+ * in order, at dst's next offsets (contiguous: src's evicted offsets and
+ * gaps are not carried over). Returns the offset the first one got (dst's
+ * next offset when src holds none) or a negative MN_ERR_*. Atomic: on an
+ * error neither stream changed.
+ *
+ * Whole nodes move by relinking -- renumbered, keeping their compression
+ * and time index -- so the cost is per node, not per message. Copied
+ * instead: the readable part of a partially evicted first node, and all of
+ * src when it fits in dst's active node (so that appending small streams
+ * leaves no small nodes behind). A node that moves keeps its size even
+ * when dst's max_entries is smaller.
+ *
+ * Times: every message keeps its append time, raised to dst's clock where
+ * earlier (a stream's times never decrease); dst's clock becomes the last
+ * message's time if later. A copied message takes a time not earlier than
+ * its own (its node's next checkpoint), so among copied messages a seek may
+ * land up to 63 messages earlier still, per copy.
+ *
+ * src is left empty -- no node, no readable message, next offset unchanged
+ * -- for the caller to free. dst == src is MN_ERR_ARG; messages that would
+ * pass offset 2^63-1 are MN_ERR_OVERFLOW. */
+int64_t mn_stream_concat(mn_stream *dst, mn_stream *src);
+
 /* Time index. Every message has an append time (see mn_append); a node
  * keeps the times of its messages 0, 64, 128, ... and of its last one.
  *
@@ -147,9 +171,9 @@ int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
  * mn_seek_time: the offset of the first readable message appended at or
  * after unix_ms, or the next offset when there is none. Never later than
  * that message, and at most 63 messages earlier (all of them readable and
- * older); exact when the answer is a node's first message. Messages that
- * mn_stream_concat() copied (rather than moved) may make it up to 126
- * early. O(log nodes). */
+ * older); exact when the answer is a node's first message. Among messages
+ * that mn_stream_concat() copied rather than moved it may be up to 63
+ * earlier per copy. O(log nodes). */
 int64_t mn_last_append_ms(const mn_stream *s);
 uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms);
 

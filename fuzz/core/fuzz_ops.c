@@ -103,6 +103,8 @@ typedef struct msg {
     uint32_t len;
     uint32_t seed;
     int64_t ms;        /* append time */
+    int64_t hi;        /* the latest time the core may have stored for it:
+                          == ms unless a concatenation copied it */
 } msg;
 
 typedef struct model {
@@ -111,6 +113,8 @@ typedef struct model {
     uint64_t next;
     uint64_t payload;  /* bytes of the readable messages */
     int64_t clock;     /* the stream's clock: newest append time */
+    uint32_t copies;   /* concatenations it went through: each may add
+                          63 messages to a seek's imprecision */
 } model;
 
 typedef struct world {
@@ -129,7 +133,7 @@ static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed, int6
         m->m = realloc(m->m, m->cap * sizeof(msg));
         CHECK(m->m != NULL);
     }
-    m->m[m->len++] = (msg){off, len, seed, ms};
+    m->m[m->len++] = (msg){off, len, seed, ms, ms};
     m->payload += len;
 }
 
@@ -183,7 +187,7 @@ static void check_counters(world *w) {
         CHECK(mn_last_append_ms(s) == m->clock);
         int64_t oldest = mn_oldest_append_ms(s);
         if (model_count(m) == 0) CHECK(oldest == MN_TIME_NONE);
-        else CHECK(oldest >= 0 && oldest <= m->m[m->head].ms);
+        else CHECK(oldest >= 0 && oldest <= m->m[m->head].hi);
     }
     CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
 }
@@ -270,9 +274,9 @@ static void check_nodes(world *w, int k) {
         CHECK(info.count >= 1 && info.first >= end);
         CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
         const msg *g = model_at(m, info.first + info.count - 1);
-        CHECK(g != NULL && g->ms == info.last_ms);
+        CHECK(g != NULL && g->ms <= info.last_ms && info.last_ms <= g->hi);
         g = model_at(m, info.first);
-        CHECK(g == NULL || g->ms == info.first_ms);
+        CHECK(g == NULL || (g->ms <= info.first_ms && info.first_ms <= g->hi));
         CHECK(info.memory > 0 && (!info.compressed || info.zlevel >= 1));
         end = info.first + info.count;
         last = info.last_ms;
@@ -524,7 +528,7 @@ static int op_seek(world *w, int k, input *in) {
     CHECK(got <= exact);
     size_t j = model_lower(m, got);
     CHECK(got == m->next || (j < m->len && m->m[j].off == got)); /* a message, readable */
-    CHECK(i - j <= (size_t)(MN_TIME_CHECKPOINT_EVERY_TESTED - 1));
+    CHECK(i - j <= (size_t)(MN_TIME_CHECKPOINT_EVERY_TESTED - 1) * (1 + m->copies));
     return MN_OK;
 }
 
@@ -574,6 +578,39 @@ static int op_retain(world *w, int k, input *in) {
     return MN_OK;
 }
 
+/* Concatenate the other stream into stream k: the model moves its
+ * messages over, times raised to k's clock; which ones the core copies
+ * (their stored time may then be later, up to the time of the message 63
+ * further) the model does not know, so it allows that for all. */
+static int op_concat(world *w, int k) {
+    model *d = &w->m[k], *s = &w->m[1 - k];
+    int64_t rc = mn_stream_concat(w->s[k], w->s[1 - k]);
+    if (model_count(s) > MN_MAX_OFFSET + 1ULL - d->next) {
+        CHECK(rc == MN_ERR_OVERFLOW);
+        return MN_OK;
+    }
+    if (rc < 0) return (int)rc;
+    CHECK((uint64_t)rc == d->next);
+    int64_t floor = d->clock;
+    size_t n = model_count(s);
+    for (size_t i = 0; i < n; i++) {
+        const msg *g = &s->m[s->head + i];
+        const msg *later = &s->m[s->head + (i + 63 < n ? i + 63 : n - 1)];
+        model_push(d, d->next + i, g->len, g->seed, g->ms > floor ? g->ms : floor);
+        d->m[d->len - 1].hi = later->hi > floor ? later->hi : floor;
+    }
+    d->next += n;
+    if (n) {
+        const msg *last = &d->m[d->len - 1];
+        int64_t clock = mn_last_append_ms(w->s[k]);
+        CHECK(clock >= (last->ms > floor ? last->ms : floor) && clock <= last->hi);
+        d->clock = clock;
+        d->copies = (d->copies > s->copies ? d->copies : s->copies) + 1;
+    }
+    model_evict_below(s, s->next);
+    return MN_OK;
+}
+
 enum {
     OP_APPEND,
     OP_APPEND_ONE,
@@ -587,6 +624,7 @@ enum {
     OP_CLOCK,
     OP_SEEK,
     OP_RETAIN,
+    OP_CONCAT,
     OP_COUNT
 };
 
@@ -604,6 +642,7 @@ static int run_op(world *w, uint8_t op, input *in) {
     case OP_CLOCK: return op_clock(w, in);
     case OP_SEEK: return op_seek(w, k, in);
     case OP_RETAIN: return op_retain(w, k, in);
+    case OP_CONCAT: return op_concat(w, k);
     default: return MN_OK;
     }
 }

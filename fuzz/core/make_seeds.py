@@ -25,7 +25,8 @@ from core_recipes import RECIPES, pack_blobs  # noqa: E402
 from rcp11.storage import FORMAT_VERSION  # noqa: E402
 
 # fuzz_ops.c opcodes (its enum), stream A; | 0x80 picks stream B.
-APPEND, APPEND_ONE, READ, EVICT_UPTO, EVICT_KEEP, RAISE, SETTINGS, ROUNDTRIP, FAIL_NEXT = range(9)
+(APPEND, APPEND_ONE, READ, EVICT_UPTO, EVICT_KEEP, RAISE, SETTINGS, ROUNDTRIP, FAIL_NEXT) = range(9)
+CLOCK, SEEK, RETAIN, CONCAT = range(9, 13)
 
 
 def write(directory: Path, name: str, data: bytes) -> None:
@@ -58,6 +59,18 @@ def ops_seeds() -> None:
         "near-end": setup + bytes([RAISE, 1, 5, 0, APPEND, 9, 1] + [3] * 10 + [ROUNDTRIP]),
         "oom": setup + hundred + bytes([FAIL_NEXT, 3, APPEND, 200, 3] + [200, 150] * 201),
         "both": setup + hundred + bytes([APPEND | 0x80, 40, 2] + [90] * 41 + [SETTINGS, 1, 3, 3]),
+        "time": setup
+        + hundred
+        + bytes([CLOCK, 0, 200])
+        + hundred
+        + bytes([SEEK, 1, 0, 0, 0, RETAIN, 4, 0, 1, 0, 0, 0, SEEK, 0] + [0] * 8),
+        "concat": setup
+        + bytes([APPEND | 0x80, 120, 0, CLOCK, 0, 50])
+        + hundred
+        + bytes([EVICT_UPTO | 0x80, 1, 5, CONCAT, ROUNDTRIP, READ, 0]),
+        "concat-oom": setup
+        + hundred
+        + bytes([APPEND | 0x80, 200, 3] + [100, 50] * 201 + [FAIL_NEXT, 5, CONCAT]),
     }
     rng = random.Random(11)
     for i in range(6):

@@ -806,6 +806,170 @@ static void test_retention(void) {
     CHECK(live_bytes == 0);
 }
 
+/* Serialize a stream into one buffer (header and nodes back to back). */
+static void dump_into(const mn_stream *s, mn_buf *out) {
+    mn_buf_init(out);
+    CHECK(mn_serialize_header(s, out) == MN_OK);
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node))
+        CHECK(mn_node_serialize(node, out) == MN_OK);
+}
+
+/* Message `id` of the concatenation tests: 0..299 bytes, compressible
+ * when id is even. */
+static uint32_t cat_len(uint32_t id) { return (id * 37) % 300; }
+
+static void cat_fill(uint32_t id, char *out) {
+    for (uint32_t j = 0; j < cat_len(id); j++)
+        out[j] = (char)(id % 2 ? (id * 31 + j * 17) & 0xff : 'a' + j % 4);
+}
+
+/* Append messages first_id .. first_id + n - 1 at time t. */
+static void cat_append(mn_stream *s, uint32_t first_id, uint32_t n, int64_t t) {
+    static char buf[400 * 300];
+    static uint32_t lens[400];
+    CHECK(n <= 400);
+    if (n == 0) return;
+    size_t pos = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = cat_len(first_id + i);
+        cat_fill(first_id + i, buf + pos);
+        pos += lens[i];
+    }
+    int64_t rc = mn_append(s, buf, lens, n, t);
+    if (rc < 0) fprintf(stderr, "cat_append(%u, %u): %lld\n", first_id, n, (long long)rc);
+    CHECK(rc >= 0);
+}
+
+/* dst holds ids [0, a) at offsets from 0 with the first `gone` evicted;
+ * its messages from `at` on must be ids want[0..n-1]. */
+static void cat_check(mn_stream *s, uint64_t at, const uint32_t *want, size_t n) {
+    static char expect[300];
+    mn_buf out;
+    mn_buf_init(&out);
+    static int64_t lens[2000];
+    CHECK(n <= 2000 && mn_next_offset(s) == at + n);
+    CHECK(mn_read_copy(s, at, n, &out, lens) == MN_OK);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(lens[i] == (int64_t)cat_len(want[i]));
+        cat_fill(want[i], expect);
+        CHECK(same(out.data + pos, expect, cat_len(want[i])));
+        pos += cat_len(want[i]);
+    }
+    mn_buf_free(&out);
+}
+
+/* One concatenation: dst (max_entries dmax, level dlevel) holds ids
+ * 1000.. of which some evicted; src (smax, slevel) holds ids 0..sn-1 with
+ * the first `sgone` evicted and a gap; every allocation that can fail is
+ * made to fail once first, and must leave both streams as they were. */
+static void concat_case(uint32_t dmax, int dlevel, uint32_t dn, uint32_t smax, int slevel,
+                        uint32_t sn, uint32_t sgone, int expect_moved) {
+    static uint32_t want[2000];
+    for (long k = 0;; k++) {
+        mn_stream *dst = mn_stream_new(dmax, dlevel), *src = mn_stream_new(smax, slevel);
+        if (dn) cat_append(dst, 1000, dn, 5000);
+        if (dn > 3) CHECK(mn_evict_upto(dst, 2) == 3);
+        size_t n = 0;
+        uint64_t dfirst = mn_first_offset(dst);
+        for (uint64_t o = dfirst; o < mn_next_offset(dst); o++) want[n++] = 1000 + (uint32_t)o;
+        cat_append(src, 0, sn / 2, 1000);
+        CHECK(mn_raise_next_offset(src, mn_next_offset(src) + 7) == MN_OK); /* a gap */
+        cat_append(src, sn / 2, sn - sn / 2, 9000);
+        if (sgone) CHECK(mn_evict_upto(src, sgone - 1) == sgone);
+        for (uint32_t id = sgone; id < sn; id++) want[n++] = id;
+        uint64_t dnext = mn_next_offset(dst), snext = mn_next_offset(src);
+        uint64_t slength = mn_length(src), spayload = mn_payload_bytes(src);
+        uint64_t dlength = mn_length(dst), dpayload = mn_payload_bytes(dst);
+        mn_buf before_d, before_s;
+        dump_into(dst, &before_d);
+        dump_into(src, &before_s);
+        /* Nodes of src that hold no evicted message; they move unless all of
+         * src fits in dst's active node. */
+        static const mn_node *whole[100];
+        size_t nwhole = 0;
+        for (const mn_node *node = mn_first_node(src); node; node = mn_node_next(node)) {
+            mn_node_info info;
+            mn_node_get_info(node, &info);
+            if (info.first >= mn_first_offset(src) && nwhole < 100) whole[nwhole++] = node;
+        }
+
+        SET_FAIL_AFTER(k);
+        int64_t rc = mn_stream_concat(dst, src);
+        SET_FAIL_AFTER(-1);
+        CHECK(live_bytes == mn_memory_bytes(dst) + mn_memory_bytes(src) + before_d.cap + before_s.cap);
+        if (rc == MN_ERR_NOMEM) {
+            mn_buf after_d, after_s;
+            dump_into(dst, &after_d);
+            dump_into(src, &after_s);
+            CHECK(after_d.len == before_d.len && same(after_d.data, before_d.data, after_d.len));
+            CHECK(after_s.len == before_s.len && same(after_s.data, before_s.data, after_s.len));
+            mn_buf_free(&after_d);
+            mn_buf_free(&after_s);
+        } else {
+            CHECK(rc == (int64_t)dnext);
+            CHECK(mn_length(dst) == dlength + slength && mn_payload_bytes(dst) == dpayload + spayload);
+            CHECK(mn_first_offset(dst) == (dlength ? dfirst : dnext));
+            cat_check(dst, mn_first_offset(dst), want, n);
+            CHECK(mn_num_nodes(src) == 0 && mn_length(src) == 0 && mn_payload_bytes(src) == 0);
+            CHECK(mn_next_offset(src) == snext && mn_first_offset(src) == snext);
+            size_t moved = 0;
+            for (const mn_node *node = mn_first_node(dst); node; node = mn_node_next(node))
+                for (size_t i = 0; i < nwhole; i++) moved += node == whole[i];
+            CHECK(moved == (expect_moved ? nwhole : 0));
+            /* Times: raised to dst's clock, never decreasing. */
+            int64_t last = 0;
+            mn_node_info info;
+            for (const mn_node *node = mn_first_node(dst); node; node = mn_node_next(node)) {
+                mn_node_get_info(node, &info);
+                CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
+                last = info.last_ms;
+            }
+            CHECK(mn_last_append_ms(dst) == (dn ? 9000 > 5000 ? 9000 : 5000 : 9000));
+            mn_stream *copy = roundtrip(dst);
+            cat_check(copy, mn_first_offset(copy), want, n);
+            cat_append(copy, 1, 3, 0); /* appends go on */
+            dst = copy;
+            /* src takes appends again, from its kept next offset */
+            cat_append(src, 5, 2, 0);
+            CHECK(mn_first_offset(src) == snext && mn_length(src) == 2);
+        }
+        mn_buf_free(&before_d);
+        mn_buf_free(&before_s);
+        mn_stream_free(dst);
+        mn_stream_free(src);
+        CHECK(live_bytes == 0);
+        if (rc != MN_ERR_NOMEM) break;
+    }
+}
+
+static void test_concat(void) {
+    /* whole nodes move; partially evicted first node copied */
+    concat_case(10, 0, 25, 10, 0, 95, 13, 1);
+    /* compressed nodes move compressed, into a compressing and a raw dst */
+    concat_case(10, 0, 25, 10, 6, 95, 13, 1);
+    concat_case(50, 1, 120, 40, 9, 300, 0, 1);
+    /* small src: copied into dst's active node; larger nodes than dst's */
+    concat_case(100, 0, 30, 100, 0, 40, 0, 0);
+    concat_case(100, 6, 30, 7, 6, 40, 3, 0);
+    concat_case(3, 0, 8, 200, 0, 450, 1, 1);
+    /* empty dst, one-message src */
+    concat_case(10, 0, 0, 10, 0, 30, 0, 1);
+    concat_case(10, 0, 12, 10, 0, 1, 0, 0);
+    mn_stream *a = mn_stream_new(10, 0), *b = mn_stream_new(10, 0);
+    CHECK(mn_stream_concat(a, a) == MN_ERR_ARG && mn_stream_concat(NULL, b) == MN_ERR_ARG);
+    CHECK(mn_stream_concat(a, b) == 0);
+    CHECK(mn_raise_next_offset(a, ((uint64_t)1 << 63) - 2) == MN_OK);
+    cat_append(b, 0, 3, 0);
+    CHECK(mn_stream_concat(a, b) == MN_ERR_OVERFLOW && mn_length(b) == 3);
+    CHECK(mn_evict_upto(b, 0) == 1);
+    CHECK(mn_stream_concat(a, b) == (int64_t)(((uint64_t)1 << 63) - 2));
+    CHECK(mn_next_offset(a) == (uint64_t)1 << 63 && mn_length(b) == 0);
+    mn_stream_free(a);
+    mn_stream_free(b);
+    CHECK(live_bytes == 0);
+}
+
 int main(void) {
     test_arguments();
     test_offset_limit();
@@ -815,6 +979,7 @@ int main(void) {
     test_resp_lengths();
     test_time_index();
     test_retention();
+    test_concat();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
