@@ -201,13 +201,20 @@ class Stream:
 
     __slots__ = ("_next", "_s", "_version")
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, compression_level: int = 0) -> None:
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        compression_level: int = 0,
+        compression_depth: int = 0,
+    ) -> None:
         if not 1 <= max_entries <= MAX_MAX_ENTRIES:
             raise InvalidArgumentError(
                 f"max_entries must be between 1 and {MAX_MAX_ENTRIES}", lib.MN_ERR_ARG
             )
         _check_level(compression_level)
+        _check_depth(compression_depth)
         self._s = _new_stream_handle(lib.mn_stream_new(max_entries, compression_level))
+        lib.mn_stream_set_compression_depth(self._s, compression_depth)
         # Bumped by every mutation so that dump() can notice a concurrent change.
         self._version = 0
         # mn_next_offset() mirrored here: TWRITE and TREAD read it on every
@@ -256,6 +263,16 @@ class Stream:
     @property
     def compression_level(self) -> int:
         return lib.mn_compression_level(self._s)
+
+    @property
+    def compression_depth(self) -> int:
+        return lib.mn_compression_depth(self._s)
+
+    @property
+    def compress_pending(self) -> bool:
+        """A change of compression level or depth (or a load, a concat) is
+        still being applied to existing nodes (see compress_step)."""
+        return bool(lib.mn_compress_pending(self._s))
 
     @property
     def last_append_ms(self) -> int:
@@ -451,9 +468,25 @@ class Stream:
         _check(lib.mn_stream_set_max_entries(self._s, max_entries))
 
     def set_compression(self, level: int) -> None:
-        """zlib level (0 = off) for nodes sealed from now on."""
+        """zlib level (0 = off): nodes sealed from now on, and existing ones
+        gradually (one per node sealed, or compress_step())."""
         _check_level(level)
         _check(lib.mn_stream_set_compression(self._s, level))
+
+    def set_compression_depth(self, depth: int) -> None:
+        """Keep the newest `depth` sealed nodes raw (like list-compress-depth);
+        existing nodes follow gradually."""
+        _check_depth(depth)
+        _check(lib.mn_stream_set_compression_depth(self._s, depth))
+
+    def compress_step(self, max_nodes: int = 1) -> bool:
+        """Bring at most max_nodes existing nodes to the form the level and
+        depth ask for (a bounded step for a cron); True while more remain."""
+        if not 0 <= max_nodes < 2**32:
+            raise InvalidArgumentError("max_nodes must be between 0 and 2^32-1", lib.MN_ERR_ARG)
+        # No _version bump: conforming nodes changes their blobs, never which
+        # nodes there are, so a dump() in progress stays valid.
+        return bool(_check(lib.mn_compress_step(self._s, max_nodes)))
 
     # -- reads ----------------------------------------------------------
 
@@ -550,6 +583,13 @@ def validate_node_blob(blob: bytes) -> bool:
     if rc == lib.MN_ERR_NOMEM:
         _check(rc)
     return rc == lib.MN_OK
+
+
+def _check_depth(depth: int) -> None:
+    if not 0 <= depth <= MAX_COMPRESSION_DEPTH:
+        raise InvalidArgumentError(
+            f"compression depth must be between 0 and {MAX_COMPRESSION_DEPTH}", lib.MN_ERR_ARG
+        )
 
 
 def _check_level(level: int) -> None:

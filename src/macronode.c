@@ -55,10 +55,9 @@
  * holds max_entries messages. A node that becomes full is shrunk to fit
  * (offset table and blob reallocated to exactly what they hold), so sealed
  * nodes carry no slack. When a new node is started after a node, that node
- * is *sealed*: shrunk to fit if it was not full, and, when the stream has a
- * compression level, its blob is zlib-compressed if that saves at least
- * MN_COMPRESS_MIN_SAVING_PCT percent. The active node is never compressed,
- * so appends never decompress anything.
+ * is *sealed*: shrunk to fit if it was not full, and one node's worth of
+ * compression work is done (see COMPRESSION). The active node is never
+ * compressed, so appends never decompress anything.
  *
  * Tiny streams stay tiny: while a stream has a single node its offset table
  * grows geometrically with the messages it holds. Nodes started after
@@ -80,7 +79,29 @@
  * Inflated chunks go to a per-stream cache of MN_CACHE_SLOTS entries, so a
  * consumer reading 100 messages at a time inflates each chunk once. The
  * cache is counted in memory_bytes and its entries are dropped when their
- * node is freed.
+ * node is freed or inflated.
+ *
+ * Which nodes are compressed follows Redis's list-compress-depth: with a
+ * level (1..9), the newest `depth` sealed nodes stay raw -- consumers near
+ * the tail read them without inflating anything -- and older ones are
+ * compressed if that saves at least MN_COMPRESS_MIN_SAVING_PCT percent (a
+ * node that does not stays raw, its zlevel saying it was tried). A sealed
+ * node's *rank* is its distance from the tail: 0 for the newest sealed
+ * node. Each seal makes every sealed node one rank older, so exactly one
+ * node reaches rank depth: the stream keeps a pointer to it (`boundary`,
+ * moved one node forward per seal, O(1)) and compresses it then. So work
+ * is spread over appends, one node per node sealed, never a burst.
+ *
+ * A change of level or depth, a load and a concatenation bring nodes whose
+ * form the current settings may not want. They start a *scan*: a cursor
+ * that walks from the newest sealed node to the oldest and conforms each
+ * node (compress, recompress at the new level, or inflate), at one node
+ * per node sealed and as far as the caller's cron asks
+ * (mn_compress_step(), bounded in nodes conformed and in nodes looked at:
+ * MN_SCAN_VISITS_PER_NODE). The cursor's rank grows by one per seal; both
+ * pointers are cleared when eviction frees their node (all older nodes go
+ * with it). A failed allocation while conforming leaves the node as it
+ * is: readable, only not in its form.
  *
  * MEMORY ACCOUNTING
  * =================
@@ -167,6 +188,8 @@
  *     in 4 GB - 1 (MN_NODE_BYTES_LIMIT), so a serialized node always fits a
  *     32-bit length.
  *   - Only sealed nodes (never the tail) are compressed.
+ *   - With no scan pending, every sealed node has the form its rank asks
+ *     for (see COMPRESSION), but for conforming that failed to allocate.
  *   - Times never decrease: within a node checkpoint k <= checkpoint k+1 <=
  *     last_ms, and a node's first time >= the previous node's last_ms; no
  *     time is later than the stream's clock or earlier than 0.
@@ -278,6 +301,13 @@
  * few chunks and a second reader elsewhere, small enough (8 x ~16 KB) to be
  * negligible next to the nodes themselves. */
 #define MN_CACHE_SLOTS 8
+
+/* A scan step (mn_compress_step, one per sealed node) conforms at most a
+ * given number of nodes and looks at most this many nodes per node it may
+ * conform: looking is a few loads (~20 ns), so a step of one node is at
+ * most ~20 us of looking -- bounded even when a scan walks a stream of a
+ * million nodes that are all in form already. */
+#define MN_SCAN_VISITS_PER_NODE 1024
 
 /* Compressed blob layout: a chunk count, then (first message, end of zlib
  * data) per chunk, then the zlib streams. See the big comment. */
@@ -391,6 +421,9 @@ struct mn_stream {
     uint8_t compression;     /* zlib level for nodes sealed from now on */
     uint8_t load_version;    /* format of the blobs being loaded */
     uint16_t depth;          /* newest sealed nodes kept raw */
+    mn_node *boundary;       /* the sealed node of rank depth, or NULL */
+    mn_node *scan;           /* next node the scan conforms, or NULL */
+    uint64_t scan_rank;      /* its rank */
 };
 
 /* ------------------------------------------------------------------------
@@ -560,12 +593,16 @@ static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint32_
     return n;
 }
 
+/* What an allocation for `len` bytes asks malloc for: an empty chunk or
+ * blob still takes one byte, so that NULL only ever means failure. */
+static size_t mn_alloc_size(size_t len) { return len ? len : 1; }
+
 static void mn_cache_forget(mn_stream *s, const mn_node *n) {
     if (s->cache == NULL) return;
     for (int i = 0; i < MN_CACHE_SLOTS; i++) {
         mn_cache_slot *slot = &s->cache->slot[i];
         if (slot->node == n) {
-            s->memory -= slot->len;
+            s->memory -= mn_alloc_size(slot->len);
             free(slot->raw);
             slot->node = NULL;
             slot->raw = NULL;
@@ -739,13 +776,6 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     s->num_compressed++;
 }
 
-/* Seal a node that just stopped being the tail: no slack, and compressed
- * when the stream asks for it and that pays. */
-static void mn_node_seal(mn_stream *s, mn_node *n) {
-    mn_node_shrink(s, n);
-    if (s->compression != 0 && !n->compressed) mn_node_compress(s, n);
-}
-
 /* Inflate zlib data into exactly `len` bytes, consuming all of it. */
 static int mn_inflate_exact(char *dst, uint32_t len, const unsigned char *src, uint32_t src_len) {
     uLongf out_len = len;
@@ -800,7 +830,7 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
             victim = slot;
     }
     uint32_t len = mn_chunk_raw_len(n, k);
-    char *raw = malloc(len ? len : 1);
+    char *raw = malloc(mn_alloc_size(len));
     if (raw == NULL) {
         *err = MN_ERR_NOMEM;
         return NULL;
@@ -812,7 +842,7 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
         return NULL;
     }
     if (victim->node != NULL) {
-        s->memory -= victim->len;
+        s->memory -= mn_alloc_size(victim->len);
         free(victim->raw);
     }
     victim->node = n;
@@ -820,7 +850,7 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
     victim->raw = raw;
     victim->len = len;
     victim->last_use = c->clock;
-    s->memory += len;
+    s->memory += mn_alloc_size(len);
     return raw;
 }
 
@@ -899,8 +929,18 @@ static void mn_tail_slots(mn_stream *s, mn_node ***slot) {
     for (int l = s->level; l < s->head_cap; l++) slot[l] = &s->head[l];
 }
 
+/* The sealed node `rank` places behind the tail (rank 0 = the newest
+ * sealed node), or NULL. O(rank). */
+static mn_node *mn_node_at_rank(const mn_stream *s, uint64_t rank) {
+    mn_node *x = s->tail ? s->tail->prev : NULL;
+    for (; x != NULL && rank > 0; rank--) x = x->prev;
+    return x;
+}
+
 /* Link node n after the tail; slot comes from mn_tail_slots() and is
- * advanced so that several nodes can be linked in a row. */
+ * advanced so that several nodes can be linked in a row. The old tail is
+ * now sealed and every sealed node one rank older: the compression
+ * boundary moves one node toward the tail (see COMPRESSION). */
 static void mn_link_tail(mn_stream *s, mn_node *n, mn_node ***slot) {
     for (int l = 0; l < n->level; l++) {
         *slot[l] = n;
@@ -912,11 +952,19 @@ static void mn_link_tail(mn_stream *s, mn_node *n, mn_node ***slot) {
     s->tail = n;
     s->num_nodes++;
     if (n->compressed) s->num_compressed++;
+    if (n->prev == NULL) return;
+    if (s->scan != NULL) s->scan_rank++;
+    if (s->num_nodes - 1 > s->depth) /* a node has rank depth */
+        s->boundary = s->boundary ? s->boundary->fwd[0] : mn_node_at_rank(s, s->depth);
 }
 
 /* Unlink and free the first node. */
 static void mn_unlink_first(mn_stream *s) {
     mn_node *n = s->head[0];
+    /* Nodes older than the boundary or the scan go first: once they go,
+     * no sealed node has rank depth, and nothing is left to scan. */
+    if (s->boundary == n) s->boundary = NULL;
+    if (s->scan == n) s->scan = NULL;
     for (int l = 0; l < n->level; l++) s->head[l] = n->fwd[l];
     if (n->fwd[0] != NULL) n->fwd[0]->prev = NULL;
     if (s->tail == n) s->tail = NULL;
@@ -925,6 +973,100 @@ static void mn_unlink_first(mn_stream *s) {
     mn_node_release(s, n);
     while (s->level > 0 && s->head[s->level - 1] == NULL) s->level--;
 }
+
+/* ------------------------------------------------------------------------
+ * Compression depth
+ * --------------------------------------------------------------------- */
+
+/* Give a compressed node its raw blob back. Any failure keeps it
+ * compressed. */
+static int mn_node_inflate(mn_stream *s, mn_node *n) {
+    uint32_t raw = mn_node_raw_bytes(n);
+    char *blob = malloc(mn_alloc_size(raw));
+    if (blob == NULL) return MN_ERR_NOMEM;
+    int rc = MN_OK;
+    for (uint32_t k = 0; k < mn_chunk_count(n) && rc == MN_OK; k++)
+        rc = mn_chunk_inflate(n, k, blob + mn_chunk_raw_start(n, k));
+    if (rc != MN_OK) {
+        free(blob);
+        return rc;
+    }
+    mn_cache_forget(s, n);
+    s->memory = s->memory - n->blob_cap + mn_alloc_size(raw);
+    free(n->blob);
+    n->blob = blob;
+    n->blob_cap = (uint32_t)mn_alloc_size(raw);
+    n->compressed = 0;
+    n->zlevel = 0;
+    s->num_compressed--;
+    return MN_OK;
+}
+
+/* Bring a sealed node to the form its rank asks for: zlib at the stream's
+ * level (or tried at it) when the stream compresses and rank >= depth,
+ * raw otherwise. Returns 1 when that took a compression or an inflate, 0
+ * when the node already had its form. Failures keep the node as it is
+ * (readable either way). */
+static int mn_node_conform(mn_stream *s, mn_node *n, uint64_t rank) {
+    if (s->compression == 0 || rank < s->depth) {
+        if (!n->compressed) return 0;
+        (void)mn_node_inflate(s, n);
+        return 1;
+    }
+    if (n->zlevel == s->compression) return 0;
+    if (n->compressed && mn_node_inflate(s, n) != MN_OK) return 1;
+    mn_node_compress(s, n);
+    return 1;
+}
+
+/* Look at nodes again from the newest sealed one to the oldest (after a
+ * change of level or depth, a load or a concatenation). */
+static void mn_scan_restart(mn_stream *s) {
+    s->scan = s->tail ? s->tail->prev : NULL;
+    s->scan_rank = 0;
+}
+
+/* One bounded step of the scan: conform at most max_nodes nodes, look at
+ * most max_nodes * MN_SCAN_VISITS_PER_NODE. */
+static void mn_scan_step(mn_stream *s, uint64_t max_nodes) {
+    uint64_t visits = max_nodes * MN_SCAN_VISITS_PER_NODE;
+    while (s->scan != NULL && max_nodes > 0 && visits > 0) {
+        mn_node *x = s->scan;
+        max_nodes -= (uint64_t)mn_node_conform(s, x, s->scan_rank);
+        visits--;
+        s->scan = x->prev;
+        s->scan_rank++;
+    }
+}
+
+/* A node just stopped being the tail: no slack, and one node's worth of
+ * compression work -- the node that just reached rank depth, or else one
+ * step of a pending scan -- so that compressing is spread over appends,
+ * one node per node sealed. */
+static void mn_node_seal(mn_stream *s, mn_node *n) {
+    mn_node_shrink(s, n);
+    if (s->boundary != NULL && mn_node_conform(s, s->boundary, s->depth)) return;
+    mn_scan_step(s, 1);
+}
+
+int mn_stream_set_compression_depth(mn_stream *s, uint32_t depth) {
+    if (s == NULL || depth > MN_MAX_COMPRESSION_DEPTH) return MN_ERR_ARG;
+    if (depth == s->depth) return MN_OK;
+    s->depth = (uint16_t)depth;
+    s->boundary = mn_node_at_rank(s, depth);
+    mn_scan_restart(s);
+    return MN_OK;
+}
+
+uint32_t mn_compression_depth(const mn_stream *s) { return s->depth; }
+
+int mn_compress_step(mn_stream *s, uint32_t max_nodes) {
+    if (s == NULL) return MN_ERR_ARG;
+    mn_scan_step(s, max_nodes);
+    return s->scan != NULL;
+}
+
+int mn_compress_pending(const mn_stream *s) { return s->scan != NULL; }
 
 /* ------------------------------------------------------------------------
  * Streams
@@ -962,7 +1104,9 @@ void mn_stream_free(mn_stream *s) {
 
 int mn_stream_set_compression(mn_stream *s, int compression_level) {
     if (compression_level < 0 || compression_level > 9) return MN_ERR_ARG;
+    if (compression_level == s->compression) return MN_OK;
     s->compression = (uint8_t)compression_level;
+    mn_scan_restart(s);
     return MN_OK;
 }
 
@@ -1132,8 +1276,9 @@ static void mn_append_commit(mn_stream *s, const char *buf, const uint32_t *lens
             k += count;
             node->first = offset;
             offset += count;
-            if (s->tail != NULL) mn_node_seal(s, s->tail);
+            mn_node *old_tail = s->tail;
             mn_link_tail(s, node, slot);
+            if (old_tail != NULL) mn_node_seal(s, old_tail);
             node = next_new;
         }
         p->chain = NULL;
@@ -1298,7 +1443,7 @@ uint64_t mn_oldest_node_memory(const mn_stream *s) {
     uint64_t bytes = mn_node_memory(n);
     if (s->cache != NULL) {
         for (int i = 0; i < MN_CACHE_SLOTS; i++)
-            if (s->cache->slot[i].node == n) bytes += s->cache->slot[i].len;
+            if (s->cache->slot[i].node == n) bytes += mn_alloc_size(s->cache->slot[i].len);
     }
     return bytes;
 }
@@ -1362,7 +1507,7 @@ static int mn_gather_messages(const mn_node *from, uint32_t i, const mn_node *st
         } else {
             for (uint32_t k = mn_chunk_of(x, lo); k < mn_chunk_count(x); k++) {
                 uint32_t len = mn_chunk_raw_len(x, k), at = mn_chunk_raw_start(x, k);
-                char *raw = malloc(len ? len : 1);
+                char *raw = malloc(mn_alloc_size(len));
                 int rc = raw == NULL ? MN_ERR_NOMEM : mn_chunk_inflate(x, k, raw);
                 if (rc == MN_OK) {
                     uint32_t skip = start > at ? start - at : 0;
@@ -1457,11 +1602,16 @@ int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
         dst->next += x->count;
         dst->length += x->count;
         dst->payload += mn_node_raw_bytes(x);
-        if (dst->tail != NULL) mn_node_seal(dst, dst->tail);
+        mn_node *old_tail = dst->tail;
         mn_link_tail(dst, x, slot);
+        if (old_tail != NULL) mn_node_shrink(dst, old_tail);
     }
     if (dst->tail->last_ms > dst->clock) dst->clock = dst->tail->last_ms;
+    /* The nodes that moved came with src's compression: conform them (and
+     * the rest) gradually, not all in this call. */
+    mn_scan_restart(dst);
     for (int l = 0; l < src->head_cap; l++) src->head[l] = NULL;
+    src->boundary = src->scan = NULL;
     src->tail = NULL;
     src->level = 0;
     src->num_nodes = src->num_compressed = 0;
@@ -1831,7 +1981,7 @@ static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
         prev_zend = zend;
     }
     if (prev_zend != zarea_len) return MN_ERR_CORRUPT;
-    char *raw = malloc(largest ? largest : 1);
+    char *raw = malloc(mn_alloc_size(largest));
     if (raw == NULL) return MN_ERR_NOMEM;
     int rc2 = MN_OK;
     prev_zend = 0;
@@ -1945,5 +2095,7 @@ int mn_load_finish(mn_stream *s) {
     if (s->num_nodes != s->load_expected) return MN_ERR_CORRUPT;
     if (s->tail != NULL && s->tail->compressed) return MN_ERR_CORRUPT;
     s->load_expected = 0;
+    /* The nodes are as they were saved, under the settings of then. */
+    mn_scan_restart(s);
     return MN_OK;
 }

@@ -49,8 +49,9 @@
  * so an empty stream is never the oldest. */
 #define MN_TIME_NONE 9223372036854775807
 
-/* compression depth: 0..MN_MAX_COMPRESSION_DEPTH newest sealed nodes raw. */
-#define MN_MAX_COMPRESSION_DEPTH 1000
+/* Compression depth: the newest 0..MN_MAX_COMPRESSION_DEPTH sealed nodes
+ * stay raw (a 16-bit header field: 65M messages of 1000-message nodes). */
+#define MN_MAX_COMPRESSION_DEPTH 65535
 
 /* Null styles for mn_read_resp(): how an evicted/lost offset is encoded. */
 #define MN_NULL_RESP2 0      /* "$-1\r\n" */
@@ -93,11 +94,30 @@ void mn_buf_init(mn_buf *b);
 void mn_buf_free(mn_buf *b);
 
 /* max_entries: messages per macronode, 1..MN_MAX_MAX_ENTRIES.
- * compression_level: 0 = off, 1..9 = zlib level for sealed inner nodes.
+ * compression_level: 0 = off, 1..9 = zlib level for sealed nodes.
  * Returns NULL on allocation failure or bad arguments. */
 mn_stream *mn_stream_new(uint32_t max_entries, int compression_level);
 void mn_stream_free(mn_stream *s);
+
+/* Compression, like Redis's list-compress-depth: with a level (1..9) the
+ * newest `depth` sealed nodes stay raw and older ones are zlib-compressed
+ * (the active node never is); depth 0 compresses every sealed node. The
+ * work is spread: each node sealed by an append brings one node to its
+ * form (the one that just got older than depth). A change of level or
+ * depth -- and a load or a concatenation, which bring nodes formed under
+ * other settings -- starts a scan that conforms existing nodes (compress,
+ * recompress at the new level, or inflate) from the newest to the oldest,
+ * one node per node sealed, and as fast as the caller's cron calls
+ * mn_compress_step(s, max_nodes): it conforms at most max_nodes nodes and
+ * looks at no more than 1024 per node, then returns 1 if the scan goes on,
+ * 0 when every node has its form. mn_compress_pending: is a scan going
+ * on. A node that does not compress by at least 10% stays raw (and is not
+ * tried again at that level). */
 int mn_stream_set_compression(mn_stream *s, int compression_level);
+int mn_stream_set_compression_depth(mn_stream *s, uint32_t depth);
+uint32_t mn_compression_depth(const mn_stream *s);
+int mn_compress_step(mn_stream *s, uint32_t max_nodes);
+int mn_compress_pending(const mn_stream *s);
 /* Messages per node for nodes filled from now on (1..MN_MAX_MAX_ENTRIES);
  * nodes already holding more keep them. */
 int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries);

@@ -45,7 +45,7 @@
 
 /* Bounds that keep one input fast: the model and the checks are linear in
  * the messages held. */
-#define MAX_PAYLOAD (1u << 19)   /* bytes appended per run */
+#define MAX_PAYLOAD (3u << 17)   /* bytes appended per run */
 #define MAX_MESSAGES 8000        /* messages appended per run */
 #define MAX_BATCH 300            /* messages per append call */
 #define MAX_READ 400             /* offsets per read call */
@@ -124,6 +124,7 @@ typedef struct world {
     uint64_t appended;  /* bytes appended so far */
     uint64_t messages;  /* messages appended so far */
     long fail_k;        /* failure injection for the next operation, -1 none */
+    int fail_armed;     /* the operation running has failure injection */
     int64_t wall;       /* the clock appends pass */
 } world;
 
@@ -611,6 +612,48 @@ static int op_concat(world *w, int k) {
     return MN_OK;
 }
 
+/* Compression depth: set it, take a bounded step, or run a scan to its
+ * end and check that every sealed node has the form its rank asks for. */
+static int op_compress(world *w, int k, input *in) {
+    mn_stream *s = w->s[k];
+    uint8_t how = in_u8(in) % 3;
+    if (how == 0) {
+        uint32_t depth = in_u8(in) % 7;
+        CHECK(mn_stream_set_compression_depth(s, depth) == MN_OK);
+        CHECK(mn_compression_depth(s) == depth);
+        return MN_OK;
+    }
+    if (how == 1) {
+        uint32_t budget = in_u8(in) % 4;
+        uint64_t before = mn_num_compressed_nodes(s);
+        int rc = mn_compress_step(s, budget);
+        CHECK(rc == mn_compress_pending(s));
+        uint64_t after = mn_num_compressed_nodes(s);
+        CHECK((after > before ? after - before : before - after) <= budget);
+        return MN_OK;
+    }
+    if (w->fail_armed) return MN_OK; /* conforming under failures may not finish */
+    /* A fresh scan (an earlier one may have met injected failures). */
+    uint32_t depth = mn_compression_depth(s);
+    CHECK(mn_stream_set_compression_depth(s, depth ? depth - 1 : 1) == MN_OK);
+    CHECK(mn_stream_set_compression_depth(s, depth) == MN_OK);
+    while (mn_compress_step(s, 4)) {}
+    size_t n = (size_t)mn_num_nodes(s), i = 0;
+    int level = mn_compression_level(s);
+    mn_node_info info;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node), i++) {
+        mn_node_get_info(node, &info);
+        if (i + 1 == n) {
+            CHECK(!info.compressed);
+            break;
+        }
+        size_t rank = n - 2 - i;
+        if (level == 0 || rank < depth) CHECK(!info.compressed);
+        else CHECK(info.zlevel == level);
+    }
+    return MN_OK;
+}
+
 enum {
     OP_APPEND,
     OP_APPEND_ONE,
@@ -625,6 +668,7 @@ enum {
     OP_SEEK,
     OP_RETAIN,
     OP_CONCAT,
+    OP_COMPRESS,
     OP_COUNT
 };
 
@@ -643,6 +687,7 @@ static int run_op(world *w, uint8_t op, input *in) {
     case OP_SEEK: return op_seek(w, k, in);
     case OP_RETAIN: return op_retain(w, k, in);
     case OP_CONCAT: return op_concat(w, k);
+    case OP_COMPRESS: return op_compress(w, k, in);
     default: return MN_OK;
     }
 }
@@ -669,6 +714,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         long k = w.fail_k;
         w.fail_k = -1;
+        w.fail_armed = k >= 0;
         count_alloc_fail_after(k);
         int rc = run_op(&w, op, &in);
         count_alloc_fail_after(-1);

@@ -26,7 +26,7 @@ from rcp11.storage import FORMAT_VERSION  # noqa: E402
 
 # fuzz_ops.c opcodes (its enum), stream A; | 0x80 picks stream B.
 (APPEND, APPEND_ONE, READ, EVICT_UPTO, EVICT_KEEP, RAISE, SETTINGS, ROUNDTRIP, FAIL_NEXT) = range(9)
-CLOCK, SEEK, RETAIN, CONCAT = range(9, 13)
+CLOCK, SEEK, RETAIN, CONCAT, COMPRESS = range(9, 14)
 
 
 def write(directory: Path, name: str, data: bytes) -> None:
@@ -68,6 +68,9 @@ def ops_seeds() -> None:
         + bytes([APPEND | 0x80, 120, 0, CLOCK, 0, 50])
         + hundred
         + bytes([EVICT_UPTO | 0x80, 1, 5, CONCAT, ROUNDTRIP, READ, 0]),
+        "depth": setup
+        + hundred * 4
+        + bytes([COMPRESS, 0, 2, COMPRESS, 1, 1, SETTINGS, 0, 9, COMPRESS, 2, READ, 0]),
         "concat-oom": setup
         + hundred
         + bytes([APPEND | 0x80, 200, 3] + [100, 50] * 201 + [FAIL_NEXT, 5, CONCAT]),

@@ -31,7 +31,7 @@
     do {                                                                         \
         if (!(cond)) {                                                           \
             fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                             \
+            abort();                                                             \
         }                                                                        \
     } while (0)
 
@@ -186,6 +186,29 @@ static void check_seek(const mn_stream *s, const model *m, int64_t t) {
     CHECK(between < 64);
 }
 
+/* With no scan pending, every sealed node has the form its rank asks for:
+ * raw among the newest `depth` (or without compression), else compressed
+ * at the stream's level or tried at it; the active node is raw. */
+static void check_forms(const mn_stream *s) {
+    if (mn_compress_pending(s)) return;
+    static mn_node_info info[400000];
+    uint64_t n = 0;
+    for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node)) {
+        CHECK(n < 400000);
+        mn_node_get_info(node, &info[n++]);
+    }
+    int level = mn_compression_level(s);
+    for (uint64_t i = 0; i < n; i++) {
+        if (i == n - 1) {
+            CHECK(!info[i].compressed);
+            break;
+        }
+        uint64_t rank = n - 2 - i;
+        if (level == 0 || rank < mn_compression_depth(s)) CHECK(!info[i].compressed);
+        else CHECK(info[i].zlevel == level);
+    }
+}
+
 static void check_all(mn_stream *s, const model *m) {
     check_counters(s, m);
     check_times(s, m);
@@ -329,13 +352,22 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
         } else if (op < 68) {
             s = roundtrip(s);
         } else if (op < 69) {
-            CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+            if (rnd_below(2)) CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+            else CHECK(mn_stream_set_compression_depth(s, (uint32_t)rnd_below(8)) == MN_OK);
         } else if (op < 70) {
             uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
             CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
             CHECK(mn_max_entries(s) == max);
-        } else if (op < 74) {
+        } else if (op < 72) {
             check_seek(s, m, m->clock - (int64_t)rnd_below(300));
+        } else if (op < 74) {
+            uint64_t before = mn_num_compressed_nodes(s);
+            uint32_t budget = (uint32_t)rnd_below(4);
+            int rc = mn_compress_step(s, budget);
+            CHECK(rc == mn_compress_pending(s));
+            uint64_t after = mn_num_compressed_nodes(s);
+            CHECK((after > before ? after - before : before - after) <= budget);
+            check_forms(s);
         } else if (op < 75) {
             /* Retention by age, a few nodes per call: only older messages go. */
             int64_t cutoff = m->clock - (int64_t)rnd_below(400);
@@ -358,8 +390,11 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
         if (step % 50 == 0) check_counters(s, m);
     }
     check_all(s, m);
+    check_forms(s);
     s = roundtrip(s);
     check_all(s, m);
+    while (mn_compress_step(s, 3)) {}
+    check_forms(s);
     mn_stream_free(s);
     CHECK(live_bytes == 0);
 }
@@ -970,6 +1005,119 @@ static void test_concat(void) {
     CHECK(live_bytes == 0);
 }
 
+/* Compressible messages: 100 bytes of a repeated pattern. */
+static void depth_append(mn_stream *s, uint32_t n) {
+    static char buf[1000 * 100];
+    static uint32_t lens[1000];
+    CHECK(n <= 1000);
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = 100;
+        for (int j = 0; j < 100; j++) buf[100 * i + (uint32_t)j] = (char)('a' + (i + (uint32_t)j) % 5);
+    }
+    CHECK(mn_append(s, buf, lens, n, 0) >= 0);
+}
+
+static uint64_t compressed_among(const mn_stream *s, uint64_t from_rank, uint64_t to_rank) {
+    uint64_t n = mn_num_nodes(s), count = 0, i = 0;
+    mn_node_info info;
+    for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node), i++) {
+        mn_node_get_info(node, &info);
+        if (i + 1 == n) break;
+        uint64_t rank = n - 2 - i;
+        count += rank >= from_rank && rank < to_rank && info.compressed;
+    }
+    return count;
+}
+
+static void test_compression_depth(void) {
+    mn_stream *s = mn_stream_new(10, 6);
+    CHECK(mn_stream_set_compression_depth(s, 3) == MN_OK && mn_compression_depth(s) == 3);
+    CHECK(mn_stream_set_compression_depth(s, MN_MAX_COMPRESSION_DEPTH + 1) == MN_ERR_ARG);
+    /* One node at a time: each seal compresses the node that reached rank 3. */
+    for (int i = 0; i < 10; i++) {
+        depth_append(s, 10);
+        CHECK(compressed_among(s, 0, 3) == 0);
+        CHECK(mn_num_compressed_nodes(s) == (uint64_t)(i >= 4 ? i - 3 : 0));
+    }
+    check_forms(s);
+    /* Deeper: the scan inflates ranks 3 and 4, one node per step. */
+    CHECK(mn_stream_set_compression_depth(s, 5) == MN_OK && mn_compress_pending(s));
+    CHECK(mn_compress_step(s, 1) == 1 && mn_num_compressed_nodes(s) == 5);
+    CHECK(mn_compress_step(s, 1) == 1 && mn_num_compressed_nodes(s) == 4);
+    CHECK(mn_compress_step(s, 1) == 0 && !mn_compress_pending(s));
+    check_forms(s);
+    /* Another level recompresses; level 0 inflates everything. */
+    CHECK(mn_stream_set_compression(s, 9) == MN_OK);
+    while (mn_compress_step(s, 2)) {}
+    check_forms(s);
+    CHECK(mn_num_compressed_nodes(s) == 4);
+    CHECK(mn_stream_set_compression(s, 0) == MN_OK);
+    /* Appends do the work too: one node per node sealed. */
+    for (int i = 0; i < 4; i++) {
+        depth_append(s, 10);
+        CHECK(mn_num_compressed_nodes(s) == (uint64_t)(3 - i));
+    }
+    check_forms(s);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    /* Allocation failures while conforming leave readable nodes, exact
+     * accounting, and the scan going on. */
+    CHECK(mn_stream_set_compression(s, 1) == MN_OK);
+    for (long k = 0; mn_compress_pending(s); k++) {
+        SET_FAIL_AFTER(k % 3);
+        mn_compress_step(s, 1);
+        SET_FAIL_AFTER(-1);
+        CHECK(live_bytes == mn_memory_bytes(s));
+        mn_buf out;
+        mn_buf_init(&out);
+        CHECK(mn_read_resp(s, 0, mn_next_offset(s), MN_NULL_RESP2, &out) == MN_OK);
+        CHECK(out.len == mn_next_offset(s) * (100 + 8));
+        mn_buf_free(&out);
+    }
+    /* Evicting the boundary and the scan's nodes, then going on. */
+    CHECK(mn_stream_set_compression_depth(s, 2) == MN_OK);
+    CHECK(mn_evict_upto(s, (int64_t)mn_next_offset(s) - 15) > 0);
+    depth_append(s, 40);
+    while (mn_compress_step(s, 1)) {}
+    check_forms(s);
+    /* A concatenation: moved nodes conform through the scan. */
+    mn_stream *raw = mn_stream_new(10, 0);
+    depth_append(raw, 200);
+    CHECK(mn_stream_concat(s, raw) > 0 && mn_compress_pending(s));
+    while (mn_compress_step(s, 1)) {}
+    check_forms(s);
+    CHECK(compressed_among(s, 2, 1000) == mn_num_nodes(s) - 3);
+    /* Depth is saved with the stream. */
+    s = roundtrip(s);
+    CHECK(mn_compression_depth(s) == 2);
+    mn_stream_free(raw);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Regression (fuzz_ops, ops-crash-fbad9b8b): a zlib chunk can hold only
+ * empty messages (they follow a message of >= 16 KB in a node). Its cache
+ * entry is a 1-byte allocation, which memory_bytes counted as 0 bytes. */
+static void test_regression_empty_chunk_in_cache(void) {
+    static char big[20001];
+    memset(big, 'z', sizeof big);
+    uint32_t lens[4] = {20000, 0, 0, 1};
+    mn_stream *s = mn_stream_new(3, 6);
+    CHECK(mn_append(s, big, lens, 4, 0) == 0); /* node [big, "", ""] sealed, compressed */
+    CHECK(mn_num_compressed_nodes(s) == 1);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_resp(s, 1, 2, MN_NULL_RESP2, &out) == MN_OK); /* inflates the empty chunk */
+    CHECK(out.len == 12 && memcmp(out.data, "$0\r\n\r\n$0\r\n\r\n", 12) == 0);
+    mn_buf_free(&out);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    CHECK(mn_oldest_node_memory(s) + (mn_memory_bytes(s) - mn_oldest_node_memory(s)) == live_bytes);
+    mn_evicted ev = {0, 0, 0, 0};
+    uint64_t before = mn_memory_bytes(s), node = mn_oldest_node_memory(s);
+    CHECK(mn_evict_oldest_node(s, &ev) == 1 && ev.memory == node && before - node == live_bytes);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
 int main(void) {
     test_arguments();
     test_offset_limit();
@@ -980,6 +1128,8 @@ int main(void) {
     test_time_index();
     test_retention();
     test_concat();
+    test_compression_depth();
+    test_regression_empty_chunk_in_cache();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
