@@ -344,14 +344,13 @@
  * 1.008 with 50 (bench/core_bench.py has the uniform 100-byte cases). */
 #define MN_BLOB_PREDICT_HEADROOM_PERMILLE 15
 
-/* The time index: a node records the append time of its messages 0, 64,
- * 128, ... and of its last one. A seek by time then lands at most 63
- * messages before the exact answer, which one TREAD of 100 covers, for 8
- * bytes per 64 messages (0.125 byte per message, about 0.1% of a 100-byte
- * message). Every 16 messages would quadruple that for a precision no
- * reader needs; every 256 would make a seek start up to 255 messages early,
- * several reads of 100. */
-#define MN_TIME_CHECKPOINT_EVERY 64
+/* The time index (MN_TIME_CHECKPOINT_EVERY = 64, in macronode.h): a node
+ * records the append time of its messages 0, 64, 128, ... and of its last
+ * one. A seek by time then lands at most 63 messages before the exact
+ * answer, which one TREAD of 100 covers, for 8 bytes per 64 messages
+ * (0.125 byte per message, about 0.1% of a 100-byte message). Every 16
+ * messages would quadruple that for a precision no reader needs; every 256
+ * would make a seek start up to 255 messages early, several reads of 100. */
 
 /* Serialized formats (MN_FORMAT_VERSION is in macronode.h). Version 2
  * (before the time index) still loads; see SERIALIZATION. */

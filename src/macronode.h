@@ -45,6 +45,10 @@
 #define MN_ERR_CORRUPT -4    /* a serialized blob failed validation */
 #define MN_ERR_ARG -5        /* an argument out of its documented range */
 
+/* The time index keeps the append time of every 64th message of a node
+ * (see mn_seek_time). */
+#define MN_TIME_CHECKPOINT_EVERY 64
+
 /* mn_oldest_append_ms() of a stream with no message: later than any time,
  * so an empty stream is never the oldest. */
 #define MN_TIME_NONE 9223372036854775807

@@ -67,11 +67,23 @@ def empty_raised() -> Stream:
     return s
 
 
+def depth_concat() -> Stream:
+    """zlib with compression depth 2, nodes moved in by a concatenation."""
+    s = Stream(max_entries=20, compression_level=6, compression_depth=2)
+    s.append([json_line(i) for i in range(150)], now_ms=T0)
+    src = Stream(max_entries=20, compression_level=1)
+    src.append([json_line(i) for i in range(150, 230)], now_ms=T0 - 10)
+    src.evict_upto(4)
+    s.concat(src)
+    return s
+
+
 RECIPES: dict[str, Callable[[], Stream]] = {
     "raw_with_gaps": raw_with_gaps,
     "zlib_nodes": zlib_nodes,
     "chunked": chunked,
     "empty_raised": empty_raised,
+    "depth_concat": depth_concat,
 }
 
 

@@ -148,7 +148,12 @@ def test_time_index_costs_little_memory() -> None:
     assert per_message < 104.5  # 100 payload + 4 offset table + ~0.13 time index + node
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_format_2_fixtures_are_there() -> None:
+    names = {p.stem for p in V2_DUMPS.glob("*.bin")}
+    assert names == {"chunked", "empty_raised", "raw_with_gaps", "zlib_nodes"}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in V2_DUMPS.glob("*.bin")))
 def test_format_2_dumps_still_load(name: str) -> None:
     """Dumps written before the time index load with the same messages; their
     times are unknown and count as the load time."""
