@@ -44,9 +44,15 @@ _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
 
 
+# now_ms for "the wall clock, read by the core": cheaper than reading it
+# here (a Python call, a big-integer division and a slower conversion of a
+# 13-digit int cost ~1,700 instructions per append, 35% of a one-message
+# append through this module).
+_NOW: int = lib.MN_NOW
+
+
 def wall_ms() -> int:
-    """The wall clock in unix milliseconds: the append time used when a
-    caller passes none."""
+    """The wall clock in unix milliseconds (what MN_NOW makes the core use)."""
     return time.time_ns() // 1_000_000
 
 
@@ -306,10 +312,16 @@ class Stream:
     def append(self, entries: Sequence[bytes], now_ms: int | None = None) -> int:
         """Append entries atomically in one C call; return the first one's offset.
 
-        now_ms: their append time (unix ms; default: the wall clock). A time
-        before the stream's last_append_ms counts as last_append_ms.
+        now_ms: their append time (unix ms; None or negative: the wall clock,
+        read by the core). A time before the stream's last_append_ms counts as
+        last_append_ms.
         """
-        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
+        if now_ms is None:
+            ms = _NOW
+        elif 0 <= now_ms <= _INT64_MAX:
+            ms = now_ms
+        else:
+            ms = _NOW if now_ms < 0 else _INT64_MAX
         n = len(entries)
         if n == 1:
             data = entries[0]
@@ -349,7 +361,7 @@ class Stream:
         return self._append_sizes(data, sizes, now_ms)
 
     def _append_sizes(self, data: bytes, sizes: np.ndarray, now_ms: int | None = None) -> int:
-        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
+        ms = _NOW if now_ms is None else _clamp_ms(now_ms)
         if sizes.min() < 0:
             raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
         if sizes.max() > MAX_MESSAGE_BYTES:
@@ -558,7 +570,7 @@ class Stream:
 
         A dump of format version 2 (before the time index) loads too: its
         messages count as appended at now_ms (default: the wall clock)."""
-        ms = wall_ms() if now_ms is None else _clamp_ms(now_ms)
+        ms = _NOW if now_ms is None else _clamp_ms(now_ms)
         it = iter(blobs)
         header = next(it, None)
         if header is None:

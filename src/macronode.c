@@ -269,6 +269,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zlib.h>
 
 /* ------------------------------------------------------------------------
@@ -552,6 +553,14 @@ static int64_t mn_node_first_ms(const mn_node *n) { return mn_node_times(n)[0]; 
 static void mn_node_stamp(mn_node *n, uint32_t i, int64_t t) {
     if (i % MN_TIME_CHECKPOINT_EVERY == 0) mn_node_times(n)[i / MN_TIME_CHECKPOINT_EVERY] = t;
     n->last_ms = t;
+}
+
+/* The caller's time, or the wall clock for MN_NOW (any negative value). */
+static int64_t mn_now_ms(int64_t now_ms) {
+    if (now_ms >= 0) return now_ms;
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Bytes of a serialized node of `count` messages and `stored` blob bytes. */
@@ -1332,6 +1341,7 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
     /* Every message gets the same time, the stream's clock moved to now_ms
      * unless that is earlier. */
     int64_t first_offset = (int64_t)s->next;
+    now_ms = mn_now_ms(now_ms);
     if (now_ms > s->clock) s->clock = now_ms;
     mn_append_commit(s, buf, lens, n, total, NULL, s->clock, &plan);
     return first_offset;
@@ -2056,8 +2066,7 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
     uint32_t max_entries = mn_get_u32le(p + 32);
     /* A version 2 stream has no times: its messages count as appended now
      * (see SERIALIZATION). */
-    int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40)
-                                                 : (now_ms > 0 ? now_ms : 0);
+    int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40) : mn_now_ms(now_ms);
     if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0) return NULL;
     if (next > MN_OFFSET_END || first > next) return NULL;
     if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;

@@ -45,6 +45,9 @@
 #define MN_ERR_CORRUPT -4    /* a serialized blob failed validation */
 #define MN_ERR_ARG -5        /* an argument out of its documented range */
 
+/* now_ms argument meaning "the wall clock, read by the core". */
+#define MN_NOW -1
+
 /* The time index keeps the append time of every 64th message of a node
  * (see mn_seek_time). */
 #define MN_TIME_CHECKPOINT_EVERY 64
@@ -148,9 +151,11 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next);
  * first message (>= 0) or a negative MN_ERR_*. n == 0 is MN_ERR_ARG.
  *
  * now_ms is the append time (unix ms) the caller's clock says: the server's
- * cached time, Redis's in a module, the test's own. The messages get
- * max(now_ms, mn_last_append_ms(s)): a stream's times never go back, even
- * when the wall clock does. */
+ * cached time, Redis's in a module, the test's own; MN_NOW (any negative
+ * value) makes the core read the wall clock itself (C11 timespec_get), for
+ * callers with no clock at hand. The messages get max(now_ms,
+ * mn_last_append_ms(s)): a stream's times never go back, even when the wall
+ * clock does. */
 int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
                   int64_t now_ms);
 /* The same for one message of len bytes (the common TWRITE). */
@@ -265,7 +270,8 @@ int mn_validate_node_blob(const char *blob, size_t len);
  * as it was. mn_load_finish() checks the whole stream against the header.
  * Blobs of format version 2 (before the time index) load too; their
  * messages have no recorded time and count as appended at now_ms, the
- * loader's clock (ignored for the current format): a seek by a time up to
+ * loader's clock (MN_NOW: the wall clock; ignored for the current format):
+ * a seek by a time up to
  * now_ms starts at them, and retention by age keeps them for its full
  * period after the upgrade. Saved again, they keep now_ms. */
 mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err);

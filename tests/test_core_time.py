@@ -13,6 +13,7 @@ from rcp11.storage import (
     TIME_CHECKPOINT_EVERY,
     InvalidArgumentError,
     Stream,
+    wall_ms,
 )
 
 V2_DUMPS = Path(__file__).resolve().parent / "data" / "macronode-v2"
@@ -69,9 +70,13 @@ def test_clock_is_monotonic_per_stream() -> None:
     assert s.seek_time(5_000) == 0 and s.seek_time(5_001) == 3
     s.append_joined(b"dd", [1, 1], now_ms=6_000)
     assert s.last_append_ms == 6_000 and s.seek_time(5_001) <= 3  # 63 early at most
-    before = s.last_append_ms
-    s.append([b"wall clock"])  # default: the wall clock, far later than 6000
-    assert s.last_append_ms > before
+    before = wall_ms()
+    s.append([b"wall clock"])  # default: the wall clock, read by the core
+    assert before <= s.last_append_ms <= wall_ms()
+    s.append([b"negative"], now_ms=-5)  # MN_NOW too
+    assert before <= s.last_append_ms <= wall_ms()
+    s.append([b"huge"], now_ms=2**70)  # clamped to int64
+    assert s.last_append_ms == 2**63 - 1
 
 
 def test_times_survive_dump_and_load() -> None:

@@ -504,8 +504,10 @@ static int op_clock(world *w, input *in) {
     case 0: w->wall += in_u8(in); break;
     case 1: w->wall += (int64_t)in_u32(in); break;
     case 2: w->wall -= in_u16(in); break;
-    default: w->wall = (int64_t)(in_u64(in) >> 2) - (1LL << 40); break; /* anywhere, even < 0 */
+    default: w->wall = (int64_t)(in_u64(in) >> 2); break; /* anywhere */
     }
+    /* Negative is MN_NOW, the real wall clock: the model could not follow. */
+    if (w->wall < 0) w->wall = 0;
     return MN_OK;
 }
 

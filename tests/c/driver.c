@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
 #include <zlib.h>
 
 #include "count_alloc.h"
@@ -733,11 +734,19 @@ static void test_time_index(void) {
     CHECK(mn_seek_time(s, 0) == 171);
     CHECK(mn_seek_time(s, 1000 + 10 * 180) >= 171 && mn_seek_time(s, 1000 + 10 * 180) <= 180);
     CHECK(mn_oldest_append_ms(s) == 1000 + 10 * (150 + 0));
-    /* The clock never goes back; a negative time is 0. */
+    /* The clock never goes back. */
     mn_stream *c = mn_stream_new(10, 0);
-    CHECK(mn_append_one(c, "a", 1, -50) == 0 && mn_last_append_ms(c) == 0);
+    CHECK(mn_append_one(c, "a", 1, 0) == 0 && mn_last_append_ms(c) == 0);
     CHECK(mn_append_one(c, "b", 1, 100) == 1 && mn_append_one(c, "c", 1, 40) == 2);
     CHECK(mn_last_append_ms(c) == 100 && mn_seek_time(c, 100) == 1 && mn_seek_time(c, 101) == 3);
+    /* MN_NOW (any negative time): the core reads the wall clock. */
+    struct timespec ts;
+    CHECK(timespec_get(&ts, TIME_UTC) == TIME_UTC);
+    int64_t before = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    CHECK(mn_append_one(c, "d", 1, MN_NOW) == 3 && mn_append_one(c, "e", 1, -77) == 4);
+    CHECK(timespec_get(&ts, TIME_UTC) == TIME_UTC);
+    int64_t after = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    CHECK(mn_last_append_ms(c) >= before && mn_last_append_ms(c) <= after);
     mn_stream_free(c);
 
     /* Saved and loaded with the stream. */
