@@ -26,16 +26,9 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "check.h"
 #include "count_alloc.h"
 #include "macronode.h"
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 #define MAX_BLOBS 4096
 

@@ -32,16 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "count_alloc.h"
 #include "macronode.h"
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 /* Bounds that keep one input fast: the model and the checks are linear in
  * the messages held. */

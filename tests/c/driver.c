@@ -15,6 +15,7 @@
 #include <time.h>
 #include <zlib.h>
 
+#include "check.h"
 #include "count_alloc.h"
 #include "macronode.h"
 
@@ -27,14 +28,6 @@
 /* ------------------------------------------------------------------------
  * Checks
  * --------------------------------------------------------------------- */
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                             \
-        }                                                                        \
-    } while (0)
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
