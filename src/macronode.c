@@ -370,6 +370,11 @@
 /* A serialized node, raw blob included, must fit a 32-bit length. */
 #define MN_NODE_BYTES_LIMIT ((uint64_t)UINT32_MAX)
 
+/* The largest message alone in a node is exactly that limit, so every
+ * message mn_append() accepts fits an empty node. */
+_Static_assert(MN_NODE_FRAME_BYTES + 4 + 8 + (uint64_t)MN_MAX_MESSAGE_BYTES == MN_NODE_BYTES_LIMIT,
+               "MN_MAX_MESSAGE_BYTES must fill a one-message node exactly");
+
 static const char MN_HEADER_MAGIC[4] = {'M', 'N', 'S', 'T'};
 static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
 
@@ -1244,6 +1249,10 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
             count++;
             i++;
         }
+        if (count == 0) { /* cannot happen (see MN_MAX_MESSAGE_BYTES); never loop */
+            mn_plan_abort(s, p);
+            return MN_ERR_TOOBIG;
+        }
         uint32_t cap = (lone && count < max) ? count : max;
         uint64_t blob_cap = bytes;
         if (!lone && count < max && prev_count > 0) {
@@ -1337,7 +1346,8 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
     }
     if (total > 0 && buf == NULL) return MN_ERR_ARG;
     mn_plan plan;
-    if (mn_append_plan(s, lens, n, &plan) != MN_OK) return MN_ERR_NOMEM;
+    int rc = mn_append_plan(s, lens, n, &plan);
+    if (rc != MN_OK) return rc;
     /* Every message gets the same time, the stream's clock moved to now_ms
      * unless that is earlier. */
     int64_t first_offset = (int64_t)s->next;

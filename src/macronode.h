@@ -32,10 +32,11 @@
  * stream ranges over 0..2^63 and is returned as uint64_t. */
 #define MN_MAX_OFFSET 9223372036854775807
 
-/* A serialized node (frame + offset table + blob) must fit in 4 GB - 1, so a
- * single message is a little below that: 4294967295 - 32 (frame) - 4 (its
- * offset table entry). Larger messages are MN_ERR_TOOBIG. */
-#define MN_MAX_MESSAGE_BYTES 4294967259
+/* A serialized node (frame + offset table + time table + blob) must fit in
+ * 4 GB - 1, so a single message is a little below that: 4294967295 - 40
+ * (frame) - 4 (its offset table entry) - 8 (its time table entry). Larger
+ * messages are MN_ERR_TOOBIG. */
+#define MN_MAX_MESSAGE_BYTES 4294967243
 
 /* Return codes: 0 is success, negative values are errors. */
 #define MN_OK 0
