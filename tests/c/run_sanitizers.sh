@@ -4,7 +4,8 @@
 #
 # Usage: tests/c/run_sanitizers.sh [--with-python]
 #   --with-python  also build the cffi extension sanitized, in a scratch copy
-#                  of the checkout, and run tests/test_core*.py against it
+#                  of the checkout, and run the storage tests (test_core.py,
+#                  _model, _time, _concat) against it
 #                  (about a minute more; leak checks off: CPython's own
 #                  allocations would drown them).
 # Needs cc and zlib1g-dev.
@@ -33,7 +34,10 @@ if [ "${1:-}" = "--with-python" ]; then
     copy="$out/checkout"
     mkdir -p "$copy/tests"
     cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$repo/README.md" "$copy/"
-    cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$copy/tests/"
+    # The storage-level tests (test_core_compression.py also starts servers).
+    cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$repo/tests/test_core_time.py" \
+        "$repo/tests/test_core_concat.py" "$repo/tests/core_recipes.py" "$copy/tests/"
+    cp -r "$repo/tests/data" "$copy/tests/"
     rm -f "$copy"/rcp11/_macronode*.so
     (cd "$copy" && PYTHONWARNINGS=ignore RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
         python3 setup.py -q build_ext --inplace >/dev/null)
