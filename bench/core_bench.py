@@ -409,6 +409,21 @@ def bench_concat(sizes: Sizes, block: bytes) -> str:
     )
 
 
+def interleaved_reads(streams: list[Stream], offsets: list[int]) -> list[list[float]]:
+    """Microseconds of read_resp(offset, READ_COUNT) per stream, sorted; for
+    each offset every stream is read in turn."""
+    clock = time.perf_counter_ns
+    out: list[list[float]] = [[] for _ in streams]
+    for offset in offsets:
+        for k, s in enumerate(streams):
+            t0 = clock()
+            s.read_resp(offset, READ_COUNT, False)
+            out[k].append((clock() - t0) / 1000)
+    for timings in out:
+        timings.sort()
+    return out
+
+
 # (zlib level, compression depth); level 0 is the uncompressed reference.
 COMPRESSION_CASES = [(0, 0), (1, 0), (6, 0), (6, 4), (6, 16), (9, 0)]
 
@@ -421,27 +436,32 @@ def bench_compression(sizes: Sizes) -> str:
     n = len(lines)
     rng = random.Random(4)
     near_tail = [rng.randrange(n - NEAR_TAIL, n - READ_COUNT) for _ in range(sizes.read_samples)]
-    rows = []
-    base: dict[str, float] = {}
+    anywhere_offsets = [rng.randrange(n - READ_COUNT) for _ in range(sizes.read_samples)]
+    streams = []
     for level, depth in COMPRESSION_CASES:
         s = Stream(compression_level=level, compression_depth=depth)
         started = time.perf_counter()
         for i in range(0, n, 1000):
             j = min(i + 1000, n)
             s.append_joined(data[int(ends[i]) : int(ends[j])], lens[i:j], T0 + i)
-        append_seconds = time.perf_counter() - started
+        streams.append((s, time.perf_counter() - started, s.memory_bytes))
         assert not s.compress_pending
-        memory = s.memory_bytes
-
-        def reader(o: int, c: int, s: Stream = s) -> bytes:
-            return s.read_resp(o, c, False)
-
-        tail = percentile(timed_reads(reader, near_tail), 50)
-        anywhere = percentile(read_latencies(reader, n, sizes.read_samples), 50)
-        in_order = timed_reads(reader, list(range(0, n - READ_COUNT, READ_COUNT)))
+    # Reads are timed case after case for each offset, so that the machine's
+    # other load weighs on every case alike: the ratios are what counts.
+    only = [s for s, _, _ in streams]
+    tails = interleaved_reads(only, near_tail)
+    anywheres = interleaved_reads(only, anywhere_offsets)
+    in_orders = interleaved_reads(only, list(range(0, n - READ_COUNT, READ_COUNT)))
+    rows = []
+    base: dict[str, float] = {}
+    for (level, depth), (s, append_seconds, memory), tail_t, any_t, order_t in zip(
+        COMPRESSION_CASES, streams, tails, anywheres, in_orders, strict=True
+    ):
+        tail = percentile(tail_t, 50)
+        anywhere = percentile(any_t, 50)
         # In order, only some reads inflate a chunk: the mean is the cost per
         # read; the slowest 1% is dropped as scheduler noise on a busy host.
-        kept = in_order[: max(1, len(in_order) * 99 // 100)]
+        kept = order_t[: max(1, len(order_t) * 99 // 100)]
         sequential = sum(kept) / len(kept)
         if level == 0:
             base = {"memory": memory, "tail": tail, "random": anywhere, "sequential": sequential}
