@@ -9,8 +9,8 @@ write before its reply leaves, and with appendfsync always one fsync covers
 all the commands of the iteration (group commit).
 
 A cron at `hz` does what Redis's serverCron does here: blocked-client
-timeouts, persistence ticks, idle-client timeouts, output buffer soft limits
-and key expiry.
+timeouts, persistence ticks, idle-client timeouts, output buffer soft limits,
+key expiry and retention (rcp11/retention.py).
 """
 
 from __future__ import annotations
@@ -950,6 +950,8 @@ class Server:
             expire_due = getattr(state.keyspace, "expire_due", None)
             if expire_due is not None:
                 expire_due()
+            if state.retention is not None:
+                state.retention.cron(self.loop)
             self.client_timeouts(now)
             state.used_memory_peak()
             state.sample_rates(time.monotonic())
@@ -1019,6 +1021,8 @@ class Server:
                 conn.transport.close()
         if self.cron_handle is not None:
             self.cron_handle.cancel()
+        if self.state.retention is not None:
+            self.state.retention.cancel()
         self.loop.call_soon(self.loop.stop)
         return True
 
@@ -1184,9 +1188,11 @@ def run(config: Config) -> int:
 
     from rcp11.blocking import BlockingManager
     from rcp11.persistence import Persistence, PersistenceError
+    from rcp11.retention import Retention
 
     state = ServerState(config)
     BlockingManager(state)
+    Retention(state)
     server = Server(state, loop)
     persistence = Persistence(state)
     # The order matters (as redis-server): the port first, so "Address

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from rcp11.blocking import BlockingManager
     from rcp11.config import Config
+    from rcp11.retention import Retention
     from rcp11.storage import Stream
 
 
@@ -165,6 +166,12 @@ class Stats:
     total_messages_written: int = 0
     total_messages_read: int = 0
     total_messages_evicted: int = 0
+    # What retention and the streams-oldest memory policy evicted
+    # (rcp11/retention.py): readable messages, their payload bytes, and the
+    # cron steps and memory evictions that evicted something.
+    retention_evicted_messages: int = 0
+    retention_evicted_bytes: int = 0
+    retention_runs: int = 0
     used_memory_peak: int = 0
     rates: InstantaneousRates = field(default_factory=InstantaneousRates)
     # INFO commandstats: command name -> [calls, usec, rejected, failed]
@@ -358,6 +365,7 @@ class ServerState:
         self.stats = Stats()
         self.persistence: PersistenceHooks = NullPersistence()
         self.blocking: BlockingManager | None = None  # set by rcp11.blocking
+        self.retention: Retention | None = None  # set by rcp11.retention
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save

@@ -324,7 +324,7 @@ _STREAM_DOC_ARGUMENTS: dict[str, list[dict[str, Any]]] = {
             "flags": [SimpleString("optional")],
             "arguments": [
                 {"name": "groupkey", "type": "key", "token": "GROUP", "key_spec_index": 1},
-                {"name": "newgroupkey", "type": "key", "token": "GROUPNEW", "key_spec_index": 1},
+                {"name": "newgroupkey", "type": "key", "token": "GROUPNEW", "key_spec_index": 2},
             ],
         },
         {
@@ -338,7 +338,44 @@ _STREAM_DOC_ARGUMENTS: dict[str, list[dict[str, Any]]] = {
         {"name": "key", "type": "key", "key_spec_index": 0},
         {"name": "offset", "type": "integer"},
     ],
+    "tseek": [
+        {"name": "key", "type": "key", "key_spec_index": 0},
+        {"name": "unix-time-ms", "type": "integer"},
+    ],
 }
+
+
+def _key_spec(flags: list[str], begin: list[Any], lastkey: int, keystep: int) -> list[Any]:
+    return [
+        "flags",
+        [SimpleString(flag) for flag in flags],
+        "begin_search",
+        begin,
+        "find_keys",
+        ["type", "range", "spec", ["lastkey", lastkey, "keystep", keystep, "limit", 0]],
+    ]
+
+
+def _key_specs(cmd: Command) -> list[Any]:
+    """Redis 7's key specifications (COMMAND INFO's 9th element), from the
+    command's key positions: what cluster clients and proxies route by.
+    TREAD's group key follows the GROUP or GROUPNEW keyword."""
+    if not cmd.first_key:
+        return []
+    if "write" in cmd.flags:
+        flags = ["RW", "UPDATE"]
+    elif "readonly" in cmd.flags:
+        flags = ["RO", "ACCESS"]
+    else:
+        flags = ["RW"]
+    last = cmd.last_key - cmd.first_key if cmd.last_key >= 0 else cmd.last_key
+    begin = ["type", "index", "spec", ["index", cmd.first_key]]
+    specs = [_key_spec(flags, begin, last, cmd.step)]
+    if cmd.name == "tread":
+        for keyword in ("GROUP", "GROUPNEW"):
+            begin = ["type", "keyword", "spec", ["keyword", keyword, "startfrom", 4]]
+            specs.append(_key_spec(["RW", "UPDATE"], begin, 0, 1))
+    return specs
 
 
 def _command_info(cmd: Command) -> list[Any]:
@@ -357,7 +394,7 @@ def _command_info(cmd: Command) -> list[Any]:
         cmd.step,
         categories,
         [],
-        [],
+        _key_specs(cmd),
         [],
     ]
 
@@ -605,6 +642,9 @@ def _info_streams(state: ServerState) -> dict[str, Any]:
         "stream_memory_bytes": memory,
         "stream_node_max_entries": config_value(state, "stream-node-max-entries", 1000),
         "stream_compression": config_value(state, "stream-compression", "no"),
+        "retention_evicted_messages": state.stats.retention_evicted_messages,
+        "retention_evicted_bytes": state.stats.retention_evicted_bytes,
+        "retention_runs": state.stats.retention_runs,
     }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
-from rcp11 import errors
+from rcp11 import errors, retention
 from rcp11.errors import CommandError
 from rcp11.resp import QUEUED, Error
 from rcp11.state import ClientState, ServerState
@@ -247,6 +247,9 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
     if denyoom:
         limit = config_value(state, "maxmemory", 0)
         if limit and state.used_memory() > int(limit):
+            if config_value(state, "maxmemory-policy", "") == "streams-oldest":
+                if retention.evict_for_memory(state, int(limit)):
+                    return None
             return errors.OOM
     return None
 

@@ -1,4 +1,4 @@
-"""The RCP 11 commands: TWRITE, TREAD, TEVICT (SPEC.md sections 2-4)."""
+"""The RCP 11 commands: TWRITE, TREAD, TEVICT, TSEEK (docs/PROTOCOL.md sections 2-4, 6)."""
 
 from __future__ import annotations
 
@@ -323,3 +323,17 @@ def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         state.stats.total_messages_evicted += evicted
         state.propagate(argv)
     return evicted
+
+
+@command(
+    "tseek",
+    3,
+    "readonly fast",
+    (1, 1, 1),
+    summary="The offset of the first message appended at or after a unix time in ms",
+    group="stream",
+)
+def tseek_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    unix_ms = parse_int(argv[2], errors.TSEEK_TIME)
+    stream = lookup_stream(state, argv[1])
+    return 0 if stream is None else stream.seek_time(unix_ms)
