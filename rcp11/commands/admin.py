@@ -345,6 +345,10 @@ _STREAM_DOC_ARGUMENTS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+# Commands whose keys Redis's key specs flag RM (removed).
+_DELETES_KEYS = frozenset({"del", "unlink", "getdel"})
+
+
 def _key_spec(flags: list[str], begin: list[Any], lastkey: int, keystep: int) -> list[Any]:
     return [
         "flags",
@@ -362,10 +366,12 @@ def _key_specs(cmd: Command) -> list[Any]:
     TREAD's group key follows the GROUP or GROUPNEW keyword."""
     if not cmd.first_key:
         return []
-    if "write" in cmd.flags:
-        flags = ["RW", "UPDATE"]
+    if cmd.name in _DELETES_KEYS:
+        flags = ["RM", "delete"]
+    elif "write" in cmd.flags:
+        flags = ["RW", "update"]
     elif "readonly" in cmd.flags:
-        flags = ["RO", "ACCESS"]
+        flags = ["RO", "access"]
     else:
         flags = ["RW"]
     last = cmd.last_key - cmd.first_key if cmd.last_key >= 0 else cmd.last_key
@@ -374,7 +380,7 @@ def _key_specs(cmd: Command) -> list[Any]:
     if cmd.name == "tread":
         for keyword in ("GROUP", "GROUPNEW"):
             begin = ["type", "keyword", "spec", ["keyword", keyword, "startfrom", 4]]
-            specs.append(_key_spec(["RW", "UPDATE"], begin, 0, 1))
+            specs.append(_key_spec(["RW", "update"], begin, 0, 1))
     return specs
 
 
