@@ -13,6 +13,7 @@ from conftest import persistence_in_process
 from rcp11 import retention
 from rcp11.commands import execute
 from rcp11.config import Config
+from rcp11.resp import NULL_ARRAY
 from rcp11.retention import Retention
 from rcp11.state import ClientState, NullPersistence, ServerState
 from rcp11.storage import Stream
@@ -232,6 +233,17 @@ def test_readers_and_groups_see_retention_as_they_see_tevict() -> None:
     group_c = run(state, b"TREAD", b"c", b"0", b"25", b"GROUP", b"gc").data
     assert group_a == group_c and group_a.count(b"$-1\r\n") == 15
     assert run(state, b"GET", b"ga") == run(state, b"GET", b"gc")
+
+
+def test_a_transaction_watching_the_stream_fails_after_retention_evicted_from_it() -> None:
+    state, _, ret = make_state(stream_retention_ms=1000)
+    add_stream(state, b"s", [T0] * 10 + [T0 + 5000])
+    client = ClientState(authenticated=True)
+    execute(state, client, [b"WATCH", b"s"])
+    execute(state, client, [b"MULTI"])
+    execute(state, client, [b"TWRITE", b"s", b"x"])
+    ret.step(now_ms=T0 + 2000)
+    assert execute(state, client, [b"EXEC"]) is NULL_ARRAY
 
 
 # -- maxmemory-policy streams-oldest -----------------------------------------
