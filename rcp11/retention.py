@@ -160,17 +160,20 @@ class Retention:
             if stream is None or not _is_stream(stream):
                 keys.pop()
                 continue
-            done = True
-            if self._compress_pass and stream.compress_pending:
-                if stream.compress_step(COMPRESS_NODES_PER_CALL):
-                    self._compress_wanted = True  # finish it in the next pass
+            # Compression stays on a stream until it is done (or the step's
+            # time is up: the next tick resumes it).
+            done = not (
+                self._compress_pass
+                and stream.compress_pending
+                and stream.compress_step(COMPRESS_NODES_PER_CALL)
+            )
             if cutoff is not None or size:
                 ev = _evict_by_retention(stream, cutoff, size, STEP_NODES - nodes)
                 if ev.nodes:
                     nodes += ev.nodes
                     total = _add(total, ev)
                     record_eviction(state, key, stream, ev)
-                done = not ev.more
+                done = done and not ev.more
             if done:
                 keys.pop()
         if total.nodes:
