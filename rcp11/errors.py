@@ -62,6 +62,8 @@ GROUP_IS_KEY = "ERR the group key must be a different key than the stream key"
 GROUP_AND_GROUPNEW = "ERR GROUP and GROUPNEW cannot be used together"
 NEGATIVE_COUNT = "ERR count must be >= 0"
 NEGATIVE_TIMEOUT = "ERR timeout is negative"
+TCONCAT_SOURCE_IS_DESTINATION = "ERR a TCONCAT source must be a different key than the destination"
+TCONCAT_SOURCE_TWICE = "ERR a TCONCAT source may be given only once"
 INVALID_EXPIRE = "ERR invalid expire time in '{}' command"
 INCR_OVERFLOW = "ERR increment or decrement would overflow"
 DB_INDEX = "ERR DB index is out of range"
@@ -94,3 +96,10 @@ def syntax_error(problem: str) -> str:
 
 def exec_abort_because(reason: str) -> str:
     return f"EXECABORT Transaction discarded because of: {reason}"
+
+
+def tconcat_too_many(limit: int) -> str:
+    return (
+        f"ERR TCONCAT would append more than {limit} messages at once; "
+        "concatenate fewer sources per call"
+    )
