@@ -103,3 +103,124 @@ def tconcat_too_many(limit: int) -> str:
         f"ERR TCONCAT would append more than {limit} messages at once; "
         "concatenate fewer sources per call"
     )
+
+
+# --- the Spark data source (rcp11.spark); raised in Spark, not sent by the server ---
+SPARK_PREFIX = "rcp11 data source: "
+SPARK_NO_SUBSCRIPTION = (
+    SPARK_PREFIX + "say which streams to read: option 'subscribe' (comma-separated stream "
+    "keys), 'subscribePattern' (a glob) or .load('a,b')"
+)
+SPARK_BATCH_STARTING_LATEST = (
+    SPARK_PREFIX + "startingOffsets cannot be 'latest' (or -1) in a batch query: it would "
+    "read nothing"
+)
+SPARK_BATCH_ENDING_EARLIEST = (
+    SPARK_PREFIX + "endingOffsets cannot be 'earliest' (or -2) in a batch query: it would "
+    "read nothing"
+)
+SPARK_STREAMING_ENDING = (
+    SPARK_PREFIX + "endingOffsets applies to batch queries only; a streaming query reads "
+    "until it is stopped (use Trigger.AvailableNow to stop at what exists)"
+)
+SPARK_KEY_COLUMN = (
+    SPARK_PREFIX + "the DataFrame has a 'key' column, but rcp11 messages have no key; "
+    "drop it, or put it into the value (e.g. to_json(struct(key, value)) AS value)"
+)
+SPARK_NO_TARGET = (
+    SPARK_PREFIX + "say which stream to write to: option 'stream' (or 'topic'), "
+    ".save('stream'), or a 'stream' (or 'topic') string column"
+)
+SPARK_OVERWRITE = SPARK_PREFIX + "streams are append-only logs; write with mode('append')"
+
+
+def spark_unknown_option(name: str, hint: str | None, known: list[str]) -> str:
+    guess = f" (did you mean '{hint}'?)" if hint else ""
+    return f"{SPARK_PREFIX}unknown option '{name}'{guess}; the options are: {', '.join(known)}"
+
+
+def spark_bad_option(name: str, value: str, expected: str) -> str:
+    return f"{SPARK_PREFIX}option '{name}' must be {expected}, got {value!r}"
+
+
+def spark_bad_offsets(name: str, value: str) -> str:
+    return (
+        f"{SPARK_PREFIX}option '{name}' must be 'earliest', 'latest' or a JSON object "
+        f'{{"stream": offset}} with offsets >= 0, -2 (earliest) or -1 (latest); got {value!r}'
+    )
+
+
+def spark_offsets_streams(name: str, missing: list[str], extra: list[str]) -> str:
+    parts = []
+    if missing:
+        parts.append(f"it does not name {', '.join(map(repr, missing))}")
+    if extra:
+        parts.append(f"it names {', '.join(map(repr, extra))}, which the query does not read")
+    return (
+        f"{SPARK_PREFIX}{name} must name every stream the query reads and no other "
+        f"(-2 = earliest, -1 = latest): {'; '.join(parts)}"
+    )
+
+
+def spark_option_scope(name: str, side: str, other: str) -> str:
+    return f"{SPARK_PREFIX}option '{name}' applies to {other}, not to {side}"
+
+
+def spark_subscription_conflict(names: list[str]) -> str:
+    return f"{SPARK_PREFIX}give only one of subscribe, subscribePattern and load(path); got {names}"
+
+
+def spark_target_option_conflict(names: list[str]) -> str:
+    return f"{SPARK_PREFIX}give only one of stream, topic and save(path); got {names}"
+
+
+def spark_target_column_conflict(option: str, column: str) -> str:
+    return (
+        f"{SPARK_PREFIX}both the option '{option}' and a '{column}' column say where rows go; "
+        f"drop the column (df.drop('{column}')) or remove the option"
+    )
+
+
+def spark_schema_column(name: str, allowed: str) -> str:
+    return f"{SPARK_PREFIX}unknown column {name!r} in the schema; the columns are {allowed}"
+
+
+def spark_schema_type(name: str, got: str, allowed: list[str]) -> str:
+    return f"{SPARK_PREFIX}column {name!r} cannot be {got}; use {' or '.join(allowed)}"
+
+
+def spark_write_column(name: str, problem: str) -> str:
+    return f"{SPARK_PREFIX}column '{name}' {problem}"
+
+
+def spark_data_loss(stream: str, start: int, end: int | None, why: str) -> str:
+    span = f"offsets {start} to {end - 1}" if end is not None else f"offsets from {start} on"
+    return (
+        f"{SPARK_PREFIX}data loss in stream {stream!r}: {span} are no longer readable "
+        f"({why}). Set failOnDataLoss=false to skip them"
+    )
+
+
+def spark_invalid_utf8(stream: str, offset: int) -> str:
+    return (
+        f"{SPARK_PREFIX}the message at offset {offset} of stream {stream!r} is not valid "
+        "UTF-8; read value as BINARY and decode it yourself"
+    )
+
+
+def spark_not_a_stream(stream: str) -> str:
+    return f"{SPARK_PREFIX}key {stream!r} is not a stream (WRONGTYPE)"
+
+
+def spark_unreachable(address: str, seconds: float, doing: str, cause: str) -> str:
+    return (
+        f"{SPARK_PREFIX}cannot reach the server at {address} for {seconds:.1f}s while "
+        f"{doing} (retryTimeoutMs); last error: {cause}"
+    )
+
+
+def spark_staging_lost(stream: str, expected: int, found: int) -> str:
+    return (
+        f"{SPARK_PREFIX}staging stream {stream!r} holds {found} messages, the task wrote "
+        f"{expected}: the server lost data; the batch fails so Spark can run it again"
+    )

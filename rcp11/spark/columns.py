@@ -1,0 +1,190 @@
+"""Rows in and out: the read schema and its Arrow batches, built in bulk
+from TREAD replies, and the TWRITE requests a sink task sends.
+
+A read produces Arrow record batches (Spark's Python data source then skips
+its per-row conversion). Every column is built with one Arrow call per
+reply: values from the reply's list of bytes (nulls for evicted offsets,
+dropped with one filter), offsets from a numpy range, the stream name
+repeated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from rcp11 import errors
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+SCHEMA = "stream STRING, offset BIGINT, value BINARY"
+COLUMNS = ("stream", "offset", "value")
+# Spark type names each column may have in a user schema.
+ALLOWED_TYPES = {"stream": ("string",), "offset": ("long",), "value": ("binary", "string")}
+_ARROW_TYPES = {"long": pa.int64(), "binary": pa.binary(), "string": pa.string()}
+
+
+class InvalidUtf8Error(ValueError):
+    """A message read as ``value STRING`` is not UTF-8."""
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The columns a read produces, in order, with their Spark types.
+
+    A user schema (``spark.read.schema("value STRING, offset BIGINT")``) may
+    pick and reorder columns and ask for ``value`` as UTF-8 text.
+    """
+
+    columns: tuple[str, ...] = COLUMNS
+    types: tuple[str, ...] = ("string", "long", "binary")
+    names: tuple[str, ...] = COLUMNS  # as spelled in the schema
+    nullable: tuple[bool, ...] = (True, True, True)  # Spark compares Arrow schemas exactly
+
+    @classmethod
+    def from_schema(cls, schema: StructType | None) -> Projection:
+        if schema is None:
+            return cls()
+        columns, types = [], []
+        for spark_field in schema.fields:
+            name = spark_field.name.lower()
+            type_name = spark_field.dataType.typeName()
+            if name not in ALLOWED_TYPES:
+                raise ValueError(errors.spark_schema_column(spark_field.name, SCHEMA))
+            if type_name not in ALLOWED_TYPES[name]:
+                raise ValueError(
+                    errors.spark_schema_type(name, type_name, list(ALLOWED_TYPES[name]))
+                )
+            columns.append(name)
+            types.append(type_name)
+        return cls(
+            tuple(columns),
+            tuple(types),
+            tuple(schema.fieldNames()),
+            tuple(f.nullable for f in schema.fields),
+        )
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(
+            [
+                pa.field(name, _ARROW_TYPES[t], nullable)
+                for name, t, nullable in zip(self.names, self.types, self.nullable, strict=True)
+            ]
+        )
+
+    def batch(
+        self, schema: pa.Schema, stream: str, start: int, messages: list[Any]
+    ) -> pa.RecordBatch | None:
+        """The readable messages of one reply (``messages[i]`` is at offset
+        ``start + i``, None where evicted) as a record batch; None if none."""
+        values = pa.array(messages, type=pa.binary())
+        offsets = pa.array(np.arange(start, start + len(messages), dtype=np.int64))
+        if values.null_count:
+            present = values.is_valid()
+            values = values.filter(present)
+            offsets = offsets.filter(present)
+        rows = len(values)
+        if not rows:
+            return None
+        arrays = []
+        for name, type_name in zip(self.columns, self.types, strict=True):
+            if name == "offset":
+                arrays.append(offsets)
+            elif name == "stream":
+                arrays.append(pa.repeat(stream, rows))
+            elif type_name == "string":
+                arrays.append(as_text(values, stream, offsets))
+            else:
+                arrays.append(values)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def as_text(values: pa.Array, stream: str, offsets: pa.Array) -> pa.Array:
+    """Binary to UTF-8 text; an invalid message is an error naming its
+    offset, never replacement characters."""
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        for offset, message in zip(offsets.to_pylist(), values.to_pylist(), strict=True):
+            try:
+                message.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidUtf8Error(errors.spark_invalid_utf8(stream, offset)) from None
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteLayout:
+    """Where a sink finds the value and the per-row target in its input."""
+
+    value_index: int
+    target_index: int | None  # the stream/topic column, when no option names the target
+    target_column: str | None
+
+
+def write_layout(schema: StructType, target_option: str | None, option_name: str) -> WriteLayout:
+    """Check a DataFrame to write (Kafka's sink rules, minus the key)."""
+    names = [name.lower() for name in schema.fieldNames()]
+    types = {f.name.lower(): f.dataType.typeName() for f in schema.fields}
+    if "key" in names:
+        raise ValueError(errors.SPARK_KEY_COLUMN)
+    if "value" not in names:
+        raise ValueError(
+            errors.spark_write_column("value", f"is missing; the DataFrame has {names}")
+        )
+    if types["value"] not in ("binary", "string"):
+        raise ValueError(
+            errors.spark_write_column(
+                "value", f"must be binary or string, not {types['value']}; cast it first"
+            )
+        )
+    target_columns = [name for name in ("stream", "topic") if name in names]
+    if target_option is not None:
+        if target_columns:
+            raise ValueError(errors.spark_target_column_conflict(option_name, target_columns[0]))
+        return WriteLayout(names.index("value"), None, None)
+    if not target_columns:
+        raise ValueError(errors.SPARK_NO_TARGET)
+    if len(target_columns) > 1:
+        raise ValueError(errors.spark_target_column_conflict("stream", "topic"))
+    column = target_columns[0]
+    if types[column] != "string":
+        raise ValueError(
+            errors.spark_write_column(column, f"must be a string, not {types[column]}")
+        )
+    return WriteLayout(names.index("value"), names.index(column), column)
+
+
+def binary_values(column: pa.Array, row_base: int) -> pa.BinaryArray:
+    """A value column as binary; a null is an error (streams hold messages)."""
+    if column.null_count:
+        first_null = column.is_null().to_pylist().index(True)
+        raise ValueError(
+            errors.spark_write_column(
+                "value", f"is null in row {row_base + first_null} of this task; filter nulls out"
+            )
+        )
+    if pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary()).cast(pa.binary())
+    elif not pa.types.is_binary(column.type):
+        column = column.cast(pa.binary())
+    return column
+
+
+def pack_twrite(key: bytes, values: list[bytes]) -> bytes:
+    """``TWRITE key ENTRIES v1 v2 ...`` as RESP, built in one join."""
+    head = b"*%d\r\n$6\r\nTWRITE\r\n$%d\r\n%b\r\n$7\r\nENTRIES\r\n" % (
+        len(values) + 3,
+        len(key),
+        key,
+    )
+    return head + b"".join([b"$%d\r\n%b\r\n" % (len(v), v) for v in values])
