@@ -201,6 +201,21 @@ def spark_data_loss(stream: str, start: int, end: int | None, why: str) -> str:
     )
 
 
+def spark_stream_recreated(stream: str, next_offset: int, checkpoint: int) -> str:
+    return (
+        f"{SPARK_PREFIX}stream {stream!r} was deleted or recreated: its next offset is now "
+        f"{next_offset}, below the checkpoint's {checkpoint}; what it held from offset "
+        f"{checkpoint} on is lost. Set failOnDataLoss=false to read it again from its earliest"
+    )
+
+
+def spark_stream_deleted(stream: str, checkpoint: int) -> str:
+    return (
+        f"{SPARK_PREFIX}stream {stream!r} was deleted; what it held from offset {checkpoint} "
+        "on is lost. Set failOnDataLoss=false to go on without it"
+    )
+
+
 def spark_invalid_utf8(stream: str, offset: int) -> str:
     return (
         f"{SPARK_PREFIX}the message at offset {offset} of stream {stream!r} is not valid "

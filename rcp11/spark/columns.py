@@ -76,31 +76,68 @@ class Projection:
             ]
         )
 
-    def batch(
-        self, schema: pa.Schema, stream: str, start: int, messages: list[Any]
-    ) -> pa.RecordBatch | None:
-        """The readable messages of one reply (``messages[i]`` is at offset
-        ``start + i``, None where evicted) as a record batch; None if none."""
+    def builder(self, stream: str) -> BatchBuilder:
+        return BatchBuilder(self, stream)
+
+
+# Rows per record batch handed to Spark. Spark's cost per batch is high:
+# with 10,000-row batches its ingest of a Python source ran at 0.83M rows/s,
+# with 100,000-row batches at 1.07M (local[2], 100-byte values). The byte
+# cap keeps a batch of large messages from holding gigabytes.
+ARROW_BATCH_ROWS = 100_000
+ARROW_BATCH_BYTES = 16 << 20
+
+
+class BatchBuilder:
+    """Collects TREAD replies of one stream into record batches of about
+    ARROW_BATCH_ROWS rows: each reply becomes Arrow arrays at once (one C
+    call per column), a full batch is one concatenation."""
+
+    def __init__(self, projection: Projection, stream: str) -> None:
+        self.projection = projection
+        self.schema = projection.arrow_schema()
+        self.stream = stream
+        self.values: list[pa.Array] = []
+        self.offsets: list[pa.Array] = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, start: int, messages: list[Any]) -> pa.RecordBatch | None:
+        """Add ``messages`` (``messages[i]`` at offset ``start + i``, None
+        where evicted); returns a record batch when one is full."""
         values = pa.array(messages, type=pa.binary())
         offsets = pa.array(np.arange(start, start + len(messages), dtype=np.int64))
         if values.null_count:
             present = values.is_valid()
             values = values.filter(present)
             offsets = offsets.filter(present)
-        rows = len(values)
-        if not rows:
+        if len(values):
+            self.values.append(values)
+            self.offsets.append(offsets)
+            self.rows += len(values)
+            self.bytes += values.nbytes
+        if self.rows >= ARROW_BATCH_ROWS or self.bytes >= ARROW_BATCH_BYTES:
+            return self.flush()
+        return None
+
+    def flush(self) -> pa.RecordBatch | None:
+        if not self.rows:
             return None
+        values = self.values[0] if len(self.values) == 1 else pa.concat_arrays(self.values)
+        offsets = self.offsets[0] if len(self.offsets) == 1 else pa.concat_arrays(self.offsets)
+        rows = self.rows
+        self.values, self.offsets, self.rows, self.bytes = [], [], 0, 0
         arrays = []
-        for name, type_name in zip(self.columns, self.types, strict=True):
+        for name, type_name in zip(self.projection.columns, self.projection.types, strict=True):
             if name == "offset":
                 arrays.append(offsets)
             elif name == "stream":
-                arrays.append(pa.repeat(stream, rows))
+                arrays.append(pa.repeat(self.stream, rows))
             elif type_name == "string":
-                arrays.append(as_text(values, stream, offsets))
+                arrays.append(as_text(values, self.stream, offsets))
             else:
                 arrays.append(values)
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 def as_text(values: pa.Array, stream: str, offsets: pa.Array) -> pa.Array:

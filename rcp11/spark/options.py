@@ -161,7 +161,11 @@ def check_names(options: Mapping[str, str]) -> None:
 
 
 def _text(options: Mapping[str, str], name: str) -> str | None:
+    # Spark's CaseInsensitiveDict finds any spelling; a plain dict (tests,
+    # direct use) is searched without case.
     value = options.get(name.lower())
+    if value is None:
+        value = next((v for k, v in options.items() if k.lower() == name.lower()), None)
     return None if value is None else str(value)
 
 

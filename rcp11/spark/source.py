@@ -268,7 +268,7 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
     """Arrow record batches with the readable messages of one range."""
     if part.size == 0:
         return
-    schema = projection.arrow_schema()
+    builder = projection.builder(part.stream)
     report = LossReport(part.stream, read.fail_on_data_loss)
     cursor = part.start  # every offset before it has been accounted for
     replies = pipelined_treads(
@@ -284,7 +284,7 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
             info = reply[0]
             first, count = int(info[0]), int(info[3])
             report.lost(max(cursor, part.floor), min(max(offset, first), offset + count), "evicted")
-            batch = projection.batch(schema, part.stream, offset, reply[1:])
+            batch = builder.add(offset, reply[1:])
             if batch is not None:
                 yield batch
             cursor = offset + count
@@ -294,7 +294,10 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
                     part.end,
                     f"the stream's next offset is now {cursor}: deleted or recreated",
                 )
-                return
+                break
+        batch = builder.flush()
+        if batch is not None:
+            yield batch
     except redis.ResponseError as exc:
         if "WRONGTYPE" in str(exc):
             raise OptionError(errors.spark_not_a_stream(part.stream)) from None
@@ -464,16 +467,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _stream_reset(self, stream: str, begin: int, limits: Bounds | None) -> None:
         """A stream in the checkpoint is gone, or its next offset went below it."""
-        report = LossReport(stream, self.read_options.fail_on_data_loss)
         if limits is None:
-            report.lost(begin, None, "the stream was deleted")
+            message = errors.spark_stream_deleted(stream, begin)
         else:
-            report.lost(
-                limits.next,
-                begin,
-                f"the stream's next offset is now {limits.next}, below the checkpoint's "
-                f"{begin}: deleted or recreated",
-            )
+            message = errors.spark_stream_recreated(stream, limits.next, begin)
+        if self.read_options.fail_on_data_loss:
+            raise DataLossError(message)
+        log.warning("%s; reading on (failOnDataLoss=false)", message)
 
     def reportLatestOffset(self) -> dict | None:
         return {s: b.next for s, b in sorted(self._bounds().items())}
