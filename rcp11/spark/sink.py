@@ -20,7 +20,7 @@ batch b for target T runs, guarded by ``WATCH progress registry``::
     TCONCAT T <staging streams of b, in partition order>   (skipped if progress >= b)
     DEL <orphans: registered staging of batches <= b that are not committed>
     SET progress b
-    TEVICT/DEL registry (what was read)
+    DEL registry; TWRITE registry <entries of later batches, if any>
     EXEC
 
 so a retried task's earlier attempt, a replayed batch (progress already at
@@ -330,15 +330,14 @@ def _by_target(messages: Sequence[WriterCommitMessage | None]) -> dict[str, list
     return targets
 
 
-def _registered(client: Any, registry: str) -> tuple[list[tuple[int, str]], int]:
-    """Entries of a registry stream and its next offset."""
+def _registered(client: Any, registry: str) -> list[tuple[int, int, str]]:
+    """Entries of a registry stream: (offset, batch, staging key)."""
     result = client.tread(registry, 0, 1 << 30, withinfo=True)
     entries = []
-    for message in result.messages:
-        if message is not None:
-            batch, _, key = message.decode().partition(" ")
-            entries.append((int(batch), key))
-    return entries, result.next_offset
+    for offset, message in result.items():
+        batch, _, key = message.decode().partition(" ")
+        entries.append((offset, int(batch), key))
+    return entries
 
 
 def _check_staged(client: Any, staged: Sequence[Staged]) -> None:
@@ -350,7 +349,9 @@ def _check_staged(client: Any, staged: Sequence[Staged]) -> None:
         pipe.tread(item.key, max(item.rows - 1, 0), 1, withinfo=True)
     for item, result in zip(staged, pipe.execute(), strict=True):
         found = result.next_offset
-        intact = item.rows == 0 or (result.first_offset == 0 and result.messages[-1] is not None)
+        intact = item.rows == 0 or (
+            result.first_offset == 0 and bool(result.messages) and result.messages[-1] is not None
+        )
         if found != item.rows or not intact:
             raise RuntimeError(errors.spark_staging_lost(item.key, item.rows, found))
 
@@ -372,10 +373,10 @@ def commit_target(
             try:
                 pipe.watch(registry, progress)
                 done = batch is not None and int(pipe.get(progress) or -1) >= batch
-                entries, registry_end = _registered(pipe, registry)
+                entries = _registered(pipe, registry)
                 current = batch if batch is not None else 0
-                orphans = [k for b, k in entries if b <= current and k not in committing_keys]
-                later = [(b, k) for b, k in entries if b > current]
+                orphans = [k for _, b, k in entries if b <= current and k not in committing_keys]
+                later = [f"{b} {k}" for _, b, k in entries if b > current]
                 pipe.multi()
                 if not done:
                     for group in _tconcat_groups(committing):
@@ -386,10 +387,10 @@ def commit_target(
                 drop += [s.key for s in staged if s.rows == 0]
                 if drop:
                     pipe.delete(*drop)
-                if later:
-                    pipe.tevict(registry, registry_end - 1)
-                elif entries or registry_end:
+                if entries:
                     pipe.delete(registry)
+                if later:  # staging of later batches stays registered
+                    pipe.twrite(registry, *later)
                 pipe.execute()
                 if done:
                     log.info(
@@ -442,8 +443,8 @@ def abort(
     query = writes[0].query
 
     def drop(client: Client, target: str, staged: list[Staged]) -> None:
-        entries, _ = _registered(client, sink_key(target, query, "staged"))
-        keys = {s.key for s in staged} | {k for b, k in entries if b == batch}
+        entries = _registered(client, sink_key(target, query, "staged"))
+        keys = {s.key for s in staged} | {k for _, b, k in entries if b == batch}
         if keys:
             client.delete(*keys)
 
