@@ -1,0 +1,69 @@
+"""A Spark driver for test_spark_recovery.py: copies stream ``src`` into
+``dst`` with the rcp11 source and sink, micro-batch by micro-batch.
+
+    python spark_copy_driver.py PORT CHECKPOINT slow|available-now
+
+``slow`` runs until killed, each micro-batch taking a while (so a kill -9
+lands in the middle of one); ``available-now`` copies what is left and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def main(port: int, checkpoint: str, mode: str) -> int:
+    from pyspark.sql import SparkSession
+
+    from rcp11.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rcp11-copy")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    slow = mode == "slow"
+
+    def pace(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            if slow:
+                time.sleep(0.1)  # a long micro-batch, so the kill lands inside one
+            yield batch
+
+    source = (
+        spark.readStream.format("rcp11")
+        .option("port", port)
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 2000)
+        .option("minPartitions", 2)
+        .load()
+    )
+    copied = source.select("value").mapInArrow(pace, "value binary")
+    writer = (
+        copied.writeStream.format("rcp11")
+        .option("port", port)
+        .option("stream", "dst")
+        .option("batchSize", 100)
+        .option("checkpointLocation", checkpoint)
+    )
+    if not slow:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start()
+    query.awaitTermination()
+    return 0 if query.exception() is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))
