@@ -13,20 +13,15 @@ import pytest
 from conftest import ServerProcess, free_port
 
 from rcp11.client import Client
-from rcp11.spark import columns, sink
+from rcp11.spark import columns
+from rcp11.spark import commit as commit_module
 from rcp11.spark.columns import Projection, WriteLayout
+from rcp11.spark.commit import Staged, StagedWrite, commit, commit_target, hash_tag, sink_key
 from rcp11.spark.connection import ServerUnreachableError, Session
 from rcp11.spark.options import Endpoint, WriteOptions, parse_read_options
-from rcp11.spark.sink import (
-    Staged,
-    StagedWrite,
-    TaskWriter,
-    commit,
-    commit_target,
-    hash_tag,
-    sink_key,
-)
-from rcp11.spark.source import ReadRange, read_range
+from rcp11.spark.planning import ReadRange
+from rcp11.spark.sink import TaskWriter
+from rcp11.spark.source import read_range
 
 QUERY = "query-1"
 NONCES = itertools.count()
@@ -105,7 +100,7 @@ def test_commit_refuses_staging_that_lost_rows(client: Client) -> None:
 
 
 def test_a_large_commit_is_split_over_several_tconcats(client: Client, monkeypatch) -> None:
-    monkeypatch.setattr(sink, "TCONCAT_MAX_MESSAGES", 5)
+    monkeypatch.setattr(commit_module, "TCONCAT_MAX_MESSAGES", 5)
     staged = [stage(client, "t", 0, p, [b"%d-%d" % (p, i) for i in range(3)]) for p in range(4)]
     commit_target(client, "t", QUERY, 0, staged)
     assert stream(client, "t") == [b"%d-%d" % (p, i) for p in range(4) for i in range(3)]
