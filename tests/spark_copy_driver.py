@@ -46,7 +46,7 @@ def main(port: int, checkpoint: str, mode: str) -> int:
         .option("port", port)
         .option("subscribe", "src")
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 2000)
+        .option("maxOffsetsPerTrigger", 3000)
         .option("minPartitions", 2)
         .load()
     )

@@ -573,3 +573,21 @@ def test_streaming_copy_with_a_task_failing_once_is_exactly_once(
     assert Counter(messages(client, "dst")) == Counter(b"%d" % i for i in range(6000))
     # What is left: the query's progress key (batch 0 committed), nothing staged.
     assert [k.split(b":")[-1] for k in sink_keys(client)] == [b"progress"]
+
+
+def test_the_docs_list_every_option_with_its_default() -> None:
+    """docs/SPARK.md's table is the option table of rcp11.spark.options,
+    and the README's shorter one names every option."""
+    from conftest import REPO
+
+    from rcp11.spark.options import OPTIONS
+
+    rows = {}
+    for line in (REPO / "docs" / "SPARK.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    assert rows == {doc.name: (doc.applies, doc.default) for doc in OPTIONS}
+    readme = (REPO / "README.md").read_text()
+    spark_section = readme[readme.index("### Spark") : readme.index("## Benchmarks")]
+    assert [doc.name for doc in OPTIONS if f"`{doc.name}`" not in spark_section] == []

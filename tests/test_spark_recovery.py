@@ -17,7 +17,7 @@ from conftest import ServerProcess, wait_for
 from rcp11.client import Client
 
 DRIVER = Path(__file__).with_name("spark_copy_driver.py")
-ROWS = 8_000
+ROWS = 6_000
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,8 @@ def start_driver(port: int, checkpoint: Path, mode: str, log: Path) -> subproces
 
 
 def staging_in_flight(client: Client) -> bool:
-    """A micro-batch after the first committed one is being staged."""
+    """A micro-batch after a committed one is being staged (the driver copies
+    two micro-batches of 3000 rows)."""
     progress = client.keys("rcp11-sink:*:progress")
     if not progress:
         return False
@@ -54,8 +55,8 @@ def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
 ) -> None:
     client = Client(port=srv.port)
     client.flushall()
-    for start in range(0, ROWS, 2000):
-        client.twrite("src", *[b"row-%d" % i for i in range(start, start + 2000)])
+    for start in range(0, ROWS, 3000):
+        client.twrite("src", *[b"row-%d" % i for i in range(start, start + 3000)])
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
     driver = start_driver(srv.port, checkpoint, "slow", log)
     try:
