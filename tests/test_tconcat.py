@@ -4,10 +4,8 @@ commit step of the Spark sink's two-phase write."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,22 +221,6 @@ def test_oom_refuses_and_changes_nothing(srv: ServerProcess, r: redis.Redis) -> 
     assert r.exists("dst") == 0 and tr(r, "a", 0, 5) == [b"x"]
 
 
-def test_misconf_refuses_and_changes_nothing(server_factory: Any, tmp_path: Path) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "a", "x")
-    doomed = tmp_path / "doomed"
-    doomed.mkdir()
-    cl.config_set("dir", str(doomed))
-    shutil.rmtree(doomed)
-    with pytest.raises(redis.ResponseError):
-        cl.save()
-    with pytest.raises(redis.ResponseError, match="^MISCONF"):
-        tconcat(cl, "dst", "a")
-    assert cl.exists("dst") == 0 and tr(cl, "a", 0, 5) == [b"x"]
-    cl.close()
-
-
 @pytest.fixture
 def state() -> ServerState:
     """A server without network, as in test_dispatch: what TCONCAT propagates
@@ -270,6 +252,16 @@ def test_reserves_the_whole_append_and_logs_the_command(state: ServerState) -> N
     assert run(state, c, "TCONCAT", "dst", "c") == Error(errors.MISCONF)
     assert state.keyspace.data[b"c"].length == 1
     assert state.keyspace.data[b"dst"].next_offset == 5003
+
+
+def test_misconf_refuses_and_changes_nothing(state: ServerState) -> None:
+    c = Client()
+    run(state, c, "TWRITE", "a", "x")
+    state.persistence.refuse = errors.MISCONF
+    assert run(state, c, "TCONCAT", "dst", "a") == Error(errors.MISCONF)
+    assert b"dst" not in state.keyspace.data and state.keyspace.data[b"a"].length == 1
+    state.persistence.refuse = None
+    assert run(state, c, "TCONCAT", "dst", "a") == 0
 
 
 def test_too_many_messages_for_one_call_is_refused(

@@ -48,16 +48,20 @@ def socket_timeout(endpoint: Endpoint) -> float | None:
     return endpoint.retry_timeout_ms / 1000 if endpoint.retry_timeout_ms else None
 
 
+def _connection_options(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "host": endpoint.host,
+        "port": endpoint.port,
+        "username": endpoint.username,
+        "password": endpoint.password,
+        "socket_timeout": socket_timeout(endpoint),
+        "socket_connect_timeout": min(CONNECT_TIMEOUT_S, socket_timeout(endpoint) or 1e9),
+        "retry": Retry(NoBackoff(), 0),
+    }
+
+
 def new_client(endpoint: Endpoint) -> Client:
-    return Client(
-        host=endpoint.host,
-        port=endpoint.port,
-        username=endpoint.username,
-        password=endpoint.password,
-        socket_timeout=socket_timeout(endpoint),
-        socket_connect_timeout=min(CONNECT_TIMEOUT_S, socket_timeout(endpoint) or 1e9),
-        retry=Retry(NoBackoff(), 0),
-    )
+    return Client(**_connection_options(endpoint))
 
 
 class Session:
@@ -136,15 +140,7 @@ class Outage:
 def raw_connection(endpoint: Endpoint) -> redis.Connection:
     """A bare redis-py connection (AUTH done on connect): replies come back
     as hiredis (or redis-py) parsed them, with no callbacks in between."""
-    conn = redis.Connection(
-        host=endpoint.host,
-        port=endpoint.port,
-        username=endpoint.username,
-        password=endpoint.password,
-        socket_timeout=socket_timeout(endpoint),
-        socket_connect_timeout=min(CONNECT_TIMEOUT_S, socket_timeout(endpoint) or 1e9),
-        retry=Retry(NoBackoff(), 0),
-    )
+    conn = redis.Connection(**_connection_options(endpoint))
     conn.connect()
     return conn
 
