@@ -234,6 +234,24 @@ def spark_unreachable(address: str, seconds: float, doing: str, cause: str) -> s
     )
 
 
+def spark_target_not_a_stream(target: str, kind: str) -> str:
+    return f"{SPARK_PREFIX}cannot write to {target!r}: the key holds a {kind}, not a stream"
+
+
+def spark_commit_too_large(target: str, rows: int, limit: int) -> str:
+    return (
+        f"{SPARK_PREFIX}a commit moves at most {limit} rows into one stream; this batch has "
+        f"{rows} for {target!r}: use smaller batches (maxOffsetsPerTrigger, fewer rows per write)"
+    )
+
+
+def spark_commit_failed(target: str, batch: int, cause: str) -> str:
+    return (
+        f"{SPARK_PREFIX}the commit of batch {batch} to {target!r} failed ({cause}); nothing "
+        "was appended, and running the batch again commits it once"
+    )
+
+
 def spark_staging_lost(stream: str, expected: int, found: int) -> str:
     return (
         f"{SPARK_PREFIX}staging stream {stream!r} holds {found} messages, the task wrote "

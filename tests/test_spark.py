@@ -571,8 +571,8 @@ def test_streaming_copy_with_a_task_failing_once_is_exactly_once(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert query.exception() is None
     assert Counter(messages(client, "dst")) == Counter(b"%d" % i for i in range(6000))
-    # What is left: the query's progress key (batch 0 committed), nothing staged.
-    assert [k.split(b":")[-1] for k in sink_keys(client)] == [b"progress"]
+    # What is left: the query's progress key and staging registry; no staging stream.
+    assert [k.split(b":")[-1] for k in sink_keys(client)] == [b"progress", b"staged"]
 
 
 def test_the_docs_list_every_option_with_its_default() -> None:

@@ -44,6 +44,16 @@ def stage(client: Client, target: str, batch: int, partition: int, values: list[
     return Staged(target, key, len(values))
 
 
+def staging_left(client: Client) -> list[bytes]:
+    """Sink keys other than progress keys and registries."""
+    return [k for k in client.keys("rcp11-sink:*") if not k.endswith((b":progress", b":staged"))]
+
+
+def registered(client: Client, target: str) -> list[bytes]:
+    registry = sink_key(target, QUERY, "staged")
+    return [m for m in client.tread(registry, 0, 100) if m is not None]
+
+
 def stream(client: Client, key: str) -> list[bytes]:
     return [m for m in client.tread(key, 0, 100_000) if m is not None]
 
@@ -63,13 +73,13 @@ def test_commit_then_replay_of_the_same_batch(client: Client) -> None:
     commit_target(client, "target", QUERY, 3, first)
     expected = [b"before"] + [b"p1-%d" % i for i in range(3)] + [b"p0-%d" % i for i in range(3)]
     assert stream(client, "target") == expected
-    assert client.get(sink_key("target", QUERY, "progress")) == b"3"
-    assert client.keys("rcp11-sink:*") == [sink_key("target", QUERY, "progress").encode()]
+    assert client.get(sink_key("target", QUERY, "progress")) == f"3 {first[0].key}".encode()
+    assert staging_left(client) == []
     # The driver died before Spark recorded the commit: batch 3 runs again.
     again = [stage(client, "target", 3, p, [b"p%d-%d" % (p, i) for i in range(3)]) for p in (0, 1)]
     commit_target(client, "target", QUERY, 3, again)
     assert stream(client, "target") == expected
-    assert client.keys("rcp11-sink:*") == [sink_key("target", QUERY, "progress").encode()]
+    assert staging_left(client) == []
 
 
 def test_commit_drops_staging_of_failed_attempts_and_dead_drivers(client: Client) -> None:
@@ -82,10 +92,12 @@ def test_commit_drops_staging_of_failed_attempts_and_dead_drivers(client: Client
     assert stream(client, "t") == [b"a", b"b"]
     assert client.exists(dead_driver.key, older.key, retried.key) == 0
     assert stream(client, kept.key) == [b"next"]
-    registry = sink_key("t", QUERY, "staged")
-    assert [m for m in client.tread(registry, 0, 100) if m is not None] == [
-        f"6 {kept.key}".encode()
+    # Batch 6's staging stays registered; batch 5's committed ones until the
+    # next commit (they are gone already: TCONCAT deleted them).
+    assert registered(client, "t") == [f"6 {kept.key}".encode()] + [
+        f"5 {s.key}".encode() for s in good
     ]
+    assert client.exists(*(s.key for s in good)) == 0
 
 
 def test_commit_refuses_staging_that_lost_rows(client: Client) -> None:
@@ -99,11 +111,50 @@ def test_commit_refuses_staging_that_lost_rows(client: Client) -> None:
         commit_target(client, "t", QUERY, 0, [short])
 
 
-def test_a_large_commit_is_split_over_several_tconcats(client: Client, monkeypatch) -> None:
+def test_a_batch_too_large_for_one_tconcat_is_refused(client: Client, monkeypatch) -> None:
     monkeypatch.setattr(commit_module, "TCONCAT_MAX_MESSAGES", 5)
-    staged = [stage(client, "t", 0, p, [b"%d-%d" % (p, i) for i in range(3)]) for p in range(4)]
-    commit_target(client, "t", QUERY, 0, staged)
-    assert stream(client, "t") == [b"%d-%d" % (p, i) for p in range(4) for i in range(3)]
+    staged = [stage(client, "t", 0, p, [b"%d-%d" % (p, i) for i in range(3)]) for p in range(2)]
+    with pytest.raises(RuntimeError, match="a commit moves at most 5 rows"):
+        commit_target(client, "t", QUERY, 0, staged)
+    assert client.exists("t") == 0 and client.exists(*(s.key for s in staged)) == 2
+
+
+def test_a_target_holding_a_string_is_refused_before_anything_changes(client: Client) -> None:
+    client.set("t", "text")
+    staged = [stage(client, "t", 0, 0, [b"a"])]
+    with pytest.raises(RuntimeError, match="holds a string, not a stream"):
+        commit_target(client, "t", QUERY, 0, staged)
+    assert client.exists(sink_key("t", QUERY, "progress")) == 0
+
+
+def test_a_tconcat_failing_inside_exec_is_not_taken_for_a_commit(
+    client: Client, srv: ServerProcess, monkeypatch
+) -> None:
+    """TCONCAT can fail at run time inside EXEC (MISCONF when the offsets file
+    cannot be written) while SET progress still runs: the marker in the
+    progress key tells the replay that the batch is not in the target."""
+    client.twrite("t", b"old")
+    first = [stage(client, "t", 7, 0, [b"a", b"b"])]
+    # The target turns into a string between the checks and EXEC.
+    monkeypatch.setattr(commit_module, "_check_target", lambda c, t, s: c.set("t", "x"))
+    with pytest.raises(RuntimeError, match="the commit of batch 7 to 't' failed"):
+        commit_target(client, "t", QUERY, 7, first)
+    assert client.get(sink_key("t", QUERY, "progress")) == f"7 {first[0].key}".encode()
+    assert not commit_module.committed(client, sink_key("t", QUERY, "progress"), 7)
+    # Spark aborts the batch: the marker stays.
+    options = WriteOptions(Endpoint(port=srv.port), "t")
+    commit_module.abort(options, [StagedWrite(QUERY, 7, 0, first)], 7)
+    assert client.exists(first[0].key) == 1
+    # Fixed and run again: the batch lands once, the first attempt's staging goes.
+    monkeypatch.undo()
+    client.delete("t")
+    client.twrite("t", b"old")
+    again = [stage(client, "t", 7, 0, [b"a", b"b"])]
+    commit_target(client, "t", QUERY, 7, again)
+    assert stream(client, "t") == [b"old", b"a", b"b"]
+    assert staging_left(client) == []
+    commit_target(client, "t", QUERY, 7, [stage(client, "t", 7, 0, [b"a", b"b"])])
+    assert stream(client, "t") == [b"old", b"a", b"b"]
 
 
 def test_batch_write_commit_without_progress_key(client: Client, srv: ServerProcess) -> None:

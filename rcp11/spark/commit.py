@@ -18,11 +18,15 @@ A task registers each staging stream before writing to it. The commit of
 batch b for target T runs, guarded by ``WATCH progress registry``::
 
     MULTI
-    TCONCAT T <staging streams of b, in partition order>   (skipped if progress >= b)
+    TCONCAT T <staging streams of b, in partition order>   (skipped if b is in)
+    SET progress "b <first staging stream>"
     DEL <orphans: registered staging of batches <= b that are not committed>
-    SET progress b
-    DEL registry; TWRITE registry <entries of later batches, if any>
+    DEL registry; TWRITE registry <entries of b and of later batches>
     EXEC
+
+"b is in" means progress > b, or progress = b and its marker (the first
+staging stream that commit moved) is gone: a TCONCAT that failed at run
+time (MISCONF) leaves its sources, while EXEC still runs SET progress.
 
 so a retried task's earlier attempt, a replayed batch (progress already at
 b: its staging is only dropped) and the staging left by a driver that died
@@ -51,9 +55,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("rcp11.spark")
 
 PREFIX = "rcp11-sink:"
-# TCONCAT appends at most 2^28 messages per call (the server's limit); a
-# commit splits its staging streams over several calls below that.
+# TCONCAT appends at most 2^28 messages per call (the server's limit). A
+# commit is one TCONCAT per target, so all or none of a batch lands.
 TCONCAT_MAX_MESSAGES = 1 << 28
+# Progress of a commit that moved nothing.
+NO_MARKER = "-"
 
 
 def hash_tag(key: str) -> str:
@@ -131,6 +137,39 @@ def _check_staged(client: Any, staged: Sequence[Staged]) -> None:
             raise RuntimeError(errors.spark_staging_lost(item.key, item.rows, found))
 
 
+def _progress(client: Any, key: str) -> tuple[int, str]:
+    """The progress key: (last batch committed, its marker), (-1, "-") if none."""
+    value = client.get(key)
+    if value is None:
+        return -1, NO_MARKER
+    batch, _, marker = value.decode().partition(" ")
+    return int(batch), marker or NO_MARKER
+
+
+def committed(client: Any, progress: str, batch: int) -> bool:
+    """Whether ``batch`` is already in the target.
+
+    A runtime error of TCONCAT inside EXEC (MISCONF when the offsets file
+    cannot be written) does not stop the transaction's other commands, SET
+    progress included. So progress names a marker: the first staging
+    stream the commit moved, which a successful TCONCAT deleted. If it
+    still exists, that commit did not happen."""
+    recorded, marker = _progress(client, progress)
+    if recorded != batch:
+        return recorded > batch
+    return marker == NO_MARKER or not client.exists(marker)
+
+
+def _check_target(client: Any, target: str, staged: Sequence[Staged]) -> None:
+    """What would make TCONCAT fail, checked before the transaction."""
+    kind = client.type(target)
+    if kind not in (b"none", b"stream", b"rcp11-log"):
+        raise RuntimeError(errors.spark_target_not_a_stream(target, kind.decode()))
+    rows = sum(s.rows for s in staged)
+    if rows > TCONCAT_MAX_MESSAGES:
+        raise RuntimeError(errors.spark_commit_too_large(target, rows, TCONCAT_MAX_MESSAGES))
+
+
 def commit_target(
     client: Client, target: str, query: str, batch: int | None, staged: Sequence[Staged]
 ) -> None:
@@ -142,50 +181,43 @@ def commit_target(
     progress = sink_key(target, query, "progress")
     committing = [s for s in staged if s.rows > 0]
     committing_keys = {s.key for s in staged}
+    _check_target(client, target, committing)
     _check_staged(client, committing)
+    current = batch if batch is not None else 0
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
                 pipe.watch(registry, progress)
-                done = batch is not None and int(pipe.get(progress) or -1) >= batch
+                done = batch is not None and committed(pipe, progress, batch)
                 entries = _registered(pipe, registry)
-                current = batch if batch is not None else 0
                 orphans = [k for _, b, k in entries if b <= current and k not in committing_keys]
-                later = [f"{b} {k}" for _, b, k in entries if b > current]
+                keep = [f"{b} {k}" for _, b, k in entries if b > current]
                 pipe.multi()
                 if not done:
-                    for group in _tconcat_groups(committing):
-                        pipe.execute_command("TCONCAT", target, *group)
+                    if committing:
+                        pipe.execute_command("TCONCAT", target, *(s.key for s in committing))
                     if batch is not None:
-                        pipe.set(progress, batch)
+                        marker = committing[0].key if committing else NO_MARKER
+                        pipe.set(progress, f"{batch} {marker}")
+                        # Registered until the next commit: should this TCONCAT
+                        # fail, the replay of the batch drops them as orphans.
+                        keep += [f"{batch} {s.key}" for s in committing]
                 drop = orphans + ([s.key for s in staged] if done else [])
                 drop += [s.key for s in staged if s.rows == 0]
                 if drop:
                     pipe.delete(*drop)
                 if entries:
                     pipe.delete(registry)
-                if later:  # staging of later batches stays registered
-                    pipe.twrite(registry, *later)
-                pipe.execute()
-                if done:
-                    log.info(
-                        "rcp11 sink: batch %s already in %r; dropped its staging", batch, target
-                    )
-                return
+                if keep:
+                    pipe.twrite(registry, *keep)
+                replies = pipe.execute(raise_on_error=False)
             except redis.WatchError:
                 continue
-
-
-def _tconcat_groups(staged: Sequence[Staged]) -> list[list[str]]:
-    groups: list[list[str]] = []
-    rows = TCONCAT_MAX_MESSAGES
-    for item in staged:
-        if rows + item.rows > TCONCAT_MAX_MESSAGES:
-            groups.append([])
-            rows = 0
-        groups[-1].append(item.key)
-        rows += item.rows
-    return groups
+            if not done and committing and isinstance(replies[0], redis.ResponseError):
+                raise RuntimeError(errors.spark_commit_failed(target, current, f"{replies[0]}"))
+            if done:
+                log.info("rcp11 sink: batch %s already in %r; dropped its staging", batch, target)
+            return
 
 
 def commit(
@@ -220,6 +252,11 @@ def abort(
     def drop(client: Client, target: str, staged: list[Staged]) -> None:
         entries = _registered(client, sink_key(target, query, "staged"))
         keys = {s.key for s in staged} | {k for _, b, k in entries if b == batch}
+        recorded, marker = _progress(client, sink_key(target, query, "progress"))
+        if recorded == batch:
+            # A commit whose TCONCAT failed recorded this batch: its marker
+            # must stay, so that the replay knows the batch is not in.
+            keys.discard(marker)
         if keys:
             client.delete(*keys)
 
