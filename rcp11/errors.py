@@ -162,6 +162,13 @@ def spark_offsets_streams(name: str, missing: list[str], extra: list[str]) -> st
     )
 
 
+def spark_offset_beyond(stream: str, offset: int, next_offset: int) -> str:
+    return (
+        f"{SPARK_PREFIX}startingOffsets gives stream {stream!r} offset {offset}, beyond its "
+        f"next offset {next_offset}"
+    )
+
+
 def spark_option_scope(name: str, side: str, other: str) -> str:
     return f"{SPARK_PREFIX}option '{name}' applies to {other}, not to {side}"
 

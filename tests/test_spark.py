@@ -252,6 +252,8 @@ def test_starting_and_ending_offsets_json(spark, srv, client) -> None:
         ("b", 1),
         ("b", 2),
     ]
+    with pytest.raises(Exception, match="offset 50, beyond its next offset 10"):
+        reader(spark, srv, subscribe="a,b", startingOffsets='{"a": 50, "b": 0}').load().collect()
     # Kafka's plural spelling is the one: earliest reads everything.
     assert reader(spark, srv, subscribe="a", startingOffsets="earliest").load().count() == 10
 

@@ -143,6 +143,9 @@ def resolve_positions(
             positions[stream] = bounds[stream].first
         elif offset == LATEST:
             positions[stream] = bounds[stream].next
+        elif name == "startingOffsets" and offset > bounds[stream].next:
+            # Not data loss (nothing was read yet): a mistake in the option.
+            raise OptionError(errors.spark_offset_beyond(stream, offset, bounds[stream].next))
         else:
             positions[stream] = offset
     return positions
