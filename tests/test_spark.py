@@ -593,3 +593,15 @@ def test_the_docs_list_every_option_with_its_default() -> None:
     readme = (REPO / "README.md").read_text()
     spark_section = readme[readme.index("### Spark") : readme.index("## Benchmarks")]
     assert [doc.name for doc in OPTIONS if f"`{doc.name}`" not in spark_section] == []
+
+
+def test_twrite_requests_are_framed_for_any_value() -> None:
+    import hiredis
+
+    from rcp11.spark.columns import pack_twrite
+
+    values = [b"", b"a", b"\r\n$3\r\n", bytes(range(256)), b"x" * 100_000]
+    reader = hiredis.Reader()
+    reader.feed(pack_twrite(b"k{1}", values) * 2)
+    expected = [b"TWRITE", b"k{1}", b"ENTRIES", *values]
+    assert reader.gets() == expected and reader.gets() == expected and reader.gets() is False

