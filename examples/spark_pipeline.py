@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -149,6 +149,45 @@ def build_query(spark: SparkSession, port: int, checkpoint: str, once: bool) -> 
     return writer.trigger(availableNow=True) if once else writer.trigger(processingTime="2 seconds")
 
 
+def run_pipeline(
+    spark: SparkSession,
+    port: int,
+    checkpoint: str,
+    once: bool,
+    events: int = 5000,
+    seconds: float = 30,
+    show: Callable[[str], None] = print,
+) -> bool:
+    """Produce events, run the query, show each count as it is written.
+    Returns whether the query ended without an error."""
+    client = Client(port=port)
+    # Window starts are shown in UTC, whatever the machine's zone.
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    stop = threading.Event()
+    producer = None
+    if once:
+        produce(client, past_events(events))
+    else:
+        producer = threading.Thread(target=produce_live, args=(client, seconds, stop), daemon=True)
+        producer.start()
+    query = build_query(spark, port, checkpoint, once).start()
+    shown = 0
+    try:
+        while query.isActive:
+            query.awaitTermination(2)
+            for message in client.tread("counts", shown, 1000):
+                show(message.decode())
+                shown += 1
+            if producer is not None and not producer.is_alive():
+                query.stop()
+    finally:
+        stop.set()
+    for message in client.tread("counts", shown, 100_000):
+        show(message.decode())
+    client.close()
+    return query.exception() is None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=6379)
@@ -164,42 +203,25 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with server(args.port) as port:
-        client = Client(port=port)
         spark = (
             SparkSession.builder.master("local[2]")
             .appName("rcp11-example")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="rcp11-example-checkpoint-")
-        stop = threading.Event()
-        if args.once:
-            produce(client, past_events(args.events))
-        else:
-            producer = threading.Thread(
-                target=produce_live, args=(client, args.seconds, stop), daemon=True
-            )
-            producer.start()
-        query = build_query(spark, port, checkpoint, args.once).start()
-        shown = 0
-        try:
-            while query.isActive:
-                query.awaitTermination(2)
-                for message in client.tread("counts", shown, 1000):
-                    print(message.decode(), flush=True)
-                    shown += 1
-                if not args.once and not producer.is_alive():
-                    query.stop()
-        finally:
-            stop.set()
-        for message in client.tread("counts", shown, 100_000):
-            print(message.decode(), flush=True)
+        ok = run_pipeline(
+            spark, port, checkpoint, args.once, args.events, args.seconds, show=print_flush
+        )
         spark.stop()
-        return 0 if query.exception() is None else 1
+        return 0 if ok else 1
+
+
+def print_flush(line: str) -> None:
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

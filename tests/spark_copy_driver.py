@@ -1,10 +1,10 @@
-"""A Spark driver for test_spark_recovery.py: copies stream ``src`` into
+"""The Spark driver test_spark_recovery.py kills: copies stream ``src`` into
 ``dst`` with the rcp11 source and sink, micro-batch by micro-batch.
 
-    python spark_copy_driver.py PORT CHECKPOINT slow|available-now
+    python spark_copy_driver.py PORT CHECKPOINT
 
-``slow`` runs until killed, each micro-batch taking a while (so a kill -9
-lands in the middle of one); ``available-now`` copies what is left and exits.
+runs until killed, each micro-batch taking a while so that a kill -9 lands
+in the middle of one. ``start_copy`` is the same query for the restart.
 """
 
 from __future__ import annotations
@@ -16,24 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def main(port: int, checkpoint: str, mode: str) -> int:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rcp11-copy")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    slow = mode == "slow"
+def start_copy(spark: Any, port: int, checkpoint: str, slow: bool) -> Any:
+    """Start the copy query; ``slow`` paces it and never stops, otherwise it
+    copies what is there (Trigger.AvailableNow)."""
 
     def pace(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
@@ -50,20 +35,38 @@ def main(port: int, checkpoint: str, mode: str) -> int:
         .option("minPartitions", 2)
         .load()
     )
-    copied = source.select("value").mapInArrow(pace, "value binary")
     writer = (
-        copied.writeStream.format("rcp11")
+        source.select("value")
+        .mapInArrow(pace, "value binary")
+        .writeStream.format("rcp11")
         .option("port", port)
         .option("stream", "dst")
         .option("batchSize", 100)
         .option("checkpointLocation", checkpoint)
     )
-    if not slow:
-        writer = writer.trigger(availableNow=True)
-    query = writer.start()
-    query.awaitTermination()
-    return 0 if query.exception() is None else 1
+    return (writer if slow else writer.trigger(availableNow=True)).start()
+
+
+def main(port: int, checkpoint: str) -> int:
+    from pyspark.sql import SparkSession
+
+    from rcp11.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rcp11-copy")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    start_copy(spark, port, checkpoint, slow=True).awaitTermination()
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))
+    sys.exit(main(int(sys.argv[1]), sys.argv[2]))
