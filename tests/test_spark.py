@@ -36,7 +36,8 @@ def spark() -> Iterator[Any]:
     # Executors run this interpreter; rcp11 reaches them through register().
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2,2]")
+        SparkSession.Builder()  # not .builder: its options outlive sessions
+        .master("local[2,2]")
         .appName("rcp11-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -125,7 +125,8 @@ def spark(cluster: dict[str, Any]) -> Iterator[Any]:
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master(cluster["url"])
+        SparkSession.Builder()  # not .builder: its options outlive sessions
+        .master(cluster["url"])
         .appName("rcp11-cluster-test")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

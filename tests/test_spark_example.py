@@ -44,7 +44,8 @@ def spark() -> Iterator[Any]:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.Builder()  # not .builder: its options outlive sessions
+        .master("local[2]")
         .appName("rcp11-example-test")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
