@@ -511,6 +511,32 @@ def test_no_feedback_loop_into_the_source_stream(spark, srv, client, tmp_path) -
     assert messages(client, "src") == [b"src0", b"src1", b"src2"]
 
 
+def test_batch_writes_inside_foreach_batch_leave_nothing_behind(
+    spark, srv, client, tmp_path
+) -> None:
+    """Spark's streaming query and micro-batch ids are visible to a batch
+    write inside foreachBatch; it must still commit as a one-off job."""
+    fill(client, "src", 10)
+    frame = stream_reader(
+        spark, srv, subscribe="src", startingOffsets="earliest", maxOffsetsPerTrigger=4
+    ).load()
+    port = srv.port
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        df.select("value").write.format("rcp11").option("port", port).option("stream", "dst").mode(
+            "append"
+        ).save()
+
+    query = run_available_now(
+        frame.writeStream.foreachBatch(write_batch).option(
+            "checkpointLocation", str(tmp_path / "c")
+        )
+    )
+    assert query.exception() is None
+    assert messages(client, "dst") == [b"src%d" % i for i in range(10)]
+    assert sink_keys(client) == []
+
+
 # ---------------------------------------------------------------------------
 # Exactly once
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ moves staged rows into the target is rcp11.spark.commit.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import uuid
 from collections import deque
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
+log = logging.getLogger("rcp11.spark")
+
 # Spark's local properties that name a streaming query and its micro-batch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -64,12 +67,21 @@ class _StagingStream:
 class TaskWriter:
     """Stages one task's rows (one staging stream per target it meets)."""
 
-    def __init__(self, options: WriteOptions, layout: WriteLayout, job: str) -> None:
+    def __init__(
+        self, options: WriteOptions, layout: WriteLayout, job: str, streaming: bool = False
+    ) -> None:
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        query = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
-        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        query = batch = None
+        # Only a streaming sink takes the query and micro-batch from Spark: a
+        # batch write inside foreachBatch sees them too, but commits as the
+        # one-off job it is.
+        if streaming and context is not None:
+            query = context.getLocalProperty(QUERY_ID_PROPERTY)
+            batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+            if query is None:
+                log.warning("rcp11 sink: Spark names no streaming query; replays are not detected")
         self.options = options
         self.layout = layout
         self.query = query or job
@@ -95,7 +107,8 @@ class TaskWriter:
             assert self.options.stream is not None
             self._stage(self.options.stream, values)
         else:
-            for target, part in _split_by_target(batch.column(self.layout.target_index), values):
+            column = batch.column(self.layout.target_index)
+            for target, part in _split_by_target(column, values, self.layout.target_column):
                 self._stage(target, part)
         self.rows += batch.num_rows
 
@@ -216,11 +229,13 @@ class TaskWriter:
         return StagedWrite(self.query, self.batch, self.partition, staged)
 
 
-def _split_by_target(targets: pa.Array, values: pa.Array) -> Iterator[tuple[str, pa.Array]]:
+def _split_by_target(
+    targets: pa.Array, values: pa.Array, column: str | None
+) -> Iterator[tuple[str, pa.Array]]:
     """(target, its values in row order) for a batch with a target column."""
     if targets.null_count:
         raise ValueError(
-            errors.spark_write_column("stream", "is null in a row; every row needs one")
+            errors.spark_write_column(column or "stream", "is null in a row; every row needs one")
         )
     encoded = pc.dictionary_encode(targets)
     names = encoded.dictionary.to_pylist()
@@ -248,11 +263,6 @@ def _row_batch(row: Any, layout: WriteLayout) -> pa.RecordBatch:
 
 
 # ---------------------------------------------------------------------------
-# Driver side: commit and abort
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
 # The writers Spark calls
 # ---------------------------------------------------------------------------
 
@@ -264,9 +274,9 @@ def _layout(options: WriteOptions, schema: StructType, overwrite: bool) -> Write
 
 
 def _write(
-    options: WriteOptions, layout: WriteLayout, job: str, items: Iterator[Any]
+    options: WriteOptions, layout: WriteLayout, job: str, items: Iterator[Any], streaming: bool
 ) -> StagedWrite:
-    writer = TaskWriter(options, layout, job)
+    writer = TaskWriter(options, layout, job, streaming)
     try:
         for item in items:
             writer.add(item)
@@ -288,7 +298,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return _write(self.options, self.layout, self.job, iterator)
+        return _write(self.options, self.layout, self.job, iterator, streaming=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         commit(self.options, messages, None)
@@ -306,7 +316,7 @@ class StreamWriter(_StreamWriterBase):
         self.job = uuid.uuid4().hex  # used only if Spark names no query
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return _write(self.options, self.layout, self.job, iterator)
+        return _write(self.options, self.layout, self.job, iterator, streaming=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit(self.options, messages, batchId)
