@@ -28,6 +28,7 @@ OWN_SUITES = {
     "kafka": "bench.kafka_suite",
     "redis": "bench.redis_suite",
     "kafkaesque": "bench.kafkaesque_suite",
+    "module": "bench.module_bench",
 }
 # Suites owned by other parts of the project; run when their module exists.
 EXTERNAL_SUITES = {

@@ -13,7 +13,6 @@ as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -21,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rcp11 import __version__
+from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
 from rcp11.resp import split_args
+from rcp11.stringmatch import compile_glob
 
 INT_MAX = 2**31 - 1
 LLONG_MAX = 2**63 - 1
@@ -127,6 +128,9 @@ class Directive:
     choices: tuple[str, ...] = ()
     # Plain file names only: a path here would let CONFIG SET write anywhere.
     filename_only: bool = False
+    # Where files are written: CONFIG SET only with enable-protected-configs
+    # (redis-server 7's PROTECTED_CONFIG).
+    protected: bool = False
 
 
 def _client_classes() -> dict[str, tuple[int, int, int]]:
@@ -145,6 +149,9 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("unixsocket", "string", "", mutable=False),
         Directive("unixsocketperm", "octal", 0, mutable=False, high=0o777),
         Directive("protected-mode", "bool", True),
+        Directive(
+            "enable-protected-configs", "enum", "no", mutable=False, choices=("no", "yes", "local")
+        ),
         Directive("requirepass", "string", ""),
         Directive("timeout", "int", 0, high=INT_MAX),
         Directive("tcp-keepalive", "int", 300, high=INT_MAX),
@@ -154,8 +161,8 @@ DIRECTIVES: dict[str, Directive] = {
         # by dropping keys behind the user's back. Kept so tools that read or
         # set Redis's default find it.
         Directive("maxmemory-policy", "enum", "noeviction", choices=("noeviction",)),
-        Directive("dir", "dir", "./"),
-        Directive("dbfilename", "string", "dump.rcp", filename_only=True),
+        Directive("dir", "dir", "./", protected=True),
+        Directive("dbfilename", "string", "dump.rcp", filename_only=True, protected=True),
         Directive("save", "save", [(3600, 1), (300, 100), (60, 10000)]),
         Directive("appendonly", "bool", False),
         Directive("appendfilename", "string", "appendonly.aof", mutable=False, filename_only=True),
@@ -176,6 +183,16 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),
         Directive("stream-compression-level", "int", 6, low=1, high=9),
+        Directive("stream-compression-depth", "int", 0, low=0, high=65_535),
+        # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
+        # start-up, except tls-auth-clients (new handshakes follow it).
+        Directive("tls-port", "int", 0, mutable=False, high=65535),
+        Directive("tls-cert-file", "string", "", mutable=False),
+        Directive("tls-key-file", "string", "", mutable=False),
+        Directive("tls-key-file-pass", "string", "", mutable=False),
+        Directive("tls-ca-cert-file", "string", "", mutable=False),
+        Directive("tls-auth-clients", "enum", "yes", choices=("yes", "no", "optional")),
+        Directive("tls-protocols", "string", "", mutable=False),
     ]
 }
 
@@ -227,8 +244,10 @@ def _parse(d: Directive, args: list[str], current: Any) -> Any:
         if not os.path.isdir(path):
             raise ConfigError(f"No such directory: {text}")
         return path
-    if d.filename_only and ("/" in text or "\\" in text):
-        raise ConfigError(f"{d.name} can't be a path, just a filename")
+    if d.filename_only:
+        problem = filename_problem(d.name, text)
+        if problem is not None:
+            raise ConfigError(problem)
     return text
 
 
@@ -349,9 +368,18 @@ class Config:
         self._values: dict[str, Any] = {name: _copy(d.default) for name, d in DIRECTIVES.items()}
         self._callbacks: dict[str, list[Callable[[Any], None]]] = {}
         self.path: str | None = None
+        # Relative pidfile and logfile paths mean the directory the server
+        # was started from (it chdir()s into `dir` later).
+        self.start_dir = os.getcwd()
+        # Where each directive was last set (file or command line), to name
+        # it when a check across directives fails after loading.
+        self._origin: dict[str, tuple[int, str, int, str]] = {}
         # While loading, the first `save` line replaces the default rules and
         # later ones add to them, so a file can list one rule per line.
         self._save_seen = False
+        # rename-command lines (file, then arguments): (old, new, source,
+        # line, text). Not a directive: no CONFIG GET/SET, kept by REWRITE.
+        self.renames: list[tuple[str, str, str, int, str]] = []
 
     # -- reading -----------------------------------------------------------
 
@@ -371,8 +399,14 @@ class Config:
         result: dict[str, str] = {}
         for pattern in patterns:
             lowered = pattern.lower()
+            if not any(special in lowered for special in "[*?"):
+                # As Redis: no glob character, an exact (case-blind) name.
+                if lowered in DIRECTIVES and lowered not in result:
+                    result[lowered] = self.render(lowered)
+                continue
+            match = compile_glob(pattern.encode("utf-8", "surrogateescape"), nocase=True).match
             for name in DIRECTIVES:
-                if name not in result and fnmatch.fnmatchcase(name, lowered):
+                if name not in result and match(name.encode()):
                     result[name] = self.render(name)
         return result
 
@@ -388,8 +422,16 @@ class Config:
         'save' or 'client-output-buffer-limit' take)."""
         self.set_many([(name, text if isinstance(text, str) else " ".join(text))])
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> None:
-        """CONFIG SET name value [name value ...]: all or nothing."""
+    def protected_allowed(self, local: bool) -> bool:
+        """Whether a client (connected over loopback or the unix socket when
+        `local`) may CONFIG SET protected directives."""
+        mode = self._values["enable-protected-configs"]
+        return mode == "yes" or (mode == "local" and local)
+
+    def set_many(self, pairs: list[tuple[str, str]], *, protected_ok: bool = True) -> None:
+        """CONFIG SET name value [name value ...]: all or nothing. CONFIG SET
+        from a client passes protected_ok=protected_allowed(...); code of the
+        server itself may set anything mutable."""
         seen: set[str] = set()
         parsed: list[tuple[str, Any]] = []
         for raw_name, text in pairs:
@@ -402,31 +444,44 @@ class Config:
             seen.add(name)
             if not d.mutable:
                 raise ConfigError("can't set immutable config", raw_name)
+            if d.protected and not protected_ok:
+                raise ConfigError("can't set protected config", raw_name)
             try:
                 args = self._args_for_set(d, text)
                 value = _parse(d, args, self._values[name])
             except ConfigError as exc:
                 raise ConfigError(exc.reason, raw_name) from None
             parsed.append((name, value))
+        candidate = dict(self._values)
+        candidate.update(parsed)
+        clash = self._files_clash(candidate)
+        if clash is not None:
+            problem, blamed = clash
+            named = [raw for raw, _ in pairs if raw.lower() in blamed] or [pairs[-1][0]]
+            raise ConfigError(problem, named[0])
         old = {name: self._values[name] for name, _ in parsed}
         for name, value in parsed:
             self._values[name] = value
         done: list[str] = []
+        failing = ""
         try:
             for name, value in parsed:
+                failing = name
                 for callback in self._callbacks.get(name, ()):
                     callback(value)
                 done.append(name)
         except ConfigError as exc:
             for name, value in old.items():
                 self._values[name] = value
-            for name in done:
+            # The failing directive's callbacks that ran before the refusal
+            # (the server's chdir for `dir`, say) are undone too.
+            for name in [*done, failing]:
                 for callback in self._callbacks.get(name, ()):
                     try:
                         callback(old[name])
                     except ConfigError:
                         pass  # restoring the old value is best effort
-            raise ConfigError(exc.reason, exc.name or name) from None
+            raise ConfigError(exc.reason, exc.name or failing) from None
 
     @staticmethod
     def _args_for_set(d: Directive, text: str) -> list[str]:
@@ -435,6 +490,43 @@ class Config:
                 return [""] if d.kind == "save" else []
             return text.split()
         return [text]
+
+    # -- checks across directives -------------------------------------------
+
+    def check(self) -> None:
+        """After the file and the command line are applied: refuse values
+        that only clash together (raises ConfigError naming where the later
+        of the clashing directives was set)."""
+        clash = self._files_clash(self._values)
+        if clash is None:
+            return
+        problem, blamed = clash
+        origins = [self._origin[name] for name in blamed if name in self._origin]
+        if not origins:
+            raise ConfigError(problem, blamed[0])
+        _, source, line, text = max(origins)
+        raise ConfigError(problem, blamed[0], source=source, line=line, text=text)
+
+    def _files_clash(self, values: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """Why the files these values name would overwrite one another,
+        with the directives involved; None when they are all distinct."""
+        dbfilename, appendfilename = values["dbfilename"], values["appendfilename"]
+        problem = names_clash(dbfilename, appendfilename)
+        if problem is not None:
+            return problem, ["dbfilename", "appendfilename"]
+        ours = data_paths(values["dir"], dbfilename, appendfilename)
+        theirs: dict[str, str] = {}
+        for name in ("pidfile", "logfile"):
+            if values[name]:
+                theirs[name] = os.path.join(self.start_dir, values[name])
+        if self.path:
+            theirs["the config file"] = self.path
+        for mine, path in ours.items():
+            for other, other_path in theirs.items():
+                if same_file(path, other_path):
+                    blamed = [n for n in (other, mine, "dir") if n in DIRECTIVES]
+                    return f"{mine} ({path}) can't be the same file as {other}", blamed
+        return None
 
     # -- loading -----------------------------------------------------------
 
@@ -498,6 +590,9 @@ class Config:
 
     def _apply(self, words: list[str], source: str, line: int, text: str) -> None:
         name = words[0].lower()
+        if name == "rename-command" and len(words) == 3:
+            self.renames.append((words[1], words[2], source, line, text))
+            return
         d = DIRECTIVES.get(name)
         if d is None or len(words) < 2:
             raise ConfigError(
@@ -512,6 +607,7 @@ class Config:
             value = _parse(d, args, self._values[name])
         except ConfigError as exc:
             raise ConfigError(exc.reason, name, source=source, line=line, text=text) from None
+        self._origin[name] = (len(self._origin), source, line, text)
         if d.kind == "save" and value and self._save_seen:
             value = self._values["save"] + value
         if d.kind == "save":

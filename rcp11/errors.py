@@ -24,6 +24,14 @@ class ProtocolError(Exception):
         self.message = message
 
 
+def expected_bulk(type_byte: int) -> str:
+    """redis-server's reply to a request argument that is not a bulk string:
+    the offending byte as it is (the server writes protocol errors latin-1
+    encoded, so any byte stays one byte), CR and LF shown as spaces."""
+    shown = " " if type_byte in (10, 13) else chr(type_byte)
+    return f"Protocol error: expected '$', got '{shown}'"
+
+
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 SYNTAX = "ERR syntax error"
 NOT_INTEGER = "ERR value is not an integer or out of range"
@@ -37,6 +45,13 @@ NESTED_MULTI = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+PORT_ZERO_UNREACHABLE = (
+    "port 0 would leave the server unreachable: neither unixsocket nor tls-port is configured"
+)
+UNLOGGED_CHANGE = (
+    "MISCONF An internal error left a change that could not be logged to the AOF: "
+    "rcp11 refuses writes until it is restarted. Check the server log."
+)
 MISCONF = (
     "MISCONF Errors writing to the AOF file or the snapshot: rcp11 is configured to "
     "refuse writes while persistence fails. Check the server log and the disk."
@@ -264,3 +279,16 @@ def spark_staging_lost(stream: str, expected: int, found: int) -> str:
         f"{SPARK_PREFIX}staging stream {stream!r} holds {found} messages, the task wrote "
         f"{expected}: the server lost data; the batch fails so Spark can run it again"
     )
+
+
+def internal_error(command: str, exc: BaseException) -> str:
+    """A handler bug: the command failed and changed nothing."""
+    return f"ERR internal error in '{command}': {type(exc).__name__}: {exc}"
+
+
+def failed_after_change(command: str, problem: str, logged: bool) -> str:
+    """A handler raised after it had changed data; the change stays (and is
+    in the AOF when logged), so the reply must say so rather than claim
+    nothing happened."""
+    outcome = "the change is kept and logged" if logged else "the change could not be logged"
+    return f"{problem} (raised after '{command}' changed data; {outcome})"

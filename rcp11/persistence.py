@@ -3,7 +3,8 @@
 Design
 ======
 
-Three files live in `dir`:
+Three files live in `dir` (their names, and the names they may never
+share, are in rcp11/datafiles.py):
 
 * The snapshot (`dbfilename`), written by SAVE, BGSAVE, `save` rules and
   SHUTDOWN. Layout (little endian)::
@@ -63,8 +64,7 @@ Three files live in `dir`:
   offsets can only leave after its reservation is on disk, and one fsync
   covers all reservations of an event-loop iteration (many new streams in
   one pipeline cost one fsync). Under heavy load that is a few small fsyncs
-  per second. The file is a header (with an in-place slot
-  naming the boot whose AOF is complete, see below) then batches of
+  per second. The file is a header (magic, version) then batches of
   (key, mark) records, each batch framed with its length and CRC32. A last
   batch cut short is dropped: torn by a power loss it was never fsynced, so
   never acknowledged, but a file damaged at its end looks the same, so every
@@ -80,23 +80,32 @@ Three files live in `dir`:
   only this loader understands, so later commands in the AOF replay onto the
   same offsets they were acknowledged with.
 
-  The raise is skipped when the data came from an AOF that holds every
-  command that ran: the offsets file's header slot names the boot (Linux
-  boot_id) whose AOF is complete. kill -9 loses nothing from the page cache,
-  so within the same boot replaying the AOF is exact and a kill -9 leaves no
-  gap; after a reboot (power loss may have cut the unsynced tail) the marks
-  apply. The slot is cleared, in place and before anything else, as soon as
-  an AOF write fails or the AOF is turned off.
+  The raise always happens, whatever the AOF looks like: an AOF that lost
+  commands at a command boundary (a power loss with `everysec`, a copied or
+  restored file, a disk that dropped writes) or that was emptied loads
+  without any sign of damage, so nothing at start-up can prove that it
+  holds every acknowledged write. (An earlier design kept a slot in the
+  offsets file vouching for "the AOF of this boot is complete" and skipped
+  the raise; a file cut on the same boot then handed offsets out again.)
+  So a kill -9 leaves a gap of null offsets below each stream's mark; a
+  clean SHUTDOWN writes the marks tight (below), so a clean restart shows
+  none.
 
-  DEL really resets a stream (SPEC), but a reservation may only be dropped
-  once the deletion itself is durable; otherwise a crash could bring back the
-  old stream from an older snapshot below offsets already handed out. So
-  on_key_removed() queues the key: with the AOF on the drop is final once the
-  AOF is fsynced past the DEL; with the AOF off once a snapshot taken after
-  the DEL is complete, or at once if the on-disk snapshot does not contain
-  the key. A queued key that was re-created keeps its (higher) mark: safe,
-  only a gap after a crash. A clean SHUTDOWN rewrites the table tight (each
-  mark = the stream's next offset) so a normal restart shows no gap.
+  DEL really resets a stream (docs/PROTOCOL.md), but the old mark may only
+  be forgotten once the deletion itself is durable; otherwise a crash could
+  bring back the old stream from an older snapshot (or an AOF that lost the
+  DEL) below offsets already handed out. So a removal moves the key's mark
+  to a *deleted* record, written (no fsync) before the reply leaves: at
+  start-up a deleted mark raises the stream only if the files bring it
+  back, and a key absent from the files stays absent, so a kill -9 right
+  after DEL or FLUSHALL does not resurrect the key. The deleted mark is
+  forgotten once the deletion is durable: with the AOF on once the AOF is
+  fsynced past the DEL; with the AOF off once a snapshot taken after the
+  DEL is complete, or at once if the on-disk snapshot does not contain the
+  key. A stream created again at that key reserves its own marks meanwhile;
+  if the files bring the old stream back, it goes up to the higher of both.
+  A clean SHUTDOWN rewrites the table tight (each mark = the stream's next
+  offset) so a normal restart shows no gap.
 
 Disk errors (ENOSPC, EIO, EROFS) never turn into acknowledged writes:
 flush() returns False when the AOF write or fsync failed and the server then
@@ -124,6 +133,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from rcp11 import errors
+from rcp11.datafiles import (
+    REWRITE_TEMP_PREFIX,
+    SNAPSHOT_TEMP_PREFIX,
+    TEMP_PREFIXES,
+    DirectoryInUse,
+    lock_data_dir,
+    offsets_name,
+)
 from rcp11.errors import CommandError
 from rcp11.resp import OK, Error, SimpleString
 from rcp11.state import ClientState, ServerState
@@ -133,7 +150,7 @@ log = logging.getLogger("rcp11.persistence")
 SNAP_MAGIC = b"RCP11SNAP"
 SNAP_VERSION = 1
 OFFSETS_MAGIC = b"RCP11OFS"
-OFFSETS_VERSION = 1
+OFFSETS_VERSION = 2
 RAISE_NEXT = b"RCP11-RAISE-NEXT"
 
 _END_OF_BLOBS = 0xFFFFFFFFFFFFFFFF
@@ -153,25 +170,11 @@ _WRITE_CHUNK = 8 << 20
 # file _FINISH_STEP bytes per cron tick until at most _FINISH_SMALL remain.
 _FINISH_STEP = 32 << 20
 _FINISH_SMALL = 4 << 20
-# The offsets file header: magic, version, then a fixed-size slot saying
-# "the AOF written during boot <id> holds every command that ran". The slot
-# is overwritten in place, which needs no new disk blocks, so it can be
-# cleared even on a full disk; a torn slot fails its CRC and means "no".
+# The offsets file header: magic and version. Version 1 files had a 64-byte
+# slot after it (the "AOF of this boot is complete" shortcut, see the design
+# above); they are read by skipping it and rewritten as version 2.
 _OFS_HEADER = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
-_SLOT_SIZE = 64
-_SLOT_BOOT_MAX = _SLOT_SIZE - 6
-
-
-def _encode_slot(boot: bytes | None) -> bytes:
-    body = bytes([len(boot or b"")]) + (boot or b"")[:_SLOT_BOOT_MAX]
-    body = body.ljust(_SLOT_SIZE - 4, b"\0")
-    return body + _U32.pack(zlib.crc32(body))
-
-
-def _decode_slot(slot: bytes) -> bytes | None:
-    if len(slot) != _SLOT_SIZE or zlib.crc32(slot[:-4]) != _U32.unpack(slot[-4:])[0]:
-        return None
-    return slot[1 : 1 + slot[0]] or None
+_V1_SLOT_SIZE = 64
 
 
 class PersistenceError(Exception):
@@ -381,6 +384,8 @@ def read_snapshot(reader: _CrcReader, state: ServerState) -> list[bytes]:
         if tag not in (b"S", b"T", b"X"):
             raise reader.fail(f"corrupt file (unknown record type {tag!r})", record_at)
         key = reader.read(reader.u32())
+        if tag != b"X" and key in keyspace.data:
+            raise reader.fail(f"corrupt file (key {key[:60]!r} appears twice)", record_at)
         if tag == b"S":
             keyspace.set(key, reader.read(reader.u64()))
         elif tag == b"X":
@@ -541,73 +546,153 @@ class _BadBytes(Exception):
 # default, >= 6 bytes per entry), so 2^30 covers any lost batch.
 _TORN_BATCH_MARGIN = 1 << 30
 
+# A record is: u32 key length | key | i64 mark. Bit 31 of the key length
+# (keys are far shorter than 2 GB) marks a deleted stream's record; without
+# it a mark of -1 forgets the key.
+#
+#   kind      key-length bit 31   mark     meaning at load
+#   live      0                   >= 0     the stream's reservation mark
+#   deleted   1                   >= 0     the stream was deleted; should an
+#                                          older file bring it back, it still
+#                                          goes up to this mark
+#   forget    0                   -1       no mark at all for the key
+_DELETED_FLAG = 1 << 31
+_KEY_LEN_MASK = _DELETED_FLAG - 1
+Record = tuple[bytes, int, bool]  # key, mark, deleted
 
-def _raise_after_torn_batch(marks: dict[bytes, int], torn: bytes) -> dict[bytes, int]:
+
+def _iter_records(payload: bytes) -> Iterator[Record]:
+    """The records of one batch; struct.error if they do not fill it."""
+    at = 0
+    while at < len(payload):
+        (raw_len,) = _U32.unpack_from(payload, at)
+        klen = raw_len & _KEY_LEN_MASK
+        if at + 4 + klen + 8 > len(payload):
+            raise struct.error("record runs past its batch")
+        key = payload[at + 4 : at + 4 + klen]
+        (mark,) = _I64.unpack_from(payload, at + 4 + klen)
+        at += 12 + klen
+        yield key, mark, bool(raw_len & _DELETED_FLAG)
+
+
+# Finding a complete batch after a damaged length reads at most this many
+# bytes through crc32 (a few hundred ms): past it the damage is taken for a
+# torn tail, as before the search.
+_BATCH_SEARCH_BUDGET = 256 << 20
+
+
+def _complete_batch_after(data: bytes, start: int) -> int | None:
+    """The offset of a complete, checksummed, non-empty batch at or after
+    `start`, if any. A batch torn by a crash is the file's last bytes, so
+    such a batch after it proves the length before it was damaged."""
+    budget = _BATCH_SEARCH_BUDGET
+    size = len(data)
+    for pos in range(start, size - _OFS_BATCH.size - 12 + 1):
+        length, crc = _OFS_BATCH.unpack_from(data, pos)
+        if length < 12 or length > size - pos - _OFS_BATCH.size:
+            continue
+        budget -= length
+        if budget < 0:
+            return None
+        payload = data[pos + _OFS_BATCH.size : pos + _OFS_BATCH.size + length]
+        if zlib.crc32(payload) != crc:
+            continue
+        try:
+            for _record in _iter_records(payload):
+                pass
+        except struct.error:
+            continue
+        return pos
+    return None
+
+
+def _raise_after_torn_batch(
+    live: dict[bytes, int], deleted: dict[bytes, int], torn: bytes
+) -> tuple[dict[bytes, int], dict[bytes, int]]:
     """Marks for a file whose last batch (torn, unverified) was cut off:
-    every known mark and every key still readable in the cut batch, raised
-    by the margin. Marks only go up, so reading garbage costs a gap at most."""
-    raised = {key: min(mark + _TORN_BATCH_MARGIN, _MAX_OFFSET) for key, mark in marks.items()}
+    every known mark and every key still readable in the cut batch (as a
+    live mark), raised by the margin. Marks only go up, so reading garbage
+    costs a gap at most."""
+
+    def up(mark: int) -> int:
+        return min(max(mark, 0) + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+
+    raised = {key: up(mark) for key, mark in live.items()}
+    raised_deleted = {key: up(mark) for key, mark in deleted.items()}
     payload = torn[_OFS_BATCH.size :]
     at = 0
     while at + _U32.size <= len(payload):
-        (klen,) = _U32.unpack_from(payload, at)
+        klen = _U32.unpack_from(payload, at)[0] & _KEY_LEN_MASK
         if klen > len(payload) - at - _U32.size:
             break
         key = payload[at + _U32.size : at + _U32.size + klen]
         at += _U32.size + klen
         mark = _I64.unpack_from(payload, at)[0] if at + _I64.size <= len(payload) else 0
         at += _I64.size
-        mark = min(max(mark, 0, marks.get(key, 0)) + _TORN_BATCH_MARGIN, _MAX_OFFSET)
-        raised[key] = max(raised.get(key, 0), mark)
-    return raised
+        known = max(mark, live.get(key, 0), deleted.get(key, 0))
+        raised[key] = max(raised.get(key, 0), up(known))
+    return raised, raised_deleted
 
 
 class OffsetReservations:
-    """The durable key -> reserved next-offset table (module docstring)."""
+    """The durable key -> reserved next-offset table (module docstring).
+
+    `marks` holds the live streams' marks. `deleted` holds the marks of
+    streams deleted since their deletion was last known durable: until
+    forget_deleted(), an older snapshot or AOF could bring such a stream
+    back, and it must then still go up to its old mark. A stream created
+    again at a deleted key reserves afresh in `marks`."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.marks: dict[bytes, int] = {}
+        self.deleted: dict[bytes, int] = {}
         # key -> (current step, monotonic time of its last reservation)
         self._pace: dict[bytes, tuple[int, float]] = {}
         self._fd = -1
         self.file_size = 0
         self.fsyncs = 0
-        self._pending: list[tuple[bytes, int]] = []  # not yet written, no fsync needed
-        # Boot id of the run whose AOF held every acknowledged write, or None.
-        self.aof_boot: bytes | None = None
+        self._pending: list[Record] = []  # not yet written, no fsync needed
         self.unsynced = False  # reservations written but not yet fsynced
+        # The file exists but was cut inside its header: no mark is known.
+        self.header_torn = False
+
+    @property
+    def pending(self) -> bool:
+        """Records wait to be written (best effort, no fsync needed)."""
+        return bool(self._pending)
 
     @staticmethod
-    def _encode(records: Iterable[tuple[bytes, int]]) -> bytes:
+    def _encode(records: Iterable[Record]) -> bytes:
         # A stream at the ceiling has next offset 2^63, one past what an i64
         # holds; its mark stays 2^63-1 (no offset is left to hand out anyway).
         payload = b"".join(
-            _U32.pack(len(k)) + k + _I64.pack(min(m, _MAX_OFFSET)) for k, m in records
+            _U32.pack(len(k) | (_DELETED_FLAG if d else 0)) + k + _I64.pack(min(m, _MAX_OFFSET))
+            for k, m, d in records
         )
         return _OFS_BATCH.pack(len(payload), zlib.crc32(payload)) + payload
 
     def load(self) -> dict[bytes, int]:
-        """Read the table. Damage before the last batch refuses. A last batch
-        cut short is cut off: torn by a power loss it was never fsynced (so
-        never acknowledged), but a file damaged at its end looks the same, so
-        every mark, and every key still readable in it, is raised by
+        """Read the table; returns the live marks (`deleted` is filled too).
+        Damage before the last batch refuses. A last batch cut short is cut
+        off: torn by a power loss it was never fsynced (so never
+        acknowledged), but a file damaged at its end looks the same, so every
+        mark, and every key still readable in it, is raised by
         _TORN_BATCH_MARGIN and the file is rewritten with the raised marks."""
-        marks: dict[bytes, int] = {}
+        live: dict[bytes, int] = {}
+        deleted: dict[bytes, int] = {}
         try:
             with open(self.path, "rb") as file:
                 data = file.read()
         except FileNotFoundError:
-            self.marks = marks
-            return marks
-        header = _OFS_HEADER
-        if len(data) < len(header) + _SLOT_SIZE:
-            data = b""  # created but its header never reached the disk
-        elif data[: len(header)] != header:
-            raise PersistenceError(f"{self.path}: not an rcp11 offsets file (bad header)")
-        else:
-            self.aof_boot = _decode_slot(data[len(header) : len(header) + _SLOT_SIZE])
-        pos = len(header) + _SLOT_SIZE if data else 0
+            self.marks, self.deleted = live, deleted
+            return live
+        except OSError as exc:
+            raise PersistenceError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        pos, old_format = self._header_end(data)
+        self.header_torn = pos == 0
+        if pos == 0:
+            data = b""
         valid = pos
         while pos < len(data):
             if len(data) - pos < _OFS_BATCH.size:
@@ -615,7 +700,16 @@ class OffsetReservations:
             length, crc = _OFS_BATCH.unpack_from(data, pos)
             end = pos + _OFS_BATCH.size + length
             if end > len(data):
-                break  # torn last batch
+                # Torn last batch, or a damaged length field with batches
+                # after it: those would be lost if this were read as the end.
+                later = _complete_batch_after(data, pos + 1)
+                if later is not None:
+                    raise PersistenceError(
+                        f"{self.path}: corrupt file (the batch at byte offset {pos} claims "
+                        f"{length} bytes, past the end of the file, but a complete batch "
+                        f"follows at byte offset {later})"
+                    )
+                break
             payload = data[pos + _OFS_BATCH.size : end]
             if zlib.crc32(payload) != crc:
                 if end == len(data):
@@ -623,24 +717,23 @@ class OffsetReservations:
                 raise PersistenceError(
                     f"{self.path}: checksum mismatch at byte offset {pos}: corrupt file"
                 )
-            at = 0
             try:
-                while at < len(payload):
-                    (klen,) = _U32.unpack_from(payload, at)
-                    key = payload[at + 4 : at + 4 + klen]
-                    (mark,) = _I64.unpack_from(payload, at + 4 + klen)
-                    at += 12 + klen
-                    if mark < 0:
-                        marks.pop(key, None)
+                for key, mark, was_deleted in _iter_records(payload):
+                    if was_deleted:
+                        live.pop(key, None)
+                        deleted[key] = max(deleted.get(key, 0), mark)
+                    elif mark < 0:
+                        live.pop(key, None)
+                        deleted.pop(key, None)
                     else:
-                        marks[key] = mark
+                        live[key] = mark
             except struct.error as exc:
                 raise PersistenceError(
                     f"{self.path}: corrupt record in batch at byte offset {pos}"
                 ) from exc
             pos = end
             valid = end
-        self.marks = marks
+        self.marks, self.deleted = live, deleted
         self.file_size = valid
         if valid < len(data):
             log.warning(
@@ -652,26 +745,51 @@ class OffsetReservations:
                 valid,
                 _TORN_BATCH_MARGIN,
             )
-            marks = _raise_after_torn_batch(marks, data[valid:])
+            live, deleted = _raise_after_torn_batch(live, deleted, data[valid:])
+        if valid < len(data) or old_format:
             try:
-                self.rewrite(marks)
+                self.rewrite(live, deleted)
             except OSError as exc:
                 raise PersistenceError(f"{self.path}: cannot rewrite: {exc.strerror}") from exc
-        return marks
+        return live
+
+    def _header_end(self, data: bytes) -> tuple[int, bool]:
+        """Where the batches start (0: no header yet, read as empty) and
+        whether the file has the version 1 layout."""
+        v1_header = OFFSETS_MAGIC + struct.pack("<H", 1)
+        if len(data) < len(_OFS_HEADER) and (
+            _OFS_HEADER.startswith(data) or v1_header.startswith(data)
+        ):
+            return 0, False  # created, but its header never fully reached the disk
+        if data.startswith(_OFS_HEADER):
+            return len(_OFS_HEADER), False
+        if data.startswith(v1_header):
+            if len(data) < len(v1_header) + _V1_SLOT_SIZE:
+                return 0, False  # its header and slot never fully reached the disk
+            return len(v1_header) + _V1_SLOT_SIZE, True
+        if data.startswith(OFFSETS_MAGIC) and len(data) >= len(_OFS_HEADER):
+            (version,) = struct.unpack_from("<H", data, len(OFFSETS_MAGIC))
+            raise PersistenceError(
+                f"{self.path}: unsupported offsets file version {version} at byte offset "
+                f"{len(OFFSETS_MAGIC)}"
+            )
+        raise PersistenceError(
+            f"{self.path}: not an rcp11 offsets file (bad header, {len(data)} bytes)"
+        )
 
     def _open(self) -> int:
         if self._fd < 0:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             size = os.fstat(fd).st_size
-            if size < len(_OFS_HEADER) + _SLOT_SIZE:
+            if size < len(_OFS_HEADER):
                 try:
                     os.ftruncate(fd, 0)
-                    _write_all(fd, _OFS_HEADER + _encode_slot(self.aof_boot))
+                    _write_all(fd, _OFS_HEADER)
                     os.fsync(fd)
                 except OSError:
                     os.close(fd)
                     raise
-                size = len(_OFS_HEADER) + _SLOT_SIZE
+                size = len(_OFS_HEADER)
                 fsync_dir(os.path.dirname(self.path))
             self._fd = fd
             self.file_size = size
@@ -696,31 +814,50 @@ class OffsetReservations:
         # Written now, so a full disk refuses the write before it runs;
         # fsynced by sync(), which flush() calls before any reply leaves:
         # one fsync covers every reservation of an event-loop iteration.
-        self.write([(key, mark)], durable=False)
+        self.write([(key, mark, False)], durable=False)
         self.unsynced = True
         self.marks[key] = mark
         self._pace[key] = (step, now)
 
-    def set_aof_boot(self, boot: bytes | None) -> None:
-        """Record durably whether the AOF of this boot is complete."""
-        if boot == self.aof_boot:
+    def delete(self, key: bytes) -> bool:
+        """The stream at key left the keyspace; False if it had no mark.
+        Its mark moves to `deleted` (queued for the file, written by the
+        next write without fsync: if that record is lost, the live mark it
+        replaces brings the key back as an empty stream at most)."""
+        mark = self.marks.pop(key, None)
+        if mark is None:
+            return False
+        self._pace.pop(key, None)
+        mark = max(mark, self.deleted.get(key, 0))
+        self.deleted[key] = mark
+        self._pending.append((key, mark, True))
+        return True
+
+    def forget_deleted(self, key: bytes) -> None:
+        """The deletion of key is durable: no file can bring the old stream
+        back, so its old mark goes (a stream created since keeps its own)."""
+        if self.deleted.pop(key, None) is None:
             return
-        self._open()  # creates the file with its header if needed
-        fd = os.open(self.path, os.O_WRONLY)  # not O_APPEND: pwrite must hit the slot
-        try:
-            os.pwrite(fd, _encode_slot(boot), len(_OFS_HEADER))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.fsyncs += 1
-        self.aof_boot = boot
+        self._pending.append((key, -1, False))
+        if key in self.marks:
+            self._pending.append((key, self.marks[key], False))
+
+    def revive(self, key: bytes, mark: int) -> None:
+        """A deleted stream came back from the files (its deletion was lost):
+        it is live again with `mark`."""
+        self.deleted.pop(key, None)
+        self.marks[key] = mark
+        self._pending.append((key, -1, False))
+        self._pending.append((key, mark, False))
 
     def queue_drop(self, key: bytes) -> None:
+        """Forget every mark of key."""
         self.marks.pop(key, None)
+        self.deleted.pop(key, None)
         self._pace.pop(key, None)
-        self._pending.append((key, -1))
+        self._pending.append((key, -1, False))
 
-    def write(self, records: list[tuple[bytes, int]], durable: bool) -> None:
+    def write(self, records: list[Record], durable: bool) -> None:
         """Append records (after any queued ones); fsync when durable."""
         batch = self._pending + records
         fd = self._open()
@@ -742,7 +879,7 @@ class OffsetReservations:
             self.fsyncs += 1
             self.unsynced = False
 
-    def write_best_effort(self, records: list[tuple[bytes, int]]) -> bool:
+    def write_best_effort(self, records: list[Record]) -> bool:
         """Append records and any queued ones without fsync, for records whose
         loss costs only a gap; False (logged) when the write failed."""
         if not records and not self._pending:
@@ -764,17 +901,24 @@ class OffsetReservations:
     def compact_if_large(self) -> None:
         if self.file_size <= 256 * 1024:
             return
-        live = sum(16 + len(k) for k in self.marks)
+        live = sum(16 + len(k) for k in self.marks) + sum(16 + len(k) for k in self.deleted)
         if self.file_size > 4 * live:
             self.sync()
-            self.rewrite(dict(self.marks))
+            self.rewrite(dict(self.marks), dict(self.deleted))
 
-    def rewrite(self, marks: dict[bytes, int]) -> None:
-        """Replace the file atomically by exactly `marks`."""
-        tmp = f"{self.path}.tmp-{os.getpid()}"
-        data = _OFS_HEADER + _encode_slot(self.aof_boot)
-        if marks:
-            data += self._encode(marks.items())
+    def rewrite(self, marks: dict[bytes, int], deleted: dict[bytes, int] | None = None) -> None:
+        """Replace the file atomically by exactly `marks` (and `deleted`)."""
+        # A temporary name the start-up sweep removes if a crash leaves it.
+        tmp = os.path.join(
+            os.path.dirname(self.path), f"{SNAPSHOT_TEMP_PREFIX}offsets-{os.getpid()}.tmp"
+        )
+        deleted = dict(deleted or {})
+        data = _OFS_HEADER
+        # Deleted records first: at load one drops the key's live mark.
+        records = [(k, m, True) for k, m in deleted.items()]
+        records += [(k, m, False) for k, m in marks.items()]
+        if records:
+            data += self._encode(records)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -790,6 +934,7 @@ class OffsetReservations:
             raise
         self.close()
         self.marks = dict(marks)
+        self.deleted = deleted
         self._pending = []
         self.file_size = len(data)
         self.fsyncs += 1
@@ -856,18 +1001,6 @@ def _close_in_background(fd: int) -> None:
     threading.Thread(target=close, name="rcp11-close", daemon=True).start()
 
 
-def _boot_id() -> bytes | None:
-    # RCP11_BOOT_ID lets a test pretend the machine rebooted (a power loss).
-    override = os.environ.get("RCP11_BOOT_ID")
-    if override:
-        return override.encode()
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as file:
-            return file.read().strip() or None
-    except OSError:
-        return None
-
-
 def _resolve_dir(configured: str) -> str:
     # The server chdir()s into `dir` before persistence starts (as Redis
     # does), so a relative `dir` names the current directory by then;
@@ -913,12 +1046,9 @@ class Persistence:
         self.dir = _resolve_dir(str(config.get("dir")))
         self.snapshot_path = os.path.join(self.dir, str(config.get("dbfilename")))
         self.aof_path = os.path.join(self.dir, str(config.get("appendfilename")))
-        self.reservations = OffsetReservations(self.snapshot_path + ".offsets")
-        # CONFIG SET dir moves the offsets file but not the open AOF; a next
-        # start would pair that file with whatever AOF sits in the new dir,
-        # so its slot may then never vouch for an AOF.
-        self._aof_dir = self.dir
-        self._offsets_beside_aof = True
+        self.reservations = OffsetReservations(
+            os.path.join(self.dir, offsets_name(str(config.get("dbfilename"))))
+        )
         # AOF: "off", "on", or "wait_rewrite" (turned on at runtime; its
         # first file is being written by a rewrite child).
         self.aof_state = "off"
@@ -1002,32 +1132,26 @@ class Persistence:
         import rcp11.storage  # noqa: F401
 
         state = self.state
-        os.makedirs(self.dir, exist_ok=True)
+        self.lock_dir()
         self._remove_temp_files()
         state.loading = self.loading = True
         started = time.monotonic()
-        boot = _boot_id()
-        from_complete_aof = False
         try:
-            # Read first: _load_aof() must clear its "AOF complete" slot
-            # before it cuts a torn tail off the AOF.
-            marks = self.reservations.load()
+            # Read first: a damaged offsets file refuses the start before
+            # the AOF loader truncates anything.
+            self.reservations.load()
             if self._yes("appendonly"):
                 if os.path.exists(self.aof_path):
-                    from_complete_aof = self._load_aof()
+                    self._load_aof()
                 elif os.path.exists(self.snapshot_path):
                     self._snapshot_stream_keys = set(self._load_snapshot_file())
             elif os.path.exists(self.snapshot_path):
                 self._snapshot_stream_keys = set(self._load_snapshot_file())
-            # Same boot as the run that wrote the AOF: the page cache kept
-            # every byte it wrote, so an AOF loaded whole holds every
-            # acknowledged write and replaying it is exact; no gap needed.
-            # A torn tail means bytes were lost after all (power loss, a
-            # damaged disk, a copied file): only the marks are safe then.
-            from_complete_aof = (
-                from_complete_aof and boot is not None and self.reservations.aof_boot == boot
-            )
-            raises = self._apply_reservations(marks, trust_data=from_complete_aof)
+            if self.reservations.header_torn:
+                self._mark_streams_after_torn_header()
+            # Never trust that the files hold every acknowledged write (the
+            # module docstring): every stream goes up to its mark.
+            raises = self._apply_reservations()
         finally:
             state.loading = self.loading = False
         log.info(
@@ -1046,16 +1170,28 @@ class Persistence:
                 self.propagate([RAISE_NEXT, key, b"%d" % mark])
             if raises and not self._flush_aof(force_fsync=True):
                 raise PersistenceError(f"{self.aof_path}: cannot append: {self._aof_error}")
-            self._mark_aof_complete(True)
             self._start_fsync_thread()
-        else:
-            self._mark_aof_complete(False)
         state.dirty = 0
+
+    def lock_dir(self) -> None:
+        """Take the data directory (rcp11/datafiles.py) before any file in it
+        is touched: a second server there would delete this one's temporary
+        files and write over its AOF. Raises PersistenceError naming the
+        process that holds it."""
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            lock_data_dir(self.dir)
+        except DirectoryInUse as exc:
+            raise PersistenceError(f"Can't start: {exc}") from None
+        except OSError as exc:
+            raise PersistenceError(
+                f"{self.dir}: cannot lock the data directory: {exc.strerror or exc}"
+            ) from exc
 
     def _remove_temp_files(self) -> None:
         with contextlib.suppress(OSError):
             for name in os.listdir(self.dir):
-                if name.startswith(("temp-rcp11-", "temp-rewriteaof-rcp11-")):
+                if name.startswith(TEMP_PREFIXES):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.dir, name))
 
@@ -1073,16 +1209,19 @@ class Persistence:
         log.info("Snapshot %s loaded: %d keys", path, len(self.state.keyspace))
         return keys
 
-    def _load_aof(self) -> bool:
-        """Replay the AOF. Returns False when a torn tail was cut off: the
-        file then holds less than was acknowledged, so the caller must apply
-        the reservation marks whatever the offsets file's boot slot says."""
+    def _load_aof(self) -> None:
+        """Replay the AOF; a torn tail is cut off (aof-load-truncated) or
+        refuses the start."""
         from rcp11.commands import execute
 
         path = self.aof_path
         state = self.state
         client = ClientState(addr="aof-loader", authenticated=True, resp=2)
-        with open(path, "rb", buffering=1 << 20) as file:
+        try:
+            file = open(path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed by `with` below
+        except OSError as exc:
+            raise PersistenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        with file:
             size = os.fstat(file.fileno()).st_size
             start = 0
             head = file.read(len(SNAP_MAGIC))
@@ -1147,22 +1286,12 @@ class Persistence:
                 cut,
             )
             try:
-                # Cleared durably before the cut: a crash after it would
-                # otherwise leave a whole-looking AOF that the slot vouches
-                # for, and the lost offsets would be handed out again.
-                self.reservations.set_aof_boot(None)
-            except OSError as exc:
-                raise PersistenceError(
-                    f"{self.reservations.path}: cannot write: {exc.strerror}"
-                ) from exc
-            try:
                 with open(path, "r+b") as file:
                     file.truncate(cut)
                     os.fsync(file.fileno())
             except OSError as exc:
                 raise PersistenceError(f"{path}: cannot truncate: {exc.strerror}") from exc
         log.info("AOF %s loaded: %d keys", path, len(state.keyspace))
-        return torn_at is None
 
     def _replay(
         self,
@@ -1181,13 +1310,21 @@ class Persistence:
             )
 
     def _replay_raise(self, argv: list[bytes], path: str, at: int) -> None:
-        try:
-            key, mark = argv[1], int(argv[2])
-        except (IndexError, ValueError):
+        # Written only by this module as RAISE-NEXT key offset, offset in
+        # 0..2^63 (a stream at the ceiling has next offset 2^63).
+        problem = None
+        if len(argv) != 3:
+            problem = f"{len(argv) - 1} arguments instead of 2"
+        elif not argv[2].isdigit() or int(argv[2]) > _MAX_OFFSET + 1:
+            problem = f"offset {argv[2][:30]!r} is not an integer from 0 to 2^63"
+        elif isinstance(self.state.keyspace.data.get(argv[1]), bytes):
+            problem = "the key holds a string"
+        if problem is not None:
             raise PersistenceError(
-                f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at}"
-            ) from None
-        self._raise_stream(key, mark)
+                f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at} ({problem}); "
+                "refusing to start"
+            )
+        self._raise_stream(argv[1], int(argv[2]))
 
     def _raise_stream(self, key: bytes, mark: int) -> bool:
         """Make key's stream have next offset >= mark. Returns whether that
@@ -1208,18 +1345,58 @@ class Persistence:
             return True
         return False
 
-    def _apply_reservations(
-        self, marks: dict[bytes, int], trust_data: bool
-    ) -> list[tuple[bytes, int]]:
+    def _mark_streams_after_torn_header(self) -> None:
+        """The offsets file was cut inside its header, so no mark is known.
+        A crash while creating it leaves that, and then no stream has
+        reserved anything yet; but a damaged file looks the same, so, as
+        for a torn last batch, every stream the files brought back gets a
+        mark _TORN_BATCH_MARGIN above its next offset, durably."""
+        reservations = self.reservations
+        raised = 0
+        for key, value in self.state.keyspace.data.items():
+            if isinstance(value, bytes):
+                continue
+            mark = min(value.next_offset + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+            reservations.marks[key] = max(reservations.marks.get(key, 0), mark)
+            raised += 1
+        if not raised:
+            return
+        log.warning(
+            "Offsets file %s is cut inside its header: the next offset of each of the %d "
+            "streams loaded is raised by %d so that no offset is handed out again",
+            reservations.path,
+            raised,
+            _TORN_BATCH_MARGIN,
+        )
+        try:
+            reservations.rewrite(dict(reservations.marks), dict(reservations.deleted))
+        except OSError as exc:
+            raise PersistenceError(
+                f"{reservations.path}: cannot rewrite: {exc.strerror or exc}"
+            ) from exc
+
+    def _apply_reservations(self) -> list[tuple[bytes, int]]:
+        """Raise every reserved stream to its mark (module docstring).
+        Returns the raises, for the AOF."""
+        reservations = self.reservations
+        live, deleted = reservations.marks, reservations.deleted
         raised: list[tuple[bytes, int]] = []
         stale: list[bytes] = []
-        for key, mark in marks.items():
+        revived: list[tuple[bytes, int]] = []
+        for key in [*live, *(k for k in deleted if k not in live)]:
             value = self.state.keyspace.data.get(key)
-            if isinstance(value, bytes) or (trust_data and value is None):
-                stale.append(key)  # the stream was removed durably
+            if isinstance(value, bytes):
+                stale.append(key)  # the stream was replaced by a string durably
                 continue
-            if trust_data:
+            if value is None and key not in live:
+                stale.append(key)  # deleted, and the files hold its deletion
                 continue
+            mark = live.get(key, 0)
+            if value is not None and key in deleted:
+                # Its deletion did not reach the files: the old stream is
+                # back and must go up to its old mark too.
+                mark = max(mark, deleted[key])
+                revived.append((key, mark))
             if self._raise_stream(key, mark):
                 raised.append((key, mark))
                 log.warning(
@@ -1229,11 +1406,13 @@ class Persistence:
                     mark,
                 )
         for key in stale:
-            self.reservations.queue_drop(key)
+            reservations.queue_drop(key)
+        for key, mark in revived:
+            reservations.revive(key, mark)
         return raised
 
     def _write_aof_base_sync(self) -> None:
-        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{os.getpid()}.aof")
+        tmp = os.path.join(self.dir, f"{REWRITE_TEMP_PREFIX}{os.getpid()}.aof")
         try:
             size = _write_snapshot_file(self.state, self.aof_path, tmp)
         except OSError as exc:
@@ -1311,6 +1490,11 @@ class Persistence:
             except OSError as exc:
                 self._set_reservation_error(exc)
                 ok = False
+        if self.reservations.pending:
+            # Deleted-stream records before the AOF gets the DEL: a kill -9
+            # in between must not leave a DEL whose key comes back at its
+            # mark (the reverse order only costs a gap).
+            self.reservations.write_best_effort([])
         if self._aof_buf:
             ok = self._flush_aof(force_fsync=self._fsync_mode() == "always") and ok
         if self._drops:
@@ -1348,18 +1532,8 @@ class Persistence:
             self.aof_last_write_status = "ok"
         return True
 
-    def _mark_aof_complete(self, complete: bool) -> None:
-        try:
-            vouch = complete and self._offsets_beside_aof
-            self.reservations.set_aof_boot(_boot_id() if vouch else None)
-        except OSError as exc:
-            self._set_reservation_error(exc)
-
     def _set_aof_error(self, problem: str) -> None:
         if self._aof_error is None:
-            # Commands ran that the AOF does not hold: after a crash the
-            # reservations, not the AOF, must decide the next offsets.
-            self._mark_aof_complete(False)
             log.warning(
                 "Error writing to the AOF file %s (%s): refusing writes until it works",
                 self.aof_path,
@@ -1396,13 +1570,14 @@ class Persistence:
         self._reservation_error = exc.strerror or str(exc)
 
     def on_key_removed(self, key: bytes) -> None:
-        if self.loading or key not in self.reservations.marks:
+        if self.loading or not self.reservations.delete(key):
             return
         self._removal_seq += 1
         self._drops.append((key, self._removal_seq, None))
 
     def _settle_drops(self) -> None:
-        """Drop reservations whose deletion is now durable (module docstring)."""
+        """Forget the marks of deleted streams whose deletion is now durable
+        (module docstring); a key deleted again meanwhile waits for that."""
         keep: list[tuple[bytes, int, int | None]] = []
         aof_on = self.aof_state != "off"
         for key, seq, pos in self._drops:
@@ -1421,14 +1596,14 @@ class Persistence:
                 )
             if not durable:
                 keep.append((key, seq, pos))
-            elif not isinstance(self.state.keyspace.data.get(key, b""), bytes):
-                pass  # re-created meanwhile: its old, higher mark still covers it
-            elif key in self.reservations.marks:
-                self.reservations.queue_drop(key)
+        waiting = {key for key, _seq, _pos in keep}
+        for key, _seq, _pos in self._drops:
+            if key not in waiting:
+                self.reservations.forget_deleted(key)
         self._drops = keep
         # Into the page cache now, so that a kill -9 right after the DEL
         # became durable does not bring the stream back empty. No fsync: a
-        # lost drop record only leaves an empty stream with a gap.
+        # lost record only leaves an empty stream with a gap.
         self.reservations.write_best_effort([])
 
     def write_refused(self) -> str | None:
@@ -1496,14 +1671,12 @@ class Persistence:
             self._set_aof_error(self._fsync_error)
             self._fsync_error = None
         if self._aof_error is not None and self.aof_state == "on":
-            if self.reservations.aof_boot is not None:
-                self._mark_aof_complete(False)  # its first attempt failed
             self._flush_aof(force_fsync=True)
         if self._drops:
             self._settle_drops()
         try:
             self.reservations.sync()
-            if self.reservations._pending:
+            if self.reservations.pending:
                 self.reservations.write([], durable=False)
             self.reservations.compact_if_large()
             if self._reservation_error is not None:
@@ -1566,7 +1739,7 @@ class Persistence:
         raise CommandError("ERR Failed saving the snapshot (see the server log)")
 
     def _save_sync(self) -> bool:
-        tmp = os.path.join(self.dir, f"temp-rcp11-{os.getpid()}.snap")
+        tmp = os.path.join(self.dir, f"{SNAPSHOT_TEMP_PREFIX}{os.getpid()}.snap")
         keys = _stream_nexts(self.state)
         started = time.monotonic()
         try:
@@ -1609,7 +1782,7 @@ class Persistence:
                 and marks.get(key, -1) > next_offset
             ):
                 lowered.append((key, next_offset))
-        if lowered and self.reservations.write_best_effort(lowered):
+        if lowered and self.reservations.write_best_effort([(k, m, False) for k, m in lowered]):
             for key, next_offset in lowered:
                 marks[key] = next_offset
 
@@ -1694,21 +1867,15 @@ class Persistence:
 
     def _write_tight_reservations(self, durable: bool) -> None:
         """Marks = each stream's next offset, so a clean restart shows no
-        gap. Drops not yet durable keep their old marks."""
+        gap. Deleted streams whose deletion is not durable keep their old
+        marks: such a stream may come back from disk."""
         marks: dict[bytes, int] = {}
         for key, value in self.state.keyspace.data.items():
             if not isinstance(value, bytes):
                 marks[key] = max(value.next_offset, 0)
-        if not durable:
-            # A deletion not yet durable: the old stream may come back from
-            # disk, so its old mark must survive (also if the key was
-            # re-created since).
-            for key, _seq, _pos in self._drops:
-                old = self.reservations.marks.get(key)
-                if old is not None:
-                    marks[key] = max(old, marks.get(key, 0))
+        deleted = {} if durable else dict(self.reservations.deleted)
         try:
-            self.reservations.rewrite(marks)
+            self.reservations.rewrite(marks, deleted)
         except OSError as exc:
             log.warning("Cannot rewrite the offsets file on shutdown: %s", exc.strerror or exc)
 
@@ -1745,7 +1912,7 @@ class Persistence:
 
     def _start_bgsave(self) -> bool:
         self._last_bgsave_try = time.time()
-        tmp = os.path.join(self.dir, f"temp-rcp11-{int(time.time() * 1000)}.snap")
+        tmp = os.path.join(self.dir, f"{SNAPSHOT_TEMP_PREFIX}{int(time.time() * 1000)}.snap")
         state = self.state
 
         def body() -> None:
@@ -1765,7 +1932,7 @@ class Persistence:
         # The child's snapshot must cover everything in the AOF buffer.
         if self.aof_state == "on" and not self._flush_aof(force_fsync=False):
             return False
-        tmp = os.path.join(self.dir, f"temp-rewriteaof-rcp11-{int(time.time() * 1000)}.aof")
+        tmp = os.path.join(self.dir, f"{REWRITE_TEMP_PREFIX}{int(time.time() * 1000)}.aof")
         state = self.state
 
         def body() -> None:
@@ -1937,7 +2104,6 @@ class Persistence:
             self.aof_state = "on"
             self._start_fsync_thread()
             log.info("AOF %s is on: its first file is complete", self.aof_path)
-        self._mark_aof_complete(True)
         self._settle_drops()
         return True
 
@@ -2045,7 +2211,6 @@ class Persistence:
             if self._child is not None and self._child.kind == "aof":
                 self._kill_child()
             self.aof_state = "off"
-            self._mark_aof_complete(False)
             self.aof_rewrite_scheduled = False
             self._stop_fsync_thread()
             self._release_preallocated()
@@ -2064,20 +2229,26 @@ class Persistence:
         configured = str(self._conf("dir"))
         # The server has chdir()ed into a new `dir` by now.
         new_dir = configured if os.path.isabs(configured) else os.getcwd()
-        snapshot_path = os.path.join(new_dir, str(self._conf("dbfilename")))
-        new_offsets = snapshot_path + ".offsets"
-        beside_aof = os.path.realpath(new_dir) == os.path.realpath(self._aof_dir)
-        if new_offsets != self.reservations.path:
-            old_path, old_boot = self.reservations.path, self.reservations.aof_boot
-            self.reservations.path = new_offsets
-            if not beside_aof:
-                self.reservations.aof_boot = None
+        if os.path.realpath(new_dir) != os.path.realpath(self.dir):
             try:
-                self.reservations.rewrite(dict(self.reservations.marks))
+                lock_data_dir(new_dir)
+            except DirectoryInUse as exc:
+                raise ConfigError(str(exc)) from None
             except OSError as exc:
-                self.reservations.path, self.reservations.aof_boot = old_path, old_boot
+                raise ConfigError(f"can't lock {new_dir}: {exc.strerror or exc}") from None
+        dbfilename = str(self._conf("dbfilename"))
+        snapshot_path = os.path.join(new_dir, dbfilename)
+        new_offsets = os.path.join(new_dir, offsets_name(dbfilename))
+        if new_offsets != self.reservations.path:
+            old_path = self.reservations.path
+            self.reservations.path = new_offsets
+            try:
+                self.reservations.rewrite(
+                    dict(self.reservations.marks), dict(self.reservations.deleted)
+                )
+            except OSError as exc:
+                self.reservations.path = old_path
                 raise ConfigError(f"can't write {new_offsets}: {exc.strerror}") from None
-        self._offsets_beside_aof = beside_aof
         self.dir = new_dir
         self.snapshot_path = snapshot_path
 

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
+from functools import partial
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import hiredis
 
+from rcp11 import errors
 from rcp11.errors import ProtocolError
 
 
@@ -306,6 +310,16 @@ def split_args(line: bytes) -> list[bytes] | None:
         args.append(bytes(current))
 
 
+def _line_end(buf: bytes, pos: int, char: bytes) -> int:
+    """Where the next `char` is, as C's strchr() finds it in Redis's query
+    buffer: a NUL byte ends the search, so a line holding one is not a line
+    yet (Redis waits for more, up to its 64 KB line limit). -1: not found."""
+    found = buf.find(char, pos)
+    if found > pos and buf.find(b"\0", pos, found) >= 0:
+        return -1
+    return found
+
+
 def _parse_int(data: bytes) -> int | None:
     # Redis's string2ll: optional '-', digits, no '+', no spaces, no leading
     # zeros (except "0" itself), fits in a signed 64-bit integer.
@@ -325,6 +339,10 @@ def _parse_int(data: bytes) -> int | None:
 # to find where the commands hiredis parsed end in the raw buffer.
 _BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
+# Bytes parsed per call at most (take(), drain(), gets()): a 256 KB read of
+# tiny pipelined commands is thousands of them, and the server runs what one
+# call returns before it lets other clients have their turn.
+PARSE_SPAN = 32 * 1024
 # '*' characters _huge_header() checks one by one before it hands the rest
 # of the buffer to the regex (a pipeline holds one per command).
 _STAR_PROBES = 8
@@ -367,27 +385,83 @@ def _huge_regex_cut(buf: bytes, start: int, size: int) -> int:
     return size if huge is None else huge.start() + 1
 
 
-def _canonical_size(commands: list[Any]) -> tuple[int, int]:
-    """(bytes, widest argument count) of these commands encoded as plain
-    arrays of bulk strings; bytes is -1 when one is not an array. Raises
-    TypeError for an element that is not a string, IndexError for an
-    argument of 16 KB or more (list.__getitem__ keeps the loops in C)."""
-    if len(commands) == 1:
-        argv = commands[0]
-        count = len(argv)
-        total = _ARRAY_HEADER_SIZES[count] + sum(map(_BULK_SIZES.__getitem__, map(len, argv)))
-        return (total if type(argv) is list else -1), count
-    if set(map(type, commands)) != {list}:
-        return -1, 0
-    total = sum(map(_BULK_SIZES.__getitem__, map(len, chain.from_iterable(commands))))
-    total += sum(map(_ARRAY_HEADER_SIZES.__getitem__, map(len, commands)))
-    return total, max(map(len, commands))
-
-
 def _bulk_size_of(length: int) -> int:
     if length < 16384:
         return _BULK_SIZES[length]
     return len(b"$%d\r\n" % length) + length + 2
+
+
+def _array_header_size_of(count: int) -> int:
+    if count < 16384:
+        return _ARRAY_HEADER_SIZES[count]
+    return len(b"*%d\r\n" % count)
+
+
+# Up to this many arguments a single command is checked in a Python loop.
+_LOOP_MAX_ARGS = 8
+
+
+def _framed_end(
+    buf: bytes,
+    pos: int,
+    commands: list[Any],
+    bulk_size: Callable[[int], int] = _BULK_SIZES.__getitem__,
+    header_size: Callable[[int], int] = _ARRAY_HEADER_SIZES.__getitem__,
+) -> int:
+    """Where `commands`, as hiredis parsed them from buf[pos:], end if they
+    were sent as plain arrays of bulk strings; -1 when they were not.
+
+    hiredis reads any RESP value, and several are bytes too (+status,
+    (bignum, =verbatim), so sizes alone can add up by accident. But hiredis
+    accepts only canonical `*<n>` and `$<n>` headers, so an element it read
+    as a bulk string occupies exactly its canonical size. Hence the check:
+    the byte at every start computed from those sizes must be '*' (a
+    command) or '$' (an argument). Element by element, each start is then
+    the true one and each element a bulk string. All in C loops (map,
+    accumulate, itemgetter); pipelines of commands with one argument count
+    (the usual case) skip the per-command iterators.
+
+    Raises TypeError for an element without a length (an integer, None),
+    IndexError for sizes the default tables do not hold (16 KB or more);
+    the caller then lets a slower path judge.
+    """
+    if len(commands) == 1 and len(commands[0]) <= _LOOP_MAX_ARGS:
+        # One small command (a client waiting for each reply): a plain loop
+        # costs less than setting up the iterators.
+        argv = commands[0]
+        at = pos + header_size(len(argv))
+        for arg in argv:
+            if at >= len(buf) or buf[at] != 36:  # '$'
+                return -1
+            at += bulk_size(len(arg))
+        return at if at <= len(buf) and buf[pos] == 42 else -1
+    counts = list(map(len, commands))
+    n = len(counts)
+    width = counts[0]
+    if counts.count(width) == n:
+        # zip() pulls `width` argument sizes after each command's header size.
+        arg_sizes = map(bulk_size, map(len, chain.from_iterable(commands)))
+        sizes = chain.from_iterable(
+            zip(repeat(header_size(width), n), *[arg_sizes] * width, strict=False)
+        )
+        expected = (b"*" + b"$" * width) * n
+    else:
+        sizes = chain.from_iterable(
+            map(
+                chain,
+                zip(map(header_size, counts)),
+                map(partial(map, bulk_size), map(partial(map, len), commands)),
+            )
+        )
+        expected = b"".join(map(b"*".__add__, map(b"$".__mul__, counts)))
+    starts = list(accumulate(sizes, initial=pos))
+    end = starts.pop()
+    if end > len(buf):
+        return -1
+    found = itemgetter(*starts)(buf)
+    if (bytes(found) if len(starts) > 1 else bytes((found,))) != expected:
+        return -1
+    return end
 
 
 class RequestParser:
@@ -403,13 +477,17 @@ class RequestParser:
     lines as telnet and `redis-cli` inline mode send them.
 
     Two paths. hiredis parses runs of complete arrays at C speed, and what
-    it returns is checked against the raw bytes: plain arrays of bulk
-    strings holding exactly those arguments must end where the next command
-    starts. Anything else (a status or integer element, a nested array, a
-    non-canonical length, a limit passed) drops to the exact Python parser,
-    which owns the error texts, inline commands, the limits, and every
-    command split across reads. Limits are therefore checked on the headers,
-    before the payload they announce is buffered.
+    it returns is checked against the raw bytes (_framed_end): a '*' where
+    each command starts and a '$' where each argument starts, at the
+    positions the canonical encoding of exactly those arguments gives.
+    Anything else (a status, verbatim or integer element, a nested array or
+    map, a limit passed) drops to the exact Python parser, which owns the
+    error texts, inline commands, the limits, and every command split across
+    reads. It follows Redis's processMultibulkBuffer() and
+    processInlineBuffer() to the byte: a line is judged only once complete,
+    and a NUL byte hides the end of a line as it does from C's strchr().
+    Limits are checked on the headers, before the payload they announce is
+    buffered.
     """
 
     def __init__(
@@ -489,7 +567,7 @@ class RequestParser:
             return self.drain()
         self._buf = data
         self._pos = 0
-        size = len(data)
+        size = min(len(data), PARSE_SPAN)
         parsed = None
         if _huge_header(data, 1, size) == size:
             parsed = self._parse_whole(data, 0, size)
@@ -501,9 +579,10 @@ class RequestParser:
         return commands
 
     def drain(self) -> list[list[bytes]]:
-        """Every complete command available now (gets() in bulk: one call per
-        read instead of one per command). Raises the pending ProtocolError
-        once the commands before it were taken."""
+        """The complete commands available now, up to PARSE_SPAN bytes of them
+        (gets() in bulk: one call per read instead of one per command; call
+        again until it returns []). Raises the pending ProtocolError once the
+        commands before it were taken."""
         ready = self._ready
         if not ready and self._error is None:
             if self._pos >= len(self._buf) and not self._more:
@@ -541,8 +620,11 @@ class RequestParser:
         self._fill()
         self._need = 0
         ready = self._ready
+        start = self._pos
         try:
             while self._pos < len(self._buf):
+                if ready and self._pos - start >= PARSE_SPAN:
+                    return  # enough for one turn; the rest on the next call
                 if self.unauthenticated and ready:
                     # One command at a time until AUTH succeeds: the limits
                     # for the next command depend on its outcome.
@@ -572,7 +654,7 @@ class RequestParser:
         _parse_whole()'s check is redone with a check per command."""
         buf = self._buf
         pos = self._pos
-        size = _huge_header(buf, pos + 1, len(buf))
+        size = _huge_header(buf, pos + 1, min(len(buf), pos + PARSE_SPAN))
         parsed = self._parse_whole(buf, pos, size)
         if parsed is None:
             return self._fast_checked(size)
@@ -588,11 +670,9 @@ class RequestParser:
         end ("*0" requests dropped); None when only the exact parser may
         judge them. size must already stop before any huge header.
 
-        hiredis accepts more than requests (status strings, nested arrays,
-        non-canonical headers), so its output is checked against the raw
-        bytes: the sizes of plain arrays of bulk strings holding exactly
-        these arguments must add up to where the next command starts. One
-        check per batch, in C loops.
+        hiredis accepts any RESP value, so what it returns is checked
+        against the raw bytes by _framed_end(): one check per batch, in C
+        loops.
         """
         # hiredis allocates a whole list as soon as it reads "*<count>", so a
         # huge count must never reach it: _huge_header() cut every later
@@ -609,11 +689,10 @@ class RequestParser:
                 append(argv)
             # An argument of 16 KB or more (IndexError) or an element that is
             # not a string (TypeError) is left to the exact parser.
-            total, count = _canonical_size(commands) if commands else (0, 0)
+            end = _framed_end(buf, pos, commands) if commands else pos
         except Exception:  # hiredis.ProtocolError, MemoryError, TypeError, IndexError
             self._reader = hiredis.Reader()
             return None
-        end = pos + total
         if end != size:
             # A partial command stays in the reader: the next parse starts
             # from a clean one at the command's first byte.
@@ -621,21 +700,21 @@ class RequestParser:
         if not commands:
             return [], pos
         if (
-            total <= 0
-            or end > size
+            end < 0
             or (end < size and buf[end] != 42)
             or buf[end - 2 : end] != b"\r\n"
-            or total > self.max_bulk_len
-            or count > self.max_multibulk_len
+            or end - pos > self.max_bulk_len
+            or max(map(len, commands)) > self.max_multibulk_len
         ):
             return None
-        if len(commands) > 1 or not count:
+        if len(commands) > 1 or not commands[0]:
             commands = list(filter(None, commands))  # "*0" requests are skipped
         return commands, end
 
     def _fast_checked(self, size: int) -> bool:
-        """hiredis again, each command checked where it starts and ends; stops
-        at the first that is not a plain array of bulk strings."""
+        """hiredis again, each command checked on its own by _framed_end();
+        stops at the first that is not a plain array of bulk strings (or is
+        over a limit), so the exact parser takes over exactly there."""
         buf = self._buf
         start = pos = self._pos
         reader = hiredis.Reader()
@@ -645,26 +724,19 @@ class RequestParser:
         while pos < size and buf[pos] == 42:
             try:
                 argv = reader.gets()
-            except hiredis.ProtocolError:
-                break
-            if type(argv) is not list:
-                break  # incomplete (False), or a null array, or not an array
-            count = len(argv)
-            try:
-                payload = sum(map(_bulk_size_of, map(len, argv)))
-            except (TypeError, IndexError):
-                break  # an element that is not a string
-            header = b"*%d\r\n" % count
-            end = pos + len(header) + payload
+                if type(argv) is not list:
+                    break  # incomplete (False), or a null array, or not an array
+                end = _framed_end(buf, pos, [argv], _bulk_size_of, _array_header_size_of)
+            except (hiredis.ProtocolError, TypeError):
+                break  # not RESP, or an element that is not a string
             if (
-                end > size
-                or not buf.startswith(header, pos)
+                end < 0
                 or buf[end - 2 : end] != b"\r\n"
-                or payload > max_bulk
-                or count > self.max_multibulk_len
+                or end - pos > max_bulk
+                or len(argv) > self.max_multibulk_len
             ):
                 break  # not a plain array of bulk strings, or over a limit
-            if count:
+            if argv:
                 ready.append(argv)
             pos = end
         self._pos = pos
@@ -673,7 +745,7 @@ class RequestParser:
     def _inline(self) -> list[bytes] | None:
         buf = self._buf
         pos = self._pos
-        newline = buf.find(b"\n", pos)
+        newline = _line_end(buf, pos, b"\n")
         if newline < 0:
             if len(buf) - pos > INLINE_MAX_SIZE:
                 raise ProtocolError("Protocol error: too big inline request")
@@ -694,7 +766,7 @@ class RequestParser:
         size = len(buf)
         args = self._args
         if args is None:
-            newline = buf.find(b"\r", pos)
+            newline = _line_end(buf, pos, b"\r")
             if newline < 0 or newline + 1 >= size:
                 if size - pos > INLINE_MAX_SIZE:
                     raise ProtocolError("Protocol error: too big mbulk count string")
@@ -714,25 +786,24 @@ class RequestParser:
         else:
             remaining = self._remaining
         max_bulk = self.max_bulk_len
-        if self.unauthenticated:
-            max_bulk = min(max_bulk, UNAUTHENTICATED_MAX_BULK_LEN)
-        find = buf.find
+        unauthenticated = self.unauthenticated
         append = args.append
         while remaining:
             if pos >= size:
                 break
-            if buf[pos] != 36:  # '$'
-                raise ProtocolError(f"Protocol error: expected '$', got '{chr(buf[pos])}'")
-            newline = find(b"\r", pos)
+            # As Redis: the line must be complete before its type is judged.
+            newline = _line_end(buf, pos, b"\r")
             if newline < 0 or newline + 1 >= size:
                 if size - pos > INLINE_MAX_SIZE:
                     raise ProtocolError("Protocol error: too big bulk count string")
                 break
+            if buf[pos] != 36:  # '$'
+                raise ProtocolError(errors.expected_bulk(buf[pos]))
             length = _parse_int(buf[pos + 1 : newline])
             if length is None or length < 0 or length > max_bulk:
-                if length is not None and length >= 0 and self.unauthenticated:
-                    raise ProtocolError("Protocol error: unauthenticated bulk length")
                 raise ProtocolError("Protocol error: invalid bulk length")
+            if length > UNAUTHENTICATED_MAX_BULK_LEN and unauthenticated:
+                raise ProtocolError("Protocol error: unauthenticated bulk length")
             start = newline + 2
             end = start + length
             if end + 2 > size:

@@ -16,6 +16,7 @@ and key expiry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -24,9 +25,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
-from rcp11 import __version__
+from rcp11 import __version__, errors, tls
 from rcp11.config import Config, ConfigError
 from rcp11.errors import ProtocolError
 from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
@@ -55,10 +57,23 @@ DENIED = (
 )
 MAX_CLIENTS = b"-ERR max number of clients reached\r\n"
 
-# asyncio buffers writes without bound; past this much unsent output the
-# connection stops reading requests until the client catches up.
-WRITE_HIGH_WATER = 4 * 1024 * 1024
-WRITE_LOW_WATER = 1024 * 1024
+# asyncio buffers writes without bound; past this much unsent output in the
+# transport the connection stops reading requests (pause_writing) until it
+# drains back to it (resume_writing). One mark for both, so that a drain is
+# always signalled once the buffer was over it.
+TRANSPORT_WATER = 1024 * 1024
+# Without a hard output limit, a client whose pending output (queued replies
+# plus the transport's buffer) passes this stops running commands until the
+# transport drains to TRANSPORT_WATER: one reply beyond it at most, so memory
+# stays bounded whatever the client pipelines.
+OUTPUT_HIGH_WATER = 4 * 1024 * 1024
+# A client runs commands for at most this long before other clients get a
+# turn (Redis reads 16 KB per client per event-loop iteration; one read here
+# can hold thousands of pipelined commands).
+TURN_SECONDS = 0.002
+# The clock is read every this many commands (or runs), so a short pipeline
+# always runs in one go.
+COMMANDS_BETWEEN_CLOCKS = 64
 
 USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options]
        rcp11-server -v or --version
@@ -129,7 +144,18 @@ _INTEGER_REPLY = b":%d\r\n"
 
 
 class Connection(asyncio.Protocol):
-    """One client connection. Its ClientState is what commands see."""
+    """One client connection. Its ClientState is what commands see.
+
+    Output is held to account before every command, as Redis's
+    processInputBuffer() does: the replies queued here (`out`, not written
+    before the next flush) plus the transport's unsent buffer are the
+    client's pending output. Over the hard limit the client is closed at
+    once; over the soft limit for its seconds too; and with no hard limit,
+    past a high-water mark the client's commands stop until the output
+    drains (backpressure), so a pipeline of big TREADs that is never read
+    cannot grow the server. A client also runs commands for at most
+    TURN_SECONDS before other clients get a turn.
+    """
 
     def __init__(self, server: Server, unix_path: str | None = None) -> None:
         self.server = server
@@ -138,10 +164,22 @@ class Connection(asyncio.Protocol):
         self.client: ClientState | None = None
         self.parser: RequestParser | None = None
         self.out: list[bytes] = []
+        self.out_bytes = 0  # len(b"".join(self.out)), kept as replies are queued
         self.queued_for_flush = False
         self.close_after_write = False
         self.closed = False
-        self.reading_paused = False
+        # Why reading from the socket is paused: "write" (the transport's
+        # buffer is full) and/or "held" (see `held`).
+        self.read_pauses: set[str] = set()
+        # Why this client's commands wait: None, "turn" (others run first;
+        # resumes from the ready queue) or "output" (pending output over
+        # the high-water mark; resumes once it drains).
+        self.held: str | None = None
+        # Commands already parsed that wait for the client's next turn.
+        self.backlog: list[list[bytes]] | None = None
+        self.backlog_index = 0
+        # Pending output above which process() must look at the limits.
+        self.output_mark = self.next_output_mark(0)
         # Since when the output has been over the soft limit (0: it is not).
         self.soft_limit_since = 0.0
         self.check_auth = False
@@ -175,6 +213,9 @@ class Connection(asyncio.Protocol):
             return
         client = ClientState()
         client.addr = _format_addr(peer, self.unix_path)
+        client.local = self.unix_path is not None or (
+            isinstance(peer, tuple) and peer[0] in _LOOPBACK
+        )
         client.laddr = _format_addr(transport.get_extra_info("sockname"), self.unix_path)
         sock = transport.get_extra_info("socket")
         client.fd = sock.fileno() if sock is not None else -1
@@ -191,7 +232,7 @@ class Connection(asyncio.Protocol):
         )
         self.check_auth = not client.authenticated
         self.parser.unauthenticated = self.check_auth
-        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        transport.set_write_buffer_limits(TRANSPORT_WATER, TRANSPORT_WATER)
         state.clients[client.id] = client
         server.connections[client.id] = self
         log.log(VERBOSE, "Accepted %s", client.addr)
@@ -204,7 +245,7 @@ class Connection(asyncio.Protocol):
         server.state.stats.total_net_input_bytes += len(data)
         client.last_interaction = server.now = time.time()
         parser = self.parser
-        runnable = client.blocked is None and not client.closing
+        runnable = client.blocked is None and not client.closing and self.held is None
         commands: list[list[bytes]] | None = None
         try:
             if runnable:
@@ -229,6 +270,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.out.clear()
+        self.out_bytes = 0
+        self.backlog = None
         client = self.client
         if client is None:
             return
@@ -238,23 +282,38 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests
         # so a pipelining client cannot grow our memory without bound.
-        if self.transport is not None and not self.reading_paused:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        self.pause_reading("write")
 
     def resume_writing(self) -> None:
-        if self.transport is not None and self.reading_paused and not self.closed:
-            self.reading_paused = False
+        self.resume_reading("write")
+        if self.held == "output":
+            self.release()
+
+    def pause_reading(self, reason: str) -> None:
+        if not self.read_pauses and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self.read_pauses.add(reason)
+
+    def resume_reading(self, reason: str) -> None:
+        if reason not in self.read_pauses:
+            return
+        self.read_pauses.discard(reason)
+        if not self.read_pauses and self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
     # -- request processing --------------------------------------------------
 
     def process(self, first: list[list[bytes]] | None = None) -> None:
-        """Run every complete command buffered for this client (first: those
-        the parser already handed out), until it blocks or closes."""
+        """Run the complete commands buffered for this client (first: those
+        the parser already handed out), until it blocks, closes, is held
+        for its output or has had its turn."""
         client = self.client
         parser = self.parser
         if client is None or parser is None or self.closed:
+            return
+        if self.held is not None:
+            if first:
+                parser.push_back(first)
             return
         server = self.server
         state = server.state
@@ -263,27 +322,59 @@ class Connection(asyncio.Protocol):
         run_commands = server.run_commands
         blocked_marker = server.blocked_marker
         out = self.out
+        out_bytes = self.out_bytes
+        transport = self.transport
+        # Nothing is written to the transport until the next flush, so its
+        # buffer is fixed meanwhile: `mark` is what `out` may reach before
+        # the limits must be looked at.
+        base = transport.get_write_buffer_size() if transport is not None else 0
+        mark = self.output_mark - base
+        deadline = perf_counter() + TURN_SECONDS
+        countdown = COMMANDS_BETWEEN_CLOCKS
+        index = 0
+        commands: list[list[bytes]] | None = None
+        if self.backlog is not None:
+            commands, index = self.backlog, self.backlog_index
+            self.backlog = None
+            if first:
+                parser.push_back(first)
+        elif first is not None:
+            commands = first
         ran = False
         try:
             while True:
-                if first is None:
+                if commands is None:
+                    if ran and perf_counter() > deadline:
+                        break  # the rest is parsed on the client's next turn
                     commands = parser.drain()
-                else:
-                    commands = first
-                    first = None
+                    index = 0
                 if not commands:
                     break
                 ran = True
                 stop = False
-                index = 0
                 total = len(commands)
                 while index < total:
+                    countdown -= 1
+                    if out_bytes > mark or not countdown:
+                        self.out_bytes = out_bytes
+                        turn_over = not countdown and perf_counter() > deadline
+                        countdown = countdown or COMMANDS_BETWEEN_CLOCKS
+                        if self.may_go_on(base + out_bytes, turn_over):
+                            mark = self.output_mark - base
+                        else:
+                            if not self.closed:
+                                self.backlog, self.backlog_index = commands, index
+                            stop = True
+                            break
                     if total - index > 1 and commands[index][0] in run_commands:
                         # A run of TWRITEs on one stream: one append for all.
                         run = execute_run(state, client, commands, index)
                         if run is not None:
-                            out.append(b"".join(map(_INTEGER_REPLY.__mod__, run)))
+                            data = b"".join(map(_INTEGER_REPLY.__mod__, run))
+                            out.append(data)
+                            out_bytes += len(data)
                             index += len(run)
+                            countdown = 1  # a run is many commands: read the clock
                             continue
                     argv = commands[index]
                     try:
@@ -294,11 +385,15 @@ class Connection(asyncio.Protocol):
                     # Integer replies (TWRITE's offset) are encoded inline:
                     # the hot path of a pipelined producer.
                     if type(reply) is int:
-                        out.append(b":%d\r\n" % reply)
+                        data = b":%d\r\n" % reply
                     elif reply is blocked_marker:
+                        data = b""
                         stop = True
                     else:
-                        out.append(encode(reply, client.resp == 3))
+                        data = encode(reply, client.resp == 3)
+                    if data:
+                        out.append(data)
+                        out_bytes += len(data)
                     if client.closing and not stop:
                         self.close_after_write = True
                         stop = True
@@ -308,18 +403,93 @@ class Connection(asyncio.Protocol):
                         parser.push_back(commands[index + 1 :])
                         break
                     index += 1
+                commands = None
                 if self.check_auth and client.authenticated:
                     self.check_auth = parser.unauthenticated = False
                 if stop:
                     break
         except ProtocolError as exc:
             log.log(VERBOSE, "Protocol error (%s) from client: %s", exc.message, client.addr)
-            out.append(b"-ERR " + exc.message.encode() + b"\r\n")
+            # latin-1: the message may quote one raw byte of the request.
+            data = b"-ERR " + exc.message.encode("latin-1", "replace") + b"\r\n"
+            out.append(data)
+            out_bytes += len(data)
             self.close_after_write = True
             client.closing = True
+        self.out_bytes = out_bytes
         client.query_buffer_len = parser.buffered()
-        if ran or self.close_after_write:
+        if (ran or self.close_after_write) and not self.closed:
             server.want_flush(self)
+            if self.held is None and perf_counter() > deadline:
+                # This read took the turn: other clients go first, before
+                # the event loop reads more of this client's pipeline.
+                self.hold("turn")
+
+    def may_go_on(self, pending: int, turn_over: bool) -> bool:
+        """Between two commands, once pending output passed output_mark or
+        the clock was read: whether the next command may run now. If not,
+        the client was closed, or is held (and resumes by itself)."""
+        if pending > self.output_mark and not self.output_allows(pending):
+            return False
+        if turn_over:
+            self.hold("turn")
+            return False
+        return True
+
+    def output_allows(self, pending: int) -> bool:
+        """Redis's checkClientOutputBufferLimits() before the next command,
+        and backpressure: False when the client was closed or is now held
+        until its output drains. Sets output_mark for the next check."""
+        hard, soft, seconds = self.server.output_limits
+        if hard and pending > hard:
+            self.client_over_limit(f"hard limit {hard}", pending)
+            return False
+        if soft and pending > soft:
+            now = time.time()
+            if not self.soft_limit_since:
+                self.soft_limit_since = now
+            elif now - self.soft_limit_since > seconds:
+                self.client_over_limit(f"soft limit {soft} for {seconds}s", pending)
+                return False
+        else:
+            self.soft_limit_since = 0.0
+        self.output_mark = self.next_output_mark(pending)
+        if pending > self.output_mark:
+            self.hold("output")
+            return False
+        return True
+
+    def next_output_mark(self, pending: int) -> int:
+        """The pending output at which to look again: the soft limit while
+        under it, then the hard limit, or without one the high-water mark
+        at which commands stop until the output drains (never below the
+        soft limit, so that the soft limit's timer can run)."""
+        hard, soft, _ = self.server.output_limits
+        if soft and pending <= soft:
+            return soft
+        if hard:
+            return hard
+        return max(OUTPUT_HIGH_WATER, soft + 1)
+
+    def hold(self, reason: str) -> None:
+        """Stop running this client's commands (the rest wait in backlog)
+        and reading its socket until release()."""
+        self.held = reason
+        self.pause_reading("held")
+        server = self.server
+        # Its replies so far go out first, before its next turn.
+        server.want_flush(self)
+        if reason == "turn":
+            server.loop.call_soon(self.release)
+
+    def release(self) -> None:
+        if self.held is None or self.closed:
+            return
+        self.held = None
+        self.resume_reading("held")
+        client = self.client
+        if client is not None and client.blocked is None and not client.closing:
+            self.process()
 
     # -- hooks installed into ClientState -------------------------------------
 
@@ -328,7 +498,9 @@ class Connection(asyncio.Protocol):
         client = self.client
         if client is None or self.closed:
             return
-        self.out.append(encode(reply, client.resp == 3))
+        data = encode(reply, client.resp == 3)
+        self.out.append(data)
+        self.out_bytes += len(data)
         self.server.want_flush(self)
 
     def close_soon(self) -> None:
@@ -355,10 +527,12 @@ class Connection(asyncio.Protocol):
         out = self.out
         if transport is None or self.closed:
             out.clear()
+            self.out_bytes = 0
             return
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
+            self.out_bytes = 0
             hard = self.server.output_limits[0]
             if hard and transport.get_write_buffer_size() + len(data) > hard:
                 # Like Redis, a reply that would push the output buffer past
@@ -372,18 +546,27 @@ class Connection(asyncio.Protocol):
             self.closed = True
             transport.close()
             return
+        buffered = transport.get_write_buffer_size()
+        self.output_mark = self.next_output_mark(buffered)
+        if self.held == "output" and buffered <= TRANSPORT_WATER:
+            # The kernel took it (the transport did not pause): go on. Over
+            # TRANSPORT_WATER the transport paused, and resume_writing()
+            # releases the client once it drained.
+            self.server.loop.call_soon(self.release)
         # The usual case: the kernel took everything, nothing to watch.
-        if transport.get_write_buffer_size() or self.soft_limit_since:
+        if buffered or self.soft_limit_since:
             self.check_output_limits(self.server.now)
         elif self.client is not None:
             self.client.output_buffer_len = 0
 
     def check_output_limits(self, now: float) -> None:
+        """The soft limit's timer, from the cron and after each write (the
+        hard limit is checked before every command and every write)."""
         transport = self.transport
         client = self.client
         if transport is None or client is None or self.closed:
             return
-        pending = transport.get_write_buffer_size()
+        pending = transport.get_write_buffer_size() + self.out_bytes
         client.output_buffer_len = pending
         hard, soft, seconds = self.server.output_limits
         if hard and pending > hard:
@@ -392,7 +575,7 @@ class Connection(asyncio.Protocol):
             if not self.soft_limit_since:
                 self.soft_limit_since = now
                 return
-            if now - self.soft_limit_since < seconds:
+            if now - self.soft_limit_since <= seconds:
                 return
             reason = f"soft limit {soft} for {seconds}s"
         else:
@@ -402,18 +585,20 @@ class Connection(asyncio.Protocol):
 
     def client_over_limit(self, reason: str, pending: int) -> None:
         client = self.client
-        log.warning(
-            "Client id=%d addr=%s closed for overcoming of output buffer limits (%s, "
-            "%d bytes pending).",
-            client.id if client else -1,
-            client.addr if client else "?",
-            reason,
-            pending,
-        )
+        if client is not None:
+            client.output_buffer_len = pending
+            log.warning(
+                "Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
+                self.server.client_line(client, time.time()),
+            )
+        log.warning("(output buffer %s passed with %d bytes pending)", reason, pending)
         self.abort()
 
     def abort(self) -> None:
         self.closed = True
+        self.out.clear()
+        self.out_bytes = 0
+        self.backlog = None
         if self.client is not None:
             self.client.closing = True
         if self.transport is not None:
@@ -433,7 +618,9 @@ class Server:
         self.execute_run: Callable[
             [ServerState, ClientState, list[list[bytes]], int], list[int] | None
         ] = commands.execute_run
-        self.run_commands: frozenset[bytes] = commands.RUN_COMMANDS
+        self.run_commands: set[bytes] = commands.RUN_COMMANDS
+        # CLIENT LIST's line for a client, for the log.
+        self.client_line: Callable[[ClientState, float], str] = commands.connection.client_line
         # The command layer's clean-up for a gone client (blocked read,
         # WATCHed keys, MULTI queue).
         self.client_disconnected: Callable[[ServerState, ClientState], None] = (
@@ -444,6 +631,10 @@ class Server:
         # (host, port) -> its listener (None until create_server finished).
         self.tcp_listeners: dict[tuple[str, int], Any] = {}
         self.unix_path: str | None = None
+        self.tls: tls.Bound | None = None
+        # Bound at start-up before loading, served after (bind_*, serve).
+        self._bound_tcp: dict[tuple[str, int], socket.socket] = {}
+        self._bound_unix: socket.socket | None = None
         self.pending: list[Connection] = []
         self.flush_scheduled = False
         self.now = time.time()
@@ -467,6 +658,8 @@ class Server:
 
     def _limits_changed(self, value: dict[str, tuple[int, int, int]]) -> None:
         self.output_limits = value["normal"]
+        for conn in self.connections.values():
+            conn.output_mark = conn.next_output_mark(0)  # looked at again by the next command
 
     def _parser_limits_changed(self, _value: Any) -> None:
         config = self.state.config
@@ -498,9 +691,16 @@ class Server:
 
     # -- listening ------------------------------------------------------------
 
-    async def listen(self) -> None:
+    # Start-up binds before it loads anything (as redis-server: a port in
+    # use is reported at once, not after loading the data) and serves after.
+
+    def bind_tcp(self) -> None:
+        """Bind and listen on the configured TCP addresses (connections wait
+        in the kernel's backlog until serve()). Raises SystemExit."""
         config = self.state.config
         port = config.get("port")
+        if not port and not config.get("unixsocket") and not config.get("tls-port"):
+            raise SystemExit("Configured to not listen anywhere, exiting.")
         if port:
             try:
                 _, sockets = self._bind_tcp(config.get("bind"), port, {})
@@ -508,28 +708,51 @@ class Server:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
             if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
-            for address, sock in sockets.items():
-                await self._serve_tcp(address, sock)
+            self._bound_tcp = sockets
+        self.tls = tls.bind(self)  # tls-port: TLS listeners beside the TCP ones
+
+    def bind_unix(self) -> None:
+        """Bind and listen on the unix socket, if configured. A socket file
+        that a live server answers on is not taken over. Raises SystemExit."""
+        config = self.state.config
         path = config.get("unixsocket")
-        if path:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            try:
-                listener = await self.loop.create_unix_server(
-                    lambda: Connection(self, path), path=path, backlog=511
-                )
-            except OSError as exc:
-                raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
-            perm = config.get("unixsocketperm")
-            if perm:
-                os.chmod(path, perm)
+        if not path:
+            return
+        if _unix_socket_answers(path):
+            raise SystemExit(f"Failed opening Unix socket: {path}: Address already in use")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            sock.listen(511)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
+        perm = config.get("unixsocketperm")
+        if perm:
+            os.chmod(path, perm)
+        self._bound_unix = sock
+        self.unix_path = path
+
+    async def serve(self) -> None:
+        """Start accepting on everything bind_tcp()/bind_unix() bound."""
+        for address, sock in self._bound_tcp.items():
+            await self._serve_tcp(address, sock)
+        self._bound_tcp = {}
+        if self._bound_unix is not None:
+            path = self.unix_path
+            listener = await self.loop.create_unix_server(
+                lambda: Connection(self, path), sock=self._bound_unix, backlog=511
+            )
+            self._bound_unix = None
             self.listeners.append(listener)
-            self.unix_path = path
+        if self.tls is not None:
+            await self.tls.serve(self)
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
-        self.state.tcp_port = port
+        self.state.tcp_port = self.state.config.get("port")
 
     def _bind_tcp(
         self, binds: list[str], port: int, keep: dict[tuple[str, int], Any]
@@ -599,6 +822,9 @@ class Server:
         the reply, so a failure refuses the change), then close the old."""
         config = self.state.config
         port = config.get("port")
+        if not port and not self.unix_path and not config.get("tls-port"):
+            # Redis takes it and can no longer be reached by anyone.
+            raise ConfigError(errors.PORT_ZERO_UNREACHABLE)
         wanted: set[tuple[str, int]] = set()
         bound: dict[tuple[str, int], socket.socket] = {}
         if port:
@@ -806,6 +1032,20 @@ class Server:
 # ---------------------------------------------------------------------------
 
 
+def _unix_socket_answers(path: str) -> bool:
+    """Whether a server listens on the unix socket at path (a stale socket
+    file left by a dead server refuses the connection)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def parse_command_line(argv: list[str]) -> tuple[str | None, list[str]]:
     """[config file] [--directive value ...] as redis-server takes them."""
     if argv and not argv[0].startswith("--"):
@@ -819,7 +1059,21 @@ def load_config(argv: list[str]) -> Config:
     if path is not None:
         config.load_file(path)
     config.apply_args(args)
+    config.check()
+    apply_renames(config)
     return config
+
+
+def apply_renames(config: Config) -> None:
+    """The file's and the arguments' rename-command lines, in their order
+    (as Redis applies them while it reads the file)."""
+    from rcp11.commands import rename_command
+
+    for old, new, source, line, text in config.renames:
+        try:
+            rename_command(old, new)
+        except ValueError as exc:
+            raise ConfigError(str(exc), source=source, line=line, text=text) from None
 
 
 def daemonize() -> None:
@@ -920,10 +1174,6 @@ def run(config: Config) -> int:
     except OSError as exc:
         log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
         return 1
-    if pidfile:
-        if not write_pidfile(pidfile):
-            pidfile = ""
-
     try:
         import uvloop
 
@@ -932,21 +1182,34 @@ def run(config: Config) -> int:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
-    state = ServerState(config)
     from rcp11.blocking import BlockingManager
+    from rcp11.persistence import Persistence, PersistenceError
 
+    state = ServerState(config)
     BlockingManager(state)
     server = Server(state, loop)
+    persistence = Persistence(state)
+    # The order matters (as redis-server): the port first, so "Address
+    # already in use" comes before any data is read; then the data
+    # directory's lock, so a second server on a directory in use stops
+    # before it touches a file there (it once deleted the running server's
+    # temporary files); then the unix socket and the pidfile; then the data.
+    try:
+        server.bind_tcp()
+        persistence.lock_dir()
+        server.bind_unix()
+    except (SystemExit, PersistenceError) as exc:
+        log.warning("%s", exc)
+        loop.close()
+        return 1
+    if pidfile:
+        if not write_pidfile(pidfile):
+            pidfile = ""
     log.info("rcp11 %s running standalone, port %d, pid %d", __version__, config.get("port"), pid)
     log.info("Persistence: %s", persistence_mode(config))
     log.info("Server initialized")
     try:
-        try:
-            from rcp11.persistence import Persistence
-        except ImportError:
-            Persistence = None  # noqa: N806 - persistence not built yet
-        if Persistence is not None:
-            Persistence(state).load()
+        persistence.load()
         state.apply_stream_settings()
     except Exception as exc:
         log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
@@ -956,7 +1219,7 @@ def run(config: Config) -> int:
         return 1
 
     try:
-        loop.run_until_complete(server.listen())
+        loop.run_until_complete(server.serve())
     except SystemExit as exc:
         log.warning("%s", exc)
         _remove_pidfile(pidfile)

@@ -93,6 +93,9 @@ class ClientState:
 
     addr: str = "?"
     laddr: str = "?"
+    # Connected over loopback (127.0.0.1, ::1) or the unix socket: what
+    # enable-protected-configs local allows.
+    local: bool = False
     fd: int = -1
     id: int = field(default_factory=lambda: next(_client_ids))
     name: bytes = b""
@@ -199,6 +202,9 @@ class Keyspace:
         self._used_bytes = 0
         self._stream_bytes: dict[bytes, int] = {}
         self._unmeasured: dict[bytes, None] = {}
+        # Bumped by every change (touch() and set_expire()): dispatch compares
+        # it around a handler that raised (see commands.core.call).
+        self.changes = 0
 
     def __len__(self) -> int:
         return len(self.data)
@@ -235,6 +241,7 @@ class Keyspace:
         # Called by every write, so it does no C call: a stream is measured
         # later (used_bytes), and the WATCH lookup is skipped while nobody
         # watches anything.
+        self.changes += 1
         if key in self._stream_bytes:
             self._unmeasured[key] = None
         if self.watchers:
@@ -295,6 +302,7 @@ class Keyspace:
 
     def set_expire(self, key: bytes, when_ms: int) -> None:
         """Make an existing key expire at when_ms (unix milliseconds)."""
+        self.changes += 1
         self.expires[key] = when_ms
         heapq.heappush(self._expire_heap, (when_ms, key))
         if len(self._expire_heap) > 2 * len(self.expires) + 64:
@@ -302,7 +310,9 @@ class Keyspace:
             heapq.heapify(self._expire_heap)
 
     def _expire_if_due(self, key: bytes) -> None:
-        # While replaying persistence nothing expires: the log decides.
+        # While the files load nothing expires (as in redis-server): the
+        # commands logged after a deadline ran on the live key, so replay
+        # must find it; it expires once loading is over.
         if self.expires[key] <= time.time() * 1000 and not self._state.loading:
             self._expire(key)
 
@@ -352,8 +362,16 @@ class ServerState:
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save
         self.loading = False  # True while AOF/snapshot replay runs
+        # Set when a change could not be logged (commands.core.call): every
+        # write is then refused with this text until the server restarts.
+        self.writes_refused: str | None = None
         self.tcp_port = 0
-        for name in ("stream-compression", "stream-compression-level", "stream-node-max-entries"):
+        for name in (
+            "stream-compression",
+            "stream-compression-level",
+            "stream-compression-depth",
+            "stream-node-max-entries",
+        ):
             config.on_change(name, self.apply_stream_settings)
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None.
         self.request_shutdown: Callable[[str | None], None] = lambda mode: None
@@ -388,24 +406,34 @@ class ServerState:
     def new_stream(self) -> Stream:
         from rcp11.storage import Stream
 
-        return Stream(int(self.config.get("stream-node-max-entries")), self.compression_level())
+        return Stream(
+            int(self.config.get("stream-node-max-entries")),
+            self.compression_level(),
+            int(self.config.get("stream-compression-depth")),
+        )
 
     def apply_stream_settings(self, _changed: Any = None) -> None:
-        """Nodes filled and sealed from now on, in every stream, follow the
-        configured node size and compression (as CONFIG SET and a restart
-        with other settings mean, and as redis-server applies
-        stream-node-max-entries); nodes already written keep their form."""
+        """Every stream follows the configured node size and compression (as
+        CONFIG SET and a restart with other settings mean, and as
+        redis-server applies stream-node-max-entries): node size for nodes
+        filled from now on; compression level and depth for existing nodes
+        too, gradually (the core conforms one node per node sealed, or per
+        Stream.compress_step())."""
         level = self.compression_level()
+        depth = int(self.config.get("stream-compression-depth"))
         max_entries = int(self.config.get("stream-node-max-entries"))
         for value in self.keyspace.data.values():
             if not isinstance(value, bytes):
                 value.set_compression(level)
+                value.set_compression_depth(depth)
                 value.set_max_entries(max_entries)
 
     def propagate(self, argv: list[bytes]) -> None:
         """Log a write (AOF) and count it for save rules. Handlers call this
         for exactly what they changed, in a form whose replay is
         deterministic (TREAD GROUP logs SET groupkey <offset>)."""
-        self.dirty += 1
         if not self.loading:
             self.persistence.propagate(argv)
+        # Counted once logged: dispatch reads `dirty` to know whether a
+        # handler that raised had logged its change.
+        self.dirty += 1

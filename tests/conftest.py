@@ -69,6 +69,25 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, box
 
 
+def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any]:
+    """(ServerState, Persistence) on `directory`, in this process, with a
+    blocking manager and no save rules; `directives` as for CONFIG SET
+    (underscores for dashes). Not loaded yet: call .load()."""
+    from rcp11.blocking import BlockingManager
+    from rcp11.config import Config
+    from rcp11.persistence import Persistence
+    from rcp11.state import ServerState
+
+    config = Config()
+    config.set("dir", str(directory))
+    config.set("save", "")
+    for name, value in directives.items():
+        config.set(name.replace("_", "-"), value)
+    state = ServerState(config)
+    BlockingManager(state)
+    return state, Persistence(state)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,10 +96,13 @@ def free_port() -> int:
 
 class ServerProcess:
     """An rcp11-server child process started with --directive overrides.
+    kind says which server it is ("rcp11"; RedisModuleServer is "module").
 
     Each server gets its own directory (dir), so snapshots and AOF files of
     different tests never meet. restart() keeps port and directory.
     """
+
+    kind = "rcp11"
 
     def __init__(self, workdir: Path, conf: Path | None = None, **directives: object) -> None:
         self.dir = workdir
@@ -170,6 +192,93 @@ class ServerProcess:
         return self.start()
 
 
+class RedisModuleServer(ServerProcess):
+    """redis-server with the rcp11 module loaded, driven like ServerProcess
+    (port, dir, client(), stop(), kill9(), restart()).
+
+    Directives are redis-server's; module configs take their "rcp11."
+    names (rcp11.stream-node-max-entries ...). RCP11_MODULE_PATH overrides
+    the module (CI's sanitizer run builds its own) and RCP11_MODULE_PRELOAD
+    is put into LD_PRELOAD (the sanitizer runtime)."""
+
+    kind = "module"
+
+    def __init__(self, workdir: Path, conf: Path | None = None, **directives: object) -> None:
+        super().__init__(workdir, conf, **directives)
+        self.directives.setdefault("enable-debug-command", "yes")
+
+    def argv(self) -> list[str]:
+        args = ["redis-server"]
+        if self.conf is not None:
+            args.append(str(self.conf))
+        args += ["--port", str(self.port), "--bind", "127.0.0.1", "--loadmodule", module_path()]
+        for name, value in self.directives.items():
+            args += [f"--{name}", value]
+        return args
+
+    def start(self, wait: bool = True, timeout: float = 20.0) -> ServerProcess:
+        env = dict(os.environ)
+        preload = os.environ.get("RCP11_MODULE_PRELOAD")
+        if preload:
+            env["LD_PRELOAD"] = preload
+        self.proc = subprocess.Popen(
+            self.argv(), cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+
+def module_path() -> str:
+    """The Redis module the tests load (python -m rcp11 module-path)."""
+    override = os.environ.get("RCP11_MODULE_PATH")
+    if override:
+        return override
+    from rcp11.__main__ import module_path as built
+
+    path = built()
+    if not path.is_file():
+        pytest.fail(f"the Redis module was not built ({path}): pip install -e .")
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=["rcp11", "module"])
+def stream_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One server per test module and kind: rcp11-server ("rcp11") and
+    redis-server with the rcp11 module ("module"). Tests of the stream
+    commands take it (usually as their module's `srv`) so that both
+    servers answer them: a difference is a bug, or Redis's own wording."""
+    if request.param == "module":
+        require("redis-server")
+        server: ServerProcess = RedisModuleServer(tmp_path_factory.mktemp("module-redis"))
+    else:
+        server = ServerProcess(tmp_path_factory.mktemp("module-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def module_factory(tmp_path: Path) -> Iterator:
+    """Start redis-servers with the module: module_factory(appendonly="yes",
+    **{"rcp11.stream-compression": "zlib"}) -> RedisModuleServer."""
+    started: list[RedisModuleServer] = []
+
+    def make(start: bool = True, **directives: object) -> RedisModuleServer:
+        require("redis-server")
+        srv = RedisModuleServer(tmp_path / f"redis{len(started)}", **directives)
+        started.append(srv)
+        if start:
+            srv.start()
+        return srv
+
+    yield make
+    for srv in started:
+        srv.kill9()
+
+
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator:
     """Start servers: server_factory(appendonly="yes", ...) -> ServerProcess."""
@@ -226,3 +335,74 @@ def require(program: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{program} is not installed; .ci/run must install it")
     pytest.skip(f"{program} not installed")
+
+
+def stream_info(client: redis.Redis) -> dict[str, Any]:
+    """INFO's streams section of either server: rcp11-server's "streams",
+    or the module's "rcp11_streams", whose fields Redis prefixes with the
+    module name ("rcp11_stream_messages"): returned without the prefix."""
+    info = client.info("streams")
+    if info:
+        return info
+    return {k.removeprefix("rcp11_"): v for k, v in client.info("rcp11").items()}
+
+
+@pytest.fixture(scope="session")
+def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A real redis-server 7 (persistence off) to compare answers with;
+    yields its port."""
+    require("redis-server")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis-reference")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(workdir / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16) == b"+PONG\r\n"
+        except OSError:
+            return False
+
+    wait_for(answers, timeout=10)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
+    """redis-cli's output (stdout and stderr) for one command, or for
+    what stdin holds (e.g. a transaction, or --pipe input)."""
+    require("redis-cli")
+    done = subprocess.run(
+        ["redis-cli", "-p", str(port), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.stdout + done.stderr
+
+
+def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:
+    """What the server does with one read of a pipeline, in process
+    (Connection.process without the network): a run where execute_run()
+    takes one, execute() for the rest."""
+    from rcp11.commands import execute, execute_run
+
+    replies: list[Any] = []
+    index = 0
+    while index < len(commands):
+        run = execute_run(state, client, commands, index)
+        if run is not None:
+            replies.extend(run)
+            index += len(run)
+        else:
+            replies.append(execute(state, client, commands[index]))
+            index += 1
+    return replies

@@ -1,4 +1,5 @@
-"""The rcp11 command line as a user runs it: python -m rcp11 ... with pipes."""
+"""The rcp11 command line as a user runs it: python -m rcp11 ... with pipes.
+Against both servers: rcp11-server and redis-server with the rcp11 module."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def rcp11(
         capture_output=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="module")
+def srv(stream_server: ServerProcess) -> ServerProcess:
+    return stream_server
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""rcp11.client against a real server: commands, parsing, pipelines, consumers."""
+"""rcp11.client against a real server: commands, parsing, pipelines, consumers.
+The tests that take `srv` run against rcp11-server and against redis-server
+with the rcp11 module (stream_server)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ import redis
 from conftest import REPO, ServerProcess, wait_blocked
 
 from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
+
+
+@pytest.fixture(scope="module")
+def srv(stream_server: ServerProcess) -> ServerProcess:
+    return stream_server
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])

@@ -12,6 +12,9 @@ import time
 import pytest
 import redis
 
+# Every test here starts servers and kills them with kill -9.
+pytestmark = pytest.mark.slow
+
 WRITERS = 3
 ROUNDS = 3
 
@@ -196,10 +199,10 @@ def preamble_end(path) -> int:
         return reader.pos
 
 
-def test_power_loss_with_everysec_never_reuses_offsets(server_factory, monkeypatch) -> None:
+def test_power_loss_with_everysec_never_reuses_offsets(server_factory) -> None:
     """A machine crash may cut the unsynced tail of an everysec AOF. Writes
     in it are lost (they read as null), but their offsets are not handed
-    out again: the next start is on another boot, so reservations apply."""
+    out again: the reservation marks always apply at start-up."""
     srv = server_factory(appendonly="yes", appendfsync="everysec")
     rng = random.Random(42)
     acked: dict[tuple[bytes, int], bytes] = {}
@@ -218,6 +221,86 @@ def test_power_loss_with_everysec_never_reuses_offsets(server_factory, monkeypat
         if boundaries:
             cut = boundaries[rng.randrange(len(boundaries) // 2, len(boundaries))]
             path.write_bytes(data[:cut])
-        monkeypatch.setenv("RCP11_BOOT_ID", f"boot-after-power-loss-{round_index}")
         srv.start()
         assert_offsets_not_reused(srv.client(), acked, lost_ok=True)
+
+
+@pytest.mark.parametrize("cut", ["boundary", "empty"])
+def test_aof_cut_at_a_command_boundary_never_reuses_offsets(server_factory, cut: str) -> None:
+    """An AOF that lost its tail exactly at a command boundary (or all of
+    its commands) loads without complaint: nothing in it says that writes
+    are missing. The reservation marks must still decide the next offsets,
+    on the same boot as much as after a reboot."""
+    srv = server_factory(appendonly="yes", appendfsync="always")
+    client = srv.client()
+    acked: dict[tuple[bytes, int], bytes] = {}
+    for index in range(60):
+        for key in (b"s", b"t"):
+            payload = b"%s-%d" % (key, index)
+            acked[(key, client.execute_command("TWRITE", key, payload))] = payload
+    srv.kill9()
+    path = srv.dir / "appendonly.aof"
+    data = path.read_bytes()
+    start = preamble_end(path)
+    if cut == "empty":
+        path.write_bytes(b"")
+    else:
+        boundaries = command_boundaries(data, start)
+        path.write_bytes(data[: boundaries[len(boundaries) // 2]])
+    srv.start()
+    client = srv.client()
+    assert_offsets_not_reused(client, acked, lost_ok=True)
+    # And again after a second crash: the raise itself was logged.
+    srv.kill9()
+    srv.start()
+    assert_offsets_not_reused(srv.client(), acked, lost_ok=True)
+
+
+def test_clean_shutdown_with_aof_leaves_no_gap(server_factory) -> None:
+    """Marks are written tight by SHUTDOWN: a clean restart continues at the
+    exact next offset, while a kill -9 leaves a gap up to the mark."""
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    client = srv.client()
+    assert client.execute_command("TWRITE", "s", "ENTRIES", "a", "b") == 0
+    srv.stop()
+    srv.start()
+    client = srv.client()
+    assert client.execute_command("TWRITE", "s", "c") == 2
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    gap_end = client.execute_command("TWRITE", "s", "d")
+    assert gap_end > 3
+    assert client.execute_command("TREAD", "s", 0, gap_end + 1) == [b"a", b"b", b"c"] + [None] * (
+        gap_end - 3
+    ) + [b"d"]
+
+
+@pytest.mark.parametrize("how", ["del", "flushall", "rename-over", "set-over"])
+def test_a_stream_removed_just_before_kill9_stays_removed(server_factory, how: str) -> None:
+    """Marks of removed streams are kept until the removal is durable (an
+    older file could bring the stream back), but a kill -9 right after the
+    removal must not resurrect the key, even as an empty stream."""
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    client = srv.client()
+    for index in range(5):
+        client.execute_command("TWRITE", "s", b"m%d" % index)
+    client.execute_command("TWRITE", "other", "o")
+    if how == "del":
+        assert client.delete("s") == 1
+    elif how == "flushall":
+        assert client.flushall()
+    elif how == "rename-over":
+        client.set("str", "v")
+        assert client.rename("str", "s")
+    else:
+        assert client.set("s", "now a string")
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    if how in ("rename-over", "set-over"):
+        assert client.type("s") == b"string"
+    else:
+        assert client.exists("s") == 0
+        assert client.execute_command("TWRITE", "s", "new") == 0
+    assert client.exists("other") == int(how != "flushall")

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import dispatch_read
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
-from rcp11.commands import BLOCKED, COMMANDS, execute, execute_run, glob_to_regex, parse_int
+from rcp11.commands import BLOCKED, COMMANDS, execute, execute_run, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
 from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
@@ -306,27 +307,6 @@ def test_parse_int_follows_redis_string2ll() -> None:
             parse_int(bad)
 
 
-@pytest.mark.parametrize(
-    ("pattern", "key", "matches"),
-    [
-        (b"*", b"anything", True),
-        (b"h?llo", b"hello", True),
-        (b"h?llo", b"hllo", False),
-        (b"h[ae]llo", b"hallo", True),
-        (b"h[^e]llo", b"hello", False),
-        (b"h[a-c]llo", b"hbllo", True),
-        (b"h[c-a]llo", b"hbllo", True),
-        (b"h\\*llo", b"h*llo", True),
-        (b"h\\*llo", b"hello", False),
-        (b"a.c", b"abc", False),
-        (b"user:*:name", b"user:42:name", True),
-        (b"[abc", b"b", True),
-    ],
-)
-def test_glob_like_redis(pattern: bytes, key: bytes, matches: bool) -> None:
-    assert bool(glob_to_regex(pattern).fullmatch(key)) is matches
-
-
 _TOKENS = [
     b"s",
     b"g",
@@ -396,22 +376,6 @@ def _pipeline(*commands: tuple[Any, ...]) -> list[list[bytes]]:
     return [[a if isinstance(a, bytes) else str(a).encode() for a in cmd] for cmd in commands]
 
 
-def _run_pipeline(state: ServerState, client: ClientState, commands: list[list[bytes]]) -> list:
-    """What a server does with one read: execute_run where it applies,
-    execute() for the rest."""
-    replies: list[Any] = []
-    index = 0
-    while index < len(commands):
-        run = execute_run(state, client, commands, index)
-        if run is not None:
-            replies.extend(run)
-            index += len(run)
-        else:
-            replies.append(execute(state, client, commands[index]))
-            index += 1
-    return replies
-
-
 def _observable(state: ServerState, client: ClientState) -> tuple[Any, ...]:
     # Not used_bytes: one append of many grows the storage's tables in other
     # steps than many appends of one, so the memory really differs a little.
@@ -460,7 +424,7 @@ def test_execute_run_is_indistinguishable_from_one_by_one(
         run(state, c, "SET", "k", "v")
         pipeline = _pipeline(*commands)
         if batched:
-            replies = _run_pipeline(state, c, pipeline)
+            replies = dispatch_read(state, c, pipeline)
         else:
             replies = [execute(state, c, argv) for argv in pipeline]
         outcomes.append(([wire(r) for r in replies], _observable(state, c)))
@@ -484,7 +448,7 @@ def test_execute_run_steps_aside_when_one_by_one_could_differ(state: ServerState
     assert run(state, reader, "TREAD", "s", 1, 1, "BLOCK", 0) is BLOCKED
     # The reader must be woken after the first write, with one message.
     assert execute_run(state, c, pipeline, 0) is None
-    assert _run_pipeline(state, c, pipeline) == [1, 2]
+    assert dispatch_read(state, c, pipeline) == [1, 2]
     assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\na\r\n"]
 
     run(state, c, "MULTI")

@@ -1,5 +1,7 @@
 """TWRITE / TREAD / TEVICT end to end against a real server (SPEC.md 1-4),
-in RESP2 and RESP3, including blocking reads and groups."""
+in RESP2 and RESP3, including blocking reads and groups. Every test runs
+against both servers: rcp11-server and redis-server with the rcp11 module
+(the stream_server fixture)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ import redis.asyncio
 from conftest import ServerProcess, require, wait_blocked
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+@pytest.fixture(scope="module")
+def srv(stream_server: ServerProcess) -> ServerProcess:
+    return stream_server
 
 
 @pytest.fixture
@@ -280,7 +287,7 @@ def test_tevict_past_the_end_empties_but_keeps_next_offset(rr: redis.Redis) -> N
     twrite(rr, "s", "ENTRIES", "a", "b")
     assert rr.execute_command("TEVICT", "s", 100) == 2
     assert tread(rr, "s", 0, 0, "WITHINFO") == [[2, 1, 0, 0]]
-    assert rr.type("s") == b"stream"
+    assert rr.type("s") == b"rcp11-log"
     assert twrite(rr, "s", "c") == 2
 
 
@@ -289,6 +296,58 @@ def test_del_forgets_the_history(rr: redis.Redis) -> None:
     assert rr.delete("s") == 1
     assert tread(rr, "s", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
     assert twrite(rr, "s", "c") == 0
+
+
+# -------------------------------------------------------------- TCONCAT
+
+
+def test_tconcat_appends_readable_messages_in_order_and_deletes_sources(r: redis.Redis) -> None:
+    twrite(r, "dst", "ENTRIES", "d0", "d1")
+    twrite(r, "a", "ENTRIES", "a0", "a1", "a2")
+    r.execute_command("TEVICT", "a", 0)  # a0 is not readable: not appended
+    twrite(r, "b", "b0")
+    assert r.execute_command("TCONCAT", "dst", "a", "missing", "b") == 2
+    assert tread(r, "dst", 0, 10) == [b"d0", b"d1", b"a1", b"a2", b"b0"]
+    assert r.exists("a", "b", "missing") == 0
+
+
+def test_tconcat_creates_dst_and_answers_its_next_offset_when_nothing_is_added(
+    r: redis.Redis,
+) -> None:
+    twrite(r, "src", "x")
+    assert r.execute_command("TCONCAT", "new", "src") == 0
+    assert tread(r, "new", 0, 5, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+    assert r.execute_command("TCONCAT", "new", "nothing") == 1
+    assert twrite(r, "new", "y") == 1
+
+
+def test_tconcat_errors_change_nothing(r: redis.Redis) -> None:
+    twrite(r, "dst", "d")
+    twrite(r, "src", "s")
+    r.set("text", "v")
+    assert error_of(r, "TCONCAT", "dst", "src", "text") == WRONGTYPE
+    assert error_of(r, "TCONCAT", "text", "src") == WRONGTYPE
+    assert "source key 'dst'" in error_of(r, "TCONCAT", "dst", "src", "dst")
+    assert "source key 'src'" in error_of(r, "TCONCAT", "dst", "src", "src")
+    assert error_of(r, "TCONCAT", "dst") == "wrong number of arguments for 'tconcat' command"
+    assert tread(r, "dst", 0, 5) == [b"d"] and tread(r, "src", 0, 5) == [b"s"]
+
+
+def test_tconcat_wakes_readers_of_dst_and_commits_a_watched_transaction(
+    srv: ServerProcess, r: redis.Redis
+) -> None:
+    r.execute_command("TCONCAT", "other", "none")  # before a reader blocks on dst
+    reader = Reader(srv, "TREAD", "dst", 0, 10, "BLOCK", 0)
+    reader.start()
+    wait_blocked(r, 1)
+    twrite(r, "stage", "ENTRIES", "m1", "m2")
+    with r.pipeline(transaction=True) as pipe:
+        pipe.watch("progress")
+        pipe.multi()
+        pipe.execute_command("TCONCAT", "dst", "stage")
+        pipe.set("progress", 7)
+        assert pipe.execute() == [0, True]
+    assert reader.result() == [b"m1", b"m2"]
 
 
 # -------------------------------------------------------------- groups

@@ -18,14 +18,15 @@ from rcp11.commands.admin import info_text
 from rcp11.commands.core import (
     BLOCKED,
     COMMANDS,
+    RUN_COMMANDS,
     Command,
     client_disconnected,
     execute,
     expire_keys,
-    glob_to_regex,
     parse_int,
+    rename_command,
 )
-from rcp11.commands.streams import RUN_COMMANDS, execute_run
+from rcp11.commands.streams import execute_run
 
 __all__ = [
     "BLOCKED",
@@ -38,10 +39,10 @@ __all__ = [
     "execute",
     "execute_run",
     "expire_keys",
-    "glob_to_regex",
     "info_text",
     "keys",
     "parse_int",
+    "rename_command",
     "streams",
     "strings",
     "transactions",

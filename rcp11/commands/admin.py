@@ -22,13 +22,13 @@ from rcp11.commands.core import (
     check_subcommand,
     command,
     config_value,
-    glob_to_regex,
     parse_int,
     text,
 )
 from rcp11.errors import CommandError
 from rcp11.resp import OK, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
+from rcp11.stringmatch import compile_glob
 
 
 @command("dbsize", 1, "readonly fast", summary="Number of keys", group="server")
@@ -238,7 +238,10 @@ def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -
                 raise CommandError(
                     f"ERR Unknown option or number of arguments for CONFIG SET - '{text(argv[-1])}'"
                 )
-            config.set_many([(text(argv[i]), text(argv[i + 1])) for i in range(2, len(argv), 2)])
+            config.set_many(
+                [(text(argv[i]), text(argv[i + 1])) for i in range(2, len(argv), 2)],
+                protected_ok=config.protected_allowed(client.local),
+            )
             return OK
         if sub == "rewrite":
             config.rewrite()
@@ -397,7 +400,7 @@ def command_command(state: ServerState, client: ClientState, argv: list[bytes]) 
             raise CommandError(errors.SYNTAX)
         kind, value = names[1], names[2]
         if kind == "pattern":
-            match = glob_to_regex(argv[4].lower()).fullmatch
+            match = compile_glob(argv[4], nocase=True).match
             return [n for n in COMMANDS if match(n.encode())]
         if kind == "aclcat":
             category = "@" + value.lstrip("@")
@@ -479,6 +482,7 @@ def _info_server(state: ServerState) -> dict[str, Any]:
         "process_id": os.getpid(),
         "run_id": state.run_id,
         "tcp_port": state.tcp_port,
+        "tls_port": state.config.get("tls-port") if state.config is not None else 0,
         "server_time_usec": time.time_ns() // 1000,
         "uptime_in_seconds": uptime,
         "uptime_in_days": uptime // 86400,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from collections.abc import Callable
@@ -63,12 +64,19 @@ def reset_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
 def _authenticate(state: ServerState, client: ClientState, user: bytes, password: bytes) -> None:
     required = config_value(state, "requirepass", "")
     if isinstance(required, str):
-        required = required.encode()
+        required = required.encode("utf-8", "surrogateescape")
+    # Constant time, as Redis compares SHA-256 hashes of passwords: digests
+    # of equal length, so neither the bytes nor the length of the password
+    # shows in how long a wrong guess takes.
+    matches = hmac.compare_digest(_digest(password), _digest(required))
     # The only user is "default"; without requirepass it takes any password.
-    ok = user == b"default" and (not required or hmac.compare_digest(password, required))
-    if not ok:
+    if user != b"default" or not (matches or not required):
         raise CommandError(errors.WRONGPASS)
     client.authenticated = True
+
+
+def _digest(secret: bytes) -> bytes:
+    return hashlib.sha256(secret).digest()
 
 
 @command("auth", -2, "no_auth loading stale fast", summary="Authenticate", group="connection")
@@ -151,7 +159,7 @@ def _client_flags(client: ClientState) -> str:
     return flags or "N"
 
 
-def _client_line(client: ClientState, now: float) -> str:
+def client_line(client: ClientState, now: float) -> str:
     fields = [
         ("id", client.id),
         ("addr", client.addr),
@@ -262,7 +270,7 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         client.name = argv[2]
         return OK
     if sub == "info":
-        return Verbatim("txt", _client_line(client, now) + "\n")
+        return Verbatim("txt", client_line(client, now) + "\n")
     if sub == "list":
         return Verbatim("txt", _client_list(state, client, argv[2:], now))
     if sub == "kill":
@@ -323,7 +331,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
             clients = [c for c in clients if c.id in wanted]
         else:
             raise CommandError(errors.SYNTAX)
-    return "".join(_client_line(c, now) + "\n" for c in clients)
+    return "".join(client_line(c, now) + "\n" for c in clients)
 
 
 def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:

@@ -27,6 +27,7 @@ from rcp11 import errors
 from rcp11.errors import CommandError
 from rcp11.resp import QUEUED, Error
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import MUTATIONS
 
 log = logging.getLogger("rcp11")
 
@@ -96,9 +97,15 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
-# The same rows by the name's bytes as clients usually send them (upper or
-# lower case), so dispatch needs no decode for the common spellings.
+# The rows by the names clients may call them (rename-command changes these,
+# never COMMANDS): lower-case name -> row, and the name's bytes as clients
+# usually send them (upper or lower case), so dispatch needs no decode for
+# the common spellings.
+_CLIENT_NAMES: dict[str, Command] = {}
 _BY_BYTES: dict[bytes, Command] = {}
+# rename-command's effect, new name (or "") by original name; empty when
+# nothing was renamed, which is all dispatch tests on its hot path.
+_RENAMED: dict[str, str] = {}
 
 
 def command(
@@ -113,7 +120,7 @@ def command(
 
     def register(handler: Handler) -> Handler:
         row = Command(name, handler, arity, frozenset(flags.split()), *keys, summary, group)
-        COMMANDS[name] = row
+        COMMANDS[name] = _CLIENT_NAMES[name] = row
         _BY_BYTES[name.encode()] = _BY_BYTES[name.upper().encode()] = row
         return handler
 
@@ -135,10 +142,49 @@ transaction = _Transaction()
 
 
 def lookup(name: bytes) -> Command | None:
+    """The command a client calls by this name (after rename-command)."""
     cmd = _BY_BYTES.get(name)
     if cmd is None:
-        cmd = COMMANDS.get(name.decode("utf-8", "replace").lower())
+        cmd = _CLIENT_NAMES.get(name.decode("utf-8", "replace").lower())
     return cmd
+
+
+def lookup_original(name: bytes) -> Command | None:
+    """The command by its own name, whatever rename-command did: what the
+    AOF holds (dispatch logs original names) and EXEC runs."""
+    return COMMANDS.get(name.decode("utf-8", "replace").lower())
+
+
+def rename_command(old: str, new: str) -> None:
+    """rename-command old new, as redis.conf applies it: `old` stops
+    answering, `new` ("" for none) calls that command. Raises ValueError
+    with Redis's text."""
+    cmd = _CLIENT_NAMES.get(old.lower())
+    if cmd is None:
+        raise ValueError("No such command in rename-command")
+    if new and new.lower() in _CLIENT_NAMES:
+        raise ValueError("Target command name already exists")
+    del _CLIENT_NAMES[old.lower()]
+    for spelling in [b for b, row in _BY_BYTES.items() if row is cmd]:
+        del _BY_BYTES[spelling]
+    if new:
+        _CLIENT_NAMES[new.lower()] = cmd
+        for spelling in {new, new.lower(), new.upper()}:
+            _BY_BYTES[spelling.encode("utf-8", "surrogateescape")] = cmd
+    _RENAMED[cmd.name] = new
+    _refresh_run_spellings()
+
+
+# Spellings of TWRITE a pipelined run is recognised by (streams.execute_run;
+# the server tests it before calling). Only names that reach TWRITE, and only
+# ones that are TWRITE's own: a run logs its commands as they were sent.
+RUN_COMMANDS: set[bytes] = {b"TWRITE", b"twrite"}
+
+
+def _refresh_run_spellings() -> None:
+    twrite = COMMANDS.get("twrite")
+    keep = {s for s in (b"TWRITE", b"twrite") if twrite is not None and _BY_BYTES.get(s) is twrite}
+    RUN_COMMANDS.intersection_update(keep)
 
 
 def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -146,6 +192,11 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     # The hot path of every request: attributes are read once into locals
     # and every check that is usually off is a single boolean test.
     cmd = _BY_BYTES.get(argv[0]) or lookup(argv[0])
+    if _RENAMED:
+        if state.loading:
+            cmd = lookup_original(argv[0])  # the AOF holds original names
+        elif cmd is not None:
+            argv[0] = cmd.name.encode()  # so it is logged (and queued) by its own name
     if cmd is None:
         shown = argv[0].decode("utf-8", "replace")
         return _reject(state, client, None, errors.unknown_command(shown, argv[1:]))
@@ -190,7 +241,7 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
     """Why a command that writes / may grow memory may not run now
     (MISCONF, OOM)."""
     if write:
-        refused = state.persistence.write_refused()
+        refused = state.writes_refused or state.persistence.write_refused()
         if refused:
             return refused
     if denyoom:
@@ -225,14 +276,21 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
         # Only a plausible subcommand name: CLIENT LIST lines must stay one line.
         if len(sub) < 20 and sub.replace(b"-", b"").isalnum():
             client.last_command = f"{name}|{sub.decode()}"
+    keyspace = state.keyspace
+    changes = keyspace.changes + MUTATIONS.ticks
+    logged = state.dirty
     started = perf_counter_ns()
     try:
         reply = cmd.handler(state, client, argv)
-    except CommandError as exc:
-        reply = Error(exc.message)
     except Exception as exc:  # a bug must cost one reply, not the server
-        log.exception("command %r failed", name)
-        reply = Error(f"ERR internal error in '{name}': {type(exc).__name__}: {exc}")
+        if isinstance(exc, CommandError):
+            problem = exc.message
+        else:
+            log.exception("command %r failed", name)
+            problem = errors.internal_error(name, exc)
+        if keyspace.changes + MUTATIONS.ticks != changes:
+            problem = _keep_change(state, name, argv, state.dirty != logged, problem)
+        reply = Error(problem)
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)
     row[0] += 1
@@ -246,6 +304,44 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
             for key in cmd.keys(argv):
                 blocking.signal_key(key)
     return reply
+
+
+def _keep_change(
+    state: ServerState, name: str, argv: list[bytes], handler_logged: bool, problem: str
+) -> str:
+    """A handler raised after it had changed data: make memory and the AOF
+    agree, and return the error reply that says what happened.
+
+    Handlers propagate what they changed as their last step, so one that
+    had propagated logged its change. Otherwise argv itself is logged:
+    handlers are deterministic, so replaying it redoes the same change and
+    raises the same error. It goes inside MULTI ... EXEC (alone, or in the
+    EXEC being run), whose reply is a list even when a command in it fails,
+    so the loader replays past it. If even that cannot be logged, memory
+    holds a change the AOF lacks: every write is refused from now on
+    (state.writes_refused) until a restart, so no acknowledged write can
+    build on it.
+    """
+    if not handler_logged and not state.loading:
+        try:
+            if transaction.client is None:
+                state.propagate([b"MULTI"])
+                state.propagate(argv)
+                state.propagate([b"EXEC"])
+            else:
+                state.propagate(argv)  # the running EXEC already wraps it
+        except Exception:
+            log.exception("could not log the change made by a failed %r", name)
+            if state.writes_refused is None:
+                log.warning(
+                    "Command %r changed data and failed, and the change could not be "
+                    "logged: refusing writes until restart.",
+                    name,
+                )
+            state.writes_refused = errors.UNLOGGED_CHANGE
+            return errors.failed_after_change(name, problem, logged=False)
+    log.warning("Command %r raised after it changed data; the change is kept and logged.", name)
+    return errors.failed_after_change(name, problem, logged=True)
 
 
 def unwatch_all(state: ServerState, client: ClientState) -> None:
@@ -303,51 +399,6 @@ def get_string(state: ServerState, key: bytes) -> bytes | None:
     if value is not None and not isinstance(value, bytes):
         raise CommandError(errors.WRONGTYPE)
     return value
-
-
-def glob_to_regex(pattern: bytes) -> re.Pattern[bytes]:
-    """Compile a Redis glob (KEYS, SCAN MATCH, CONFIG GET) into a regex with
-    the semantics of Redis's stringmatchlen: * ? [abc] [^a-z] and \\x."""
-    out: list[bytes] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i : i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i : i + 1]))
-        elif c == b"[":
-            i += 1
-            negate = i < n and pattern[i : i + 1] == b"^"
-            if negate:
-                i += 1
-            members: list[bytes] = []
-            # An unterminated class runs to the end of the pattern, as in Redis.
-            while i < n and pattern[i : i + 1] != b"]":
-                if pattern[i : i + 1] == b"\\" and i + 1 < n:
-                    i += 1
-                    members.append(b"\\x%02x" % pattern[i])
-                elif (
-                    i + 2 < n and pattern[i + 1 : i + 2] == b"-" and pattern[i + 2 : i + 3] != b"]"
-                ):
-                    low, high = sorted((pattern[i], pattern[i + 2]))
-                    members.append(b"\\x%02x-\\x%02x" % (low, high))
-                    i += 2
-                else:
-                    members.append(b"\\x%02x" % pattern[i])
-                i += 1
-            if members:
-                out.append(b"[" + (b"^" if negate else b"") + b"".join(members) + b"]")
-            else:
-                # [] matches nothing and [^] matches any one byte.
-                out.append(b"." if negate else b"(?!)")
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out), re.DOTALL)
 
 
 def now_ms() -> int:

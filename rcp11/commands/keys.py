@@ -10,7 +10,6 @@ from rcp11 import errors
 from rcp11.commands.core import (
     MAX_OFFSET,
     command,
-    glob_to_regex,
     now_ms,
     parse_int,
     text,
@@ -18,6 +17,7 @@ from rcp11.commands.core import (
 from rcp11.errors import CommandError
 from rcp11.resp import OK, SimpleString
 from rcp11.state import ClientState, ServerState
+from rcp11.stringmatch import compile_glob
 
 
 def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
@@ -42,10 +42,15 @@ def exists_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return sum(key in state.keyspace for key in argv[1:])
 
 
+# TYPE's answer for a stream: the name of the Redis module's data type, so
+# that both servers answer alike (docs/PROTOCOL.md section 5).
+STREAM_TYPE = "rcp11-log"
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "none"
-    return "string" if isinstance(value, bytes) else "stream"
+    return "string" if isinstance(value, bytes) else STREAM_TYPE
 
 
 @command("type", 2, "readonly fast", (1, 1, 1), summary="The type of a key")
@@ -65,8 +70,7 @@ def _live_keys(state: ServerState) -> list[bytes]:
 def keys_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if argv[1] == b"*":
         return _live_keys(state)
-    match = glob_to_regex(argv[1]).fullmatch
-    return [key for key in _live_keys(state) if match(key)]
+    return compile_glob(argv[1]).filter(_live_keys(state))
 
 
 # SCAN walks keys in the order of their (per-process) hash; the cursor is
@@ -107,7 +111,8 @@ def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
             if count < 1:
                 raise CommandError(errors.SYNTAX)
         elif option == b"match":
-            match = glob_to_regex(argv[i + 1]).fullmatch
+            # As Redis: "*" alone matches every key, the empty one too.
+            match = None if argv[i + 1] == b"*" else compile_glob(argv[i + 1]).match
         elif option == b"type":
             wanted_type = text(argv[i + 1]).lower()
         else:
@@ -160,8 +165,12 @@ def renamenx_command(state: ServerState, client: ClientState, argv: list[bytes])
 
 def _set_deadline(state: ServerState, key: bytes, when_ms: int) -> None:
     """Give key the deadline when_ms and log it in absolute form; a
-    deadline already past deletes the key, as Redis does."""
-    if when_ms <= now_ms():
+    deadline already past deletes the key, as Redis does, except while the
+    files load: a replayed deadline that has passed since it was logged
+    only sets the TTL (as redis-server's checkAlreadyExpired), so the
+    commands logged after it replay onto the key they ran on, and the key
+    expires after loading."""
+    if when_ms <= now_ms() and not state.loading:
         state.keyspace.delete(key)
         state.propagate([b"DEL", key])
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from time import perf_counter_ns
@@ -19,15 +20,19 @@ from rcp11.blocking import (
 from rcp11.commands.core import (
     BLOCKED,
     MAX_OFFSET,
+    RUN_COMMANDS,
     command,
     command_stats,
     parse_int,
     text,
     transaction,
+    write_refusal,
 )
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import OffsetOverflowError, StorageError, Stream
+
+log = logging.getLogger("rcp11")
 
 
 @command(
@@ -74,13 +79,13 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return first
 
 
-# Spellings a pipelined run is recognised by; any other goes one by one.
-# Public so a server can skip the execute_run() call for other commands.
-RUN_COMMANDS = frozenset({b"TWRITE", b"twrite"})
 # A run's AOF bytes must fit in the disk space persistence keeps reserved
 # ahead of the log (it checks before each write command, with a 128 KB
 # margin), so a run is cut at this many payload bytes.
 _RUN_MAX_BYTES = 64 << 10
+# And at this many commands: the server reads the clock between runs to give
+# other clients their turn (a run of tiny messages costs ~4 us per command).
+_RUN_MAX_COMMANDS = 1024
 
 
 def execute_run(
@@ -89,18 +94,41 @@ def execute_run(
     """Run commands[index:] as far as they are a run of plain `TWRITE key
     value` on one existing stream, with one append for all of them, when
     nothing could tell that from running them one by one through execute():
-    no transaction, no blocked reader to wake in between, no TTL, no
-    maxmemory, writes allowed. Returns their replies (consecutive offsets),
-    or None to say: use execute() for commands[index].
+    no transaction, no reader blocked on that stream, no TTL, no maxmemory,
+    writes allowed. Returns their replies (consecutive offsets), or None to
+    say: use execute() for commands[index].
+
+    Every refusal that does not depend on the run is decided before the
+    scan ahead, in O(1): the server calls this for every TWRITE of a
+    pipeline, so a scan that is then refused would make a pipeline that
+    cannot use runs (MULTI, maxmemory) quadratic. After the scan the run is
+    run: only a failure that refuses the next call cheaply too (MISCONF) or
+    a C allocation failure can waste it.
 
     Every command is still propagated (AOF) and counted on its own."""
     argv = commands[index]
     if len(argv) != 3 or argv[0] not in RUN_COMMANDS:
         return None
+    if state.loading or not client.authenticated or client.queued is not None:
+        return None
     key = argv[1]
+    blocking = state.blocking
+    keyspace = state.keyspace
+    if (
+        (blocking is not None and (key in blocking.waiting or blocking.ready))
+        or key in keyspace.expires
+        or (state.config is not None and state.config.get("maxmemory"))
+        or write_refusal(state, True, False)
+    ):
+        return None
+    stream = keyspace.data.get(key)
+    if stream is None or isinstance(stream, bytes):
+        return None  # creation and WRONGTYPE take the one-by-one path
+    # Offsets left before 2^63-1: a run never needs the overflow error.
+    room = MAX_OFFSET + 1 - stream.next_offset
     end = index + 1
     size = len(argv[2])
-    limit = len(commands)
+    limit = min(len(commands), index + room, index + _RUN_MAX_COMMANDS)
     while end < limit:
         follower = commands[end]
         if len(follower) != 3 or follower[1] != key or follower[0] not in RUN_COMMANDS:
@@ -110,36 +138,29 @@ def execute_run(
             break
         end += 1
     count = end - index
-    if count < 2 or state.loading or not client.authenticated or client.queued is not None:
+    if count < 2:
         return None
-    blocking = state.blocking
-    keyspace = state.keyspace
-    if (
-        (blocking is not None and (blocking.waiting or blocking.ready))
-        or key in keyspace.expires
-        or (state.config is not None and state.config.get("maxmemory"))
-        or state.persistence.write_refused()
-    ):
-        return None
-    stream = keyspace.data.get(key)
-    if stream is None or isinstance(stream, bytes):
-        return None  # creation and WRONGTYPE take the one-by-one path
     run = commands[index:end]
     new_next_offset = stream.next_offset + count
-    if new_next_offset - 1 > MAX_OFFSET:
-        return None
     try:
         state.persistence.before_stream_write(key, new_next_offset)
         started = perf_counter_ns()
         first = stream.append([argv[2] for argv in run])
     except (CommandError, StorageError):
         return None  # nothing was written; execute() gives each its error
-    keyspace.touch(key)
-    # state.propagate() per command, without re-testing `loading` each time,
-    # and not at all while there is no AOF to write.
-    state.dirty += count
-    if state.persistence.aof_state != "off":
-        deque(map(state.persistence.propagate, run), maxlen=0)
+    try:
+        keyspace.touch(key)
+        # state.propagate() per command, without re-testing `loading` each
+        # time, and not at all while there is no AOF to write.
+        if state.persistence.aof_state != "off":
+            deque(map(state.persistence.propagate, run), maxlen=0)
+        state.dirty += count
+    except Exception:
+        # Appended, but how much of it is logged is unknown: as call() does
+        # when it cannot log a change, refuse every write from now on.
+        log.exception("A run of %d TWRITE failed after its append", count)
+        state.writes_refused = errors.UNLOGGED_CHANGE
+        raise
     stats = state.stats
     stats.total_messages_written += count
     stats.total_commands_processed += count
@@ -255,7 +276,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
         # A group read writes its group key, so it obeys write refusals.
-        refused = state.persistence.write_refused() if not state.loading else None
+        refused = write_refusal(state, True, False) if not state.loading else None
         if refused:
             raise CommandError(refused)
         position = group_position(state, group)

@@ -8,7 +8,7 @@ from rcp11 import errors
 from rcp11.commands.core import (
     call,
     command,
-    lookup,
+    lookup_original,
     transaction,
     unwatch_all,
     write_refusal,
@@ -60,7 +60,8 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     if client.dirty_cas:
         _end_transaction(state, client)
         return NULL_ARRAY
-    commands = [lookup(argv[0]) for argv in queued]
+    # Queued by their own names (dispatch renames argv[0] back).
+    commands = [lookup_original(argv[0]) for argv in queued]
     if not state.loading:
         refusal = write_refusal(
             state, any(cmd.write for cmd in commands), any(cmd.denyoom for cmd in commands)

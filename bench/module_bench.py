@@ -1,0 +1,476 @@
+"""Suite: the rcp11 Redis module inside redis-server.
+
+One redis-server 7 with the module loaded (`python -m rcp11 module-path`)
+answers both sides of every comparison: the RCP 11 commands and Redis's own
+stream and list commands, on different keys of the same process. Runs
+alternate (A B A B ...) with the same generator, `redis-benchmark` with 50
+clients; the table gives the median of each side, their ratio, and the
+ratio of requests per second of server CPU (the same process runs both
+sides, so that one is robust against other load on a shared machine).
+Memory is `used_memory` growth (Redis's allocator, which the module uses)
+per 100-byte entry on a fresh server. BGSAVE and load are timed on the
+module's streams; replication catch-up is a full sync of a fresh replica.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Context, Log, measure
+from bench.loadgen import Job
+from bench.redis_suite import _interleaved
+from bench.report import SuiteReport, Table, num
+from bench.resp import encode_command
+from bench.servers import Server
+from bench.workloads import batch_writer, payload, single_writer
+
+NAME = "module"
+TITLE = "Suite: the rcp11 Redis module inside redis-server"
+
+GOAL_VS_STREAM = 1.0  # TWRITE vs XADD, TREAD vs XRANGE
+GOAL_VS_LIST = 1.5  # batch forms vs RPUSH / LRANGE
+GOAL_MEMORY = 0.92  # bytes per entry vs a Redis stream
+
+
+def module_file() -> str:
+    from rcp11.__main__ import module_path
+
+    path = module_path()
+    if not path.is_file():
+        raise RuntimeError(f"the Redis module is not built ({path}): pip install -e .")
+    return str(path)
+
+
+def start_module_server(ctx: Context, **extra: str) -> Server:
+    srv = ctx.pool.start("redis", loadmodule=module_file(), **extra)
+    srv.call(b"TWRITE", b"warm", b"ENTRIES", b"a", b"b")
+    srv.call(b"TREAD", b"warm", 0, 2)
+    srv.call(b"DEL", b"warm")
+    return srv
+
+
+def run(ctx: Context) -> SuiteReport:
+    report = SuiteReport(NAME, TITLE, intro=__doc__.split("\n\n", 1)[1])
+
+    def log(message: str) -> None:
+        ctx.log(NAME, message)
+
+    sections = (
+        ("throughput", _throughput),
+        ("memory", _memory),
+        ("persistence", _persistence),
+        ("replication", _replication),
+    )
+    for what, section in sections:
+        try:
+            section(ctx, report, log)
+        except Exception as exc:  # the page must still be written
+            report.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            log(f"ERROR in {what}: {exc}")
+    return report
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def _throughput(ctx: Context, report: SuiteReport, log: Log) -> None:
+    rounds = ctx.pick(5, 3, 1)
+    seconds = ctx.pick(2.0, 0.5, 0.0)
+    p100 = payload(100).hex()[:100]  # printable: it travels as an argument
+    batch = [p100] * 100
+    table = Table(
+        "Throughput inside one redis-server (redis-benchmark, 50 clients)",
+        [
+            "comparison",
+            "-P",
+            "requests per run",
+            "module entries/s",
+            "Redis entries/s",
+            "ratio",
+            "ratio per server CPU",
+            "goal",
+            "verdict",
+        ],
+    )
+    table.notes.append(
+        f"{rounds} alternating round(s) per row after a probe that sizes each run to about "
+        f"{seconds:g} s; entries/s = requests/s x entries per request. Read keys hold 1000 "
+        "entries of 100 bytes, so each read returns 100. The verdict is the throughput "
+        "ratio's; the ratio of requests per server CPU second, which other load on a shared "
+        "machine moves much less, is given beside it."
+    )
+    report.tables.append(table)
+    srv = start_module_server(ctx)
+    try:
+        rows: list[tuple[str, list[str], list[str], int, int, float, str]] = []
+        for pipeline in (1, 32):
+            rows.append(
+                (
+                    "`TWRITE s <100B>` vs `XADD x * f <100B>`",
+                    ["TWRITE", "s", p100],
+                    ["XADD", "x", "*", "f", p100],
+                    pipeline,
+                    1,
+                    GOAL_VS_STREAM,
+                    f"write_p{pipeline}",
+                )
+            )
+        rows.append(
+            (
+                "`TWRITE b ENTRIES <100 x 100B>` vs `RPUSH l <100 x 100B>`",
+                ["TWRITE", "b", "ENTRIES", *batch],
+                ["RPUSH", "l", *batch],
+                1,
+                100,
+                GOAL_VS_LIST,
+                "batch_write",
+            )
+        )
+        for pipeline in (1, 32):
+            rows.append(
+                (
+                    "`TREAD rs 0 100` vs `XRANGE xs - + COUNT 100`",
+                    ["TREAD", "rs", "0", "100"],
+                    ["XRANGE", "xs", "-", "+", "COUNT", "100"],
+                    pipeline,
+                    100,
+                    GOAL_VS_STREAM,
+                    f"read_xrange_p{pipeline}",
+                )
+            )
+            rows.append(
+                (
+                    "`TREAD rs 0 100` vs `LRANGE rl 0 99`",
+                    ["TREAD", "rs", "0", "100"],
+                    ["LRANGE", "rl", "0", "99"],
+                    pipeline,
+                    100,
+                    GOAL_VS_LIST,
+                    f"read_lrange_p{pipeline}",
+                )
+            )
+        preloaded = False
+        for label, ours, theirs, pipeline, per_request, goal, key in rows:
+            if ours[0] == "TREAD" and not preloaded:
+                _preload(srv, p100)
+                preloaded = True
+            try:
+                _row(ctx, srv, report, table, log, label, ours, theirs, pipeline, per_request,
+                     goal, key, rounds, seconds)  # fmt: skip
+            except Exception as exc:
+                report.errors.append(f"{label} -P {pipeline}: {type(exc).__name__}: {exc}")
+                log(f"ERROR in {label}: {exc}")
+    finally:
+        ctx.pool.stop(srv)
+
+
+def _preload(srv: Server, p100: str) -> None:
+    data = p100.encode()
+    for _ in range(10):
+        srv.call(b"TWRITE", b"rs", b"ENTRIES", *[data] * 100)
+        srv.call(b"RPUSH", b"rl", *[data] * 100)
+    for _ in range(1000):
+        srv.call(b"XADD", b"xs", b"*", b"f", data)
+
+
+def _row(
+    ctx: Context,
+    srv: Server,
+    report: SuiteReport,
+    table: Table,
+    log: Log,
+    label: str,
+    ours: list[str],
+    theirs: list[str],
+    pipeline: int,
+    per_request: int,
+    goal: float,
+    key: str,
+    rounds: int,
+    seconds: float,
+) -> None:
+    requests = ctx.pick(5_000, 2_000, 500) * (4 if pipeline > 1 else 1)
+    if per_request > 1 and ours[0] == "TWRITE":
+        requests = ctx.pick(1_000, 300, 100)
+    if seconds:
+        probe = [
+            r[0].rps for r in _interleaved(1, [(srv, ours), (srv, theirs)], requests, pipeline)
+        ]
+        requests = max(requests, min(int(min(probe) * seconds), requests * 50))
+    log(f"{label} -P {pipeline}: {rounds} x {num(requests)} requests each side")
+    # The same server answers both sides, alternately (A B A B ...).
+    mine, redis = _interleaved(rounds, [(srv, ours), (srv, theirs)], requests, pipeline)
+    a = statistics.median(x.rps for x in mine) * per_request
+    b = statistics.median(x.rps for x in redis) * per_request
+    # Requests per server CPU second: rps / (cpu% / 100).
+    a_cpu = statistics.median(x.rps * 100 / x.server_cpu_pct for x in mine if x.server_cpu_pct)
+    b_cpu = statistics.median(x.rps * 100 / x.server_cpu_pct for x in redis if x.server_cpu_pct)
+    ratio, cpu_ratio = a / b, a_cpu / b_cpu
+    table.add(
+        label,
+        pipeline,
+        num(requests),
+        num(a),
+        num(b),
+        f"{ratio:.2f}x",
+        f"{cpu_ratio:.2f}x",
+        f">= {goal}x",
+        report.goal(
+            f"Module suite: {label}, -P {pipeline}",
+            f"{ratio:.2f}x ({cpu_ratio:.2f}x per server CPU)",
+            f">= {goal}x",
+            ratio >= goal,
+        ),
+    )
+    report.data[key] = {
+        "module": a,
+        "redis": b,
+        "ratio": ratio,
+        "ratio_per_cpu": cpu_ratio,
+        "module_rounds": [x.rps for x in mine],
+        "redis_rounds": [x.rps for x in redis],
+    }
+    log(f"  module {num(a)} / redis {num(b)} entries/s = {ratio:.2f}x ({cpu_ratio:.2f}x per CPU)")
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _used_memory(srv: Server) -> int:
+    info = srv.call(b"INFO", b"memory")
+    assert isinstance(info, bytes)
+    for line in info.decode().splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":")[1])
+    raise RuntimeError("INFO memory has no used_memory")
+
+
+def _memory(ctx: Context, report: SuiteReport, log: Log) -> None:
+    entries = ctx.pick(1_000_000, 200_000, 20_000)
+    p100 = payload(100)
+    table = Table(
+        f"Memory for {num(entries)} entries of 100 bytes, one fresh redis-server",
+        [
+            "structure",
+            "how written",
+            "used_memory growth (MB)",
+            "bytes per entry",
+            "ratio",
+            "goal",
+            "verdict",
+        ],  # fmt: skip
+    )
+    table.notes.append(
+        "used_memory is what Redis's allocator (jemalloc) hands out, size-class rounding "
+        "included; the module allocates through it (RedisModule_Alloc). Structures are "
+        "written one after the other into the same server. MEMORY USAGE of the module's "
+        "stream, which counts the bytes the core asked for, is given in the last note."
+    )
+    report.tables.append(table)
+    srv = start_module_server(ctx)
+    try:
+        how = {
+            "module stream": (
+                "`TWRITE m ENTRIES <100 x 100B>`, pipelined",
+                batch_writer(srv.port, b"m", entries, 100, 100),
+            ),
+            "Redis stream": (
+                "`XADD x * f <100B>`, pipelined",
+                single_writer(srv.port, [b"XADD", b"x", b"*", b"f", p100], entries, 2),
+            ),
+            "Redis list": (
+                "`RPUSH l <100 x 100B>`, pipelined",
+                batch_writer(srv.port, b"l", entries, 100, 100, command=b"RPUSH"),
+            ),
+        }
+        per: dict[str, float] = {}
+        for label, (_, job) in how.items():
+            log(f"memory: {num(entries)} entries into a {label}")
+            before = _used_memory(srv)
+            measure(srv, [job])
+            per[label] = (_used_memory(srv) - before) / entries
+        base = per["Redis stream"]
+        for label, (written, _) in how.items():
+            is_module = label == "module stream"
+            table.add(
+                label,
+                written,
+                f"{per[label] * entries / 1e6:.1f}",
+                f"{per[label]:.1f}",
+                f"{per[label] / base:.2f}x",
+                f"<= {GOAL_MEMORY}x" if is_module else "-",
+                report.goal(
+                    "Module suite: used_memory per 100 B entry, module / Redis stream",
+                    f"{per[label] / base:.2f}x ({per[label]:.1f} vs {base:.1f} bytes)",
+                    f"<= {GOAL_MEMORY}x",
+                    per[label] / base <= GOAL_MEMORY,
+                )
+                if is_module
+                else "-",
+            )
+            report.data[f"memory_{label.replace(' ', '_')}"] = per[label]
+        usage = srv.call(b"MEMORY", b"USAGE", b"m")
+        assert isinstance(usage, int)
+        table.notes.append(
+            f"MEMORY USAGE m: {usage / entries:.1f} bytes per entry (the core's own count); "
+            "the difference to used_memory is jemalloc's size-class rounding of the node "
+            "blobs."
+        )
+        log("  bytes per entry: " + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
+    finally:
+        ctx.pool.stop(srv)
+
+
+# ---------------------------------------------------------------- persistence
+
+
+# Distinct messages: 64 send buffers of 25 commands of 100 random messages
+# each, repeated in turn. The repetition period (16 MB) is far beyond
+# LZF's 8 KB window, so an RDB file cannot shrink by repetition.
+_DISTINCT_BUFFERS = 64
+_COMMANDS_PER_BUFFER = 25
+
+
+def _distinct_writer(port: int, prefix: list[bytes], messages: int) -> Job:
+    """`prefix` + 100 messages per command: TWRITE key ENTRIES or RPUSH key."""
+    rng = random.Random(b"".join(prefix))
+    buffers = []
+    for _ in range(_DISTINCT_BUFFERS):
+        commands = [
+            encode_command(*prefix, *(rng.randbytes(100) for _ in range(100)))
+            for _ in range(_COMMANDS_PER_BUFFER)
+        ]
+        buffers.append(b"".join(commands))
+    count = max(1, messages // (100 * _COMMANDS_PER_BUFFER))
+    chunks = [(buffers[n % _DISTINCT_BUFFERS], _COMMANDS_PER_BUFFER) for n in range(count)]
+    return Job(port, chunks, ("lines", 1), entries=count * _COMMANDS_PER_BUFFER * 100, window=64)
+
+
+def _fill(srv: Server, total_bytes: int, structure: str = "module") -> int:
+    """total_bytes of distinct 100-byte messages over 16 module streams (or
+    16 Redis lists); returns how many messages were written."""
+    per_key = total_bytes // 100 // 16
+    prefixes = [
+        [b"TWRITE", b"p%d" % n, b"ENTRIES"] if structure == "module" else [b"RPUSH", b"l%d" % n]
+        for n in range(16)
+    ]
+    jobs = [_distinct_writer(srv.port, prefix, per_key) for prefix in prefixes]
+    written = 0
+    for start in range(0, len(jobs), 4):
+        written += measure(srv, jobs[start : start + 4]).run.entries
+    return written
+
+
+def _info_field(srv: Server, section: bytes, field: str) -> str:
+    info = srv.call(b"INFO", section)
+    assert isinstance(info, bytes)
+    for line in info.decode().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1]
+    raise RuntimeError(f"INFO {section.decode()} has no {field}")
+
+
+def _wait(condition: Any, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.01)
+
+
+def _bgsave(srv: Server) -> float:
+    started = time.perf_counter()
+    srv.call(b"BGSAVE")
+    _wait(lambda: _info_field(srv, b"persistence", "rdb_bgsave_in_progress") == "0")
+    took = time.perf_counter() - started
+    if _info_field(srv, b"persistence", "rdb_last_bgsave_status") != "ok":
+        raise RuntimeError("BGSAVE failed")
+    return took
+
+
+def _persistence(ctx: Context, report: SuiteReport, log: Log) -> None:
+    size = ctx.pick(1_000_000_000, 100_000_000, 10_000_000)
+    table = Table(
+        f"Persistence of {size / 1e9:g} GB of distinct 100-byte messages in 16 keys",
+        ["data", "rdbcompression", "BGSAVE s", "BGSAVE GB/s", "load s", "load GB/s", "file MB"],
+    )
+    table.notes.append(
+        "GB/s are payload bytes per second. BGSAVE: from the command until "
+        "rdb_bgsave_in_progress is 0. Load: a restart, from the process start until it "
+        "answers PING (not -LOADING). rdbcompression yes (Redis's default) runs every string "
+        "longer than 20 bytes, so every node blob, through LZF, which gains nothing on "
+        "incompressible data; the Redis list (quicklist of 8 KB listpacks) is the same data "
+        "in a native type, for reference."
+    )
+    report.tables.append(table)
+    for structure, compression in (("module", "yes"), ("module", "no"), ("list", "yes")):
+        srv = start_module_server(ctx, rdbcompression=compression)
+        try:
+            messages = _fill(srv, size, structure)
+            payload_bytes = messages * 100
+            label = "module streams" if structure == "module" else "Redis lists"
+            log(f"persistence: {num(messages)} messages in {label}, rdbcompression "
+                f"{compression}: BGSAVE")  # fmt: skip
+            save = _bgsave(srv)
+            file_mb = (Path(srv.dir) / "dump.rdb").stat().st_size / 1e6
+            srv.stop()
+            started = time.perf_counter()
+            srv.start(timeout=600)
+            load = time.perf_counter() - started
+            if int(_info_field(srv, b"keyspace", "db0").split(",")[0][5:]) != 16:
+                raise RuntimeError("the restarted server lost keys")
+            table.add(label, compression, f"{save:.2f}", f"{payload_bytes / save / 1e9:.2f}",
+                      f"{load:.2f}", f"{payload_bytes / load / 1e9:.2f}", f"{file_mb:.0f}")  # fmt: skip
+            key = f"{structure}_rdbcompression_{compression}"
+            report.data[f"bgsave_gb_s_{key}"] = payload_bytes / save / 1e9
+            report.data[f"load_gb_s_{key}"] = payload_bytes / load / 1e9
+            log(f"  BGSAVE {save:.2f} s, load {load:.2f} s, {file_mb:.0f} MB")
+        finally:
+            ctx.pool.stop(srv)
+    report.data["bgsave_gb_s"] = report.data["bgsave_gb_s_module_rdbcompression_yes"]
+    report.data["load_gb_s"] = report.data["load_gb_s_module_rdbcompression_yes"]
+
+
+# ---------------------------------------------------------------- replication
+
+
+def _replication(ctx: Context, report: SuiteReport, log: Log) -> None:
+    size = ctx.pick(1_000_000_000, 100_000_000, 10_000_000)
+    table = Table(
+        f"Replication catch-up: a fresh replica of a primary holding {size / 1e9:g} GB",
+        ["phase", "seconds", "payload GB/s"],
+    )
+    table.notes.append(
+        "Full sync over loopback with Redis 7.0's defaults (diskless transfer, its 5 s "
+        "start delay set to 0, RDB strings through LZF); timed from REPLICAOF until the "
+        "replica's link is up and it holds every message."
+    )
+    report.tables.append(table)
+    primary = start_module_server(ctx, repl_diskless_sync_delay="0")
+    replica = start_module_server(ctx)
+    try:
+        messages = _fill(primary, size)
+        log(f"replication: {num(messages)} messages on the primary; REPLICAOF")
+        started = time.perf_counter()
+        replica.call(b"REPLICAOF", b"127.0.0.1", primary.port)
+
+        def caught_up() -> bool:
+            try:
+                if _info_field(replica, b"replication", "master_link_status") != "up":
+                    return False
+                return int(_info_field(replica, b"rcp11", "rcp11_stream_messages")) == messages
+            except (RuntimeError, OSError):
+                return False  # -LOADING while it loads the RDB
+
+        _wait(caught_up)
+        took = time.perf_counter() - started
+        table.add("full sync", f"{took:.2f}", f"{messages * 100 / took / 1e9:.2f}")
+        report.data["replication_gb_s"] = messages * 100 / took / 1e9
+        log(f"  caught up in {took:.2f} s")
+    finally:
+        ctx.pool.stop(replica)
+        ctx.pool.stop(primary)

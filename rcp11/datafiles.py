@@ -1,0 +1,139 @@
+"""The data directory: the names of the files the server keeps in `dir`, the
+names they must never share, and the lock that gives one server the
+directory.
+
+A leaf: config.py checks names with it, persistence.py names its files and
+takes the lock with it.
+
+Files in `dir`::
+
+    <dbfilename>              the snapshot
+    <dbfilename>.offsets      offset reservations, beside the snapshot
+    <appendfilename>          the AOF
+    temp-rcp11-*              snapshot and offsets files being written
+    temp-rewriteaof-rcp11-*   an AOF rewrite being written
+    rcp11.lock                held (POSIX lock) by the server using `dir`
+
+A snapshot saved over the AOF (or the AOF appended to the offsets file...)
+destroys acknowledged writes, and a start-up removes leftover temp-* files,
+so every one of these names must be distinct, and dbfilename/appendfilename
+may not take a temporary or the lock file's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+
+OFFSETS_SUFFIX = ".offsets"
+SNAPSHOT_TEMP_PREFIX = "temp-rcp11-"
+REWRITE_TEMP_PREFIX = "temp-rewriteaof-rcp11-"
+TEMP_PREFIXES = (SNAPSHOT_TEMP_PREFIX, REWRITE_TEMP_PREFIX)
+LOCK_NAME = "rcp11.lock"
+
+
+def offsets_name(dbfilename: str) -> str:
+    """The offsets file that goes with a snapshot name."""
+    return dbfilename + OFFSETS_SUFFIX
+
+
+def filename_problem(directive: str, name: str) -> str | None:
+    """Why `name` cannot be the value of dbfilename/appendfilename, or None.
+    Texts follow redis-server's where it has one."""
+    if name == "":
+        return f"{directive} can't be empty"
+    if "/" in name or "\\" in name or name in (".", ".."):
+        return f"{directive} can't be a path, just a filename"
+    for prefix in TEMP_PREFIXES:
+        if name.startswith(prefix):
+            return f"{directive} can't start with '{prefix}' (the server's temporary files)"
+    if name == LOCK_NAME:
+        return f"{directive} can't be '{LOCK_NAME}' (the data directory's lock file)"
+    return None
+
+
+def names_clash(dbfilename: str, appendfilename: str) -> str | None:
+    """Why the snapshot and AOF names cannot go together, or None."""
+    if dbfilename == appendfilename:
+        return "dbfilename and appendfilename can't name the same file"
+    if offsets_name(dbfilename) == appendfilename:
+        return f"dbfilename's offsets file ({offsets_name(dbfilename)}) can't be the appendfilename"
+    return None
+
+
+def data_paths(directory: str, dbfilename: str, appendfilename: str) -> dict[str, str]:
+    """What each file of the data directory is called, as absolute paths."""
+    directory = os.path.abspath(directory)
+    return {
+        "dbfilename": os.path.join(directory, dbfilename),
+        "the offsets file": os.path.join(directory, offsets_name(dbfilename)),
+        "appendfilename": os.path.join(directory, appendfilename),
+        "the lock file": os.path.join(directory, LOCK_NAME),
+    }
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (links and `..` resolved)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+class DirectoryInUse(Exception):
+    """Another process holds the data directory's lock."""
+
+
+# Locks this process holds, by real path. POSIX locks belong to the process,
+# and closing any descriptor of the file drops them, so a directory is
+# opened once and its descriptor kept for the life of the process.
+_held: dict[str, int] = {}
+
+
+def lock_data_dir(directory: str) -> str:
+    """Take the data directory's lock (the lock file is created if needed)
+    and write our pid into it; returns the lock file's path. Raises
+    DirectoryInUse naming the process that holds it, or OSError.
+
+    A POSIX record lock (lockf): the kernel drops it when the holder dies,
+    kill -9 included, so a stale lock file never blocks a restart; forked
+    children (BGSAVE) do not inherit it."""
+    path = os.path.join(os.path.realpath(directory), LOCK_NAME)
+    if path in _held:
+        return path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = b""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 32, 0).strip()
+        os.close(fd)
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            who = f"pid {holder.decode('ascii', 'replace')}" if holder else "another process"
+            raise DirectoryInUse(
+                f"the data directory {os.path.dirname(path)} is in use by another rcp11 "
+                f"server ({who}, holding {path})"
+            ) from None
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    _held[path] = fd
+    return path
+
+
+__all__ = [
+    "LOCK_NAME",
+    "OFFSETS_SUFFIX",
+    "TEMP_PREFIXES",
+    "DirectoryInUse",
+    "data_paths",
+    "filename_problem",
+    "lock_data_dir",
+    "names_clash",
+    "offsets_name",
+    "same_file",
+]

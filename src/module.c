@@ -1,0 +1,1711 @@
+/* module.c -- the rcp11 streams inside redis-server: a Redis module.
+ *
+ * WHAT IT IS
+ * ==========
+ *
+ * rcp11-server is one process on one machine. This file builds the same
+ * storage core (macronode.c, compiled into the module unchanged) a second
+ * way: as a module that gives redis-server 7.0+ the RCP 11 commands
+ *
+ *     TWRITE key entry
+ *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
+ *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ *     TEVICT key offset
+ *     TCONCAT dst src [src ...]
+ *
+ * and a data type named "rcp11-log" (TYPE answers it). Redis then brings
+ * what one process cannot: replicas, failover, Sentinel, Redis Cluster,
+ * ACLs, TLS. The semantics and every error text are the contract's
+ * (docs/PROTOCOL.md); the Python server's command tests run against both
+ * servers, so the two cannot drift apart unnoticed.
+ *
+ *     redis-server --loadmodule "$(python -m rcp11 module-path)"
+ *
+ * A key's value is the core's mn_stream itself: no wrapper, the module value
+ * pointer Redis stores is the stream. Everything the core allocates goes
+ * through RedisModule_Alloc (src/module_alloc.h is force-included into
+ * macronode.c), so used_memory, maxmemory and MEMORY USAGE see the data.
+ *
+ * THE COMMANDS IN REDIS'S TERMS
+ * =============================
+ *
+ *   command       flags                          keys (key specs)
+ *   -----------   ----------------------------   -----------------------------
+ *   twrite        write deny-oom fast            1: RW INSERT
+ *   tread         readonly may-replicate         1: RO ACCESS; after GROUP or
+ *                 blocking getkeys-api              GROUPNEW: RW UPDATE
+ *   tevict        write fast                     1: RW DELETE
+ *   tconcat       write deny-oom                 1: RW INSERT; 2..: RW DELETE
+ *   rcp11.skipto  write deny-oom                 1: RW INSERT
+ *
+ * TREAD is "readonly" so that replicas serve plain reads. A group read moves
+ * its group key, which is a write: TREAD refuses it itself on a read-only
+ * replica (-READONLY, as Redis words it), and "may-replicate" tells Redis
+ * that it may propagate (CLIENT PAUSE WRITE holds it back).
+ *
+ * The key specs (RedisModule_SetCommandInfo, 7.0) name the group key too,
+ * so COMMAND GETKEYS, ACLs and redis-py's RedisCluster see it. Redis 7.0's
+ * Cluster does not read key specs when it checks slots (it uses first/last/
+ * step, or the module's own answer): so TREAD also has "getkeys-api" and
+ * answers key-position requests itself (rl_tread_keys), and a group key in
+ * another slot is -CROSSSLOT, never written on a node that does not own it.
+ * In a cluster a stream and its group keys must hash to one slot: give them
+ * one hash tag, "{events}" and "{events}:readers" (docs/MODULE.md).
+ *
+ * Commands that change a key signal it themselves (WATCH, client-side
+ * caching: the module sets NO_IMPLICIT_SIGNAL_MODIFIED, so merely opening a
+ * key for writing invalidates nothing) and announce keyspace events:
+ * "twrite", "tevict", "tconcat" in the module class, "set" for a group key
+ * a group read moved, "del" for each TCONCAT source.
+ *
+ * BLOCKING
+ * ========
+ *
+ * TREAD ... BLOCK blocks with RedisModule_BlockClientOnKeys on the stream
+ * key; every command that adds messages calls SignalKeyAsReady, and after
+ * the command Redis calls rl_tread_wake() for each client blocked on the
+ * key, in the order they blocked. The callback rereads the stream (and the
+ * group key) and either replies (REDISMODULE_OK: the client is unblocked) or
+ * returns REDISMODULE_ERR and keeps its place. That order gives the
+ * contract's group fairness for free: the first blocked reader of a group
+ * takes up to its count from the group key's position and moves the key,
+ * the next one continues from there, a reader that got nothing keeps its
+ * place, and a served reader that blocks again joins the end of the queue.
+ *
+ * Redis 7.0 does not wake module clients on everything that matters to
+ * them, so a keyspace-event hook (rl_on_keyspace_event) fills the gaps
+ * while anyone is blocked:
+ *   - a SET that turns the stream key into a string signals it, so its
+ *     readers get -WRONGTYPE at once instead of waiting forever;
+ *   - a SET / DEL / INCR / expiry of a group key signals the streams its
+ *     readers wait on (rl_groups maps group keys to their waiters), so a
+ *     rewound group serves at once. When the group key disappeared, its
+ *     readers remember the position the group would now start at (the
+ *     contract recreates the key at that moment; a keyspace-event callback
+ *     must not write, so the key is written when they are served);
+ *   - FLUSHDB / FLUSHALL fire no per-key event: a server-event hook
+ *     (rl_on_flush) makes every group reader of the flushed database start
+ *     over at offset 0.
+ *
+ * One rule keeps Redis's propagation sound: the wake callback writes and
+ * replicates only when it replies. Redis propagates what a served client's
+ * callback replicated right after serving it; a callback that returned
+ * REDISMODULE_ERR after replicating would leave the write unpropagated.
+ *
+ * Inside MULTI/EXEC, Lua or RM_Call (context flags MULTI, LUA,
+ * DENY_BLOCKING) TREAD never blocks: it reads what is there, as the
+ * contract says for transactions (Redis would answer an error instead).
+ *
+ * REPLICATION AND THE AOF
+ * =======================
+ *
+ * Redis feeds replicas and the AOF from one stream of commands; a module
+ * command chooses what goes in it:
+ *
+ *   TWRITE key e / TWRITE key ENTRIES e...  verbatim
+ *   TWRITE key BACKLOG n ENTRIES e...       TWRITE key ENTRIES e...
+ *                                           + TEVICT key <last evicted offset>
+ *   TEVICT key -n / TEVICT key o            TEVICT key <last evicted offset>,
+ *                                           only when something was evicted
+ *   TREAD ... GROUP gk                      SET gk <new position>
+ *   TCONCAT, RCP11.SKIPTO                   verbatim
+ *
+ * Cuts are replicated as absolute offsets, so a replica ends exactly where
+ * its primary is whatever it held before. Several commands replicated by
+ * one call are wrapped in MULTI/EXEC by Redis. Replicas refuse every write
+ * (-READONLY), group reads included; a replicated TWRITE wakes the
+ * replica's own blocked readers.
+ *
+ * PERSISTENCE
+ * ===========
+ *
+ * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
+ * stream as the core's own serialized blobs, written by rl_rdb_save():
+ *
+ *   +----------------------+---------------------+-------------+-----+
+ *   | unsigned: node count | buffer: header blob | buffer: node | ... |
+ *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    |
+ *   +----------------------+---------------------+-------------+-----+
+ *
+ * The header and node blobs are macronode.c's little-endian formats (drawn
+ * in its header comment), each with a CRC32; a compressed node stays
+ * compressed. RL_ENCVER (Redis's per-type encoding version) is 1; the
+ * type name "rcp11-log" is written into every RDB file, so it never
+ * changes. rl_rdb_load() validates every blob with the core's validator
+ * before trusting it: a corrupt or truncated value makes the load fail with
+ * a logged reason (RESTORE answers an error, a server refuses to start from
+ * a corrupt file), never a crash.
+ *
+ * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits commands that
+ * rebuild the stream logically: RCP11.SKIPTO key <first offset> (creates the
+ * stream with every older offset evicted), then TWRITE key ENTRIES ... in
+ * batches of RL_AOF_BATCH_MESSAGES, then RCP11.SKIPTO key <next offset> if
+ * the tail is evicted. Offsets, evictions and the next offset come back
+ * exactly; node boundaries and compression follow the current configs.
+ *
+ * Durability is Redis's (docs/MODULE.md): with appendonly yes and
+ * appendfsync always a reply leaves only after the AOF write is on disk;
+ * with everysec, or with snapshots only, a crash loses the last writes and
+ * the restarted server hands their offsets out again; a failover loses what
+ * the replica had not received, unless the writer waited with WAIT.
+ *
+ * CONFIGS AND INFO
+ * ================
+ *
+ * Module configs (CONFIG GET/SET, redis.conf, --rcp11.<name> on the command
+ * line): rcp11.stream-node-max-entries (1000), rcp11.stream-compression
+ * (no|zlib) and rcp11.stream-compression-level (6). They reach an existing
+ * stream at its next write. INFO rcp11 shows a section "rcp11_streams" whose
+ * fields are the Python server's INFO streams fields, prefixed "rcp11_" as
+ * Redis prefixes module fields. The totals are kept as running sums: every
+ * command adds the difference it made to a stream (rl_account), and the free
+ * callback, which Redis may run on its lazy-free thread, subtracts with
+ * atomic operations.
+ */
+
+#include "rcp11_module_api.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "macronode.h"
+
+/* ------------------------------------------------------------------------
+ * Constants
+ * --------------------------------------------------------------------- */
+
+#define RL_MODULE_NAME "rcp11"
+#define RL_MODULE_VERSION 1
+/* The data type's name is written into every RDB file holding a stream:
+ * never change it. Redis requires exactly 9 characters. */
+#define RL_TYPE_NAME "rcp11-log"
+/* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
+#define RL_ENCVER 1
+/* Key specs (SetCommandInfo) and module configs need 7.0. */
+#define RL_MIN_REDIS_VERSION 0x00070000
+
+/* 2^63: one past the largest offset, the largest next offset. */
+#define RL_OFFSET_END ((uint64_t)1 << 63)
+
+/* A TREAD reply is copied out of the core in batches sized to about this
+ * many payload bytes (at the stream's average message size), so that one
+ * read of 100 small messages is one core call while a read of huge
+ * messages never holds more than a batch in the scratch buffer. */
+#define RL_READ_BATCH_BYTES (256 * 1024)
+#define RL_READ_BATCH_MAX 4096
+/* Scratch buffers above this size are given back after the command that
+ * grew them, so one huge read does not pin its memory. */
+#define RL_SCRATCH_KEEP_BYTES (1024 * 1024)
+/* AOF rewrite: messages and payload bytes per emitted TWRITE, small enough
+ * to keep each command far below proto-max-bulk-len and the AOF loader's
+ * buffers, large enough to make the per-command overhead negligible. */
+#define RL_AOF_BATCH_MESSAGES 1000
+#define RL_AOF_BATCH_BYTES (4 * 1024 * 1024)
+/* Error messages quote at most this many bytes of a key name. */
+#define RL_QUOTE_MAX 128
+
+/* Error texts: the contract's, worded as the Python server words them
+ * (rcp11/errors.py). */
+#define RL_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
+#define RL_ERR_OVERFLOW "ERR stream offset would exceed 2^63-1"
+#define RL_ERR_OFFSET "ERR offset is not an integer or out of range"
+#define RL_ERR_COUNT "ERR count is not an integer or out of range"
+#define RL_ERR_TIMEOUT "ERR timeout is not an integer or out of range"
+#define RL_ERR_NEGATIVE_COUNT "ERR count must be >= 0"
+#define RL_ERR_NEGATIVE_TIMEOUT "ERR timeout is negative"
+#define RL_ERR_GROUP_IS_KEY "ERR the group key must be a different key than the stream key"
+#define RL_ERR_GROUP_AND_GROUPNEW "ERR GROUP and GROUPNEW cannot be used together"
+#define RL_ERR_BACKLOG "ERR BACKLOG count must be an integer >= 0"
+#define RL_ERR_READONLY "READONLY You can't write against a read only replica."
+#define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
+#define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
+
+/* ------------------------------------------------------------------------
+ * The module API pointers (declared in rcp11_module_api.h)
+ * --------------------------------------------------------------------- */
+
+#define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
+RCP11_MODULE_API(RL_DEFINE_API)
+#undef RL_DEFINE_API
+
+typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
+
+/* Fill every API pointer. Returns the name of the first missing function
+ * (the server is too old), or NULL. */
+static const char *rl_load_api(RedisModuleCtx *ctx) {
+    rl_getapi_fn getapi;
+    void *first_word = ((void **)ctx)[0];
+    memcpy(&getapi, &first_word, sizeof(getapi));
+#define RL_LOOKUP_API(ret, name, params)                                                   \
+    if (getapi("RedisModule_" #name, (void *)&RedisModule_##name) != REDISMODULE_OK ||    \
+        RedisModule_##name == NULL)                                                        \
+        return #name;
+    RCP11_MODULE_API(RL_LOOKUP_API)
+#undef RL_LOOKUP_API
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Module state: configs, INFO totals, scratch buffers
+ * --------------------------------------------------------------------- */
+
+static RedisModuleType *rl_type;
+
+static struct {
+    long long max_entries;  /* rcp11.stream-node-max-entries */
+    int compression;        /* rcp11.stream-compression: 0 no, 1 zlib */
+    long long level;        /* rcp11.stream-compression-level */
+} rl_config = {MN_DEFAULT_MAX_ENTRIES, 0, 6};
+
+/* INFO totals over every stream of every database. Updated by commands on
+ * the main thread and by rl_free(), which Redis may call on its lazy-free
+ * thread: always through __atomic builtins. */
+static struct {
+    uint64_t streams, messages, nodes, compressed, payload, memory;
+} rl_totals;
+
+/* A stream's share of rl_totals, taken before a command changes it. */
+typedef struct rl_snap {
+    uint64_t messages, nodes, compressed, payload, memory;
+} rl_snap;
+
+/* Scratch for TREAD replies (grown by the core) and for the entries of a
+ * TWRITE (grown here). Main thread only. */
+static mn_buf rl_read_buf;
+static int64_t rl_read_lens[RL_READ_BATCH_MAX];
+static char *rl_write_buf;
+static size_t rl_write_cap;
+static uint32_t *rl_write_lens;
+static size_t rl_write_lens_cap;
+
+/* Set while the module announces its own group-key write: the readers that
+ * write concerns are being served right now. */
+static int rl_own_event;
+
+static int rl_level(void) { return rl_config.compression ? (int)rl_config.level : 0; }
+
+static void rl_total_add(uint64_t *field, uint64_t delta) {
+    __atomic_fetch_add(field, delta, __ATOMIC_RELAXED);
+}
+
+static uint64_t rl_total_get(uint64_t *field) { return __atomic_load_n(field, __ATOMIC_RELAXED); }
+
+static void rl_snap_take(const mn_stream *s, rl_snap *out) {
+    if (s == NULL) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    out->messages = mn_length(s);
+    out->nodes = mn_num_nodes(s);
+    out->compressed = mn_num_compressed_nodes(s);
+    out->payload = mn_payload_bytes(s);
+    out->memory = mn_memory_bytes(s);
+}
+
+/* Add what changed in s since `before` to the totals (unsigned wrap-around
+ * makes a decrease a subtraction). s NULL: the stream is gone. */
+static void rl_account(const mn_stream *s, const rl_snap *before) {
+    rl_snap after;
+    rl_snap_take(s, &after);
+    if (after.messages != before->messages)
+        rl_total_add(&rl_totals.messages, after.messages - before->messages);
+    if (after.nodes != before->nodes) rl_total_add(&rl_totals.nodes, after.nodes - before->nodes);
+    if (after.compressed != before->compressed)
+        rl_total_add(&rl_totals.compressed, after.compressed - before->compressed);
+    if (after.payload != before->payload)
+        rl_total_add(&rl_totals.payload, after.payload - before->payload);
+    if (after.memory != before->memory)
+        rl_total_add(&rl_totals.memory, after.memory - before->memory);
+}
+
+/* A stream came into being (created, loaded, copied): count it whole. */
+static void rl_account_new(const mn_stream *s) {
+    rl_snap none;
+    rl_snap_take(NULL, &none);
+    rl_total_add(&rl_totals.streams, 1);
+    rl_account(s, &none);
+}
+
+static void rl_release_scratch(void) {
+    if (rl_read_buf.cap > RL_SCRATCH_KEEP_BYTES) {
+        mn_buf_free(&rl_read_buf);
+        mn_buf_init(&rl_read_buf);
+    }
+    if (rl_write_cap > RL_SCRATCH_KEEP_BYTES) {
+        RedisModule_Free(rl_write_buf);
+        rl_write_buf = NULL;
+        rl_write_cap = 0;
+    }
+    if (rl_write_lens_cap * sizeof(uint32_t) > RL_SCRATCH_KEEP_BYTES) {
+        RedisModule_Free(rl_write_lens);
+        rl_write_lens = NULL;
+        rl_write_lens_cap = 0;
+    }
+}
+
+static void rl_reserve_write(size_t bytes, size_t count) {
+    if (bytes > rl_write_cap) {
+        rl_write_buf = RedisModule_Realloc(rl_write_buf, bytes);
+        rl_write_cap = bytes;
+    }
+    if (count > rl_write_lens_cap) {
+        rl_write_lens = RedisModule_Realloc(rl_write_lens, count * sizeof(uint32_t));
+        rl_write_lens_cap = count;
+    }
+}
+
+/* A new, empty stream with the current configs. */
+static mn_stream *rl_stream_new(void) {
+    return mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
+}
+
+/* Configs reach an existing stream at its next write (both setters are
+ * O(1): they govern nodes filled from now on). */
+static void rl_apply_config(mn_stream *s) {
+    if (mn_max_entries(s) != (uint32_t)rl_config.max_entries)
+        mn_stream_set_max_entries(s, (uint32_t)rl_config.max_entries);
+    if (mn_compression_level(s) != rl_level()) mn_stream_set_compression(s, rl_level());
+}
+
+/* ------------------------------------------------------------------------
+ * Small helpers: errors, parsing, keys
+ * --------------------------------------------------------------------- */
+
+/* Copy up to `limit` bytes of a client-given name into out (size outsize)
+ * for an error message: valid UTF-8 is kept, each invalid byte becomes
+ * U+FFFD as Python's "replace" decoding does, and CR/LF, which cannot
+ * appear in an error reply, become spaces. */
+static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
+    size_t o = 0;
+    if (len > limit) len = limit;
+    for (size_t i = 0; i < len && o + 4 < outsize;) {
+        unsigned char c = (unsigned char)p[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int valid = n > 0 && i + n <= len;
+        for (size_t k = 1; valid && k < n; k++)
+            if (((unsigned char)p[i + k] >> 6) != 2) valid = 0;
+        if (!valid) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+            continue;
+        }
+        if (n == 1 && (c == '\r' || c == '\n')) {
+            out[o++] = ' ';
+        } else {
+            memcpy(out + o, p + i, n);
+            o += n;
+        }
+        i += n;
+    }
+    out[o] = '\0';
+}
+
+/* Reply "-<prefix>'<quoted name>'<suffix>". */
+static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
+                           size_t limit, const char *suffix) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(name, &len);
+    size_t quoted_size = (len < limit ? len : limit) * 3 + 8;
+    char *quoted = RedisModule_Alloc(quoted_size);
+    rl_quote(p, len, limit, quoted, quoted_size);
+    size_t msg_size = strlen(prefix) + strlen(quoted) + strlen(suffix) + 4;
+    char *msg = RedisModule_Alloc(msg_size);
+    snprintf(msg, msg_size, "%s'%s'%s", prefix, quoted, suffix);
+    RedisModule_ReplyWithError(ctx, msg);
+    RedisModule_Free(msg);
+    RedisModule_Free(quoted);
+    return REDISMODULE_OK;
+}
+
+/* Whether arg is `word` (upper case ASCII), ignoring case. */
+static int rl_arg_is(const RedisModuleString *arg, const char *word) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(arg, &len);
+    if (len != strlen(word)) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+        if (c != word[i]) return 0;
+    }
+    return 1;
+}
+
+static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
+    size_t alen, blen;
+    const char *pa = RedisModule_StringPtrLen(a, &alen);
+    const char *pb = RedisModule_StringPtrLen(b, &blen);
+    return alen == blen && memcmp(pa, pb, alen) == 0;
+}
+
+/* A decimal offset as the server writes it: "0" or [1-9][0-9]*, at most
+ * max. Returns 1 and sets *out when it is one. */
+static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
+    if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        uint64_t digit = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10) return 0;
+        v = v * 10 + digit;
+    }
+    if (v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+/* The stream at an opened key: *s is NULL for an empty key. Returns 0 when
+ * the key holds something else. */
+static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
+    int type = RedisModule_KeyType(key);
+    if (type == REDISMODULE_KEYTYPE_EMPTY) {
+        *s = NULL;
+        return 1;
+    }
+    if (type == REDISMODULE_KEYTYPE_MODULE && RedisModule_ModuleTypeGetType(key) == rl_type) {
+        *s = RedisModule_ModuleTypeGetValue(key);
+        return 1;
+    }
+    return 0;
+}
+
+/* Open a key that must hold a stream or nothing: *key is the opened key
+ * (NULL for a missing key opened READ only, which the API allows everywhere
+ * a key goes), *s the stream (NULL for an empty key). When the key holds
+ * something else, replies -WRONGTYPE and returns 0. */
+static int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
+                          RedisModuleKey **key, mn_stream **s) {
+    *key = RedisModule_OpenKey(ctx, name, mode);
+    if (rl_stream_of(*key, s)) return 1;
+    RedisModule_CloseKey(*key);
+    RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+    return 0;
+}
+
+/* Where `start` falls for a negative offset -n: next - n, floored at 0. */
+static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
+    if (offset >= 0) return (uint64_t)offset;
+    uint64_t back = (uint64_t)(-(offset + 1)) + 1;
+    return back >= next ? 0 : next - back;
+}
+
+/* ------------------------------------------------------------------------
+ * Appends: every write of messages goes through these two, so the core's
+ * append signature is used in one place.
+ * --------------------------------------------------------------------- */
+
+static int64_t rl_append_one(mn_stream *s, const char *p, size_t len) {
+    return mn_append_one(s, p, (uint32_t)len, RedisModule_Milliseconds());
+}
+
+static int64_t rl_append_many(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
+    return mn_append(s, buf, lens, n, RedisModule_Milliseconds());
+}
+
+/* Reply the error for a core return code that a checked command can still
+ * meet. */
+static int rl_reply_core_error(RedisModuleCtx *ctx, int64_t rc) {
+    if (rc == MN_ERR_OVERFLOW) return RedisModule_ReplyWithError(ctx, RL_ERR_OVERFLOW);
+    if (rc == MN_ERR_TOOBIG) return RedisModule_ReplyWithError(ctx, RL_ERR_TOOBIG);
+    if (rc == MN_ERR_NOMEM) return RedisModule_ReplyWithError(ctx, "ERR out of memory");
+    return RedisModule_ReplyWithError(ctx, "ERR internal error in the stream core");
+}
+
+/* ------------------------------------------------------------------------
+ * Replies
+ * --------------------------------------------------------------------- */
+
+/* Messages per core call for a read of this stream (see
+ * RL_READ_BATCH_BYTES). */
+static uint64_t rl_read_batch(const mn_stream *s) {
+    uint64_t length = mn_length(s);
+    uint64_t avg = length ? mn_payload_bytes(s) / length : 0;
+    uint64_t batch = avg ? RL_READ_BATCH_BYTES / avg : RL_READ_BATCH_MAX;
+    if (batch < 1) batch = 1;
+    if (batch > RL_READ_BATCH_MAX) batch = RL_READ_BATCH_MAX;
+    return batch;
+}
+
+/* Reply the messages at offsets [start, start + n), a null for each evicted
+ * one. The caller checked start + n <= next offset. */
+static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n) {
+    uint64_t batch = rl_read_batch(s);
+    while (n > 0) {
+        uint64_t k = n < batch ? n : batch;
+        rl_read_buf.len = 0;
+        int rc = mn_read_copy(s, start, k, &rl_read_buf, rl_read_lens);
+        if (rc != MN_OK) {
+            /* Cannot happen for a checked range; the array length is already
+             * sent, so keep the reply well-formed. */
+            RedisModule_Log(ctx, "warning", "rcp11: read failed (%d) at offset %llu", rc,
+                            (unsigned long long)start);
+            for (uint64_t i = 0; i < n; i++) RedisModule_ReplyWithNull(ctx);
+            return;
+        }
+        const char *p = rl_read_buf.data;
+        for (uint64_t i = 0; i < k; i++) {
+            if (rl_read_lens[i] < 0) {
+                RedisModule_ReplyWithNull(ctx);
+            } else {
+                RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
+                p += rl_read_lens[i];
+            }
+        }
+        start += k;
+        n -= k;
+    }
+}
+
+/* TREAD's reply for offsets start.. (at most count of them), with the
+ * WITHINFO header when asked. Returns how many offsets it holds (nulls
+ * included): the group key moves by that much. s may be NULL. */
+static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                               int withinfo) {
+    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t n = start < next ? next - start : 0;
+    if (n > (uint64_t)count) n = (uint64_t)count;
+    if (withinfo) {
+        uint64_t first = s ? mn_first_offset(s) : 0;
+        RedisModule_ReplyWithArray(ctx, (long)(n + 1));
+        RedisModule_ReplyWithArray(ctx, 4);
+        /* next may be 2^63, which no RESP integer holds: the info reports
+         * the ceiling instead, as the Python server does. */
+        RedisModule_ReplyWithLongLong(ctx, (long long)(first < RL_OFFSET_END ? first : RL_OFFSET_END - 1));
+        RedisModule_ReplyWithLongLong(ctx, next == 0 ? -1 : (long long)(next - 1));
+        RedisModule_ReplyWithLongLong(ctx, (long long)(start < RL_OFFSET_END ? start : RL_OFFSET_END - 1));
+        RedisModule_ReplyWithLongLong(ctx, (long long)n);
+    } else {
+        RedisModule_ReplyWithArray(ctx, (long)n);
+    }
+    if (n > 0) {
+        rl_snap before;
+        rl_snap_take(s, &before);
+        rl_reply_messages(ctx, s, start, n);
+        rl_account(s, &before); /* reading a compressed node fills its cache */
+    }
+    rl_release_scratch();
+    return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Group keys
+ * --------------------------------------------------------------------- */
+
+/* Read a group key: *missing set when it does not exist, else *pos. On a
+ * bad value replies the error and returns REDISMODULE_ERR. */
+static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int *missing,
+                             uint64_t *pos) {
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, group, REDISMODULE_READ);
+    int type = RedisModule_KeyType(key);
+    *missing = type == REDISMODULE_KEYTYPE_EMPTY;
+    *pos = 0;
+    if (*missing) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    if (type != REDISMODULE_KEYTYPE_STRING) {
+        RedisModule_CloseKey(key);
+        RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+        return REDISMODULE_ERR;
+    }
+    size_t len;
+    const char *p = RedisModule_StringDMA(key, &len, REDISMODULE_READ);
+    /* 2^63 is the position past a stream's last possible message: the
+     * module writes it itself, so it must read it back. */
+    int ok = rl_parse_offset(p, len, RL_OFFSET_END, pos);
+    RedisModule_CloseKey(key);
+    if (!ok) {
+        rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                        " does not hold a valid offset (an integer >= 0)");
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
+/* Where a group without a group key starts: the oldest readable message,
+ * or (GROUPNEW) the next message written. */
+static uint64_t rl_group_default(const mn_stream *s, int group_new) {
+    if (s == NULL) return 0;
+    return group_new ? mn_next_offset(s) : mn_first_offset(s);
+}
+
+/* Write a group key and replicate it as the SET it is. */
+static void rl_set_group(RedisModuleCtx *ctx, RedisModuleString *group, uint64_t pos) {
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)pos);
+    RedisModuleString *value = RedisModule_CreateString(ctx, digits, (size_t)len);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, group, REDISMODULE_WRITE);
+    RedisModule_StringSet(key, value);
+    RedisModule_CloseKey(key);
+    RedisModule_SignalModifiedKey(ctx, group);
+    rl_own_event = 1;
+    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", group);
+    rl_own_event = 0;
+    RedisModule_Replicate(ctx, "SET", "ss", group, value);
+    RedisModule_FreeString(ctx, value);
+}
+
+/* ------------------------------------------------------------------------
+ * Blocked readers
+ *
+ * Each blocked TREAD owns an rl_wait (its privdata). Group readers are also
+ * linked into their group's rl_group, found in rl_groups by the key
+ * "<db as 4 bytes><group key name>", so that a change of the group key can
+ * signal the streams they wait on.
+ * --------------------------------------------------------------------- */
+
+typedef struct rl_group rl_group;
+
+typedef struct rl_wait {
+    RedisModuleString *key;   /* the stream key (own copy) */
+    RedisModuleString *group; /* the group key (own copy), NULL: plain read */
+    uint64_t start;           /* plain read: absolute start offset */
+    uint64_t fallback;        /* group read: start if the group key vanished */
+    int has_fallback;
+    long long count;
+    int withinfo;
+    int group_new;
+    int db;
+    rl_group *owner;
+    struct rl_wait *prev, *next;
+} rl_wait;
+
+struct rl_group {
+    rl_wait *head, *tail;
+    size_t name_len;
+    char name[]; /* the rl_groups key */
+};
+
+static RedisModuleDict *rl_groups;
+static uint64_t rl_waiting; /* blocked TREADs: the keyspace hook idles at 0 */
+
+static char *rl_group_dict_key(int db, RedisModuleString *group, size_t *len) {
+    size_t glen;
+    const char *g = RedisModule_StringPtrLen(group, &glen);
+    char *k = RedisModule_Alloc(glen + 4);
+    uint32_t d = (uint32_t)db;
+    memcpy(k, &d, 4);
+    memcpy(k + 4, g, glen);
+    *len = glen + 4;
+    return k;
+}
+
+static void rl_group_link(rl_wait *w) {
+    size_t len;
+    char *k = rl_group_dict_key(w->db, w->group, &len);
+    int nokey;
+    rl_group *g = RedisModule_DictGetC(rl_groups, k, len, &nokey);
+    if (nokey || g == NULL) {
+        g = RedisModule_Alloc(sizeof(rl_group) + len);
+        g->head = g->tail = NULL;
+        g->name_len = len;
+        memcpy(g->name, k, len);
+        RedisModule_DictSetC(rl_groups, g->name, len, g);
+    }
+    RedisModule_Free(k);
+    w->owner = g;
+    w->next = NULL;
+    w->prev = g->tail;
+    if (g->tail) g->tail->next = w;
+    else g->head = w;
+    g->tail = w;
+}
+
+static void rl_group_unlink(rl_wait *w) {
+    rl_group *g = w->owner;
+    if (g == NULL) return;
+    if (w->prev) w->prev->next = w->next;
+    else g->head = w->next;
+    if (w->next) w->next->prev = w->prev;
+    else g->tail = w->prev;
+    if (g->head == NULL) {
+        RedisModule_DictDelC(rl_groups, g->name, g->name_len, NULL);
+        RedisModule_Free(g);
+    }
+    w->owner = NULL;
+}
+
+static void rl_wait_free(RedisModuleCtx *ctx, void *privdata) {
+    (void)ctx;
+    rl_wait *w = privdata;
+    rl_group_unlink(w);
+    RedisModule_FreeString(NULL, w->key);
+    if (w->group) RedisModule_FreeString(NULL, w->group);
+    RedisModule_Free(w);
+    rl_waiting--;
+}
+
+/* Serve a blocked reader if its stream has something at its start offset.
+ * Returns REDISMODULE_OK when it replied (also with an error), ERR to keep
+ * it waiting. Writes and replicates only when it replies (see BLOCKING). */
+static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    rl_wait *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
+        return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
+    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t start = w->start, pos = 0;
+    int missing = 0;
+    if (w->group) {
+        if (rl_group_position(ctx, w->group, &missing, &pos) != REDISMODULE_OK) {
+            RedisModule_CloseKey(key);
+            return REDISMODULE_OK; /* the error went to the reader */
+        }
+        start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
+    }
+    if (start >= next) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_ERR;
+    }
+    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo);
+    RedisModule_CloseKey(key);
+    if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
+    return REDISMODULE_OK;
+}
+
+static int rl_tread_timeout(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    return RedisModule_ReplyWithNullArray(ctx);
+}
+
+static void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
+                     long long block_ms) {
+    w->db = RedisModule_GetSelectedDb(ctx);
+    w->key = RedisModule_CreateStringFromString(NULL, stream_key);
+    if (w->group) {
+        w->group = RedisModule_CreateStringFromString(NULL, w->group);
+        rl_group_link(w);
+    }
+    rl_waiting++;
+    RedisModule_BlockClientOnKeys(ctx, rl_tread_wake, rl_tread_timeout, rl_wait_free, block_ms,
+                                  &stream_key, 1, w);
+}
+
+/* Keyspace events (GENERIC, STRING, EXPIRED, EVICTED) while readers wait:
+ * Redis 7.0 signals neither a stream key overwritten by SET nor any change
+ * of a group key, so signal them here. Reads only: a keyspace-event
+ * callback must not write. */
+static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event,
+                                RedisModuleString *key) {
+    (void)type;
+    (void)event;
+    if (rl_waiting == 0 || rl_own_event) return REDISMODULE_OK;
+    /* Readers of this key as a stream: they reread it (and may get
+     * -WRONGTYPE). A no-op for keys nobody blocks on. */
+    RedisModule_SignalKeyAsReady(ctx, key);
+    if (RedisModule_DictSize(rl_groups) == 0) return REDISMODULE_OK;
+    size_t len;
+    char *k = rl_group_dict_key(RedisModule_GetSelectedDb(ctx), key, &len);
+    int nokey;
+    rl_group *g = RedisModule_DictGetC(rl_groups, k, len, &nokey);
+    RedisModule_Free(k);
+    if (nokey || g == NULL) return REDISMODULE_OK;
+    RedisModuleKey *gk = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
+    int missing = RedisModule_KeyType(gk) == REDISMODULE_KEYTYPE_EMPTY;
+    RedisModule_CloseKey(gk);
+    for (rl_wait *w = g->head; w != NULL; w = w->next) {
+        if (missing) {
+            /* The group starts over from here, as if the key had been
+             * recreated now. */
+            RedisModuleKey *sk = RedisModule_OpenKey(ctx, w->key, REDISMODULE_READ);
+            mn_stream *s;
+            w->fallback = rl_stream_of(sk, &s) ? rl_group_default(s, w->group_new) : 0;
+            w->has_fallback = 1;
+            RedisModule_CloseKey(sk);
+        }
+        RedisModule_SignalKeyAsReady(ctx, w->key);
+    }
+    return REDISMODULE_OK;
+}
+
+/* FLUSHDB / FLUSHALL (and a replica's full resync) drop streams and group
+ * keys without a keyspace event per key: every group reader of a flushed
+ * database starts over at offset 0, the start of the stream that will be
+ * created next. */
+static void rl_on_flush(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data) {
+    (void)ctx;
+    (void)eid;
+    const RedisModuleFlushInfo *info = data;
+    if (subevent != REDISMODULE_SUBEVENT_FLUSHDB_END || rl_waiting == 0) return;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rl_groups, "^", NULL, 0);
+    void *value;
+    while (RedisModule_DictNextC(it, NULL, &value) != NULL) {
+        for (rl_wait *w = ((rl_group *)value)->head; w != NULL; w = w->next) {
+            if (info->dbnum != -1 && info->dbnum != w->db) continue;
+            w->fallback = 0;
+            w->has_fallback = 1;
+        }
+    }
+    RedisModule_DictIteratorStop(it);
+}
+
+/* ------------------------------------------------------------------------
+ * TWRITE key entry | TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
+ * --------------------------------------------------------------------- */
+
+/* Parse the options form. Sets *entries_at (argv index of the first entry)
+ * and *backlog (-1: none). Replies the error and returns ERR. */
+static int rl_twrite_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
+                             int *entries_at, long long *backlog) {
+    *backlog = -1;
+    int i = 2;
+    for (;;) {
+        if (i >= argc) {
+            RedisModule_ReplyWithError(ctx, "ERR syntax error, ENTRIES is missing");
+            return REDISMODULE_ERR;
+        }
+        if (rl_arg_is(argv[i], "ENTRIES")) {
+            i++;
+            break;
+        }
+        if (rl_arg_is(argv[i], "BACKLOG")) {
+            if (*backlog != -1) {
+                RedisModule_ReplyWithError(ctx, "ERR syntax error, BACKLOG given more than once");
+                return REDISMODULE_ERR;
+            }
+            if (i + 1 >= argc) {
+                RedisModule_ReplyWithError(ctx, "ERR syntax error, BACKLOG needs a count");
+                return REDISMODULE_ERR;
+            }
+            if (RedisModule_StringToLongLong(argv[i + 1], backlog) != REDISMODULE_OK ||
+                *backlog < 0) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_BACKLOG);
+                return REDISMODULE_ERR;
+            }
+            i += 2;
+            continue;
+        }
+        rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX,
+                        " (expected BACKLOG or ENTRIES)");
+        return REDISMODULE_ERR;
+    }
+    if (i >= argc) {
+        RedisModule_ReplyWithError(ctx, "ERR syntax error, no entry after ENTRIES");
+        return REDISMODULE_ERR;
+    }
+    *entries_at = i;
+    return REDISMODULE_OK;
+}
+
+static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    int entries_at = 2;
+    long long backlog = -1;
+    if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    size_t n = (size_t)(argc - entries_at);
+
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
+    uint64_t next = s ? mn_next_offset(s) : 0;
+    if ((uint64_t)n > RL_OFFSET_END - next) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, RL_ERR_OVERFLOW);
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        RedisModule_StringPtrLen(argv[entries_at + i], &len);
+        if ((uint64_t)len > MN_MAX_MESSAGE_BYTES) {
+            RedisModule_CloseKey(key);
+            return RedisModule_ReplyWithError(ctx, RL_ERR_TOOBIG);
+        }
+        total += len;
+    }
+
+    int created = s == NULL;
+    if (created) s = rl_stream_new();
+    else rl_apply_config(s);
+    rl_snap before;
+    rl_snap_take(created ? NULL : s, &before);
+    int64_t first;
+    if (n == 1) {
+        size_t len;
+        const char *p = RedisModule_StringPtrLen(argv[entries_at], &len);
+        first = rl_append_one(s, p, len);
+    } else {
+        rl_reserve_write(total ? total : 1, n);
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t len;
+            const char *p = RedisModule_StringPtrLen(argv[entries_at + i], &len);
+            memcpy(rl_write_buf + at, p, len);
+            rl_write_lens[i] = (uint32_t)len;
+            at += len;
+        }
+        first = rl_append_many(s, rl_write_buf, rl_write_lens, n);
+        rl_release_scratch();
+    }
+    if (first < 0) {
+        if (created) mn_stream_free(s);
+        RedisModule_CloseKey(key);
+        return rl_reply_core_error(ctx, first);
+    }
+    if (created) {
+        RedisModule_ModuleTypeSetValue(key, rl_type, s);
+        rl_total_add(&rl_totals.streams, 1);
+    }
+    uint64_t first_before = mn_first_offset(s);
+    if (backlog >= 0) mn_evict_keep(s, (uint64_t)backlog);
+    uint64_t first_after = mn_first_offset(s);
+    rl_account(s, &before);
+    RedisModule_CloseKey(key);
+
+    RedisModule_SignalModifiedKey(ctx, argv[1]);
+    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "twrite", argv[1]);
+    if (backlog < 0) {
+        RedisModule_ReplicateVerbatim(ctx);
+    } else {
+        /* The cut goes to replicas as an absolute offset. */
+        RedisModule_Replicate(ctx, "TWRITE", "scv", argv[1], "ENTRIES", argv + entries_at, n);
+        if (first_after != first_before)
+            RedisModule_Replicate(ctx, "TEVICT", "sl", argv[1], (long long)(first_after - 1));
+    }
+    return RedisModule_ReplyWithLongLong(ctx, first);
+}
+
+/* ------------------------------------------------------------------------
+ * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ * --------------------------------------------------------------------- */
+
+typedef struct rl_tread_args {
+    long long offset, count, block_ms;
+    int block, withinfo, group_new;
+    RedisModuleString *group;
+} rl_tread_args;
+
+/* Options in any order, each at most once. Replies the error and returns
+ * ERR. */
+static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
+                            rl_tread_args *a) {
+    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW"};
+    int seen[4] = {0, 0, 0, 0};
+    for (int i = 4; i < argc;) {
+        int opt = -1;
+        for (int k = 0; k < 4; k++)
+            if (rl_arg_is(argv[i], names[k])) opt = k;
+        if (opt < 0) {
+            rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
+            return REDISMODULE_ERR;
+        }
+        char msg[96];
+        if (seen[opt]) {
+            snprintf(msg, sizeof(msg), "ERR syntax error, %s given more than once", names[opt]);
+            RedisModule_ReplyWithError(ctx, msg);
+            return REDISMODULE_ERR;
+        }
+        seen[opt] = 1;
+        if (opt == 0) {
+            a->withinfo = 1;
+            i++;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            snprintf(msg, sizeof(msg), "ERR syntax error, %s needs a value", names[opt]);
+            RedisModule_ReplyWithError(ctx, msg);
+            return REDISMODULE_ERR;
+        }
+        RedisModuleString *value = argv[i + 1];
+        i += 2;
+        if (opt == 1) {
+            if (RedisModule_StringToLongLong(value, &a->block_ms) != REDISMODULE_OK) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_TIMEOUT);
+                return REDISMODULE_ERR;
+            }
+            if (a->block_ms < 0) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_NEGATIVE_TIMEOUT);
+                return REDISMODULE_ERR;
+            }
+            a->block = 1;
+        } else {
+            if (a->group != NULL) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_GROUP_AND_GROUPNEW);
+                return REDISMODULE_ERR;
+            }
+            a->group = value;
+            a->group_new = opt == 3;
+        }
+    }
+    return REDISMODULE_OK;
+}
+
+/* A key-position request (Cluster's slot check, COMMAND GETKEYS without key
+ * specs): the stream key and the group key, found as the parser finds it. */
+static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
+    for (int i = 4; i < argc;) {
+        if (rl_arg_is(argv[i], "WITHINFO")) {
+            i++;
+        } else if (rl_arg_is(argv[i], "BLOCK")) {
+            i += 2;
+        } else if (rl_arg_is(argv[i], "GROUP") || rl_arg_is(argv[i], "GROUPNEW")) {
+            if (i + 1 < argc) RedisModule_KeyAtPos(ctx, i + 1);
+            i += 2;
+        } else {
+            break; /* a syntax error: the command will say so */
+        }
+    }
+}
+
+static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (RedisModule_IsKeysPositionRequest(ctx)) {
+        rl_tread_keys(ctx, argv, argc);
+        return REDISMODULE_OK;
+    }
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    rl_tread_args a;
+    memset(&a, 0, sizeof(a));
+    if (RedisModule_StringToLongLong(argv[2], &a.offset) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_OFFSET);
+    if (RedisModule_StringToLongLong(argv[3], &a.count) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_COUNT);
+    if (a.count < 0) return RedisModule_ReplyWithError(ctx, RL_ERR_NEGATIVE_COUNT);
+    if (argc > 4 && rl_tread_options(ctx, argv, argc, &a) != REDISMODULE_OK) return REDISMODULE_OK;
+
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
+    uint64_t next = s ? mn_next_offset(s) : 0;
+    int flags = RedisModule_GetContextFlags(ctx);
+    int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
+                                          REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
+                                          REDISMODULE_CTX_FLAGS_LOADING));
+    if (a.group == NULL) {
+        uint64_t start = rl_resolve_offset(a.offset, next);
+        if (start >= next && may_block) {
+            RedisModule_CloseKey(key);
+            rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
+            w->start = start;
+            w->count = a.count;
+            w->withinfo = a.withinfo;
+            rl_block(ctx, argv[1], w, a.block_ms);
+            return REDISMODULE_OK;
+        }
+        rl_reply_range(ctx, s, start, a.count, a.withinfo);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+
+    if (rl_same_string(a.group, argv[1])) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, RL_ERR_GROUP_IS_KEY);
+    }
+    /* A group read writes its group key: a read-only replica refuses it. */
+    if ((flags & REDISMODULE_CTX_FLAGS_READONLY) && !(flags & REDISMODULE_CTX_FLAGS_REPLICATED)) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, RL_ERR_READONLY);
+    }
+    int missing;
+    uint64_t pos;
+    if (rl_group_position(ctx, a.group, &missing, &pos) != REDISMODULE_OK) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
+    if (start >= next && may_block) {
+        RedisModule_CloseKey(key);
+        /* Created now, so a GROUPNEW reader gets what is written next. */
+        if (missing) rl_set_group(ctx, a.group, start);
+        rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
+        w->group = a.group;
+        w->group_new = a.group_new;
+        w->count = a.count;
+        w->withinfo = a.withinfo;
+        rl_block(ctx, argv[1], w, a.block_ms);
+        return REDISMODULE_OK;
+    }
+    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo);
+    RedisModule_CloseKey(key);
+    if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
+    return REDISMODULE_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * TEVICT key offset
+ * --------------------------------------------------------------------- */
+
+static int rl_tevict(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    long long offset;
+    if (RedisModule_StringToLongLong(argv[2], &offset) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_OFFSET);
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
+    if (s == NULL) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithLongLong(ctx, 0);
+    }
+    rl_snap before;
+    rl_snap_take(s, &before);
+    uint64_t first_before = mn_first_offset(s);
+    int64_t evicted;
+    if (offset >= 0) {
+        evicted = mn_evict_upto(s, offset);
+    } else {
+        uint64_t keep = (uint64_t)(-(offset + 1)) + 1;
+        evicted = mn_evict_keep(s, keep);
+    }
+    uint64_t first_after = mn_first_offset(s);
+    rl_account(s, &before);
+    RedisModule_CloseKey(key);
+    if (evicted < 0) return rl_reply_core_error(ctx, evicted);
+    if (first_after != first_before) {
+        RedisModule_SignalModifiedKey(ctx, argv[1]);
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "tevict", argv[1]);
+        RedisModule_Replicate(ctx, "TEVICT", "sl", argv[1], (long long)(first_after - 1));
+    }
+    return RedisModule_ReplyWithLongLong(ctx, evicted);
+}
+
+/* ------------------------------------------------------------------------
+ * TCONCAT dst src [src ...]
+ * --------------------------------------------------------------------- */
+
+/* Append every readable message of src to dst: the core relinks whole
+ * sealed nodes and copies only what it must (mn_stream_concat), leaving src
+ * empty for the caller to delete. The caller checked that dst has room. */
+static int64_t rl_concat_one(mn_stream *dst, mn_stream *src) {
+    int64_t first = mn_stream_concat(dst, src);
+    return first < 0 ? first : MN_OK;
+}
+
+static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    for (int i = 2; i < argc; i++) {
+        if (rl_same_string(argv[i], argv[1]))
+            return rl_reply_quoted(ctx, "ERR source key ", argv[i], RL_QUOTE_MAX,
+                                   " is the destination key");
+        for (int j = 2; j < i; j++)
+            if (rl_same_string(argv[i], argv[j]))
+                return rl_reply_quoted(ctx, "ERR source key ", argv[i], RL_QUOTE_MAX,
+                                       " is given more than once");
+    }
+    RedisModuleKey **keys = RedisModule_Calloc((size_t)argc, sizeof(RedisModuleKey *));
+    mn_stream **streams = RedisModule_Calloc((size_t)argc, sizeof(mn_stream *));
+    int wrongtype = 0;
+    for (int i = 1; i < argc && !wrongtype; i++) {
+        keys[i] = RedisModule_OpenKey(ctx, argv[i], REDISMODULE_READ | REDISMODULE_WRITE);
+        if (!rl_stream_of(keys[i], &streams[i])) wrongtype = 1;
+    }
+    uint64_t dst_next = streams[1] ? mn_next_offset(streams[1]) : 0;
+    uint64_t adding = 0;
+    int overflow = 0;
+    for (int i = 2; i < argc && !wrongtype; i++) {
+        uint64_t len = streams[i] ? mn_length(streams[i]) : 0;
+        if (len > RL_OFFSET_END - dst_next - adding) overflow = 1;
+        else adding += len;
+    }
+    int rc = MN_OK;
+    if (!wrongtype && !overflow) {
+        mn_stream *dst = streams[1];
+        int created = dst == NULL;
+        if (created) dst = rl_stream_new();
+        else rl_apply_config(dst);
+        rl_snap before;
+        rl_snap_take(created ? NULL : dst, &before);
+        for (int i = 2; i < argc && rc == MN_OK; i++) {
+            if (streams[i] == NULL || mn_length(streams[i]) == 0) continue;
+            rl_snap src_before;
+            rl_snap_take(streams[i], &src_before);
+            rc = (int)rl_concat_one(dst, streams[i]);
+            rl_account(streams[i], &src_before); /* its read cache, freed with it */
+        }
+        if (created) {
+            RedisModule_ModuleTypeSetValue(keys[1], rl_type, dst);
+            rl_total_add(&rl_totals.streams, 1);
+        }
+        rl_account(dst, &before);
+        for (int i = 2; i < argc; i++)
+            if (streams[i]) RedisModule_DeleteKey(keys[i]);
+    }
+    for (int i = 1; i < argc; i++)
+        if (keys[i]) RedisModule_CloseKey(keys[i]);
+    RedisModule_Free(keys);
+    RedisModule_Free(streams);
+    rl_release_scratch();
+    if (wrongtype) return RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+    if (overflow) return RedisModule_ReplyWithError(ctx, RL_ERR_OVERFLOW);
+    if (rc != MN_OK) {
+        /* Unreachable inside Redis (allocation failure aborts the server);
+         * say so loudly if the core ever reports anything else. */
+        RedisModule_Log(ctx, "warning", "rcp11: TCONCAT failed in the core (%d)", rc);
+    }
+    for (int i = 1; i < argc; i++) RedisModule_SignalModifiedKey(ctx, argv[i]);
+    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "tconcat", argv[1]);
+    for (int i = 2; i < argc; i++)
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", argv[i]);
+    RedisModule_ReplicateVerbatim(ctx);
+    if (rc != MN_OK) return rl_reply_core_error(ctx, rc);
+    return RedisModule_ReplyWithLongLong(ctx, (long long)dst_next);
+}
+
+/* ------------------------------------------------------------------------
+ * RCP11.SKIPTO key next-offset: create the stream if missing and raise its
+ * next offset (never lower it); the offsets skipped read as null. The AOF
+ * rewrite's way to rebuild evicted prefixes and evicted tails.
+ * --------------------------------------------------------------------- */
+
+static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(argv[2], &len);
+    uint64_t target;
+    if (!rl_parse_offset(p, len, RL_OFFSET_END, &target))
+        return RedisModule_ReplyWithError(ctx, RL_ERR_SKIPTO);
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
+    int created = s == NULL;
+    if (created) {
+        s = rl_stream_new();
+        RedisModule_ModuleTypeSetValue(key, rl_type, s);
+        rl_account_new(s);
+    }
+    if (target > mn_next_offset(s)) mn_raise_next_offset(s, target);
+    RedisModule_CloseKey(key);
+    RedisModule_SignalModifiedKey(ctx, argv[1]);
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ------------------------------------------------------------------------
+ * Data type callbacks
+ * --------------------------------------------------------------------- */
+
+static void rl_rdb_save(RedisModuleIO *io, void *value) {
+    mn_stream *s = value;
+    mn_buf b;
+    mn_buf_init(&b);
+    RedisModule_SaveUnsigned(io, mn_num_nodes(s));
+    if (mn_serialize_header(s, &b) != MN_OK) {
+        RedisModule_LogIOError(io, "warning", "rcp11: cannot serialize a stream header");
+    }
+    RedisModule_SaveStringBuffer(io, b.data, b.len);
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        b.len = 0;
+        if (mn_node_serialize(node, &b) != MN_OK)
+            RedisModule_LogIOError(io, "warning", "rcp11: cannot serialize a stream node");
+        RedisModule_SaveStringBuffer(io, b.data, b.len);
+    }
+    mn_buf_free(&b);
+}
+
+static void *rl_rdb_load(RedisModuleIO *io, int encver) {
+    if (encver != RL_ENCVER) {
+        RedisModule_LogIOError(io, "warning",
+                               "rcp11: stream encoding version %d is not %d (a newer module?)",
+                               encver, RL_ENCVER);
+        return NULL;
+    }
+    uint64_t count = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io)) return NULL;
+    size_t len;
+    char *blob = RedisModule_LoadStringBuffer(io, &len);
+    if (RedisModule_IsIOError(io) || blob == NULL) return NULL;
+    int err = MN_OK;
+    mn_stream *s = mn_load_header(blob, len, RedisModule_Milliseconds(), &err);
+    RedisModule_Free(blob);
+    if (s == NULL) {
+        RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream header (%d)", err);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        blob = RedisModule_LoadStringBuffer(io, &len);
+        if (RedisModule_IsIOError(io) || blob == NULL) {
+            mn_stream_free(s);
+            return NULL;
+        }
+        int rc = mn_load_node(s, blob, len);
+        RedisModule_Free(blob);
+        if (rc != MN_OK) {
+            RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream node %llu of %llu (%d)",
+                                   (unsigned long long)i + 1, (unsigned long long)count, rc);
+            mn_stream_free(s);
+            return NULL;
+        }
+    }
+    int rc = mn_load_finish(s);
+    if (rc != MN_OK) {
+        RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
+        mn_stream_free(s);
+        return NULL;
+    }
+    rl_account_new(s);
+    return s;
+}
+
+/* Emit TWRITE key ENTRIES m1..mk for k messages stored back to back. */
+static void rl_emit_entries(RedisModuleIO *aof, RedisModuleString *key, const char *data,
+                            const uint32_t *lens, size_t k) {
+    RedisModuleString **args = RedisModule_Alloc(k * sizeof(RedisModuleString *));
+    for (size_t i = 0; i < k; i++) {
+        args[i] = RedisModule_CreateString(NULL, data, lens[i]);
+        data += lens[i];
+    }
+    RedisModule_EmitAOF(aof, "TWRITE", "scv", key, "ENTRIES", args, k);
+    for (size_t i = 0; i < k; i++) RedisModule_FreeString(NULL, args[i]);
+    RedisModule_Free(args);
+}
+
+static void rl_emit_skipto(RedisModuleIO *aof, RedisModuleString *key, uint64_t next) {
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)next);
+    RedisModule_EmitAOF(aof, "RCP11.SKIPTO", "sb", key, digits, (size_t)len);
+}
+
+/* Rebuild the stream logically (see PERSISTENCE): its first offset, its
+ * readable messages in batches, and its next offset. Runs in the rewrite
+ * child: it allocates its own buffers. */
+static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
+    mn_stream *s = value;
+    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
+    rl_emit_skipto(aof, key, pos);
+    mn_buf buf;
+    mn_buf_init(&buf);
+    int64_t *lens = RedisModule_Alloc(RL_AOF_BATCH_MESSAGES * sizeof(int64_t));
+    uint32_t *run = RedisModule_Alloc(RL_AOF_BATCH_MESSAGES * sizeof(uint32_t));
+    uint64_t batch = rl_read_batch(s);
+    if (batch > RL_AOF_BATCH_MESSAGES) batch = RL_AOF_BATCH_MESSAGES;
+    uint64_t written_to = pos; /* the stream rebuilt so far ends here */
+    while (pos < end) {
+        uint64_t k = end - pos < batch ? end - pos : batch;
+        buf.len = 0;
+        if (mn_read_copy(s, pos, k, &buf, lens) != MN_OK) {
+            RedisModule_LogIOError(aof, "warning", "rcp11: AOF rewrite cannot read a stream");
+            break;
+        }
+        const char *data = buf.data;
+        size_t m = 0, bytes = 0;
+        const char *run_data = data;
+        for (uint64_t i = 0; i < k; i++) {
+            if (lens[i] < 0) {
+                if (m) rl_emit_entries(aof, key, run_data, run, m);
+                m = 0;
+                bytes = 0;
+                continue;
+            }
+            if (m == 0) {
+                run_data = data;
+                if (written_to < pos + i) rl_emit_skipto(aof, key, pos + i);
+            }
+            run[m++] = (uint32_t)lens[i];
+            bytes += (size_t)lens[i];
+            data += lens[i];
+            written_to = pos + i + 1;
+            if (bytes >= RL_AOF_BATCH_BYTES) {
+                rl_emit_entries(aof, key, run_data, run, m);
+                m = 0;
+                bytes = 0;
+            }
+        }
+        if (m) rl_emit_entries(aof, key, run_data, run, m);
+        pos += k;
+    }
+    if (written_to < end) rl_emit_skipto(aof, key, end);
+    RedisModule_Free(run);
+    RedisModule_Free(lens);
+    mn_buf_free(&buf);
+}
+
+static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
+
+/* DEBUG DIGEST: the logical content (offsets and messages), so that a
+ * replica and its primary digest equal whatever their node layout. */
+static void rl_digest(RedisModuleDigest *md, void *value) {
+    mn_stream *s = value;
+    rl_snap before;
+    rl_snap_take(s, &before);
+    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
+    RedisModule_DigestAddLongLong(md, (long long)pos);
+    RedisModule_DigestAddLongLong(md, (long long)(end - 1));
+    uint64_t batch = rl_read_batch(s);
+    while (pos < end) {
+        uint64_t k = end - pos < batch ? end - pos : batch;
+        rl_read_buf.len = 0;
+        if (mn_read_copy(s, pos, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+        const char *p = rl_read_buf.data;
+        for (uint64_t i = 0; i < k; i++) {
+            if (rl_read_lens[i] < 0) {
+                RedisModule_DigestAddLongLong(md, -1);
+                continue;
+            }
+            RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+            p += rl_read_lens[i];
+        }
+        pos += k;
+    }
+    RedisModule_DigestEndSequence(md);
+    rl_account(s, &before);
+    rl_release_scratch();
+}
+
+/* May run on Redis's lazy-free thread: touches only the stream and the
+ * atomic totals. */
+static void rl_free(void *value) {
+    mn_stream *s = value;
+    rl_snap share;
+    rl_snap_take(s, &share);
+    /* Subtract the stream's whole share (adding 0 - x wraps to -x). */
+    rl_total_add(&rl_totals.messages, 0 - share.messages);
+    rl_total_add(&rl_totals.nodes, 0 - share.nodes);
+    rl_total_add(&rl_totals.compressed, 0 - share.compressed);
+    rl_total_add(&rl_totals.payload, 0 - share.payload);
+    rl_total_add(&rl_totals.memory, 0 - share.memory);
+    rl_total_add(&rl_totals.streams, 0 - (uint64_t)1);
+    mn_stream_free(s);
+}
+
+/* Redis frees values whose effort exceeds its threshold (64) on the
+ * lazy-free thread (UNLINK, FLUSHALL ASYNC, lazyfree-* configs). */
+static size_t rl_free_effort(RedisModuleString *key, const void *value) {
+    (void)key;
+    return (size_t)mn_num_nodes(value) + 1;
+}
+
+/* COPY: a deep copy through the serialized form, which is exact. */
+static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
+    (void)fromkey;
+    (void)tokey;
+    const mn_stream *s = value;
+    mn_buf b;
+    mn_buf_init(&b);
+    int err = MN_OK;
+    mn_stream *copy = NULL;
+    if (mn_serialize_header(s, &b) == MN_OK)
+        copy = mn_load_header(b.data, b.len, RedisModule_Milliseconds(), &err);
+    for (const mn_node *node = mn_first_node(s); copy != NULL && node != NULL;
+         node = mn_node_next(node)) {
+        b.len = 0;
+        if (mn_node_serialize(node, &b) != MN_OK || mn_load_node(copy, b.data, b.len) != MN_OK) {
+            mn_stream_free(copy);
+            copy = NULL;
+        }
+    }
+    if (copy != NULL && mn_load_finish(copy) != MN_OK) {
+        mn_stream_free(copy);
+        copy = NULL;
+    }
+    mn_buf_free(&b);
+    if (copy != NULL) rl_account_new(copy);
+    return copy;
+}
+
+/* ------------------------------------------------------------------------
+ * INFO and configs
+ * --------------------------------------------------------------------- */
+
+static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
+    (void)for_crash_report;
+    RedisModule_InfoAddSection(ctx, "streams");
+    RedisModule_InfoAddFieldULongLong(ctx, "streams", rl_total_get(&rl_totals.streams));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_messages", rl_total_get(&rl_totals.messages));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_nodes", rl_total_get(&rl_totals.nodes));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_compressed_nodes",
+                                      rl_total_get(&rl_totals.compressed));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_payload_bytes",
+                                      rl_total_get(&rl_totals.payload));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_memory_bytes", rl_total_get(&rl_totals.memory));
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_node_max_entries",
+                                      (unsigned long long)rl_config.max_entries);
+    RedisModule_InfoAddFieldCString(ctx, "stream_compression",
+                                    rl_config.compression ? "zlib" : "no");
+    RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
+}
+
+static long long rl_get_numeric(const char *name, void *privdata) {
+    (void)name;
+    return *(long long *)privdata;
+}
+
+static int rl_set_numeric(const char *name, long long value, void *privdata,
+                          RedisModuleString **err) {
+    (void)name;
+    (void)err;
+    *(long long *)privdata = value; /* Redis checked min and max */
+    return REDISMODULE_OK;
+}
+
+static int rl_get_enum(const char *name, void *privdata) {
+    (void)name;
+    return *(int *)privdata;
+}
+
+static int rl_set_enum(const char *name, int value, void *privdata, RedisModuleString **err) {
+    (void)name;
+    (void)err;
+    *(int *)privdata = value;
+    return REDISMODULE_OK;
+}
+
+static int rl_register_configs(RedisModuleCtx *ctx) {
+    static const char *compression_names[] = {"no", "zlib"};
+    static const int compression_values[] = {0, 1};
+    if (RedisModule_RegisterNumericConfig(ctx, "stream-node-max-entries", MN_DEFAULT_MAX_ENTRIES,
+                                          REDISMODULE_CONFIG_DEFAULT, 1, MN_MAX_MAX_ENTRIES,
+                                          rl_get_numeric, rl_set_numeric, NULL,
+                                          &rl_config.max_entries) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterEnumConfig(ctx, "stream-compression", 0, REDISMODULE_CONFIG_DEFAULT,
+                                       compression_names, compression_values, 2, rl_get_enum,
+                                       rl_set_enum, NULL, &rl_config.compression) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterNumericConfig(ctx, "stream-compression-level", 6,
+                                          REDISMODULE_CONFIG_DEFAULT, 1, 9, rl_get_numeric,
+                                          rl_set_numeric, NULL, &rl_config.level) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    return RedisModule_LoadConfigs(ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * Command table and key specs
+ * --------------------------------------------------------------------- */
+
+static const RedisModuleCommandInfoVersion rl_info_version = {
+    1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
+    sizeof(RedisModuleCommandArg)};
+
+/* Key spec: the key at argv[pos]. */
+#define RL_KEY_AT(at, fl)                                                                     \
+    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = (at),    \
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}}
+/* Key spec: the key right after `word`, searched from argv[from] on. */
+#define RL_KEY_AFTER(word, from, fl)                                                          \
+    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD,                        \
+     .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
+     .fk.range = {0, 1, 0}}
+
+static RedisModuleCommandKeySpec rl_twrite_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
+static RedisModuleCommandKeySpec rl_tread_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS),
+    RL_KEY_AFTER("GROUP", 4, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE),
+    RL_KEY_AFTER("GROUPNEW", 4, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE),
+    {0}};
+static RedisModuleCommandKeySpec rl_tevict_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_DELETE), {0}};
+static RedisModuleCommandKeySpec rl_tconcat_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT),
+    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_DELETE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 2,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {-1, 1, 0}},
+    {0}};
+static RedisModuleCommandKeySpec rl_skipto_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
+
+typedef struct rl_command {
+    const char *name;
+    RedisModuleCmdFunc fn;
+    const char *flags;
+    int firstkey, lastkey, keystep;
+    int arity;
+    const char *summary;
+    RedisModuleCommandKeySpec *keys;
+} rl_command;
+
+static const rl_command rl_commands[] = {
+    {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
+     "Append entries to a stream; returns the offset of the first", rl_twrite_specs},
+    {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
+     "Read a stream from an offset, or as a member of a group", rl_tread_specs},
+    {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
+     rl_tevict_specs},
+    {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
+     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+    {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
+};
+
+static int rl_create_commands(RedisModuleCtx *ctx) {
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
+        const rl_command *c = &rl_commands[i];
+        if (RedisModule_CreateCommand(ctx, c->name, c->fn, c->flags, c->firstkey, c->lastkey,
+                                      c->keystep) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+        RedisModuleCommandInfo info;
+        memset(&info, 0, sizeof(info));
+        info.version = &rl_info_version;
+        info.summary = c->summary;
+        info.since = "1.0.0";
+        info.arity = c->arity;
+        info.key_specs = c->keys;
+        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
+        if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
+            RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Loading
+ * --------------------------------------------------------------------- */
+
+__attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx,
+                                                          RedisModuleString **argv, int argc) {
+    (void)argv;
+    const char *missing = rl_load_api(ctx);
+    if (missing != NULL) return REDISMODULE_ERR; /* cannot even log: too old a server */
+    if (RedisModule_IsModuleNameBusy(RL_MODULE_NAME)) return REDISMODULE_ERR;
+    RedisModule_SetModuleAttribs(ctx, RL_MODULE_NAME, RL_MODULE_VERSION, REDISMODULE_APIVER_1);
+    if (RedisModule_GetServerVersion() < RL_MIN_REDIS_VERSION) {
+        RedisModule_Log(ctx, "warning", "rcp11 needs redis-server 7.0 or newer");
+        return REDISMODULE_ERR;
+    }
+    if (argc != 0) {
+        RedisModule_Log(ctx, "warning",
+                        "rcp11 takes no module arguments; set the rcp11.* configs instead");
+        return REDISMODULE_ERR;
+    }
+    if (mn_abi_version() != MN_ABI_VERSION) {
+        RedisModule_Log(ctx, "warning", "rcp11: the storage core does not match its header");
+        return REDISMODULE_ERR;
+    }
+    RedisModuleTypeMethods methods;
+    memset(&methods, 0, sizeof(methods));
+    methods.version = REDISMODULE_TYPE_METHOD_VERSION;
+    methods.rdb_load = rl_rdb_load;
+    methods.rdb_save = rl_rdb_save;
+    methods.aof_rewrite = rl_aof_rewrite;
+    methods.mem_usage = rl_mem_usage;
+    methods.digest = rl_digest;
+    methods.free = rl_free;
+    methods.free_effort = rl_free_effort;
+    methods.copy = rl_copy;
+    rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
+    if (rl_type == NULL) return REDISMODULE_ERR;
+    /* Corrupt or short RDB input comes back as an error to check, not an
+     * abort; WATCH is signalled by the commands themselves, only when they
+     * change something. */
+    RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS |
+                                          REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+    if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
+    rl_groups = RedisModule_CreateDict(NULL);
+    mn_buf_init(&rl_read_buf);
+    if (RedisModule_SubscribeToKeyspaceEvents(
+            ctx,
+            REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_STRING | REDISMODULE_NOTIFY_EXPIRED |
+                REDISMODULE_NOTIFY_EVICTED,
+            rl_on_keyspace_event) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    RedisModuleEvent flush = {REDISMODULE_EVENT_FLUSHDB, 1};
+    if (RedisModule_SubscribeToServerEvent(ctx, flush, rl_on_flush) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

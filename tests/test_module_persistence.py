@@ -1,0 +1,257 @@
+"""The module's streams through Redis's persistence: RDB snapshots, DEBUG
+RELOAD, AOF replay and rewrite, DUMP/RESTORE/MIGRATE, corrupt input, and
+kill -9 with the AOF on."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import RedisModuleServer, stream_info, tr, tw, wait_for
+
+# ---------------------------------------------------------------- helpers
+
+
+def populate(client: redis.Redis) -> None:
+    """Streams in every shape persistence must keep: evicted prefixes, a
+    partly evicted node, a fully evicted stream, binary and empty messages,
+    many nodes, a big message, groups, an empty stream, and a string."""
+    tw(client, "plain", *[b"message %d" % n for n in range(2500)])
+    client.execute_command("TEVICT", "plain", 1234)  # mid-node cut
+    tw(client, "binary", bytes(range(256)), b"", b"\r\n\x00")
+    tw(client, "emptied", "a", "b", "c")
+    client.execute_command("TEVICT", "emptied", -0)  # keep nothing
+    client.execute_command("TEVICT", "emptied", 100)
+    tw(client, "big", b"B" * 3_000_000)
+    tw(client, "tail", *[b"t%d" % n for n in range(10)])
+    client.execute_command("TWRITE", "tail", "BACKLOG", 4, "ENTRIES", "u1", "u2")
+    tr(client, "plain", 0, 7, "GROUP", "plain:g")
+    tr(client, "tail", 0, 1, "GROUPNEW", "tail:g")
+    client.execute_command("TCONCAT", "empty-dst", "no-such-source")
+    client.set("a-string", "v")
+
+
+def state_of(client: redis.Redis) -> dict[bytes, Any]:
+    """Everything a user can observe of the keyspace."""
+    state: dict[bytes, Any] = {}
+    for key in sorted(client.keys("*")):
+        if client.type(key) == b"rcp11-log":
+            info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
+            messages = client.execute_command("TREAD", key, 0, info[1] + 1)
+            state[key] = (info, messages, client.execute_command("DEBUG", "DIGEST-VALUE", key))
+        else:
+            state[key] = client.get(key)
+    return state
+
+
+def wait_rewrite_done(client: redis.Redis) -> None:
+    def done() -> bool:
+        info = client.info("persistence")
+        return not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
+
+    wait_for(done)
+    assert client.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+
+
+_CRC64_TABLE: list[int] = []
+
+
+def crc64(data: bytes) -> int:
+    """Redis's CRC-64 (Jones polynomial, reflected), which closes a DUMP
+    payload."""
+    if not _CRC64_TABLE:
+        for n in range(256):
+            crc = n
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0x95AC9329AC4BC9B5 if crc & 1 else 0)
+            _CRC64_TABLE.append(crc)
+    crc = 0
+    for byte in data:
+        crc = _CRC64_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+def reseal(payload: bytes) -> bytes:
+    """A DUMP payload whose body was edited, with a valid checksum again:
+    only the module's own validation can refuse it then."""
+    return payload + struct.pack("<Q", crc64(payload))
+
+
+# ---------------------------------------------------------------- RDB
+
+
+def test_crc64_matches_redis() -> None:
+    assert crc64(b"123456789") == 0xE9C6D914C4B8D9CA
+
+
+def test_debug_reload_and_restart_keep_every_stream_exactly(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(
+        **{"rcp11.stream-compression": "zlib", "rcp11.stream-node-max-entries": 100}
+    )
+    client = srv.client()
+    populate(client)
+    before = state_of(client)
+    compressed = stream_info(client)["stream_compressed_nodes"]
+    assert compressed > 10
+    assert client.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert state_of(client) == before
+    assert stream_info(client)["stream_compressed_nodes"] == compressed
+    client.save()
+    client.close()
+    srv.restart()
+    client = srv.client()
+    assert state_of(client) == before
+    info = stream_info(client)
+    assert info["stream_compressed_nodes"] == compressed and info["streams"] == 6
+    # Offsets continue where they were, and groups where they stopped.
+    assert tw(client, "plain", "next") == 2500
+    assert tr(client, "plain", 0, 2, "GROUP", "plain:g") == [b"message 1242", b"message 1243"]
+    client.close()
+
+
+def test_corrupt_rdb_file_is_refused_by_name_without_a_crash(module_factory: Any) -> None:
+    # Uncompressed, so that the test can find a message in the file.
+    srv: RedisModuleServer = module_factory(rdbcompression="no")
+    client = srv.client()
+    tw(client, "s", *[b"precious-payload-%04d" % n for n in range(100)])
+    client.save()
+    client.close()
+    srv.stop()
+    rdb = srv.dir / "dump.rdb"
+    data = bytearray(rdb.read_bytes())
+    at = data.index(b"precious-payload-0042")
+    data[at] ^= 0x01
+    rdb.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError):
+        srv.start(timeout=10)
+    assert srv.proc is not None and srv.proc.wait(10) == 1  # an exit, not a signal
+    assert "rcp11: corrupt stream node 1 of 1" in srv.output()
+
+
+# ---------------------------------------------------------------- AOF
+
+
+def test_aof_rewrite_without_rdb_preamble_rebuilds_streams(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(
+        appendonly="yes",
+        aof_use_rdb_preamble="no",
+        **{"rcp11.stream-node-max-entries": 300},
+    )
+    client = srv.client()
+    populate(client)
+    before = state_of(client)
+    client.bgrewriteaof()
+    wait_rewrite_done(client)
+    base = next((srv.dir / "appendonlydir").glob("*.base.aof")).read_bytes()
+    assert b"RCP11.SKIPTO" in base and b"TWRITE" in base
+    client.close()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    assert state_of(client) == before
+    assert tw(client, "emptied", "d") == 3
+    client.close()
+
+
+def test_aof_logs_cuts_and_group_moves_as_absolute_commands(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(appendonly="yes")
+    client = srv.client()
+    tw(client, "s", *"abcdefgh")
+    client.execute_command("TEVICT", "s", -3)
+    client.execute_command("TWRITE", "s", "BACKLOG", 2, "ENTRIES", "i", "j")
+    tr(client, "s", 0, 1, "GROUP", "g")
+    before = state_of(client)
+    incr = next((srv.dir / "appendonlydir").glob("*.incr.aof")).read_bytes()
+    assert b"TEVICT\r\n$1\r\ns\r\n$1\r\n4\r\n" in incr  # -3 of 8 is "up to 4"
+    assert b"TEVICT\r\n$1\r\ns\r\n$1\r\n7\r\n" in incr  # BACKLOG 2 of 10
+    assert b"SET\r\n$1\r\ng\r\n$1\r\n9\r\n" in incr
+    assert b"BACKLOG" not in incr and b"GROUP" not in incr
+    client.close()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    assert state_of(client) == before
+    client.close()
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec"])
+def test_kill9_with_aof_keeps_every_acknowledged_write(module_factory: Any, fsync: str) -> None:
+    srv: RedisModuleServer = module_factory(appendonly="yes", appendfsync=fsync)
+    client = srv.client()
+    acked: dict[int, bytes] = {}
+    for batch in range(20):
+        pipe = client.pipeline(transaction=False)
+        messages = [b"m-%d-%d" % (batch, n) for n in range(50)]
+        for message in messages:
+            pipe.execute_command("TWRITE", "s", message)
+        for offset, message in zip(pipe.execute(), messages, strict=True):
+            acked[offset] = message
+    client.close()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    stored = tr(client, "s", 0, len(acked) + 10)
+    assert {offset: stored[offset] for offset in acked} == acked
+    assert tw(client, "s", "after") == max(acked) + 1
+    client.close()
+
+
+# ---------------------------------------------------------------- DUMP / RESTORE / MIGRATE
+
+
+def test_dump_restore_copy_and_migrate_round_trip(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(**{"rcp11.stream-compression": "zlib"})
+    other: RedisModuleServer = module_factory()
+    client, remote = srv.client(), other.client()
+    populate(client)
+    before = state_of(client)
+    payload = client.dump("plain")
+    client.restore("plain-copy", 0, payload)
+    assert state_of(client)[b"plain-copy"] == before[b"plain"]
+    client.delete("plain-copy")
+    for key in list(before):
+        client.migrate("127.0.0.1", other.port, key, 0, 5000, copy=True)
+    assert state_of(remote) == before
+    assert (
+        stream_info(remote)["stream_compressed_nodes"]
+        == (stream_info(client)["stream_compressed_nodes"])
+    )
+    client.close()
+    remote.close()
+
+
+@pytest.mark.parametrize("damage", ["payload byte", "header byte", "truncated", "node count"])
+def test_corrupt_restore_payload_is_an_error_and_the_server_lives(
+    module_factory: Any, damage: str
+) -> None:
+    srv: RedisModuleServer = module_factory(rdbcompression="no")
+    client = srv.client()
+    tw(client, "s", *[b"precious-payload-%04d" % n for n in range(100)])
+    body = bytearray(client.dump("s")[:-8])
+    if damage == "payload byte":
+        body[body.index(b"precious-payload-0042")] ^= 0x20
+    elif damage == "header byte":
+        body[body.index(b"MNST") + 9] ^= 0x01  # inside the next offset
+    elif damage == "truncated":
+        del body[body.index(b"MNND") + 40 : -2]
+    else:
+        body[body.index(b"MNST") - 2] ^= 0x03  # the node count before the header
+    with pytest.raises(redis.ResponseError, match="Bad data format"):
+        client.restore("restored", 0, reseal(bytes(body)))
+    assert client.exists("restored") == 0
+    assert tr(client, "s", 99, 1) == [b"precious-payload-0099"]
+    assert "rcp11" in srv.output() or damage == "truncated"
+    client.close()
+
+
+def test_stream_memory_is_given_back_after_reload(tmp_path: Path, module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory()
+    client = srv.client()
+    tw(client, "s", *[b"x" * 100] * 20_000)
+    usage = client.memory_usage("s")
+    client.execute_command("DEBUG", "RELOAD")
+    assert abs(client.memory_usage("s") - usage) < usage * 0.05
+    client.close()

@@ -1,0 +1,107 @@
+"""rename-command as redis-server 7 does it (issue 8, security users
+expect): from redis.conf and the command line, "" disables, bad lines refuse
+the start with Redis's text, and the AOF keeps original names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ServerProcess, free_port, redis_cli, require, wait_for
+
+RENAMES = ["--rename-command", "CONFIG", "", "--rename-command", "SET", "XSET"]
+
+
+@pytest.fixture
+def renamed_redis(tmp_path: Path) -> Iterator[int]:
+    require("redis-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--dir", str(tmp_path), *RENAMES],
+        stdout=subprocess.DEVNULL,
+    )
+    wait_for(lambda: "PONG" in redis_cli(port, "PING"), timeout=10)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+SCRIPT = [
+    ["CONFIG", "GET", "port"],
+    ["SET", "k", "v"],
+    ["set", "k", "v"],
+    ["XSET", "k", "v"],
+    ["xset", "k", "w"],
+    ["GET", "k"],
+    ["XSET", "k"],
+    ["CONFIG", "SET", "maxmemory", "1"],
+]
+
+
+def test_rename_command_on_the_command_line_answers_like_redis(
+    server_factory: Callable[..., ServerProcess], renamed_redis: int
+) -> None:
+    srv = server_factory(start=False)
+    srv.argv = lambda: ServerProcess.argv(srv) + RENAMES  # type: ignore[method-assign]
+    srv.start()
+    for args in SCRIPT:
+        assert redis_cli(srv.port, *args) == redis_cli(renamed_redis, *args), args
+    transaction = "MULTI\nXSET a 1\nGET a\nEXEC\nGET a\n"
+    assert redis_cli(srv.port, stdin=transaction) == redis_cli(renamed_redis, stdin=transaction)
+
+
+def test_rename_command_in_redis_conf_and_the_aof_keeps_original_names(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    conf = tmp_path / "redis.conf"
+    conf.write_text('rename-command SET ""\nrename-command TWRITE put\nrename-command put PUT2\n')
+    srv = server_factory(conf, appendonly="yes", appendfsync="always")
+    assert redis_cli(srv.port, "PUT2", "s", "a").strip() == "0"
+    assert redis_cli(srv.port, "put2", "s", "b").strip() == "1"
+    assert "unknown command 'TWRITE'" in redis_cli(srv.port, "TWRITE", "s", "c")
+    assert "unknown command 'put'" in redis_cli(srv.port, "put", "s", "c")
+    assert "unknown command 'SET'" in redis_cli(srv.port, "SET", "g", "0")
+    # A group read logs its position as SET, which clients cannot call here.
+    assert redis_cli(srv.port, "TREAD", "s", "0", "1", "GROUP", "g").split() == ["a"]
+    # Pipelined writes under the new name (the run fast path) are logged too.
+    pipeline = "".join(f"PUT2 s m{i}\n" for i in range(50))
+    redis_cli(srv.port, "--pipe", stdin=pipeline)
+    aof = (srv.dir / "appendonly.aof").read_bytes()
+    assert b"put" not in aof.lower() and aof.lower().count(b"twrite") == 52
+    srv.kill9()
+    srv.start()
+    assert redis_cli(srv.port, "TREAD", "s", "0", "1", "GROUP", "g").split() == ["b"]
+    assert redis_cli(srv.port, "PUT2", "s", "c").strip() == "52"
+    # Without the renames the same AOF loads: it holds the original names.
+    srv.kill9()
+    srv.conf = None
+    srv.start()
+    assert srv.client().execute_command("TWRITE", "s", "d") == 53
+    assert srv.client().get("g") == b"2"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("rename-command nosuch x", "No such command in rename-command"),
+        ("rename-command SET GET", "Target command name already exists"),
+        ("rename-command SET", "Bad directive or wrong number of arguments"),
+    ],
+)
+def test_bad_rename_command_refuses_to_start_like_redis(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    conf = tmp_path / "redis.conf"
+    conf.write_text(f"port {free_port()}\n{line}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rcp11", "server", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert f">>> '{line}'\n{message}" in done.stdout + done.stderr
+    assert "at line 2" in done.stdout + done.stderr
