@@ -77,8 +77,6 @@ GROUP_IS_KEY = "ERR the group key must be a different key than the stream key"
 GROUP_AND_GROUPNEW = "ERR GROUP and GROUPNEW cannot be used together"
 NEGATIVE_COUNT = "ERR count must be >= 0"
 NEGATIVE_TIMEOUT = "ERR timeout is negative"
-TCONCAT_SOURCE_IS_DESTINATION = "ERR a TCONCAT source must be a different key than the destination"
-TCONCAT_SOURCE_TWICE = "ERR a TCONCAT source may be given only once"
 INVALID_EXPIRE = "ERR invalid expire time in '{}' command"
 INCR_OVERFLOW = "ERR increment or decrement would overflow"
 DB_INDEX = "ERR DB index is out of range"
@@ -99,9 +97,22 @@ AUTH_NOT_CONFIGURED = (
 NO_PERSISTENCE = "ERR persistence is not available in this server"
 
 
+def _key_name(key: bytes) -> str:
+    """A key as error texts quote it: at most 128 bytes, invalid UTF-8
+    replaced, CR and LF as spaces (an error reply is one line)."""
+    return key[:128].decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+
+
 def group_not_offset(group: bytes) -> str:
-    name = group[:128].decode("utf-8", "replace")
-    return f"ERR group key '{name}' does not hold a valid offset (an integer >= 0)"
+    return f"ERR group key '{_key_name(group)}' does not hold a valid offset (an integer >= 0)"
+
+
+def tconcat_source_is_destination(key: bytes) -> str:
+    return f"ERR source key '{_key_name(key)}' is the destination key"
+
+
+def tconcat_source_twice(key: bytes) -> str:
+    return f"ERR source key '{_key_name(key)}' is given more than once"
 
 
 def syntax_error(problem: str) -> str:

@@ -352,9 +352,9 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
     seen: set[bytes] = set()
     for src in sources:
         if src == dst:
-            raise CommandError(errors.TCONCAT_SOURCE_IS_DESTINATION)
+            raise CommandError(errors.tconcat_source_is_destination(src))
         if src in seen:
-            raise CommandError(errors.TCONCAT_SOURCE_TWICE)
+            raise CommandError(errors.tconcat_source_twice(src))
         seen.add(src)
     keyspace = state.keyspace
     target = keyspace.get(dst)
