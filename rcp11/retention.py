@@ -137,8 +137,9 @@ class Retention:
         return more
 
     def _start_pass(self) -> None:
-        data = self.state.keyspace.data
-        self._keys = [key for key, value in data.items() if _is_stream(value)]
+        # A plain copy of the keys (a C-level copy, ~5 ms for a million
+        # keys): strings and keys gone by their visit are skipped then.
+        self._keys = list(self.state.keyspace.data)
         self._compress_pass = self._compress_wanted
         self._compress_wanted = False
 

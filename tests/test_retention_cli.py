@@ -43,6 +43,7 @@ def test_since_absolute_times_and_unix_ms() -> None:
             parse_since(bad)
 
 
+@pytest.mark.slow
 def test_consume_since_starts_at_the_first_message_appended_then(server_factory) -> None:
     srv: ServerProcess = server_factory(stream_node_max_entries=4)
     c = srv.client()
