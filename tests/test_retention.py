@@ -169,11 +169,13 @@ def test_a_pass_visits_every_stream_once_before_starting_over(monkeypatch) -> No
     state, recorder, ret = make_state(stream_retention_ms=10)
     for i in range(10):
         add_stream(state, b"s%d" % i, [T0] * 10 + [T0 + 10**6])  # one expired node each
+        run(state, b"SET", b"str%d" % i, b"a string is skipped")
     evicted_keys: list[bytes] = []
     while ret.step(now_ms=T0 + 100):
         pass
     evicted_keys = [argv[1] for argv in recorder.logged]
     assert sorted(evicted_keys) == [b"s%d" % i for i in range(10)]  # each once
+    assert run(state, b"GET", b"str3") == b"a string is skipped"
 
 
 def test_a_large_expiry_runs_as_short_steps_between_event_loop_callbacks(monkeypatch) -> None:
