@@ -12,6 +12,7 @@
  *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
+ *     TSEEK key unix-time-ms
  *
  * and a data type named "rcp11-log" (TYPE answers it). Redis then brings
  * what one process cannot: replicas, failover, Sentinel, Redis Cluster,
@@ -36,6 +37,7 @@
  *                 blocking getkeys-api              GROUPNEW: RW UPDATE
  *   tevict        write fast                     1: RW DELETE
  *   tconcat       write deny-oom                 1: RW INSERT; 2..: RW DELETE
+ *   tseek         readonly fast                  1: RO ACCESS
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
@@ -220,6 +222,7 @@
 #define RL_ERR_READONLY "READONLY You can't write against a read only replica."
 #define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
 #define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
+#define RL_ERR_TIME "ERR time is not an integer or out of range"
 
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
@@ -1251,6 +1254,30 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 }
 
 /* ------------------------------------------------------------------------
+ * TSEEK key unix-time-ms: the offset of the first readable message appended
+ * at or after that time (the core's time index, mn_seek_time: never later,
+ * at most 63 messages earlier), the next offset when none is, 0 for a
+ * missing key. Any integer is a time: one before the first message answers
+ * the first readable offset.
+ * --------------------------------------------------------------------- */
+
+static int rl_tseek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    long long unix_ms;
+    if (RedisModule_StringToLongLong(argv[2], &unix_ms) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_TIME);
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
+    uint64_t offset = s ? mn_seek_time(s, (int64_t)unix_ms) : 0;
+    RedisModule_CloseKey(key);
+    /* A next offset of 2^63 (a stream filled to the last offset) is no RESP
+     * integer: the ceiling stands for it, as in TREAD's WITHINFO. */
+    return RedisModule_ReplyWithLongLong(
+        ctx, (long long)(offset < RL_OFFSET_END ? offset : RL_OFFSET_END - 1));
+}
+
+/* ------------------------------------------------------------------------
  * RCP11.SKIPTO key next-offset: create the stream if missing and raise its
  * next offset (never lower it); the offsets skipped read as null. The AOF
  * rewrite's way to rebuild evicted prefixes and evicted tails.
@@ -1603,6 +1630,8 @@ static RedisModuleCommandKeySpec rl_tconcat_specs[] = {
      .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
      .fk.range = {-1, 1, 0}},
     {0}};
+static RedisModuleCommandKeySpec rl_tseek_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS), {0}};
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
@@ -1625,6 +1654,8 @@ static const rl_command rl_commands[] = {
      rl_tevict_specs},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
      "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+    {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
+     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
      "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
 };
