@@ -148,6 +148,9 @@ def test_configs_reach_new_and_existing_streams(r: redis.Redis) -> None:
         "rcp11.stream-node-max-entries": "1000",
         "rcp11.stream-compression": "no",
         "rcp11.stream-compression-level": "6",
+        "rcp11.stream-compression-depth": "0",
+        "rcp11.stream-retention-ms": "0",
+        "rcp11.stream-retention-bytes": "0",
     }
     tw(r, "old", *[b"line %d of a log that compresses" % n for n in range(3000)])
     assert stream_info(r)["stream_compressed_nodes"] == 0
