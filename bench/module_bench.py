@@ -317,8 +317,9 @@ def _memory(ctx: Context, report: SuiteReport, log: Log) -> None:
         assert isinstance(usage, int)
         table.notes.append(
             f"MEMORY USAGE m: {usage / entries:.1f} bytes per entry (the core's own count); "
-            "the difference to used_memory is jemalloc's size-class rounding of the node "
-            "blobs."
+            "the difference to used_memory is jemalloc's size-class rounding; the module "
+            "caps each node's blob at a size class (src/module.c, rl_node_bytes_for), so "
+            "little is left of it."
         )
         log("  bytes per entry: " + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
     finally:

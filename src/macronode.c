@@ -76,8 +76,10 @@
  * rounds every request up to a size class, and above 64 KiB its classes
  * are 16 KiB apart: 1000 messages of 100 bytes ask for 100,000 bytes and
  * get 114,688, 15% more than they use, and Redis's used_memory counts it.
- * With a cap equal to a size class -- the module's 96 KiB, 98,304 bytes --
- * the node ends at 983 such messages, 98,300 bytes, and fills its class.
+ * With a cap equal to a size class -- the module picks the class below
+ * max_entries messages of the stream's average size: 96 KiB, 98,304 bytes,
+ * for 100-byte messages -- the node ends at 983 such messages, 98,300
+ * bytes, and fills its class.
  * glibc's malloc (the Python server) has no such classes: no cap there.
  *
  *   max_entries 1000, no cap:   | 100,000 bytes used |14,688 slack| 112 KiB
