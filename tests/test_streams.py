@@ -301,59 +301,47 @@ def test_del_forgets_the_history(rr: redis.Redis) -> None:
 # -------------------------------------------------------------- TCONCAT
 
 
-@pytest.fixture
-def cc(request: pytest.FixtureRequest, srv: ServerProcess, r: redis.Redis) -> redis.Redis:
-    """r, for TCONCAT tests: rcp11-server gains TCONCAT with the Spark
-    sink's two-phase commit; until then its runs are expected to fail, and
-    strict, so that the marker goes once it has the command."""
-    if srv.kind == "rcp11":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="TCONCAT is not in rcp11-server yet")
-        )
-    return r
-
-
-def test_tconcat_appends_readable_messages_in_order_and_deletes_sources(cc: redis.Redis) -> None:
-    twrite(cc, "dst", "ENTRIES", "d0", "d1")
-    twrite(cc, "a", "ENTRIES", "a0", "a1", "a2")
-    cc.execute_command("TEVICT", "a", 0)  # a0 is not readable: not appended
-    twrite(cc, "b", "b0")
-    assert cc.execute_command("TCONCAT", "dst", "a", "missing", "b") == 2
-    assert tread(cc, "dst", 0, 10) == [b"d0", b"d1", b"a1", b"a2", b"b0"]
-    assert cc.exists("a", "b", "missing") == 0
+def test_tconcat_appends_readable_messages_in_order_and_deletes_sources(r: redis.Redis) -> None:
+    twrite(r, "dst", "ENTRIES", "d0", "d1")
+    twrite(r, "a", "ENTRIES", "a0", "a1", "a2")
+    r.execute_command("TEVICT", "a", 0)  # a0 is not readable: not appended
+    twrite(r, "b", "b0")
+    assert r.execute_command("TCONCAT", "dst", "a", "missing", "b") == 2
+    assert tread(r, "dst", 0, 10) == [b"d0", b"d1", b"a1", b"a2", b"b0"]
+    assert r.exists("a", "b", "missing") == 0
 
 
 def test_tconcat_creates_dst_and_answers_its_next_offset_when_nothing_is_added(
-    cc: redis.Redis,
+    r: redis.Redis,
 ) -> None:
-    twrite(cc, "src", "x")
-    assert cc.execute_command("TCONCAT", "new", "src") == 0
-    assert tread(cc, "new", 0, 5, "WITHINFO") == [[0, 0, 0, 1], b"x"]
-    assert cc.execute_command("TCONCAT", "new", "nothing") == 1
-    assert twrite(cc, "new", "y") == 1
+    twrite(r, "src", "x")
+    assert r.execute_command("TCONCAT", "new", "src") == 0
+    assert tread(r, "new", 0, 5, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+    assert r.execute_command("TCONCAT", "new", "nothing") == 1
+    assert twrite(r, "new", "y") == 1
 
 
-def test_tconcat_errors_change_nothing(cc: redis.Redis) -> None:
-    twrite(cc, "dst", "d")
-    twrite(cc, "src", "s")
-    cc.set("text", "v")
-    assert error_of(cc, "TCONCAT", "dst", "src", "text") == WRONGTYPE
-    assert error_of(cc, "TCONCAT", "text", "src") == WRONGTYPE
-    assert "source key 'dst'" in error_of(cc, "TCONCAT", "dst", "src", "dst")
-    assert "source key 'src'" in error_of(cc, "TCONCAT", "dst", "src", "src")
-    assert error_of(cc, "TCONCAT", "dst") == "wrong number of arguments for 'tconcat' command"
-    assert tread(cc, "dst", 0, 5) == [b"d"] and tread(cc, "src", 0, 5) == [b"s"]
+def test_tconcat_errors_change_nothing(r: redis.Redis) -> None:
+    twrite(r, "dst", "d")
+    twrite(r, "src", "s")
+    r.set("text", "v")
+    assert error_of(r, "TCONCAT", "dst", "src", "text") == WRONGTYPE
+    assert error_of(r, "TCONCAT", "text", "src") == WRONGTYPE
+    assert "source key 'dst'" in error_of(r, "TCONCAT", "dst", "src", "dst")
+    assert "source key 'src'" in error_of(r, "TCONCAT", "dst", "src", "src")
+    assert error_of(r, "TCONCAT", "dst") == "wrong number of arguments for 'tconcat' command"
+    assert tread(r, "dst", 0, 5) == [b"d"] and tread(r, "src", 0, 5) == [b"s"]
 
 
 def test_tconcat_wakes_readers_of_dst_and_commits_a_watched_transaction(
-    srv: ServerProcess, cc: redis.Redis
+    srv: ServerProcess, r: redis.Redis
 ) -> None:
-    cc.execute_command("TCONCAT", "other", "none")  # before a reader blocks on dst
+    r.execute_command("TCONCAT", "other", "none")  # before a reader blocks on dst
     reader = Reader(srv, "TREAD", "dst", 0, 10, "BLOCK", 0)
     reader.start()
-    wait_blocked(cc, 1)
-    twrite(cc, "stage", "ENTRIES", "m1", "m2")
-    with cc.pipeline(transaction=True) as pipe:
+    wait_blocked(r, 1)
+    twrite(r, "stage", "ENTRIES", "m1", "m2")
+    with r.pipeline(transaction=True) as pipe:
         pipe.watch("progress")
         pipe.multi()
         pipe.execute_command("TCONCAT", "dst", "stage")
