@@ -111,6 +111,7 @@
  *                                           only when something was evicted
  *   TREAD ... GROUP gk                      SET gk <new position>
  *   TCONCAT, RCP11.SKIPTO                   verbatim
+ *   retention (the timer, primary only)     TEVICT key <last evicted offset>
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Several commands replicated by
@@ -1760,7 +1761,10 @@ static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const
         copy = NULL;
     }
     mn_buf_free(&b);
-    if (copy != NULL) rl_account_new(copy);
+    if (copy != NULL) {
+        rl_account_new(copy);
+        if (mn_compress_pending(copy)) rl_house.dirty = 1;
+    }
     return copy;
 }
 
