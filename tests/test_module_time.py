@@ -160,6 +160,31 @@ def test_retention_by_age_evicts_what_expired(r: redis.Redis) -> None:
     assert stream_info(r)["retention_evicted_messages"] >= 25
 
 
+def test_retention_is_a_change_watchers_and_subscribers_see(
+    r: redis.Redis, msrv: RedisModuleServer
+) -> None:
+    r.config_set("rcp11.stream-node-max-entries", 10)
+    r.config_set("notify-keyspace-events", "KA")
+    tw(r, "s", *[b"w" * 10] * 30)
+    pubsub = msrv.client().pubsub()
+    pubsub.psubscribe("__keyspace@0__:s")
+    assert pubsub.get_message(timeout=5)["type"] == "psubscribe"
+    watcher = msrv.client()
+    with watcher.pipeline(transaction=True) as pipe:
+        pipe.watch("s")
+        r.config_set("rcp11.stream-retention-bytes", 100)
+        assert wait_for(lambda: first_offset(r, "s") == 20)
+        pipe.multi()
+        pipe.execute_command("TWRITE", "s", "late")
+        with pytest.raises(redis.WatchError):
+            pipe.execute()  # the stream changed under the WATCH
+    event = pubsub.get_message(timeout=5)
+    assert event is not None and event["data"] == b"tevict"
+    pubsub.close()
+    watcher.close()
+    r.config_set("notify-keyspace-events", "")
+
+
 def test_retention_runs_in_bounded_steps(r: redis.Redis) -> None:
     r.config_set("rcp11.stream-node-max-entries", 10)
     nodes = 400
