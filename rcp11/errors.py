@@ -45,7 +45,9 @@ NESTED_MULTI = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
-PORT_ZERO_UNREACHABLE = "port 0 would leave the server unreachable: neither unixsocket nor tls-port is configured"
+PORT_ZERO_UNREACHABLE = (
+    "port 0 would leave the server unreachable: neither unixsocket nor tls-port is configured"
+)
 UNLOGGED_CHANGE = (
     "MISCONF An internal error left a change that could not be logged to the AOF: "
     "rcp11 refuses writes until it is restarted. Check the server log."
