@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rcp11 import errors
 from rcp11.errors import CommandError
+from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING
 from rcp11.resp import NULL_ARRAY, Error, Raw
 from rcp11.state import ClientState, ServerState
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 # A group key holds a decimal offset written the way Redis writes integers:
 # no sign on positives, no leading zeros.
 _OFFSET_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
-_MAX_OFFSET = 2**63 - 1
 
 
 @dataclass(eq=False)
@@ -73,9 +73,9 @@ def stream_reply(
         # RESP integer holds: the info reports the ceiling instead.
         head = b"*%d\r\n*4\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n" % (
             n + 1,
-            min(first, _MAX_OFFSET),
+            min(first, MAX_OFFSET),
             next_offset - 1,
-            min(start, _MAX_OFFSET),
+            min(start, MAX_OFFSET),
             n,
         )
     else:
@@ -103,7 +103,7 @@ def group_position(state: ServerState, group: bytes) -> int | None:
         raise CommandError(errors.WRONGTYPE)
     # 2^63 is the group position past a stream's last possible message: the
     # server writes it itself, so it must read it back.
-    if not _OFFSET_RE.fullmatch(value) or int(value) > _MAX_OFFSET + 1:
+    if not _OFFSET_RE.fullmatch(value) or int(value) > NEXT_OFFSET_CEILING:
         raise CommandError(errors.group_not_offset(group))
     return int(value)
 

@@ -21,11 +21,9 @@ from typing import Any
 
 from rcp11 import __version__
 from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
+from rcp11.limits import DEFAULT_MAX_BULK_LEN, DEFAULT_QUERY_BUFFER_LIMIT, INT64_MAX, INT_MAX
 from rcp11.resp import split_args
 from rcp11.stringmatch import compile_glob
-
-INT_MAX = 2**31 - 1
-LLONG_MAX = 2**63 - 1
 
 
 class ConfigError(Exception):
@@ -124,7 +122,7 @@ class Directive:
     default: Any
     mutable: bool = True
     low: int = 0
-    high: int = LLONG_MAX
+    high: int = INT64_MAX
     choices: tuple[str, ...] = ()
     # Plain file names only: a path here would let CONFIG SET write anywhere.
     filename_only: bool = False
@@ -175,8 +173,8 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("logfile", "string", "", mutable=False),
         Directive("daemonize", "bool", False, mutable=False),
         Directive("pidfile", "string", "", mutable=False),
-        Directive("proto-max-bulk-len", "memory", 512 * 1024**2, low=1024**2),
-        Directive("client-query-buffer-limit", "memory", 1024**3, low=1024**2),
+        Directive("proto-max-bulk-len", "memory", DEFAULT_MAX_BULK_LEN, low=1024**2),
+        Directive("client-query-buffer-limit", "memory", DEFAULT_QUERY_BUFFER_LIMIT, low=1024**2),
         Directive("client-output-buffer-limit", "obl", _client_classes()),
         Directive("hz", "int", 10, low=1, high=500),
         Directive("databases", "int", 1, mutable=False, low=1, high=1),

@@ -142,6 +142,15 @@ from rcp11.datafiles import (
     offsets_name,
 )
 from rcp11.errors import CommandError
+from rcp11.limits import (
+    AOF_SPACE_MARGIN,
+    AOF_SPACE_SLICES,
+    MAX_OFFSET,
+    NEXT_OFFSET_CEILING,
+    RESERVATION_MAX_STEP,
+    RESERVATION_MIN_STEP,
+    TORN_BATCH_MARGIN,
+)
 from rcp11.resp import OK, Error, SimpleString
 from rcp11.state import ClientState, ServerState
 
@@ -154,17 +163,12 @@ OFFSETS_VERSION = 2
 RAISE_NEXT = b"RCP11-RAISE-NEXT"
 
 _END_OF_BLOBS = 0xFFFFFFFFFFFFFFFF
-_MAX_OFFSET = 2**63 - 1
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _OFS_BATCH = struct.Struct("<II")
 _REWRITE_RETRY_DELAY = 5.0
 _BGSAVE_RETRY_DELAY = 5.0
-# Reservation steps: small for slow streams (a crash leaves a short gap),
-# growing to amortize fsyncs on hot streams.
-_MIN_STEP = 1024
-_MAX_STEP = 1 << 22
 _WRITE_CHUNK = 8 << 20
 # Finishing an AOF rewrite: the commands logged meanwhile move into the new
 # file _FINISH_STEP bytes per cron tick until at most _FINISH_SMALL remain.
@@ -540,12 +544,6 @@ class _BadBytes(Exception):
 # ---------------------------------------------------------------------------
 
 
-# How far the marks go up when the offsets file's last batch is cut short.
-# One reservation moves a mark by at most 3 x the entries of one command plus
-# _MAX_STEP; a command fits in client-query-buffer-limit (1 GB at most by
-# default, >= 6 bytes per entry), so 2^30 covers any lost batch.
-_TORN_BATCH_MARGIN = 1 << 30
-
 # A record is: u32 key length | key | i64 mark. Bit 31 of the key length
 # (keys are far shorter than 2 GB) marks a deleted stream's record; without
 # it a mark of -1 forgets the key.
@@ -615,7 +613,7 @@ def _raise_after_torn_batch(
     costs a gap at most."""
 
     def up(mark: int) -> int:
-        return min(max(mark, 0) + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+        return min(max(mark, 0) + TORN_BATCH_MARGIN, MAX_OFFSET)
 
     raised = {key: up(mark) for key, mark in live.items()}
     raised_deleted = {key: up(mark) for key, mark in deleted.items()}
@@ -667,7 +665,7 @@ class OffsetReservations:
         # A stream at the ceiling has next offset 2^63, one past what an i64
         # holds; its mark stays 2^63-1 (no offset is left to hand out anyway).
         payload = b"".join(
-            _U32.pack(len(k) | (_DELETED_FLAG if d else 0)) + k + _I64.pack(min(m, _MAX_OFFSET))
+            _U32.pack(len(k) | (_DELETED_FLAG if d else 0)) + k + _I64.pack(min(m, MAX_OFFSET))
             for k, m, d in records
         )
         return _OFS_BATCH.pack(len(payload), zlib.crc32(payload)) + payload
@@ -678,7 +676,7 @@ class OffsetReservations:
         off: torn by a power loss it was never fsynced (so never
         acknowledged), but a file damaged at its end looks the same, so every
         mark, and every key still readable in it, is raised by
-        _TORN_BATCH_MARGIN and the file is rewritten with the raised marks."""
+        TORN_BATCH_MARGIN and the file is rewritten with the raised marks."""
         live: dict[bytes, int] = {}
         deleted: dict[bytes, int] = {}
         try:
@@ -743,7 +741,7 @@ class OffsetReservations:
                 self.path,
                 len(data) - valid,
                 valid,
-                _TORN_BATCH_MARGIN,
+                TORN_BATCH_MARGIN,
             )
             live, deleted = _raise_after_torn_batch(live, deleted, data[valid:])
         if valid < len(data) or old_format:
@@ -804,13 +802,13 @@ class OffsetReservations:
     def reserve(self, key: bytes, new_next: int, current_next: int) -> None:
         """Make a mark >= new_next durable for key. Raises OSError."""
         now = time.monotonic()
-        step, last = self._pace.get(key, (_MIN_STEP, -1e9))
+        step, last = self._pace.get(key, (RESERVATION_MIN_STEP, -1e9))
         if now - last < 1.0:
-            step = min(step * 2, _MAX_STEP)
+            step = min(step * 2, RESERVATION_MAX_STEP)
         elif now - last > 10.0:
-            step = max(_MIN_STEP, step // 2)
+            step = max(RESERVATION_MIN_STEP, step // 2)
         batch = max(0, new_next - current_next)
-        mark = min(new_next + max(step, 2 * batch), _MAX_OFFSET)
+        mark = min(new_next + max(step, 2 * batch), MAX_OFFSET)
         # Written now, so a full disk refuses the write before it runs;
         # fsynced by sync(), which flush() calls before any reply leaves:
         # one fsync covers every reservation of an event-loop iteration.
@@ -947,10 +945,6 @@ class OffsetReservations:
 
 
 _FALLOCATE_WORKS = [True]
-# Disk space kept preallocated ahead of the AOF's end, largest slice that
-# fits first; a write is refused when less than the margin is left.
-_SPACE_SLICES = (8 << 20, 1 << 20, 256 << 10)
-_SPACE_MARGIN = 128 << 10
 
 
 def _fallocate_keep_size(fd: int, offset: int, length: int) -> int:
@@ -1315,7 +1309,7 @@ class Persistence:
         problem = None
         if len(argv) != 3:
             problem = f"{len(argv) - 1} arguments instead of 2"
-        elif not argv[2].isdigit() or int(argv[2]) > _MAX_OFFSET + 1:
+        elif not argv[2].isdigit() or int(argv[2]) > NEXT_OFFSET_CEILING:
             problem = f"offset {argv[2][:30]!r} is not an integer from 0 to 2^63"
         elif isinstance(self.state.keyspace.data.get(argv[1]), bytes):
             problem = "the key holds a string"
@@ -1350,13 +1344,13 @@ class Persistence:
         A crash while creating it leaves that, and then no stream has
         reserved anything yet; but a damaged file looks the same, so, as
         for a torn last batch, every stream the files brought back gets a
-        mark _TORN_BATCH_MARGIN above its next offset, durably."""
+        mark TORN_BATCH_MARGIN above its next offset, durably."""
         reservations = self.reservations
         raised = 0
         for key, value in self.state.keyspace.data.items():
             if isinstance(value, bytes):
                 continue
-            mark = min(value.next_offset + _TORN_BATCH_MARGIN, _MAX_OFFSET)
+            mark = min(value.next_offset + TORN_BATCH_MARGIN, MAX_OFFSET)
             reservations.marks[key] = max(reservations.marks.get(key, 0), mark)
             raised += 1
         if not raised:
@@ -1366,7 +1360,7 @@ class Persistence:
             "streams loaded is raised by %d so that no offset is handed out again",
             reservations.path,
             raised,
-            _TORN_BATCH_MARGIN,
+            TORN_BATCH_MARGIN,
         )
         try:
             reservations.rewrite(dict(reservations.marks), dict(reservations.deleted))
@@ -1437,7 +1431,7 @@ class Persistence:
         if not _FALLOCATE_WORKS[0] or self._aof_fd < 0:
             return True
         end = self.aof_current_size + self._aof_buf_len
-        for size in _SPACE_SLICES:
+        for size in AOF_SPACE_SLICES:
             result = _fallocate_keep_size(self._aof_fd, end, size)
             if result == 0:
                 self._aof_reserved_until = end + size
@@ -1547,7 +1541,7 @@ class Persistence:
             return
         reservations = self.reservations
         mark = reservations.marks.get(key)
-        if mark is not None and min(new_next_offset, _MAX_OFFSET) <= mark:
+        if mark is not None and min(new_next_offset, MAX_OFFSET) <= mark:
             return
         value = self.state.keyspace.data.get(key)
         current = 0 if value is None or isinstance(value, bytes) else value.next_offset
@@ -1611,7 +1605,8 @@ class Persistence:
             return errors.MISCONF
         if (
             self.aof_state == "on"
-            and self.aof_current_size + self._aof_buf_len + _SPACE_MARGIN > self._aof_reserved_until
+            and self.aof_current_size + self._aof_buf_len + AOF_SPACE_MARGIN
+            > self._aof_reserved_until
             and not self._reserve_aof_space()
         ):
             return errors.MISCONF

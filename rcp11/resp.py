@@ -33,6 +33,17 @@ import hiredis
 
 from rcp11 import errors
 from rcp11.errors import ProtocolError
+from rcp11.limits import (
+    DEFAULT_MAX_BULK_LEN,
+    DEFAULT_MAX_MULTIBULK_LEN,
+    DEFAULT_QUERY_BUFFER_LIMIT,
+    INLINE_MAX_SIZE,
+    INT64_MAX,
+    INT64_MIN,
+    PARSE_SPAN,
+    UNAUTHENTICATED_MAX_BULK_LEN,
+    UNAUTHENTICATED_MAX_MULTIBULK_LEN,
+)
 
 
 class SimpleString(str):
@@ -214,17 +225,6 @@ def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
 # Request parsing
 # ---------------------------------------------------------------------------
 
-# Redis's limits (networking.c): an inline command or a count line longer
-# than this without its newline is refused instead of buffered forever.
-INLINE_MAX_SIZE = 64 * 1024
-DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024
-DEFAULT_MAX_MULTIBULK_LEN = 2**31 - 1
-DEFAULT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
-# Before AUTH, Redis 7 refuses big requests so that an unauthenticated peer
-# cannot make the server allocate much.
-UNAUTHENTICATED_MAX_MULTIBULK_LEN = 10
-UNAUTHENTICATED_MAX_BULK_LEN = 16384
-
 
 class QueryBufferLimitError(Exception):
     """The client's unparsed input passed client-query-buffer-limit. Redis
@@ -329,7 +329,7 @@ def _parse_int(data: bytes) -> int | None:
     if not digits.isdigit() or (len(digits) > 1 and digits[:1] == b"0"):
         return None
     value = int(data)
-    if not -(2**63) <= value < 2**63:
+    if not INT64_MIN <= value <= INT64_MAX:
         return None
     return value
 
@@ -339,10 +339,6 @@ def _parse_int(data: bytes) -> int | None:
 # to find where the commands hiredis parsed end in the raw buffer.
 _BULK_SIZES = [len(b"$%d\r\n" % n) + n + 2 for n in range(1 << 14)]
 _ARRAY_HEADER_SIZES = [len(b"*%d\r\n" % n) for n in range(1 << 14)]
-# Bytes parsed per call at most (take(), drain(), gets()): a 256 KB read of
-# tiny pipelined commands is thousands of them, and the server runs what one
-# call returns before it lets other clients have their turn.
-PARSE_SPAN = 32 * 1024
 # '*' characters _huge_header() checks one by one before it hands the rest
 # of the buffer to the regex (a pipeline holds one per command).
 _STAR_PROBES = 8

@@ -31,6 +31,13 @@ from typing import Any
 from rcp11 import __version__, errors, tls
 from rcp11.config import Config, ConfigError
 from rcp11.errors import ProtocolError
+from rcp11.limits import (
+    COMMANDS_BETWEEN_CLOCKS,
+    OUTPUT_HIGH_WATER,
+    RESERVED_FDS,
+    TRANSPORT_WATER,
+    TURN_SECONDS,
+)
 from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
 from rcp11.state import ClientState, ServerState
 
@@ -57,23 +64,6 @@ DENIED = (
 )
 MAX_CLIENTS = b"-ERR max number of clients reached\r\n"
 
-# asyncio buffers writes without bound; past this much unsent output in the
-# transport the connection stops reading requests (pause_writing) until it
-# drains back to it (resume_writing). One mark for both, so that a drain is
-# always signalled once the buffer was over it.
-TRANSPORT_WATER = 1024 * 1024
-# Without a hard output limit, a client whose pending output (queued replies
-# plus the transport's buffer) passes this stops running commands until the
-# transport drains to TRANSPORT_WATER: one reply beyond it at most, so memory
-# stays bounded whatever the client pipelines.
-OUTPUT_HIGH_WATER = 4 * 1024 * 1024
-# A client runs commands for at most this long before other clients get a
-# turn (Redis reads 16 KB per client per event-loop iteration; one read here
-# can hold thousands of pipelined commands).
-TURN_SECONDS = 0.002
-# The clock is read every this many commands (or runs), so a short pipeline
-# always runs in one go.
-COMMANDS_BETWEEN_CLOCKS = 64
 
 USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options]
        rcp11-server -v or --version
@@ -1099,11 +1089,6 @@ def write_pidfile(path: str) -> bool:
     except OSError as exc:
         log.warning("Failed to write PID file: %s", exc.strerror)
         return False
-
-
-# Descriptors the server needs besides client sockets: listeners, log, AOF,
-# snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
-RESERVED_FDS = 32
 
 
 def adjust_open_files_limit(config: Config) -> None:

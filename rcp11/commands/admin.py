@@ -16,7 +16,6 @@ from rcp11.commands.core import (
     BLOCKED,
     COMMANDS,
     INTEGER_RE,
-    MAX_OFFSET,
     REDIS_COMPAT_VERSION,
     Command,
     check_subcommand,
@@ -26,6 +25,7 @@ from rcp11.commands.core import (
     text,
 )
 from rcp11.errors import CommandError
+from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
 from rcp11.stringmatch import compile_glob
@@ -181,7 +181,7 @@ def memory_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 
 
 def _string_encoding(value: bytes) -> str:
-    if len(value) <= 20 and INTEGER_RE.fullmatch(value) and -(2**63) <= int(value) <= MAX_OFFSET:
+    if len(value) <= 20 and INTEGER_RE.fullmatch(value) and INT64_MIN <= int(value) <= INT64_MAX:
         return "int"
     return "embstr" if len(value) <= 44 else "raw"
 

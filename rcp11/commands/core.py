@@ -25,6 +25,7 @@ from typing import Any
 
 from rcp11 import errors
 from rcp11.errors import CommandError
+from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import QUEUED, Error
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
@@ -32,9 +33,6 @@ from rcp11.storage import MUTATIONS
 log = logging.getLogger("rcp11")
 
 Handler = Callable[[ServerState, ClientState, list[bytes]], Any]
-
-MAX_OFFSET = 2**63 - 1
-MIN_INT64 = -(2**63)
 
 # The Redis version we behave like; tools read it from HELLO and INFO to
 # decide which commands they may use.
@@ -385,7 +383,7 @@ def parse_int(arg: bytes, message: str = errors.NOT_INTEGER) -> int:
     if INTEGER_RE.fullmatch(arg) is None:
         raise CommandError(message)
     value = int(arg)
-    if not MIN_INT64 <= value <= MAX_OFFSET:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise CommandError(message)
     return value
 

@@ -8,13 +8,13 @@ from typing import Any
 
 from rcp11 import errors
 from rcp11.commands.core import (
-    MAX_OFFSET,
     command,
     now_ms,
     parse_int,
     text,
 )
 from rcp11.errors import CommandError
+from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString
 from rcp11.state import ClientState, ServerState
 from rcp11.stringmatch import compile_glob
@@ -185,7 +185,7 @@ def _expire_generic(
     key = argv[1]
     amount = parse_int(argv[2])
     when_ms = amount * unit_ms + (0 if absolute else now_ms())
-    if not -(2**63) <= when_ms <= MAX_OFFSET:
+    if not INT64_MIN <= when_ms <= INT64_MAX:
         raise CommandError(errors.INVALID_EXPIRE.format(name))
     flags = {arg.lower() for arg in argv[3:]}
     if not flags <= {b"nx", b"xx", b"gt", b"lt"} or len(flags) != len(argv) - 3:

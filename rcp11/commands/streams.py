@@ -19,7 +19,6 @@ from rcp11.blocking import (
 )
 from rcp11.commands.core import (
     BLOCKED,
-    MAX_OFFSET,
     RUN_COMMANDS,
     command,
     command_stats,
@@ -29,6 +28,7 @@ from rcp11.commands.core import (
     write_refusal,
 )
 from rcp11.errors import CommandError
+from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING, RUN_MAX_BYTES, RUN_MAX_COMMANDS
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import OffsetOverflowError, StorageError
 
@@ -79,15 +79,6 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return first
 
 
-# A run's AOF bytes must fit in the disk space persistence keeps reserved
-# ahead of the log (it checks before each write command, with a 128 KB
-# margin), so a run is cut at this many payload bytes.
-_RUN_MAX_BYTES = 64 << 10
-# And at this many commands: the server reads the clock between runs to give
-# other clients their turn (a run of tiny messages costs ~4 us per command).
-_RUN_MAX_COMMANDS = 1024
-
-
 def execute_run(
     state: ServerState, client: ClientState, commands: list[list[bytes]], index: int
 ) -> list[int] | None:
@@ -125,16 +116,16 @@ def execute_run(
     if stream is None or isinstance(stream, bytes):
         return None  # creation and WRONGTYPE take the one-by-one path
     # Offsets left before 2^63-1: a run never needs the overflow error.
-    room = MAX_OFFSET + 1 - stream.next_offset
+    room = NEXT_OFFSET_CEILING - stream.next_offset
     end = index + 1
     size = len(argv[2])
-    limit = min(len(commands), index + room, index + _RUN_MAX_COMMANDS)
+    limit = min(len(commands), index + room, index + RUN_MAX_COMMANDS)
     while end < limit:
         follower = commands[end]
         if len(follower) != 3 or follower[1] != key or follower[0] not in RUN_COMMANDS:
             break
         size += len(follower[2])
-        if size > _RUN_MAX_BYTES:
+        if size > RUN_MAX_BYTES:
             break
         end += 1
     count = end - index
