@@ -14,13 +14,13 @@ as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rcp11 import __version__
 from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
+from rcp11.files import replace_atomically
 from rcp11.limits import DEFAULT_MAX_BULK_LEN, DEFAULT_QUERY_BUFFER_LIMIT, INT64_MAX, INT_MAX
 from rcp11.resp import split_args
 from rcp11.stringmatch import compile_glob
@@ -668,23 +668,10 @@ class Config:
             if marker not in output:
                 output.append(marker)
             output.extend(appended)
-        directory = os.path.dirname(self.path)
-        fd, tmp = tempfile.mkstemp(prefix=".rcp11-rewrite-", dir=directory)
+        data = ("\n".join(output) + "\n").encode("utf-8", "surrogateescape")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write("\n".join(output) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.chmod(tmp, os.stat(self.path).st_mode & 0o7777)
-            except OSError:
-                pass
-            os.replace(tmp, self.path)
+            replace_atomically(self.path, lambda file: file.write(data), keep_mode=True)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
 
 

@@ -142,6 +142,7 @@ from rcp11.datafiles import (
     offsets_name,
 )
 from rcp11.errors import CommandError
+from rcp11.files import fsync_dir, replace_atomically, write_all
 from rcp11.limits import (
     AOF_SPACE_MARGIN,
     AOF_SPACE_SLICES,
@@ -169,7 +170,6 @@ _I64 = struct.Struct("<q")
 _OFS_BATCH = struct.Struct("<II")
 _REWRITE_RETRY_DELAY = 5.0
 _BGSAVE_RETRY_DELAY = 5.0
-_WRITE_CHUNK = 8 << 20
 # Finishing an AOF rewrite: the commands logged meanwhile move into the new
 # file _FINISH_STEP bytes per cron tick until at most _FINISH_SMALL remain.
 _FINISH_STEP = 32 << 20
@@ -189,29 +189,6 @@ class PersistenceError(Exception):
 # ---------------------------------------------------------------------------
 # Small file helpers
 # ---------------------------------------------------------------------------
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in `path` durable."""
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> int:
-    """os.write until done; returns bytes written. On an error the exception
-    carries `.written` so the caller can keep the unwritten rest."""
-    view = memoryview(data)
-    written = 0
-    while written < len(view):
-        try:
-            written += os.write(fd, view[written : written + _WRITE_CHUNK])
-        except OSError as exc:
-            exc.written = written  # type: ignore[attr-defined]
-            raise
-    return written
 
 
 def _die_with_parent() -> None:
@@ -426,19 +403,13 @@ def read_snapshot(reader: _CrcReader, state: ServerState) -> list[bytes]:
 
 def _write_snapshot_file(state: ServerState, path: str, tmp_path: str) -> int:
     """Write a complete, durable snapshot to path via tmp_path; returns its size."""
-    try:
-        with open(tmp_path, "wb", buffering=1 << 20) as file:
-            out = _CrcWriter(file)
-            write_snapshot(out, state)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_path, path)
-        fsync_dir(os.path.dirname(path))
+
+    def write(file: BinaryIO) -> int:
+        out = _CrcWriter(file)
+        write_snapshot(out, state)
         return out.size
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_path)
-        raise
+
+    return replace_atomically(path, write, temp_path=tmp_path)
 
 
 # ---------------------------------------------------------------------------
@@ -782,7 +753,7 @@ class OffsetReservations:
             if size < len(_OFS_HEADER):
                 try:
                     os.ftruncate(fd, 0)
-                    _write_all(fd, _OFS_HEADER)
+                    write_all(fd, _OFS_HEADER)
                     os.fsync(fd)
                 except OSError:
                     os.close(fd)
@@ -862,7 +833,7 @@ class OffsetReservations:
         if batch:
             data = self._encode(batch)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
             except OSError as exc:
                 # A partial batch is a torn record the loader would take for
                 # the end of the file: cut it off so later batches stay
@@ -917,19 +888,7 @@ class OffsetReservations:
         records += [(k, m, False) for k, m in marks.items()]
         if records:
             data += self._encode(records)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(os.path.dirname(self.path))
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(self.path, lambda file: file.write(data), temp_path=tmp)
         self.close()
         self.marks = dict(marks)
         self.deleted = deleted
@@ -1499,7 +1458,7 @@ class Persistence:
         if self._aof_buf:
             data = b"".join(self._aof_buf) if len(self._aof_buf) > 1 else self._aof_buf[0]
             try:
-                written = _write_all(self._aof_fd, data)
+                written = write_all(self._aof_fd, data)
             except OSError as exc:
                 written = getattr(exc, "written", 0)
                 rest = data[written:]
@@ -2031,7 +1990,7 @@ class Persistence:
             data = b"".join(buf[:count])
             del buf[:count]
             try:
-                _write_all(child.fd, data)
+                write_all(child.fd, data)
             except OSError as exc:
                 self._rewrite_failed(child, f"write: {exc.strerror or exc}")
                 return
@@ -2058,7 +2017,7 @@ class Persistence:
         tail = b"".join(self._rewrite_buf or [])
         fd = child.fd
         try:
-            _write_all(fd, tail)
+            write_all(fd, tail)
             os.fsync(fd)
             # Hold the old file open so that its blocks are freed by a
             # background close, not inside rename() on the event loop.
