@@ -45,6 +45,15 @@ NESTED_MULTI = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+MAX_CLIENTS = "ERR max number of clients reached"
+DENIED = (
+    "DENIED Redis is running in protected mode because protected mode is enabled and "
+    "no password is set for the default user. In this mode connections are only "
+    "accepted from the loopback interface. To accept other clients either set a "
+    "password with 'requirepass' (CONFIG SET requirepass <password> from a local "
+    "connection), or disable protection with 'protected-mode no', or bind to the "
+    "loopback interface only. Restart the server after changing its config file."
+)
 PORT_ZERO_UNREACHABLE = (
     "port 0 would leave the server unreachable: neither unixsocket nor tls-port is configured"
 )
@@ -95,6 +104,27 @@ AUTH_NOT_CONFIGURED = (
     "Are you sure your configuration is correct?"
 )
 NO_PERSISTENCE = "ERR persistence is not available in this server"
+BGSAVE_IN_PROGRESS = "ERR Background save already in progress"
+SAVE_FAILED = "ERR Failed saving the snapshot (see the server log)"
+BGSAVE_CHILD_ACTIVE = (
+    "ERR Another child process is active (AOF?): can't BGSAVE right now. "
+    "Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."
+)
+BGSAVE_FORK_FAILED = "ERR Can't fork a background save (see the server log)"
+REWRITE_IN_PROGRESS = "ERR Background append only file rewriting already in progress"
+REWRITE_FAILED = (
+    "ERR Can't execute an AOF background rewriting. "
+    "Please check the server logs for more information."
+)
+GETKEYS_UNKNOWN = "ERR Invalid command specified"
+GETKEYS_ARITY = "ERR Invalid number of arguments specified for command"
+GETKEYS_NONE = "ERR The command has no key arguments"
+NOT_IN_TRANSACTION = "ERR Command not allowed inside a transaction"
+UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+TREAD_OFFSET = "ERR offset is not an integer or out of range"
+TREAD_COUNT = "ERR count is not an integer or out of range"
+TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
+BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
 
 
 def group_not_offset(group: bytes) -> str:
@@ -114,6 +144,11 @@ def exec_abort_because(reason: str) -> str:
 def internal_error(command: str, exc: BaseException) -> str:
     """A handler bug: the command failed and changed nothing."""
     return f"ERR internal error in '{command}': {type(exc).__name__}: {exc}"
+
+
+def internal_error_running(exc: BaseException) -> str:
+    """Dispatch itself failed (a bug outside any handler)."""
+    return f"ERR internal error running the command: {exc}"
 
 
 def failed_after_change(command: str, problem: str, logged: bool) -> str:

@@ -68,6 +68,9 @@ TURN_SECONDS = 0.002
 # The clock is read every this many commands (or after a run), so a short
 # pipeline always runs in one go.
 COMMANDS_BETWEEN_CLOCKS = 64
+# Error codes INFO errorstats counts apart (Redis's ERROR_STATS_NUMBER):
+# past it the table stops growing until CONFIG RESETSTAT.
+ERROR_STATS_KINDS = 128
 # Descriptors the server needs besides client sockets: listeners, log, AOF,
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32
@@ -109,6 +112,7 @@ __all__ = [
     "DEFAULT_MAX_BULK_LEN",
     "DEFAULT_MAX_MULTIBULK_LEN",
     "DEFAULT_QUERY_BUFFER_LIMIT",
+    "ERROR_STATS_KINDS",
     "INLINE_MAX_SIZE",
     "INT64_MAX",
     "INT64_MIN",

@@ -24,45 +24,42 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from rcp11 import __version__, errors, tls
+from rcp11.commands import (
+    Stop,
+    client_disconnected,
+    client_line,
+    execute,
+    expire_keys,
+    late_reply,
+    protocol_error_reply,
+    run_pipeline,
+)
 from rcp11.config import Config, ConfigError
 from rcp11.errors import ProtocolError
 from rcp11.limits import (
-    COMMANDS_BETWEEN_CLOCKS,
     OUTPUT_HIGH_WATER,
     RESERVED_FDS,
     TRANSPORT_WATER,
     TURN_SECONDS,
 )
+from rcp11.logs import VERBOSE, set_level, setup_logging
+from rcp11.persistence import Persistence, PersistenceError
 from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
 from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
 
-# Level names of the loglevel directive, mapped onto logging's numbers;
-# "verbose" sits between DEBUG and INFO as it does in Redis.
-VERBOSE = 15
-_LEVELS = {"debug": logging.DEBUG, "verbose": VERBOSE, "notice": logging.INFO}
-_LEVELS["warning"] = logging.WARNING
-_LEVEL_MARKS = {logging.DEBUG: ".", VERBOSE: "-", logging.INFO: "*"}
-
 # The local end of these addresses is the machine itself; protected mode
 # accepts only them (and unix sockets) while no password is set.
 _LOOPBACK = ("127.0.0.1", "::1")
 
-DENIED = (
-    b"-DENIED Redis is running in protected mode because protected mode is enabled and "
-    b"no password is set for the default user. In this mode connections are only "
-    b"accepted from the loopback interface. To accept other clients either set a "
-    b"password with 'requirepass' (CONFIG SET requirepass <password> from a local "
-    b"connection), or disable protection with 'protected-mode no', or bind to the "
-    b"loopback interface only. Restart the server after changing its config file.\r\n"
-)
-MAX_CLIENTS = b"-ERR max number of clients reached\r\n"
+# Refusals written before a connection becomes a client.
+DENIED = encode(Error(errors.DENIED), False)
+MAX_CLIENTS = encode(Error(errors.MAX_CLIENTS), False)
 
 
 USAGE = """Usage: rcp11-server [/path/to/redis.conf] [options]
@@ -82,43 +79,6 @@ Examples:
 """
 
 
-class RedisFormatter(logging.Formatter):
-    """`pid:M 21 Nov 2026 21:33:43.123 * message`: M for the server, C for a
-    forked child (snapshot or rewrite), level mark . - * # as Redis's."""
-
-    def __init__(self, main_pid: int) -> None:
-        super().__init__()
-        self.main_pid = main_pid
-
-    def format(self, record: logging.LogRecord) -> str:
-        pid = os.getpid()
-        role = "M" if pid == self.main_pid else "C"
-        stamp = time.strftime("%d %b %Y %H:%M:%S", time.localtime(record.created))
-        mark = _LEVEL_MARKS.get(record.levelno, "#")
-        text = f"{pid}:{role} {stamp}.{int(record.msecs):03d} {mark} {record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
-def setup_logging(config: Config) -> None:
-    logging.addLevelName(VERBOSE, "VERBOSE")
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    logfile = config.get("logfile")
-    handler: logging.Handler
-    if logfile:
-        handler = logging.FileHandler(logfile, encoding="utf-8")
-    elif config.get("daemonize"):
-        handler = logging.NullHandler()  # a daemon's stdout is /dev/null
-    else:
-        handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(RedisFormatter(os.getpid()))
-    root.addHandler(handler)
-    root.setLevel(_LEVELS[config.get("loglevel")])
-
-
 def _format_addr(sockaddr: Any, unix_path: str | None) -> str:
     if unix_path is not None:
         return f"{unix_path}:0"
@@ -128,9 +88,6 @@ def _format_addr(sockaddr: Any, unix_path: str | None) -> str:
             return f"[{host}]:{sockaddr[1]}"
         return f"{host}:{sockaddr[1]}"
     return "?"
-
-
-_INTEGER_REPLY = b":%d\r\n"
 
 
 class Connection(asyncio.Protocol):
@@ -213,6 +170,7 @@ class Connection(asyncio.Protocol):
         client.send = self.send
         client.close = self.close_soon
         client.on_unblocked = self.on_unblocked
+        client.unix_path = self.unix_path or ""
         self.client = client
         if sock is not None and self.unix_path is None:
             server.set_keepalive(sock)
@@ -307,10 +265,6 @@ class Connection(asyncio.Protocol):
             return
         server = self.server
         state = server.state
-        execute = server.execute
-        execute_run = server.execute_run
-        run_commands = server.run_commands
-        blocked_marker = server.blocked_marker
         out = self.out
         out_bytes = self.out_bytes
         transport = self.transport
@@ -320,7 +274,6 @@ class Connection(asyncio.Protocol):
         base = transport.get_write_buffer_size() if transport is not None else 0
         mark = self.output_mark - base
         deadline = perf_counter() + TURN_SECONDS
-        countdown = COMMANDS_BETWEEN_CLOCKS
         index = 0
         commands: list[list[bytes]] | None = None
         if self.backlog is not None:
@@ -341,67 +294,31 @@ class Connection(asyncio.Protocol):
                 if not commands:
                     break
                 ran = True
-                stop = False
-                total = len(commands)
-                while index < total:
-                    countdown -= 1
-                    if out_bytes > mark or not countdown:
-                        self.out_bytes = out_bytes
-                        turn_over = not countdown and perf_counter() > deadline
-                        countdown = countdown or COMMANDS_BETWEEN_CLOCKS
-                        if self.may_go_on(base + out_bytes, turn_over):
-                            mark = self.output_mark - base
-                        else:
-                            if not self.closed:
-                                self.backlog, self.backlog_index = commands, index
-                            stop = True
-                            break
-                    if total - index > 1 and commands[index][0] in run_commands:
-                        # A run of TWRITEs on one stream: one append for all.
-                        run = execute_run(state, client, commands, index)
-                        if run is not None:
-                            data = b"".join(map(_INTEGER_REPLY.__mod__, run))
-                            out.append(data)
-                            out_bytes += len(data)
-                            index += len(run)
-                            countdown = 1  # a run is many commands: read the clock
-                            continue
-                    argv = commands[index]
-                    try:
-                        reply = execute(state, client, argv)
-                    except Exception as exc:  # a handler bug must not kill the server
-                        log.exception("Error running %r", argv[:1])
-                        reply = Error(f"ERR internal error running the command: {exc}")
-                    # Integer replies (TWRITE's offset) are encoded inline:
-                    # the hot path of a pipelined producer.
-                    if type(reply) is int:
-                        data = b":%d\r\n" % reply
-                    elif reply is blocked_marker:
-                        data = b""
-                        stop = True
-                    else:
-                        data = encode(reply, client.resp == 3)
-                    if data:
-                        out.append(data)
-                        out_bytes += len(data)
-                    if client.closing and not stop:
+                index, out_bytes, stop = run_pipeline(
+                    state, client, commands, index, out, out_bytes, mark
+                )
+                if stop is Stop.OUTPUT or stop is Stop.CLOCK:
+                    self.out_bytes = out_bytes
+                    turn_over = stop is Stop.CLOCK and perf_counter() > deadline
+                    if self.may_go_on(base + out_bytes, turn_over):
+                        mark = self.output_mark - base
+                        continue
+                    if not self.closed:
+                        self.backlog, self.backlog_index = commands, index
+                elif stop is not Stop.DONE:
+                    if stop is Stop.CLOSING:
                         self.close_after_write = True
-                        stop = True
-                    if stop:
-                        # The rest of the pipeline waits until the client is
-                        # unblocked (or is dropped with the connection).
-                        parser.push_back(commands[index + 1 :])
-                        break
-                    index += 1
-                commands = None
+                    # The rest of the pipeline waits until the client is
+                    # unblocked (or is dropped with the connection).
+                    parser.push_back(commands[index:])
                 if self.check_auth and client.authenticated:
                     self.check_auth = parser.unauthenticated = False
-                if stop:
+                if stop is not Stop.DONE:
                     break
+                commands = None
         except ProtocolError as exc:
             log.log(VERBOSE, "Protocol error (%s) from client: %s", exc.message, client.addr)
-            # latin-1: the message may quote one raw byte of the request.
-            data = b"-ERR " + exc.message.encode("latin-1", "replace") + b"\r\n"
+            data = protocol_error_reply(state, exc.message)
             out.append(data)
             out_bytes += len(data)
             self.close_after_write = True
@@ -488,7 +405,7 @@ class Connection(asyncio.Protocol):
         client = self.client
         if client is None or self.closed:
             return
-        data = encode(reply, client.resp == 3)
+        data = late_reply(client, reply)
         self.out.append(data)
         self.out_bytes += len(data)
         self.server.want_flush(self)
@@ -579,7 +496,7 @@ class Connection(asyncio.Protocol):
             client.output_buffer_len = pending
             log.warning(
                 "Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
-                self.server.client_line(client, time.time()),
+                client_line(client, time.time()),
             )
         log.warning("(output buffer %s passed with %d bytes pending)", reason, pending)
         self.abort()
@@ -599,23 +516,8 @@ class Server:
     """Listeners, connections, the flush callback and the cron."""
 
     def __init__(self, state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
-        from rcp11 import commands
-
         self.state = state
         self.loop = loop
-        self.execute: Callable[[ServerState, ClientState, list[bytes]], Any] = commands.execute
-        self.blocked_marker = commands.BLOCKED
-        self.execute_run: Callable[
-            [ServerState, ClientState, list[list[bytes]], int], list[int] | None
-        ] = commands.execute_run
-        self.run_commands: set[bytes] = commands.RUN_COMMANDS
-        # CLIENT LIST's line for a client, for the log.
-        self.client_line: Callable[[ClientState, float], str] = commands.connection.client_line
-        # The command layer's clean-up for a gone client (blocked read,
-        # WATCHed keys, MULTI queue).
-        self.client_disconnected: Callable[[ServerState, ClientState], None] = (
-            commands.client_disconnected
-        )
         self.connections: dict[int, Connection] = {}
         self.listeners: list[asyncio.AbstractServer] = []
         # (host, port) -> its listener (None until create_server finished).
@@ -638,7 +540,7 @@ class Server:
         config.on_change("client-output-buffer-limit", self._limits_changed)
         config.on_change("proto-max-bulk-len", self._parser_limits_changed)
         config.on_change("client-query-buffer-limit", self._parser_limits_changed)
-        config.on_change("loglevel", lambda level: logging.getLogger().setLevel(_LEVELS[level]))
+        config.on_change("loglevel", set_level)
         config.on_change("dir", self._dir_changed)
         config.on_change("port", self._rebind)
         config.on_change("bind", self._rebind)
@@ -863,7 +765,7 @@ class Server:
         """The AOF rule before replies leave; False when the writes of this
         iteration could not be logged."""
         try:
-            return self.state.persistence.flush() is not False
+            return self.state.persistence.flush()
         except Exception:
             log.exception("Persistence flush failed")
             return False
@@ -892,7 +794,7 @@ class Server:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
         tick, so short timeouts are not rounded up to 1/hz."""
         blocking = self.state.blocking
-        if blocking is None or not blocking.deadlines:
+        if not blocking.deadlines:
             return
         deadline = blocking.next_deadline()
         if deadline is None:
@@ -907,9 +809,7 @@ class Server:
 
     def _block_timeout(self) -> None:
         self.block_timer = None
-        blocking = self.state.blocking
-        if blocking is not None:
-            blocking.expire(time.monotonic())
+        self.state.blocking.expire(time.monotonic())
         if self.pending and not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
@@ -922,7 +822,7 @@ class Server:
         state.clients.pop(client.id, None)
         self.connections.pop(client.id, None)
         client.closing = True
-        self.client_disconnected(state, client)
+        client_disconnected(state, client)
 
     # -- cron --------------------------------------------------------------------
 
@@ -933,13 +833,9 @@ class Server:
         state = self.state
         now = self.now = time.time()
         try:
-            blocking = state.blocking
-            if blocking is not None:
-                blocking.expire(time.monotonic())
+            state.blocking.expire(time.monotonic())
             state.persistence.tick(now)
-            expire_due = getattr(state.keyspace, "expire_due", None)
-            if expire_due is not None:
-                expire_due()
+            expire_keys(state)
             self.client_timeouts(now)
             state.used_memory_peak()
             state.sample_rates(time.monotonic())
@@ -978,18 +874,16 @@ class Server:
         # Replies of this iteration go out below, after the final save: the
         # AOF must hold their writes first, as in every other iteration.
         logged = self._flush_persistence()
-        shutdown = getattr(self.state.persistence, "shutdown", None)
-        if shutdown is not None:
-            try:
-                ok = shutdown(mode)
-            except Exception:
-                log.exception("Error in persistence shutdown")
-                ok = False
-            if ok is False:
-                log.warning(
-                    "Errors trying to shut down the server. Check the logs for more information."
-                )
-                return False
+        try:
+            ok = self.state.persistence.shutdown(mode)
+        except Exception:
+            log.exception("Error in persistence shutdown")
+            ok = False
+        if not ok:
+            log.warning(
+                "Errors trying to shut down the server. Check the logs for more information."
+            )
+            return False
         self.stopping = True
         for listener in self.listeners:
             listener.close()
@@ -1167,13 +1061,12 @@ def run(config: Config) -> int:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
-    from rcp11.blocking import BlockingManager
-    from rcp11.persistence import Persistence, PersistenceError
-
+    # Wired here, explicitly: the state, the front end on it, and the
+    # persistence engine, which replays the AOF through the command layer.
     state = ServerState(config)
-    BlockingManager(state)
     server = Server(state, loop)
-    persistence = Persistence(state)
+    persistence = Persistence(state, execute)
+    state.persistence = persistence
     # The order matters (as redis-server): the port first, so "Address
     # already in use" comes before any data is read; then the data
     # directory's lock, so a second server on a directory in use stops

@@ -9,18 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
+from rcp11.commands.args import (
     REDIS_COMPAT_VERSION,
     check_subcommand,
-    client_disconnected,
-    command,
     config_value,
     on_off,
     parse_int,
-    requirepass_set,
     text,
-    unwatch_all,
 )
+from rcp11.commands.core import client_disconnected, count_error, requirepass_set, unwatch_all
+from rcp11.commands.table import command
 from rcp11.errors import CommandError
 from rcp11.resp import OK, PONG, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
@@ -305,10 +303,11 @@ def _client_unblock(state: ServerState, argv: list[bytes]) -> int:
     if reason not in (b"timeout", b"error"):
         raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
     target = state.clients.get(target_id)
-    blocking = state.blocking
-    if target is None or blocking is None:
+    if target is None or not state.blocking.unblock(target, error=reason == b"error"):
         return 0
-    return int(blocking.unblock(target, error=reason == b"error"))
+    if reason == b"error":
+        count_error(state, errors.UNBLOCKED)
+    return 1
 
 
 def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: float) -> str:

@@ -7,12 +7,8 @@ from bisect import bisect_left
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
-    command,
-    now_ms,
-    parse_int,
-    text,
-)
+from rcp11.commands.args import now_ms, parse_int, text
+from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString
@@ -27,12 +23,20 @@ def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
     return deleted
 
 
-@command("del", -2, "write", (1, -1, 1), summary="Delete keys")
+_DELETES = (KeySpec(("RM", "DELETE"), index=1, lastkey=-1),)
+# RENAME reads and deletes the source, writes over the destination.
+_RENAMES = (
+    KeySpec(("RW", "ACCESS", "DELETE"), index=1),
+    KeySpec(("OW", "INSERT"), index=2),
+)
+
+
+@command("del", -2, "write", (1, -1, 1), summary="Delete keys", key_specs=_DELETES)
 def del_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return _delete_keys(state, argv)
 
 
-@command("unlink", -2, "write fast", (1, -1, 1), summary="Delete keys")
+@command("unlink", -2, "write fast", (1, -1, 1), summary="Delete keys", key_specs=_DELETES)
 def unlink_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return _delete_keys(state, argv)
 
@@ -140,7 +144,7 @@ def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return [b"%d" % next_cursor, found]
 
 
-@command("rename", 3, "write", (1, 2, 1), summary="Rename a key")
+@command("rename", 3, "write", (1, 2, 1), summary="Rename a key", key_specs=_RENAMES)
 def rename_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     src, dst = argv[1], argv[2]
     if src not in state.keyspace:
@@ -151,7 +155,14 @@ def rename_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return OK
 
 
-@command("renamenx", 3, "write fast", (1, 2, 1), summary="Rename a key unless the new name exists")
+@command(
+    "renamenx",
+    3,
+    "write fast",
+    (1, 2, 1),
+    summary="Rename a key unless the new name exists",
+    key_specs=_RENAMES,
+)
 def renamenx_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     src, dst = argv[1], argv[2]
     if src not in state.keyspace:

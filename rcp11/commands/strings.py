@@ -5,12 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
-    command,
-    get_string,
-    now_ms,
-    parse_int,
-)
+from rcp11.commands.args import get_string, now_ms, parse_int
+from rcp11.commands.table import command
 from rcp11.errors import CommandError
 from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK
