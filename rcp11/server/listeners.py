@@ -30,6 +30,7 @@ from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
 from rcp11.server.output_limits import next_output_mark
+from rcp11.server.trim import MemoryTrim
 from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
@@ -58,6 +59,7 @@ class Server:
         self.cron_handle: asyncio.TimerHandle | None = None
         self.stopping = False
         self.exit_code = 0
+        self.trim = MemoryTrim()
         self.output_limits = state.config.get("client-output-buffer-limit")["normal"]
         config = state.config
         config.on_change("client-output-buffer-limit", self._limits_changed)
@@ -363,6 +365,7 @@ class Server:
             expire_keys(state)
             self.client_timeouts(now)
             state.used_memory_peak()
+            self.trim.tick(state.used_memory(), now)
             state.sample_rates(time.monotonic())
         except Exception:
             log.exception("Error in the server cron")
