@@ -142,6 +142,14 @@ def syntax_error(problem: str) -> str:
     return f"ERR syntax error, {problem}"
 
 
+def twrite_unknown_option(option: str, entries_follow: bool) -> str:
+    """TWRITE met a word that is not an option. When no ENTRIES comes
+    after it, the user most likely forgot ENTRIES (TWRITE s BACKLOG 3 a b):
+    say so first."""
+    unknown = f"unknown option '{option}' (expected BACKLOG or ENTRIES)"
+    return syntax_error(unknown if entries_follow else f"ENTRIES is missing, {unknown}")
+
+
 def exec_abort_because(reason: str) -> str:
     return f"EXECABORT Transaction discarded because of: {reason}"
 
