@@ -1,4 +1,4 @@
-"""Connection commands: PING ECHO QUIT RESET AUTH HELLO SELECT CLIENT."""
+"""Connection commands: PING ECHO QUIT RESET MONITOR AUTH HELLO SELECT CLIENT."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from rcp11.commands.args import (
     parse_int,
     text,
 )
-from rcp11.commands.core import client_disconnected, count_error, requirepass_set, unwatch_all
+from rcp11.commands.core import (
+    client_disconnected,
+    count_error,
+    requirepass_set,
+    stop_monitor,
+    unwatch_all,
+)
 from rcp11.commands.table import command
 from rcp11.errors import CommandError
 from rcp11.resp import OK, PONG, SimpleString, Verbatim
@@ -56,7 +62,32 @@ def reset_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     client.name = b""
     client.db = 0
     client.authenticated = not requirepass_set(state)
+    stop_monitor(state, client)
     return SimpleString("RESET")
+
+
+# What MONITOR shows instead of a secret (Redis's shared.redacted).
+REDACTED = b"(redacted)"
+
+
+@command(
+    "monitor",
+    1,
+    "admin noscript loading stale",
+    summary="Listen for all requests received by the server in real time",
+    group="server",
+)
+def monitor_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    """From now on the client is sent every command the server runs, as
+    commands.core.feed_monitors() writes it (MONITOR itself and other admin
+    commands are not shown, as in Redis). RESET or closing ends it."""
+    if client.deny_blocking:
+        # Inside EXEC: a client that expects one reply per command.
+        raise CommandError(errors.MONITOR_DENY_BLOCKING)
+    if not client.monitor:
+        client.monitor = True
+        state.monitors.append(client)
+    return OK
 
 
 def _authenticate(state: ServerState, client: ClientState, user: bytes, password: bytes) -> None:
@@ -77,7 +108,29 @@ def _digest(secret: bytes) -> bytes:
     return hashlib.sha256(secret).digest()
 
 
-@command("auth", -2, "no_auth loading stale fast", summary="Authenticate", group="connection")
+def _redact_all(argv: list[bytes]) -> list[bytes]:
+    """AUTH as MONITOR shows it: every argument is a secret."""
+    return argv[:1] + [REDACTED] * (len(argv) - 1)
+
+
+def _redact_hello_auth(argv: list[bytes]) -> list[bytes]:
+    """HELLO as MONITOR shows it: the user and password after AUTH hidden."""
+    shown = list(argv)
+    for i in range(2, len(shown) - 2):
+        if shown[i].lower() == b"auth":
+            shown[i + 1] = shown[i + 2] = REDACTED
+            break
+    return shown
+
+
+@command(
+    "auth",
+    -2,
+    "no_auth loading stale fast",
+    summary="Authenticate",
+    group="connection",
+    redact=_redact_all,
+)
 def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if len(argv) > 3:
         raise CommandError(errors.SYNTAX)
@@ -90,7 +143,14 @@ def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return OK
 
 
-@command("hello", -1, "no_auth loading stale fast", summary="Handshake", group="connection")
+@command(
+    "hello",
+    -1,
+    "no_auth loading stale fast",
+    summary="Handshake",
+    group="connection",
+    redact=_redact_hello_auth,
+)
 def hello_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     protover = client.resp
     if len(argv) > 1:

@@ -125,6 +125,17 @@ def adjust_open_files_limit(config: Config) -> None:
         log.log(VERBOSE, "Increased maximum number of open files to %d", soft)
 
 
+def new_event_loop() -> tuple[asyncio.AbstractEventLoop, str]:
+    """uvloop's loop when it is installed (a dependency), else asyncio's;
+    and its name for INFO's multiplexing_api."""
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("uvloop is not installed: running on asyncio's event loop (slower).")
+        return asyncio.new_event_loop(), "asyncio"
+    return uvloop.new_event_loop(), "uvloop"
+
+
 def persistence_mode(config: Config) -> str:
     parts = []
     if config.get("appendonly"):
@@ -161,17 +172,13 @@ def run(config: Config) -> int:
     except OSError as exc:
         log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
         return 1
-    try:
-        import uvloop
-
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    except ImportError:
-        loop = asyncio.new_event_loop()
+    loop, multiplexing_api = new_event_loop()
     asyncio.set_event_loop(loop)
 
     # Wired here, explicitly: the state, the front end on it, and the
     # persistence engine, which replays the AOF through the command layer.
     state = ServerState(config)
+    state.multiplexing_api = multiplexing_api
     server = Server(state, loop)
     persistence = Persistence(state, execute)
     state.persistence = persistence
