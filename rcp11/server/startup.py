@@ -20,6 +20,7 @@ from rcp11.logs import VERBOSE, setup_logging
 from rcp11.persistence import Persistence, PersistenceError
 from rcp11.server.listeners import Server
 from rcp11.state import ServerState
+from rcp11.stdio import quiet_broken_pipe
 
 log = logging.getLogger("rcp11")
 
@@ -245,6 +246,10 @@ def _remove_pidfile(path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    return quiet_broken_pipe(lambda: _main(args))
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] in ("-h", "--help"):
         print(USAGE)
         return 0
