@@ -301,7 +301,7 @@ def _serve(state: ServerState, request: BlockRequest) -> Any:
     client, argv = request.client, request.argv
     cmd = lookup_original(argv[0])
     if cmd is None:  # the command table never loses a row
-        raise RuntimeError(f"blocked command {argv[0]!r} has no row")
+        raise RuntimeError(f"blocked command {show_arg(argv[0])} has no row")
     refusal = check(state, client, cmd, argv)
     if refusal is not None:
         count_error(state, refusal)

@@ -30,6 +30,7 @@ from rcp11.commands.core import BLOCKED, count_error, execute
 from rcp11.commands.streams import execute_run
 from rcp11.commands.table import RUN_COMMANDS
 from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
+from rcp11.logs import show_arg
 from rcp11.resp import Error, encode, encode_integers, encode_raw_error
 from rcp11.state import ClientState, ServerState
 
@@ -89,7 +90,7 @@ def run_pipeline(
         try:
             reply = execute(state, client, argv)
         except Exception as exc:  # a bug in dispatch must not kill the server
-            log.exception("Error running %r", argv[:1])
+            log.exception("Error running %s", show_arg(argv[0]))
             reply = Error(errors.internal_error_running(exc))
             count_error(state, reply.message)
         index += 1
