@@ -77,9 +77,9 @@ def load_aof(engine: Persistence) -> None:
     def replay(argv: list[bytes], at: int) -> None:
         reply = engine.replay(state, client, argv)
         if isinstance(reply, Error):
-            name = show_arg(argv[0])
+            name = argv[0].decode("utf-8", "replace")
             raise PersistenceError(
-                f"{path}: command {name} at byte offset {at} failed on replay: "
+                f"{path}: command {name!r} at byte offset {at} failed on replay: "
                 f"{reply.message}; refusing to start"
             )
 
