@@ -172,7 +172,7 @@ def hello_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             name = argv[i + 1]
             i += 2
         else:
-            raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
+            raise CommandError(errors.hello_option(text(argv[i])))
     if auth is not None:
         _authenticate(state, client, *auth)
     elif not client.authenticated and requirepass_set(state):
@@ -336,11 +336,9 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if sub == "setinfo":
         what = argv[2].lower()
         if what not in (b"lib-name", b"lib-ver"):
-            raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+            raise CommandError(errors.unrecognized_option(text(argv[2])))
         if any(b < 0x21 or b > 0x7E for b in argv[3]):
-            raise CommandError(
-                f"ERR {text(what)} cannot contain spaces, newlines or special characters."
-            )
+            raise CommandError(errors.setinfo_bad_chars(text(what)))
         if what == b"lib-name":
             client.lib_name = argv[3]
         else:
@@ -361,7 +359,7 @@ def _client_unblock(state: ServerState, argv: list[bytes]) -> int:
     target_id = parse_int(argv[2])
     reason = argv[3].lower() if len(argv) == 4 else b"timeout"
     if reason not in (b"timeout", b"error"):
-        raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+        raise CommandError(errors.UNBLOCK_REASON)
     target = state.clients.get(target_id)
     if target is None or not state.blocking.unblock(target, error=reason == b"error"):
         return 0
@@ -377,7 +375,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
         if option == b"type" and len(args) == 2:
             kind = args[1].lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{text(args[1])}'")
+                raise CommandError(errors.unknown_client_type(text(args[1])))
             if kind != b"normal":
                 clients = []
         elif option == b"id" and len(args) >= 2:
@@ -386,7 +384,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
                 try:
                     wanted.add(parse_int(arg))
                 except CommandError:
-                    raise CommandError("ERR Invalid client ID") from None
+                    raise CommandError(errors.INVALID_CLIENT_ID) from None
             clients = [c for c in clients if c.id in wanted]
         else:
             raise CommandError(errors.SYNTAX)
@@ -415,7 +413,7 @@ def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:
             except CommandError:
                 wanted_id = 0
             if wanted_id <= 0:
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(errors.CLIENT_ID_POSITIVE)
             tests.append(lambda c, wanted_id=wanted_id: c.id == wanted_id)
         elif option == b"addr":
             addr = text(value)
@@ -426,11 +424,11 @@ def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:
         elif option == b"type":
             kind = value.lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{text(value)}'")
+                raise CommandError(errors.unknown_client_type(text(value)))
             tests.append(lambda c, normal=kind == b"normal": normal)
         elif option == b"user":
             if value != b"default":
-                raise CommandError(f"ERR No such user '{text(value)}'")
+                raise CommandError(errors.no_such_user(text(value)))
         elif option == b"maxage":
             max_age = parse_int(value)
             tests.append(lambda c, max_age=max_age: now - c.created_at >= max_age)

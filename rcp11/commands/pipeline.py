@@ -108,7 +108,7 @@ def protocol_error_reply(state: ServerState, message: str) -> bytes:
     """The reply to bytes that are not a request (the connection then
     closes), counted as an error reply."""
     count_error(state, "ERR")
-    return encode_raw_error("ERR " + message)
+    return encode_raw_error(errors.err(message))
 
 
 def late_reply(client: ClientState, reply: Any) -> bytes:

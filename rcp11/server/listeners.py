@@ -93,7 +93,7 @@ class Server:
         try:
             os.chdir(path)
         except OSError as exc:
-            raise ConfigError(f"Can't chdir to '{path}': {exc.strerror}") from None
+            raise ConfigError(errors.cant_chdir(path, exc.strerror or str(exc))) from None
 
     def set_keepalive(self, sock: Any) -> None:
         interval = self.state.config.get("tcp-keepalive")
@@ -250,9 +250,9 @@ class Server:
             try:
                 wanted, bound = self._bind_tcp(config.get("bind"), port, self.tcp_listeners)
             except OSError:
-                raise ConfigError("Failed to bind to specified addresses.") from None
+                raise ConfigError(errors.BIND_FAILED) from None
             if not wanted:
-                raise ConfigError("Failed to bind to specified addresses.")
+                raise ConfigError(errors.BIND_FAILED)
         for address in [a for a in self.tcp_listeners if a not in wanted]:
             listener = self.tcp_listeners.pop(address)
             if listener is not None:
