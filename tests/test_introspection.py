@@ -144,3 +144,14 @@ def test_info_errorstats_counts_errors_by_code_as_redis(
 def test_info_server_says_which_event_loop_runs(server: ServerProcess) -> None:
     info = redis_cli(server.port, "INFO", "server")
     assert "multiplexing_api:uvloop\r" in info or "multiplexing_api:uvloop\n" in info
+
+
+def test_scan_type_finds_streams_by_their_type_name_only(server: ServerProcess) -> None:
+    r = server.client()
+    r.execute_command("TWRITE", "s", "x")
+    r.set("k", "v")
+    assert r.type("s") == b"rcp11-log"
+    assert r.execute_command("SCAN", 0, "TYPE", "rcp11-log") == (0, [b"s"])
+    assert r.execute_command("SCAN", 0, "TYPE", "RCP11-LOG") == (0, [b"s"])
+    assert r.execute_command("SCAN", 0, "TYPE", "stream") == (0, [])
+    assert r.execute_command("SCAN", 0, "TYPE", "string") == (0, [b"k"])
