@@ -128,7 +128,8 @@ class Server:
             if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
             self._bound_tcp = sockets
-        self.tls = tls.bind(self)  # tls-port: TLS listeners beside the TCP ones
+        # tls-port: TLS listeners beside the TCP ones
+        self.tls = tls.bind(config, lambda binds, port: self._bind_tcp(binds, port, {})[1])
 
     def bind_unix(self) -> None:
         """Bind and listen on the unix socket, if configured. A socket file
@@ -168,7 +169,7 @@ class Server:
             self._bound_unix = None
             self.listeners.append(listener)
         if self.tls is not None:
-            await self.tls.serve(self, lambda: Connection(self))
+            self.listeners += await self.tls.serve(self.loop, lambda: Connection(self))
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
         self.state.tcp_port = self.state.config.get("port")
