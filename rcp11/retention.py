@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -70,9 +71,11 @@ def _is_stream(value: Any) -> bool:
 class Retention:
     """The cron's retention walker for one server (state.retention)."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, serve_ready: Callable[[], None]) -> None:
+        """serve_ready: the command layer's wake-up of readers whose keys
+        changed, run after a cron step evicted (start-up wires it)."""
         self.state = state
-        state.retention = self
+        self._serve_ready = serve_ready
         # Keys left in the current pass, visited from the end.
         self._keys: list[bytes] = []
         # Loaded streams may need their compression conformed; so do all
@@ -133,7 +136,12 @@ class Retention:
             cutoff = now_ms - age if age else None
             more = self._walk(cutoff, size, deadline, nodes)
         if state.stats.retention_runs != runs_before:
-            _after_evictions(state)
+            # What the command layer does after a write: wake readers whose
+            # keys changed; then hand the AOF records to the kernel now,
+            # rather than at the next reply, so a crash in a quiet moment
+            # does not bring evicted messages back.
+            self._serve_ready()
+            state.persistence.flush()
         return more
 
     def _start_pass(self) -> None:
@@ -217,18 +225,7 @@ def record_eviction(state: ServerState, key: bytes, stream: Stream, ev: Evicted)
     # The absolute cut, not "how many": replay must not depend on the clock
     # or on what the stream held then. Something was evicted, so >= 0.
     state.propagate([b"TEVICT", key, b"%d" % (stream.first_offset - 1)])
-    if state.blocking is not None:
-        state.blocking.signal_key(key)
-
-
-def _after_evictions(state: ServerState) -> None:
-    """What the command layer does after a write: wake readers whose keys
-    changed; then hand the AOF records to the kernel now, rather than at
-    the next reply, so a crash in a quiet moment does not bring evicted
-    messages back."""
-    if state.blocking is not None and state.blocking.ready:
-        state.blocking.serve_ready()
-    state.persistence.flush()
+    state.blocking.signal_key(key)
 
 
 # -- maxmemory-policy streams-oldest ---------------------------------------

@@ -70,10 +70,10 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any]:
-    """(ServerState, Persistence) on `directory`, in this process, with a
-    blocking manager and no save rules; `directives` as for CONFIG SET
-    (underscores for dashes). Not loaded yet: call .load()."""
-    from rcp11.blocking import BlockingManager
+    """(ServerState, Persistence) on `directory`, in this process, wired as
+    the server wires them, with no save rules; `directives` as for CONFIG
+    SET (underscores for dashes). Not loaded yet: call .load()."""
+    from rcp11.commands import execute
     from rcp11.config import Config
     from rcp11.persistence import Persistence
     from rcp11.state import ServerState
@@ -84,8 +84,8 @@ def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any
     for name, value in directives.items():
         config.set(name.replace("_", "-"), value)
     state = ServerState(config)
-    BlockingManager(state)
-    return state, Persistence(state)
+    state.persistence = persistence = Persistence(state, execute)
+    return state, persistence
 
 
 def free_port() -> int:

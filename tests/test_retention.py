@@ -11,7 +11,7 @@ from typing import Any
 from conftest import persistence_in_process
 
 from rcp11 import retention
-from rcp11.commands import execute
+from rcp11.commands import execute, serve_ready
 from rcp11.config import Config
 from rcp11.resp import NULL_ARRAY
 from rcp11.retention import Retention
@@ -38,16 +38,14 @@ class Recorder(NullPersistence):
 
 
 def make_state(**directives: Any) -> tuple[ServerState, Recorder, Retention]:
-    from rcp11.blocking import BlockingManager
-
     config = Config()
     for name, value in directives.items():
         config.set(name.replace("_", "-"), str(value))
     state = ServerState(config)
-    BlockingManager(state)
     recorder = Recorder()
     state.persistence = recorder
-    return state, recorder, Retention(state)
+    state.retention = Retention(state, lambda: serve_ready(state))
+    return state, recorder, state.retention
 
 
 def add_stream(
@@ -317,7 +315,8 @@ def test_replaying_the_aof_gives_the_same_streams_after_retention(tmp_path: Path
             tmp_path, appendonly="yes", appendfsync="always", stream_node_max_entries="10"
         )
         persistence.load()
-        return state, persistence, Retention(state)
+        state.retention = Retention(state, lambda: serve_ready(state))
+        return state, persistence, state.retention
 
     state, persistence, ret = open_state()
     client = ClientState(authenticated=True)

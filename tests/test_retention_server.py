@@ -56,9 +56,9 @@ def test_tseek_errors(server: ServerProcess) -> None:
     cases = [
         (("TSEEK", "s"), "wrong number of arguments for 'tseek' command"),
         (("TSEEK", "s", 1, 2), "wrong number of arguments for 'tseek' command"),
-        (("TSEEK", "s", "soon"), "unix-time-ms is not an integer or out of range"),
-        (("TSEEK", "s", "1.5"), "unix-time-ms is not an integer or out of range"),
-        (("TSEEK", "s", str(2**63)), "unix-time-ms is not an integer or out of range"),
+        (("TSEEK", "s", "soon"), "time is not an integer or out of range"),
+        (("TSEEK", "s", "1.5"), "time is not an integer or out of range"),
+        (("TSEEK", "s", str(2**63)), "time is not an integer or out of range"),
         (("TSEEK", "str", 1), "WRONGTYPE Operation against a key holding the wrong kind"),
     ]
     for argv, message in cases:
