@@ -31,7 +31,6 @@ from rcp11 import errors
 from rcp11.spark.columns import Projection
 from rcp11.spark.connection import Session, pipelined_treads
 from rcp11.spark.options import (
-    OffsetSpec,
     OptionError,
     ReadOptions,
     check_batch_read,
@@ -41,9 +40,10 @@ from rcp11.spark.planning import (
     Bounds,
     Catalog,
     ReadRange,
-    resolve_positions,
+    ending_positions,
     share,
     split_ranges,
+    starting_positions,
 )
 
 try:  # Spark >= 4.2: read limits and Trigger.AvailableNow for Python sources.
@@ -150,16 +150,15 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         read = self.read_options
-        subscription = read.require_subscription()
-        pattern = subscription.pattern is not None
+        catalog = Catalog(read.require_subscription())
+
+        def plan(client: Client) -> tuple[dict[str, Bounds], dict[str, int], dict[str, int]]:
+            bounds = catalog.bounds(client)
+            starting = starting_positions(client, read, bounds, "earliest")
+            return bounds, starting, ending_positions(client, read, bounds)
+
         with Session(read.endpoint) as session:
-            bounds = session.call("planning a batch read", Catalog(subscription).bounds)
-        starting = resolve_positions(
-            "startingOffsets", read.starting or OffsetSpec("earliest"), bounds, pattern
-        )
-        ending = resolve_positions(
-            "endingOffsets", read.ending or OffsetSpec("latest"), bounds, pattern
-        )
+            bounds, starting, ending = session.call("planning a batch read", plan)
         ranges = []
         for stream, limits in sorted(bounds.items()):
             start = starting[stream]
@@ -213,14 +212,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         read = self.read_options
-        bounds = self._bounds()
-        positions = resolve_positions(
-            "startingOffsets",
-            read.starting or OffsetSpec("latest"),
-            bounds,
-            self.catalog.subscription.pattern is not None,
-        )
-        return dict(sorted(positions.items()))
+
+        def plan(client: Client) -> dict[str, int]:
+            return starting_positions(client, read, self.catalog.bounds(client), "latest")
+
+        return dict(sorted(self.session.call("planning a micro-batch", plan).items()))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = {s: b.next for s, b in self._bounds().items()}
