@@ -194,6 +194,13 @@ def spark_no_time_match(name: str, stream: str, ms: int, next_offset: int) -> st
     )
 
 
+def spark_not_a_cluster(address: str) -> str:
+    return (
+        f"{SPARK_PREFIX}option cluster=true, but the server at {address} is not a Redis "
+        "Cluster node (CLUSTER SLOTS answered no slots); use cluster=false or auto"
+    )
+
+
 def spark_no_tseek(address: str, name: str, reply: str) -> str:
     return (
         f"{SPARK_PREFIX}{name} needs the server's TSEEK command, which the server at "

@@ -51,6 +51,13 @@ OPTIONS: tuple[OptionDoc, ...] = (
         str(DEFAULT_BATCH_SIZE),
         "messages per TREAD (read) or per TWRITE (write)",
     ),
+    OptionDoc(
+        "cluster",
+        "read and write",
+        "auto",
+        "Redis Cluster: auto (asks CLUSTER SLOTS), true (the server must be a cluster node) "
+        "or false (one server)",
+    ),
     OptionDoc("subscribe", "read", "", "comma-separated stream keys (or .load('a,b'))"),
     OptionDoc(
         "subscribePattern",

@@ -116,6 +116,7 @@ class Endpoint:
     password: str | None = None
     retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
     retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
+    cluster: str = "auto"  # "auto" | "true" | "false" (rcp11.spark.cluster)
 
     @property
     def address(self) -> str:
@@ -130,7 +131,18 @@ def parse_endpoint(options: Mapping[str, str]) -> Endpoint:
         password=_text(options, "password"),
         retry_timeout_ms=_int(options, "retryTimeoutMs", DEFAULT_RETRY_TIMEOUT_MS, 0) or 0,
         retry_backoff_ms=_int(options, "retryBackoffMs", DEFAULT_RETRY_BACKOFF_MS, 1) or 1,
+        cluster=_choice(options, "cluster", ("auto", "true", "false")),
     )
+
+
+def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (any case); the first is the default."""
+    text = _text(options, name)
+    if text is None:
+        return choices[0]
+    if text.strip().lower() not in choices:
+        raise OptionError(errors.spark_bad_option(name, text, " or ".join(choices)))
+    return text.strip().lower()
 
 
 # ---------------------------------------------------------------------------
@@ -216,20 +228,6 @@ def parse_times(options: Mapping[str, str], every: str, by_stream: str) -> TimeS
     return per_stream
 
 
-# What startingOffsetsByTimestampStrategy accepts (Kafka's values).
-TIME_STRATEGIES = ("error", "latest")
-
-
-def _strategy(options: Mapping[str, str]) -> str:
-    name = "startingOffsetsByTimestampStrategy"
-    text = _text(options, name)
-    if text is None:
-        return "error"
-    if text.strip().lower() not in TIME_STRATEGIES:
-        raise OptionError(errors.spark_bad_option(name, text, "error or latest"))
-    return text.strip().lower()
-
-
 # ---------------------------------------------------------------------------
 # Which streams a read covers
 # ---------------------------------------------------------------------------
@@ -310,7 +308,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         ending=parse_offsets("endingOffsets", ending) if ending is not None else None,
         starting_time=parse_times(options, "startingTimestamp", "startingOffsetsByTimestamp"),
         ending_time=parse_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
-        no_time_match_latest=_strategy(options) == "latest",
+        no_time_match_latest=_choice(
+            options, "startingOffsetsByTimestampStrategy", ("error", "latest")
+        )
+        == "latest",
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
         min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None, 1),

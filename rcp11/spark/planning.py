@@ -29,6 +29,7 @@ from rcp11.spark.options import (
 
 if TYPE_CHECKING:
     from rcp11.client import Client
+    from rcp11.spark.cluster import Fleet
 
 log = logging.getLogger("rcp11.spark")
 
@@ -55,6 +56,7 @@ class ReadRange(InputPartition):
     start: int
     end: int
     floor: int
+    node: str = ""  # "host:port" of the stream's primary on a cluster, else ""
 
     @property
     def size(self) -> int:
@@ -109,15 +111,23 @@ class Catalog:
         self.subscription = subscription
         self.type_names: tuple[str, ...] = STREAM_TYPE_NAMES
 
-    def bounds(self, client: Client) -> dict[str, Bounds]:
+    def bounds(self, fleet: Fleet) -> dict[str, Bounds]:
+        """Bounds of every stream read, each asked of its own node (all
+        primaries of a cluster are scanned for a pattern)."""
         pattern = self.subscription.pattern
         if pattern is None:
-            return fetch_bounds(client, self.subscription.names, strict=True)
+            found = {}
+            for client, streams in fleet.by_owner(self.subscription.names):
+                found.update(fetch_bounds(client, streams, strict=True))
+            return {s: found[s] for s in self.subscription.names}
         for type_name in self.type_names:
-            bounds = fetch_bounds(client, scan_streams(client, pattern, (type_name,)), False)
-            if bounds:
+            found = {}
+            for client in fleet.primaries():
+                streams = scan_streams(client, pattern, (type_name,))
+                found.update(fetch_bounds(client, streams, False))
+            if found:
                 self.type_names = (type_name,)
-                return bounds
+                return dict(sorted(found.items()))
         return {}
 
 
@@ -206,7 +216,7 @@ def seek_times(client: Client, times: Mapping[str, int], option: str) -> dict[st
 
 
 def resolve_times(
-    client: Client,
+    fleet: Fleet,
     spec: TimeSpec,
     bounds: Mapping[str, Bounds],
     pattern: bool,
@@ -229,7 +239,9 @@ def resolve_times(
         extra = sorted(set(spec.as_dict()) - set(bounds))
         if missing and not pattern or extra:
             raise OptionError(errors.spark_offsets_streams(spec.option, missing, extra, hint=""))
-    found = seek_times(client, times, spec.option) if times else {}
+    found: dict[str, Seek] = {}
+    for client, streams in fleet.by_owner(times):
+        found.update(seek_times(client, {s: times[s] for s in streams}, spec.option))
     positions = {s: (b.first if starting else b.next) for s, b in bounds.items()}
     for stream, seek in found.items():
         limits = seek.bounds
@@ -245,14 +257,14 @@ def resolve_times(
 
 
 def starting_positions(
-    client: Client, read: ReadOptions, bounds: Mapping[str, Bounds], default: str
+    fleet: Fleet, read: ReadOptions, bounds: Mapping[str, Bounds], default: str
 ) -> dict[str, int]:
     """Where a query starts: startingTimestamp, else startingOffsetsByTimestamp,
     else startingOffsets, else ``default`` (Kafka's precedence)."""
     pattern = read.require_subscription().pattern is not None
     if read.starting_time is not None:
         return resolve_times(
-            client, read.starting_time, bounds, pattern, True, read.no_time_match_latest
+            fleet, read.starting_time, bounds, pattern, True, read.no_time_match_latest
         )
     return resolve_positions(
         "startingOffsets", read.starting or OffsetSpec(default), bounds, pattern
@@ -260,13 +272,13 @@ def starting_positions(
 
 
 def ending_positions(
-    client: Client, read: ReadOptions, bounds: Mapping[str, Bounds]
+    fleet: Fleet, read: ReadOptions, bounds: Mapping[str, Bounds]
 ) -> dict[str, int]:
     """Where a batch query ends: endingTimestamp, else endingOffsetsByTimestamp,
     else endingOffsets, else latest."""
     pattern = read.require_subscription().pattern is not None
     if read.ending_time is not None:
-        return resolve_times(client, read.ending_time, bounds, pattern, False)
+        return resolve_times(fleet, read.ending_time, bounds, pattern, False)
     return resolve_positions("endingOffsets", read.ending or OffsetSpec("latest"), bounds, pattern)
 
 
@@ -315,6 +327,6 @@ def split_ranges(
         position = r.start
         for index in range(count):
             size = base + (1 if index < extra else 0)
-            out.append(ReadRange(r.stream, position, position + size, r.floor))
+            out.append(ReadRange(r.stream, position, position + size, r.floor, r.node))
             position += size
     return out
