@@ -163,34 +163,29 @@ def test_batch_write_by_column_is_exactly_once_on_each_owner(cluster, spark, rc)
     assert sink_keys(rc) == []  # a batch write leaves nothing behind
 
 
-def test_streaming_copy_across_nodes_survives_a_failover(
+def test_a_streaming_copy_across_nodes_carries_on_through_failovers(
     cluster, spark, rc, tmp_path: Path
 ) -> None:
     target = "{copy}"
     for key in SOURCES:
         fill(rc, key, 200)
     port = seed(cluster, rc, target)
-
-    def run() -> Any:
-        df = (
-            spark.readStream.format("rcp11")
-            .option("port", port)
-            .option("subscribe", ",".join(SOURCES))
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", 700)
-            .load()
-            .selectExpr("CONCAT(stream, ':', CAST(offset AS STRING)) AS value")
-        )
-        query = (
-            df.writeStream.format("rcp11")
-            .option("port", port)
-            .option("stream", target)
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
+    df = (
+        spark.readStream.format("rcp11")
+        .option("port", port)
+        .option("subscribe", ",".join(SOURCES))
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 700)
+        .load()
+        .selectExpr("CONCAT(stream, ':', CAST(offset AS STRING)) AS value")
+    )
+    query = (
+        df.writeStream.format("rcp11")
+        .option("port", port)
+        .option("stream", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
 
     def expected() -> Counter:
         return Counter(
@@ -199,27 +194,64 @@ def test_streaming_copy_across_nodes_survives_a_failover(
             for offset in range(len(messages(rc, key)))
         )
 
-    run()
-    assert Counter(messages(rc, target)) == expected()
-    # The sink's keys live in the target's slot (so its commit is one
-    # transaction on one node): its progress key and registry.
-    keys = sink_keys(rc)
-    assert [k.split(b":")[-1] for k in keys] == [b"progress", b"staged"]
-    assert {key_slot(k) for k in keys} == {key_slot(target.encode())}
+    try:
+        query.processAllAvailable()
+        assert Counter(messages(rc, target)) == expected()
+        # The sink's keys live in the target's slot (so its commit is one
+        # transaction on one node): its progress key and registry.
+        keys = sink_keys(rc)
+        assert [k.split(b":")[-1] for k in keys] == [b"progress", b"staged"]
+        assert {key_slot(k) for k in keys} == {key_slot(target.encode())}
 
-    # Promote the replicas of the target's node and of a source's node: the
-    # query (restarted from its checkpoint) follows the slots to the new
-    # primaries, and every row is still there exactly once.
-    victims = {rc.get_node_from_key(target).port, rc.get_node_from_key(SOURCES[0]).port}
-    for victim in victims:
-        promoted = cluster.replica_of(victim)
-        redis.Redis(port=promoted).execute_command("CLUSTER", "FAILOVER")
-        wait_for(lambda promoted=promoted: cluster._role(promoted) == "master", 30)
-        wait_for(lambda victim=victim: cluster._role(victim) == "slave", 30)
-    after = cluster.client()
-    for key in SOURCES:
-        fill(after, key, 100)
-    after.close()
-    run()
-    assert Counter(messages(rc, target)) == expected()
+        # Promote the replicas of the target's node and of a source's node
+        # while the query runs: its planning, its tasks and its commits meet
+        # MOVED on the old primaries and follow the slots to the new ones.
+        victims = {rc.get_node_from_key(target).port, rc.get_node_from_key(SOURCES[0]).port}
+        for victim in victims:
+            promoted = cluster.replica_of(victim)
+            redis.Redis(port=promoted).execute_command("CLUSTER", "FAILOVER")
+            wait_for(lambda promoted=promoted: cluster._role(promoted) == "master", 30)
+            wait_for(lambda victim=victim: cluster._role(victim) == "slave", 30)
+        after = cluster.client()
+        for key in SOURCES:
+            fill(after, key, 100)
+        after.close()
+        query.processAllAvailable()
+        assert Counter(messages(rc, target)) == expected()
+    finally:
+        query.stop()
+    assert query.exception() is None
     wait_for(cluster._replicas_in_sync, 30)
+
+
+def test_tasks_with_a_stale_slot_map_follow_moved(cluster, rc) -> None:
+    """A task whose slot map is out of date (a failover or a resharding
+    since the driver planned) is told MOVED by the node it asks, and
+    reads or stages on the owner instead."""
+    import pyarrow as pa
+
+    from rcp11.spark.cluster import Topology
+    from rcp11.spark.columns import Projection, WriteLayout
+    from rcp11.spark.options import WriteOptions, parse_read_options
+    from rcp11.spark.planning import ReadRange
+    from rcp11.spark.sink import TaskWriter
+    from rcp11.spark.source import read_range
+
+    key = "{moved}"
+    wrong = seed(cluster, rc, key)
+    endpoint = Endpoint(port=wrong, retry_backoff_ms=1)
+    stale = Router(endpoint, Topology(((0, 16383, "127.0.0.1", wrong),)), resolved=True)
+    values = [b"m%d" % i for i in range(100)]
+    options = WriteOptions(endpoint, key, batch_size=7)
+    writer = TaskWriter(options, WriteLayout(0, None, None), "j", router=stale)
+    writer.add(pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], names=["value"]))
+    (staged,) = writer.finish().staged
+    assert staged.rows == 100 and messages(rc, staged.key) == values
+
+    rc.execute_command("TWRITE", key, "ENTRIES", *values)
+    read = parse_read_options({"port": str(wrong), "subscribe": key, "batchSize": "9"})
+    part = ReadRange(key, 0, 100, 0, f"127.0.0.1:{wrong}")
+    offsets = [
+        o for batch in read_range(read, Projection(), part) for o in batch.column(1).to_pylist()
+    ]
+    assert offsets == list(range(100))
