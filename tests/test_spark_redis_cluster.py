@@ -22,6 +22,7 @@ from conftest import ModuleCluster, RedisModuleServer, require, wait_for
 from redis.crc import key_slot
 from test_spark import failing_once
 
+from rcp11.client import ClusterClient
 from rcp11.spark.cluster import Router
 from rcp11.spark.options import Endpoint, OptionError
 
@@ -77,8 +78,9 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def rc(cluster: ModuleCluster) -> Iterator[Any]:
-    client = cluster.client()
+def rc(cluster: ModuleCluster) -> Iterator[ClusterClient]:
+    """rcp11's cluster client (redis-py's RedisCluster with the stream commands)."""
+    client = ClusterClient(host="127.0.0.1", port=cluster.primaries()[0])
     client.flushall(target_nodes=client.PRIMARIES)
     yield client
     client.close()
@@ -96,12 +98,13 @@ def seed(cluster: ModuleCluster, rc: Any, key: str | None = None) -> int:
 
 def fill(rc: Any, key: str, count: int) -> list[bytes]:
     values = [b"%s-%d" % (key.encode(), i) for i in range(count)]
-    rc.execute_command("TWRITE", key, "ENTRIES", *values)
+    first = len(messages(rc, key))
+    assert rc.twrite(key, *values) == first
     return values
 
 
 def messages(rc: Any, key: str) -> list[bytes]:
-    return [m for m in rc.execute_command("TREAD", key, 0, 1_000_000) or [] if m is not None]
+    return [m for m in rc.tread(key, 0, 1_000_000) if m is not None]
 
 
 def sink_keys(rc: Any) -> list[bytes]:
@@ -212,10 +215,8 @@ def test_a_streaming_copy_across_nodes_carries_on_through_failovers(
             redis.Redis(port=promoted).execute_command("CLUSTER", "FAILOVER")
             wait_for(lambda promoted=promoted: cluster._role(promoted) == "master", 30)
             wait_for(lambda victim=victim: cluster._role(victim) == "slave", 30)
-        after = cluster.client()
         for key in SOURCES:
-            fill(after, key, 100)
-        after.close()
+            fill(rc, key, 100)
         query.processAllAvailable()
         assert Counter(messages(rc, target)) == expected()
     finally:
@@ -248,7 +249,7 @@ def test_tasks_with_a_stale_slot_map_follow_moved(cluster, rc) -> None:
     (staged,) = writer.finish().staged
     assert staged.rows == 100 and messages(rc, staged.key) == values
 
-    rc.execute_command("TWRITE", key, "ENTRIES", *values)
+    rc.twrite(key, *values)
     read = parse_read_options({"port": str(wrong), "subscribe": key, "batchSize": "9"})
     part = ReadRange(key, 0, 100, 0, f"127.0.0.1:{wrong}")
     offsets = [
