@@ -44,7 +44,7 @@ def module_path() -> str:
     )
     path = done.stdout.strip()
     if not os.path.isfile(path):
-        raise SystemExit(f"the rcp11 Redis module is not built ({path}): pip install rcp11")
+        raise SystemExit(f"the rcp11 Redis module is not built ({path}): pip install .")
     return path
 
 

@@ -13,9 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -25,7 +23,14 @@ from pyspark.sql.datasource import (
 
 from rcp11 import errors
 from rcp11.spark.cluster import REROUTE, Fleet, Router
-from rcp11.spark.columns import WriteLayout, binary_values, pack_twrite, write_layout
+from rcp11.spark.columns import (
+    WriteLayout,
+    binary_values,
+    pack_twrite,
+    row_batch,
+    split_by_target,
+    write_layout,
+)
 from rcp11.spark.commit import Staged, StagedWrite, abort, commit, sink_key
 from rcp11.spark.connection import RETRYABLE, Outage, raw_connection
 from rcp11.spark.options import Endpoint, OptionError, WriteOptions
@@ -137,14 +142,14 @@ class TaskWriter:
 
     def add(self, item: Any) -> None:
         """One Arrow record batch (or a Spark Row on Spark 4.0)."""
-        batch = item if hasattr(item, "num_rows") else _row_batch(item, self.layout)
+        batch = item if hasattr(item, "num_rows") else row_batch(item, self.layout)
         values = binary_values(batch.column(self.layout.value_index), self.rows)
         if self.layout.target_index is None:
             assert self.options.stream is not None
             self._stage(self.options.stream, values)
         else:
             column = batch.column(self.layout.target_index)
-            for target, part in _split_by_target(column, values, self.layout.target_column):
+            for target, part in split_by_target(column, values, self.layout.target_column):
                 self._stage(target, part)
         self.rows += batch.num_rows
 
@@ -293,39 +298,6 @@ class TaskWriter:
     def close(self) -> None:
         for channel in self.channels.values():
             channel.disconnect()
-
-
-def _split_by_target(
-    targets: pa.Array, values: pa.Array, column: str | None
-) -> Iterator[tuple[str, pa.Array]]:
-    """(target, its values in row order) for a batch with a target column."""
-    if targets.null_count:
-        raise ValueError(
-            errors.spark_write_column(column or "stream", "is null in a row; every row needs one")
-        )
-    encoded = pc.dictionary_encode(targets)
-    names = encoded.dictionary.to_pylist()
-    if len(names) == 1:
-        yield names[0], values
-        return
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    order = np.argsort(codes, kind="stable")
-    ordered = values.take(pa.array(order))
-    sorted_codes = codes[order]
-    cuts = [0, *(np.flatnonzero(np.diff(sorted_codes)) + 1).tolist(), len(order)]
-    for begin, end in zip(cuts, cuts[1:], strict=False):
-        yield names[sorted_codes[begin]], ordered.slice(begin, end - begin)
-
-
-def _row_batch(row: Any, layout: WriteLayout) -> pa.RecordBatch:
-    """A Spark Row as a one-row batch (Spark 4.0 hands writers Rows)."""
-    columns = [pa.array([row[layout.value_index]])]
-    names = ["value"]
-    if layout.target_index is not None:
-        columns.append(pa.array([row[layout.target_index]], type=pa.string()))
-        names.append("target")
-    batch = pa.RecordBatch.from_arrays(columns, names=names)
-    return batch
 
 
 # ---------------------------------------------------------------------------
