@@ -350,6 +350,31 @@ class ModuleCluster:
         return True
 
 
+def local_spark(app: str, master: str = "local[2,2]") -> Any:
+    """A local SparkSession for one test module, with rcp11 registered:
+    executors run this interpreter, no UI, two shuffle partitions, and no
+    empty trailing micro-batches (each costs a planning round)."""
+    from pyspark.sql import SparkSession
+
+    from rcp11.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.Builder()  # not .builder: its options outlive sessions
+        .master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("OFF")
+    register(session)
+    return session
+
+
 @pytest.fixture
 def module_factory(tmp_path: Path) -> Iterator:
     """Start redis-servers with the module: module_factory(appendonly="yes",

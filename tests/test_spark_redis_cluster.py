@@ -9,8 +9,6 @@ exactly once, and a query carries on across a replica promotion.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ModuleCluster, RedisModuleServer, require, wait_for
+from conftest import ModuleCluster, RedisModuleServer, local_spark, require, wait_for
 from redis.crc import key_slot
 from test_spark import failing_once
 
@@ -56,23 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleCluster]
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()
-        .master("local[2,2]")
-        .appName("rcp11-redis-cluster")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    register(session)
+    session = local_spark("rcp11-redis-cluster")
     yield session
     session.stop()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import ServerProcess, wait_for
-from test_spark import fill, parquet_rows, rows, run_available_now, to_parquet
+from test_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
 from test_spark import spark as spark  # noqa: F401 - the module's SparkSession fixture
 
 from rcp11.client import Client
@@ -74,13 +74,6 @@ def old_then_new(client: Client, streams: dict[str, int]) -> int:
     for key, new in streams.items():
         fill(client, key, new, f"{key}-new")
     return middle
-
-
-def reader(spark: Any, srv: ServerProcess, **options: object) -> Any:
-    read = spark.read.format("rcp11").option("port", srv.port)
-    for name, value in options.items():
-        read = read.option(name, str(value))
-    return read
 
 
 def offsets(df: Any) -> dict[str, list[int]]:
