@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from conftest import ServerProcess, wait_for
 from test_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
 from test_spark import spark as spark  # noqa: F401 - the module's SparkSession fixture
@@ -42,15 +41,6 @@ def client(srv: ServerProcess) -> Iterator[Client]:
     c.flushall()
     yield c
     c.close()
-
-
-def need_tseek(client: Client) -> None:
-    try:
-        client.execute_command("TSEEK", "probe", 0)
-    except redis.ResponseError as exc:
-        if "unknown command" not in str(exc).lower():
-            raise
-        pytest.skip("this server has no TSEEK yet")
 
 
 def now_ms() -> int:
@@ -155,7 +145,6 @@ def test_a_server_without_tseek_is_a_clear_error(redis_reference: int) -> None:
 
 
 def test_seek_times_finds_the_first_message_at_or_after_a_time(client) -> None:
-    need_tseek(client)
     middle = old_then_new(client, {"a": 10})
     late = after_now()
     client.set("text", "x")
@@ -168,7 +157,6 @@ def test_seek_times_finds_the_first_message_at_or_after_a_time(client) -> None:
 
 
 def test_batch_read_between_times_with_kafka_precedence(spark, srv, client) -> None:  # noqa: F811
-    need_tseek(client)
     middle = old_then_new(client, {"a": 10, "b": 5})
     late = after_now()
     both = {"subscribe": "a,b"}
@@ -197,7 +185,6 @@ def test_batch_read_between_times_with_kafka_precedence(spark, srv, client) -> N
 
 
 def test_a_start_after_every_message_follows_the_strategy(spark, srv, client) -> None:  # noqa: F811
-    need_tseek(client)
     old_then_new(client, {"a": 3})
     late = after_now()
     with pytest.raises(Exception, match="stream 'a' has no message appended at or after"):
@@ -211,7 +198,6 @@ def test_a_start_after_every_message_follows_the_strategy(spark, srv, client) ->
 
 
 def test_pattern_streams_not_in_the_json_start_at_earliest(spark, srv, client) -> None:  # noqa: F811
-    need_tseek(client)
     middle = old_then_new(client, {"ev:a": 2, "ev:b": 2})
     df = reader(
         spark, srv, subscribePattern="ev:*", startingOffsetsByTimestamp=f'{{"ev:a": {middle}}}'
@@ -225,7 +211,6 @@ def test_streaming_starts_at_a_time_and_resumes_from_its_checkpoint(
     client,
     tmp_path,
 ) -> None:
-    need_tseek(client)
     middle = old_then_new(client, {"a": 4})
 
     def run(starting: int) -> Any:
