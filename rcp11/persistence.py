@@ -1388,6 +1388,29 @@ class Persistence:
             self._rewrite_buf.append(data)
             self._rewrite_buf_len += len(data)
 
+    def propagate_encoded(self, data: bytes) -> None:
+        if self.aof_state == "off":
+            return
+        if self.aof_state == "on":
+            self._aof_buf.append(data)
+            self._aof_buf_len += len(data)
+        if self._rewrite_buf is not None:
+            self._rewrite_buf.append(data)
+            self._rewrite_buf_len += len(data)
+
+    def aof_room(self) -> int:
+        if self.aof_state != "on":
+            return MAX_OFFSET
+        # write_refused() reserves more once this margin is reached.
+        used = self.aof_current_size + self._aof_buf_len + AOF_SPACE_MARGIN
+        return max(self._aof_reserved_until - used, 0)
+
+    def reserved_next_offset(self, key: bytes) -> int:
+        if self.loading:
+            return MAX_OFFSET
+        mark = self.reservations.marks.get(key)
+        return -1 if mark is None else mark
+
     def flush(self) -> bool:
         """Hand buffered AOF commands to the kernel (fsync with `always`).
         Returns False when that failed: the caller must not send the replies

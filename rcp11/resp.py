@@ -150,14 +150,6 @@ def array_header(count: int) -> bytes:
     return b"*%d\r\n" % count
 
 
-def encode_integers(values: list[int]) -> bytes:
-    """One integer reply per value, back to back (a pipelined run's replies)."""
-    return b"".join(map(_INTEGER.__mod__, values))
-
-
-_INTEGER = b":%d\r\n"
-
-
 def encode_raw_error(text: str) -> bytes:
     """An error reply whose text may quote raw request bytes (a protocol
     error): latin-1, so each such byte goes out as itself, as Redis writes
@@ -661,6 +653,17 @@ class RequestParser:
         if self._error is not None:
             raise self._error
         return []
+
+    def idle(self) -> bool:
+        """Nothing buffered, parsed or pending: the next read starts at a
+        request boundary (the C lane may read it first)."""
+        return (
+            not self._ready
+            and not self._more
+            and self._pos >= len(self._buf)
+            and self._args is None
+            and self._error is None
+        )
 
     def push_back(self, commands: list[list[bytes]]) -> None:
         """Return commands taken by drain() but not run (the client blocked);

@@ -36,6 +36,7 @@ from rcp11.commands import (
     expire_keys,
     late_reply,
     protocol_error_reply,
+    run_lane,
     run_pipeline,
 )
 from rcp11.config import Config, ConfigError
@@ -195,6 +196,18 @@ class Connection(asyncio.Protocol):
         parser = self.parser
         runnable = client.blocked is None and not client.closing and self.held is None
         commands: list[list[bytes]] | None = None
+        if runnable and self.backlog is None:
+            # The C lane first: it runs the TWRITEs and TREADs it can from
+            # the start of the read, the parser and run_pipeline() the rest.
+            consumed, self.out_bytes = run_lane(
+                server.state, client, parser, data, self.out, self.out_bytes, self.lane_mark()
+            )
+            if consumed:
+                server.want_flush(self)
+                if consumed == len(data):
+                    client.query_buffer_len = 0
+                    return
+                data = data[consumed:]
         try:
             if runnable:
                 commands = parser.take(data)  # type: ignore[union-attr]
@@ -331,6 +344,13 @@ class Connection(asyncio.Protocol):
                 # This read took the turn: other clients go first, before
                 # the event loop reads more of this client's pipeline.
                 self.hold("turn")
+
+    def lane_mark(self) -> int:
+        """The pending output the lane's replies may reach before the
+        output limits must be looked at (as process() computes it)."""
+        transport = self.transport
+        base = transport.get_write_buffer_size() if transport is not None else 0
+        return self.output_mark - base
 
     def may_go_on(self, pending: int, turn_over: bool) -> bool:
         """Between two commands, once pending output passed output_mark or
