@@ -75,7 +75,9 @@
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
  */
+#ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
 
 #include "lane.h"
 
