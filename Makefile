@@ -1,7 +1,7 @@
 # Benchmarks and tests; see BENCHMARKS.md and run-tests.sh.
 PYTHON ?= python3
 
-.PHONY: bench bench-quick bench-smoke test fuzz fuzz-proto soak
+.PHONY: bench bench-quick bench-smoke test fuzz fuzz-proto fuzz-lane soak
 
 # Full run (< 15 min on 2 cores): rewrites BENCHMARKS.md and bench/plots/.
 bench:
@@ -21,10 +21,14 @@ test:
 # The fuzzers, FUZZ_TIME seconds each (CI runs them ~15 s each through
 # tests/test_fuzz.py). Findings land in fuzz/proto/work/<target>/artifacts/.
 FUZZ_TIME ?= 600
-fuzz: fuzz-proto
+fuzz: fuzz-proto fuzz-lane
 
 fuzz-proto:
 	nice -n 10 $(PYTHON) -m fuzz.proto --time $(FUZZ_TIME)
+
+# libFuzzer on the C lane (src/lane.c); findings in fuzz/lane/crashes/.
+fuzz-lane:
+	nice -n 10 fuzz/lane/run.sh $(FUZZ_TIME)
 
 # Mixed load with kill -9 rounds and a checker (bench/soak.py).
 SOAK_TIME ?= 600
