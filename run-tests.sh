@@ -63,11 +63,16 @@ echo "== pip install -e .[test,bench] (into $venv)"
 "$py" -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 
 echo "== ruff"
-"$py" -m ruff check rcp11 tests bench fuzz/proto setup.py src/build_macronode.py src/build_module.py
-"$py" -m ruff format --check rcp11 tests bench fuzz/proto setup.py src/build_macronode.py src/build_module.py
+"$py" -m ruff check rcp11 tests bench fuzz setup.py src/build_macronode.py src/build_module.py
+"$py" -m ruff format --check rcp11 tests bench fuzz setup.py src/build_macronode.py src/build_module.py
 
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
+
+# Bounded: 27 s per harness (loading the committed corpus of fuzz_ops takes
+# ~15 s of it on 2 busy cores); make fuzz runs longer.
+echo "== C core under libFuzzer (fuzz/core)"
+bash fuzz/core/run.sh 27 --ci
 
 echo "== pytest"
 "$py" -m pytest -q "$@"

@@ -4,8 +4,11 @@
 
 Measures, in-process and without a server: batch append throughput of
 100-byte messages, random-offset TREAD-style reads (read_resp of 100
-messages) at growing stream sizes, memory per message, eviction time, and
-zlib compression of generated JSON log lines (ratio and read slowdown).
+messages) at growing stream sizes, seeks by time, memory per message,
+eviction time, concatenation (TCONCAT) against copying, zlib compression of
+realistic JSON events (bench/json_events.py) at compression depths 0, 4
+and 16 (ratio and read cost near the tail), and resident memory against
+the core's own accounting, each case in a fresh process.
 Prints a markdown report and writes it to bench/results/core.md (main only;
 `run(mode)` is the entry point `python -m bench` calls and writes nothing).
 """
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rcp11.storage import Stream
+from bench.json_events import events
+from rcp11.storage import TIME_CHECKPOINT_EVERY, Stream
 
 RESULTS = Path(__file__).resolve().parent / "results" / "core.md"
 MESSAGE_BYTES = 100
@@ -43,13 +49,28 @@ class Sizes:
     read_points: tuple[int, ...]
     read_samples: int
     log_lines: int
+    rss_messages: int  # per fresh-process memory case
+    concat_messages: int
 
 
 SIZES = {
-    "full": Sizes(10_000_000, 300_000, (1_000_000, 10_000_000, 100_000_000), 20_000, 1_000_000),
-    "quick": Sizes(2_000_000, 100_000, (1_000_000, 10_000_000), 5_000, 200_000),
-    "smoke": Sizes(100_000, 10_000, (100_000,), 500, 20_000),
+    "full": Sizes(
+        10_000_000,
+        300_000,
+        (1_000_000, 10_000_000, 100_000_000),
+        20_000,
+        1_000_000,
+        10_000_000,
+        5_000_000,
+    ),
+    "quick": Sizes(
+        2_000_000, 100_000, (1_000_000, 10_000_000), 5_000, 200_000, 2_000_000, 1_000_000
+    ),
+    "smoke": Sizes(100_000, 10_000, (100_000,), 500, 20_000, 100_000, 50_000),
 }
+# A consumer "near the tail" reads within the newest this many messages
+# (4 nodes of 1000): what compression depth 4 keeps raw.
+NEAR_TAIL = 4_000
 
 
 def log(message: str) -> None:
@@ -78,16 +99,22 @@ def payload_block(messages: int, seed: int = 1) -> bytes:
     )
 
 
+# Appends in the benchmarks pass their own clock: call k happens at T0 + k ms.
+T0 = 1_763_700_000_000
+
+
 def fill(stream: Stream, total: int, block: bytes, per_call: int) -> float:
-    """Append `total` 100-byte messages in batches of per_call; return seconds."""
+    """Append `total` 100-byte messages in batches of per_call, call k at
+    time T0 + k; return seconds."""
     lens = np.full(per_call, MESSAGE_BYTES, dtype=np.uint32)
     view = memoryview(block)[: per_call * MESSAGE_BYTES]
-    done = 0
+    done = calls = 0
     started = time.perf_counter()
     while done < total:
         n = min(per_call, total - done)
-        stream.append_joined(view[: n * MESSAGE_BYTES], lens[:n])
+        stream.append_joined(view[: n * MESSAGE_BYTES], lens[:n], T0 + calls)
         done += n
+        calls += 1
     return time.perf_counter() - started
 
 
@@ -110,35 +137,6 @@ def timed_reads(reader: Callable[[int, int], object], offsets: list[int]) -> lis
         timings.append((clock() - t0) / 1000)
     timings.sort()
     return timings
-
-
-def log_lines(n: int, seed: int = 7) -> list[bytes]:
-    """Generated JSON access-log lines: timestamps, levels, ids, paths, agents."""
-    rng = random.Random(seed)
-    levels = ["info"] * 8 + ["warn", "error"]
-    methods = ["GET"] * 6 + ["POST", "PUT", "DELETE"]
-    paths = ["/api/v1/items", "/api/v1/users", "/api/v2/orders", "/health", "/login", "/search"]
-    agents = [
-        "Mozilla/5.0 (X11; Linux x86_64)",
-        "curl/8.4.0",
-        "okhttp/4.12",
-        "python-requests/2.31",
-    ]
-    statuses = [200] * 12 + [201, 204, 301, 400, 404, 500]
-    ts = 1_763_700_000_000
-    lines = []
-    for _ in range(n):
-        ts += rng.randrange(0, 40)
-        record = (
-            f'{{"ts":{ts},"level":"{rng.choice(levels)}","method":"{rng.choice(methods)}",'
-            f'"path":"{rng.choice(paths)}/{rng.randrange(100_000)}",'
-            f'"status":{rng.choice(statuses)},"ms":{rng.expovariate(1 / 40):.1f},'
-            f'"user":"u{rng.randrange(20_000):05d}","ip":"10.{rng.randrange(256)}.'
-            f'{rng.randrange(256)}.{rng.randrange(256)}","agent":"{rng.choice(agents)}",'
-            f'"req":"{rng.getrandbits(64):016x}"}}'
-        )
-        lines.append(record.encode())
-    return lines
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -213,6 +211,7 @@ def bench_reads(sizes: Sizes, block: bytes, max_messages: int) -> tuple[str, str
         fill_seconds = fill(s, total, block, 10_000)
         resp = read_latencies(lambda o, c, s=s: s.read_resp(o, c, False), total, sizes.read_samples)
         lists = read_latencies(s.read, total, sizes.read_samples // 4)
+        seeks = seek_latencies(s, T0, T0 + total // 10_000, sizes.read_samples)
         rows.append(
             [
                 f"{total:,}",
@@ -222,18 +221,32 @@ def bench_reads(sizes: Sizes, block: bytes, max_messages: int) -> tuple[str, str
                 f"{percentile(resp, 99):.1f}",
                 f"{percentile(lists, 50):.1f}",
                 f"{percentile(lists, 99):.1f}",
+                f"{percentile(seeks, 50):.2f} / {percentile(seeks, 99):.2f}",
             ]
         )
+        index_bytes = sum(8 * -(-n.count // TIME_CHECKPOINT_EVERY) for n in s.nodes())
         evict = total // 2
         nodes = s.num_nodes
         started = time.perf_counter()
         evicted = s.evict_upto(evict - 1)
         seconds = time.perf_counter() - started
         assert evicted == evict
+        # Retention by age over the rest, 64 nodes per call (a cron step).
+        worst = 0.0
+        calls = 0
+        while True:
+            started = time.perf_counter()
+            ev = s.evict_older_than(T0 + total // 10_000, max_nodes=64)
+            worst = max(worst, time.perf_counter() - started)
+            calls += 1
+            if not ev.more:
+                break
         evict_row = [
             f"{evict:,} of {total:,}",
             f"{nodes - s.num_nodes:,}",
             f"{seconds * 1e3:.1f}",
+            f"{calls:,} calls, worst {worst * 1e3:.2f} ms",
+            f"{index_bytes / total:.3f}",
         ]
         del s
         gc.collect()
@@ -246,13 +259,39 @@ def bench_reads(sizes: Sizes, block: bytes, max_messages: int) -> tuple[str, str
             "read_resp p99 us",
             "read() median us",
             "read() p99 us",
+            "seek_time median / p99 us",
         ],
         rows,
     )
-    evicts = "### Eviction (evict_upto the older half of the largest stream)\n\n" + (
-        table(["evicted", "nodes freed", "ms"], [evict_row]) if evict_row else "(not run)"
+    evicts = "### Eviction and the time index (the largest stream)\n\n" + (
+        table(
+            [
+                "evict_upto the older half",
+                "nodes freed",
+                "ms",
+                "then evict_older_than the rest, 64 nodes per call",
+                "time index bytes per message",
+            ],
+            [evict_row],
+        )
+        if evict_row
+        else "(not run)"
     )
     return reads, evicts
+
+
+def seek_latencies(s: Stream, lo_ms: int, hi_ms: int, samples: int) -> list[float]:
+    """Microseconds per seek_time() at random times in [lo_ms, hi_ms], sorted."""
+    rng = random.Random(3)
+    times = [rng.randint(lo_ms, hi_ms) for _ in range(samples)]
+    clock = time.perf_counter_ns
+    out = []
+    for t in times:
+        t0 = clock()
+        s.seek_time(t)
+        out.append((clock() - t0) / 1000)
+    out.sort()
+    return out
 
 
 def bench_memory(block: bytes) -> str:
@@ -270,65 +309,197 @@ def bench_memory(block: bytes) -> str:
     )
 
 
+# Fresh-process memory cases: (label, streams, messages per call, sizes).
+RSS_CASES = [
+    ("1 stream, batches of 100, 100 B", 1, 100, (100, 100)),
+    ("10 streams, one message per call, 100 B", 10, 1, (100, 100)),
+    ("300 streams, one message per call, 50..150 B", 300, 1, (50, 150)),
+    ("1000 streams, one message per call, 100 B", 1000, 1, (100, 100)),
+]
+
+
+def bench_rss(sizes: Sizes) -> str:
+    rows = []
+    probe = Path(__file__).resolve().parent / "rss_probe.py"
+    for label, streams, per_call, (lo, hi) in RSS_CASES:
+        case = {
+            "messages": sizes.rss_messages,
+            "streams": streams,
+            "per_call": per_call,
+            "min_size": lo,
+            "max_size": hi,
+        }
+        log(f"memory: {label}")
+        out = subprocess.run(
+            [sys.executable, str(probe), json.dumps(case)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        r = json.loads(out.stdout)
+        n = r["messages"]
+        rows.append(
+            [
+                label,
+                f"{n:,}",
+                f"{r['rss'] / n:.1f}",
+                f"{r['memory'] / n:.1f}",
+                f"{r['rss'] / r['memory']:.3f}",
+                f"{r['after_evict'] / 1e6:.1f}",
+                f"{r['after_trim'] / 1e6:.1f} ({r['trim_ms']:.1f} ms)",
+            ]
+        )
+    return (
+        "### Resident memory against the core's accounting (fresh process each)\n\n"
+        + table(
+            [
+                "case",
+                "messages",
+                "RSS growth bytes/message",
+                "memory_bytes/message",
+                "RSS / memory_bytes",
+                "RSS MB left after evicting all",
+                "after malloc_trim(0)",
+            ],
+            rows,
+        )
+        + "\n\nglibc malloc, bench/rss_probe.py (one process per case). memory_bytes counts "
+        "what the core asked malloc for, including the room reserved in active nodes "
+        "(pages not yet touched are not resident, so RSS can be below it). glibc keeps "
+        "freed node blobs (< 128 KB, below its mmap threshold) in the heap for reuse: RSS "
+        "does not fall after an eviction until malloc_trim(0) hands the free pages back, "
+        "at the cost shown."
+    )
+
+
+def bench_concat(sizes: Sizes, block: bytes) -> str:
+    rows = []
+    n = sizes.concat_messages
+    for level in (0, 6):
+        src = Stream(compression_level=level)
+        fill(src, n, block, 1000)
+        payload = src.read(src.first_offset, 0)  # warm the call
+        copy_src = Stream(compression_level=level)
+        fill(copy_src, n, block, 1000)
+        dst = Stream(compression_level=level)
+        dst.append([b"first"], T0)
+        started = time.perf_counter()
+        dst.concat(src)
+        moved = time.perf_counter() - started
+        # The same messages copied through append (what TCONCAT costs
+        # through the Stream API: read and append again, in 1000s).
+        dst2 = Stream(compression_level=level)
+        dst2.append([b"first"], T0)
+        started = time.perf_counter()
+        for off in range(0, n, 1000):
+            dst2.append(copy_src.read(off, 1000), T0)
+        copied = time.perf_counter() - started
+        assert dst.length == dst2.length == n + 1 and not payload
+        rows.append(
+            [
+                "off" if level == 0 else f"zlib {level}",
+                f"{n:,}",
+                f"{moved * 1e3:.2f}",
+                f"{copied * 1e3:.0f}",
+                f"{copied / moved:.0f}x",
+            ]
+        )
+    return "### Concatenation (TCONCAT's core): moving nodes vs copying messages\n\n" + table(
+        ["compression", "messages", "concat ms", "read + append ms", "speedup"], rows
+    )
+
+
+def interleaved_reads(streams: list[Stream], offsets: list[int]) -> list[list[float]]:
+    """Microseconds of read_resp(offset, READ_COUNT) per stream, sorted; for
+    each offset every stream is read in turn."""
+    clock = time.perf_counter_ns
+    out: list[list[float]] = [[] for _ in streams]
+    for offset in offsets:
+        for k, s in enumerate(streams):
+            t0 = clock()
+            s.read_resp(offset, READ_COUNT, False)
+            out[k].append((clock() - t0) / 1000)
+    for timings in out:
+        timings.sort()
+    return out
+
+
+# (zlib level, compression depth); level 0 is the uncompressed reference.
+COMPRESSION_CASES = [(0, 0), (1, 0), (6, 0), (6, 4), (6, 16), (9, 0)]
+
+
 def bench_compression(sizes: Sizes) -> str:
-    lines = log_lines(sizes.log_lines)
+    lines = events(sizes.log_lines)
     data = b"".join(lines)
     lens = np.fromiter(map(len, lines), dtype=np.uint32, count=len(lines))
     ends = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
     n = len(lines)
-    rows = []
-    base: dict[str, float] = {}
-    for level in (0, 1, 6, 9):
-        s = Stream(compression_level=level)
+    rng = random.Random(4)
+    near_tail = [rng.randrange(n - NEAR_TAIL, n - READ_COUNT) for _ in range(sizes.read_samples)]
+    anywhere_offsets = [rng.randrange(n - READ_COUNT) for _ in range(sizes.read_samples)]
+    streams = []
+    for level, depth in COMPRESSION_CASES:
+        s = Stream(compression_level=level, compression_depth=depth)
         started = time.perf_counter()
         for i in range(0, n, 1000):
             j = min(i + 1000, n)
-            s.append_joined(data[int(ends[i]) : int(ends[j])], lens[i:j])
-        append_seconds = time.perf_counter() - started
-        memory = s.memory_bytes
-        random_reads = read_latencies(
-            lambda o, c, s=s: s.read_resp(o, c, False), n, sizes.read_samples
-        )
-        in_order = timed_reads(
-            lambda o, c, s=s: s.read_resp(o, c, False), list(range(0, n - READ_COUNT, READ_COUNT))
-        )
+            s.append_joined(data[int(ends[i]) : int(ends[j])], lens[i:j], T0 + i)
+        streams.append((s, time.perf_counter() - started, s.memory_bytes))
+        assert not s.compress_pending
+    # Reads are timed case after case for each offset, so that the machine's
+    # other load weighs on every case alike: the ratios are what counts.
+    only = [s for s, _, _ in streams]
+    tails = interleaved_reads(only, near_tail)
+    anywheres = interleaved_reads(only, anywhere_offsets)
+    in_orders = interleaved_reads(only, list(range(0, n - READ_COUNT, READ_COUNT)))
+    rows = []
+    base: dict[str, float] = {}
+    for (level, depth), (s, append_seconds, memory), tail_t, any_t, order_t in zip(
+        COMPRESSION_CASES, streams, tails, anywheres, in_orders, strict=True
+    ):
+        tail = percentile(tail_t, 50)
+        anywhere = percentile(any_t, 50)
         # In order, only some reads inflate a chunk: the mean is the cost per
         # read; the slowest 1% is dropped as scheduler noise on a busy host.
-        kept = in_order[: max(1, len(in_order) * 99 // 100)]
+        kept = order_t[: max(1, len(order_t) * 99 // 100)]
         sequential = sum(kept) / len(kept)
-        median = percentile(random_reads, 50)
         if level == 0:
-            base = {"memory": memory, "random": median, "sequential": sequential}
+            base = {"memory": memory, "tail": tail, "random": anywhere, "sequential": sequential}
         rows.append(
             [
-                "off" if level == 0 else f"zlib {level}",
+                "off" if level == 0 else f"zlib {level}, depth {depth}",
                 f"{memory / n:.1f}",
                 f"{base['memory'] / memory:.2f}x",
                 f"{n / append_seconds / 1e6:.2f} M",
-                f"{median:.1f} ({median / base['random']:.1f}x)",
+                f"{tail:.1f} ({tail / base['tail']:.2f}x)",
+                f"{anywhere:.1f} ({anywhere / base['random']:.1f}x)",
                 f"{sequential:.1f} ({sequential / base['sequential']:.1f}x)",
                 f"{s.num_compressed_nodes}/{s.num_nodes}",
             ]
         )
     avg = len(data) / n
     return (
-        f"### zlib on generated JSON log lines ({n:,} lines, {avg:.0f} bytes average)\n\n"
+        f"### zlib on realistic JSON events ({n:,} events of bench/json_events.py, "
+        f"{avg:.0f} bytes average, nodes of 1000)\n\n"
         + table(
             [
                 "compression",
                 "bytes/message",
                 "ratio",
                 "append msgs/s",
+                f"read_resp(100) near the tail (newest {NEAR_TAIL:,}) median us",
                 "random read_resp(100) median us",
                 "in-order read_resp(100) mean us",
                 "compressed nodes",
             ],
             rows,
         )
-        + "\n\nA compressed node is zlib chunks of >= 16 KB; a random read of 100 "
-        "messages inflates the two or three chunks it touches (the 8-chunk cache rarely "
-        "hits), a consumer reading in order inflates each chunk once. Ratio is raw "
-        "memory / compressed memory, offset tables and the raw active node included."
+        + "\n\nDepth N keeps the newest N sealed nodes raw (like list-compress-depth), so a "
+        "consumer near the tail reads raw nodes; a compressed node is zlib chunks of >= 16 "
+        "KB, and a random read of 100 messages inflates the two or three chunks it touches "
+        "(the 8-chunk cache rarely hits), a consumer reading in order inflates each chunk "
+        "once. Ratio is raw memory / compressed memory, offset and time tables and the raw "
+        "nodes included."
     )
 
 
@@ -377,8 +548,12 @@ def run(mode: str = "full", max_messages: int | None = None) -> str:
     sections += [reads, evicts]
     log("memory")
     sections.append(bench_memory(block))
+    log("concat")
+    sections.append(bench_concat(sizes, block))
     log("compression")
     sections.append(bench_compression(sizes))
+    log("resident memory")
+    sections.append(bench_rss(sizes))
     return "## " + TITLE + "\n\n" + header + "\n\n" + "\n\n".join(sections) + "\n"
 
 

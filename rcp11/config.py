@@ -181,6 +181,7 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),
         Directive("stream-compression-level", "int", 6, low=1, high=9),
+        Directive("stream-compression-depth", "int", 0, low=0, high=65_535),
         # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
         # start-up, except tls-auth-clients (new handshakes follow it).
         Directive("tls-port", "int", 0, mutable=False, high=65535),

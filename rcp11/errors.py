@@ -24,6 +24,11 @@ class ProtocolError(Exception):
         self.message = message
 
 
+class PersistenceError(Exception):
+    """A persistence file cannot be loaded; the message names the file, the
+    byte offset when known, and the problem."""
+
+
 def expected_bulk(type_byte: int) -> str:
     """redis-server's reply to a request argument that is not a bulk string:
     the offending byte as it is (the server writes protocol errors latin-1

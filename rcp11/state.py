@@ -465,7 +465,12 @@ class ServerState:
         # The transaction whose propagated commands go between MULTI and
         # EXEC (transaction_log()); None outside EXEC.
         self._transaction: _TransactionLog | None = None
-        for name in ("stream-compression", "stream-compression-level", "stream-node-max-entries"):
+        for name in (
+            "stream-compression",
+            "stream-compression-level",
+            "stream-compression-depth",
+            "stream-node-max-entries",
+        ):
             config.on_change(name, self.apply_stream_settings)
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None;
         # False when the server keeps running (its final save failed).
@@ -499,18 +504,26 @@ class ServerState:
         return 0
 
     def new_stream(self) -> Stream:
-        return Stream(int(self.config.get("stream-node-max-entries")), self.compression_level())
+        return Stream(
+            int(self.config.get("stream-node-max-entries")),
+            self.compression_level(),
+            int(self.config.get("stream-compression-depth")),
+        )
 
     def apply_stream_settings(self, _changed: Any = None) -> None:
-        """Nodes filled and sealed from now on, in every stream, follow the
-        configured node size and compression (as CONFIG SET and a restart
-        with other settings mean, and as redis-server applies
-        stream-node-max-entries); nodes already written keep their form."""
+        """Every stream follows the configured node size and compression (as
+        CONFIG SET and a restart with other settings mean, and as
+        redis-server applies stream-node-max-entries): node size for nodes
+        filled from now on; compression level and depth for existing nodes
+        too, gradually (the core conforms one node per node sealed, or per
+        Stream.compress_step())."""
         level = self.compression_level()
+        depth = int(self.config.get("stream-compression-depth"))
         max_entries = int(self.config.get("stream-node-max-entries"))
         for value in self.keyspace.data.values():
             if not isinstance(value, bytes):
                 value.set_compression(level)
+                value.set_compression_depth(depth)
                 value.set_max_entries(max_entries)
 
     def propagate(self, argv: list[bytes]) -> None:

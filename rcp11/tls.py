@@ -22,15 +22,17 @@ its directive and path named, as Redis does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rcp11.config import Config, ConfigError
 
 if TYPE_CHECKING:
-    from rcp11.server import Server
+    from rcp11.server.listeners import Server
 
 log = logging.getLogger("rcp11")
 
@@ -112,12 +114,12 @@ class Bound:
         self.sockets = sockets
         self.port = port
 
-    async def serve(self, server: Server) -> None:
-        from rcp11.server import Connection
-
+    async def serve(self, server: Server, protocol: Callable[[], asyncio.Protocol]) -> None:
+        """Accept on the bound sockets; protocol makes each connection's
+        protocol object (the server's Connection)."""
         for sock in self.sockets:
             listener = await server.loop.create_server(
-                lambda: Connection(server), sock=sock, backlog=511, ssl=self.context
+                protocol, sock=sock, backlog=511, ssl=self.context
             )
             server.listeners.append(listener)
         self.sockets = []

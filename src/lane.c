@@ -354,7 +354,8 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     uint64_t started = now_ns();
     int64_t first;
     if (n == 1) {
-        first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len);
+        first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
+                              MN_NOW);
     } else {
         if (call->scratch_lens_cap < n) {
             uint32_t *p = realloc(call->scratch_lens, n * sizeof(uint32_t));
@@ -369,7 +370,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
             if (buf_add(joined, e->p, e->len)) return -1;
             call->scratch_lens[i] = (uint32_t)e->len;
         }
-        first = mn_append(k->stream, joined->data, call->scratch_lens, n);
+        first = mn_append(k->stream, joined->data, call->scratch_lens, n, MN_NOW);
     }
     if (first < 0) return -1; /* nothing was appended: Python answers */
     k->written = 1;

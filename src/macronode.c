@@ -55,17 +55,19 @@
  * holds max_entries messages. A node that becomes full is shrunk to fit
  * (offset table and blob reallocated to exactly what they hold), so sealed
  * nodes carry no slack. When a new node is started after a node, that node
- * is *sealed*: shrunk to fit if it was not full, and, when the stream has a
- * compression level, its blob is zlib-compressed if that saves at least
- * MN_COMPRESS_MIN_SAVING_PCT percent. The active node is never compressed,
- * so appends never decompress anything.
+ * is *sealed*: shrunk to fit if it was not full, and one node's worth of
+ * compression work is done (see COMPRESSION). The active node is never
+ * compressed, so appends never decompress anything.
  *
- * Tiny streams stay tiny: while a stream has a single node its offset table
- * grows geometrically with the messages it holds. Nodes started after
- * another one allocate the full table (max_entries entries) at creation,
- * because such a stream evidently receives more than a node's worth of
- * messages. Blobs of active nodes grow geometrically and are shrunk when the
- * node is sealed or full.
+ * Tiny streams stay tiny: while a stream has a single node its table and
+ * blob grow geometrically with the messages it holds. Nodes started after
+ * another one allocate the full table (max_entries entries) and a blob of
+ * the size the node before them reached at creation, because such a
+ * stream evidently receives more than a node's worth of messages, and
+ * like messages: so they are not grown, moved and shrunk by realloc, which
+ * leaves holes in the heap (MN_BLOB_PREDICT_HEADROOM_PERMILLE). A node
+ * whose messages outgrow that grows geometrically; every node gives back
+ * its slack when it is sealed or full.
  *
  * COMPRESSION
  * ===========
@@ -80,14 +82,37 @@
  * Inflated chunks go to a per-stream cache of MN_CACHE_SLOTS entries, so a
  * consumer reading 100 messages at a time inflates each chunk once. The
  * cache is counted in memory_bytes and its entries are dropped when their
- * node is freed.
+ * node is freed or inflated.
+ *
+ * Which nodes are compressed follows Redis's list-compress-depth: with a
+ * level (1..9), the newest `depth` sealed nodes stay raw -- consumers near
+ * the tail read them without inflating anything -- and older ones are
+ * compressed if that saves at least MN_COMPRESS_MIN_SAVING_PCT percent (a
+ * node that does not stays raw, its zlevel saying it was tried). A sealed
+ * node's *rank* is its distance from the tail: 0 for the newest sealed
+ * node. Each seal makes every sealed node one rank older, so exactly one
+ * node reaches rank depth: the stream keeps a pointer to it (`boundary`,
+ * moved one node forward per seal, O(1)) and compresses it then. So work
+ * is spread over appends, one node per node sealed, never a burst.
+ *
+ * A change of level or depth, a load and a concatenation bring nodes whose
+ * form the current settings may not want. They start a *scan*: a cursor
+ * that walks from the newest sealed node to the oldest and conforms each
+ * node (compress, recompress at the new level, or inflate), at one node
+ * per node sealed and as far as the caller's cron asks
+ * (mn_compress_step(), bounded in nodes conformed and in nodes looked at:
+ * MN_SCAN_VISITS_PER_NODE). The cursor's rank grows by one per seal; both
+ * pointers are cleared when eviction frees their node (all older nodes go
+ * with it). A failed allocation while conforming leaves the node as it
+ * is: readable, only not in its form.
  *
  * MEMORY ACCOUNTING
  * =================
  *
  * mn_memory_bytes() is the sum of the sizes this file asked the allocator
  * for and still holds: the stream struct, the head's forward pointers, each
- * node's struct, offset table and blob, and the decompression cache. It is
+ * node's struct, table (offsets and times) and blob, and the decompression
+ * cache. It is
  * updated at every malloc, realloc and free (tests/c/driver.c checks it
  * against a counting allocator); the allocator's own per-block overhead is
  * not included.
@@ -101,6 +126,44 @@
  * offsets belong to no node and read as null forever; the next append starts
  * a new node at the raised offset. So nodes cover offset ranges with holes
  * between them, and every lookup is prepared for an offset in no node.
+ *
+ * TIME INDEX
+ * ==========
+ *
+ * Every message has an append time (unix ms), the now_ms its append passed
+ * -- the caller's clock, not the core's: the server passes its cached time,
+ * a Redis module Redis's, tests their own -- raised to the stream's clock
+ * (the newest time ever appended) when it is earlier, so times never
+ * decrease along a stream even when the wall clock steps back. The clock
+ * is an argument of the append functions rather than a per-stream setter:
+ * a setter would cost a second call per append from Python and from a C
+ * caller alike, and could be forgotten.
+ *
+ * Like Kafka's time index, the index is sparse: a node keeps the time of
+ * its messages 0, 64, 128, ... (MN_TIME_CHECKPOINT_EVERY) and of its last
+ * message, ~0.13 byte per message. mn_seek_time() descends the skiplist on
+ * the nodes' last times to the first node with a message at or after the
+ * wanted time, then bisects its checkpoints: if checkpoint k is older and
+ * checkpoint k+1 (or the node's last message) is not, the answer is among
+ * messages 64k+1 .. 64(k+1), and the seek returns 64k+1 -- never later than
+ * the answer, at most 63 messages earlier. Retention by age reads only the
+ * nodes' last times, in whole nodes like Kafka's segments.
+ *
+ * CONCATENATION
+ * =============
+ *
+ * mn_stream_concat() appends another stream's readable messages at the
+ * next offsets. Offsets are only the node's first plus an index, so a
+ * node holding no evicted message can move from one skiplist to the other
+ * as it is: unlinked from src, its first offset renumbered, linked after
+ * dst's tail; its blob, compression, chunks and offset table stay, and its
+ * times are raised to dst's clock where older (O(times), no message is
+ * touched). Only the readable part of a partially evicted first node is
+ * copied -- its evicted messages would otherwise take offsets -- and so is
+ * a source small enough to fit in dst's active node, which would otherwise
+ * be sealed half full for each small source appended. Copies go through
+ * the two phases of appending, so the whole operation still allocates
+ * everything before it changes anything.
  *
  * EVICTION
  * ========
@@ -128,6 +191,11 @@
  *     in 4 GB - 1 (MN_NODE_BYTES_LIMIT), so a serialized node always fits a
  *     32-bit length.
  *   - Only sealed nodes (never the tail) are compressed.
+ *   - With no scan pending, every sealed node has the form its rank asks
+ *     for (see COMPRESSION), but for conforming that failed to allocate.
+ *   - Times never decrease: within a node checkpoint k <= checkpoint k+1 <=
+ *     last_ms, and a node's first time >= the previous node's last_ms; no
+ *     time is later than the stream's clock or earlier than 0.
  *
  * SERIALIZATION
  * =============
@@ -138,39 +206,56 @@
  * the format is the same on every host. A node blob is a near-plain copy of
  * the node in memory: a compressed node stays compressed.
  *
- * Stream header blob (MN_HEADER_BYTES = 40 bytes):
+ * Stream header blob, format 3 (MN_HEADER_BYTES = 52 bytes):
  *
  *   OFFSET  SIZE  DESCRIPTION
  *   ------  ----  -----------------------------------------------------
  *        0     4  magic "MNST"
- *        4     1  format version, MN_FORMAT_VERSION
+ *        4     1  format version, MN_FORMAT_VERSION (3)
  *        5     1  compression level for nodes sealed from now on (0..9)
- *        6     2  reserved, zero
+ *        6     2  compression depth (0..MN_MAX_COMPRESSION_DEPTH)
  *        8     8  next offset (0..2^63)
  *       16     8  first offset: oldest readable offset, == next when empty
  *       24     8  number of node blobs that follow
  *       32     4  max_entries (1..MN_MAX_MAX_ENTRIES)
- *       36     4  CRC32 (zlib) of bytes 0..35
+ *       36     4  reserved, zero
+ *       40     8  clock: the newest append time (unix ms, >= 0)
+ *       48     4  CRC32 (zlib) of bytes 0..47
  *
- * Node blob (32 + 4 * count + stored_len bytes):
+ * Node blob, format 3 (40 + 4 * count + 8 * ceil(count / 64) + stored_len
+ * bytes):
  *
  *   OFFSET      SIZE        DESCRIPTION
  *   ----------  ----------  -----------------------------------------------
  *            0           4  magic "MNND"
- *            4           1  format version, MN_FORMAT_VERSION
+ *            4           1  format version, MN_FORMAT_VERSION (3)
  *            5           1  flags: bit 0 set = blob is zlib chunks
- *            6           2  reserved, zero
+ *            6           1  zlevel: zlib level the node was last compressed,
+ *                           or tried, at (0 = never; >= 1 when compressed)
+ *            7           1  reserved, zero
  *            8           8  first: logical offset of message 0
  *           16           4  count: messages in the node (1..max_entries)
  *           20           4  raw_len: uncompressed blob bytes == ends[count-1]
  *           24           4  stored_len: blob bytes as stored below; equal to
  *                           raw_len when raw, smaller when compressed
- *           28   4 * count  offset table: ends[i], end of message i in the
+ *           28           8  last_ms: append time of message count-1
+ *           36   4 * count  offset table: ends[i], end of message i in the
  *                           raw blob, non-decreasing
- *   28 + 4*count stored_len blob: raw messages, or the compressed blob
- *                           exactly as in memory (chunk table + zlib
+ *    T = 36 + 4*count    8  times[k] for k < ceil(count / 64): append time
+ *      * ceil(count/64)     of message 64k, non-decreasing, <= last_ms
+ *   T + 8*ceil(count/64)    blob: raw messages, or the compressed blob
+ *           stored_len      exactly as in memory (chunk table + zlib
  *                           streams, see mn_chunk_count())
  *   end - 4              4  CRC32 (zlib) of every byte before it
+ *
+ * Format 2 (before the time index) still loads: its header is the first 36
+ * bytes above with bytes 6..7 reserved (zero), then the CRC32 at 36 (40
+ * bytes); its node blob is the first 28 bytes above with bytes 6..7
+ * reserved, then the offset table, the blob and the CRC32 (no last_ms, no
+ * times). All nodes of a stream have the header's version. Its messages
+ * have no recorded time: they count as appended at the loader's clock
+ * (mn_load_header's now_ms), which becomes the stream's clock, and a
+ * compressed format-2 node counts as compressed at the stream's level.
  *
  * Evicted messages of a partially evicted first node are serialized with it
  * (the header's first offset says which ones are gone), so a loaded stream
@@ -184,6 +269,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zlib.h>
 
 /* ------------------------------------------------------------------------
@@ -220,6 +306,13 @@
  * negligible next to the nodes themselves. */
 #define MN_CACHE_SLOTS 8
 
+/* A scan step (mn_compress_step, one per sealed node) conforms at most a
+ * given number of nodes and looks at most this many nodes per node it may
+ * conform: looking is a few loads (~20 ns), so a step of one node is at
+ * most ~20 us of looking -- bounded even when a scan walks a stream of a
+ * million nodes that are all in form already. */
+#define MN_SCAN_VISITS_PER_NODE 1024
+
 /* Compressed blob layout: a chunk count, then (first message, end of zlib
  * data) per chunk, then the zlib streams. See the big comment. */
 #define MN_CHUNK_COUNT_BYTES 4
@@ -237,15 +330,50 @@
  * nodes have no slack at all. */
 #define MN_BLOB_PROJECTION_HEADROOM_PCT 12
 
-/* Serialized formats. */
-#define MN_FORMAT_VERSION 2
-#define MN_HEADER_BYTES 40
-#define MN_NODE_FRAME_BYTES 32 /* fixed node fields + CRC32 */
-#define MN_NODE_FIXED_BYTES 28 /* node fields before the offset table */
+/* A node started after another one takes, at once, the blob size the node
+ * before it reached, scaled to max_entries, plus this much (per mille). A
+ * blob grown by realloc from a few messages to ~100 KB moves (malloc, copy,
+ * free) whenever another stream allocated behind it, and the holes it
+ * leaves stay resident: sized ahead, a node is neither grown nor shrunk
+ * when its messages are like the last node's. The headroom covers the
+ * node-to-node spread of 1000 messages of mixed sizes (about 1% for sizes
+ * of 50..150 bytes) so that a node rarely has to grow; what it does not
+ * use is given back when the node is sealed. Measured, fresh process,
+ * glibc malloc, 2M messages of 50..150 bytes appended one at a time to 10
+ * / 300 streams (RSS growth / memory_bytes): 1.046 / 1.083 growing every
+ * node, 1.004 / 1.037 sized ahead with 0, 1.010 / 1.003 with 15, 1.013 /
+ * 1.008 with 50 (bench/core_bench.py has the uniform 100-byte cases). */
+#define MN_BLOB_PREDICT_HEADROOM_PERMILLE 15
+
+/* The time index (MN_TIME_CHECKPOINT_EVERY = 64, in macronode.h): a node
+ * records the append time of its messages 0, 64, 128, ... and of its last
+ * one. A seek by time then lands at most 63 messages before the exact
+ * answer, which one TREAD of 100 covers, for 8 bytes per 64 messages
+ * (0.125 byte per message, about 0.1% of a 100-byte message). Every 16
+ * messages would quadruple that for a precision no reader needs; every 256
+ * would make a seek start up to 255 messages early, several reads of 100. */
+
+/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). Version 2
+ * (before the time index) still loads; see SERIALIZATION. */
+#define MN_FORMAT_VERSION_V2 2
+#define MN_HEADER_BYTES 52
+#define MN_HEADER_BYTES_V2 40
+#define MN_NODE_FRAME_BYTES 40    /* fixed node fields + CRC32 */
+#define MN_NODE_FIXED_BYTES 36    /* node fields before the offset table */
+#define MN_NODE_FRAME_BYTES_V2 32
+#define MN_NODE_FIXED_BYTES_V2 28
 #define MN_NODE_FLAG_COMPRESSED 1u
+/* The level a compressed version 2 node is taken to have when its stream's
+ * level is 0 (zlib's default: the format did not record it). */
+#define MN_V2_ZLEVEL 6
 
 /* A serialized node, raw blob included, must fit a 32-bit length. */
 #define MN_NODE_BYTES_LIMIT ((uint64_t)UINT32_MAX)
+
+/* The largest message alone in a node is exactly that limit, so every
+ * message mn_append() accepts fits an empty node. */
+_Static_assert(MN_NODE_FRAME_BYTES + 4 + 8 + (uint64_t)MN_MAX_MESSAGE_BYTES == MN_NODE_BYTES_LIMIT,
+               "MN_MAX_MESSAGE_BYTES must fill a one-message node exactly");
 
 static const char MN_HEADER_MAGIC[4] = {'M', 'N', 'S', 'T'};
 static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
@@ -254,17 +382,31 @@ static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
  * Types
  * --------------------------------------------------------------------- */
 
+/* A node's offset table and time table share one allocation (one malloc
+ * per node fewer), sized for `cap` messages:
+ *
+ *   +---------------------------+-----+---------------------------------+
+ *   | uint32 ends[cap]          | pad | int64 times[ceil(cap / 64)]     |
+ *   +---------------------------+-----+---------------------------------+
+ *   ^ ends                            ^ ends + mn_times_at(cap), 8-aligned
+ *
+ * times[k] is the append time (unix ms) of message 64 * k; entries past the
+ * messages held are unused. Resizing the table moves the time table with
+ * it (mn_node_resize_table()). */
 struct mn_node {
     uint64_t first;     /* logical offset of message 0 */
     mn_node *prev;      /* backward pointer, NULL for the first node */
     char *blob;         /* messages back to back, or their zlib chunks */
-    uint32_t *ends;     /* offset table, `cap` entries allocated */
+    uint32_t *ends;     /* offset table + time table, room for `cap` */
+    int64_t last_ms;    /* append time of message count-1 */
     uint32_t count;     /* messages held */
-    uint32_t cap;       /* entries allocated in ends */
+    uint32_t cap;       /* messages the table has room for */
     uint32_t blob_cap;  /* bytes allocated in blob (== stored bytes when
                            compressed) */
     uint8_t level;      /* entries in fwd */
     uint8_t compressed; /* blob is zlib chunks of ends[count-1] raw bytes */
+    uint8_t zlevel;     /* zlib level it was last compressed, or tried, at;
+                           0 = never (or inflated since) */
     mn_node *fwd[];     /* forward pointers, one per level */
 };
 
@@ -291,6 +433,8 @@ struct mn_stream {
     uint64_t num_compressed;
     uint64_t rng;            /* xorshift64 state for node levels */
     uint64_t load_expected;  /* node count announced by a header being loaded */
+    int64_t clock;           /* append time of the newest message ever (ms);
+                                appends never stamp an earlier time */
     mn_node **head;          /* head forward pointers, head_cap allocated */
     mn_node *tail;           /* the active node */
     mn_cache *cache;         /* allocated on the first read of a compressed chunk */
@@ -298,6 +442,11 @@ struct mn_stream {
     uint8_t level;           /* levels in use (<= head_cap) */
     uint8_t head_cap;
     uint8_t compression;     /* zlib level for nodes sealed from now on */
+    uint8_t load_version;    /* format of the blobs being loaded */
+    uint16_t depth;          /* newest sealed nodes kept raw */
+    mn_node *boundary;       /* the sealed node of rank depth, or NULL */
+    mn_node *scan;           /* next node the scan conforms, or NULL */
+    uint64_t scan_rank;      /* its rank */
 };
 
 /* ------------------------------------------------------------------------
@@ -385,12 +534,50 @@ static uint32_t mn_msg_start(const mn_node *n, uint32_t i) {
     return i ? n->ends[i - 1] : 0;
 }
 
+/* Time table entries for `count` messages: one per MN_TIME_CHECKPOINT_EVERY,
+ * the first message's included. */
+static uint32_t mn_times_for(uint32_t count) {
+    return count ? (count - 1) / MN_TIME_CHECKPOINT_EVERY + 1 : 0;
+}
+
+/* Where the time table starts in a table allocation for `cap` messages, and
+ * that allocation's size (layout at struct mn_node). */
+static size_t mn_times_at(uint32_t cap) { return ((size_t)cap * 4 + 7) & ~(size_t)7; }
+
+static size_t mn_table_bytes(uint32_t cap) {
+    return mn_times_at(cap) + (size_t)mn_times_for(cap) * sizeof(int64_t);
+}
+
+static int64_t *mn_node_times(const mn_node *n) {
+    return (int64_t *)(void *)((char *)n->ends + mn_times_at(n->cap));
+}
+
+static int64_t mn_node_first_ms(const mn_node *n) { return mn_node_times(n)[0]; }
+
+/* Record that message i of n, just written, was appended at t. */
+static void mn_node_stamp(mn_node *n, uint32_t i, int64_t t) {
+    if (i % MN_TIME_CHECKPOINT_EVERY == 0) mn_node_times(n)[i / MN_TIME_CHECKPOINT_EVERY] = t;
+    n->last_ms = t;
+}
+
+/* The caller's time, or the wall clock for MN_NOW (any negative value). */
+static int64_t mn_now_ms(int64_t now_ms) {
+    if (now_ms >= 0) return now_ms;
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Bytes of a serialized node of `count` messages and `stored` blob bytes. */
+static uint64_t mn_node_serialized_bytes(uint32_t count, uint64_t stored) {
+    return MN_NODE_FRAME_BYTES + 4 * (uint64_t)count + 8 * (uint64_t)mn_times_for(count) + stored;
+}
+
 /* Can a node holding `count` messages of `bytes` raw bytes take one more of
  * `len` bytes? Keeps every node serializable within a 32-bit length. */
 static int mn_node_fits(uint32_t max_entries, uint32_t count, uint64_t bytes, uint32_t len) {
     if (count >= max_entries) return 0;
-    uint64_t serialized = MN_NODE_FRAME_BYTES + 4 * ((uint64_t)count + 1) + bytes + len;
-    return serialized <= MN_NODE_BYTES_LIMIT;
+    return mn_node_serialized_bytes(count + 1, bytes + len) <= MN_NODE_BYTES_LIMIT;
 }
 
 /* Pugh's random level with p = 1/4, from a xorshift64 generator private to
@@ -409,33 +596,44 @@ static uint8_t mn_random_level(mn_stream *s) {
     return level;
 }
 
-/* Allocate an unlinked node with room for `cap` table entries and
+/* Bytes a node holds from the allocator: struct, tables and blob. */
+static uint64_t mn_node_memory(const mn_node *n) {
+    return mn_node_struct_bytes(n->level) + mn_table_bytes(n->cap) + n->blob_cap;
+}
+
+/* Allocate an unlinked node with room for `cap` messages in its tables and
  * `blob_cap` blob bytes. Counts the memory. NULL on failure. */
 static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint32_t blob_cap) {
+    if (cap == 0) cap = 1;
+    if (blob_cap == 0) blob_cap = 1;
     mn_node *n = malloc(mn_node_struct_bytes(level));
     if (n == NULL) return NULL;
     memset(n, 0, mn_node_struct_bytes(level));
     n->level = level;
-    n->ends = malloc((size_t)(cap ? cap : 1) * sizeof(uint32_t));
-    n->blob = malloc(blob_cap ? blob_cap : 1);
+    n->ends = malloc(mn_table_bytes(cap));
+    n->blob = malloc(blob_cap);
     if (n->ends == NULL || n->blob == NULL) {
         free(n->ends);
         free(n->blob);
         free(n);
         return NULL;
     }
-    n->cap = cap ? cap : 1;
-    n->blob_cap = blob_cap ? blob_cap : 1;
-    s->memory += mn_node_struct_bytes(level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    n->cap = cap;
+    n->blob_cap = blob_cap;
+    s->memory += mn_node_memory(n);
     return n;
 }
+
+/* What an allocation for `len` bytes asks malloc for: an empty chunk or
+ * blob still takes one byte, so that NULL only ever means failure. */
+static size_t mn_alloc_size(size_t len) { return len ? len : 1; }
 
 static void mn_cache_forget(mn_stream *s, const mn_node *n) {
     if (s->cache == NULL) return;
     for (int i = 0; i < MN_CACHE_SLOTS; i++) {
         mn_cache_slot *slot = &s->cache->slot[i];
         if (slot->node == n) {
-            s->memory -= slot->len;
+            s->memory -= mn_alloc_size(slot->len);
             free(slot->raw);
             slot->node = NULL;
             slot->raw = NULL;
@@ -448,20 +646,30 @@ static void mn_cache_forget(mn_stream *s, const mn_node *n) {
 /* Free an unlinked node (or one being unlinked) and its accounting. */
 static void mn_node_release(mn_stream *s, mn_node *n) {
     mn_cache_forget(s, n);
-    s->memory -= mn_node_struct_bytes(n->level) + (uint64_t)n->cap * sizeof(uint32_t) + n->blob_cap;
+    s->memory -= mn_node_memory(n);
     free(n->ends);
     free(n->blob);
     free(n);
 }
 
-/* Reallocate the offset table to `cap` entries. */
+/* Reallocate the tables for `cap` (>= count) messages. The time table sits
+ * after the offset table, so it moves: up after growing, down before
+ * shrinking (and back if the shrink fails). */
 static int mn_node_resize_table(mn_stream *s, mn_node *n, uint32_t cap) {
     if (cap == 0) cap = 1;
     if (cap == n->cap) return MN_OK;
-    uint32_t *p = realloc(n->ends, (size_t)cap * sizeof(uint32_t));
-    if (p == NULL) return MN_ERR_NOMEM;
-    s->memory = s->memory - (uint64_t)n->cap * sizeof(uint32_t) + (uint64_t)cap * sizeof(uint32_t);
-    n->ends = p;
+    size_t used = (size_t)mn_times_for(n->count) * sizeof(int64_t);
+    size_t from = mn_times_at(n->cap), to = mn_times_at(cap);
+    char *old = (char *)n->ends;
+    if (to < from && used) memmove(old + to, old + from, used);
+    char *p = realloc(old, mn_table_bytes(cap));
+    if (p == NULL) {
+        if (to < from && used) memmove(old + from, old + to, used);
+        return MN_ERR_NOMEM;
+    }
+    if (to > from && used) memmove(p + to, p + from, used);
+    s->memory = s->memory - mn_table_bytes(n->cap) + mn_table_bytes(cap);
+    n->ends = (uint32_t *)(void *)p;
     n->cap = cap;
     return MN_OK;
 }
@@ -542,7 +750,10 @@ static uint32_t mn_chunk_plan_end(const mn_node *n, uint32_t i) {
  * MN_COMPRESS_MIN_SAVING_PCT. Any failure keeps the raw form. */
 static void mn_node_compress(mn_stream *s, mn_node *n) {
     uint32_t raw = mn_node_raw_bytes(n);
-    if (raw < MN_COMPRESS_MIN_BYTES) return;
+    if (raw < MN_COMPRESS_MIN_BYTES) {
+        n->zlevel = s->compression; /* tried: not worth it */
+        return;
+    }
     uint64_t nchunks = 0, bound = 0;
     for (uint32_t i = 0, j; i < n->count; i = j) {
         j = mn_chunk_plan_end(n, i);
@@ -581,6 +792,7 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     deflateEnd(&zs);
     uint64_t total = header + zlen;
     uint64_t max_len = (uint64_t)raw - (uint64_t)raw * MN_COMPRESS_MIN_SAVING_PCT / 100;
+    if (ok && total > max_len) n->zlevel = s->compression; /* tried: does not pay */
     char *exact = ok && total <= max_len ? realloc(out, (size_t)total) : NULL;
     if (exact == NULL) {
         free(out);
@@ -591,14 +803,8 @@ static void mn_node_compress(mn_stream *s, mn_node *n) {
     n->blob = exact;
     n->blob_cap = (uint32_t)total;
     n->compressed = 1;
+    n->zlevel = s->compression;
     s->num_compressed++;
-}
-
-/* Seal a node that just stopped being the tail: no slack, and compressed
- * when the stream asks for it and that pays. */
-static void mn_node_seal(mn_stream *s, mn_node *n) {
-    mn_node_shrink(s, n);
-    if (s->compression != 0 && !n->compressed) mn_node_compress(s, n);
 }
 
 /* Inflate zlib data into exactly `len` bytes, consuming all of it. */
@@ -610,6 +816,24 @@ static int mn_inflate_exact(char *dst, uint32_t len, const unsigned char *src, u
     if (zrc == Z_MEM_ERROR) return MN_ERR_NOMEM;
     if (zrc != Z_OK || out_len != len || in_len != src_len) return MN_ERR_CORRUPT;
     return MN_OK;
+}
+
+/* Where the raw bytes of chunk k of a compressed node start in its raw
+ * blob, and how many there are. */
+static uint32_t mn_chunk_raw_start(const mn_node *n, uint32_t k) {
+    return mn_msg_start(n, mn_chunk_first_msg(n, k));
+}
+
+static uint32_t mn_chunk_raw_len(const mn_node *n, uint32_t k) {
+    return mn_msg_start(n, mn_chunk_end_msg(n, k)) - mn_chunk_raw_start(n, k);
+}
+
+/* Inflate chunk k of a compressed node into dst (mn_chunk_raw_len bytes). */
+static int mn_chunk_inflate(const mn_node *n, uint32_t k, char *dst) {
+    uint32_t zfrom = k ? mn_chunk_zend(n, k - 1) : 0;
+    const unsigned char *zarea = (const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
+                                 (size_t)mn_chunk_count(n) * MN_CHUNK_ENTRY_BYTES;
+    return mn_inflate_exact(dst, mn_chunk_raw_len(n, k), zarea + zfrom, mn_chunk_zend(n, k) - zfrom);
 }
 
 /* Raw bytes of chunk k of a compressed node, from the cache or inflated
@@ -636,24 +860,20 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
                                                         slot->last_use < victim->last_use)))
             victim = slot;
     }
-    uint32_t from = mn_msg_start(n, mn_chunk_first_msg(n, k));
-    uint32_t len = mn_msg_start(n, mn_chunk_end_msg(n, k)) - from;
-    uint32_t zfrom = k ? mn_chunk_zend(n, k - 1) : 0;
-    const unsigned char *zarea = (const unsigned char *)n->blob + MN_CHUNK_COUNT_BYTES +
-                                 (size_t)mn_chunk_count(n) * MN_CHUNK_ENTRY_BYTES;
-    char *raw = malloc(len ? len : 1);
+    uint32_t len = mn_chunk_raw_len(n, k);
+    char *raw = malloc(mn_alloc_size(len));
     if (raw == NULL) {
         *err = MN_ERR_NOMEM;
         return NULL;
     }
-    int rc = mn_inflate_exact(raw, len, zarea + zfrom, mn_chunk_zend(n, k) - zfrom);
+    int rc = mn_chunk_inflate(n, k, raw);
     if (rc != MN_OK) {
         free(raw);
         *err = rc;
         return NULL;
     }
     if (victim->node != NULL) {
-        s->memory -= victim->len;
+        s->memory -= mn_alloc_size(victim->len);
         free(victim->raw);
     }
     victim->node = n;
@@ -661,7 +881,7 @@ static const char *mn_chunk_raw(mn_stream *s, const mn_node *n, uint32_t k, int 
     victim->raw = raw;
     victim->len = len;
     victim->last_use = c->clock;
-    s->memory += len;
+    s->memory += mn_alloc_size(len);
     return raw;
 }
 
@@ -740,8 +960,18 @@ static void mn_tail_slots(mn_stream *s, mn_node ***slot) {
     for (int l = s->level; l < s->head_cap; l++) slot[l] = &s->head[l];
 }
 
+/* The sealed node `rank` places behind the tail (rank 0 = the newest
+ * sealed node), or NULL. O(rank). */
+static mn_node *mn_node_at_rank(const mn_stream *s, uint64_t rank) {
+    mn_node *x = s->tail ? s->tail->prev : NULL;
+    for (; x != NULL && rank > 0; rank--) x = x->prev;
+    return x;
+}
+
 /* Link node n after the tail; slot comes from mn_tail_slots() and is
- * advanced so that several nodes can be linked in a row. */
+ * advanced so that several nodes can be linked in a row. The old tail is
+ * now sealed and every sealed node one rank older: the compression
+ * boundary moves one node toward the tail (see COMPRESSION). */
 static void mn_link_tail(mn_stream *s, mn_node *n, mn_node ***slot) {
     for (int l = 0; l < n->level; l++) {
         *slot[l] = n;
@@ -753,11 +983,19 @@ static void mn_link_tail(mn_stream *s, mn_node *n, mn_node ***slot) {
     s->tail = n;
     s->num_nodes++;
     if (n->compressed) s->num_compressed++;
+    if (n->prev == NULL) return;
+    if (s->scan != NULL) s->scan_rank++;
+    if (s->num_nodes - 1 > s->depth) /* a node has rank depth */
+        s->boundary = s->boundary ? s->boundary->fwd[0] : mn_node_at_rank(s, s->depth);
 }
 
 /* Unlink and free the first node. */
 static void mn_unlink_first(mn_stream *s) {
     mn_node *n = s->head[0];
+    /* Nodes older than the boundary or the scan go first: once they go,
+     * no sealed node has rank depth, and nothing is left to scan. */
+    if (s->boundary == n) s->boundary = NULL;
+    if (s->scan == n) s->scan = NULL;
     for (int l = 0; l < n->level; l++) s->head[l] = n->fwd[l];
     if (n->fwd[0] != NULL) n->fwd[0]->prev = NULL;
     if (s->tail == n) s->tail = NULL;
@@ -766,6 +1004,100 @@ static void mn_unlink_first(mn_stream *s) {
     mn_node_release(s, n);
     while (s->level > 0 && s->head[s->level - 1] == NULL) s->level--;
 }
+
+/* ------------------------------------------------------------------------
+ * Compression depth
+ * --------------------------------------------------------------------- */
+
+/* Give a compressed node its raw blob back. Any failure keeps it
+ * compressed. */
+static int mn_node_inflate(mn_stream *s, mn_node *n) {
+    uint32_t raw = mn_node_raw_bytes(n);
+    char *blob = malloc(mn_alloc_size(raw));
+    if (blob == NULL) return MN_ERR_NOMEM;
+    int rc = MN_OK;
+    for (uint32_t k = 0; k < mn_chunk_count(n) && rc == MN_OK; k++)
+        rc = mn_chunk_inflate(n, k, blob + mn_chunk_raw_start(n, k));
+    if (rc != MN_OK) {
+        free(blob);
+        return rc;
+    }
+    mn_cache_forget(s, n);
+    s->memory = s->memory - n->blob_cap + mn_alloc_size(raw);
+    free(n->blob);
+    n->blob = blob;
+    n->blob_cap = (uint32_t)mn_alloc_size(raw);
+    n->compressed = 0;
+    n->zlevel = 0;
+    s->num_compressed--;
+    return MN_OK;
+}
+
+/* Bring a sealed node to the form its rank asks for: zlib at the stream's
+ * level (or tried at it) when the stream compresses and rank >= depth,
+ * raw otherwise. Returns 1 when that took a compression or an inflate, 0
+ * when the node already had its form. Failures keep the node as it is
+ * (readable either way). */
+static int mn_node_conform(mn_stream *s, mn_node *n, uint64_t rank) {
+    if (s->compression == 0 || rank < s->depth) {
+        if (!n->compressed) return 0;
+        (void)mn_node_inflate(s, n);
+        return 1;
+    }
+    if (n->zlevel == s->compression) return 0;
+    if (n->compressed && mn_node_inflate(s, n) != MN_OK) return 1;
+    mn_node_compress(s, n);
+    return 1;
+}
+
+/* Look at nodes again from the newest sealed one to the oldest (after a
+ * change of level or depth, a load or a concatenation). */
+static void mn_scan_restart(mn_stream *s) {
+    s->scan = s->tail ? s->tail->prev : NULL;
+    s->scan_rank = 0;
+}
+
+/* One bounded step of the scan: conform at most max_nodes nodes, look at
+ * most max_nodes * MN_SCAN_VISITS_PER_NODE. */
+static void mn_scan_step(mn_stream *s, uint64_t max_nodes) {
+    uint64_t visits = max_nodes * MN_SCAN_VISITS_PER_NODE;
+    while (s->scan != NULL && max_nodes > 0 && visits > 0) {
+        mn_node *x = s->scan;
+        max_nodes -= (uint64_t)mn_node_conform(s, x, s->scan_rank);
+        visits--;
+        s->scan = x->prev;
+        s->scan_rank++;
+    }
+}
+
+/* A node just stopped being the tail: no slack, and one node's worth of
+ * compression work -- the node that just reached rank depth, or else one
+ * step of a pending scan -- so that compressing is spread over appends,
+ * one node per node sealed. */
+static void mn_node_seal(mn_stream *s, mn_node *n) {
+    mn_node_shrink(s, n);
+    if (s->boundary != NULL && mn_node_conform(s, s->boundary, s->depth)) return;
+    mn_scan_step(s, 1);
+}
+
+int mn_stream_set_compression_depth(mn_stream *s, uint32_t depth) {
+    if (s == NULL || depth > MN_MAX_COMPRESSION_DEPTH) return MN_ERR_ARG;
+    if (depth == s->depth) return MN_OK;
+    s->depth = (uint16_t)depth;
+    s->boundary = mn_node_at_rank(s, depth);
+    mn_scan_restart(s);
+    return MN_OK;
+}
+
+uint32_t mn_compression_depth(const mn_stream *s) { return s->depth; }
+
+int mn_compress_step(mn_stream *s, uint32_t max_nodes) {
+    if (s == NULL) return MN_ERR_ARG;
+    mn_scan_step(s, max_nodes);
+    return s->scan != NULL;
+}
+
+int mn_compress_pending(const mn_stream *s) { return s->scan != NULL; }
 
 /* ------------------------------------------------------------------------
  * Streams
@@ -803,7 +1135,9 @@ void mn_stream_free(mn_stream *s) {
 
 int mn_stream_set_compression(mn_stream *s, int compression_level) {
     if (compression_level < 0 || compression_level > 9) return MN_ERR_ARG;
+    if (compression_level == s->compression) return MN_OK;
     s->compression = (uint8_t)compression_level;
+    mn_scan_restart(s);
     return MN_OK;
 }
 
@@ -836,29 +1170,37 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next) {
  * Append
  * --------------------------------------------------------------------- */
 
-/* Appending is two-phase so that it is atomic. Phase one plans where every
- * message goes and allocates everything: growth of the tail's table and
- * blob, every new node, and head levels. Only growth of capacity happens
- * there, which changes no content, so an allocation failure can return
- * with nothing appended. Phase two copies and links and cannot fail (the
- * sealing it does may fail to shrink or compress, which only costs memory).
+/* Appending is two-phase so that it is atomic. Phase one (mn_append_plan)
+ * plans where every message goes and allocates everything: growth of the
+ * tail's table and blob, every new node, and head levels. Only growth of
+ * capacity happens there, which changes no content, so an allocation
+ * failure can return with nothing appended. Phase two (mn_append_commit)
+ * copies and links and cannot fail (the sealing it does may fail to shrink
+ * or compress, which only costs memory). mn_stream_concat() uses the same
+ * two phases for the messages it copies.
  */
-int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
-    if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
-    if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if ((uint64_t)lens[i] > (uint64_t)MN_MAX_MESSAGE_BYTES) return MN_ERR_TOOBIG;
-        total += lens[i];
-    }
-    if (total > 0 && buf == NULL) return MN_ERR_ARG;
-    const uint32_t max = s->max_entries;
+typedef struct mn_plan {
+    size_t to_tail;  /* messages that go into the tail */
+    uint64_t tbytes; /* the tail's raw bytes once they are in */
+    mn_node *chain;  /* new nodes, in order, chained through fwd[0] */
+} mn_plan;
 
-    /* Phase one: how many messages the tail takes. */
+static void mn_plan_abort(mn_stream *s, mn_plan *p) {
+    while (p->chain != NULL) {
+        mn_node *next_new = p->chain->fwd[0];
+        mn_node_release(s, p->chain);
+        p->chain = next_new;
+    }
+}
+
+/* Phase one for n messages of the given lengths (checked by the caller). */
+static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan *p) {
+    const uint32_t max = s->max_entries;
     mn_node *tail = s->tail;
     size_t i = 0;
     uint32_t tcount = 0;
     uint64_t tbytes = 0;
+    p->chain = NULL;
     if (tail != NULL && mn_node_end(tail) == s->next && !tail->compressed) {
         tcount = tail->count;
         tbytes = mn_node_raw_bytes(tail);
@@ -868,11 +1210,13 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             i++;
         }
     }
-    const size_t to_tail = i;
-    if (to_tail > 0) {
+    p->to_tail = i;
+    p->tbytes = tbytes;
+    if (i > 0) {
         if (tcount > tail->cap) {
-            /* Only a lone first node (or a last node rebuilt by a load,
-             * which is loaded exactly) has a short table: grow it by half. */
+            /* Only a lone first node, or a last node rebuilt by a load or
+             * moved by a concatenation (both exactly sized), has a short
+             * table: grow it by half. */
             uint64_t cap = (uint64_t)tail->cap + tail->cap / 2;
             if (cap < (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH)
                 cap = (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH;
@@ -890,12 +1234,13 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             if (mn_node_resize_blob(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
         }
     }
-
-    /* Phase one, continued: allocate the new nodes, chained in order
-     * through fwd[0] until phase two links them into the skiplist. */
-    mn_node *chain = NULL, *chain_last = NULL;
+    /* The new nodes, chained in order through fwd[0] until phase two links
+     * them into the skiplist. */
+    mn_node *chain_last = NULL;
     uint8_t top_level = 0;
     int lone = (s->num_nodes == 0);
+    /* The node before each new one: the tail as this append leaves it. */
+    uint64_t prev_count = tail != NULL ? tcount : 0, prev_bytes = tbytes;
     while (i < n) {
         uint32_t count = 0;
         uint64_t bytes = 0;
@@ -904,39 +1249,67 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             count++;
             i++;
         }
+        if (count == 0) { /* cannot happen (see MN_MAX_MESSAGE_BYTES); never loop */
+            mn_plan_abort(s, p);
+            return MN_ERR_TOOBIG;
+        }
         uint32_t cap = (lone && count < max) ? count : max;
+        uint64_t blob_cap = bytes;
+        if (!lone && count < max && prev_count > 0) {
+            /* It will likely fill like the node before it: give it that
+             * size now (see MN_BLOB_PREDICT_HEADROOM_PERMILLE). */
+            uint64_t predicted = prev_bytes * max / prev_count;
+            predicted += predicted * MN_BLOB_PREDICT_HEADROOM_PERMILLE / 1000;
+            if (predicted > blob_cap && mn_node_serialized_bytes(max, predicted) <= MN_NODE_BYTES_LIMIT)
+                blob_cap = predicted;
+        }
+        prev_count = count;
+        prev_bytes = bytes;
         uint8_t level = mn_random_level(s);
-        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)bytes);
-        if (node == NULL) goto nomem;
+        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)blob_cap);
+        if (node == NULL) {
+            mn_plan_abort(s, p);
+            return MN_ERR_NOMEM;
+        }
         node->count = count; /* provisional: phase two fills the table */
-        if (chain == NULL) chain = node;
+        if (p->chain == NULL) p->chain = node;
         else chain_last->fwd[0] = node;
         chain_last = node;
         if (level > top_level) top_level = level;
         lone = 0;
     }
-    if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) goto nomem;
+    if (top_level > 0 && mn_head_reserve(s, top_level) != MN_OK) {
+        mn_plan_abort(s, p);
+        return MN_ERR_NOMEM;
+    }
+    return MN_OK;
+}
 
-    /* Phase two: copy into the tail. */
+/* Phase two: n messages back to back in buf (total bytes), message k
+ * appended at times[k], or all at t when times is NULL. Advances next,
+ * length and payload; the caller sets the clock. */
+static void mn_append_commit(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
+                             uint64_t total, const int64_t *times, int64_t t, mn_plan *p) {
+    mn_node *tail = s->tail;
     size_t consumed = 0; /* bytes of buf copied so far (buf may be NULL if all empty) */
-    if (to_tail > 0) {
+    if (p->to_tail > 0) {
         uint32_t end = mn_node_raw_bytes(tail);
-        size_t bytes = (size_t)(tbytes - end);
+        size_t bytes = (size_t)(p->tbytes - end);
         if (bytes) memcpy(tail->blob + end, buf, bytes);
         consumed = bytes;
-        for (size_t k = 0; k < to_tail; k++) {
+        for (size_t k = 0; k < p->to_tail; k++) {
             end += lens[k];
-            tail->ends[tail->count++] = end;
+            tail->ends[tail->count] = end;
+            mn_node_stamp(tail, tail->count++, times ? times[k] : t);
         }
-        if (tail->count == max) mn_node_shrink(s, tail);
+        if (tail->count == s->max_entries) mn_node_shrink(s, tail);
     }
-    /* Phase two, continued: fill and link the new nodes. */
-    if (chain != NULL) {
+    if (p->chain != NULL) {
         mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
         mn_tail_slots(s, slot);
-        uint64_t offset = s->next + to_tail;
-        size_t k = to_tail;
-        mn_node *node = chain;
+        uint64_t offset = s->next + p->to_tail;
+        size_t k = p->to_tail;
+        mn_node *node = p->chain;
         while (node != NULL) {
             mn_node *next_new = node->fwd[0];
             uint32_t count = node->count;
@@ -944,34 +1317,48 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n)
             for (uint32_t j = 0; j < count; j++) {
                 end += lens[k + j];
                 node->ends[j] = end;
+                mn_node_stamp(node, j, times ? times[k + j] : t);
             }
             if (end) memcpy(node->blob, buf + consumed, end);
             consumed += end;
             k += count;
             node->first = offset;
             offset += count;
-            if (s->tail != NULL) mn_node_seal(s, s->tail);
+            mn_node *old_tail = s->tail;
             mn_link_tail(s, node, slot);
+            if (old_tail != NULL) mn_node_seal(s, old_tail);
             node = next_new;
         }
+        p->chain = NULL;
     }
-    int64_t first_offset = (int64_t)s->next;
     s->next += n;
     s->length += n;
     s->payload += total;
-    return first_offset;
-
-nomem:
-    while (chain != NULL) {
-        mn_node *next_new = chain->fwd[0];
-        mn_node_release(s, chain);
-        chain = next_new;
-    }
-    return MN_ERR_NOMEM;
 }
 
-int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len) {
-    return mn_append(s, buf, &len, 1);
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n, int64_t now_ms) {
+    if (s == NULL || lens == NULL || n == 0) return MN_ERR_ARG;
+    if ((uint64_t)n > MN_OFFSET_END - s->next) return MN_ERR_OVERFLOW;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((uint64_t)lens[i] > (uint64_t)MN_MAX_MESSAGE_BYTES) return MN_ERR_TOOBIG;
+        total += lens[i];
+    }
+    if (total > 0 && buf == NULL) return MN_ERR_ARG;
+    mn_plan plan;
+    int rc = mn_append_plan(s, lens, n, &plan);
+    if (rc != MN_OK) return rc;
+    /* Every message gets the same time, the stream's clock moved to now_ms
+     * unless that is earlier. */
+    int64_t first_offset = (int64_t)s->next;
+    now_ms = mn_now_ms(now_ms);
+    if (now_ms > s->clock) s->clock = now_ms;
+    mn_append_commit(s, buf, lens, n, total, NULL, s->clock, &plan);
+    return first_offset;
+}
+
+int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len, int64_t now_ms) {
+    return mn_append(s, buf, &len, 1, now_ms);
 }
 
 /* ------------------------------------------------------------------------
@@ -983,6 +1370,23 @@ static uint64_t mn_span_bytes(const mn_node *n, uint32_t from, uint32_t to) {
     return (uint64_t)mn_msg_start(n, to) - mn_msg_start(n, from);
 }
 
+/* Evict the whole first node (there is one), adding what went to ev. */
+static void mn_evict_first_node(mn_stream *s, mn_evicted *ev) {
+    mn_node *n = s->head[0];
+    uint64_t lo = n->first > s->first ? n->first : s->first;
+    uint64_t messages = mn_node_end(n) - lo;
+    uint64_t bytes = mn_span_bytes(n, (uint32_t)(lo - n->first), n->count);
+    uint64_t memory = s->memory;
+    mn_unlink_first(s);
+    s->length -= messages;
+    s->payload -= bytes;
+    s->first = s->num_nodes ? s->head[0]->first : s->next;
+    ev->messages += messages;
+    ev->bytes += bytes;
+    ev->nodes++;
+    ev->memory += memory - s->memory;
+}
+
 int64_t mn_evict_upto(mn_stream *s, int64_t offset) {
     if (offset < 0) return MN_ERR_ARG;
     uint64_t cut = (uint64_t)offset + 1;
@@ -992,31 +1396,278 @@ int64_t mn_evict_upto(mn_stream *s, int64_t offset) {
         return 0;
     }
     if (cut <= s->first) return 0;
-    uint64_t evicted = 0;
-    mn_node *n;
-    while ((n = s->head[0]) != NULL && mn_node_end(n) <= cut) {
-        uint64_t lo = n->first > s->first ? n->first : s->first;
-        evicted += mn_node_end(n) - lo;
-        s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), n->count);
-        mn_unlink_first(s);
-    }
-    if (n == NULL) {
-        s->first = s->next;
-    } else {
-        uint64_t lo = n->first > s->first ? n->first : s->first;
+    mn_evicted ev = {0, 0, 0, 0};
+    while (s->num_nodes && mn_node_end(s->head[0]) <= cut) mn_evict_first_node(s, &ev);
+    if (s->num_nodes) {
+        mn_node *n = s->head[0];
+        uint64_t lo = s->first; /* n contains first */
         if (cut > lo) {
-            evicted += cut - lo;
+            ev.messages += cut - lo;
+            s->length -= cut - lo;
             s->payload -= mn_span_bytes(n, (uint32_t)(lo - n->first), (uint32_t)(cut - n->first));
+            s->first = cut;
         }
-        s->first = cut > n->first ? cut : n->first;
     }
-    s->length -= evicted;
-    return (int64_t)evicted;
+    return (int64_t)ev.messages;
 }
 
 int64_t mn_evict_keep(mn_stream *s, uint64_t keep) {
     if (keep >= s->next) return 0;
     return mn_evict_upto(s, (int64_t)(s->next - keep - 1));
+}
+
+/* ------------------------------------------------------------------------
+ * Time index and retention
+ * --------------------------------------------------------------------- */
+
+int64_t mn_last_append_ms(const mn_stream *s) { return s->clock; }
+
+uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms) {
+    if (s->num_nodes == 0) return s->next;
+    /* Times never decrease along the list, so the skiplist can descend on
+     * last_ms: x ends as the last node whose newest message is older than
+     * unix_ms, and the answer lies in the node after it. */
+    mn_node *x = NULL;
+    for (int l = (int)s->level - 1; l >= 0; l--) {
+        mn_node *next = x ? x->fwd[l] : s->head[l];
+        while (next != NULL && next->last_ms < unix_ms) {
+            x = next;
+            next = x->fwd[l];
+        }
+    }
+    const mn_node *n = x ? x->fwd[0] : s->head[0];
+    if (n == NULL) return s->next;
+    /* older = how many checkpoints are older than unix_ms. Checkpoint k is
+     * message 64k: with older == 0 message 0 is the answer; otherwise
+     * messages up to 64(older-1) are older and the answer is after them,
+     * within the next 63 (checkpoint `older` is not older, or the node's
+     * last message is not). */
+    const int64_t *times = mn_node_times(n);
+    uint32_t lo = 0, hi = mn_times_for(n->count);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (times[mid] < unix_ms) lo = mid + 1;
+        else hi = mid;
+    }
+    uint64_t i = lo ? (uint64_t)(lo - 1) * MN_TIME_CHECKPOINT_EVERY + 1 : 0;
+    if (i >= n->count) i = n->count - 1;
+    uint64_t off = n->first + i;
+    return off > s->first ? off : s->first;
+}
+
+int mn_evict_older_than(mn_stream *s, int64_t cutoff_ms, uint64_t max_nodes, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    for (; s->num_nodes && s->head[0]->last_ms < cutoff_ms; max_nodes--) {
+        if (max_nodes == 0) return 1;
+        mn_evict_first_node(s, ev);
+    }
+    return 0;
+}
+
+int mn_evict_over_bytes(mn_stream *s, uint64_t max_payload, uint64_t max_nodes, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    for (; s->payload > max_payload && s->num_nodes > 1; max_nodes--) {
+        if (max_nodes == 0) return 1;
+        mn_evict_first_node(s, ev);
+    }
+    return 0;
+}
+
+int mn_evict_oldest_node(mn_stream *s, mn_evicted *ev) {
+    if (s == NULL || ev == NULL) return MN_ERR_ARG;
+    if (s->num_nodes == 0) return 0;
+    mn_evict_first_node(s, ev);
+    return 1;
+}
+
+int64_t mn_oldest_append_ms(const mn_stream *s) {
+    if (s->num_nodes == 0) return MN_TIME_NONE;
+    const mn_node *n = s->head[0];
+    /* The checkpoint at or before the first readable message. */
+    return mn_node_times(n)[(s->first - n->first) / MN_TIME_CHECKPOINT_EVERY];
+}
+
+uint64_t mn_oldest_node_memory(const mn_stream *s) {
+    if (s->num_nodes == 0) return 0;
+    const mn_node *n = s->head[0];
+    uint64_t bytes = mn_node_memory(n);
+    if (s->cache != NULL) {
+        for (int i = 0; i < MN_CACHE_SLOTS; i++)
+            if (s->cache->slot[i].node == n) bytes += mn_alloc_size(s->cache->slot[i].len);
+    }
+    return bytes;
+}
+
+/* ------------------------------------------------------------------------
+ * Concatenation
+ * --------------------------------------------------------------------- */
+
+/* A time not earlier than message i's own (times never decrease): its own
+ * at a checkpoint, else the next checkpoint's or the node's last. */
+static int64_t mn_node_time_bound(const mn_node *n, uint32_t i) {
+    const int64_t *times = mn_node_times(n);
+    uint32_t k = i / MN_TIME_CHECKPOINT_EVERY;
+    if (i % MN_TIME_CHECKPOINT_EVERY == 0) return times[k];
+    return k + 1 < mn_times_for(n->count) ? times[k + 1] : n->last_ms;
+}
+
+/* Messages a concatenation copies rather than moves, gathered back to
+ * back with their lengths and time bounds (allocated with malloc: they
+ * are scratch, not counted in any stream's memory). */
+typedef struct mn_gather {
+    char *buf;
+    uint32_t *lens;
+    int64_t *times;
+    size_t n;
+    uint64_t bytes;
+} mn_gather;
+
+static void mn_gather_free(mn_gather *g) {
+    free(g->buf);
+    free(g->lens);
+    free(g->times);
+    memset(g, 0, sizeof *g);
+}
+
+/* Gather messages i.. of node `from` and all of the nodes after it up to
+ * `stop` (excluded), times raised to at least `floor`. Inflates what is
+ * compressed into scratch memory, not into the stream's cache. */
+static int mn_gather_messages(const mn_node *from, uint32_t i, const mn_node *stop,
+                              int64_t floor, mn_gather *g) {
+    memset(g, 0, sizeof *g);
+    for (const mn_node *x = from; x != stop; x = x->fwd[0]) {
+        uint32_t lo = x == from ? i : 0;
+        g->n += x->count - lo;
+        g->bytes += mn_span_bytes(x, lo, x->count);
+    }
+    if (g->bytes > SIZE_MAX) return MN_ERR_TOOBIG;
+    g->buf = malloc(g->bytes ? (size_t)g->bytes : 1);
+    g->lens = malloc(g->n * sizeof(uint32_t));
+    g->times = malloc(g->n * sizeof(int64_t));
+    if (g->buf == NULL || g->lens == NULL || g->times == NULL) {
+        mn_gather_free(g);
+        return MN_ERR_NOMEM;
+    }
+    size_t m = 0, pos = 0;
+    for (const mn_node *x = from; x != stop; x = x->fwd[0]) {
+        uint32_t lo = x == from ? i : 0;
+        uint32_t start = mn_msg_start(x, lo);
+        if (!x->compressed) {
+            memcpy(g->buf + pos, x->blob + start, mn_node_raw_bytes(x) - start);
+        } else {
+            for (uint32_t k = mn_chunk_of(x, lo); k < mn_chunk_count(x); k++) {
+                uint32_t len = mn_chunk_raw_len(x, k), at = mn_chunk_raw_start(x, k);
+                char *raw = malloc(mn_alloc_size(len));
+                int rc = raw == NULL ? MN_ERR_NOMEM : mn_chunk_inflate(x, k, raw);
+                if (rc == MN_OK) {
+                    uint32_t skip = start > at ? start - at : 0;
+                    memcpy(g->buf + pos + (at + skip - start), raw + skip, len - skip);
+                }
+                free(raw);
+                if (rc != MN_OK) {
+                    mn_gather_free(g);
+                    return rc;
+                }
+            }
+        }
+        pos += mn_node_raw_bytes(x) - start;
+        for (uint32_t j = lo; j < x->count; j++, m++) {
+            g->lens[m] = x->ends[j] - mn_msg_start(x, j);
+            int64_t t = mn_node_time_bound(x, j);
+            g->times[m] = t > floor ? t : floor;
+        }
+    }
+    return MN_OK;
+}
+
+/* Does all of src fit in dst's active node? Then it is copied there
+ * rather than leaving dst's active node behind half full. */
+static int mn_concat_fits_tail(const mn_stream *dst, const mn_stream *src) {
+    const mn_node *tail = dst->tail;
+    if (tail == NULL || tail->compressed || mn_node_end(tail) != dst->next) return 0;
+    if (src->length > (uint64_t)dst->max_entries - tail->count || tail->count >= dst->max_entries)
+        return 0;
+    return mn_node_serialized_bytes(tail->count + (uint32_t)src->length,
+                                    (uint64_t)mn_node_raw_bytes(tail) + src->payload) <=
+           MN_NODE_BYTES_LIMIT;
+}
+
+int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
+    if (dst == NULL || src == NULL || dst == src) return MN_ERR_ARG;
+    const int64_t first_offset = (int64_t)dst->next;
+    if (src->num_nodes == 0) return first_offset;
+    if (src->length > MN_OFFSET_END - dst->next) return MN_ERR_OVERFLOW;
+    const int64_t floor = dst->clock;
+
+    /* Phase one: gather what is copied (all of src when it fits dst's
+     * active node, else the readable part of a partially evicted first
+     * node), plan its append, make dst's head tall enough for the nodes
+     * that move. Nothing visible changes; a failure undoes it all. */
+    mn_node *head = src->head[0];
+    mn_node *move_from = head;
+    mn_gather g;
+    memset(&g, 0, sizeof g);
+    int rc = MN_OK;
+    if (mn_concat_fits_tail(dst, src)) move_from = NULL;
+    else if (src->first > head->first) move_from = head->fwd[0];
+    if (move_from != head)
+        rc = mn_gather_messages(head, (uint32_t)(src->first - head->first), move_from, floor, &g);
+    mn_plan plan = {0, 0, NULL};
+    if (rc == MN_OK && g.n) rc = mn_append_plan(dst, g.lens, g.n, &plan);
+    uint8_t top = 0;
+    for (const mn_node *x = move_from; x != NULL; x = x->fwd[0])
+        if (x->level > top) top = x->level;
+    if (rc == MN_OK && top && mn_head_reserve(dst, top) != MN_OK) {
+        mn_plan_abort(dst, &plan);
+        rc = MN_ERR_NOMEM;
+    }
+    if (rc != MN_OK) {
+        mn_gather_free(&g);
+        return rc;
+    }
+
+    /* Phase two: append the copies, then relink the nodes that move after
+     * dst's tail, renumbered, their times raised to dst's clock where
+     * older. Then src keeps no node. */
+    if (g.n) mn_append_commit(dst, g.buf, g.lens, g.n, g.bytes, g.times, 0, &plan);
+    mn_gather_free(&g);
+    mn_node *x = head, *next;
+    for (; x != move_from; x = next) { /* copied: freed */
+        next = x->fwd[0];
+        mn_node_release(src, x);
+    }
+    mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
+    mn_tail_slots(dst, slot);
+    for (; x != NULL; x = next) {
+        next = x->fwd[0];
+        mn_cache_forget(src, x);
+        uint64_t memory = mn_node_memory(x);
+        src->memory -= memory;
+        dst->memory += memory;
+        int64_t *times = mn_node_times(x);
+        for (uint32_t k = 0; k < mn_times_for(x->count); k++)
+            if (times[k] < floor) times[k] = floor;
+        if (x->last_ms < floor) x->last_ms = floor;
+        x->first = dst->next;
+        dst->next += x->count;
+        dst->length += x->count;
+        dst->payload += mn_node_raw_bytes(x);
+        mn_node *old_tail = dst->tail;
+        mn_link_tail(dst, x, slot);
+        if (old_tail != NULL) mn_node_shrink(dst, old_tail);
+    }
+    if (dst->tail->last_ms > dst->clock) dst->clock = dst->tail->last_ms;
+    /* The nodes that moved came with src's compression: conform them (and
+     * the rest) gradually, not all in this call. */
+    mn_scan_restart(dst);
+    for (int l = 0; l < src->head_cap; l++) src->head[l] = NULL;
+    src->boundary = src->scan = NULL;
+    src->tail = NULL;
+    src->level = 0;
+    src->num_nodes = src->num_compressed = 0;
+    src->length = src->payload = 0;
+    src->first = src->next;
+    return first_offset;
 }
 
 /* ------------------------------------------------------------------------
@@ -1222,12 +1873,14 @@ int mn_serialize_header(const mn_stream *s, mn_buf *out) {
     memcpy(p, MN_HEADER_MAGIC, 4);
     p[4] = MN_FORMAT_VERSION;
     p[5] = s->compression;
-    mn_put_u16le(p + 6, 0);
+    mn_put_u16le(p + 6, s->depth);
     mn_put_u64le(p + 8, s->next);
     mn_put_u64le(p + 16, mn_first_offset(s));
     mn_put_u64le(p + 24, s->num_nodes);
     mn_put_u32le(p + 32, s->max_entries);
-    mn_put_u32le(p + 36, mn_crc32(p, 36));
+    mn_put_u32le(p + 36, 0);
+    mn_put_u64le(p + 40, (uint64_t)s->clock);
+    mn_put_u32le(p + 48, mn_crc32(p, 48));
     out->len += MN_HEADER_BYTES;
     return MN_OK;
 }
@@ -1238,10 +1891,20 @@ const mn_node *mn_first_node(const mn_stream *s) {
 
 const mn_node *mn_node_next(const mn_node *node) { return node->fwd[0]; }
 
+void mn_node_get_info(const mn_node *node, mn_node_info *out) {
+    out->first = node->first;
+    out->count = node->count;
+    out->compressed = node->compressed;
+    out->zlevel = node->zlevel;
+    out->first_ms = mn_node_first_ms(node);
+    out->last_ms = node->last_ms;
+    out->memory = mn_node_memory(node);
+}
+
 int mn_node_serialize(const mn_node *node, mn_buf *out) {
     uint32_t raw_len = mn_node_raw_bytes(node);
     uint32_t stored = node->compressed ? node->blob_cap : raw_len;
-    uint64_t total = MN_NODE_FRAME_BYTES + 4 * (uint64_t)node->count + stored;
+    uint64_t total = mn_node_serialized_bytes(node->count, stored);
     if (total > MN_NODE_BYTES_LIMIT) return MN_ERR_TOOBIG;
     int rc = mn_buf_reserve(out, (size_t)total);
     if (rc != MN_OK) return rc;
@@ -1249,13 +1912,17 @@ int mn_node_serialize(const mn_node *node, mn_buf *out) {
     memcpy(base, MN_NODE_MAGIC, 4);
     base[4] = MN_FORMAT_VERSION;
     base[5] = node->compressed ? MN_NODE_FLAG_COMPRESSED : 0;
-    mn_put_u16le(base + 6, 0);
+    base[6] = node->zlevel;
+    base[7] = 0;
     mn_put_u64le(base + 8, node->first);
     mn_put_u32le(base + 16, node->count);
     mn_put_u32le(base + 20, raw_len);
     mn_put_u32le(base + 24, stored);
+    mn_put_u64le(base + 28, (uint64_t)node->last_ms);
     unsigned char *p = base + MN_NODE_FIXED_BYTES;
     for (uint32_t i = 0; i < node->count; i++, p += 4) mn_put_u32le(p, node->ends[i]);
+    const int64_t *times = mn_node_times(node);
+    for (uint32_t k = 0; k < mn_times_for(node->count); k++, p += 8) mn_put_u64le(p, (uint64_t)times[k]);
     if (stored) memcpy(p, node->blob, stored);
     p += stored;
     mn_put_u32le(p, mn_crc32(base, (size_t)(p - base)));
@@ -1268,7 +1935,11 @@ typedef struct mn_node_view {
     uint64_t first;
     uint32_t count, raw_len, stored;
     int compressed;
+    int version;
+    uint8_t zlevel;             /* 0 for version 2 */
+    int64_t last_ms;            /* version 3 only */
     const unsigned char *table; /* count little-endian uint32 */
+    const unsigned char *times; /* mn_times_for(count) little-endian int64; NULL for version 2 */
     const unsigned char *blob;  /* stored bytes */
 } mn_node_view;
 
@@ -1277,25 +1948,58 @@ static uint32_t mn_view_msg_start(const mn_node_view *v, uint32_t i) {
     return i ? mn_get_u32le(v->table + 4 * ((size_t)i - 1)) : 0;
 }
 
-static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
-    const unsigned char *p = (const unsigned char *)blob;
-    if (p == NULL || len < MN_NODE_FRAME_BYTES || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
-    if (memcmp(p, MN_NODE_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return MN_ERR_CORRUPT;
-    if ((p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0 || mn_get_u16le(p + 6) != 0) return MN_ERR_CORRUPT;
+static int64_t mn_view_time(const mn_node_view *v, uint32_t k) {
+    return (int64_t)mn_get_u64le(v->times + 8 * (size_t)k);
+}
+
+/* Check the frame of a version 3 or 2 node blob (layouts in the big
+ * comment) and fill v; the blob itself is checked by the caller. */
+static int mn_parse_node_frame(const unsigned char *p, size_t len, mn_node_view *v) {
+    if (p == NULL || len < MN_NODE_FRAME_BYTES_V2 || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
+    if (memcmp(p, MN_NODE_MAGIC, 4) != 0) return MN_ERR_CORRUPT;
+    v->version = p[4];
+    if (v->version != MN_FORMAT_VERSION && v->version != MN_FORMAT_VERSION_V2) return MN_ERR_CORRUPT;
+    int v2 = v->version == MN_FORMAT_VERSION_V2;
+    size_t frame = v2 ? MN_NODE_FRAME_BYTES_V2 : MN_NODE_FRAME_BYTES;
+    size_t fixed = v2 ? MN_NODE_FIXED_BYTES_V2 : MN_NODE_FIXED_BYTES;
+    if (len < frame || (p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0) return MN_ERR_CORRUPT;
+    v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
+    v->zlevel = v2 ? 0 : p[6];
+    if (v2 ? mn_get_u16le(p + 6) != 0 : p[7] != 0) return MN_ERR_CORRUPT;
+    if (v->zlevel > 9 || (v->compressed && !v2 && v->zlevel == 0)) return MN_ERR_CORRUPT;
     v->first = mn_get_u64le(p + 8);
     v->count = mn_get_u32le(p + 16);
     v->raw_len = mn_get_u32le(p + 20);
     v->stored = mn_get_u32le(p + 24);
-    v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
+    v->last_ms = v2 ? 0 : (int64_t)mn_get_u64le(p + 28);
     if (v->count < 1 || v->count > MN_MAX_MAX_ENTRIES) return MN_ERR_CORRUPT;
     if (v->first > MN_OFFSET_END - v->count) return MN_ERR_CORRUPT;
-    uint64_t expect = MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->stored;
+    uint64_t times_bytes = v2 ? 0 : 8 * (uint64_t)mn_times_for(v->count);
+    uint64_t expect = frame + 4 * (uint64_t)v->count + times_bytes + v->stored;
     if (expect != len) return MN_ERR_CORRUPT;
-    if (MN_NODE_FRAME_BYTES + 4 * (uint64_t)v->count + v->raw_len > MN_NODE_BYTES_LIMIT)
-        return MN_ERR_CORRUPT;
+    /* Loaded, the node must fit a current-format blob too. */
+    if (mn_node_serialized_bytes(v->count, v->raw_len) > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
     if (mn_get_u32le(p + len - 4) != mn_crc32(p, len - 4)) return MN_ERR_CORRUPT;
-    v->table = p + MN_NODE_FIXED_BYTES;
-    v->blob = v->table + 4 * (size_t)v->count;
+    v->table = p + fixed;
+    v->times = v2 ? NULL : v->table + 4 * (size_t)v->count;
+    v->blob = v->table + 4 * (size_t)v->count + times_bytes;
+    if (!v2) {
+        /* Times never decrease: checkpoints in order, the last message
+         * not older than the last checkpoint; the clock starts at 0. */
+        int64_t prev = 0;
+        for (uint32_t k = 0; k < mn_times_for(v->count); k++) {
+            int64_t t = mn_view_time(v, k);
+            if (t < prev) return MN_ERR_CORRUPT;
+            prev = t;
+        }
+        if (v->last_ms < prev) return MN_ERR_CORRUPT;
+    }
+    return MN_OK;
+}
+
+static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
+    int rc = mn_parse_node_frame((const unsigned char *)blob, len, v);
+    if (rc != MN_OK) return rc;
     uint32_t prev = 0;
     for (uint32_t i = 0; i < v->count; i++) {
         uint32_t end = mn_get_u32le(v->table + 4 * (size_t)i);
@@ -1327,20 +2031,20 @@ static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
         prev_zend = zend;
     }
     if (prev_zend != zarea_len) return MN_ERR_CORRUPT;
-    char *raw = malloc(largest ? largest : 1);
+    char *raw = malloc(mn_alloc_size(largest));
     if (raw == NULL) return MN_ERR_NOMEM;
-    int rc = MN_OK;
+    int rc2 = MN_OK;
     prev_zend = 0;
-    for (uint32_t k = 0; k < nchunks && rc == MN_OK; k++) {
+    for (uint32_t k = 0; k < nchunks && rc2 == MN_OK; k++) {
         const unsigned char *entry = v->blob + MN_CHUNK_COUNT_BYTES + (size_t)k * MN_CHUNK_ENTRY_BYTES;
         uint32_t first = mn_get_u32le(entry), zend = mn_get_u32le(entry + 4);
         uint32_t end_msg = k + 1 < nchunks ? mn_get_u32le(entry + MN_CHUNK_ENTRY_BYTES) : v->count;
         uint32_t len = mn_view_msg_start(v, end_msg) - mn_view_msg_start(v, first);
-        rc = mn_inflate_exact(raw, len, zarea + prev_zend, zend - prev_zend);
+        rc2 = mn_inflate_exact(raw, len, zarea + prev_zend, zend - prev_zend);
         prev_zend = zend;
     }
     free(raw);
-    return rc;
+    return rc2;
 }
 
 int mn_validate_node_blob(const char *blob, size_t len) {
@@ -1348,20 +2052,32 @@ int mn_validate_node_blob(const char *blob, size_t len) {
     return mn_parse_node_blob(blob, len, &v);
 }
 
-mn_stream *mn_load_header(const char *blob, size_t len, int *err) {
+mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err) {
     const unsigned char *p = (const unsigned char *)blob;
     int dummy;
     if (err == NULL) err = &dummy;
     *err = MN_ERR_CORRUPT;
-    if (p == NULL || len != MN_HEADER_BYTES) return NULL;
-    if (memcmp(p, MN_HEADER_MAGIC, 4) != 0 || p[4] != MN_FORMAT_VERSION) return NULL;
-    if (mn_get_u32le(p + 36) != mn_crc32(p, 36)) return NULL;
+    if (p == NULL || len < MN_HEADER_BYTES_V2 || memcmp(p, MN_HEADER_MAGIC, 4) != 0) return NULL;
+    int version = p[4];
+    if (version == MN_FORMAT_VERSION) {
+        if (len != MN_HEADER_BYTES || mn_get_u32le(p + 48) != mn_crc32(p, 48)) return NULL;
+        if (mn_get_u32le(p + 36) != 0) return NULL;
+    } else if (version == MN_FORMAT_VERSION_V2) {
+        if (len != MN_HEADER_BYTES_V2 || mn_get_u32le(p + 36) != mn_crc32(p, 36)) return NULL;
+        if (mn_get_u16le(p + 6) != 0) return NULL;
+    } else {
+        return NULL;
+    }
     int level = p[5];
+    unsigned depth = version == MN_FORMAT_VERSION ? mn_get_u16le(p + 6) : 0;
     uint64_t next = mn_get_u64le(p + 8);
     uint64_t first = mn_get_u64le(p + 16);
     uint64_t nodes = mn_get_u64le(p + 24);
     uint32_t max_entries = mn_get_u32le(p + 32);
-    if (level > 9 || mn_get_u16le(p + 6) != 0) return NULL;
+    /* A version 2 stream has no times: its messages count as appended now
+     * (see SERIALIZATION). */
+    int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40) : mn_now_ms(now_ms);
+    if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0) return NULL;
     if (next > MN_OFFSET_END || first > next) return NULL;
     if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;
     if ((nodes == 0) != (first == next)) return NULL;
@@ -1372,7 +2088,10 @@ mn_stream *mn_load_header(const char *blob, size_t len, int *err) {
     }
     s->next = next;
     s->first = first;
+    s->depth = (uint16_t)depth;
+    s->clock = clock;
     s->load_expected = nodes;
+    s->load_version = (uint8_t)version;
     *err = MN_OK;
     return s;
 }
@@ -1381,7 +2100,7 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     mn_node_view v;
     int rc = mn_parse_node_blob(blob, len, &v);
     if (rc != MN_OK) return rc;
-    if (s->num_nodes >= s->load_expected) return MN_ERR_CORRUPT;
+    if (s->num_nodes >= s->load_expected || v.version != s->load_version) return MN_ERR_CORRUPT;
     /* v.count is bounded by MN_MAX_MAX_ENTRIES already: a node may hold more
      * than the stream's current max_entries if that was lowered later. */
     uint64_t end = v.first + v.count;
@@ -1391,6 +2110,11 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     } else if (v.first > s->first) {
         return MN_ERR_CORRUPT; /* the first node must hold the first offset */
     }
+    if (v.times != NULL) {
+        /* Times continue the previous node's and stop at the stream's clock. */
+        int64_t after = s->tail != NULL ? s->tail->last_ms : 0;
+        if (mn_view_time(&v, 0) < after || v.last_ms > s->clock) return MN_ERR_CORRUPT;
+    }
     uint8_t level = mn_random_level(s);
     if (mn_head_reserve(s, level) != MN_OK) return MN_ERR_NOMEM;
     mn_node *n = mn_node_alloc(s, level, v.count, v.stored);
@@ -1398,7 +2122,14 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     n->first = v.first;
     n->count = v.count;
     n->compressed = (uint8_t)v.compressed;
+    /* A version 2 blob does not say which level compressed it. */
+    if (v.compressed && v.zlevel == 0) n->zlevel = s->compression ? s->compression : MN_V2_ZLEVEL;
+    else n->zlevel = v.zlevel;
     for (uint32_t i = 0; i < v.count; i++) n->ends[i] = mn_get_u32le(v.table + 4 * (size_t)i);
+    int64_t *times = mn_node_times(n);
+    for (uint32_t k = 0; k < mn_times_for(v.count); k++)
+        times[k] = v.times != NULL ? mn_view_time(&v, k) : s->clock;
+    n->last_ms = v.times != NULL ? v.last_ms : s->clock;
     if (v.stored) memcpy(n->blob, v.blob, v.stored);
     mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
     mn_tail_slots(s, slot);
@@ -1413,5 +2144,7 @@ int mn_load_finish(mn_stream *s) {
     if (s->num_nodes != s->load_expected) return MN_ERR_CORRUPT;
     if (s->tail != NULL && s->tail->compressed) return MN_ERR_CORRUPT;
     s->load_expected = 0;
+    /* The nodes are as they were saved, under the settings of then. */
+    mn_scan_restart(s);
     return MN_OK;
 }

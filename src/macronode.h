@@ -19,7 +19,11 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 7
+#define MN_ABI_VERSION 8
+
+/* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
+ * write. Loading also accepts the versions listed in macronode.c. */
+#define MN_FORMAT_VERSION 3
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -28,10 +32,11 @@
  * stream ranges over 0..2^63 and is returned as uint64_t. */
 #define MN_MAX_OFFSET 9223372036854775807
 
-/* A serialized node (frame + offset table + blob) must fit in 4 GB - 1, so a
- * single message is a little below that: 4294967295 - 32 (frame) - 4 (its
- * offset table entry). Larger messages are MN_ERR_TOOBIG. */
-#define MN_MAX_MESSAGE_BYTES 4294967259
+/* A serialized node (frame + offset table + time table + blob) must fit in
+ * 4 GB - 1, so a single message is a little below that: 4294967295 - 40
+ * (frame) - 4 (its offset table entry) - 8 (its time table entry). Larger
+ * messages are MN_ERR_TOOBIG. */
+#define MN_MAX_MESSAGE_BYTES 4294967243
 
 /* Return codes: 0 is success, negative values are errors. */
 #define MN_OK 0
@@ -40,6 +45,21 @@
 #define MN_ERR_TOOBIG -3     /* a message or node blob over 4 GB - 1 */
 #define MN_ERR_CORRUPT -4    /* a serialized blob failed validation */
 #define MN_ERR_ARG -5        /* an argument out of its documented range */
+
+/* now_ms argument meaning "the wall clock, read by the core". */
+#define MN_NOW -1
+
+/* The time index keeps the append time of every 64th message of a node
+ * (see mn_seek_time). */
+#define MN_TIME_CHECKPOINT_EVERY 64
+
+/* mn_oldest_append_ms() of a stream with no message: later than any time,
+ * so an empty stream is never the oldest. */
+#define MN_TIME_NONE 9223372036854775807
+
+/* Compression depth: the newest 0..MN_MAX_COMPRESSION_DEPTH sealed nodes
+ * stay raw (a 16-bit header field: 65M messages of 1000-message nodes). */
+#define MN_MAX_COMPRESSION_DEPTH 65535
 
 /* Null styles for mn_read_resp(): how an evicted/lost offset is encoded. */
 #define MN_NULL_RESP2 0      /* "$-1\r\n" */
@@ -56,17 +76,56 @@ typedef struct mn_buf {
     size_t cap;
 } mn_buf;
 
+/* What an eviction by retention took; the mn_evict_* functions that take
+ * one add to it (zero it first), so a caller can sum over streams. */
+typedef struct mn_evicted {
+    uint64_t messages; /* readable messages evicted */
+    uint64_t bytes;    /* their payload bytes */
+    uint64_t nodes;    /* nodes freed */
+    uint64_t memory;   /* bytes given back to the allocator (mn_memory_bytes) */
+} mn_evicted;
+
+/* One node as mn_node_get_info() describes it (for tests, DEBUG, INFO). */
+typedef struct mn_node_info {
+    uint64_t first;      /* offset of message 0 (evicted or not) */
+    uint32_t count;      /* messages held */
+    uint8_t compressed;  /* 1: the blob is zlib chunks */
+    uint8_t zlevel;      /* level last compressed or tried at, 0 = never */
+    int64_t first_ms;    /* append time of message 0 */
+    int64_t last_ms;     /* append time of message count-1 */
+    uint64_t memory;     /* bytes it holds (struct, tables, blob) */
+} mn_node_info;
+
 int mn_abi_version(void);
 
 void mn_buf_init(mn_buf *b);
 void mn_buf_free(mn_buf *b);
 
 /* max_entries: messages per macronode, 1..MN_MAX_MAX_ENTRIES.
- * compression_level: 0 = off, 1..9 = zlib level for sealed inner nodes.
+ * compression_level: 0 = off, 1..9 = zlib level for sealed nodes.
  * Returns NULL on allocation failure or bad arguments. */
 mn_stream *mn_stream_new(uint32_t max_entries, int compression_level);
 void mn_stream_free(mn_stream *s);
+
+/* Compression, like Redis's list-compress-depth: with a level (1..9) the
+ * newest `depth` sealed nodes stay raw and older ones are zlib-compressed
+ * (the active node never is); depth 0 compresses every sealed node. The
+ * work is spread: each node sealed by an append brings one node to its
+ * form (the one that just got older than depth). A change of level or
+ * depth -- and a load or a concatenation, which bring nodes formed under
+ * other settings -- starts a scan that conforms existing nodes (compress,
+ * recompress at the new level, or inflate) from the newest to the oldest,
+ * one node per node sealed, and as fast as the caller's cron calls
+ * mn_compress_step(s, max_nodes): it conforms at most max_nodes nodes and
+ * looks at no more than 1024 per node, then returns 1 if the scan goes on,
+ * 0 when every node has its form. mn_compress_pending: is a scan going
+ * on. A node that does not compress by at least 10% stays raw (and is not
+ * tried again at that level). */
 int mn_stream_set_compression(mn_stream *s, int compression_level);
+int mn_stream_set_compression_depth(mn_stream *s, uint32_t depth);
+uint32_t mn_compression_depth(const mn_stream *s);
+int mn_compress_step(mn_stream *s, uint32_t max_nodes);
+int mn_compress_pending(const mn_stream *s);
 /* Messages per node for nodes filled from now on (1..MN_MAX_MAX_ENTRIES);
  * nodes already holding more keep them. */
 int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries);
@@ -90,16 +149,90 @@ int mn_raise_next_offset(mn_stream *s, uint64_t next);
 
 /* Append n messages stored back to back in buf; lens[i] is the length of
  * message i. Atomic: on error nothing is appended. Returns the offset of the
- * first message (>= 0) or a negative MN_ERR_*. n == 0 is MN_ERR_ARG. */
-int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n);
+ * first message (>= 0) or a negative MN_ERR_*. n == 0 is MN_ERR_ARG.
+ *
+ * now_ms is the append time (unix ms) the caller's clock says: the server's
+ * cached time, Redis's in a module, the test's own; MN_NOW (any negative
+ * value) makes the core read the wall clock itself (C11 timespec_get), for
+ * callers with no clock at hand. The messages get max(now_ms,
+ * mn_last_append_ms(s)): a stream's times never go back, even when the wall
+ * clock does. */
+int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
+                  int64_t now_ms);
 /* The same for one message of len bytes (the common TWRITE). */
-int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len);
+int64_t mn_append_one(mn_stream *s, const char *buf, uint32_t len, int64_t now_ms);
 
 /* Evict every message with offset <= offset. Returns how many readable
  * messages this call evicted (>= 0), or a negative MN_ERR_*. */
 int64_t mn_evict_upto(mn_stream *s, int64_t offset);
 /* Keep the newest `keep` offsets (offsets >= next - keep), evict the rest. */
 int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
+
+/* Concatenation (TCONCAT): append every readable message of src to dst,
+ * in order, at dst's next offsets (contiguous: src's evicted offsets and
+ * gaps are not carried over). Returns the offset the first one got (dst's
+ * next offset when src holds none) or a negative MN_ERR_*. Atomic: on an
+ * error neither stream changed.
+ *
+ * Whole nodes move by relinking -- renumbered, keeping their compression
+ * and time index -- so the cost is per node, not per message. Copied
+ * instead: the readable part of a partially evicted first node, and all of
+ * src when it fits in dst's active node (so that appending small streams
+ * leaves no small nodes behind). A node that moves keeps its size even
+ * when dst's max_entries is smaller.
+ *
+ * Times: every message keeps its append time, raised to dst's clock where
+ * earlier (a stream's times never decrease); dst's clock becomes the last
+ * message's time if later. A copied message takes a time not earlier than
+ * its own (its node's next checkpoint), so among copied messages a seek may
+ * land up to 63 messages earlier still, per copy.
+ *
+ * src is left empty -- no node, no readable message, next offset unchanged
+ * -- for the caller to free. dst == src is MN_ERR_ARG; messages that would
+ * pass offset 2^63-1 are MN_ERR_OVERFLOW. */
+int64_t mn_stream_concat(mn_stream *dst, mn_stream *src);
+
+/* Time index. Every message has an append time (see mn_append); a node
+ * keeps the times of its messages 0, 64, 128, ... and of its last one.
+ *
+ * mn_last_append_ms: the stream's clock, the time the newest message ever
+ * appended got (0 before the first append).
+ *
+ * mn_seek_time: the offset of the first readable message appended at or
+ * after unix_ms, or the next offset when there is none. Never later than
+ * that message, and at most 63 messages earlier (all of them readable and
+ * older); exact when the answer is a node's first message. Among messages
+ * that mn_stream_concat() copied rather than moved it may be up to 63
+ * earlier per copy. O(log nodes). */
+int64_t mn_last_append_ms(const mn_stream *s);
+uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms);
+
+/* Retention, in whole nodes (like Kafka's segments), oldest first. Each
+ * call frees at most max_nodes nodes, adds what it evicted to *ev, and
+ * returns 1 when it stopped at max_nodes with more to evict, 0 when done
+ * (or a negative MN_ERR_*). Evicted offsets read as null, as with
+ * mn_evict_upto.
+ *
+ * mn_evict_older_than: evicts nodes whose newest message was appended
+ * before cutoff_ms. A node with one message at or after cutoff_ms is kept
+ * whole, so no unexpired message goes; the active node goes too once all
+ * its messages expired (the stream is then empty and keeps its next
+ * offset).
+ * mn_evict_over_bytes: evicts the oldest nodes while the readable payload
+ * exceeds max_payload, never the active node: the stream keeps at most
+ * max_payload bytes plus the active node's. */
+int mn_evict_older_than(mn_stream *s, int64_t cutoff_ms, uint64_t max_nodes, mn_evicted *ev);
+int mn_evict_over_bytes(mn_stream *s, uint64_t max_payload, uint64_t max_nodes, mn_evicted *ev);
+
+/* For a maxmemory policy that evicts the oldest data across streams:
+ * mn_oldest_append_ms is the append time of the oldest readable message,
+ * or one at most 63 messages before it (MN_TIME_NONE when the stream is
+ * empty); mn_oldest_node_memory is what evicting the oldest node gives
+ * back (0 when empty); mn_evict_oldest_node evicts it, the active node
+ * included, returning 1, or 0 when the stream is empty. All O(1). */
+int64_t mn_oldest_append_ms(const mn_stream *s);
+uint64_t mn_oldest_node_memory(const mn_stream *s);
+int mn_evict_oldest_node(mn_stream *s, mn_evicted *ev);
 
 /* Read n offsets starting at start (the caller clamps: start + n <= next,
  * else MN_ERR_ARG). Appends n RESP bulk strings (a null, per null_style, for
@@ -124,6 +257,7 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
 int mn_serialize_header(const mn_stream *s, mn_buf *out);
 const mn_node *mn_first_node(const mn_stream *s);
 const mn_node *mn_node_next(const mn_node *node);
+void mn_node_get_info(const mn_node *node, mn_node_info *out);
 int mn_node_serialize(const mn_node *node, mn_buf *out);
 
 /* Check a blob from disk before trusting it: sizes, counts, monotonic
@@ -134,8 +268,14 @@ int mn_validate_node_blob(const char *blob, size_t len);
 
 /* Rebuild: create a stream from a header blob, then add node blobs in order.
  * Each blob is validated; a bad one is MN_ERR_CORRUPT and leaves the stream
- * as it was. mn_load_finish() checks the whole stream against the header. */
-mn_stream *mn_load_header(const char *blob, size_t len, int *err);
+ * as it was. mn_load_finish() checks the whole stream against the header.
+ * Blobs of format version 2 (before the time index) load too; their
+ * messages have no recorded time and count as appended at now_ms, the
+ * loader's clock (MN_NOW: the wall clock; ignored for the current format):
+ * a seek by a time up to
+ * now_ms starts at them, and retention by age keeps them for its full
+ * period after the upgrade. Saved again, they keep now_ms. */
+mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err);
 int mn_load_node(mn_stream *s, const char *blob, size_t len);
 int mn_load_finish(mn_stream *s);
 

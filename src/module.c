@@ -496,11 +496,11 @@ static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
  * --------------------------------------------------------------------- */
 
 static int64_t rl_append_one(mn_stream *s, const char *p, size_t len) {
-    return mn_append_one(s, p, (uint32_t)len);
+    return mn_append_one(s, p, (uint32_t)len, RedisModule_Milliseconds());
 }
 
 static int64_t rl_append_many(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
-    return mn_append(s, buf, lens, n);
+    return mn_append(s, buf, lens, n, RedisModule_Milliseconds());
 }
 
 /* Reply the error for a core return code that a checked command can still
@@ -1171,27 +1171,12 @@ static int rl_tevict(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * TCONCAT dst src [src ...]
  * --------------------------------------------------------------------- */
 
-/* Append every readable message of src to dst, batch by batch. The caller
- * checked that dst has room for them all. */
+/* Append every readable message of src to dst: the core relinks whole
+ * sealed nodes and copies only what it must (mn_stream_concat), leaving src
+ * empty for the caller to delete. The caller checked that dst has room. */
 static int64_t rl_concat_one(mn_stream *dst, mn_stream *src) {
-    uint64_t pos = mn_first_offset(src), end = mn_next_offset(src);
-    uint64_t batch = rl_read_batch(src);
-    while (pos < end) {
-        uint64_t k = end - pos < batch ? end - pos : batch;
-        rl_read_buf.len = 0;
-        int rc = mn_read_copy(src, pos, k, &rl_read_buf, rl_read_lens);
-        if (rc != MN_OK) return rc;
-        size_t m = 0;
-        rl_reserve_write(1, (size_t)k);
-        for (uint64_t i = 0; i < k; i++)
-            if (rl_read_lens[i] >= 0) rl_write_lens[m++] = (uint32_t)rl_read_lens[i];
-        if (m > 0) {
-            int64_t first = rl_append_many(dst, rl_read_buf.data, rl_write_lens, m);
-            if (first < 0) return first;
-        }
-        pos += k;
-    }
-    return MN_OK;
+    int64_t first = mn_stream_concat(dst, src);
+    return first < 0 ? first : MN_OK;
 }
 
 static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -1330,7 +1315,7 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     char *blob = RedisModule_LoadStringBuffer(io, &len);
     if (RedisModule_IsIOError(io) || blob == NULL) return NULL;
     int err = MN_OK;
-    mn_stream *s = mn_load_header(blob, len, &err);
+    mn_stream *s = mn_load_header(blob, len, RedisModule_Milliseconds(), &err);
     RedisModule_Free(blob);
     if (s == NULL) {
         RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream header (%d)", err);
@@ -1498,7 +1483,8 @@ static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const
     mn_buf_init(&b);
     int err = MN_OK;
     mn_stream *copy = NULL;
-    if (mn_serialize_header(s, &b) == MN_OK) copy = mn_load_header(b.data, b.len, &err);
+    if (mn_serialize_header(s, &b) == MN_OK)
+        copy = mn_load_header(b.data, b.len, RedisModule_Milliseconds(), &err);
     for (const mn_node *node = mn_first_node(s); copy != NULL && node != NULL;
          node = mn_node_next(node)) {
         b.len = 0;

@@ -259,6 +259,7 @@ typedef struct RedisModuleCommandInfo {
     X(void, SetModuleAttribs, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))   \
     X(int, IsModuleNameBusy, (const char *name))                                               \
     X(int, WrongArity, (RedisModuleCtx * ctx))                                                 \
+    X(long long, Milliseconds, (void))                                                         \
     X(int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                            \
     X(int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                            \
     X(int, ReplyWithSimpleString, (RedisModuleCtx * ctx, const char *msg))                     \

@@ -416,20 +416,23 @@ def test_incompressible_nodes_stay_raw() -> None:
     assert s.read(0, 100) == data
 
 
-def test_set_compression_applies_to_nodes_sealed_later() -> None:
+def test_set_compression_applies_to_existing_nodes_gradually() -> None:
     lines = log_lines(300)
     s = Stream(max_entries=100)
     s.append(lines[:150])
     s.set_compression(6)
-    assert s.compression_level == 6
+    assert s.compression_level == 6 and s.compress_pending
     s.append(lines[150:])
-    # Node 0 was sealed while compression was off, node 1 after; node 2 is active.
+    # Node 1 was compressed when it was sealed; node 0, sealed while
+    # compression was off, waits for the scan; node 2 is active.
     assert s.num_nodes == 3 and s.num_compressed_nodes == 1
+    assert s.compress_step(10) is False
+    assert s.num_compressed_nodes == 2 and not s.compress_pending
     assert s.read(0, 300) == lines
-    s.set_compression(0)
-    s.append(lines[:100])
-    assert s.num_compressed_nodes == 1
-    assert s.read(0, 400) == lines + lines[:100]
+    s.set_compression(0)  # back to raw, one node per step
+    assert s.compress_step(1) is True and s.num_compressed_nodes == 1
+    assert s.compress_step(1) is False and s.num_compressed_nodes == 0
+    assert s.read(0, 300) == lines
 
 
 def test_set_max_entries_applies_to_nodes_filled_later() -> None:

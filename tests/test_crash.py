@@ -187,14 +187,14 @@ def command_boundaries(data: bytes, start: int) -> list[int]:
 
 def preamble_end(path) -> int:
     from rcp11.config import Config
-    from rcp11.persistence import _CrcReader, read_snapshot
+    from rcp11.persistence import CrcReader, read_snapshot
     from rcp11.state import ServerState
 
     with open(path, "rb") as file:
         if file.read(9) != b"RCP11SNAP":
             return 0
         file.seek(0)
-        reader = _CrcReader(file, str(path), path.stat().st_size)
+        reader = CrcReader(file, str(path), path.stat().st_size)
         read_snapshot(reader, ServerState(Config()))
         return reader.pos
 

@@ -227,7 +227,7 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     return {
         "data": data,
         "expires": sorted(state.keyspace.expires),
-        "aof": _aof_requests(b"".join(persistence._aof_buf)),
+        "aof": _aof_requests(b"".join(persistence.aof.buf)),
         "dirty": state.dirty,
         "commands": stats.total_commands_processed,
         "written": stats.total_messages_written,
@@ -289,7 +289,7 @@ def _one_read(state: ServerState, data: bytes) -> tuple[int, bytes]:
 
 def test_the_lane_logs_twrite_requests_verbatim(tmp_path: Path) -> None:
     state, persistence = _setup(tmp_path, aof=True)
-    logged = len(b"".join(persistence._aof_buf))
+    logged = len(b"".join(persistence.aof.buf))
     requests = [
         [b"twrite", b"s", b"e"],
         [b"TWRITE", b"s", b"BACKLOG", b"3", b"ENTRIES", b"f", b"g"],
@@ -300,7 +300,7 @@ def test_the_lane_logs_twrite_requests_verbatim(tmp_path: Path) -> None:
     assert consumed == len(data)
     info = b"*8\r\n*4\r\n:4\r\n:6\r\n:0\r\n:7\r\n"  # first, last, start, count
     assert replies == b":4\r\n:5\r\n" + info + b"$-1\r\n" * 4 + b"$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
-    assert b"".join(persistence._aof_buf)[logged:] == b"".join(map(encode_command, requests[:2]))
+    assert b"".join(persistence.aof.buf)[logged:] == b"".join(map(encode_command, requests[:2]))
     assert state.stats.commands["twrite"][0] == 2 + 2  # and the setup's two
     assert state.stats.total_messages_evicted == 4
 

@@ -40,7 +40,7 @@ static void setup(lane_call *call) {
     if (t_stream) mn_stream_free(t_stream);
     s_stream = mn_stream_new(4, 0);
     t_stream = mn_stream_new(4, 0);
-    mn_append(t_stream, "abcdef", (uint32_t[]){1, 2, 3}, 3);
+    mn_append(t_stream, "abcdef", (uint32_t[]){1, 2, 3}, 3, MN_NOW);
     lane_call_reset(call);
     call->resolve = resolve;
     call->max_bulk_len = 1 << 20;

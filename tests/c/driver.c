@@ -12,73 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "count_alloc.h"
 #include "macronode.h"
 
-/* ------------------------------------------------------------------------
- * Counting allocator with failure injection
- * --------------------------------------------------------------------- */
-
-/* Each block carries its size in front; 16 bytes keep malloc's alignment. */
-#define HOOK_HEADER 16
-
-static size_t live_bytes;   /* bytes the core holds right now */
-static long fail_after = -1; /* allocations left before failing; -1 = never */
-
-static int hook_should_fail(void) {
-    if (fail_after < 0) return 0;
-    if (fail_after == 0) return 1; /* sticky: real OOM does not go away */
-    fail_after--;
-    return 0;
-}
-
-void *mn_test_malloc(size_t size) {
-    if (hook_should_fail()) return NULL;
-    unsigned char *p = malloc(size + HOOK_HEADER);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    live_bytes += size;
-    return p + HOOK_HEADER;
-}
-
-void *mn_test_calloc(size_t count, size_t size) {
-    void *p = mn_test_malloc(count * size);
-    if (p != NULL) memset(p, 0, count * size);
-    return p;
-}
-
-void *mn_test_realloc(void *ptr, size_t size) {
-    if (ptr == NULL) return mn_test_malloc(size);
-    if (hook_should_fail()) return NULL;
-    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
-    size_t old;
-    memcpy(&old, base, sizeof old);
-    unsigned char *p = realloc(base, size + HOOK_HEADER);
-    if (p == NULL) return NULL;
-    memcpy(p, &size, sizeof size);
-    live_bytes = live_bytes - old + size;
-    return p + HOOK_HEADER;
-}
-
-void mn_test_free(void *ptr) {
-    if (ptr == NULL) return;
-    unsigned char *base = (unsigned char *)ptr - HOOK_HEADER;
-    size_t old;
-    memcpy(&old, base, sizeof old);
-    live_bytes -= old;
-    free(base);
-}
+/* The counting allocator (count_alloc.c): live_bytes is what the core holds,
+ * fail_after = k makes the (k+1)-th allocation from now and every later one
+ * fail, -1 never. Macros keep the tests below short. */
+#define live_bytes count_alloc_live()
+#define SET_FAIL_AFTER(k) count_alloc_fail_after(k)
 
 /* ------------------------------------------------------------------------
  * Checks
  * --------------------------------------------------------------------- */
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
@@ -93,6 +42,10 @@ static uint64_t rnd(void) {
 static int same(const char *a, const char *b, size_t n) { return n == 0 || memcmp(a, b, n) == 0; }
 
 static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
+
+/* The clock the random tests append with: it moves forward by 0..2 ms per
+ * append (often not at all), so many messages share a time. */
+static int64_t test_clock = 1700000000000;
 
 /* The message at offset o is a function of o, so the model only needs to
  * know which offsets are readable. Every ninth message compresses well. */
@@ -110,13 +63,16 @@ static void msg_fill(uint64_t o, char *out) {
 
 typedef struct model {
     uint64_t next;
+    int64_t clock;                 /* the stream's clock */
     unsigned char readable[MODEL_CAP];
+    int64_t ms[MODEL_CAP];         /* append time of each offset */
 } model;
 
 static model the_model;
 
 static void model_reset(model *m) {
     m->next = 0;
+    m->clock = 0;
     memset(m->readable, 0, sizeof m->readable);
 }
 
@@ -189,8 +145,67 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
     }
 }
 
+/* Node times are their messages' (a node's last message is always
+ * readable; its first when not evicted) and never decrease. */
+static void check_times(const mn_stream *s, const model *m) {
+    mn_node_info info;
+    int64_t last = 0;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        mn_node_get_info(node, &info);
+        uint64_t end = info.first + info.count;
+        CHECK(end <= m->next && m->readable[end - 1]);
+        CHECK(info.last_ms == m->ms[end - 1]);
+        CHECK(!m->readable[info.first] || info.first_ms == m->ms[info.first]);
+        CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
+        last = info.last_ms;
+    }
+    CHECK(mn_last_append_ms(s) == m->clock);
+}
+
+/* mn_seek_time(t) is never later than the first readable message at or
+ * after t, and at most 63 readable messages earlier. */
+static void check_seek(const mn_stream *s, const model *m, int64_t t) {
+    uint64_t exact = m->next;
+    for (uint64_t o = 0; o < m->next; o++) {
+        if (m->readable[o] && m->ms[o] >= t) {
+            exact = o;
+            break;
+        }
+    }
+    uint64_t got = mn_seek_time(s, t);
+    CHECK(got <= exact);
+    CHECK(got == m->next || m->readable[got]);
+    uint64_t between = 0;
+    for (uint64_t o = got; o < exact; o++) between += m->readable[o];
+    CHECK(between < 64);
+}
+
+/* With no scan pending, every sealed node has the form its rank asks for:
+ * raw among the newest `depth` (or without compression), else compressed
+ * at the stream's level or tried at it; the active node is raw. */
+static void check_forms(const mn_stream *s) {
+    if (mn_compress_pending(s)) return;
+    static mn_node_info info[400000];
+    uint64_t n = 0;
+    for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node)) {
+        CHECK(n < 400000);
+        mn_node_get_info(node, &info[n++]);
+    }
+    int level = mn_compression_level(s);
+    for (uint64_t i = 0; i < n; i++) {
+        if (i == n - 1) {
+            CHECK(!info[i].compressed);
+            break;
+        }
+        uint64_t rank = n - 2 - i;
+        if (level == 0 || rank < mn_compression_depth(s)) CHECK(!info[i].compressed);
+        else CHECK(info[i].zlevel == level);
+    }
+}
+
 static void check_all(mn_stream *s, const model *m) {
     check_counters(s, m);
+    check_times(s, m);
     CHECK(live_bytes == mn_memory_bytes(s));
     for (uint64_t start = 0; start < m->next; start += 200) {
         uint64_t n = m->next - start < 200 ? m->next - start : 200;
@@ -212,10 +227,17 @@ static int do_append(mn_stream *s, model *m, size_t n) {
         msg_fill(m->next + i, buf + pos);
         pos += lens[i];
     }
-    int64_t first = n == 1 ? mn_append_one(s, buf, lens[0]) : mn_append(s, buf, lens, n);
+    /* Mostly forward, sometimes back (a wall clock stepped back). */
+    test_clock += rnd_below(10) ? (int64_t)rnd_below(3) : -(int64_t)rnd_below(50);
+    int64_t first = n == 1 ? mn_append_one(s, buf, lens[0], test_clock)
+                           : mn_append(s, buf, lens, n, test_clock);
     if (first < 0) return (int)first;
     CHECK(first == (int64_t)m->next);
-    for (size_t i = 0; i < n; i++) m->readable[m->next + i] = 1;
+    if (test_clock > m->clock) m->clock = test_clock;
+    for (size_t i = 0; i < n; i++) {
+        m->readable[m->next + i] = 1;
+        m->ms[m->next + i] = m->clock;
+    }
     m->next += n;
     return MN_OK;
 }
@@ -254,7 +276,7 @@ static void free_blobs(mn_buf *blobs, size_t n) {
 
 static mn_stream *load(mn_buf *blobs, size_t n) {
     int err = 1;
-    mn_stream *s = mn_load_header(blobs[0].data, blobs[0].len, &err);
+    mn_stream *s = mn_load_header(blobs[0].data, blobs[0].len, 0, &err);
     if (s == NULL) {
         CHECK(err < 0);
         return NULL;
@@ -324,11 +346,35 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
         } else if (op < 68) {
             s = roundtrip(s);
         } else if (op < 69) {
-            CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+            if (rnd_below(2)) CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
+            else CHECK(mn_stream_set_compression_depth(s, (uint32_t)rnd_below(8)) == MN_OK);
         } else if (op < 70) {
             uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
             CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
             CHECK(mn_max_entries(s) == max);
+        } else if (op < 72) {
+            check_seek(s, m, m->clock - (int64_t)rnd_below(300));
+        } else if (op < 74) {
+            uint64_t before = mn_num_compressed_nodes(s);
+            uint32_t budget = (uint32_t)rnd_below(4);
+            int rc = mn_compress_step(s, budget);
+            CHECK(rc == mn_compress_pending(s));
+            uint64_t after = mn_num_compressed_nodes(s);
+            CHECK((after > before ? after - before : before - after) <= budget);
+            check_forms(s);
+        } else if (op < 75) {
+            /* Retention by age, a few nodes per call: only older messages go. */
+            int64_t cutoff = m->clock - (int64_t)rnd_below(400);
+            mn_evicted ev = {0, 0, 0, 0};
+            int rc = mn_evict_older_than(s, cutoff, rnd_below(4), &ev);
+            CHECK(rc == 0 || rc == 1);
+            uint64_t gone = 0;
+            for (uint64_t o = 0; o < mn_first_offset(s); o++) {
+                if (m->readable[o]) CHECK(m->ms[o] < cutoff);
+                gone += m->readable[o];
+                m->readable[o] = 0;
+            }
+            CHECK(ev.messages == gone);
         } else {
             uint64_t start = rnd_below(m->next + 1);
             uint64_t room = m->next - start;
@@ -338,8 +384,11 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
         if (step % 50 == 0) check_counters(s, m);
     }
     check_all(s, m);
+    check_forms(s);
     s = roundtrip(s);
     check_all(s, m);
+    while (mn_compress_step(s, 3)) {}
+    check_forms(s);
     mn_stream_free(s);
     CHECK(live_bytes == 0);
 }
@@ -355,15 +404,15 @@ static void test_arguments(void) {
     CHECK(mn_stream_set_max_entries(s, 0) == MN_ERR_ARG);
     CHECK(mn_stream_set_max_entries(s, MN_MAX_MAX_ENTRIES + 1) == MN_ERR_ARG);
     uint32_t len = 1;
-    CHECK(mn_append(s, "x", &len, 0) == MN_ERR_ARG);
-    CHECK(mn_append(s, NULL, &len, 1) == MN_ERR_ARG);
-    CHECK(mn_append_one(s, NULL, 0) == 0);
+    CHECK(mn_append(s, "x", &len, 0, 0) == MN_ERR_ARG);
+    CHECK(mn_append(s, NULL, &len, 1, 0) == MN_ERR_ARG);
+    CHECK(mn_append_one(s, NULL, 0, 0) == 0);
     CHECK(mn_evict_upto(s, 0) == 1);
     /* Lengths are checked before the buffer is read, so a lie is safe. */
     uint32_t huge[2] = {1, (uint32_t)MN_MAX_MESSAGE_BYTES + 1};
-    CHECK(mn_append(s, "x", huge, 2) == MN_ERR_TOOBIG);
+    CHECK(mn_append(s, "x", huge, 2, 0) == MN_ERR_TOOBIG);
     CHECK(mn_length(s) == 0 && mn_next_offset(s) == 1);
-    CHECK(mn_append(s, "x", &len, 1) == 1);
+    CHECK(mn_append(s, "x", &len, 1, 0) == 1);
     CHECK(mn_evict_upto(s, -1) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, 0) == MN_ERR_ARG);
     CHECK(mn_raise_next_offset(s, ((uint64_t)1 << 63) + 1) == MN_ERR_ARG);
@@ -400,12 +449,12 @@ static void test_offset_limit(void) {
     CHECK(mn_first_offset(s) == end - 3);
     const char data[] = "abcd";
     uint32_t lens[4] = {1, 1, 1, 1};
-    CHECK(mn_append(s, data, lens, 4) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 4, 0) == MN_ERR_OVERFLOW);
     CHECK(mn_length(s) == 0 && mn_num_nodes(s) == 0 && mn_next_offset(s) == end - 3);
-    CHECK(mn_append(s, data, lens, 3) == (int64_t)(end - 3));
+    CHECK(mn_append(s, data, lens, 3, 0) == (int64_t)(end - 3));
     CHECK(mn_next_offset(s) == end);
-    CHECK(mn_append(s, data, lens, 1) == MN_ERR_OVERFLOW);
-    CHECK(mn_append_one(s, data, 1) == MN_ERR_OVERFLOW);
+    CHECK(mn_append(s, data, lens, 1, 0) == MN_ERR_OVERFLOW);
+    CHECK(mn_append_one(s, data, 1, 0) == MN_ERR_OVERFLOW);
     CHECK(mn_raise_next_offset(s, end) == MN_OK);
     mn_buf out;
     mn_buf_init(&out);
@@ -457,7 +506,7 @@ static void test_validation(void) {
     mn_stream *raw = mn_stream_new(3, 0);
     const char data[] = "abcdef";
     uint32_t lens[4] = {2, 0, 3, 1};
-    CHECK(mn_append(raw, data, lens, 4) == 0);
+    CHECK(mn_append(raw, data, lens, 4, 0) == 0);
     mn_stream *packed = mn_stream_new(40, 9);
     char text[41 * 8];
     uint32_t plens[41];
@@ -465,7 +514,7 @@ static void test_validation(void) {
         memcpy(text + 8 * i, i % 2 ? "hellohel" : "worldwor", 8);
         plens[i] = 8;
     }
-    CHECK(mn_append(packed, text, plens, 41) == 0);
+    CHECK(mn_append(packed, text, plens, 41, 0) == 0);
     CHECK(mn_num_compressed_nodes(packed) == 1);
 
     mn_buf *blobs;
@@ -476,11 +525,11 @@ static void test_validation(void) {
     for (size_t pos = 0; pos < blobs[0].len; pos++) {
         blobs[0].data[pos] ^= 0x10;
         int err = 0;
-        CHECK(mn_load_header(blobs[0].data, blobs[0].len, &err) == NULL && err == MN_ERR_CORRUPT);
+        CHECK(mn_load_header(blobs[0].data, blobs[0].len, 0, &err) == NULL && err == MN_ERR_CORRUPT);
         blobs[0].data[pos] ^= 0x10;
     }
     for (size_t cut = 0; cut < blobs[0].len; cut++)
-        CHECK(mn_load_header(blobs[0].data, cut, NULL) == NULL);
+        CHECK(mn_load_header(blobs[0].data, cut, 0, NULL) == NULL);
     /* Nodes out of order, repeated, missing or extra are refused. */
     mn_buf swapped[3] = {blobs[0], blobs[2], blobs[1]};
     CHECK(load(swapped, 3) == NULL);
@@ -496,7 +545,7 @@ static void test_validation(void) {
     check_blob_rejects_corruption(&blobs[1]);
     /* A compressed last node cannot come from a dump. */
     mn_buf *pblobs = blobs;
-    mn_stream *s = mn_load_header(pblobs[0].data, pblobs[0].len, NULL);
+    mn_stream *s = mn_load_header(pblobs[0].data, pblobs[0].len, 0, NULL);
     CHECK(s != NULL);
     CHECK(mn_load_node(s, pblobs[1].data, pblobs[1].len) == MN_OK);
     CHECK(mn_load_finish(s) == MN_ERR_CORRUPT);
@@ -511,7 +560,7 @@ static void test_validation(void) {
         memset(big + 20000 * i, 'A' + i, 20000);
         big_lens[i] = 20000;
     }
-    CHECK(mn_append(chunked, big, big_lens, 6) == 0);
+    CHECK(mn_append(chunked, big, big_lens, 6, 0) == 0);
     CHECK(mn_num_compressed_nodes(chunked) == 1);
     serialize(chunked, &blobs, &n);
     check_blob_rejects_corruption(&blobs[1]);
@@ -540,9 +589,9 @@ static void test_allocation_failures(void) {
         model_evict(m, 3);
         for (long k = 0;; k++) {
             uint64_t memory = mn_memory_bytes(s);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = do_append(s, m, 37);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             CHECK(live_bytes == mn_memory_bytes(s));
             if (rc == MN_OK) break;
             CHECK(rc == MN_ERR_NOMEM);
@@ -553,9 +602,9 @@ static void test_allocation_failures(void) {
         for (long k = 0;; k++) {
             mn_buf out;
             mn_buf_init(&out);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = mn_read_resp(s, 0, m->next, MN_NULL_RESP2, &out);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             CHECK(rc == MN_OK || (rc == MN_ERR_NOMEM && out.len == 0));
             mn_buf_free(&out);
             CHECK(live_bytes == mn_memory_bytes(s));
@@ -565,9 +614,9 @@ static void test_allocation_failures(void) {
             mn_buf *blobs;
             size_t n;
             serialize(s, &blobs, &n);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             mn_stream *copy = load(blobs, n);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             free_blobs(blobs, n);
             if (copy != NULL) {
                 mn_stream_free(s);
@@ -579,10 +628,10 @@ static void test_allocation_failures(void) {
         for (long k = 0;; k++) {
             mn_buf out;
             mn_buf_init(&out);
-            fail_after = k;
+            SET_FAIL_AFTER(k);
             int rc = mn_node_serialize(mn_first_node(s), &out);
             if (rc == MN_OK) rc = mn_serialize_header(s, &out);
-            fail_after = -1;
+            SET_FAIL_AFTER(-1);
             mn_buf_free(&out);
             if (rc == MN_OK) break;
             CHECK(rc == MN_ERR_NOMEM);
@@ -604,7 +653,7 @@ static void test_resp_lengths(void) {
     CHECK(buf != NULL);
     for (size_t i = 0; i < total; i++) buf[i] = (char)('a' + i % 26);
     mn_stream *s = mn_stream_new(4, 1);
-    CHECK(mn_append(s, buf, lens, n) == 0);
+    CHECK(mn_append(s, buf, lens, n, 0) == 0);
     mn_buf out;
     mn_buf_init(&out);
     CHECK(mn_read_resp(s, 0, n, MN_NULL_RESP2, &out) == MN_OK);
@@ -633,11 +682,440 @@ static void test_memory_per_message(void) {
     memset(buf, 'x', sizeof buf);
     for (int i = 0; i < 1000; i++) lens[i] = 100;
     mn_stream *s = mn_stream_new(1000, 0);
-    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000) == 1000 * i);
+    for (int i = 0; i < 20; i++) CHECK(mn_append(s, buf, lens, 1000, 0) == 1000 * i);
     CHECK(mn_memory_bytes(s) * 10 <= 20000 * 1045);
     CHECK(live_bytes == mn_memory_bytes(s));
     CHECK(mn_evict_keep(s, 0) == 20000);
     CHECK(mn_num_nodes(s) == 0 && mn_next_offset(s) == 20000);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Rewrite the CRC32 of a blob after editing it, so that the checks behind
+ * the checksum are what refuses it. */
+static void fix_crc(mn_buf *b) {
+    uint32_t crc = (uint32_t)crc32(crc32(0L, NULL, 0), (const unsigned char *)b->data, (unsigned)(b->len - 4));
+    for (int i = 0; i < 4; i++) b->data[b->len - 4 + (size_t)i] = (char)(crc >> (8 * i));
+}
+
+static void put_i64(char *p, int64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (char)((uint64_t)v >> (8 * i));
+}
+
+/* Version 3 node blob: times start at 36 + 4 * count; last_ms at 28. */
+#define NODE_LAST_MS_AT 28
+#define NODE_TIMES_AT(count) (36 + 4 * (size_t)(count))
+
+static void test_time_index(void) {
+    /* One message per 10 ms, 150 per node: checkpoints at 0, 64, 128. */
+    mn_stream *s = mn_stream_new(150, 0);
+    CHECK(mn_last_append_ms(s) == 0 && mn_seek_time(s, 5) == 0);
+    CHECK(mn_oldest_append_ms(s) == MN_TIME_NONE && mn_oldest_node_memory(s) == 0);
+    for (int64_t i = 0; i < 400; i++) CHECK(mn_append_one(s, "m", 1, 1000 + 10 * i) == i);
+    CHECK(mn_last_append_ms(s) == 1000 + 3990);
+    CHECK(mn_oldest_append_ms(s) == 1000);
+    for (int64_t t = 900; t <= 5100; t++) {
+        uint64_t exact = t <= 1000 ? 0 : t > 4990 ? 400 : (uint64_t)((t - 1000 + 9) / 10);
+        uint64_t got = mn_seek_time(s, t);
+        CHECK(got <= exact && exact - got < 64);
+        /* exact when the answer starts a node */
+        if (t > 1000 && exact % 150 == 0) CHECK(got == exact);
+    }
+    /* Eviction: the answer is never an evicted offset; the oldest time is
+     * the checkpoint at or before the first readable message. */
+    CHECK(mn_evict_upto(s, 170) == 171);
+    CHECK(mn_seek_time(s, 0) == 171);
+    CHECK(mn_seek_time(s, 1000 + 10 * 180) >= 171 && mn_seek_time(s, 1000 + 10 * 180) <= 180);
+    CHECK(mn_oldest_append_ms(s) == 1000 + 10 * (150 + 0));
+    /* The clock never goes back. */
+    mn_stream *c = mn_stream_new(10, 0);
+    CHECK(mn_append_one(c, "a", 1, 0) == 0 && mn_last_append_ms(c) == 0);
+    CHECK(mn_append_one(c, "b", 1, 100) == 1 && mn_append_one(c, "c", 1, 40) == 2);
+    CHECK(mn_last_append_ms(c) == 100 && mn_seek_time(c, 100) == 1 && mn_seek_time(c, 101) == 3);
+    /* MN_NOW (any negative time): the core reads the wall clock. */
+    struct timespec ts;
+    CHECK(timespec_get(&ts, TIME_UTC) == TIME_UTC);
+    int64_t before = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    CHECK(mn_append_one(c, "d", 1, MN_NOW) == 3 && mn_append_one(c, "e", 1, -77) == 4);
+    CHECK(timespec_get(&ts, TIME_UTC) == TIME_UTC);
+    int64_t after = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    CHECK(mn_last_append_ms(c) >= before && mn_last_append_ms(c) <= after);
+    mn_stream_free(c);
+
+    /* Saved and loaded with the stream. */
+    mn_buf *blobs;
+    size_t n;
+    serialize(s, &blobs, &n);
+    mn_stream *copy = load(blobs, n);
+    CHECK(copy != NULL && mn_last_append_ms(copy) == mn_last_append_ms(s));
+    for (int64_t t = 2000; t < 5100; t += 7) CHECK(mn_seek_time(copy, t) == mn_seek_time(s, t));
+    mn_stream_free(copy);
+    /* Times out of order, past the node's last or the stream's clock,
+     * or before the previous node's, are refused. */
+    CHECK(n == 3);
+    mn_buf *node = &blobs[1]; /* 150 messages from offset 150: checkpoints 0, 64, 128 */
+    char saved[8];
+    memcpy(saved, node->data + NODE_TIMES_AT(150) + 8, 8);
+    put_i64(node->data + NODE_TIMES_AT(150) + 8, 1000 + 10 * 149); /* checkpoint 1 < 0 */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    memcpy(node->data + NODE_TIMES_AT(150) + 8, saved, 8);
+    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 150 + 10 * 127); /* last < checkpoint 2 */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 299);
+    fix_crc(node);
+    node = &blobs[2]; /* 100 messages from offset 300 */
+    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 299 - 1); /* before node 1's last */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_OK);
+    CHECK(load(blobs, n) == NULL);
+    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 300);
+    fix_crc(node);
+    CHECK((copy = load(blobs, n)) != NULL);
+    mn_stream_free(copy);
+    put_i64(blobs[n - 1].data + NODE_LAST_MS_AT, 1000 + 3990 + 1); /* past the clock */
+    fix_crc(&blobs[n - 1]);
+    CHECK(mn_validate_node_blob(blobs[n - 1].data, blobs[n - 1].len) == MN_OK);
+    CHECK(load(blobs, n) == NULL);
+    free_blobs(blobs, n);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Nodes of 10 messages of 3 bytes; node k appended at time 1000 * k. */
+static mn_stream *retention_stream(int nodes) {
+    mn_stream *s = mn_stream_new(10, 0);
+    for (int k = 0; k < nodes; k++)
+        for (int i = 0; i < 10; i++) CHECK(mn_append_one(s, "abc", 3, 1000 * k) == 10 * k + i);
+    return s;
+}
+
+static void test_retention(void) {
+    mn_stream *s = retention_stream(6);
+    mn_evicted ev = {0, 0, 0, 0};
+    uint64_t memory = mn_memory_bytes(s);
+    CHECK(mn_evict_upto(s, 4) == 5); /* the first node is partially evicted */
+    /* Older than 3500: nodes 0..3, two per call. */
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 1);
+    CHECK(ev.nodes == 2 && ev.messages == 15 && ev.bytes == 45);
+    CHECK(mn_first_offset(s) == 20 && mn_length(s) == 40);
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 0);
+    CHECK(ev.nodes == 4 && ev.messages == 35 && ev.bytes == 105);
+    CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 0 && ev.nodes == 4);
+    CHECK(ev.memory == memory - mn_memory_bytes(s) && live_bytes == mn_memory_bytes(s));
+    CHECK(mn_oldest_append_ms(s) == 4000);
+    /* A node with one unexpired message stays whole. */
+    CHECK(mn_append_one(s, "abc", 3, 9000) == 60);
+    CHECK(mn_append_one(s, "abc", 3, 9500) == 61);
+    CHECK(mn_evict_older_than(s, 9200, 100, &ev) == 0);
+    CHECK(mn_first_offset(s) == 60 && mn_length(s) == 2); /* 60 expired, kept */
+    /* The active node goes once all its messages expired; the offsets stay. */
+    CHECK(mn_evict_older_than(s, 9501, 0, &ev) == 1);
+    CHECK(mn_evict_older_than(s, 9501, 100, &ev) == 0);
+    CHECK(mn_num_nodes(s) == 0 && mn_length(s) == 0 && mn_next_offset(s) == 62);
+    CHECK(mn_first_offset(s) == 62 && mn_payload_bytes(s) == 0);
+    CHECK(ev.messages == 62 - 5 && ev.nodes == 7);
+    CHECK(mn_append_one(s, "x", 1, 1) == 62 && mn_last_append_ms(s) == 9500);
+    mn_stream_free(s);
+
+    /* By size: oldest whole nodes while the payload exceeds the limit, never
+     * the active node. */
+    s = retention_stream(5); /* 150 bytes, 30 per node */
+    memset(&ev, 0, sizeof ev);
+    CHECK(mn_evict_over_bytes(s, 150, 10, &ev) == 0 && ev.nodes == 0);
+    CHECK(mn_evict_over_bytes(s, 100, 1, &ev) == 1 && ev.nodes == 1);
+    CHECK(mn_evict_over_bytes(s, 100, 10, &ev) == 0 && ev.nodes == 2);
+    CHECK(mn_payload_bytes(s) == 90 && mn_first_offset(s) == 20);
+    CHECK(mn_evict_over_bytes(s, 0, 10, &ev) == 0);
+    CHECK(mn_num_nodes(s) == 1 && mn_payload_bytes(s) == 30 && ev.bytes == 120);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    /* The oldest node, whatever it is, for a maxmemory policy. */
+    uint64_t node_memory = mn_oldest_node_memory(s);
+    memory = mn_memory_bytes(s);
+    memset(&ev, 0, sizeof ev);
+    CHECK(mn_evict_oldest_node(s, &ev) == 1 && ev.messages == 10 && ev.memory == node_memory);
+    CHECK(memory - node_memory == mn_memory_bytes(s) && live_bytes == mn_memory_bytes(s));
+    CHECK(mn_evict_oldest_node(s, &ev) == 0 && ev.nodes == 1);
+    CHECK(mn_evict_older_than(NULL, 0, 1, &ev) == MN_ERR_ARG);
+    CHECK(mn_evict_over_bytes(s, 0, 1, NULL) == MN_ERR_ARG);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Serialize a stream into one buffer (header and nodes back to back). */
+static void dump_into(const mn_stream *s, mn_buf *out) {
+    mn_buf_init(out);
+    CHECK(mn_serialize_header(s, out) == MN_OK);
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node))
+        CHECK(mn_node_serialize(node, out) == MN_OK);
+}
+
+/* Message `id` of the concatenation tests: 0..299 bytes, compressible
+ * when id is even. */
+static uint32_t cat_len(uint32_t id) { return (id * 37) % 300; }
+
+static void cat_fill(uint32_t id, char *out) {
+    for (uint32_t j = 0; j < cat_len(id); j++)
+        out[j] = (char)(id % 2 ? (id * 31 + j * 17) & 0xff : 'a' + j % 4);
+}
+
+/* Append messages first_id .. first_id + n - 1 at time t. */
+static void cat_append(mn_stream *s, uint32_t first_id, uint32_t n, int64_t t) {
+    static char buf[400 * 300];
+    static uint32_t lens[400];
+    CHECK(n <= 400);
+    if (n == 0) return;
+    size_t pos = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = cat_len(first_id + i);
+        cat_fill(first_id + i, buf + pos);
+        pos += lens[i];
+    }
+    int64_t rc = mn_append(s, buf, lens, n, t);
+    if (rc < 0) fprintf(stderr, "cat_append(%u, %u): %lld\n", first_id, n, (long long)rc);
+    CHECK(rc >= 0);
+}
+
+/* dst holds ids [0, a) at offsets from 0 with the first `gone` evicted;
+ * its messages from `at` on must be ids want[0..n-1]. */
+static void cat_check(mn_stream *s, uint64_t at, const uint32_t *want, size_t n) {
+    static char expect[300];
+    mn_buf out;
+    mn_buf_init(&out);
+    static int64_t lens[2000];
+    CHECK(n <= 2000 && mn_next_offset(s) == at + n);
+    CHECK(mn_read_copy(s, at, n, &out, lens) == MN_OK);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(lens[i] == (int64_t)cat_len(want[i]));
+        cat_fill(want[i], expect);
+        CHECK(same(out.data + pos, expect, cat_len(want[i])));
+        pos += cat_len(want[i]);
+    }
+    mn_buf_free(&out);
+}
+
+/* One concatenation: dst (max_entries dmax, level dlevel) holds ids
+ * 1000.. of which some evicted; src (smax, slevel) holds ids 0..sn-1 with
+ * the first `sgone` evicted and a gap; every allocation that can fail is
+ * made to fail once first, and must leave both streams as they were. */
+static void concat_case(uint32_t dmax, int dlevel, uint32_t dn, uint32_t smax, int slevel,
+                        uint32_t sn, uint32_t sgone, int expect_moved) {
+    static uint32_t want[2000];
+    for (long k = 0;; k++) {
+        mn_stream *dst = mn_stream_new(dmax, dlevel), *src = mn_stream_new(smax, slevel);
+        if (dn) cat_append(dst, 1000, dn, 5000);
+        if (dn > 3) CHECK(mn_evict_upto(dst, 2) == 3);
+        size_t n = 0;
+        uint64_t dfirst = mn_first_offset(dst);
+        for (uint64_t o = dfirst; o < mn_next_offset(dst); o++) want[n++] = 1000 + (uint32_t)o;
+        cat_append(src, 0, sn / 2, 1000);
+        CHECK(mn_raise_next_offset(src, mn_next_offset(src) + 7) == MN_OK); /* a gap */
+        cat_append(src, sn / 2, sn - sn / 2, 9000);
+        if (sgone) CHECK(mn_evict_upto(src, sgone - 1) == sgone);
+        for (uint32_t id = sgone; id < sn; id++) want[n++] = id;
+        uint64_t dnext = mn_next_offset(dst), snext = mn_next_offset(src);
+        uint64_t slength = mn_length(src), spayload = mn_payload_bytes(src);
+        uint64_t dlength = mn_length(dst), dpayload = mn_payload_bytes(dst);
+        mn_buf before_d, before_s;
+        dump_into(dst, &before_d);
+        dump_into(src, &before_s);
+        /* Nodes of src that hold no evicted message; they move unless all of
+         * src fits in dst's active node. */
+        static const mn_node *whole[100];
+        size_t nwhole = 0;
+        for (const mn_node *node = mn_first_node(src); node; node = mn_node_next(node)) {
+            mn_node_info info;
+            mn_node_get_info(node, &info);
+            if (info.first >= mn_first_offset(src) && nwhole < 100) whole[nwhole++] = node;
+        }
+
+        SET_FAIL_AFTER(k);
+        int64_t rc = mn_stream_concat(dst, src);
+        SET_FAIL_AFTER(-1);
+        CHECK(live_bytes == mn_memory_bytes(dst) + mn_memory_bytes(src) + before_d.cap + before_s.cap);
+        if (rc == MN_ERR_NOMEM) {
+            mn_buf after_d, after_s;
+            dump_into(dst, &after_d);
+            dump_into(src, &after_s);
+            CHECK(after_d.len == before_d.len && same(after_d.data, before_d.data, after_d.len));
+            CHECK(after_s.len == before_s.len && same(after_s.data, before_s.data, after_s.len));
+            mn_buf_free(&after_d);
+            mn_buf_free(&after_s);
+        } else {
+            CHECK(rc == (int64_t)dnext);
+            CHECK(mn_length(dst) == dlength + slength && mn_payload_bytes(dst) == dpayload + spayload);
+            CHECK(mn_first_offset(dst) == (dlength ? dfirst : dnext));
+            cat_check(dst, mn_first_offset(dst), want, n);
+            CHECK(mn_num_nodes(src) == 0 && mn_length(src) == 0 && mn_payload_bytes(src) == 0);
+            CHECK(mn_next_offset(src) == snext && mn_first_offset(src) == snext);
+            size_t moved = 0;
+            for (const mn_node *node = mn_first_node(dst); node; node = mn_node_next(node))
+                for (size_t i = 0; i < nwhole; i++) moved += node == whole[i];
+            CHECK(moved == (expect_moved ? nwhole : 0));
+            /* Times: raised to dst's clock, never decreasing. */
+            int64_t last = 0;
+            mn_node_info info;
+            for (const mn_node *node = mn_first_node(dst); node; node = mn_node_next(node)) {
+                mn_node_get_info(node, &info);
+                CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
+                last = info.last_ms;
+            }
+            CHECK(mn_last_append_ms(dst) == (dn ? 9000 > 5000 ? 9000 : 5000 : 9000));
+            mn_stream *copy = roundtrip(dst);
+            cat_check(copy, mn_first_offset(copy), want, n);
+            cat_append(copy, 1, 3, 0); /* appends go on */
+            dst = copy;
+            /* src takes appends again, from its kept next offset */
+            cat_append(src, 5, 2, 0);
+            CHECK(mn_first_offset(src) == snext && mn_length(src) == 2);
+        }
+        mn_buf_free(&before_d);
+        mn_buf_free(&before_s);
+        mn_stream_free(dst);
+        mn_stream_free(src);
+        CHECK(live_bytes == 0);
+        if (rc != MN_ERR_NOMEM) break;
+    }
+}
+
+static void test_concat(void) {
+    /* whole nodes move; partially evicted first node copied */
+    concat_case(10, 0, 25, 10, 0, 95, 13, 1);
+    /* compressed nodes move compressed, into a compressing and a raw dst */
+    concat_case(10, 0, 25, 10, 6, 95, 13, 1);
+    concat_case(50, 1, 120, 40, 9, 300, 0, 1);
+    /* small src: copied into dst's active node; larger nodes than dst's */
+    concat_case(100, 0, 30, 100, 0, 40, 0, 0);
+    concat_case(100, 6, 30, 7, 6, 40, 3, 0);
+    concat_case(3, 0, 8, 200, 0, 450, 1, 1);
+    /* empty dst, one-message src */
+    concat_case(10, 0, 0, 10, 0, 30, 0, 1);
+    concat_case(10, 0, 12, 10, 0, 1, 0, 0);
+    mn_stream *a = mn_stream_new(10, 0), *b = mn_stream_new(10, 0);
+    CHECK(mn_stream_concat(a, a) == MN_ERR_ARG && mn_stream_concat(NULL, b) == MN_ERR_ARG);
+    CHECK(mn_stream_concat(a, b) == 0);
+    CHECK(mn_raise_next_offset(a, ((uint64_t)1 << 63) - 2) == MN_OK);
+    cat_append(b, 0, 3, 0);
+    CHECK(mn_stream_concat(a, b) == MN_ERR_OVERFLOW && mn_length(b) == 3);
+    CHECK(mn_evict_upto(b, 0) == 1);
+    CHECK(mn_stream_concat(a, b) == (int64_t)(((uint64_t)1 << 63) - 2));
+    CHECK(mn_next_offset(a) == (uint64_t)1 << 63 && mn_length(b) == 0);
+    mn_stream_free(a);
+    mn_stream_free(b);
+    CHECK(live_bytes == 0);
+}
+
+/* Compressible messages: 100 bytes of a repeated pattern. */
+static void depth_append(mn_stream *s, uint32_t n) {
+    static char buf[1000 * 100];
+    static uint32_t lens[1000];
+    CHECK(n <= 1000);
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = 100;
+        for (int j = 0; j < 100; j++) buf[100 * i + (uint32_t)j] = (char)('a' + (i + (uint32_t)j) % 5);
+    }
+    CHECK(mn_append(s, buf, lens, n, 0) >= 0);
+}
+
+static uint64_t compressed_among(const mn_stream *s, uint64_t from_rank, uint64_t to_rank) {
+    uint64_t n = mn_num_nodes(s), count = 0, i = 0;
+    mn_node_info info;
+    for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node), i++) {
+        mn_node_get_info(node, &info);
+        if (i + 1 == n) break;
+        uint64_t rank = n - 2 - i;
+        count += rank >= from_rank && rank < to_rank && info.compressed;
+    }
+    return count;
+}
+
+static void test_compression_depth(void) {
+    mn_stream *s = mn_stream_new(10, 6);
+    CHECK(mn_stream_set_compression_depth(s, 3) == MN_OK && mn_compression_depth(s) == 3);
+    CHECK(mn_stream_set_compression_depth(s, MN_MAX_COMPRESSION_DEPTH + 1) == MN_ERR_ARG);
+    /* One node at a time: each seal compresses the node that reached rank 3. */
+    for (int i = 0; i < 10; i++) {
+        depth_append(s, 10);
+        CHECK(compressed_among(s, 0, 3) == 0);
+        CHECK(mn_num_compressed_nodes(s) == (uint64_t)(i >= 4 ? i - 3 : 0));
+    }
+    check_forms(s);
+    /* Deeper: the scan inflates ranks 3 and 4, one node per step. */
+    CHECK(mn_stream_set_compression_depth(s, 5) == MN_OK && mn_compress_pending(s));
+    CHECK(mn_compress_step(s, 1) == 1 && mn_num_compressed_nodes(s) == 5);
+    CHECK(mn_compress_step(s, 1) == 1 && mn_num_compressed_nodes(s) == 4);
+    CHECK(mn_compress_step(s, 1) == 0 && !mn_compress_pending(s));
+    check_forms(s);
+    /* Another level recompresses; level 0 inflates everything. */
+    CHECK(mn_stream_set_compression(s, 9) == MN_OK);
+    while (mn_compress_step(s, 2)) {}
+    check_forms(s);
+    CHECK(mn_num_compressed_nodes(s) == 4);
+    CHECK(mn_stream_set_compression(s, 0) == MN_OK);
+    /* Appends do the work too: one node per node sealed. */
+    for (int i = 0; i < 4; i++) {
+        depth_append(s, 10);
+        CHECK(mn_num_compressed_nodes(s) == (uint64_t)(3 - i));
+    }
+    check_forms(s);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    /* Allocation failures while conforming leave readable nodes, exact
+     * accounting, and the scan going on. */
+    CHECK(mn_stream_set_compression(s, 1) == MN_OK);
+    for (long k = 0; mn_compress_pending(s); k++) {
+        SET_FAIL_AFTER(k % 3);
+        mn_compress_step(s, 1);
+        SET_FAIL_AFTER(-1);
+        CHECK(live_bytes == mn_memory_bytes(s));
+        mn_buf out;
+        mn_buf_init(&out);
+        CHECK(mn_read_resp(s, 0, mn_next_offset(s), MN_NULL_RESP2, &out) == MN_OK);
+        CHECK(out.len == mn_next_offset(s) * (100 + 8));
+        mn_buf_free(&out);
+    }
+    /* Evicting the boundary and the scan's nodes, then going on. */
+    CHECK(mn_stream_set_compression_depth(s, 2) == MN_OK);
+    CHECK(mn_evict_upto(s, (int64_t)mn_next_offset(s) - 15) > 0);
+    depth_append(s, 40);
+    while (mn_compress_step(s, 1)) {}
+    check_forms(s);
+    /* A concatenation: moved nodes conform through the scan. */
+    mn_stream *raw = mn_stream_new(10, 0);
+    depth_append(raw, 200);
+    CHECK(mn_stream_concat(s, raw) > 0 && mn_compress_pending(s));
+    while (mn_compress_step(s, 1)) {}
+    check_forms(s);
+    CHECK(compressed_among(s, 2, 1000) == mn_num_nodes(s) - 3);
+    /* Depth is saved with the stream. */
+    s = roundtrip(s);
+    CHECK(mn_compression_depth(s) == 2);
+    mn_stream_free(raw);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* Regression (fuzz_ops, ops-crash-fbad9b8b): a zlib chunk can hold only
+ * empty messages (they follow a message of >= 16 KB in a node). Its cache
+ * entry is a 1-byte allocation, which memory_bytes counted as 0 bytes. */
+static void test_regression_empty_chunk_in_cache(void) {
+    static char big[20001];
+    memset(big, 'z', sizeof big);
+    uint32_t lens[4] = {20000, 0, 0, 1};
+    mn_stream *s = mn_stream_new(3, 6);
+    CHECK(mn_append(s, big, lens, 4, 0) == 0); /* node [big, "", ""] sealed, compressed */
+    CHECK(mn_num_compressed_nodes(s) == 1);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_resp(s, 1, 2, MN_NULL_RESP2, &out) == MN_OK); /* inflates the empty chunk */
+    CHECK(out.len == 12 && memcmp(out.data, "$0\r\n\r\n$0\r\n\r\n", 12) == 0);
+    mn_buf_free(&out);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    CHECK(mn_oldest_node_memory(s) + (mn_memory_bytes(s) - mn_oldest_node_memory(s)) == live_bytes);
+    mn_evicted ev = {0, 0, 0, 0};
+    uint64_t before = mn_memory_bytes(s), node = mn_oldest_node_memory(s);
+    CHECK(mn_evict_oldest_node(s, &ev) == 1 && ev.memory == node && before - node == live_bytes);
     mn_stream_free(s);
     CHECK(live_bytes == 0);
 }
@@ -649,6 +1127,11 @@ int main(void) {
     test_allocation_failures();
     test_memory_per_message();
     test_resp_lengths();
+    test_time_index();
+    test_retention();
+    test_concat();
+    test_compression_depth();
+    test_regression_empty_chunk_in_cache();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);

@@ -68,7 +68,7 @@ static void fresh(lane_call *call) {
     if (stream_t) mn_stream_free(stream_t);
     stream_s = mn_stream_new(3, 0);
     stream_t = mn_stream_new(3, 0);
-    mn_append_one(stream_t, "t0", 2);
+    mn_append_one(stream_t, "t0", 2, MN_NOW);
     write_limit_s = 9223372036854775807ULL;
     resolved = 0;
     lane_call_reset(call);
@@ -120,7 +120,7 @@ static void test_twrite_forms_and_aof(lane_call *call) {
 
 static void test_tread(lane_call *call) {
     fresh(call);
-    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
     mn_evict_upto(stream_s, 0);
     char buf[512];
     size_t n = 0;

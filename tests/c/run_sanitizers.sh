@@ -4,7 +4,8 @@
 #
 # Usage: tests/c/run_sanitizers.sh [--with-python]
 #   --with-python  also build the cffi extension sanitized, in a scratch copy
-#                  of the checkout, and run tests/test_core*.py against it
+#                  of the checkout, and run the storage tests (test_core.py,
+#                  _model, _time, _concat) against it
 #                  (about a minute more; leak checks off: CPython's own
 #                  allocations would drown them).
 # Needs cc and zlib1g-dev.
@@ -21,8 +22,9 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I"$src")
 
 # The core gets the counting allocator hooks; the driver does not.
 "$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode.o"
+"$cc" "${flags[@]}" -c "$here/count_alloc.c" -o "$out/count_alloc.o"
 "$cc" "${flags[@]}" -c "$here/driver.c" -o "$out/driver.o"
-"$cc" "${flags[@]}" "$out/macronode.o" "$out/driver.o" -lz -o "$out/driver"
+"$cc" "${flags[@]}" "$out/macronode.o" "$out/count_alloc.o" "$out/driver.o" -lz -o "$out/driver"
 
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
@@ -45,7 +47,10 @@ if [ "${1:-}" = "--with-python" ]; then
     copy="$out/checkout"
     mkdir -p "$copy/tests"
     cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$repo/README.md" "$copy/"
-    cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$copy/tests/"
+    # The storage-level tests (test_core_compression.py also starts servers).
+    cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$repo/tests/test_core_time.py" \
+        "$repo/tests/test_core_concat.py" "$repo/tests/core_recipes.py" "$copy/tests/"
+    cp -r "$repo/tests/data" "$copy/tests/"
     rm -f "$copy"/rcp11/_macronode*.so
     (cd "$copy" && PYTHONWARNINGS=ignore RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
         python3 setup.py -q build_ext --inplace >/dev/null)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build the libFuzzer harnesses of the storage core and run them.
+#
+# Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci]
+#   SECONDS_PER_FUZZER  how long each harness runs (default 600)
+#   --ci                fuzz into a scratch copy of the corpus (the repo's
+#                       corpus is not touched) and keep quiet unless a
+#                       harness fails
+# Without --ci, new coverage goes to fuzz/core/work/<harness>/ (not in git;
+# `-merge=1` it into fuzz/core/corpus/<harness>/ to keep it) and crashes to
+# fuzz/core/crashes/. Every crash must become a regression test in
+# tests/c/driver.c and its input a file of the corpus.
+#
+# Needs clang and libclang-rt-dev (libFuzzer), zlib1g-dev.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+seconds="${1:-600}"
+ci=0
+[ "${2:-}" = "--ci" ] && ci=1
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+cc="${CLANG:-clang}"
+flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+       -I"$repo/src" -I"$repo/tests/c")
+# The core's allocations go to the counting allocator (alloc_hook.h), the
+# harness's and the counting allocator's own do not.
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -include "$repo/tests/c/alloc_hook.h" \
+    -c "$repo/src/macronode.c" -o "$out/macronode.o"
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -c "$repo/tests/c/count_alloc.c" -o "$out/count_alloc.o"
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+status=0
+for harness in ops blobs; do
+    "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/count_alloc.o" -lz \
+        -o "$out/fuzz_$harness"
+    if [ "$ci" = 1 ]; then
+        work="$out/corpus_$harness"
+        crashes="$out/crash-"
+        mkdir -p "$work"
+    else
+        work="$here/work/$harness"
+        mkdir -p "$work" "$here/crashes"
+        crashes="$here/crashes/$harness-"
+    fi
+    log="$out/$harness.log"
+    echo "== fuzz_$harness for ${seconds}s"
+    if ! "$out/fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+            -max_len=65536 -artifact_prefix="$crashes" -print_final_stats=1 \
+            "$work" "$here/corpus/$harness" >"$log" 2>&1; then
+        status=1
+        tail -60 "$log"
+        if [ "$ci" = 1 ]; then
+            for f in "$out"/crash-*; do
+                [ -e "$f" ] && echo "crashing input (base64): $(base64 -w0 "$f")"
+            done
+        fi
+    fi
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|Done [0-9]+ runs" "$log" || true
+done
+exit $status
