@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from conftest import persistence_in_process, require, serve_reads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -344,3 +345,37 @@ def test_the_lane_fuzzer_runs_clean_for_a_few_seconds() -> None:
         ["bash", str(script), "8", "--ci"], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -> None:
+    """Through the server's read path (the lane wired into the connection):
+    a pipeline of TWRITEs and TREADs gets its replies, INFO counts every
+    command, and the AOF (appendfsync always) brings every write back."""
+    server = server_factory(appendonly="yes", appendfsync="always")
+    r = redis.Redis(port=server.port)
+    assert r.execute_command("TWRITE", "s", "first") == 0
+    pipe = r.pipeline(transaction=False)
+    for i in range(300):
+        pipe.execute_command("TWRITE", "s", f"m{i}")
+    pipe.execute_command("TWRITE", "s", "BACKLOG", "250", "ENTRIES", "x", "y")
+    pipe.execute_command("TREAD", "s", "-3", "10", "WITHINFO")
+    replies = pipe.execute()
+    assert replies[:300] == list(range(1, 301))
+    assert replies[300] == 301
+    assert replies[301] == [[53, 302, 300, 3], b"m299", b"x", b"y"]
+    stats = r.info("commandstats")
+    assert stats["cmdstat_twrite"]["calls"] == 302
+    assert stats["cmdstat_tread"]["calls"] == 1
+    info = r.info("stats")
+    assert info["total_messages_written"] == 303
+    assert info["total_messages_evicted"] == 53
+    r.close()
+    server.kill9()
+    server.start()
+    r = redis.Redis(port=server.port)
+    assert r.execute_command("TREAD", "s", "53", "250") == [
+        *(f"m{i}".encode() for i in range(52, 300)),
+        b"x",
+        b"y",
+    ]
+    r.close()
