@@ -447,10 +447,15 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
  * The run
  * --------------------------------------------------------------------- */
 
-size_t lane_run(lane_call *call, const char *buf, size_t len) {
+size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
+                size_t aof_room) {
     size_t pos = 0;
     uint64_t ran = 0;
-    call->stop = LANE_STOP_END;
+    lane_call_reset(call);
+    call->reply_mark = reply_mark;
+    call->writes = (flags & LANE_WRITES) != 0;
+    call->log_writes = (flags & LANE_LOG_WRITES) != 0;
+    call->aof_room = aof_room;
     while (pos < len) {
         if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
             call->stop = LANE_STOP_BUDGET;

@@ -52,11 +52,13 @@ typedef struct lane_call {
     uint64_t max_bulk_len;       /* proto-max-bulk-len */
     uint64_t max_multibulk_len;  /* arguments per request */
     uint64_t max_commands;       /* requests to run at most */
+    /* In, set by lane_run() from its arguments (one cffi call, no field
+     * sets from Python per read). */
     size_t reply_mark;           /* stop once reply.len passed this */
     int writes;                  /* 0: TWRITE stops the lane (MISCONF, maxmemory...) */
     int log_writes;              /* 1: copy each TWRITE request to aof */
     size_t aof_room;             /* aof.len may reach this before a TWRITE */
-    /* Out: appended to, never reset by lane_run(). */
+    /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
     int stop;                    /* LANE_STOP_* */
@@ -74,14 +76,21 @@ typedef struct lane_call {
 } lane_call;
 
 void lane_call_init(lane_call *call);
-/* Forget the keys and counters of the last run (buffers are kept, emptied). */
+/* Forget the output of the last run (buffers are kept, emptied); every
+ * lane_run() starts with it. */
 void lane_call_reset(lane_call *call);
 void lane_call_free(lane_call *call);
 
+/* lane_run() flags. */
+#define LANE_WRITES 1         /* TWRITE may run */
+#define LANE_LOG_WRITES 2     /* and its request is copied to aof */
+
 /* Run the requests at the start of buf[0..len) while the lane can run them
  * exactly as the Python general path would; returns how many bytes it
- * consumed (whole requests only). */
-size_t lane_run(lane_call *call, const char *buf, size_t len);
+ * consumed (whole requests only). reply_mark, flags and aof_room set the
+ * fields of the same names. */
+size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
+                size_t aof_room);
 
 /* CDEF-END */
 

@@ -20,6 +20,12 @@
 
 static mn_stream *s_stream, *t_stream;
 
+/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room. */
+static size_t run_lane(lane_call *call, const char *buf, size_t len) {
+    int flags = (call->writes ? LANE_WRITES : 0) | (call->log_writes ? LANE_LOG_WRITES : 0);
+    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room);
+}
+
 static int resolve(lane_call *call, const char *key, size_t len, mn_stream **stream,
                    uint64_t *limit) {
     (void)call;
@@ -62,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size) memcpy(buf, data, size);
 
     setup(&a);
-    size_t used = lane_run(&a, buf, size);
+    size_t used = run_lane(&a, buf, size);
     if (used > size) abort();
     uint64_t next_s = mn_next_offset(s_stream);
     if (next_s != a.messages_written) abort();
@@ -70,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* The same prefix alone: consumed whole, same output. */
     setup(&b);
-    if (lane_run(&b, buf, used) != used) abort();
+    if (run_lane(&b, buf, used) != used) abort();
     if (b.reply.len != a.reply.len || (a.reply.len && memcmp(a.reply.data, b.reply.data, a.reply.len)))
         abort();
     if (b.aof.len != a.aof.len || (a.aof.len && memcmp(a.aof.data, b.aof.data, a.aof.len)))
@@ -82,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *aof = malloc(a.aof.len);
         if (aof == NULL) abort();
         memcpy(aof, a.aof.data, a.aof.len);
-        if (lane_run(&b, aof, a.aof.len) != a.aof.len) abort();
+        if (run_lane(&b, aof, a.aof.len) != a.aof.len) abort();
         if (b.twrite_calls != a.twrite_calls || b.tread_calls != 0) abort();
         if (mn_next_offset(s_stream) != next_s) abort();
         free(aof);

@@ -40,12 +40,17 @@ log = logging.getLogger("rcp11")
 
 _KEY_READ: int = lib.LANE_KEY_READ
 _KEY_WRITE: int = lib.LANE_KEY_WRITE
+_WRITES: int = lib.LANE_WRITES
+_LOG_WRITES: int = lib.LANE_LOG_WRITES
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
 _call = ffi.new("lane_call *")
 lib.lane_call_init(_call)
 _call.resolve = lib.lane_resolve_key
+_call.max_commands = LANE_MAX_COMMANDS
+# The parser limits _call was last given (max_bulk_len, max_multibulk_len).
+_limits: list[tuple[int, int]] = [(-1, -1)]
 
 # While lane_run() runs: the state it runs on and the keys it resolved
 # (key, stream or None), in the order of _call.keys.
@@ -109,6 +114,7 @@ def run_lane(
     global _state
     if (
         len(data) < _MIN_READ
+        or type(data) is not bytes
         or out_bytes > mark
         or not parser.idle()
         or parser.unauthenticated
@@ -117,21 +123,26 @@ def run_lane(
     ):
         return 0, out_bytes
     call = _call
-    lib.lane_call_reset(call)
     persistence = state.persistence
     config = state.config
-    call.max_bulk_len = parser.max_bulk_len
-    call.max_multibulk_len = parser.max_multibulk_len
-    call.max_commands = LANE_MAX_COMMANDS
-    call.reply_mark = mark - out_bytes
+    limits = (parser.max_bulk_len, parser.max_multibulk_len)
+    if limits != _limits[0]:
+        # Setting a cdata field costs as much as a dict lookup or two:
+        # the parser's limits change only with CONFIG SET.
+        call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
     writes = not (state.writes_refused or config.get("maxmemory") or persistence.write_refused())
-    call.writes = writes
-    call.log_writes = persistence.aof_state != "off"
-    call.aof_room = persistence.aof_room() if writes else 0
+    flags = 0
+    room = 0
+    if writes:
+        flags = _WRITES
+        if persistence.aof_state != "off":
+            flags |= _LOG_WRITES
+            room = persistence.aof_room()
     _state = state
     _resolved.clear()
     try:
-        consumed = lib.lane_run(call, ffi.from_buffer(data), len(data))
+        # bytes go to `const char *` as they are: no copy, no from_buffer.
+        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room)
     finally:
         _state = None
     if not consumed:

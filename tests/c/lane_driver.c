@@ -27,6 +27,12 @@ void *mn_test_calloc(size_t n, size_t size) { return should_fail() ? NULL : call
 void *mn_test_realloc(void *p, size_t size) { return should_fail() ? NULL : realloc(p, size); }
 void mn_test_free(void *p) { free(p); }
 
+/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room. */
+static size_t run_lane(lane_call *call, const char *buf, size_t len) {
+    int flags = (call->writes ? LANE_WRITES : 0) | (call->log_writes ? LANE_LOG_WRITES : 0);
+    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room);
+}
+
 static int failures;
 
 #define CHECK(cond)                                                        \
@@ -107,7 +113,7 @@ static void test_twrite_forms_and_aof(lane_call *call) {
     size_t first_len = n;
     n += req(buf + n, 8, b);
     n += req(buf + n, 3, c);
-    CHECK(lane_run(call, buf, n) == n);
+    CHECK(run_lane(call, buf, n) == n);
     CHECK(reply_is(call, ":0\r\n:1\r\n:4\r\n"));
     CHECK(call->aof.len == n && memcmp(call->aof.data, buf, n) == 0);
     CHECK(call->twrite_calls == 3 && call->messages_written == 5);
@@ -132,7 +138,7 @@ static void test_tread(lane_call *call) {
     n += req(buf + n, 5, b);
     n += req(buf + n, 5, c);
     n += req(buf + n, 4, d);
-    CHECK(lane_run(call, buf, n) == n);
+    CHECK(run_lane(call, buf, n) == n);
     CHECK(reply_is(call, "*3\r\n$-1\r\n$1\r\nb\r\n$1\r\nc\r\n"
                          "*2\r\n*4\r\n:1\r\n:2\r\n:1\r\n:1\r\n$1\r\nb\r\n"
                          "*1\r\n*4\r\n:1\r\n:2\r\n:0\r\n:0\r\n"
@@ -165,7 +171,7 @@ static void test_stops(lane_call *call) {
         const char *ok[] = {"TWRITE", "s", "a"};
         size_t head = req(buf, 3, ok);
         size_t n = head + req(buf + head, argcs[i], (const char **)stoppers[i]);
-        size_t used = lane_run(call, buf, n);
+        size_t used = run_lane(call, buf, n);
         if (i == 7) { /* the one that is not a stopper */
             CHECK(used == n);
             continue;
@@ -194,7 +200,7 @@ static void test_framing(lane_call *call) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fresh(call);
-        CHECK(lane_run(call, bad[i], strlen(bad[i])) == 0);
+        CHECK(run_lane(call, bad[i], strlen(bad[i])) == 0);
         CHECK(call->reply.len == 0 && mn_next_offset(stream_s) == 0);
     }
     char buf[256];
@@ -203,17 +209,17 @@ static void test_framing(lane_call *call) {
     size_t n = one + req(buf + one, 3, a);
     for (size_t cut = 0; cut <= n; cut++) {
         fresh(call);
-        size_t used = lane_run(call, buf, cut);
+        size_t used = run_lane(call, buf, cut);
         CHECK(used == (cut >= n ? n : cut >= one ? one : 0));
         CHECK(mn_next_offset(stream_s) == (used == n ? 2u : used == one ? 1u : 0u));
     }
     /* Limits: a bulk over max_bulk_len, more arguments than allowed. */
     fresh(call);
     call->max_bulk_len = 4;
-    CHECK(lane_run(call, buf, n) == 0);
+    CHECK(run_lane(call, buf, n) == 0);
     fresh(call);
     call->max_multibulk_len = 2;
-    CHECK(lane_run(call, buf, n) == 0);
+    CHECK(run_lane(call, buf, n) == 0);
 }
 
 static void test_budgets(lane_call *call) {
@@ -224,28 +230,28 @@ static void test_budgets(lane_call *call) {
     for (int i = 0; i < 10; i++) n += req(buf + n, 3, a);
     fresh(call);
     call->max_commands = 4;
-    CHECK(lane_run(call, buf, n) == 4 * one && call->stop == LANE_STOP_BUDGET);
+    CHECK(run_lane(call, buf, n) == 4 * one && call->stop == LANE_STOP_BUDGET);
     fresh(call);
     call->reply_mark = 9; /* ":0\r\n:1\r\n:2\r\n" passes it after the third */
-    CHECK(lane_run(call, buf, n) == 3 * one);
+    CHECK(run_lane(call, buf, n) == 3 * one);
     fresh(call);
     /* Checked before each TWRITE, as the general path checks its margin
      * before each command: the third starts at the room and runs. */
     call->aof_room = 2 * one;
-    CHECK(lane_run(call, buf, n) == 3 * one);
+    CHECK(run_lane(call, buf, n) == 3 * one);
     fresh(call);
     write_limit_s = 6; /* next offset 6 needs no reservation, 7 does */
-    CHECK(lane_run(call, buf, n) == 6 * one && call->stop == LANE_STOP_KEY);
+    CHECK(run_lane(call, buf, n) == 6 * one && call->stop == LANE_STOP_KEY);
     fresh(call);
     call->writes = 0;
-    CHECK(lane_run(call, buf, n) == 0);
+    CHECK(run_lane(call, buf, n) == 0);
     fresh(call);
     call->log_writes = 0;
-    CHECK(lane_run(call, buf, n) == n && call->aof.len == 0);
+    CHECK(run_lane(call, buf, n) == n && call->aof.len == 0);
     /* The offset ceiling: 2^63-1 is the last offset a message can get. */
     fresh(call);
     mn_raise_next_offset(stream_s, 9223372036854775807ULL - 1);
-    CHECK(lane_run(call, buf, n) == 2 * one);
+    CHECK(run_lane(call, buf, n) == 2 * one);
     CHECK(mn_next_offset(stream_s) == 9223372036854775808ULL);
     /* More keys than the table holds. */
     fresh(call);
@@ -257,7 +263,7 @@ static void test_budgets(lane_call *call) {
         n += req(buf + n, 4, r);
     }
     size_t each = n / (LANE_MAX_KEYS + 1);
-    CHECK(lane_run(call, buf, n) == LANE_MAX_KEYS * each && call->stop == LANE_STOP_KEY);
+    CHECK(run_lane(call, buf, n) == LANE_MAX_KEYS * each && call->stop == LANE_STOP_KEY);
     CHECK(call->nkeys == LANE_MAX_KEYS && call->tread_calls == LANE_MAX_KEYS);
 }
 
@@ -275,7 +281,7 @@ static void test_allocation_failures(lane_call *call) {
         lane_call_init(call);
         fresh(call);
         fail_after = k;
-        size_t used = lane_run(call, buf, n);
+        size_t used = run_lane(call, buf, n);
         fail_after = -1;
         uint64_t answered = 0;
         for (size_t i = 0; i < call->reply.len; i++) answered += call->reply.data[i] == ':';
