@@ -1,7 +1,7 @@
 # Benchmarks and tests; see BENCHMARKS.md and run-tests.sh.
 PYTHON ?= python3
 
-.PHONY: bench bench-quick bench-smoke test fuzz fuzz-proto fuzz-core fuzz-lane soak
+.PHONY: bench bench-quick bench-smoke test fuzz fuzz-proto fuzz-core soak
 
 # Full run (< 15 min on 2 cores): rewrites BENCHMARKS.md and bench/plots/.
 bench:
@@ -20,20 +20,16 @@ test:
 
 # The fuzzers, FUZZ_TIME seconds each (CI runs them for a short bounded time).
 # Python (atheris) findings land in fuzz/proto/work/<target>/artifacts/; the
-# storage core's libFuzzer harnesses put new corpus entries in fuzz/core/work/
+# storage core's and the C lane's libFuzzer harnesses put new corpus entries in fuzz/core/work/
 # and crashes in fuzz/core/crashes/.
 FUZZ_TIME ?= 600
-fuzz: fuzz-proto fuzz-core fuzz-lane
+fuzz: fuzz-proto fuzz-core
 
 fuzz-proto:
 	nice -n 10 $(PYTHON) -m fuzz.proto --time $(FUZZ_TIME)
 
 fuzz-core:
 	fuzz/core/run.sh $(FUZZ_TIME)
-
-# libFuzzer on the C lane (src/lane.c); findings in fuzz/lane/crashes/.
-fuzz-lane:
-	nice -n 10 fuzz/lane/run.sh $(FUZZ_TIME)
 
 # Mixed load with kill -9 rounds and a checker (bench/soak.py).
 SOAK_TIME ?= 600

@@ -64,6 +64,16 @@
  * sit between them), so they are copied back to back into a scratch
  * buffer for one atomic mn_append(); the simple form appends in place.
  *
+ * MEMORY
+ * ======
+ *
+ * The reply and AOF buffers are mn_bufs that the core appends to
+ * (mn_read_resp_prefixed) and frees (mn_buf_free) as well as this file:
+ * both must get their memory from one allocator, so a build that routes
+ * the core's allocations elsewhere (tests/c/alloc_hook.h) routes the lane's
+ * too. Scratch (argument table, joined entries, lengths) lives in the
+ * lane_call and is reused from read to read.
+ *
  * LIMITS
  * ======
  *

@@ -13,14 +13,13 @@ reader's reply, a WATCH's EXEC).
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import persistence_in_process, require, serve_reads
+from conftest import persistence_in_process, serve_reads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -332,19 +331,6 @@ def test_the_lane_stops_short_of_the_largest_offset(tmp_path: Path) -> None:
     offsets = b"".join(b":%d\r\n" % n for n in range(2**63 - 3, 2**63))
     assert replies.startswith(offsets)
     assert replies[len(offsets) :].count(b"-ERR") == 2
-
-
-@pytest.mark.slow
-def test_the_lane_fuzzer_runs_clean_for_a_few_seconds() -> None:
-    """fuzz/lane/run.sh --ci: libFuzzer on the lane's parser and commands,
-    from the committed corpus, under ASan/UBSan (make fuzz-lane runs it
-    longer)."""
-    require("clang")
-    script = Path(__file__).resolve().parent.parent / "fuzz" / "lane" / "run.sh"
-    done = subprocess.run(
-        ["bash", str(script), "8", "--ci"], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
 def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -> None:

@@ -80,15 +80,8 @@ class AofWriter:
 
     def append(self, argv: list[bytes]) -> None:
         """Log one command (state "off": nothing)."""
-        if self.state == "off":
-            return
-        data = encode_command(argv)
-        if self.state == "on":
-            self.buf.append(data)
-            self.buf_len += len(data)
-        if self.rewrite_buf is not None:
-            self.rewrite_buf.append(data)
-            self.rewrite_buf_len += len(data)
+        if self.state != "off":
+            self.append_encoded(encode_command(argv))
 
     def append_encoded(self, data: bytes) -> None:
         """Log commands already in their AOF form (encode_command() of

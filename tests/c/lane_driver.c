@@ -1,11 +1,12 @@
 /* lane_driver.c -- exercises src/lane.c under AddressSanitizer and UBSan
  * (see run_sanitizers.sh). Exits non-zero on the first mismatch.
  *
- * lane.c is compiled with alloc_hook.h force-included, so its own
- * allocations (argument table, joined entries, reply and AOF buffers) come
- * to the failing allocator below; the core is compiled plainly. That checks
- * what a sanitizer cannot: when the lane cannot allocate, it stops before
- * the request, with nothing appended, answered or logged.
+ * lane.c and macronode.c are compiled with alloc_hook.h force-included, so
+ * every allocation (the lane's argument table, joined entries, reply and
+ * AOF buffers; the core's nodes and read buffers) comes to the failing
+ * allocator below. That checks what a sanitizer cannot: when an allocation
+ * fails, the lane stops before the request, with nothing appended,
+ * answered or logged.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,7 +277,7 @@ static void test_allocation_failures(lane_call *call) {
     const char *b[] = {"TREAD", "s", "0", "100"};
     for (int i = 0; i < 6; i++) n += req(buf + n, 10, a);
     n += req(buf + n, 4, b);
-    for (long k = 0; k < 40; k++) {
+    for (long k = 0; k < 80; k++) {
         lane_call_free(call);
         lane_call_init(call);
         fresh(call);

@@ -1,5 +1,5 @@
 /* fuzz_lane.c -- libFuzzer harness for the C lane's parser and commands
- * (src/lane.c). Run by fuzz/lane/run.sh.
+ * (src/lane.c). Run by fuzz/core/run.sh (harness "lane").
  *
  * The input is a read buffer. Two streams exist: "s" (writable) and "t"
  * (read-only); other keys are refused. Checked on every input:
