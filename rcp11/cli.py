@@ -28,6 +28,7 @@ from typing import BinaryIO, TextIO
 
 import redis
 
+from rcp11 import __version__
 from rcp11.client import Client, ReadResult
 
 PROG = "rcp11"
@@ -424,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--help", action="help", help="show this help and exit")
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {__version__}", help="show the version"
+    )
     _add_connection_options(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 

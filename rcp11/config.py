@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rcp11 import __version__
+from rcp11 import __version__, errors
 from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
 from rcp11.files import replace_atomically
 from rcp11.limits import DEFAULT_MAX_BULK_LEN, DEFAULT_QUERY_BUFFER_LIMIT, INT64_MAX, INT_MAX
@@ -56,10 +56,10 @@ class ConfigError(Exception):
     @property
     def message(self) -> str:
         if self.name is None:
-            return f"ERR {self.reason}"
+            return errors.err(self.reason)
         if self.unknown:
-            return f"ERR Unknown option or number of arguments for CONFIG SET - '{self.name}'"
-        return f"ERR CONFIG SET failed (possibly related to argument '{self.name}') - {self.reason}"
+            return errors.config_set_unknown(self.name)
+        return errors.config_set_failed(self.name, self.reason)
 
     def fatal_message(self) -> str:
         where = "Reading the configuration"

@@ -41,6 +41,7 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 SYNTAX = "ERR syntax error"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOAUTH = "NOAUTH Authentication required."
+MONITOR_DENY_BLOCKING = "ERR MONITOR isn't allowed for DENY BLOCKING client"
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 NO_SUCH_KEY = "ERR no such key"
@@ -142,6 +143,14 @@ def syntax_error(problem: str) -> str:
     return f"ERR syntax error, {problem}"
 
 
+def twrite_unknown_option(option: str, entries_follow: bool) -> str:
+    """TWRITE met a word that is not an option. When no ENTRIES comes
+    after it, the user most likely forgot ENTRIES (TWRITE s BACKLOG 3 a b):
+    say so first."""
+    unknown = f"unknown option '{option}' (expected BACKLOG or ENTRIES)"
+    return syntax_error(unknown if entries_follow else f"ENTRIES is missing, {unknown}")
+
+
 def exec_abort_because(reason: str) -> str:
     return f"EXECABORT Transaction discarded because of: {reason}"
 
@@ -162,3 +171,81 @@ def failed_after_change(command: str, problem: str, logged: bool) -> str:
     nothing happened."""
     outcome = "the change is kept and logged" if logged else "the change could not be logged"
     return f"{problem} (raised after '{command}' changed data; {outcome})"
+
+
+# --- server, connection and key commands (Redis 7's texts) ------------------
+
+NO_SHUTDOWN_IN_PROGRESS = "ERR No shutdown in progress."
+SHUTDOWN_FAILED = "ERR Errors trying to SHUTDOWN. Check logs."
+NO_LFU = "ERR An LFU maxmemory policy is not selected, access frequency not tracked."
+EXPIRE_FLAGS_INCOMPATIBLE = "ERR NX and XX, GT or LT options at the same time are not compatible"
+DECREMENT_OVERFLOW = "ERR decrement would overflow"
+UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+INVALID_CLIENT_ID = "ERR Invalid client ID"
+CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
+
+
+def hello_option(option: str) -> str:
+    return f"ERR Syntax error in HELLO option '{option}'"
+
+
+def unrecognized_option(option: str) -> str:
+    return f"ERR Unrecognized option '{option}'"
+
+
+def setinfo_bad_chars(what: str) -> str:
+    return f"ERR {what} cannot contain spaces, newlines or special characters."
+
+
+def unknown_client_type(kind: str) -> str:
+    return f"ERR Unknown client type '{kind}'"
+
+
+def no_such_user(user: str) -> str:
+    return f"ERR No such user '{user}'"
+
+
+def unsupported_option(option: str) -> str:
+    return f"ERR Unsupported option {option}"
+
+
+def config_set_unknown(name: str) -> str:
+    return f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+
+
+def config_set_failed(name: str, reason: str) -> str:
+    return f"ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"
+
+
+def err(message: str) -> str:
+    """A plain -ERR reply with this text (config reasons, protocol errors)."""
+    return f"ERR {message}"
+
+
+# --- request framing (resp.py; the server adds "ERR " and closes the connection)
+
+PROTO_INVALID_BULK_LENGTH = "Protocol error: invalid bulk length"
+PROTO_INVALID_MULTIBULK_LENGTH = "Protocol error: invalid multibulk length"
+PROTO_TOO_BIG_BULK_COUNT_STRING = "Protocol error: too big bulk count string"
+PROTO_TOO_BIG_INLINE_REQUEST = "Protocol error: too big inline request"
+PROTO_TOO_BIG_MBULK_COUNT_STRING = "Protocol error: too big mbulk count string"
+PROTO_UNAUTHENTICATED_BULK_LENGTH = "Protocol error: unauthenticated bulk length"
+PROTO_UNAUTHENTICATED_MULTIBULK_LENGTH = "Protocol error: unauthenticated multibulk length"
+PROTO_UNBALANCED_QUOTES_IN_REQUEST = "Protocol error: unbalanced quotes in request"
+
+
+# --- CONFIG SET reasons (ConfigError; the reply is errors.config_set_failed)
+
+BIND_FAILED = "Failed to bind to specified addresses."
+
+
+def cant_chdir(path: str, why: str) -> str:
+    return f"Can't chdir to '{path}': {why}"
+
+
+def cant_lock(path: str, why: str) -> str:
+    return f"can't lock {path}: {why}"
+
+
+def cant_write(path: str, why: str) -> str:
+    return f"can't write {path}: {why}"

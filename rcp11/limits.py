@@ -71,6 +71,14 @@ COMMANDS_BETWEEN_CLOCKS = 64
 # Error codes INFO errorstats counts apart (Redis's ERROR_STATS_NUMBER):
 # past it the table stops growing until CONFIG RESETSTAT.
 ERROR_STATS_KINDS = 128
+# glibc keeps freed memory for reuse (a server whose keys were all deleted
+# stayed at 405 MB RSS): once used_memory fell this far below its level at
+# the last trim, the cron gives it back with malloc_trim(0) ...
+TRIM_AFTER_FREED = 16 * 1024 * 1024
+# ... at most this often, as the trim walks the whole heap (milliseconds
+# per GB), so a workload that frees a little all the time does not pay it
+# on every tick.
+TRIM_INTERVAL_SECONDS = 1.0
 # Descriptors the server needs besides client sockets: listeners, log, AOF,
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32

@@ -815,7 +815,7 @@ class RequestParser:
         newline = _line_end(buf, pos, b"\n")
         if newline < 0:
             if len(buf) - pos > INLINE_MAX_SIZE:
-                raise ProtocolError("Protocol error: too big inline request")
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE_REQUEST)
             self._need = len(buf) - pos + 1
             return None
         end = newline
@@ -823,7 +823,7 @@ class RequestParser:
             end -= 1
         argv = split_args(buf[pos:end])
         if argv is None:
-            raise ProtocolError("Protocol error: unbalanced quotes in request")
+            raise ProtocolError(errors.PROTO_UNBALANCED_QUOTES_IN_REQUEST)
         self._pos = newline + 1
         return argv
 
@@ -836,13 +836,13 @@ class RequestParser:
             newline = _line_end(buf, pos, b"\r")
             if newline < 0 or newline + 1 >= size:
                 if size - pos > INLINE_MAX_SIZE:
-                    raise ProtocolError("Protocol error: too big mbulk count string")
+                    raise ProtocolError(errors.PROTO_TOO_BIG_MBULK_COUNT_STRING)
                 return None
             count = _parse_int(buf[pos + 1 : newline])
             if count is None or count > self.max_multibulk_len:
-                raise ProtocolError("Protocol error: invalid multibulk length")
+                raise ProtocolError(errors.PROTO_INVALID_MULTIBULK_LENGTH)
             if count > UNAUTHENTICATED_MAX_MULTIBULK_LEN and self.unauthenticated:
-                raise ProtocolError("Protocol error: unauthenticated multibulk length")
+                raise ProtocolError(errors.PROTO_UNAUTHENTICATED_MULTIBULK_LENGTH)
             pos = newline + 2
             if count <= 0:
                 # "*0" and negative counts are empty requests Redis skips.
@@ -862,15 +862,15 @@ class RequestParser:
             newline = _line_end(buf, pos, b"\r")
             if newline < 0 or newline + 1 >= size:
                 if size - pos > INLINE_MAX_SIZE:
-                    raise ProtocolError("Protocol error: too big bulk count string")
+                    raise ProtocolError(errors.PROTO_TOO_BIG_BULK_COUNT_STRING)
                 break
             if buf[pos] != 36:  # '$'
                 raise ProtocolError(errors.expected_bulk(buf[pos]))
             length = _parse_int(buf[pos + 1 : newline])
             if length is None or length < 0 or length > max_bulk:
-                raise ProtocolError("Protocol error: invalid bulk length")
+                raise ProtocolError(errors.PROTO_INVALID_BULK_LENGTH)
             if length > UNAUTHENTICATED_MAX_BULK_LEN and unauthenticated:
-                raise ProtocolError("Protocol error: unauthenticated bulk length")
+                raise ProtocolError(errors.PROTO_UNAUTHENTICATED_BULK_LENGTH)
             start = newline + 2
             end = start + length
             if end + 2 > size:

@@ -102,11 +102,11 @@ def shutdown_command(state: ServerState, client: ClientState, argv: list[bytes])
         elif option in (b"now", b"force"):
             pass  # nothing to wait for, nothing to force past
         elif option == b"abort" and len(argv) == 2:
-            raise CommandError("ERR No shutdown in progress.")
+            raise CommandError(errors.NO_SHUTDOWN_IN_PROGRESS)
         else:
             raise CommandError(errors.SYNTAX)
     if state.request_shutdown(mode) is False:
-        raise CommandError("ERR Errors trying to SHUTDOWN. Check logs.")
+        raise CommandError(errors.SHUTDOWN_FAILED)
     # No reply: the connection closes as the server exits.
     return BLOCKED
 
@@ -187,7 +187,7 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         return 1
     if sub == "idletime":
         return 0
-    raise CommandError("ERR An LFU maxmemory policy is not selected, access frequency not tracked.")
+    raise CommandError(errors.NO_LFU)
 
 
 # ---- CONFIG
@@ -209,9 +209,7 @@ def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -
             return {name: _config_text(value) for name, value in found.items()}
         if sub == "set":
             if len(argv) % 2:
-                raise CommandError(
-                    f"ERR Unknown option or number of arguments for CONFIG SET - '{text(argv[-1])}'"
-                )
+                raise CommandError(errors.config_set_unknown(text(argv[-1])))
             config.set_many(
                 [(text(argv[i]), text(argv[i + 1])) for i in range(2, len(argv), 2)],
                 protected_ok=config.protected_allowed(client.local),

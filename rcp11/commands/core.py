@@ -301,7 +301,7 @@ def _serve(state: ServerState, request: BlockRequest) -> Any:
     client, argv = request.client, request.argv
     cmd = lookup_original(argv[0])
     if cmd is None:  # the command table never loses a row
-        raise RuntimeError(f"blocked command {argv[0]!r} has no row")
+        raise RuntimeError(f"blocked command {show_arg(argv[0])} has no row")
     refusal = check(state, client, cmd, argv)
     if refusal is not None:
         count_error(state, refusal)
@@ -335,6 +335,11 @@ def client_disconnected(state: ServerState, client: ClientState) -> None:
     state.blocking.remove(client)
     unwatch_all(state, client)
     client.queued = None
+    stop_monitor(state, client)
+
+
+def stop_monitor(state: ServerState, client: ClientState) -> None:
+    """The client stops receiving MONITOR lines (RESET, disconnect)."""
     if client.monitor:
         client.monitor = False
         state.monitors.remove(client)
@@ -358,6 +363,7 @@ __all__ = [
     "feed_monitors",
     "requirepass_set",
     "serve_ready",
+    "stop_monitor",
     "unwatch_all",
     "write_refusal",
 ]

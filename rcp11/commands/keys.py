@@ -200,9 +200,9 @@ def _expire_generic(
         raise CommandError(errors.INVALID_EXPIRE.format(name))
     flags = {arg.lower() for arg in argv[3:]}
     if not flags <= {b"nx", b"xx", b"gt", b"lt"} or len(flags) != len(argv) - 3:
-        raise CommandError(f"ERR Unsupported option {text(argv[3])}")
+        raise CommandError(errors.unsupported_option(text(argv[3])))
     if b"nx" in flags and len(flags) > 1 or {b"gt", b"lt"} <= flags:
-        raise CommandError("ERR NX and XX, GT or LT options at the same time are not compatible")
+        raise CommandError(errors.EXPIRE_FLAGS_INCOMPATIBLE)
     if key not in state.keyspace:
         return 0
     current = state.keyspace.expires.get(key)

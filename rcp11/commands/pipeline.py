@@ -25,6 +25,7 @@ from typing import Any
 from rcp11 import errors
 from rcp11.commands.core import BLOCKED, count_error, execute
 from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
+from rcp11.logs import show_arg
 from rcp11.resp import Error, encode, encode_raw_error
 from rcp11.state import ClientState, ServerState
 
@@ -74,7 +75,7 @@ def run_pipeline(
         try:
             reply = execute(state, client, argv)
         except Exception as exc:  # a bug in dispatch must not kill the server
-            log.exception("Error running %r", argv[:1])
+            log.exception("Error running %s", show_arg(argv[0]))
             reply = Error(errors.internal_error_running(exc))
             count_error(state, reply.message)
         index += 1
@@ -92,7 +93,7 @@ def protocol_error_reply(state: ServerState, message: str) -> bytes:
     """The reply to bytes that are not a request (the connection then
     closes), counted as an error reply."""
     count_error(state, "ERR")
-    return encode_raw_error("ERR " + message)
+    return encode_raw_error(errors.err(message))
 
 
 def late_reply(client: ClientState, reply: Any) -> bytes:

@@ -89,9 +89,8 @@ def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
                 raise CommandError(errors.BACKLOG_COUNT)
             i += 2
             continue
-        raise CommandError(
-            errors.syntax_error(f"unknown option '{text(argv[i])}' (expected BACKLOG or ENTRIES)")
-        )
+        entries_follow = any(arg.upper() == b"ENTRIES" for arg in argv[i + 1 :])
+        raise CommandError(errors.twrite_unknown_option(text(argv[i]), entries_follow))
     entries = argv[i:]
     if not entries:
         raise CommandError(errors.syntax_error("no entry after ENTRIES"))

@@ -170,7 +170,7 @@ def incrby_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 def decrby_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     delta = parse_int(argv[2])
     if delta == INT64_MIN:
-        raise CommandError("ERR decrement would overflow")
+        raise CommandError(errors.DECREMENT_OVERFLOW)
     return _incr(state, argv, -delta)
 
 

@@ -14,15 +14,14 @@ disk errors).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from rcp11.files import write_all
+from rcp11.libc import fallocate_keep_size
 from rcp11.limits import AOF_SPACE_MARGIN, AOF_SPACE_SLICES, MAX_OFFSET
 from rcp11.resp import encode_command
 
@@ -178,7 +177,7 @@ class AofWriter:
             return True
         end = self.current_size + self.buf_len
         for size in AOF_SPACE_SLICES:
-            result = _fallocate_keep_size(self.fd, end, size)
+            result = fallocate_keep_size(self.fd, end, size)
             if result == 0:
                 self._reserved_until = end + size
                 if self._space_low:
@@ -305,36 +304,6 @@ def close_in_background(fd: int) -> None:
 
 
 _FALLOCATE_WORKS = [True]
-_LIBC: list[Any] = []
-
-
-def _fallocate_keep_size(fd: int, offset: int, length: int) -> int:
-    """fallocate(FALLOC_FL_KEEP_SIZE); 0 or an errno."""
-    try:
-        libc = _libc()
-        if libc is None:
-            return errno.EOPNOTSUPP
-        if libc.fallocate(fd, 1, ctypes.c_longlong(offset), ctypes.c_longlong(length)) == 0:
-            return 0
-        return ctypes.get_errno() or errno.EIO
-    except (AttributeError, OSError):
-        return errno.EOPNOTSUPP
-
-
-def _libc() -> Any:
-    if not _LIBC:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.fallocate.argtypes = [
-                ctypes.c_int,
-                ctypes.c_int,
-                ctypes.c_longlong,
-                ctypes.c_longlong,
-            ]
-            _LIBC.append(libc)
-        except (AttributeError, OSError):
-            _LIBC.append(None)
-    return _LIBC[0]
 
 
 __all__ = ["AofWriter", "close_in_background"]

@@ -418,7 +418,7 @@ class Persistence:
             except DirectoryInUse as exc:
                 raise ConfigError(str(exc)) from None
             except OSError as exc:
-                raise ConfigError(f"can't lock {new_dir}: {exc.strerror or exc}") from None
+                raise ConfigError(errors.cant_lock(new_dir, exc.strerror or str(exc))) from None
         dbfilename = str(self.conf("dbfilename"))
         new_offsets = os.path.join(new_dir, offsets_name(dbfilename))
         reservations = self.reservations
@@ -429,7 +429,9 @@ class Persistence:
                 reservations.rewrite(dict(reservations.marks), dict(reservations.deleted))
             except OSError as exc:
                 reservations.path = old_path
-                raise ConfigError(f"can't write {new_offsets}: {exc.strerror}") from None
+                raise ConfigError(
+                    errors.cant_write(new_offsets, exc.strerror or str(exc))
+                ) from None
         self.dir = new_dir
         self.snapshot_path = os.path.join(new_dir, dbfilename)
 

@@ -165,7 +165,7 @@ def _replay_raise(state: ServerState, argv: list[bytes], path: str, at: int) -> 
     if len(argv) != 3:
         problem = f"{len(argv) - 1} arguments instead of 2"
     elif not argv[2].isdigit() or int(argv[2]) > NEXT_OFFSET_CEILING:
-        problem = f"offset {argv[2][:30]!r} is not an integer from 0 to 2^63"
+        problem = f"offset {show_arg(argv[2][:30])} is not an integer from 0 to 2^63"
     elif isinstance(state.keyspace.data.get(argv[1]), bytes):
         problem = "the key holds a string"
     if problem is not None:

@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 from rcp11.errors import PersistenceError
 from rcp11.files import replace_atomically
+from rcp11.logs import show_arg
 from rcp11.state import ServerState
 from rcp11.storage import StorageError, Stream
 
@@ -145,10 +146,10 @@ def read_snapshot(reader: CrcReader, state: ServerState) -> list[bytes]:
         if tag == b"E":
             break
         if tag not in (b"S", b"T", b"X"):
-            raise reader.fail(f"corrupt file (unknown record type {tag!r})", record_at)
+            raise reader.fail(f"corrupt file (unknown record type {show_arg(tag)})", record_at)
         key = reader.read(reader.u32())
         if tag != b"X" and key in keyspace.data:
-            raise reader.fail(f"corrupt file (key {key[:60]!r} appears twice)", record_at)
+            raise reader.fail(f"corrupt file (key {show_arg(key[:60])} appears twice)", record_at)
         if tag == b"S":
             keyspace.set(key, reader.read(reader.u64()))
         elif tag == b"X":
@@ -168,7 +169,7 @@ def read_snapshot(reader: CrcReader, state: ServerState) -> list[bytes]:
             try:
                 stream = Stream.load(blobs())
             except StorageError as exc:
-                raise reader.fail(f"corrupt stream {key!r} ({exc})", record_at) from exc
+                raise reader.fail(f"corrupt stream {show_arg(key)} ({exc})", record_at) from exc
             keyspace.set(key, stream)
             stream_keys.append(key)
     expected = reader.crc

@@ -4,6 +4,7 @@
     listeners.py      Server: listeners, connections, the flush, cron, shutdown
     connection.py     Connection: one client's read path and output
     output_limits.py  client-output-buffer-limit and backpressure marks
+    trim.py           memory freed by deletions given back (malloc_trim)
 
 It knows no command names and formats no replies: commands run through
 rcp11.commands.run_pipeline().

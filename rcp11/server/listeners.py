@@ -30,6 +30,7 @@ from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
 from rcp11.server.output_limits import next_output_mark
+from rcp11.server.trim import MemoryTrim
 from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
@@ -58,6 +59,7 @@ class Server:
         self.cron_handle: asyncio.TimerHandle | None = None
         self.stopping = False
         self.exit_code = 0
+        self.trim = MemoryTrim()
         self.output_limits = state.config.get("client-output-buffer-limit")["normal"]
         config = state.config
         config.on_change("client-output-buffer-limit", self._limits_changed)
@@ -91,7 +93,7 @@ class Server:
         try:
             os.chdir(path)
         except OSError as exc:
-            raise ConfigError(f"Can't chdir to '{path}': {exc.strerror}") from None
+            raise ConfigError(errors.cant_chdir(path, exc.strerror or str(exc))) from None
 
     def set_keepalive(self, sock: Any) -> None:
         interval = self.state.config.get("tcp-keepalive")
@@ -248,9 +250,9 @@ class Server:
             try:
                 wanted, bound = self._bind_tcp(config.get("bind"), port, self.tcp_listeners)
             except OSError:
-                raise ConfigError("Failed to bind to specified addresses.") from None
+                raise ConfigError(errors.BIND_FAILED) from None
             if not wanted:
-                raise ConfigError("Failed to bind to specified addresses.")
+                raise ConfigError(errors.BIND_FAILED)
         for address in [a for a in self.tcp_listeners if a not in wanted]:
             listener = self.tcp_listeners.pop(address)
             if listener is not None:
@@ -363,6 +365,7 @@ class Server:
             expire_keys(state)
             self.client_timeouts(now)
             state.used_memory_peak()
+            self.trim.tick(state.used_memory(), now)
             state.sample_rates(time.monotonic())
         except Exception:
             log.exception("Error in the server cron")

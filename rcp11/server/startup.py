@@ -20,6 +20,7 @@ from rcp11.logs import VERBOSE, setup_logging
 from rcp11.persistence import Persistence, PersistenceError
 from rcp11.server.listeners import Server
 from rcp11.state import ServerState
+from rcp11.stdio import quiet_broken_pipe
 
 log = logging.getLogger("rcp11")
 
@@ -125,6 +126,17 @@ def adjust_open_files_limit(config: Config) -> None:
         log.log(VERBOSE, "Increased maximum number of open files to %d", soft)
 
 
+def new_event_loop() -> tuple[asyncio.AbstractEventLoop, str]:
+    """uvloop's loop when it is installed (a dependency), else asyncio's;
+    and its name for INFO's multiplexing_api."""
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("uvloop is not installed: running on asyncio's event loop (slower).")
+        return asyncio.new_event_loop(), "asyncio"
+    return uvloop.new_event_loop(), "uvloop"
+
+
 def persistence_mode(config: Config) -> str:
     parts = []
     if config.get("appendonly"):
@@ -161,17 +173,13 @@ def run(config: Config) -> int:
     except OSError as exc:
         log.warning("Can't chdir to '%s': %s", config.get("dir"), exc.strerror)
         return 1
-    try:
-        import uvloop
-
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    except ImportError:
-        loop = asyncio.new_event_loop()
+    loop, multiplexing_api = new_event_loop()
     asyncio.set_event_loop(loop)
 
     # Wired here, explicitly: the state, the front end on it, and the
     # persistence engine, which replays the AOF through the command layer.
     state = ServerState(config)
+    state.multiplexing_api = multiplexing_api
     server = Server(state, loop)
     persistence = Persistence(state, execute)
     state.persistence = persistence
@@ -238,6 +246,10 @@ def _remove_pidfile(path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    return quiet_broken_pipe(lambda: _main(args))
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] in ("-h", "--help"):
         print(USAGE)
         return 0
