@@ -34,6 +34,7 @@ OWN_SUITES = {
 EXTERNAL_SUITES = {
     "core": ("bench.core_bench", "Storage core (C macronode) micro-benchmarks"),
     "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
+    "lane": ("bench.lane_bench", "The C lane: server CPU per request, lane vs general path"),
 }
 ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
 
