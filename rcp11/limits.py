@@ -95,6 +95,11 @@ AOF_SPACE_MARGIN = 128 << 10
 # request of a small message costs well under a microsecond, so this keeps
 # a turn to a few milliseconds.
 LANE_MAX_COMMANDS = 4096
+# The start of a request split across reads, at most this long, is read by
+# the lane again with the next read (one copy of it and of the read): a
+# pipeline streamed in big reads keeps the lane. A request still arriving
+# past this (a big value) is the parser's alone, or every read would copy it.
+LANE_MAX_CARRY = 64 << 10
 
 # --- offset reservations (rcp11/persistence/reservations.py) ----------------
 
@@ -119,6 +124,7 @@ __all__ = [
     "INLINE_MAX_SIZE",
     "INT64_MAX",
     "INT64_MIN",
+    "LANE_MAX_CARRY",
     "LANE_MAX_COMMANDS",
     "INT_MAX",
     "MAX_OFFSET",

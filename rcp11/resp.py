@@ -665,6 +665,41 @@ class RequestParser:
             and self._error is None
         )
 
+    def unparsed(self, limit: int) -> bytes | None:
+        """The start of a request still arriving, as bytes, when that is
+        all the parser holds (no command parsed and not taken, no error)
+        and it is at most about `limit` bytes; None otherwise. The C lane
+        reads it again together with the next read. Arguments the exact
+        parser already took out of it are written back in canonical form:
+        they are the same arguments, and canonical is what the AOF logs."""
+        if self._ready or self._error is not None:
+            return None
+        args = self._args
+        size = self.buffered()
+        if args is not None:
+            size += sum(map(len, args)) + 24 * (len(args) + 1)
+        if size > limit:
+            return None
+        self._fill()
+        rest = self._buf[self._pos :]
+        if args is None:
+            return rest
+        head = [b"*%d\r\n" % (len(args) + self._remaining)]
+        head += [b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args]
+        return b"".join(head) + rest
+
+    def skip(self, size: int) -> None:
+        """Drop the first `size` bytes unparsed() returned: the C lane ran
+        them. A request half assembled is only ever run whole, with all
+        that was buffered."""
+        if self._args is not None:
+            self._args = None
+            self._remaining = 0
+            self._pos = len(self._buf)
+        else:
+            self._pos += size
+        self._need = 0
+
     def push_back(self, commands: list[list[bytes]]) -> None:
         """Return commands taken by drain() but not run (the client blocked);
         they come out first next time."""

@@ -365,3 +365,21 @@ def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -
         b"y",
     ]
     r.close()
+
+
+def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None:
+    """A pipeline streamed in reads that end mid-request keeps the lane:
+    the buffered start of the request is read again with the next read."""
+    from rcp11.commands import lane
+
+    state, _ = _setup(tmp_path, aof=False)
+    client = ClientState(authenticated=True)
+    one = encode_command([b"TWRITE", b"s", b"x" * 50])
+    data = one * 10
+    cut = len(one) * 3 + 20  # inside the fourth request
+    replies = serve_reads(state, client, [data[:cut], data[cut:]])
+    assert replies == b"".join(b":%d\r\n" % n for n in range(4, 14))
+    # The second read's lane run took the fourth request's start from the
+    # parser and ran all seven left.
+    assert lane._call.twrite_calls == 7
+    assert state.stats.commands["twrite"][0] == 2 + 10

@@ -31,7 +31,7 @@ from rcp11 import errors
 from rcp11._macronode import ffi, lib
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.table import RENAMED
-from rcp11.limits import LANE_MAX_COMMANDS
+from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
@@ -107,21 +107,31 @@ def run_lane(
     mark: int,
 ) -> tuple[int, int]:
     """Run what the lane can of data (a read) for client, whose requests
-    `parser` reads (the lane runs only while it is idle, and within its
-    limits), appending the replies to out (out_bytes: what
+    `parser` reads (the lane runs when it holds nothing, or only the start
+    of a request, and within its limits; it then consumes those bytes from
+    the parser), appending the replies to out (out_bytes: what
     out holds; mark: as for run_pipeline). Returns (bytes of data
     consumed, out_bytes now)."""
     global _state
     if (
-        len(data) < _MIN_READ
-        or type(data) is not bytes
+        type(data) is not bytes
         or out_bytes > mark
-        or not parser.idle()
         or parser.unauthenticated
-        or len(data) > parser.query_buffer_limit > 0  # the parser refuses the read
         or not lane_open(state, client)
     ):
         return 0, out_bytes
+    carried = b""
+    if not parser.idle():
+        # A request split across reads: its start, buffered, is read again
+        # with this read (a pipeline streamed in big reads would otherwise
+        # never reach the lane after its first split request).
+        unparsed = parser.unparsed(LANE_MAX_CARRY)
+        if unparsed is None:
+            return 0, out_bytes
+        carried = unparsed
+        data = carried + data
+    if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
+        return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
     call = _call
     persistence = state.persistence
     config = state.config
@@ -150,7 +160,13 @@ def run_lane(
     reply = ffi.unpack(call.reply.data, call.reply.len)
     out.append(reply)
     _account(state, client, call)
-    return consumed, out_bytes + len(reply)
+    out_bytes += len(reply)
+    if consumed < len(carried):  # requests the parser held whole, not this read
+        parser.skip(consumed)
+        return 0, out_bytes
+    if carried:
+        parser.skip(len(carried))
+    return consumed - len(carried), out_bytes
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:

@@ -157,9 +157,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """The read path, the one place bytes read become commands: the C
         lane (commands.run_lane) runs the TWRITEs and TREADs it can straight
-        from the read buffer, for a runnable client whose parser holds
-        nothing; what it did not run goes to the parser unchanged, and the
-        complete commands it hands out to process() -> run_pipeline()."""
+        from the read buffer (with the start of a request the parser holds
+        from the last read), for a runnable client; what it did not run goes
+        to the parser unchanged, and the complete commands it hands out to
+        process() -> run_pipeline()."""
         client = self.client
         if client is None or self.closed:
             return
@@ -170,13 +171,15 @@ class Connection(asyncio.Protocol):
         runnable = client.blocked is None and not client.closing and self.held is None
         commands: list[list[bytes]] | None = None
         if runnable and self.backlog is None:
+            queued = self.out_bytes
             consumed, self.out_bytes = run_lane(
-                server.state, client, parser, data, self.out, self.out_bytes, self.lane_mark()
+                server.state, client, parser, data, self.out, queued, self.lane_mark()
             )
-            if consumed:
+            if self.out_bytes != queued:
                 server.want_flush(self)
+            if consumed:
                 if consumed == len(data):
-                    client.query_buffer_len = 0
+                    client.query_buffer_len = parser.buffered()  # type: ignore[union-attr]
                     return
                 data = data[consumed:]
         try:
