@@ -8,7 +8,7 @@ whose change re-checks it too.
 This module only keeps the registry: it knows no command. Every write to
 the keyspace signals the key it changed (Keyspace.touch calls signal_key()
 while anyone waits), so whatever a command wrote, readers waiting on it are
-re-checked; the command layer (rcp11/commands/blocked.py) then serves the
+re-checked; the command layer (rcp11/commands/core.py serve_ready()) then serves the
 keys that became ready after the command ran (Redis's call() order: run,
 propagate, then wake), each request through request.serve() and the same
 checks and write protection as any command. The server cron calls expire()

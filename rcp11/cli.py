@@ -30,6 +30,7 @@ import redis
 
 from rcp11 import __version__
 from rcp11.client import Client, ReadResult
+from rcp11.stdio import silence_stdout
 
 PROG = "rcp11"
 DEFAULT_HOST = "127.0.0.1"
@@ -569,13 +570,8 @@ def main(
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # The reader went away (`rcp11 consume k | head`): not an error. Point
-        # stdout at /dev/null so the interpreter's final flush stays quiet.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        # The reader went away (`rcp11 consume k | head`): not an error.
+        silence_stdout()
         return 0
     finally:
         if client is not None:

@@ -83,7 +83,7 @@ TRIM_INTERVAL_SECONDS = 1.0
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32
 
-# --- the AOF's disk reservation and the TWRITE run -------------------------
+# --- the AOF's disk reservation and the C lane ------------------------------
 
 # Disk space kept preallocated ahead of the AOF's end, largest slice that
 # fits first; a write command is refused (MISCONF) when less than the margin

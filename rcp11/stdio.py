@@ -18,12 +18,17 @@ def quiet_broken_pipe(run: Callable[[], int]) -> int:
         status = run()
         sys.stdout.flush()
     except BrokenPipeError:
-        # stdout still holds unwritten bytes: point it at /dev/null so the
-        # interpreter's final flush has nowhere to fail.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        silence_stdout()
         return 0
     return status
+
+
+def silence_stdout() -> None:
+    """stdout's reader is gone and stdout may still hold unwritten bytes:
+    point it at /dev/null so the interpreter's final flush has nowhere to
+    fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

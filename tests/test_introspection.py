@@ -155,3 +155,22 @@ def test_scan_type_finds_streams_by_their_type_name_only(server: ServerProcess) 
     assert r.execute_command("SCAN", 0, "TYPE", "RCP11-LOG") == (0, [b"s"])
     assert r.execute_command("SCAN", 0, "TYPE", "stream") == (0, [])
     assert r.execute_command("SCAN", 0, "TYPE", "string") == (0, [b"k"])
+
+
+def monitor_flags(port: int) -> str:
+    monitor = Monitor(port)
+    try:
+        listing = redis_cli(port, "CLIENT", "LIST")
+    finally:
+        monitor.sock.close()
+    return next(
+        field.split("=")[1]
+        for line in listing.splitlines()
+        if "cmd=monitor" in line
+        for field in line.split()
+        if field.startswith("flags=")
+    )
+
+
+def test_client_list_flags_a_monitor_as_redis(server: ServerProcess, redis_reference: int) -> None:
+    assert monitor_flags(server.port) == monitor_flags(redis_reference) == "O"

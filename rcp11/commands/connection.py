@@ -205,7 +205,7 @@ def _check_client_name(name: bytes) -> None:
 
 
 def _client_flags(client: ClientState) -> str:
-    flags = ""
+    flags = "O" if client.monitor else ""
     if client.blocked is not None:
         flags += "b"
     if client.dirty_cas:

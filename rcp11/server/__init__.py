@@ -2,7 +2,9 @@
 
     startup.py        the command line, config, logging, wiring, main()
     listeners.py      Server: listeners, connections, the flush, cron, shutdown
+    sockets.py        binding TCP addresses and the unix socket
     connection.py     Connection: one client's read path and output
+    admission.py      who may connect (maxclients, protected mode), its ClientState
     output_limits.py  client-output-buffer-limit and backpressure marks
     trim.py           memory freed by deletions given back (malloc_trim)
 

@@ -16,9 +16,8 @@ import asyncio
 import logging
 import time
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from rcp11 import errors
 from rcp11.commands import (
     Stop,
     client_line,
@@ -30,33 +29,32 @@ from rcp11.commands import (
 from rcp11.errors import ProtocolError
 from rcp11.limits import TRANSPORT_WATER, TURN_SECONDS
 from rcp11.logs import VERBOSE
-from rcp11.resp import Error, QueryBufferLimitError, RequestParser, encode
+from rcp11.resp import QueryBufferLimitError, RequestParser
+from rcp11.server.admission import admit
 from rcp11.server.output_limits import limit_passed, next_output_mark
-from rcp11.state import ClientState
-
-if TYPE_CHECKING:
-    from rcp11.server.listeners import Server
+from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
 
-# The local end of these addresses is the machine itself; protected mode
-# accepts only them (and unix sockets) while no password is set.
-_LOOPBACK = ("127.0.0.1", "::1")
 
-# Refusals written before a connection becomes a client.
-DENIED = encode(Error(errors.DENIED), False)
-MAX_CLIENTS = encode(Error(errors.MAX_CLIENTS), False)
+class Front(Protocol):
+    """What a connection asks of the server that accepted it (listeners.py's
+    Server): written here so that this file does not look up at it."""
 
+    state: ServerState
+    loop: asyncio.AbstractEventLoop
+    now: float  # time.time() at the last read or cron tick
+    output_limits: tuple[int, int, int]  # client-output-buffer-limit normal
+    connections: dict[int, Connection]
 
-def _format_addr(sockaddr: Any, unix_path: str | None) -> str:
-    if unix_path is not None:
-        return f"{unix_path}:0"
-    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
-        host = sockaddr[0]
-        if ":" in host:
-            return f"[{host}]:{sockaddr[1]}"
-        return f"{host}:{sockaddr[1]}"
-    return "?"
+    def want_flush(self, conn: Connection) -> None:
+        """Write conn's queued replies at the end of this loop iteration."""
+
+    def forget(self, client: ClientState) -> None:
+        """The connection is gone: drop its client everywhere."""
+
+    def set_keepalive(self, sock: Any) -> None:
+        """TCP keepalive per the tcp-keepalive directive."""
 
 
 class Connection(asyncio.Protocol):
@@ -73,7 +71,7 @@ class Connection(asyncio.Protocol):
     TURN_SECONDS before other clients get a turn.
     """
 
-    def __init__(self, server: Server, unix_path: str | None = None) -> None:
+    def __init__(self, server: Front, unix_path: str | None = None) -> None:
         self.server = server
         self.unix_path = unix_path
         self.transport: asyncio.Transport | None = None
@@ -107,40 +105,15 @@ class Connection(asyncio.Protocol):
         state = server.state
         config = state.config
         self.transport = transport  # type: ignore[assignment]
-        state.stats.total_connections_received += 1
-        peer = transport.get_extra_info("peername")
-        if len(state.clients) >= config.get("maxclients"):
-            state.stats.rejected_connections += 1
-            log.log(VERBOSE, "Error registering client: max number of clients reached")
-            transport.write(MAX_CLIENTS)
-            transport.close()
+        client = admit(state, transport, self.unix_path)
+        if client is None:
             self.closed = True
             return
-        if (
-            self.unix_path is None
-            and config.get("protected-mode")
-            and not config.get("requirepass")
-            and not (isinstance(peer, tuple) and peer[0] in _LOOPBACK)
-        ):
-            state.stats.rejected_connections += 1
-            transport.write(DENIED)
-            transport.close()
-            self.closed = True
-            return
-        client = ClientState()
-        client.addr = _format_addr(peer, self.unix_path)
-        client.local = self.unix_path is not None or (
-            isinstance(peer, tuple) and peer[0] in _LOOPBACK
-        )
-        client.laddr = _format_addr(transport.get_extra_info("sockname"), self.unix_path)
-        sock = transport.get_extra_info("socket")
-        client.fd = sock.fileno() if sock is not None else -1
-        client.authenticated = not config.get("requirepass")
         client.send = self.send
         client.close = self.close_soon
         client.on_unblocked = self.on_unblocked
-        client.unix_path = self.unix_path or ""
         self.client = client
+        sock = transport.get_extra_info("socket")
         if sock is not None and self.unix_path is None:
             server.set_keepalive(sock)
         self.parser = RequestParser(

@@ -16,8 +16,6 @@ and key expiry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
 import os
 import socket
@@ -30,6 +28,7 @@ from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
 from rcp11.server.output_limits import next_output_mark
+from rcp11.server.sockets import bind_tcp_addresses, bind_unix_socket
 from rcp11.server.trim import MemoryTrim
 from rcp11.state import ClientState, ServerState
 
@@ -122,13 +121,14 @@ class Server:
             raise SystemExit("Configured to not listen anywhere, exiting.")
         if port:
             try:
-                _, sockets = self._bind_tcp(config.get("bind"), port, {})
+                _, sockets = bind_tcp_addresses(config.get("bind"), port, {})
             except OSError as exc:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.") from exc
             if not sockets:
                 raise SystemExit(f"Failed listening on port {port} (tcp), aborting.")
             self._bound_tcp = sockets
-        self.tls = tls.bind(self)  # tls-port: TLS listeners beside the TCP ones
+        # tls-port: TLS listeners beside the TCP ones
+        self.tls = tls.bind(config, lambda binds, port: bind_tcp_addresses(binds, port, {})[1])
 
     def bind_unix(self) -> None:
         """Bind and listen on the unix socket, if configured. A socket file
@@ -137,22 +137,7 @@ class Server:
         path = config.get("unixsocket")
         if not path:
             return
-        if _unix_socket_answers(path):
-            raise SystemExit(f"Failed opening Unix socket: {path}: Address already in use")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(path)
-            sock.listen(511)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise SystemExit(f"Failed opening Unix socket: {exc}") from exc
-        perm = config.get("unixsocketperm")
-        if perm:
-            os.chmod(path, perm)
-        self._bound_unix = sock
+        self._bound_unix = bind_unix_socket(path, config.get("unixsocketperm"))
         self.unix_path = path
 
     async def serve(self) -> None:
@@ -168,68 +153,10 @@ class Server:
             self._bound_unix = None
             self.listeners.append(listener)
         if self.tls is not None:
-            await self.tls.serve(self, lambda: Connection(self))
+            self.listeners += await self.tls.serve(self.loop, lambda: Connection(self))
         if not self.listeners:
             raise SystemExit("Configured to not listen anywhere, exiting.")
         self.state.tcp_port = self.state.config.get("port")
-
-    def _bind_tcp(
-        self, binds: list[str], port: int, keep: dict[tuple[str, int], Any]
-    ) -> tuple[set[tuple[str, int]], dict[tuple[str, int], socket.socket]]:
-        """Every (address, port) the bind list means, and listening sockets
-        for those not in keep, bound now (so a failure is known at once).
-        Raises OSError, after closing what it bound, when a required
-        address fails."""
-        wanted: set[tuple[str, int]] = set()
-        bound: dict[tuple[str, int], socket.socket] = {}
-        try:
-            for entry in binds:
-                optional = entry.startswith("-")
-                host = entry[1:] if optional else entry
-                host = {"*": "0.0.0.0", "::*": "::"}.get(host, host)
-                try:
-                    infos = socket.getaddrinfo(
-                        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-                    )
-                    for family, kind, proto, _name, sockaddr in infos:
-                        address = (sockaddr[0], port)
-                        wanted.add(address)
-                        if address in keep or address in bound:
-                            continue
-                        sock = socket.socket(family, kind, proto)
-                        try:
-                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                            if family == socket.AF_INET6:
-                                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                            sock.bind(sockaddr)
-                            sock.listen(511)
-                            sock.setblocking(False)
-                        except OSError:
-                            sock.close()
-                            raise
-                        bound[address] = sock
-                except (OSError, UnicodeError) as exc:
-                    errno_ = getattr(exc, "errno", None)
-                    if optional and errno_ in (
-                        errno.EADDRNOTAVAIL,
-                        errno.EAFNOSUPPORT,
-                        errno.EPROTONOSUPPORT,
-                        None,
-                    ):
-                        log.log(VERBOSE, "Skipping optional bind address %s: %s", host, exc)
-                        continue
-                    log.warning(
-                        "Warning: Could not create server TCP listening socket %s:%d: %s",
-                        host,
-                        port,
-                        getattr(exc, "strerror", None) or exc,
-                    )
-                    raise OSError(errno_, f"cannot listen on {host}:{port}") from exc
-        except OSError:
-            for sock in bound.values():
-                sock.close()
-            raise
-        return wanted, bound
 
     async def _serve_tcp(self, address: tuple[str, int], sock: socket.socket) -> None:
         listener = await self.loop.create_server(lambda: Connection(self), sock=sock, backlog=511)
@@ -248,7 +175,7 @@ class Server:
         bound: dict[tuple[str, int], socket.socket] = {}
         if port:
             try:
-                wanted, bound = self._bind_tcp(config.get("bind"), port, self.tcp_listeners)
+                wanted, bound = bind_tcp_addresses(config.get("bind"), port, self.tcp_listeners)
             except OSError:
                 raise ConfigError(errors.BIND_FAILED) from None
             if not wanted:
@@ -437,17 +364,3 @@ class Server:
     def on_signal(self, signame: str) -> None:
         log.warning("Received %s scheduling shutdown...", signame)
         self.request_shutdown(None)
-
-
-def _unix_socket_answers(path: str) -> bool:
-    """Whether a server listens on the unix socket at path (a stale socket
-    file left by a dead server refuses the connection)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(path)
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
