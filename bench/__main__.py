@@ -35,6 +35,7 @@ EXTERNAL_SUITES = {
     "core": ("bench.core_bench", "Storage core (C macronode) micro-benchmarks"),
     "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
     "spark": ("bench.spark_bench", "Spark data source: batch read, streaming sink, latency"),
+    "lane": ("bench.lane_bench", "The C lane: server CPU per request, lane vs general path"),
 }
 ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
 

@@ -89,6 +89,11 @@ class BlockingManager:
         """Whether any client waits (lets writers skip signal_key)."""
         return bool(self.waiting)
 
+    def involves(self, key: bytes) -> bool:
+        """Whether a write to key must be signalled: someone waits on it,
+        or watches it as a group key."""
+        return key in self.waiting or key in self._watchers
+
     def block(self, request: BlockRequest) -> None:
         request.client.blocked = request
         request.seq = next(self._sequence)

@@ -83,23 +83,23 @@ TRIM_INTERVAL_SECONDS = 1.0
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32
 
-# --- the AOF's disk reservation and the TWRITE run -------------------------
+# --- the AOF's disk reservation and the C lane ------------------------------
 
 # Disk space kept preallocated ahead of the AOF's end, largest slice that
 # fits first; a write command is refused (MISCONF) when less than the margin
 # is left, so a full disk shows before a command runs, not after.
 AOF_SPACE_SLICES = (8 << 20, 1 << 20, 256 << 10)
 AOF_SPACE_MARGIN = 128 << 10
-# A pipelined run of TWRITEs (commands/streams.py execute_run) is checked
-# once, before its first command: its AOF bytes must fit in that margin, so
-# a run is cut at this many payload bytes ...
-RUN_MAX_BYTES = 64 << 10
-# ... and at this many commands: the pipeline reads the clock between runs
-# to give other clients their turn (a run of tiny messages costs ~4 us per
-# command).
-RUN_MAX_COMMANDS = 1024
-
-assert RUN_MAX_BYTES < AOF_SPACE_MARGIN, "a run's AOF bytes must fit in the margin"
+# Requests the C lane (src/lane.c) runs per read at most before the rest
+# goes to run_pipeline(), which reads the clock between turns: a lane
+# request of a small message costs well under a microsecond, so this keeps
+# a turn to a few milliseconds.
+LANE_MAX_COMMANDS = 4096
+# The start of a request split across reads, at most this long, is read by
+# the lane again with the next read (one copy of it and of the read): a
+# pipeline streamed in big reads keeps the lane. A request still arriving
+# past this (a big value) is the parser's alone, or every read would copy it.
+LANE_MAX_CARRY = 64 << 10
 
 # --- offset reservations (rcp11/persistence/reservations.py) ----------------
 
@@ -124,6 +124,8 @@ __all__ = [
     "INLINE_MAX_SIZE",
     "INT64_MAX",
     "INT64_MIN",
+    "LANE_MAX_CARRY",
+    "LANE_MAX_COMMANDS",
     "INT_MAX",
     "MAX_OFFSET",
     "NEXT_OFFSET_CEILING",
@@ -132,8 +134,6 @@ __all__ = [
     "RESERVATION_MAX_STEP",
     "RESERVATION_MIN_STEP",
     "RESERVED_FDS",
-    "RUN_MAX_BYTES",
-    "RUN_MAX_COMMANDS",
     "TORN_BATCH_MARGIN",
     "TRANSPORT_WATER",
     "TURN_SECONDS",

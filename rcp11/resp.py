@@ -150,14 +150,6 @@ def array_header(count: int) -> bytes:
     return b"*%d\r\n" % count
 
 
-def encode_integers(values: list[int]) -> bytes:
-    """One integer reply per value, back to back (a pipelined run's replies)."""
-    return b"".join(map(_INTEGER.__mod__, values))
-
-
-_INTEGER = b":%d\r\n"
-
-
 def encode_raw_error(text: str) -> bytes:
     """An error reply whose text may quote raw request bytes (a protocol
     error): latin-1, so each such byte goes out as itself, as Redis writes
@@ -661,6 +653,52 @@ class RequestParser:
         if self._error is not None:
             raise self._error
         return []
+
+    def idle(self) -> bool:
+        """Nothing buffered, parsed or pending: the next read starts at a
+        request boundary (the C lane may read it first)."""
+        return (
+            not self._ready
+            and not self._more
+            and self._pos >= len(self._buf)
+            and self._args is None
+            and self._error is None
+        )
+
+    def unparsed(self, limit: int) -> bytes | None:
+        """The start of a request still arriving, as bytes, when that is
+        all the parser holds (no command parsed and not taken, no error)
+        and it is at most about `limit` bytes; None otherwise. The C lane
+        reads it again together with the next read. Arguments the exact
+        parser already took out of it are written back in canonical form:
+        they are the same arguments, and canonical is what the AOF logs."""
+        if self._ready or self._error is not None:
+            return None
+        args = self._args
+        size = self.buffered()
+        if args is not None:
+            size += sum(map(len, args)) + 24 * (len(args) + 1)
+        if size > limit:
+            return None
+        self._fill()
+        rest = self._buf[self._pos :]
+        if args is None:
+            return rest
+        head = [b"*%d\r\n" % (len(args) + self._remaining)]
+        head += [b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args]
+        return b"".join(head) + rest
+
+    def skip(self, size: int) -> None:
+        """Drop the first `size` bytes unparsed() returned: the C lane ran
+        them. A request half assembled is only ever run whole, with all
+        that was buffered."""
+        if self._args is not None:
+            self._args = None
+            self._remaining = 0
+            self._pos = len(self._buf)
+        else:
+            self._pos += size
+        self._need = 0
 
     def push_back(self, commands: list[list[bytes]]) -> None:
         """Return commands taken by drain() but not run (the client blocked);

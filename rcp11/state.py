@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
 from rcp11.errors import CommandError
-from rcp11.storage import Stream
+from rcp11.storage import MAX_OFFSET, Stream
 
 if TYPE_CHECKING:
     from rcp11.config import Config
@@ -52,6 +52,18 @@ class PersistenceHooks(Protocol):
         """Called before a stream's next offset grows to new_next_offset.
         Raises rcp11.errors.CommandError (MISCONF) if the offset cannot be
         reserved durably; the write must then not happen."""
+
+    def propagate_encoded(self, data: bytes) -> None:
+        """Log write requests already in their AOF form (encode_command()
+        of each, back to back): the C lane copies TWRITE requests verbatim."""
+
+    def aof_room(self) -> int:
+        """AOF bytes that may still be buffered before write_refused() must
+        be asked again (it reserves the AOF's disk space ahead)."""
+
+    def reserved_next_offset(self, key: bytes) -> int:
+        """The highest next offset (capped at 2^63-1) the stream at key may
+        reach without before_stream_write() (-1: every write must ask)."""
 
     def on_key_removed(self, key: bytes) -> None:
         """A key (of any type) left the keyspace: DEL, FLUSH*, overwrite,
@@ -102,6 +114,15 @@ class NullPersistence:
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         pass
+
+    def propagate_encoded(self, data: bytes) -> None:
+        pass
+
+    def aof_room(self) -> int:
+        return MAX_OFFSET
+
+    def reserved_next_offset(self, key: bytes) -> int:
+        return MAX_OFFSET
 
     def on_key_removed(self, key: bytes) -> None:
         pass

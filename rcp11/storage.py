@@ -1,7 +1,9 @@
 """Python face of the C storage core (src/macronode.c).
 
-This is the only module that touches cffi's ``ffi``/``lib``: everything else
-sees :class:`Stream` and the exceptions below. C return codes become
+This is the only module that touches cffi's ``ffi``/``lib`` for streams
+(the C lane, rcp11/commands/lane.py, is the one other user: it hands the
+core's stream handles to src/lane.c): everything else sees :class:`Stream`
+and the exceptions below. C return codes become
 exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
 """
 

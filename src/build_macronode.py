@@ -1,7 +1,10 @@
-"""cffi recipe for rcp11._macronode (API mode, out of line).
+"""cffi recipe for rcp11._macronode (API mode, out of line): the storage
+core (src/macronode.c) and the C lane in front of the Python commands
+(src/lane.c), in one extension so the lane calls the core directly.
 
-The cdef is read from src/macronode.h between its CDEF markers, so the C
-header stays the single description of the API.
+The cdef is read from src/macronode.h and src/lane.h between their CDEF
+markers, so the C headers stay the single description of the API. The
+lane's key resolver is a Python callback (extern "Python").
 """
 
 import os
@@ -10,16 +13,27 @@ import re
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HEADER = os.path.join(HERE, "macronode.h")
+HEADERS = ("macronode.h", "lane.h")
+
+# The lane asks Python about each new key through this callback (its type
+# is lane_resolve_fn; rcp11/commands/lane.py defines it).
+_EXTERN_PYTHON = """
+extern "Python" int lane_resolve_key(struct lane_call *call, const char *key,
+                                     size_t key_len, mn_stream **stream,
+                                     uint64_t *write_limit);
+"""
 
 
 def _cdef_text() -> str:
-    with open(HEADER, encoding="utf-8") as f:
-        text = f.read()
-    match = re.search(r"/\* CDEF-BEGIN \*/(.*)/\* CDEF-END \*/", text, re.S)
-    if match is None:
-        raise RuntimeError("macronode.h lost its CDEF-BEGIN/CDEF-END markers")
-    return match.group(1)
+    parts = []
+    for name in HEADERS:
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            text = f.read()
+        match = re.search(r"/\* CDEF-BEGIN \*/(.*)/\* CDEF-END \*/", text, re.S)
+        if match is None:
+            raise RuntimeError(f"{name} lost its CDEF-BEGIN/CDEF-END markers")
+        parts.append(match.group(1))
+    return "\n".join(parts) + _EXTERN_PYTHON
 
 
 def _extra_compile_args() -> list[str]:
@@ -33,8 +47,8 @@ ffibuilder = FFI()
 ffibuilder.cdef(_cdef_text())
 ffibuilder.set_source(
     "rcp11._macronode",
-    '#include "macronode.h"',
-    sources=[os.path.relpath(os.path.join(HERE, "macronode.c"))],
+    '#include "macronode.h"\n#include "lane.h"',
+    sources=[os.path.relpath(os.path.join(HERE, name)) for name in ("macronode.c", "lane.c")],
     include_dirs=[os.path.relpath(HERE)],
     libraries=["z"],
     extra_compile_args=_extra_compile_args(),

@@ -504,20 +504,65 @@ def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
     return done.stdout + done.stderr
 
 
-def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:
-    """What the server does with one read of a pipeline, in process
-    (Connection.process without the network): a run where execute_run()
-    takes one, execute() for the rest."""
-    from rcp11.commands import execute, execute_run
+def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True) -> bytes:
+    """What a connection does with each read, in process (the server's
+    Connection.data_received() and process() without the network): the C
+    lane first (unless lane=False), then the parser and run_pipeline() for
+    the rest. Returns the reply bytes; a protocol error ends it as it ends
+    the connection."""
+    from rcp11.commands import Stop, protocol_error_reply, run_lane, run_pipeline
+    from rcp11.errors import ProtocolError
+    from rcp11.resp import RequestParser
 
-    replies: list[Any] = []
-    index = 0
-    while index < len(commands):
-        run = execute_run(state, client, commands, index)
-        if run is not None:
-            replies.extend(run)
-            index += len(run)
-        else:
-            replies.append(execute(state, client, commands[index]))
-            index += 1
+    parser = client.__dict__.setdefault("_test_parser", RequestParser())
+    out: list[bytes] = []
+    out_bytes = 0
+    mark = 1 << 62
+    for data in chunks:
+        if client.closing:
+            break
+        if lane and client.blocked is None:
+            consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
+            data = data[consumed:]
+            if not data:
+                continue
+        try:
+            if client.blocked is not None:
+                parser.feed(data)
+                continue
+            commands: list[list[bytes]] | None = parser.take(data)
+            index = 0
+            while True:
+                if not commands:
+                    commands, index = parser.drain(), 0
+                    if not commands:
+                        break
+                index, out_bytes, stop = run_pipeline(
+                    state, client, commands, index, out, out_bytes, mark
+                )
+                if stop is Stop.DONE:
+                    commands = None
+                elif stop is not Stop.OUTPUT and stop is not Stop.CLOCK:
+                    parser.push_back(commands[index:])
+                    break
+        except ProtocolError as exc:
+            out.append(protocol_error_reply(state, exc.message))
+            client.closing = True
+    return b"".join(out)
+
+
+def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:
+    """The replies to one read holding commands, as the server runs it
+    (serve_reads()), decoded: integers, bytes, lists, and rcp11.resp.Error
+    for error replies."""
+    import hiredis
+
+    from rcp11.resp import Error, encode_command
+
+    data = serve_reads(state, client, [b"".join(map(encode_command, commands))])
+    reader = hiredis.Reader(replyError=Error)
+    reader.feed(data)
+    replies = []
+    while (reply := reader.gets()) is not False:
+        replies.append(reply)
     return replies

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import hiredis
 import pytest
 from conftest import dispatch_read
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp11 import errors
-from rcp11.commands import BLOCKED, COMMANDS, execute, execute_run, parse_int
+from rcp11.commands import BLOCKED, COMMANDS, execute, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
 from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
 from rcp11.state import ClientState, NullPersistence, ServerState
+from rcp11.storage import MUTATIONS
 
 
 class RecordingPersistence(NullPersistence):
@@ -30,6 +32,12 @@ class RecordingPersistence(NullPersistence):
 
     def propagate(self, argv: list[bytes]) -> None:
         self.log.append(list(argv))
+
+    def propagate_encoded(self, data: bytes) -> None:
+        reader = hiredis.Reader()
+        reader.feed(data)
+        while (argv := reader.gets()) is not False:
+            self.log.append(argv)
 
     def write_refused(self) -> str | None:
         return self.refuse
@@ -366,7 +374,7 @@ def test_no_argument_list_breaks_a_command(name: str, args: list[bytes], resp: i
     state.blocking.remove(c)
 
 
-# -- execute_run: a pipelined run of TWRITEs done with one append ------------
+# -- the C lane: a read's TWRITEs and TREADs run in C, as one by one -----------
 
 
 def _pipeline(*commands: tuple[Any, ...]) -> list[list[bytes]]:
@@ -388,27 +396,40 @@ def _observable(state: ServerState, client: ClientState) -> tuple[Any, ...]:
     )
 
 
+def _decoded(reply: Any) -> Any:
+    """A reply value as dispatch_read() returns it (through the wire)."""
+    import hiredis
+
+    reader = hiredis.Reader(replyError=Error)
+    reader.feed(wire(reply))
+    return reader.gets()
+
+
 @pytest.mark.parametrize(
     "commands",
     [
-        # a plain run on an existing stream, then a different key and a read
+        # plain writes on an existing stream, then a different key and a read
         [("TWRITE", "s", f"m{i}") for i in range(40)]
         + [("TWRITE", "t", "x"), ("TREAD", "s", 0, 5)],
-        # runs broken by other commands and by other keys, mixed spellings
+        # writes broken by other commands and by other keys, mixed spellings
         [("twrite", "s", "a"), ("TWRITE", "s", "b"), ("TWRITE", "t", "c"), ("twrite", "t", "d")]
         + [("SET", "k", "v"), ("TWRITE", "s", "e"), ("TWRITE", "s", "f")],
-        # a run on a key that does not exist yet, and on a string
+        # a key that does not exist yet, and a string
         [
             ("TWRITE", "new", "a"),
             ("TWRITE", "new", "b"),
             ("TWRITE", "k", "a"),
             ("TWRITE", "k", "b"),
         ],
-        # the ENTRIES form is never part of a run
-        [("TWRITE", "s", "ENTRIES", "a", "b"), ("TWRITE", "s", "ENTRIES", "c")],
+        # the ENTRIES form, with BACKLOG, and reads WITHINFO
+        [
+            ("TWRITE", "s", "ENTRIES", "a", "b"),
+            ("TWRITE", "s", "backlog", 2, "entries", "c"),
+            ("TREAD", "s", -5, 10, "WITHINFO"),
+        ],
     ],
 )
-def test_execute_run_is_indistinguishable_from_one_by_one(
+def test_the_lane_is_indistinguishable_from_one_by_one(
     commands: list[tuple[Any, ...]],
 ) -> None:
     outcomes = []
@@ -417,25 +438,30 @@ def test_execute_run_is_indistinguishable_from_one_by_one(
         state.persistence = RecordingPersistence()
         c = Client()
         run(state, c, "TWRITE", "s", "first")
+        run(state, c, "TWRITE", "t", "first")
         run(state, c, "SET", "k", "v")
         pipeline = _pipeline(*commands)
         if batched:
             replies = dispatch_read(state, c, pipeline)
         else:
-            replies = [execute(state, c, argv) for argv in pipeline]
-        outcomes.append(([wire(r) for r in replies], _observable(state, c)))
+            replies = [_decoded(execute(state, c, argv)) for argv in pipeline]
+        outcomes.append((replies, _observable(state, c)))
     assert outcomes[0] == outcomes[1]
 
 
-def test_execute_run_applies_to_a_run_of_plain_twrites(state: ServerState) -> None:
+def test_the_lane_runs_plain_twrites_in_c(state: ServerState) -> None:
     c = Client()
     run(state, c, "TWRITE", "s", "first")
-    pipeline = _pipeline(*[("TWRITE", "s", f"m{i}") for i in range(5)], ("TWRITE", "t", "x"))
-    assert execute_run(state, c, pipeline, 0) == [1, 2, 3, 4, 5]
-    assert execute_run(state, c, pipeline, 5) is None  # a lone command
+    pipeline = _pipeline(*[("TWRITE", "s", f"m{i}") for i in range(5)])
+    ticks = MUTATIONS.ticks
+    assert dispatch_read(state, c, pipeline) == [1, 2, 3, 4, 5]
+    # No handler ran: the Python handler's reservation was not asked for.
+    assert state.persistence.reserved == [(b"s", 1)]  # type: ignore[attr-defined]
+    assert MUTATIONS.ticks > ticks
+    assert state.persistence.log[-1] == [b"TWRITE", b"s", b"m4"]  # type: ignore[attr-defined]
 
 
-def test_execute_run_steps_aside_when_one_by_one_could_differ(state: ServerState) -> None:
+def test_the_lane_steps_aside_when_one_by_one_could_differ(state: ServerState) -> None:
     c = Client()
     run(state, c, "TWRITE", "s", "first")
     pipeline = _pipeline(("TWRITE", "s", "a"), ("TWRITE", "s", "b"))
@@ -443,23 +469,29 @@ def test_execute_run_steps_aside_when_one_by_one_could_differ(state: ServerState
     reader = Client()
     assert run(state, reader, "TREAD", "s", 1, 1, "BLOCK", 0) is BLOCKED
     # The reader must be woken after the first write, with one message.
-    assert execute_run(state, c, pipeline, 0) is None
     assert dispatch_read(state, c, pipeline) == [1, 2]
     assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\na\r\n"]
 
     run(state, c, "MULTI")
-    assert execute_run(state, c, pipeline, 0) is None
+    assert dispatch_read(state, c, pipeline) == [b"QUEUED", b"QUEUED"]
     run(state, c, "DISCARD")
 
     state.persistence.refuse = errors.MISCONF  # type: ignore[attr-defined]
-    assert execute_run(state, c, pipeline, 0) is None
+    assert [r.message for r in dispatch_read(state, c, pipeline)] == [errors.MISCONF] * 2
     state.persistence.refuse = None  # type: ignore[attr-defined]
 
+    # A TTL: the handler runs each (it asks for the offsets' reservation).
     run(state, c, "EXPIRE", "s", 100)
-    assert execute_run(state, c, pipeline, 0) is None
+    reserved = state.persistence.reserved  # type: ignore[attr-defined]
+    asked = len(reserved)
+    assert dispatch_read(state, c, pipeline) == [3, 4]
+    assert len(reserved) == asked + 2
     run(state, c, "PERSIST", "s")
+    assert dispatch_read(state, c, pipeline) == [5, 6]
+    assert len(reserved) == asked + 2  # the lane ran them
 
-    state.config.set("maxmemory", "100mb")
-    assert execute_run(state, c, pipeline, 0) is None
+    state.config.set("maxmemory", "1")
+    replies = dispatch_read(state, c, pipeline)
+    assert [r.message for r in replies] == [errors.OOM] * 2
     state.config.set("maxmemory", "0")
-    assert execute_run(state, c, pipeline, 0) == [3, 4]
+    assert dispatch_read(state, c, pipeline) == [7, 8]

@@ -260,10 +260,15 @@ def test_change_that_cannot_be_logged_refuses_every_later_write(
 
 # -- over the network: kill -9 and restart, offsets never reused -----------------------
 
+# The bug is planted in Stream.append, which the TWRITE handler calls; the
+# C lane appends in C without it, so the lane is kept out (lane_open).
 LAUNCHER = """
 import sys
 from rcp11 import storage
+from rcp11.commands import lane
 from rcp11.server import main
+
+lane.lane_open = lambda state, client: False
 
 original = storage.Stream.append
 

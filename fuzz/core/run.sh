@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses of the storage core and run them.
+# Build the libFuzzer harnesses of the storage core (fuzz_ops, fuzz_blobs)
+# and of the C lane in front of it (fuzz_lane) and run them.
 #
 # Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci]
 #   SECONDS_PER_FUZZER  how long each harness runs (default 600)
@@ -9,7 +10,8 @@
 # Without --ci, new coverage goes to fuzz/core/work/<harness>/ (not in git;
 # `-merge=1` it into fuzz/core/corpus/<harness>/ to keep it) and crashes to
 # fuzz/core/crashes/. Every crash must become a regression test in
-# tests/c/driver.c and its input a file of the corpus.
+# tests/c/driver.c (tests/c/lane_driver.c for fuzz_lane) and its input a
+# file of the corpus. A harness with a <harness>.dict gets it as -dict.
 #
 # Needs clang and libclang-rt-dev (libFuzzer), zlib1g-dev.
 set -euo pipefail
@@ -30,12 +32,19 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -include "$repo/tests/c/alloc_hook.h" \
     -c "$repo/src/macronode.c" -o "$out/macronode.o"
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -c "$repo/tests/c/count_alloc.c" -o "$out/count_alloc.o"
+# The C lane (src/lane.c, harness fuzz_lane.c) on top of the core, with the
+# same allocator: the core appends to and frees the lane's buffers. (The
+# POSIX level is set before alloc_hook.h includes stdlib.h.)
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
+    -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/lane.c" -o "$out/lane.o"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 status=0
-for harness in ops blobs; do
-    "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/count_alloc.o" -lz \
-        -o "$out/fuzz_$harness"
+for harness in ops blobs lane; do
+    "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/lane.o" \
+        "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
+    dict=()
+    [ -f "$here/$harness.dict" ] && dict=(-dict="$here/$harness.dict")
     if [ "$ci" = 1 ]; then
         work="$out/corpus_$harness"
         crashes="$out/crash-"
@@ -47,7 +56,7 @@ for harness in ops blobs; do
     fi
     log="$out/$harness.log"
     echo "== fuzz_$harness for ${seconds}s"
-    if ! "$out/fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    if ! "$out/fuzz_$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${dict[@]}" \
             -max_len=65536 -artifact_prefix="$crashes" -print_final_stats=1 \
             "$work" "$here/corpus/$harness" >"$log" 2>&1; then
         status=1

@@ -30,12 +30,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import hiredis
+
 from fuzz.proto.gen import AVOID_KNOWN
-from rcp11.commands import BLOCKED, COMMANDS, RUN_COMMANDS, client_disconnected, execute
-from rcp11.commands import execute_run as _execute_run
+from rcp11.commands import BLOCKED, COMMANDS, client_disconnected, execute, run_lane
 from rcp11.config import Config
 from rcp11.errors import ProtocolError
-from rcp11.resp import Error, RequestParser, encode
+from rcp11.resp import Error, RequestParser, encode, encode_command
 from rcp11.state import ClientState, NullPersistence, ServerState
 from rcp11.storage import Stream
 
@@ -72,6 +73,15 @@ class Recorder(NullPersistence):
     def propagate(self, argv: list[bytes]) -> None:
         check_argv(argv, "propagated to the AOF")
         self.log.append(list(argv))
+
+    def propagate_encoded(self, data: bytes) -> None:
+        # The C lane's requests, verbatim: they must read back whole.
+        reader = hiredis.Reader()
+        reader.feed(data)
+        while (argv := reader.gets()) is not False:
+            self.propagate(argv)
+        if reader.has_data():
+            raise Finding(f"the lane logged a partial request: {data!r:.200}")
 
 
 class FakeClient(ClientState):
@@ -314,9 +324,13 @@ def parse_every_way(
 # --------------------------------------------------------------------------
 
 
+# The commands the C lane may run (rcp11/commands/lane.py).
+_LANE_COMMANDS = (b"twrite", b"tread")
+
+
 class Target:
     """A ServerState with fake clients; run() is what the server does with
-    one client's parsed commands (the TWRITE run fast path included)."""
+    one client's parsed commands (the C lane first, with fast=True)."""
 
     def __init__(self, clients: int = 3, resp3: Iterable[bool] = ()) -> None:
         check_handler_arguments()
@@ -345,20 +359,42 @@ class Target:
             if excluded(argv):
                 pending.popleft()
                 continue
-            if fast and argv[0] in RUN_COMMANDS and len(pending) > 1:
-                batch = list(pending)
-                before = self.offsets.next_of(self.state, argv[1]) if len(argv) == 3 else 0
-                offsets = _execute_run(self.state, client, batch, 0)
-                if offsets is not None:
-                    if offsets[0] < before:
-                        raise Finding(f"TWRITE run got offset {offsets[0]} below {before}")
-                    for reply in offsets:
-                        pending.popleft()
-                        self._record(index, reply)
-                    self.offsets.check(self.state)
-                    continue
+            if fast and argv[0].lower() in _LANE_COMMANDS and self._lane(index):
+                continue
             pending.popleft()
             self.one(index, argv)
+
+    def _lane(self, index: int) -> bool:
+        """What the server's read path does first: the C lane runs what it
+        can of the client's pending commands, sent as one read. False when
+        it ran nothing."""
+        client = self.clients[index]
+        parts = []
+        for argv in client.pending:
+            if excluded(argv) or any(type(arg) is not bytes for arg in argv):
+                break
+            parts.append(encode_command(argv))
+        out: list[bytes] = []
+        consumed, _ = run_lane(
+            self.state, client, RequestParser(), b"".join(parts), out, 0, 1 << 62
+        )
+        if not consumed:
+            return False
+        ends = [sum(map(len, parts[: i + 1])) for i in range(len(parts))]
+        if consumed not in ends:
+            raise Finding(f"the lane consumed {consumed} bytes, not whole requests {ends}")
+        reader = hiredis.Reader()
+        reader.feed(b"".join(out))
+        for _ in range(ends.index(consumed) + 1):
+            reply = reader.gets()
+            if reply is False:
+                raise Finding("the lane ran a request and sent no reply")
+            check_argv(client.pending.popleft(), "parsed")
+            self._record(index, reply)
+        if reader.gets() is not False:
+            raise Finding("the lane sent more replies than it ran requests")
+        self.offsets.check(self.state)
+        return True
 
     def one(self, index: int, argv: list[bytes]) -> Any:
         state = self.state

@@ -7,7 +7,8 @@ the handlers, one module per family.
 
 table.py holds the rows (Command, KeySpec, rename-command), core.py the
 check and the dispatch (execute, call, serving blocked clients),
-pipeline.py run_pipeline(). Importing the package registers every command.
+pipeline.py run_pipeline(), lane.py run_lane() (the C lane in front of
+it). Importing the package registers every command.
 """
 
 from __future__ import annotations
@@ -35,14 +36,13 @@ from rcp11.commands.core import (
     serve_ready,
 )
 from rcp11.commands.info import info_text
+from rcp11.commands.lane import lane_open, run_lane
 from rcp11.commands.pipeline import Stop, late_reply, protocol_error_reply, run_pipeline
-from rcp11.commands.streams import execute_run
-from rcp11.commands.table import COMMANDS, RUN_COMMANDS, Command, KeySpec, rename_command
+from rcp11.commands.table import COMMANDS, Command, KeySpec, rename_command
 
 __all__ = [
     "BLOCKED",
     "COMMANDS",
-    "RUN_COMMANDS",
     "Command",
     "KeySpec",
     "Stop",
@@ -52,16 +52,17 @@ __all__ = [
     "client_line",
     "connection",
     "execute",
-    "execute_run",
     "expire_keys",
     "info",
     "info_text",
     "introspection",
     "keys",
+    "lane_open",
     "late_reply",
     "parse_int",
     "protocol_error_reply",
     "rename_command",
+    "run_lane",
     "run_pipeline",
     "serve_ready",
     "streams",

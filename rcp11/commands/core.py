@@ -12,8 +12,8 @@ processCommand()/call() order:
 
 - check() is the one refusal function: arity, authentication, MULTI's
   no-multi commands, MISCONF and OOM (for EXEC: for what its queued commands
-  do). execute() (a client's command), the TWRITE run (streams.execute_run)
-  and a blocked request being served all ask it.
+  do). execute() (a client's command) and a blocked request being served
+  ask it; the C lane (lane.py) runs only what it would let run.
 - execute() looks the command up (rename-command), checks it, queues it
   inside MULTI, runs it with call(), then serves blocked clients whose keys
   the command changed.

@@ -9,14 +9,11 @@ stopped and why (Stop), so the connection can apply its own policies
 between commands (output limits, backpressure, taking turns) and call again
 from `index`.
 
-Inside, a run of plain `TWRITE key value` on one stream is done with one
-append (streams.execute_run) when nothing could tell it from running them
-one by one; everything else goes through core.execute(). Both ask
-core.check(), so a check is written once.
-
-The C lane of issue 11 sits in front of this: it runs what it can straight
-from the read buffer and hands the rest of the buffer, parsed, to this same
-function (at which point execute_run, which it replaces, goes away).
+Each command goes through core.execute() (core.check() is the one
+refusal function). The C lane (lane.py, src/lane.c) sits in front of this:
+it runs the TWRITEs and plain TREADs at the start of a read straight from
+the read buffer, and the connection hands the rest, parsed, to this
+function.
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ from typing import Any
 
 from rcp11 import errors
 from rcp11.commands.core import BLOCKED, count_error, execute
-from rcp11.commands.streams import execute_run
-from rcp11.commands.table import RUN_COMMANDS
 from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
 from rcp11.logs import show_arg
-from rcp11.resp import Error, encode, encode_integers, encode_raw_error
+from rcp11.resp import Error, encode, encode_raw_error
 from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
@@ -77,16 +72,6 @@ def run_pipeline(
         if not countdown:
             return index, out_bytes, Stop.CLOCK
         argv = commands[index]
-        if argv[0] in RUN_COMMANDS and total - index > 1:
-            # A run of TWRITEs on one stream: one append for all.
-            run = execute_run(state, client, commands, index)
-            if run is not None:
-                data = encode_integers(run)
-                out.append(data)
-                out_bytes += len(data)
-                index += len(run)
-                countdown = 1  # a run is many commands: read the clock
-                continue
         try:
             reply = execute(state, client, argv)
         except Exception as exc:  # a bug in dispatch must not kill the server

@@ -1,25 +1,20 @@
-"""Streams: TWRITE, TEVICT, TCONCAT and TSEEK (docs/PROTOCOL.md sections 2,
-4, 5 and 6), and the TWRITE run a pipeline may take instead of one TWRITE
-at a time. TREAD is in tread.py."""
+"""Writing streams: TWRITE, TEVICT and TCONCAT (docs/PROTOCOL.md sections 2,
+4 and 5), and TSEEK (section 6). TREAD is in tread.py. The C lane (lane.py,
+src/lane.c) runs most TWRITEs of a pipeline without this handler, exactly as
+it would."""
 
 from __future__ import annotations
 
-import logging
-from collections import deque
-from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors
 from rcp11.commands.args import parse_int, text
-from rcp11.commands.core import check, command_stats
-from rcp11.commands.table import COMMANDS, RUN_COMMANDS, KeySpec, command
+from rcp11.commands.table import KeySpec, command
 from rcp11.commands.tread import lookup_stream
 from rcp11.errors import CommandError
-from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING, RUN_MAX_BYTES, RUN_MAX_COMMANDS
+from rcp11.limits import MAX_OFFSET
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import OffsetOverflowError, StorageError, Stream
-
-log = logging.getLogger("rcp11")
+from rcp11.storage import OffsetOverflowError, Stream
 
 
 @command(
@@ -72,95 +67,6 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     stats.total_messages_written += count
     state.propagate(argv)
     return first
-
-
-def execute_run(
-    state: ServerState, client: ClientState, commands: list[list[bytes]], index: int
-) -> list[int] | None:
-    """Run commands[index:] as far as they are a run of plain `TWRITE key
-    value` on one existing stream, with one append for all of them, when
-    nothing could tell that from running them one by one through execute():
-    check() lets the first run (every command of the run is the same
-    command for the same client, so its answer holds for all), and no
-    transaction, no reader blocked on that stream, no TTL, no maxmemory, no
-    MONITOR. Returns their replies (consecutive offsets), or None to say:
-    use execute() for commands[index].
-
-    The C lane of issue 11 replaces this (the pipeline calls it only when
-    argv[0] is in RUN_COMMANDS; deleting it is that call and this function).
-
-    Every refusal that does not depend on the run is decided before the
-    scan ahead, in O(1): the server calls this for every TWRITE of a
-    pipeline, so a scan that is then refused would make a pipeline that
-    cannot use runs (MULTI, maxmemory) quadratic. After the scan the run is
-    run: only a failure that refuses the next call cheaply too (MISCONF) or
-    a C allocation failure can waste it.
-
-    Every command is still propagated (AOF) and counted on its own."""
-    argv = commands[index]
-    if len(argv) != 3 or argv[0] not in RUN_COMMANDS:
-        return None
-    if state.loading or client.queued is not None or state.monitors:
-        return None
-    key = argv[1]
-    blocking = state.blocking
-    keyspace = state.keyspace
-    if (
-        key in blocking.waiting
-        or blocking.ready
-        or key in keyspace.expires
-        or state.config.get("maxmemory")
-        or check(state, client, _TWRITE, argv) is not None
-    ):
-        return None
-    stream = keyspace.data.get(key)
-    if stream is None or isinstance(stream, bytes):
-        return None  # creation and WRONGTYPE take the one-by-one path
-    # Offsets left before 2^63-1: a run never needs the overflow error.
-    room = NEXT_OFFSET_CEILING - stream.next_offset
-    end = index + 1
-    size = len(argv[2])
-    limit = min(len(commands), index + room, index + RUN_MAX_COMMANDS)
-    while end < limit:
-        follower = commands[end]
-        if len(follower) != 3 or follower[1] != key or follower[0] not in RUN_COMMANDS:
-            break
-        size += len(follower[2])
-        if size > RUN_MAX_BYTES:
-            break
-        end += 1
-    count = end - index
-    if count < 2:
-        return None
-    run = commands[index:end]
-    new_next_offset = stream.next_offset + count
-    try:
-        state.persistence.before_stream_write(key, new_next_offset)
-        started = perf_counter_ns()
-        first = stream.append([argv[2] for argv in run])
-    except (CommandError, StorageError):
-        return None  # nothing was written; execute() gives each its error
-    try:
-        keyspace.touch(key)
-        # state.propagate() per command, without re-testing `loading` each
-        # time, and not at all while there is no AOF to write.
-        if state.persistence.aof_state != "off":
-            deque(map(state.persistence.propagate, run), maxlen=0)
-        state.dirty += count
-    except Exception:
-        # Appended, but how much of it is logged is unknown: as call() does
-        # when it cannot log a change, refuse every write from now on.
-        log.exception("A run of %d TWRITE failed after its append", count)
-        state.writes_refused = errors.UNLOGGED_CHANGE
-        raise
-    stats = state.stats
-    stats.total_messages_written += count
-    stats.total_commands_processed += count
-    row = stats.commands.get("twrite") or command_stats(state, "twrite")
-    row[0] += count
-    row[1] += (perf_counter_ns() - started) // 1000
-    client.last_command = "twrite"
-    return list(range(first, first + count))
 
 
 def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
@@ -321,6 +227,3 @@ def tseek_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     unix_ms = parse_int(argv[2], errors.TSEEK_TIME)
     stream = lookup_stream(state, argv[1])
     return 0 if stream is None else stream.seek_time(unix_ms)
-
-
-_TWRITE = COMMANDS["twrite"]

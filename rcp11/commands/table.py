@@ -264,27 +264,11 @@ def rename_command(old: str, new: str) -> None:
         for spelling in {new, new.lower(), new.upper()}:
             BY_SPELLING[spelling.encode("utf-8", "surrogateescape")] = cmd
     RENAMED[cmd.name] = new
-    _refresh_run_spellings()
-
-
-# Spellings of TWRITE a pipelined run is recognised by (streams.execute_run,
-# tried by the pipeline). Only names that reach TWRITE, and only ones that
-# are TWRITE's own: a run logs its commands as they were sent.
-RUN_COMMANDS: set[bytes] = {b"TWRITE", b"twrite"}
-
-
-def _refresh_run_spellings() -> None:
-    twrite = COMMANDS.get("twrite")
-    keep = {
-        s for s in (b"TWRITE", b"twrite") if twrite is not None and BY_SPELLING.get(s) is twrite
-    }
-    RUN_COMMANDS.intersection_update(keep)
 
 
 __all__ = [
     "COMMANDS",
     "RENAMED",
-    "RUN_COMMANDS",
     "BY_SPELLING",
     "Command",
     "Handler",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from rcp11.files import write_all
 from rcp11.libc import fallocate_keep_size
-from rcp11.limits import AOF_SPACE_MARGIN, AOF_SPACE_SLICES
+from rcp11.limits import AOF_SPACE_MARGIN, AOF_SPACE_SLICES, MAX_OFFSET
 from rcp11.resp import encode_command
 
 log = logging.getLogger("rcp11.persistence")
@@ -79,15 +79,28 @@ class AofWriter:
 
     def append(self, argv: list[bytes]) -> None:
         """Log one command (state "off": nothing)."""
+        if self.state != "off":
+            self.append_encoded(encode_command(argv))
+
+    def append_encoded(self, data: bytes) -> None:
+        """Log commands already in their AOF form (encode_command() of
+        each, back to back): the C lane's TWRITE requests, verbatim."""
         if self.state == "off":
             return
-        data = encode_command(argv)
         if self.state == "on":
             self.buf.append(data)
             self.buf_len += len(data)
         if self.rewrite_buf is not None:
             self.rewrite_buf.append(data)
             self.rewrite_buf_len += len(data)
+
+    def room(self) -> int:
+        """Bytes that may still be buffered before space_refused() must be
+        asked again (it reserves more disk space once the margin is reached)."""
+        if self.state != "on":
+            return MAX_OFFSET
+        used = self.current_size + self.buf_len + AOF_SPACE_MARGIN
+        return max(self._reserved_until - used, 0)
 
     def flush(self, force_fsync: bool) -> bool:
         """Write the buffer (and fsync when force_fsync). False when the

@@ -152,6 +152,18 @@ class Persistence:
     def propagate(self, argv: list[bytes]) -> None:
         self.aof.append(argv)
 
+    def propagate_encoded(self, data: bytes) -> None:
+        self.aof.append_encoded(data)
+
+    def aof_room(self) -> int:
+        return self.aof.room()
+
+    def reserved_next_offset(self, key: bytes) -> int:
+        if self.loading:
+            return MAX_OFFSET
+        mark = self.reservations.marks.get(key)
+        return -1 if mark is None else mark
+
     def flush(self) -> bool:
         """Hand buffered AOF commands to the kernel (fsync with `always`).
         Returns False when that failed: the caller must not send the replies

@@ -18,7 +18,14 @@ import time
 from time import perf_counter
 from typing import Any, Protocol
 
-from rcp11.commands import Stop, client_line, late_reply, protocol_error_reply, run_pipeline
+from rcp11.commands import (
+    Stop,
+    client_line,
+    late_reply,
+    protocol_error_reply,
+    run_lane,
+    run_pipeline,
+)
 from rcp11.errors import ProtocolError
 from rcp11.limits import TRANSPORT_WATER, TURN_SECONDS
 from rcp11.logs import VERBOSE
@@ -121,12 +128,12 @@ class Connection(asyncio.Protocol):
         log.log(VERBOSE, "Accepted %s", client.addr)
 
     def data_received(self, data: bytes) -> None:
-        """The read path, the one place bytes read become commands: the
-        read buffer goes to the parser, and the complete commands it hands
-        out to process() -> run_pipeline(). A lane that runs commands
-        straight from the read buffer belongs here, between the stats and
-        the parser, for a runnable client only; it hands what it did not
-        run to the parser unchanged."""
+        """The read path, the one place bytes read become commands: the C
+        lane (commands.run_lane) runs the TWRITEs and TREADs it can straight
+        from the read buffer (with the start of a request the parser holds
+        from the last read), for a runnable client; what it did not run goes
+        to the parser unchanged, and the complete commands it hands out to
+        process() -> run_pipeline()."""
         client = self.client
         if client is None or self.closed:
             return
@@ -136,6 +143,18 @@ class Connection(asyncio.Protocol):
         parser = self.parser
         runnable = client.blocked is None and not client.closing and self.held is None
         commands: list[list[bytes]] | None = None
+        if runnable and self.backlog is None:
+            queued = self.out_bytes
+            consumed, self.out_bytes = run_lane(
+                server.state, client, parser, data, self.out, queued, self.lane_mark()
+            )
+            if self.out_bytes != queued:
+                server.want_flush(self)
+            if consumed:
+                if consumed == len(data):
+                    client.query_buffer_len = parser.buffered()  # type: ignore[union-attr]
+                    return
+                data = data[consumed:]
         try:
             if runnable:
                 commands = parser.take(data)  # type: ignore[union-attr]
@@ -272,6 +291,13 @@ class Connection(asyncio.Protocol):
                 # This read took the turn: other clients go first, before
                 # the event loop reads more of this client's pipeline.
                 self.hold("turn")
+
+    def lane_mark(self) -> int:
+        """The pending output the lane's replies may reach before the
+        output limits must be looked at (as process() computes it)."""
+        transport = self.transport
+        base = transport.get_write_buffer_size() if transport is not None else 0
+        return self.output_mark - base
 
     def may_go_on(self, pending: int, turn_over: bool) -> bool:
         """Between two commands, once pending output passed output_mark or

@@ -1,0 +1,211 @@
+"""The C lane's Python side (src/lane.c): the hot stream commands run
+straight from a connection's read, in front of run_pipeline().
+
+    consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
+
+The connection calls this first with every read that starts at a request
+boundary; the lane runs TWRITE (both forms) and TREAD without BLOCK/GROUP
+in C, appends their replies to `out`, and returns how many bytes of `data`
+it consumed. The connection's parser and run_pipeline() take the rest.
+
+Here is decided, once per read, what no request of the read can change:
+the lane runs nothing during loading, inside MULTI, with MONITOR clients,
+with rename-command, for an unauthenticated client or a RESP3 one, or while
+blocked clients wait to be served; and no TWRITE while writes are refused
+(MISCONF) or maxmemory is set (the OOM check depends on memory each write
+grows). Per key, the resolver below decides (a missing key, a string, a
+TTL stop the lane; a waiter or a WATCH stops writes). Afterwards the
+counters the general path keeps are brought up to date, the AOF gets the
+TWRITE requests verbatim, and written keys are touched.
+
+Every request the lane runs is one the general path would have run the same
+way: tests/test_lane_differential.py checks it on random pipelines.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rcp11 import errors
+from rcp11._macronode import ffi, lib
+from rcp11.commands.core import command_stats, requirepass_set
+from rcp11.commands.table import RENAMED
+from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
+from rcp11.resp import RequestParser
+from rcp11.state import ClientState, ServerState
+from rcp11.storage import MUTATIONS
+
+log = logging.getLogger("rcp11")
+
+_KEY_READ: int = lib.LANE_KEY_READ
+_KEY_WRITE: int = lib.LANE_KEY_WRITE
+_WRITES: int = lib.LANE_WRITES
+_LOG_WRITES: int = lib.LANE_LOG_WRITES
+
+# One lane_call for the process: the server runs one read at a time on the
+# event loop's thread, and its buffers are reused from read to read.
+_call = ffi.new("lane_call *")
+lib.lane_call_init(_call)
+_call.resolve = lib.lane_resolve_key
+_call.max_commands = LANE_MAX_COMMANDS
+# The parser limits _call was last given (max_bulk_len, max_multibulk_len).
+_limits: list[tuple[int, int]] = [(-1, -1)]
+
+# While lane_run() runs: the state it runs on and the keys it resolved
+# (key, stream or None), in the order of _call.keys.
+_state: ServerState | None = None
+_resolved: list[tuple[bytes, Any]] = []
+
+# A read smaller than this is not worth the lane's fixed cost (one cffi
+# call and the checks): it cannot hold a whole TWRITE.
+_MIN_READ = 16
+
+
+@ffi.def_extern()
+def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
+    """lane_resolve_fn: may the lane read / write the stream at key?"""
+    state = _state
+    name = ffi.unpack(key, key_len)
+    keyspace = state.keyspace  # type: ignore[union-attr]
+    value = keyspace.data.get(name)
+    if value is None or type(value) is bytes or name in keyspace.expires:
+        _resolved.append((name, None))
+        return 0
+    _resolved.append((name, value))
+    stream_out[0] = value._s
+    allowed = _KEY_READ
+    if not keyspace.watchers.get(name) and not state.blocking.involves(name):  # type: ignore[union-attr]
+        allowed |= _KEY_WRITE
+        limit = state.persistence.reserved_next_offset(name)  # type: ignore[union-attr]
+        limit_out[0] = max(limit, 0)
+        if limit < 0:
+            allowed = _KEY_READ
+    return allowed
+
+
+def lane_open(state: ServerState, client: ClientState) -> bool:
+    """Whether the lane may run anything for client now."""
+    return not (
+        state.loading
+        or client.queued is not None
+        or state.monitors
+        or RENAMED
+        or client.resp != 2
+        or state.blocking.ready
+        or (not client.authenticated and requirepass_set(state))
+    )
+
+
+def run_lane(
+    state: ServerState,
+    client: ClientState,
+    parser: RequestParser,
+    data: bytes,
+    out: list[bytes],
+    out_bytes: int,
+    mark: int,
+) -> tuple[int, int]:
+    """Run what the lane can of data (a read) for client, whose requests
+    `parser` reads (the lane runs when it holds nothing, or only the start
+    of a request, and within its limits; it then consumes those bytes from
+    the parser), appending the replies to out (out_bytes: what
+    out holds; mark: as for run_pipeline). Returns (bytes of data
+    consumed, out_bytes now)."""
+    global _state
+    if (
+        type(data) is not bytes
+        or out_bytes > mark
+        or parser.unauthenticated
+        or not lane_open(state, client)
+    ):
+        return 0, out_bytes
+    carried = b""
+    if not parser.idle():
+        # A request split across reads: its start, buffered, is read again
+        # with this read (a pipeline streamed in big reads would otherwise
+        # never reach the lane after its first split request).
+        unparsed = parser.unparsed(LANE_MAX_CARRY)
+        if unparsed is None:
+            return 0, out_bytes
+        carried = unparsed
+        data = carried + data
+    if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
+        return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
+    call = _call
+    persistence = state.persistence
+    config = state.config
+    limits = (parser.max_bulk_len, parser.max_multibulk_len)
+    if limits != _limits[0]:
+        # Setting a cdata field costs as much as a dict lookup or two:
+        # the parser's limits change only with CONFIG SET.
+        call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
+    writes = not (state.writes_refused or config.get("maxmemory") or persistence.write_refused())
+    flags = 0
+    room = 0
+    if writes:
+        flags = _WRITES
+        if persistence.aof_state != "off":
+            flags |= _LOG_WRITES
+            room = persistence.aof_room()
+    _state = state
+    _resolved.clear()
+    try:
+        # bytes go to `const char *` as they are: no copy, no from_buffer.
+        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room)
+    finally:
+        _state = None
+    if not consumed:
+        return 0, out_bytes
+    reply = ffi.unpack(call.reply.data, call.reply.len)
+    out.append(reply)
+    _account(state, client, call)
+    out_bytes += len(reply)
+    if consumed < len(carried):  # requests the parser held whole, not this read
+        parser.skip(consumed)
+        return 0, out_bytes
+    if carried:
+        parser.skip(len(carried))
+    return consumed - len(carried), out_bytes
+
+
+def _account(state: ServerState, client: ClientState, call: Any) -> None:
+    """What call() and the handlers would have done for the requests the
+    lane ran: log, touch, count."""
+    writes = call.twrite_calls
+    stats = state.stats
+    if writes:
+        keys = call.keys
+        keyspace = state.keyspace
+        for i, (name, stream) in enumerate(_resolved):
+            if keys[i].written:
+                stream._next = lib.mn_next_offset(stream._s)
+                stream._version += 1
+                keyspace.touch(name)
+        MUTATIONS.ticks += writes
+        state.dirty += writes
+        if call.aof.len:
+            try:
+                state.persistence.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len))
+            except Exception:
+                # Appended, but how much of it is logged is unknown: as
+                # call() does when it cannot log a change, refuse every
+                # write from now on.
+                log.exception("%d TWRITE of the C lane ran but could not be logged", writes)
+                state.writes_refused = errors.UNLOGGED_CHANGE
+        row = stats.commands.get("twrite") or command_stats(state, "twrite")
+        row[0] += writes
+        row[1] += call.twrite_usec
+        stats.total_messages_written += call.messages_written
+        stats.total_messages_evicted += call.messages_evicted
+    reads = call.tread_calls
+    if reads:
+        row = stats.commands.get("tread") or command_stats(state, "tread")
+        row[0] += reads
+        row[1] += call.tread_usec
+        stats.total_messages_read += call.messages_read
+    stats.total_commands_processed += writes + reads
+    client.last_command = "twrite" if call.last_command == 1 else "tread"
+
+
+__all__ = ["lane_open", "run_lane"]

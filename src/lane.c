@@ -1,0 +1,496 @@
+/* lane.c -- the C lane: the hot stream commands run straight from the read
+ * buffer, in front of the Python general path.
+ *
+ * WHERE IT SITS
+ * =============
+ *
+ *   socket read ──> lane_run(buf) ──consumed──> RequestParser(buf[consumed:])
+ *                      │                                 │
+ *                      │ TWRITE, TREAD key off count     │ everything else
+ *                      ▼                                 ▼
+ *                  mn_append / mn_read_resp      commands.run_pipeline()
+ *                      │                                 │
+ *                      └──── reply bytes, AOF bytes ─────┘ (same out list)
+ *
+ * The Python general path (rcp11/commands) is the reference: for every
+ * request the lane runs, the reply, the AOF bytes, the stream and every
+ * counter must be what that path would have produced. The lane therefore
+ * runs a request only when it can prove that; at the first request it
+ * cannot, it stops and returns how many bytes it consumed, and Python
+ * parses and runs the rest (rcp11/commands/lane.py decides, once per call,
+ * what no request can change: MULTI, MONITOR, AUTH, rename-command,
+ * loading, RESP3, MISCONF, maxmemory).
+ *
+ * WHAT IT RUNS
+ * ============
+ *
+ *   TWRITE key value                      -> :<offset>
+ *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
+ *   TREAD key offset count [WITHINFO]     -> *n bulks (WITHINFO: *n+1, *4 info first)
+ *
+ * Anything else stops the lane before it: another command, BLOCK or GROUP,
+ * any argument the Python path would answer with an error (bad arity, a
+ * number that is not canonical, a negative count, an option twice, an
+ * unknown option), and any key the resolver refuses (missing, wrong type,
+ * a TTL, a waiter, a WATCH; see lane_resolve_fn). The lane never produces
+ * an error reply: errors, with their counters and texts, stay in one place.
+ *
+ * THE REQUEST FORM
+ * ================
+ *
+ * Only the canonical form of a RESP request is read, the one every client
+ * library writes and the one the AOF holds:
+ *
+ *   *<argc>\r\n  ( $<len>\r\n <len bytes> \r\n ){argc}
+ *
+ * with argc and len written in decimal without sign or leading zeros
+ * (argc >= 1). Such a request is exactly encode_command(argv) of its
+ * arguments, so when the AOF is on, a TWRITE is logged by copying its
+ * request bytes verbatim: no re-encoding. Inline requests, "*0", a
+ * non-canonical length, or a length over the configured limits stop the
+ * lane, and the Python parser gives its protocol error (or parses the
+ * form it accepts). The parser does not use hiredis's reader: that reader
+ * copies every fed byte into its own buffer, accepts non-canonical
+ * lengths (the AOF copy would then differ), and would still need this
+ * check of the framing; reading the canonical form in place is one pass
+ * with no copy.
+ *
+ * An argument is a (pointer, length) pair into the caller's buffer:
+ *
+ *   buf:  *3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$5\r\nhello\r\n
+ *                     ^ args[0]        ^ args[1] ^ args[2]
+ *
+ * Entries of TWRITE ... ENTRIES are not contiguous in the buffer (headers
+ * sit between them), so they are copied back to back into a scratch
+ * buffer for one atomic mn_append(); the simple form appends in place.
+ *
+ * MEMORY
+ * ======
+ *
+ * The reply and AOF buffers are mn_bufs that the core appends to
+ * (mn_read_resp_prefixed) and frees (mn_buf_free) as well as this file:
+ * both must get their memory from one allocator, so a build that routes
+ * the core's allocations elsewhere (tests/c/alloc_hook.h) routes the lane's
+ * too. Scratch (argument table, joined entries, lengths) lives in the
+ * lane_call and is reused from read to read.
+ *
+ * LIMITS
+ * ======
+ *
+ * The caller bounds each run: max_commands requests (the pipeline reads
+ * the clock between turns), reply_mark bytes of reply (output limits are
+ * looked at between commands), and aof_room bytes of AOF (the AOF's disk
+ * space is reserved ahead; the general path asks again when it nears the
+ * end of the reservation). Each key gets a write_limit: a TWRITE whose next
+ * offset would pass it (an offset reservation must be written first, or
+ * the offset would pass 2^63-1) stops the lane.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
+
+#include "lane.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Argument counts beyond this stop the lane (the general path has no such
+ * limit): TWRITE ENTRIES with more entries than this is rare, and the
+ * argument table stays small. */
+#define LANE_MAX_ARGS 65536
+
+/* Digits of a canonical length: 18 cannot overflow int64; larger lengths
+ * are over every limit anyway. */
+#define LANE_MAX_DIGITS 18
+
+/* The largest value a RESP integer reply (and a stream offset) takes. */
+#define LANE_INT64_MAX 9223372036854775807LL
+
+typedef struct lane_arg {
+    const char *p;
+    size_t len;
+} lane_arg;
+
+void lane_call_init(lane_call *call) {
+    memset(call, 0, sizeof *call);
+    mn_buf_init(&call->reply);
+    mn_buf_init(&call->aof);
+    mn_buf_init(&call->scratch_entries);
+}
+
+void lane_call_reset(lane_call *call) {
+    call->reply.len = 0;
+    call->aof.len = 0;
+    call->stop = LANE_STOP_END;
+    call->last_command = 0;
+    call->twrite_calls = call->twrite_usec = 0;
+    call->tread_calls = call->tread_usec = 0;
+    call->messages_written = call->messages_read = call->messages_evicted = 0;
+    call->nkeys = 0;
+}
+
+void lane_call_free(lane_call *call) {
+    mn_buf_free(&call->reply);
+    mn_buf_free(&call->aof);
+    mn_buf_free(&call->scratch_entries);
+    free(call->scratch_args);
+    free(call->scratch_lens);
+    call->scratch_args = NULL;
+    call->scratch_lens = NULL;
+    call->scratch_args_cap = call->scratch_lens_cap = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * --------------------------------------------------------------------- */
+
+static int buf_reserve(mn_buf *b, size_t more) {
+    if (b->cap - b->len >= more) return 0;
+    size_t want = b->cap ? b->cap : 256;
+    while (want - b->len < more) {
+        if (want > SIZE_MAX / 2) return -1;
+        want *= 2;
+    }
+    char *p = realloc(b->data, want);
+    if (p == NULL) return -1;
+    b->data = p;
+    b->cap = want;
+    return 0;
+}
+
+static int buf_add(mn_buf *b, const char *p, size_t len) {
+    if (buf_reserve(b, len)) return -1;
+    if (len) memcpy(b->data + b->len, p, len);
+    b->len += len;
+    return 0;
+}
+
+/* "<c><int>\r\n" (c is ':' or '*'). */
+static int buf_add_int(mn_buf *b, char c, int64_t v) {
+    char tmp[32];
+    char *end = tmp + sizeof tmp;
+    char *p = end;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    *--p = '\n';
+    *--p = '\r';
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    *--p = c;
+    return buf_add(b, p, (size_t)(end - p));
+}
+
+/* A canonical decimal length at p (digits up to "\r\n"): no sign, no
+ * leading zero. Returns the index after "\r\n", 0 when the line is not
+ * complete yet, -1 when it is not canonical. */
+static long read_length(const char *p, size_t avail, uint64_t *out) {
+    size_t i = 0;
+    uint64_t v = 0;
+    while (i < avail && p[i] >= '0' && p[i] <= '9') {
+        if (i == LANE_MAX_DIGITS) return -1;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+        i++;
+    }
+    if (i == avail || (i + 1 == avail && p[i] == '\r')) return 0;
+    if (i == 0 || (p[0] == '0' && i > 1) || p[i] != '\r' || p[i + 1] != '\n') return -1;
+    *out = v;
+    return (long)(i + 2);
+}
+
+/* Redis's string2ll() as rcp11.commands.args.parse_int reads it: "0", or
+ * an optional '-' then 1-9 then digits, within int64. */
+static int parse_int64(const char *p, size_t len, int64_t *out) {
+    if (len == 0 || len > 20) return -1;
+    size_t i = 0;
+    int neg = 0;
+    if (p[0] == '-') {
+        neg = 1;
+        i = 1;
+        if (len == 1) return -1;
+    }
+    if (p[i] == '0') {
+        if (len == 1) {
+            *out = 0;
+            return 0;
+        }
+        return -1;
+    }
+    uint64_t v = 0;
+    for (; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    if (neg) {
+        if (v > (uint64_t)LANE_INT64_MAX + 1) return -1;
+        *out = v == (uint64_t)LANE_INT64_MAX + 1 ? (-LANE_INT64_MAX - 1) : -(int64_t)v;
+    } else {
+        if (v > (uint64_t)LANE_INT64_MAX) return -1;
+        *out = (int64_t)v;
+    }
+    return 0;
+}
+
+static int word_is(const lane_arg *a, const char *upper) {
+    size_t n = strlen(upper);
+    if (a->len != n) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = a->p[i];
+        if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+        if (c != upper[i]) return 0;
+    }
+    return 1;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------
+ * Parsing one request
+ * --------------------------------------------------------------------- */
+
+/* Parse the canonical request at buf[0..len). Returns its size and fills
+ * call->scratch_args / *argc; 0 when it is not complete; -1 when the lane
+ * must not read it (not canonical, over a limit, no memory). */
+static long parse_request(lane_call *call, const char *buf, size_t len, size_t *argc) {
+    if (len == 0) return 0;
+    if (buf[0] != '*') return -1;
+    uint64_t count;
+    long at = read_length(buf + 1, len - 1, &count);
+    if (at <= 0) return at;
+    if (count == 0 || count > call->max_multibulk_len || count > LANE_MAX_ARGS) return -1;
+    size_t pos = 1 + (size_t)at;
+    if (call->scratch_args_cap < count) {
+        size_t cap = call->scratch_args_cap ? call->scratch_args_cap : 64;
+        while (cap < count) cap *= 2;
+        void *p = realloc(call->scratch_args, cap * sizeof(lane_arg));
+        if (p == NULL) return -1;
+        call->scratch_args = p;
+        call->scratch_args_cap = cap;
+    }
+    lane_arg *args = call->scratch_args;
+    for (uint64_t i = 0; i < count; i++) {
+        if (pos >= len) return 0;
+        if (buf[pos] != '$') return -1;
+        uint64_t blen;
+        long h = read_length(buf + pos + 1, len - pos - 1, &blen);
+        if (h <= 0) return h;
+        if (blen > call->max_bulk_len) return -1;
+        pos += 1 + (size_t)h;
+        if (len - pos < blen + 2) return 0;
+        if (buf[pos + blen] != '\r' || buf[pos + blen + 1] != '\n') return -1;
+        args[i].p = buf + pos;
+        args[i].len = (size_t)blen;
+        pos += (size_t)blen + 2;
+    }
+    *argc = (size_t)count;
+    return (long)pos;
+}
+
+/* The key slot of args[1], resolving it on first sight; NULL stops. */
+static lane_key *key_slot(lane_call *call, const lane_arg *key) {
+    for (size_t i = 0; i < call->nkeys; i++) {
+        lane_key *k = &call->keys[i];
+        if (k->key_len == key->len && memcmp(k->key, key->p, key->len) == 0)
+            return k->allowed ? k : NULL;
+    }
+    if (call->nkeys == LANE_MAX_KEYS) return NULL;
+    lane_key *k = &call->keys[call->nkeys];
+    k->key = key->p;
+    k->key_len = key->len;
+    k->stream = NULL;
+    k->write_limit = 0;
+    k->written = 0;
+    k->allowed = call->resolve(call, key->p, key->len, &k->stream, &k->write_limit);
+    if (k->allowed && k->stream == NULL) k->allowed = 0;
+    call->nkeys++; /* a refused key is remembered too: it is not asked twice */
+    return k->allowed ? k : NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * The commands
+ * --------------------------------------------------------------------- */
+
+/* TWRITE. Returns 0 when it ran, -1 when the lane stops before it. */
+static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const char *req,
+                      size_t req_len) {
+    if (argc < 3 || !call->writes) return -1;
+    size_t first_entry = 2;
+    int64_t backlog = -1;
+    if (argc > 3) {
+        size_t i = 2;
+        for (;;) {
+            if (i >= argc) return -1; /* ENTRIES is missing */
+            if (word_is(&args[i], "ENTRIES")) {
+                i++;
+                break;
+            }
+            if (!word_is(&args[i], "BACKLOG") || backlog >= 0 || i + 1 >= argc) return -1;
+            if (parse_int64(args[i + 1].p, args[i + 1].len, &backlog) || backlog < 0) return -1;
+            i += 2;
+        }
+        if (i >= argc) return -1; /* no entry after ENTRIES */
+        first_entry = i;
+    }
+    size_t n = argc - first_entry;
+    if (call->log_writes && call->aof.len > call->aof_room) return -1;
+    lane_key *k = key_slot(call, &args[1]);
+    if (k == NULL) return -1;
+    if (!(k->allowed & LANE_KEY_WRITE)) {
+        call->stop = LANE_STOP_KEY;
+        return -1;
+    }
+    uint64_t next = mn_next_offset(k->stream);
+    uint64_t new_next = next + n;
+    if (new_next - 1 > (uint64_t)LANE_INT64_MAX || new_next < next) return -1;
+    uint64_t capped = new_next > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : new_next;
+    if (capped > k->write_limit) {
+        call->stop = LANE_STOP_KEY;
+        return -1;
+    }
+    for (size_t i = first_entry; i < argc; i++)
+        if (args[i].len > MN_MAX_MESSAGE_BYTES) return -1;
+    /* Room for the reply and the AOF copy first: once appended, the write
+     * must be answered and logged. */
+    if (buf_reserve(&call->reply, 32)) return -1;
+    if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
+    uint64_t started = now_ns();
+    int64_t first;
+    if (n == 1) {
+        first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
+                              MN_NOW);
+    } else {
+        if (call->scratch_lens_cap < n) {
+            uint32_t *p = realloc(call->scratch_lens, n * sizeof(uint32_t));
+            if (p == NULL) return -1;
+            call->scratch_lens = p;
+            call->scratch_lens_cap = n;
+        }
+        mn_buf *joined = &call->scratch_entries;
+        joined->len = 0;
+        for (size_t i = 0; i < n; i++) {
+            const lane_arg *e = &args[first_entry + i];
+            if (buf_add(joined, e->p, e->len)) return -1;
+            call->scratch_lens[i] = (uint32_t)e->len;
+        }
+        first = mn_append(k->stream, joined->data, call->scratch_lens, n, MN_NOW);
+    }
+    if (first < 0) return -1; /* nothing was appended: Python answers */
+    k->written = 1;
+    if (backlog >= 0) {
+        int64_t evicted = mn_evict_keep(k->stream, (uint64_t)backlog);
+        if (evicted > 0) call->messages_evicted += (uint64_t)evicted;
+    }
+    buf_add_int(&call->reply, ':', first); /* reserved above: cannot fail */
+    if (call->log_writes) buf_add(&call->aof, req, req_len);
+    call->twrite_usec += (now_ns() - started) / 1000;
+    call->twrite_calls++;
+    call->messages_written += n;
+    call->last_command = 1;
+    return 0;
+}
+
+/* TREAD key offset count [WITHINFO]. Returns 0 when it ran, -1 to stop. */
+static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
+    if (argc < 4 || argc > 5) return -1;
+    int withinfo = 0;
+    if (argc == 5) {
+        if (!word_is(&args[4], "WITHINFO")) return -1;
+        withinfo = 1;
+    }
+    int64_t offset, count;
+    if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
+    if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
+    lane_key *k = key_slot(call, &args[1]);
+    if (k == NULL || !(k->allowed & LANE_KEY_READ)) {
+        call->stop = LANE_STOP_KEY;
+        return -1;
+    }
+    uint64_t started = now_ns();
+    uint64_t next = mn_next_offset(k->stream);
+    uint64_t start;
+    if (offset >= 0) {
+        start = (uint64_t)offset;
+    } else {
+        uint64_t back = (uint64_t)0 - (uint64_t)offset;
+        start = back >= next ? 0 : next - back;
+    }
+    uint64_t n = start < next ? next - start : 0;
+    if ((uint64_t)count < n) n = (uint64_t)count;
+    char head[160];
+    mn_buf h = {head, 0, sizeof head};
+    /* head has room for two headers and four integers: no allocation. */
+    if (withinfo) {
+        uint64_t first = mn_first_offset(k->stream);
+        if (first > (uint64_t)LANE_INT64_MAX) first = (uint64_t)LANE_INT64_MAX;
+        uint64_t shown_start = start > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : start;
+        buf_add_int(&h, '*', (int64_t)n + 1);
+        buf_add_int(&h, '*', 4);
+        buf_add_int(&h, ':', (int64_t)first);
+        buf_add_int(&h, ':', (int64_t)(next - 1));
+        buf_add_int(&h, ':', (int64_t)shown_start);
+        buf_add_int(&h, ':', (int64_t)n);
+    } else {
+        buf_add_int(&h, '*', (int64_t)n);
+    }
+    if (n == 0) {
+        if (buf_add(&call->reply, h.data, h.len)) return -1;
+    } else if (mn_read_resp_prefixed(k->stream, start, n, MN_NULL_RESP2, h.data, h.len,
+                                     &call->reply) != MN_OK) {
+        return -1; /* nothing appended; Python answers (or fails) the same read */
+    }
+    call->tread_usec += (now_ns() - started) / 1000;
+    call->tread_calls++;
+    call->messages_read += n;
+    call->last_command = 2;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The run
+ * --------------------------------------------------------------------- */
+
+size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
+                size_t aof_room) {
+    size_t pos = 0;
+    uint64_t ran = 0;
+    lane_call_reset(call);
+    call->reply_mark = reply_mark;
+    call->writes = (flags & LANE_WRITES) != 0;
+    call->log_writes = (flags & LANE_LOG_WRITES) != 0;
+    call->aof_room = aof_room;
+    while (pos < len) {
+        if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
+            call->stop = LANE_STOP_BUDGET;
+            break;
+        }
+        size_t argc = 0;
+        long size = parse_request(call, buf + pos, len - pos, &argc);
+        if (size == 0) break; /* incomplete: Python buffers it */
+        if (size < 0) {
+            call->stop = LANE_STOP_REQUEST;
+            break;
+        }
+        const lane_arg *args = call->scratch_args;
+        int rc = -1;
+        int stop_before = call->stop;
+        if (word_is(&args[0], "TWRITE"))
+            rc = run_twrite(call, args, argc, buf + pos, (size_t)size);
+        else if (word_is(&args[0], "TREAD"))
+            rc = run_tread(call, args, argc);
+        if (rc) {
+            if (call->stop == stop_before) call->stop = LANE_STOP_REQUEST;
+            break;
+        }
+        pos += (size_t)size;
+        ran++;
+    }
+    return pos;
+}

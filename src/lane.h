@@ -1,0 +1,97 @@
+/* lane.h -- the C lane: TWRITE and plain TREAD run straight from a
+ * connection's read buffer (see the essay at the top of lane.c).
+ *
+ * Like macronode.h, the part between CDEF-BEGIN and CDEF-END is fed to
+ * cffi's cdef() (src/build_macronode.py builds both files into
+ * rcp11._macronode), so it stays cdef-clean.
+ */
+#ifndef RCP11_LANE_H
+#define RCP11_LANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "macronode.h"
+
+/* CDEF-BEGIN */
+
+/* Keys one lane_run() call may resolve; the next new key stops the lane. */
+#define LANE_MAX_KEYS 16
+
+/* What the resolver allows for a key (bits of its return value). */
+#define LANE_KEY_READ 1
+#define LANE_KEY_WRITE 2
+
+/* Why lane_run() stopped (lane_call.stop). */
+#define LANE_STOP_END 0       /* the buffer ended (maybe mid-request) */
+#define LANE_STOP_REQUEST 1   /* a request the lane does not run: the rest is Python's */
+#define LANE_STOP_KEY 2       /* a key the resolver refused, or a full key table */
+#define LANE_STOP_BUDGET 3    /* output mark, AOF room, command budget, or no memory */
+
+struct lane_call;
+
+/* Asked once per call for each new key: fills *stream and *write_limit
+ * (the highest next offset a write may reach without asking Python, e.g.
+ * the key's offset reservation mark) and returns LANE_KEY_* bits, or 0
+ * (nothing may run on this key: the lane stops before the request). */
+typedef int (*lane_resolve_fn)(struct lane_call *call, const char *key, size_t key_len,
+                               mn_stream **stream, uint64_t *write_limit);
+
+typedef struct lane_key {
+    const char *key;        /* into the caller's buffer */
+    size_t key_len;
+    mn_stream *stream;
+    uint64_t write_limit;
+    int allowed;            /* LANE_KEY_* */
+    int written;            /* a TWRITE ran on it: its next offset changed */
+} lane_key;
+
+typedef struct lane_call {
+    /* In, set by the caller before lane_run(). */
+    lane_resolve_fn resolve;
+    uint64_t max_bulk_len;       /* proto-max-bulk-len */
+    uint64_t max_multibulk_len;  /* arguments per request */
+    uint64_t max_commands;       /* requests to run at most */
+    /* In, set by lane_run() from its arguments (one cffi call, no field
+     * sets from Python per read). */
+    size_t reply_mark;           /* stop once reply.len passed this */
+    int writes;                  /* 0: TWRITE stops the lane (MISCONF, maxmemory...) */
+    int log_writes;              /* 1: copy each TWRITE request to aof */
+    size_t aof_room;             /* aof.len may reach this before a TWRITE */
+    /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
+    mn_buf reply;
+    mn_buf aof;
+    int stop;                    /* LANE_STOP_* */
+    int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
+    uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
+    uint64_t messages_written, messages_read, messages_evicted;
+    size_t nkeys;
+    lane_key keys[LANE_MAX_KEYS];
+    /* Scratch (argument table, joined entries); freed by lane_call_free. */
+    void *scratch_args;
+    size_t scratch_args_cap;
+    mn_buf scratch_entries;
+    uint32_t *scratch_lens;
+    size_t scratch_lens_cap;
+} lane_call;
+
+void lane_call_init(lane_call *call);
+/* Forget the output of the last run (buffers are kept, emptied); every
+ * lane_run() starts with it. */
+void lane_call_reset(lane_call *call);
+void lane_call_free(lane_call *call);
+
+/* lane_run() flags. */
+#define LANE_WRITES 1         /* TWRITE may run */
+#define LANE_LOG_WRITES 2     /* and its request is copied to aof */
+
+/* Run the requests at the start of buf[0..len) while the lane can run them
+ * exactly as the Python general path would; returns how many bytes it
+ * consumed (whole requests only). reply_mark, flags and aof_room set the
+ * fields of the same names. */
+size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
+                size_t aof_room);
+
+/* CDEF-END */
+
+#endif /* RCP11_LANE_H */

@@ -1,0 +1,385 @@
+"""The C lane (src/lane.c, rcp11/commands/lane.py) against the general path.
+
+Random pipelines (TWRITE and TREAD in every form, mixed with other
+commands, bad arity, bad numbers, hostile bytes), split at random read
+boundaries, run once the way the server runs a read (the lane first, then
+the parser and run_pipeline()) and once through the general path alone.
+Everything a user can see must be the same: the replies, the AOF bytes,
+the streams and strings, the INFO stats and commandstats (calls, rejected,
+failed; not the microseconds), what another client sees (a blocked
+reader's reply, a WATCH's EXEC).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import persistence_in_process, serve_reads
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rcp11.commands import execute
+from rcp11.resp import encode_command
+from rcp11.state import ClientState, ServerState
+
+KEYS = [b"s", b"t", b"k", b"new", b"g"]
+WORDS = [b"x", b"", b"hello", b"ENTRIES", b"BACKLOG", b"a\r\nb", b"\x00\xff", b"*1\r\n$4\r\nPING"]
+NUMBERS = [b"0", b"1", b"2", b"5", b"-1", b"-3", b"100", b"01", b"+1", b"abc", b"-0"]
+NUMBERS += [b"9223372036854775807", b"9223372036854775808", b"-9223372036854775808"]
+NUMBERS += [b"-9223372036854775809", b" 1"]
+
+keys = st.sampled_from(KEYS)
+words = st.sampled_from(WORDS) | st.binary(max_size=12)
+numbers = st.sampled_from(NUMBERS)
+twrite_name = st.sampled_from([b"TWRITE", b"twrite", b"TWrite"])
+tread_name = st.sampled_from([b"TREAD", b"tread"])
+
+
+@st.composite
+def twrite(draw: Any) -> list[bytes]:
+    name, key = draw(twrite_name), draw(keys)
+    form = draw(st.integers(0, 5))
+    if form <= 2:
+        return [name, key, draw(words)]
+    options: list[bytes] = []
+    if draw(st.booleans()):
+        options += [draw(st.sampled_from([b"BACKLOG", b"backlog"])), draw(numbers)]
+        if draw(st.integers(0, 6)) == 0:
+            options += [b"BACKLOG", draw(numbers)]  # twice: an error
+    if draw(st.integers(0, 8)):
+        options.append(draw(st.sampled_from([b"ENTRIES", b"entries"])))
+    entries = draw(st.lists(words, max_size=6))
+    return [name, key, *options, *entries]
+
+
+@st.composite
+def tread(draw: Any) -> list[bytes]:
+    argv = [draw(tread_name), draw(keys), draw(numbers), draw(numbers)]
+    for _ in range(draw(st.integers(0, 2))):
+        argv += draw(
+            st.sampled_from(
+                [[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"BLOCK", b"1"], [b"bogus"]]
+            )
+        )
+    return argv
+
+
+other = st.sampled_from(
+    [
+        [b"SET", b"k", b"v"],
+        [b"GET", b"k"],
+        [b"DEL", b"t"],
+        [b"DEL", b"new"],
+        [b"EXPIRE", b"s", b"100"],
+        [b"PERSIST", b"s"],
+        [b"MULTI"],
+        [b"EXEC"],
+        [b"DISCARD"],
+        [b"PING"],
+        [b"TEVICT", b"s", b"2"],
+        [b"TWRITE", b"s"],
+        [b"TREAD", b"s", b"0"],
+        [b"NOSUCHCOMMAND", b"s"],
+        [b"INCR", b"k"],
+        [b"SET", b"g", b"1"],
+        [b"CLIENT", b"SETNAME", b"x"],
+    ]
+)
+
+
+def _canonical(argv: list[bytes]) -> bytes:
+    return encode_command(argv)
+
+
+@st.composite
+def good(draw: Any) -> list[bytes]:
+    """A request the lane can run, if nothing else stops it."""
+    key = draw(st.sampled_from([b"s", b"t"]))
+    form = draw(st.integers(0, 3))
+    if form == 0:
+        return [draw(twrite_name), key, draw(words)]
+    if form == 1:
+        backlog = [b"BACKLOG", draw(st.sampled_from([b"0", b"2", b"50"]))]
+        entries = draw(st.lists(words, min_size=1, max_size=5))
+        return [draw(twrite_name), key, *draw(st.sampled_from([[], backlog])), b"ENTRIES", *entries]
+    offset = draw(st.sampled_from([b"0", b"1", b"3", b"-1", b"-2", b"100", b"-100"]))
+    count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
+    return [draw(tread_name), key, offset, count, *draw(st.sampled_from([[], [b"WITHINFO"]]))]
+
+
+@st.composite
+def request(draw: Any) -> bytes:
+    kind = draw(st.integers(0, 17))
+    if kind <= 9:
+        return _canonical(draw(good()))
+    if kind <= 11:
+        return _canonical(draw(twrite()))
+    if kind <= 13:
+        return _canonical(draw(tread()))
+    if kind <= 16:
+        return _canonical(draw(other))
+    # Hostile or unusual framing: the parser must judge it, not the lane.
+    return draw(
+        st.sampled_from(
+            [
+                b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$02\r\nab\r\n",  # a leading zero
+                b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$2\r\nabXY",  # no CRLF after the bulk
+                b"*0\r\n",
+                b"PING\r\n",
+                b"TWRITE s inline\r\n",
+                b"*1\r\n:5\r\n",
+                b"*-1\r\n",
+                b"*2\r\n$4\r\nECHO\r\n$-1\r\n",
+                b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$999999999999\r\n",
+                b"*03\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$1\r\nz\r\n",
+                b"\r\n",
+            ]
+        )
+        | st.binary(max_size=20)
+    )
+
+
+# Between reads, another client may act on the same keys.
+other_client = st.sampled_from(
+    [
+        None,
+        [b"TREAD", b"s", b"-1", b"1", b"BLOCK", b"0"],  # reads what s had: no wait
+        [b"TREAD", b"s", b"1000000", b"1", b"BLOCK", b"0"],  # waits for s
+        [b"TREAD", b"t", b"0", b"2", b"GROUP", b"grp", b"BLOCK", b"0"],
+        [b"WATCH", b"s"],
+        [b"WATCH", b"t"],
+        [b"MULTI"],
+        [b"EXEC"],
+        [b"TWRITE", b"s", b"from-b"],
+    ]
+)
+
+
+@st.composite
+def session(draw: Any) -> tuple[list[bytes], list[Any]]:
+    requests = draw(st.lists(request(), min_size=1, max_size=25))
+    data = b"".join(requests)
+    # Reads end at request boundaries (the lane runs on the next read) or
+    # anywhere (the parser buffers the partial request).
+    ends = [sum(map(len, requests[: i + 1])) for i in range(len(requests))]
+    cut = st.sampled_from(ends) | st.integers(0, len(data))
+    cuts = sorted(draw(st.lists(cut, max_size=8)))
+    bounds = zip([0, *cuts], [*cuts, len(data)], strict=True)
+    chunks = [data[a:b] for a, b in bounds if b > a]
+    return chunks, [draw(other_client) for _ in chunks]
+
+
+class Peer(ClientState):
+    """Another client: its late replies (a blocked read served) are kept."""
+
+    def __init__(self) -> None:
+        super().__init__(authenticated=True)
+        self.received: list[Any] = []
+        self.send = self.received.append  # type: ignore[method-assign]
+        self.on_unblocked = lambda: None  # type: ignore[method-assign]
+
+
+def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
+    state, persistence = persistence_in_process(
+        directory, appendonly="yes" if aof else "no", stream_node_max_entries="3"
+    )
+    persistence.load()
+    setup = ClientState(authenticated=True)
+    for argv in (
+        [b"TWRITE", b"s", b"ENTRIES", b"a", b"b", b"c", b"d"],
+        [b"TWRITE", b"t", b"one"],
+        [b"SET", b"k", b"v"],
+    ):
+        execute(state, setup, argv)
+    return state, persistence
+
+
+def _aof_requests(data: bytes) -> list[Any]:
+    """The AOF's requests, with EXPIRE's absolute deadline (the clock
+    differs between the two runs) left out; the bytes must be canonical."""
+    import hiredis
+
+    reader = hiredis.Reader()
+    reader.feed(data)
+    requests = []
+    while (argv := reader.gets()) is not False:
+        assert encode_command(argv) in data
+        if argv[0].upper() == b"PEXPIREAT":
+            argv[2] = b"<deadline>"
+        requests.append(argv)
+    return requests
+
+
+def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
+    stats = state.stats
+    data: dict[bytes, Any] = {}
+    for key, value in sorted(state.keyspace.data.items()):
+        if isinstance(value, bytes):
+            data[key] = value
+        else:
+            first, next_offset = value.first_offset, value.next_offset
+            data[key] = (first, next_offset, value.read(first, next_offset - first))
+    return {
+        "data": data,
+        "expires": sorted(state.keyspace.expires),
+        "aof": _aof_requests(b"".join(persistence.aof.buf)),
+        "dirty": state.dirty,
+        "commands": stats.total_commands_processed,
+        "written": stats.total_messages_written,
+        "read": stats.total_messages_read,
+        "evicted": stats.total_messages_evicted,
+        "error_replies": stats.total_error_replies,
+        "errorstats": dict(stats.errors),
+        "commandstats": {name: (r[0], r[2], r[3]) for name, r in stats.commands.items()},
+    }
+
+
+def _run(
+    directory: Path, aof: bool, lane: bool, chunks: list[bytes], actions: list[Any]
+) -> tuple[Any, ...]:
+    state, persistence = _setup(directory, aof)
+    client = ClientState(authenticated=True)
+    peer = Peer()
+    client.id, peer.id = 1000, 1001  # HELLO and CLIENT ID show them
+    replies = []
+    peer_replies = []
+    for chunk, action in zip(chunks, actions, strict=True):
+        if action is not None and peer.blocked is None:
+            peer_replies.append(execute(state, peer, list(action)))
+        replies.append(serve_reads(state, client, [chunk], lane=lane))
+    return (
+        replies,
+        [repr(r) for r in peer_replies],
+        [repr(r) for r in peer.received],
+        client.last_command,
+        _observed(state, persistence),
+    )
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(session=session(), aof=st.booleans())
+def test_the_lane_and_the_general_path_agree(session: Any, aof: bool) -> None:
+    chunks, actions = session
+    outcomes = []
+    for lane in (True, False):
+        directory = Path(tempfile.mkdtemp(prefix="lane-"))
+        try:
+            outcomes.append(_run(directory, aof, lane, chunks, actions))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    assert outcomes[0] == outcomes[1]
+
+
+def _one_read(state: ServerState, data: bytes) -> tuple[int, bytes]:
+    """(bytes the lane consumed, its replies) for one read."""
+    from rcp11.commands import run_lane
+    from rcp11.resp import RequestParser
+
+    out: list[bytes] = []
+    client = ClientState(authenticated=True)
+    consumed, _ = run_lane(state, client, RequestParser(), data, out, 0, 1 << 40)
+    return consumed, b"".join(out)
+
+
+def test_the_lane_logs_twrite_requests_verbatim(tmp_path: Path) -> None:
+    state, persistence = _setup(tmp_path, aof=True)
+    logged = len(b"".join(persistence.aof.buf))
+    requests = [
+        [b"twrite", b"s", b"e"],
+        [b"TWRITE", b"s", b"BACKLOG", b"3", b"ENTRIES", b"f", b"g"],
+        [b"TREAD", b"s", b"0", b"10", b"WITHINFO"],
+    ]
+    data = b"".join(map(encode_command, requests))
+    consumed, replies = _one_read(state, data)
+    assert consumed == len(data)
+    info = b"*8\r\n*4\r\n:4\r\n:6\r\n:0\r\n:7\r\n"  # first, last, start, count
+    assert replies == b":4\r\n:5\r\n" + info + b"$-1\r\n" * 4 + b"$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
+    assert b"".join(persistence.aof.buf)[logged:] == b"".join(map(encode_command, requests[:2]))
+    assert state.stats.commands["twrite"][0] == 2 + 2  # and the setup's two
+    assert state.stats.total_messages_evicted == 4
+
+
+def test_the_lane_stops_where_the_general_path_must_answer(tmp_path: Path) -> None:
+    state, _ = _setup(tmp_path, aof=False)
+    plain = encode_command([b"TWRITE", b"s", b"x"])
+    for stopper in (
+        [b"TWRITE", b"missing", b"x"],  # creates a key
+        [b"TWRITE", b"k", b"x"],  # a string
+        [b"TWRITE", b"s", b"BACKLOG", b"-1", b"ENTRIES", b"x"],
+        [b"TREAD", b"s", b"0", b"01"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"0"],
+        [b"TREAD", b"missing", b"0", b"1"],
+        [b"SET", b"k", b"v"],
+    ):
+        data = plain + encode_command(stopper) + plain
+        consumed, replies = _one_read(state, data)
+        assert consumed == len(plain), stopper
+        assert replies.startswith(b":") and replies.count(b"\r\n") == 1
+
+
+def test_the_lane_stops_short_of_the_largest_offset(tmp_path: Path) -> None:
+    state, _ = _setup(tmp_path, aof=False)
+    client = ClientState(authenticated=True)
+    state.keyspace.data[b"s"].raise_next_offset(2**63 - 3)  # room for three more
+    replies = serve_reads(state, client, [encode_command([b"TWRITE", b"s", b"x"]) * 5])
+    offsets = b"".join(b":%d\r\n" % n for n in range(2**63 - 3, 2**63))
+    assert replies.startswith(offsets)
+    assert replies[len(offsets) :].count(b"-ERR") == 2
+
+
+def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -> None:
+    """Through the server's read path (the lane wired into the connection):
+    a pipeline of TWRITEs and TREADs gets its replies, INFO counts every
+    command, and the AOF (appendfsync always) brings every write back."""
+    server = server_factory(appendonly="yes", appendfsync="always")
+    r = redis.Redis(port=server.port)
+    assert r.execute_command("TWRITE", "s", "first") == 0
+    pipe = r.pipeline(transaction=False)
+    for i in range(300):
+        pipe.execute_command("TWRITE", "s", f"m{i}")
+    pipe.execute_command("TWRITE", "s", "BACKLOG", "250", "ENTRIES", "x", "y")
+    pipe.execute_command("TREAD", "s", "-3", "10", "WITHINFO")
+    replies = pipe.execute()
+    assert replies[:300] == list(range(1, 301))
+    assert replies[300] == 301
+    assert replies[301] == [[53, 302, 300, 3], b"m299", b"x", b"y"]
+    stats = r.info("commandstats")
+    assert stats["cmdstat_twrite"]["calls"] == 302
+    assert stats["cmdstat_tread"]["calls"] == 1
+    info = r.info("stats")
+    assert info["total_messages_written"] == 303
+    assert info["total_messages_evicted"] == 53
+    r.close()
+    server.kill9()
+    server.start()
+    r = redis.Redis(port=server.port)
+    assert r.execute_command("TREAD", "s", "53", "250") == [
+        *(f"m{i}".encode() for i in range(52, 300)),
+        b"x",
+        b"y",
+    ]
+    r.close()
+
+
+def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None:
+    """A pipeline streamed in reads that end mid-request keeps the lane:
+    the buffered start of the request is read again with the next read."""
+    from rcp11.commands import lane
+
+    state, _ = _setup(tmp_path, aof=False)
+    client = ClientState(authenticated=True)
+    one = encode_command([b"TWRITE", b"s", b"x" * 50])
+    data = one * 10
+    cut = len(one) * 3 + 20  # inside the fourth request
+    replies = serve_reads(state, client, [data[:cut], data[cut:]])
+    assert replies == b"".join(b":%d\r\n" % n for n in range(4, 14))
+    # The second read's lane run took the fourth request's start from the
+    # parser and ran all seven left.
+    assert lane._call.twrite_calls == 7
+    assert state.stats.commands["twrite"][0] == 2 + 10
