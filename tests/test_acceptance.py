@@ -11,108 +11,81 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import ServerProcess, in_thread, require, stream_info, tr, tw, wait_blocked
+from conftest import (
+    ServerProcess,
+    exchange,
+    in_thread,
+    require,
+    stream_info,
+    tr,
+    tw,
+    wait_blocked,
+)
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-
-
-@pytest.fixture(scope="module")
-def srv(stream_server: ServerProcess) -> ServerProcess:
-    return stream_server
-
-
-@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
-def r(srv: ServerProcess, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    client = srv.client(protocol=request.param)
-    client.flushall()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def r2(srv: ServerProcess) -> Iterator[redis.Redis]:
-    client = srv.client(protocol=2)
-    client.flushall()
-    yield client
-    client.close()
-
-
-def raw(port: int, data: bytes, expect: int = 1, timeout: float = 5.0, until: bytes = b"") -> bytes:
-    """Send bytes on a fresh socket; return what arrives until `expect` CRLFs
-    were seen, or `until` ends the output (or the server closes)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        out = b""
-        while not out.endswith(until) if until else out.count(b"\r\n") < expect:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-        return out
 
 
 # ------------------------------------------------------------ 1. data model
 
 
-def test_offsets_start_at_zero_and_follow_each_other(r: redis.Redis) -> None:
-    assert tw(r, "s", "a") == 0
-    assert tw(r, "s", "b", "c", "d") == 1
-    assert tw(r, "s", "e") == 4
-    assert tr(r, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+def test_offsets_start_at_zero_and_follow_each_other(stream_client_resp: redis.Redis) -> None:
+    assert tw(stream_client_resp, "s", "a") == 0
+    assert tw(stream_client_resp, "s", "b", "c", "d") == 1
+    assert tw(stream_client_resp, "s", "e") == 4
+    assert tr(stream_client_resp, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
 
 
-def test_messages_are_binary_safe(r: redis.Redis) -> None:
+def test_messages_are_binary_safe(stream_client_resp: redis.Redis) -> None:
     blob = bytes(range(256)) + b"\r\n\x00"
-    tw(r, "s", blob, b"")
-    assert tr(r, "s", 0, 2) == [blob, b""]
+    tw(stream_client_resp, "s", blob, b"")
+    assert tr(stream_client_resp, "s", 0, 2) == [blob, b""]
 
 
-def test_missing_key_reads_as_empty_stream(r: redis.Redis) -> None:
-    assert tr(r, "nokey", 0, 10) == []
-    assert tr(r, "nokey", 0, 10, "WITHINFO") == [[0, -1, 0, 0]]
-    assert r.exists("nokey") == 0
+def test_missing_key_reads_as_empty_stream(stream_client_resp: redis.Redis) -> None:
+    assert tr(stream_client_resp, "nokey", 0, 10) == []
+    assert tr(stream_client_resp, "nokey", 0, 10, "WITHINFO") == [[0, -1, 0, 0]]
+    assert stream_client_resp.exists("nokey") == 0
 
 
-def test_other_type_answers_wrongtype(r: redis.Redis) -> None:
-    r.set("str", "v")
+def test_other_type_answers_wrongtype(stream_client_resp: redis.Redis) -> None:
+    stream_client_resp.set("str", "v")
     for cmd in (["TWRITE", "str", "x"], ["TREAD", "str", 0, 1], ["TEVICT", "str", 1]):
         with pytest.raises(redis.ResponseError, match=WRONGTYPE):
-            r.execute_command(*cmd)
-    tw(r, "s", "x")
+            stream_client_resp.execute_command(*cmd)
+    tw(stream_client_resp, "s", "x")
     with pytest.raises(redis.ResponseError, match=WRONGTYPE):
-        r.get("s")
-    assert r.type("s") in (b"rcp11-log", "rcp11-log")
-    assert r.type("str") in (b"string", "string")
+        stream_client_resp.get("s")
+    assert stream_client_resp.type("s") in (b"rcp11-log", "rcp11-log")
+    assert stream_client_resp.type("str") in (b"string", "string")
 
 
-def test_del_restarts_offsets_at_zero(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    assert r.delete("s") == 1
-    assert tw(r, "s", "x") == 0
-    assert tr(r, "s", 0, 10, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+def test_del_restarts_offsets_at_zero(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert stream_client_resp.delete("s") == 1
+    assert tw(stream_client_resp, "s", "x") == 0
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [[0, 0, 0, 1], b"x"]
 
 
-def test_next_offset_survives_evicting_everything(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    assert r.execute_command("TEVICT", "s", 100) == 3
-    assert r.exists("s") == 1
-    assert tr(r, "s", 0, 10, "WITHINFO") == [[3, 2, 0, 3], None, None, None]
-    assert tw(r, "s", "d") == 3
+def test_next_offset_survives_evicting_everything(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert stream_client_resp.execute_command("TEVICT", "s", 100) == 3
+    assert stream_client_resp.exists("s") == 1
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [[3, 2, 0, 3], None, None, None]
+    assert tw(stream_client_resp, "s", "d") == 3
 
 
 # ---------------------------------------------------------------- 2. TWRITE
 
 
-def test_simple_form_takes_any_bytes_as_the_entry(r: redis.Redis) -> None:
-    assert r.execute_command("TWRITE", "s", "ENTRIES") == 0
-    assert r.execute_command("TWRITE", "s", "BACKLOG") == 1
-    assert tr(r, "s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
+def test_simple_form_takes_any_bytes_as_the_entry(stream_client_resp: redis.Redis) -> None:
+    assert stream_client_resp.execute_command("TWRITE", "s", "ENTRIES") == 0
+    assert stream_client_resp.execute_command("TWRITE", "s", "BACKLOG") == 1
+    assert tr(stream_client_resp, "s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
 
 
 @pytest.mark.parametrize(
@@ -126,33 +99,47 @@ def test_simple_form_takes_any_bytes_as_the_entry(r: redis.Redis) -> None:
         ["a", "b"],
     ],
 )
-def test_twrite_bad_syntax_is_an_error_and_writes_nothing(r: redis.Redis, args: list[str]) -> None:
+def test_twrite_bad_syntax_is_an_error_and_writes_nothing(
+    stream_client_resp: redis.Redis, args: list[str]
+) -> None:
     with pytest.raises(redis.ResponseError, match="^(syntax error|.*)"):
-        r.execute_command("TWRITE", "s", *args)
-    assert r.exists("s") == 0
+        stream_client_resp.execute_command("TWRITE", "s", *args)
+    assert stream_client_resp.exists("s") == 0
 
 
-def test_twrite_without_entry_is_wrong_arity(r: redis.Redis) -> None:
+def test_twrite_without_entry_is_wrong_arity(stream_client_resp: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'twrite' command"):
-        r.execute_command("TWRITE", "s")
+        stream_client_resp.execute_command("TWRITE", "s")
 
 
-def test_backlog_keeps_exactly_the_newest(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b")
-    assert r.execute_command("TWRITE", "s", "BACKLOG", 2, "ENTRIES", "c", "d", "e") == 2
-    assert tr(r, "s", 0, 10, "WITHINFO") == [[3, 4, 0, 5], None, None, None, b"d", b"e"]
-    assert r.execute_command("TWRITE", "t", "BACKLOG", 10, "ENTRIES", "a") == 0
-    assert tr(r, "t", 0, 10) == [b"a"]
-    assert r.execute_command("TWRITE", "u", "BACKLOG", 0, "ENTRIES", "a", "b") == 0
-    assert tr(r, "u", 0, 10, "WITHINFO") == [[2, 1, 0, 2], None, None]
+def test_backlog_keeps_exactly_the_newest(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    assert (
+        stream_client_resp.execute_command("TWRITE", "s", "BACKLOG", 2, "ENTRIES", "c", "d", "e")
+        == 2
+    )
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [
+        [3, 4, 0, 5],
+        None,
+        None,
+        None,
+        b"d",
+        b"e",
+    ]
+    assert stream_client_resp.execute_command("TWRITE", "t", "BACKLOG", 10, "ENTRIES", "a") == 0
+    assert tr(stream_client_resp, "t", 0, 10) == [b"a"]
+    assert stream_client_resp.execute_command("TWRITE", "u", "BACKLOG", 0, "ENTRIES", "a", "b") == 0
+    assert tr(stream_client_resp, "u", 0, 10, "WITHINFO") == [[2, 1, 0, 2], None, None]
 
 
-def test_twrite_is_atomic_for_readers(r2: redis.Redis, srv: ServerProcess) -> None:
+def test_twrite_is_atomic_for_readers(
+    stream_client: redis.Redis, stream_server: ServerProcess
+) -> None:
     """A reader blocked on the stream gets all entries of one TWRITE at once."""
-    reader = srv.client()
+    reader = stream_server.client()
     thread, box = in_thread(lambda: tr(reader, "s", 0, 100, "BLOCK", 5000))
-    wait_blocked(r2, 1)
-    tw(r2, "s", *[f"m{i}" for i in range(50)])
+    wait_blocked(stream_client, 1)
+    tw(stream_client, "s", *[f"m{i}" for i in range(50)])
     thread.join(5)
     assert box["reply"] == [f"m{i}".encode() for i in range(50)]
     reader.close()
@@ -161,46 +148,48 @@ def test_twrite_is_atomic_for_readers(r2: redis.Redis, srv: ServerProcess) -> No
 # ----------------------------------------------------------------- 3. TREAD
 
 
-def test_negative_offset_counts_back_from_next_and_floors_at_zero(r: redis.Redis) -> None:
-    tw(r, "s", *[str(i) for i in range(20)])
-    assert tr(r, "s", -10, 10) == [str(i).encode() for i in range(10, 20)]
-    assert tr(r, "s", -2, 10) == [b"18", b"19"]
-    assert tr(r, "s", -100, 2) == [b"0", b"1"]
-    assert tr(r, "s", -100, 1, "WITHINFO")[0] == [0, 19, 0, 1]
+def test_negative_offset_counts_back_from_next_and_floors_at_zero(
+    stream_client_resp: redis.Redis,
+) -> None:
+    tw(stream_client_resp, "s", *[str(i) for i in range(20)])
+    assert tr(stream_client_resp, "s", -10, 10) == [str(i).encode() for i in range(10, 20)]
+    assert tr(stream_client_resp, "s", -2, 10) == [b"18", b"19"]
+    assert tr(stream_client_resp, "s", -100, 2) == [b"0", b"1"]
+    assert tr(stream_client_resp, "s", -100, 1, "WITHINFO")[0] == [0, 19, 0, 1]
 
 
-def test_reply_stops_at_last_offset_and_past_next_is_empty(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    assert tr(r, "s", 1, 100) == [b"b", b"c"]
-    assert tr(r, "s", 3, 10) == []
-    assert tr(r, "s", 1000, 10) == []
+def test_reply_stops_at_last_offset_and_past_next_is_empty(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert tr(stream_client_resp, "s", 1, 100) == [b"b", b"c"]
+    assert tr(stream_client_resp, "s", 3, 10) == []
+    assert tr(stream_client_resp, "s", 1000, 10) == []
 
 
-def test_evicted_offsets_are_null_in_place(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c", "d")
-    r.execute_command("TEVICT", "s", 1)
-    assert tr(r, "s", 0, 10) == [None, None, b"c", b"d"]
+def test_evicted_offsets_are_null_in_place(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c", "d")
+    stream_client_resp.execute_command("TEVICT", "s", 1)
+    assert tr(stream_client_resp, "s", 0, 10) == [None, None, b"c", b"d"]
 
 
-def test_withinfo_shape(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c", "d")
-    r.execute_command("TEVICT", "s", 0)
-    assert tr(r, "s", 0, 2, "WITHINFO") == [[1, 3, 0, 2], None, b"b"]
-    assert tr(r, "s", -1, 5, "WITHINFO") == [[1, 3, 3, 1], b"d"]
-    assert tr(r, "s", 10, 5, "WITHINFO")[0][:2] == [1, 3]
-    assert tr(r, "s", 10, 5, "WITHINFO")[0][3] == 0
+def test_withinfo_shape(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c", "d")
+    stream_client_resp.execute_command("TEVICT", "s", 0)
+    assert tr(stream_client_resp, "s", 0, 2, "WITHINFO") == [[1, 3, 0, 2], None, b"b"]
+    assert tr(stream_client_resp, "s", -1, 5, "WITHINFO") == [[1, 3, 3, 1], b"d"]
+    assert tr(stream_client_resp, "s", 10, 5, "WITHINFO")[0][:2] == [1, 3]
+    assert tr(stream_client_resp, "s", 10, 5, "WITHINFO")[0][3] == 0
 
 
-def test_count_zero_returns_no_messages(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b")
-    assert tr(r, "s", 0, 0) == []
-    assert tr(r, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
+def test_count_zero_returns_no_messages(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    assert tr(stream_client_resp, "s", 0, 0) == []
+    assert tr(stream_client_resp, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
 
 
-def test_options_in_any_order(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b")
-    a = tr(r, "s", 0, 5, "WITHINFO", "BLOCK", 10, "GROUP", "g1")
-    b = tr(r, "s", 0, 5, "GROUP", "g2", "WITHINFO", "BLOCK", 10)
+def test_options_in_any_order(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    a = tr(stream_client_resp, "s", 0, 5, "WITHINFO", "BLOCK", 10, "GROUP", "g1")
+    b = tr(stream_client_resp, "s", 0, 5, "GROUP", "g2", "WITHINFO", "BLOCK", 10)
     assert a == b == [[0, 1, 0, 2], b"a", b"b"]
 
 
@@ -217,70 +206,76 @@ def test_options_in_any_order(r: redis.Redis) -> None:
         ["GROUP"],
     ],
 )
-def test_tread_bad_options_are_errors(r: redis.Redis, opts: list[str]) -> None:
-    tw(r, "s", "a")
+def test_tread_bad_options_are_errors(stream_client_resp: redis.Redis, opts: list[str]) -> None:
+    tw(stream_client_resp, "s", "a")
     with pytest.raises(redis.ResponseError):
-        tr(r, "s", 0, 5, *opts)
-    assert r.exists("g") == 0 and r.exists("h") == 0
+        tr(stream_client_resp, "s", 0, 5, *opts)
+    assert stream_client_resp.exists("g") == 0 and stream_client_resp.exists("h") == 0
 
 
 @pytest.mark.parametrize("bad", [["x", "1"], ["0", "-1"], ["0", "x"], ["9223372036854775808", "1"]])
-def test_tread_bad_offset_or_count(r: redis.Redis, bad: list[str]) -> None:
+def test_tread_bad_offset_or_count(stream_client_resp: redis.Redis, bad: list[str]) -> None:
     with pytest.raises(redis.ResponseError):
-        tr(r, "s", *bad)
+        tr(stream_client_resp, "s", *bad)
 
 
-def test_block_timeout_is_null_array_resp2(srv: ServerProcess) -> None:
-    assert raw(srv.port, b"TREAD nothing 0 10 BLOCK 50\r\n") == b"*-1\r\n"
+def test_block_timeout_is_null_array_resp2(stream_server: ServerProcess) -> None:
+    assert exchange(stream_server.port, b"TREAD nothing 0 10 BLOCK 50\r\n", lines=1) == b"*-1\r\n"
 
 
-def test_block_timeout_is_null_resp3(srv: ServerProcess) -> None:
-    reply = raw(
-        srv.port, b"HELLO 3\r\nTREAD nothing 0 10 BLOCK 50 WITHINFO\r\nPING\r\n", until=b"+PONG\r\n"
+def test_block_timeout_is_null_resp3(stream_server: ServerProcess) -> None:
+    reply = exchange(
+        stream_server.port,
+        b"HELLO 3\r\nTREAD nothing 0 10 BLOCK 50 WITHINFO\r\nPING\r\n",
+        until=b"+PONG\r\n",
     )
     assert reply.endswith(b"\r\n_\r\n+PONG\r\n")
 
 
-def test_block_timeout_redis_py(r: redis.Redis) -> None:
-    assert tr(r, "s", 0, 10, "BLOCK", 30) is None
+def test_block_timeout_redis_py(stream_client_resp: redis.Redis) -> None:
+    assert tr(stream_client_resp, "s", 0, 10, "BLOCK", 30) is None
 
 
-def test_block_wakes_on_write(r2: redis.Redis, srv: ServerProcess) -> None:
-    reader = srv.client(protocol=3)
+def test_block_wakes_on_write(stream_client: redis.Redis, stream_server: ServerProcess) -> None:
+    reader = stream_server.client(protocol=3)
     thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "BLOCK", 0, "WITHINFO"))
-    wait_blocked(r2, 1)
-    tw(r2, "s", "a", "b")
+    wait_blocked(stream_client, 1)
+    tw(stream_client, "s", "a", "b")
     thread.join(5)
     assert box["reply"] == [[0, 1, 0, 2], b"a", b"b"]
     reader.close()
 
 
-def test_block_beyond_next_offset_waits_until_reached(r2: redis.Redis, srv: ServerProcess) -> None:
-    tw(r2, "s", "m0")
-    reader = srv.client()
+def test_block_beyond_next_offset_waits_until_reached(
+    stream_client: redis.Redis, stream_server: ServerProcess
+) -> None:
+    tw(stream_client, "s", "m0")
+    reader = stream_server.client()
     thread, box = in_thread(lambda: tr(reader, "s", 3, 10, "BLOCK", 5000))
-    wait_blocked(r2, 1)
-    tw(r2, "s", "m1")
-    tw(r2, "s", "m2")
-    assert r2.info("clients")["blocked_clients"] == 1
-    tw(r2, "s", "m3", "m4")
+    wait_blocked(stream_client, 1)
+    tw(stream_client, "s", "m1")
+    tw(stream_client, "s", "m2")
+    assert stream_client.info("clients")["blocked_clients"] == 1
+    tw(stream_client, "s", "m3", "m4")
     thread.join(5)
     assert box["reply"] == [b"m3", b"m4"]
     reader.close()
 
 
-def test_disconnected_blocked_client_is_forgotten(r2: redis.Redis, srv: ServerProcess) -> None:
-    sock = socket.create_connection(("127.0.0.1", srv.port))
+def test_disconnected_blocked_client_is_forgotten(
+    stream_client: redis.Redis, stream_server: ServerProcess
+) -> None:
+    sock = socket.create_connection(("127.0.0.1", stream_server.port))
     sock.sendall(b"TREAD s 0 5 GROUP g BLOCK 0\r\n")
-    wait_blocked(r2, 1)
+    wait_blocked(stream_client, 1)
     sock.close()
-    wait_blocked(r2, 0)
-    tw(r2, "s", "a", "b")
-    assert tr(r2, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
+    wait_blocked(stream_client, 0)
+    tw(stream_client, "s", "a", "b")
+    assert tr(stream_client, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
 
 
-def test_block_inside_multi_does_not_block(r: redis.Redis) -> None:
-    pipe = r.pipeline(transaction=True)
+def test_block_inside_multi_does_not_block(stream_client_resp: redis.Redis) -> None:
+    pipe = stream_client_resp.pipeline(transaction=True)
     pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0)
     pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0, "WITHINFO")
     assert pipe.execute() == [[], [[0, -1, 0, 0]]]
@@ -289,108 +284,114 @@ def test_block_inside_multi_does_not_block(r: redis.Redis) -> None:
 # ------------------------------------------------------------------ groups
 
 
-def test_group_ignores_offset_and_starts_at_first_readable(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c", "d")
-    r.execute_command("TEVICT", "s", 0)
-    assert tr(r, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
-    assert r.get("g") == b"3"
-    assert tr(r, "s", 0, 10, "GROUP", "g") == [b"d"]
-    assert r.get("g") == b"4"
+def test_group_ignores_offset_and_starts_at_first_readable(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c", "d")
+    stream_client_resp.execute_command("TEVICT", "s", 0)
+    assert tr(stream_client_resp, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
+    assert stream_client_resp.get("g") == b"3"
+    assert tr(stream_client_resp, "s", 0, 10, "GROUP", "g") == [b"d"]
+    assert stream_client_resp.get("g") == b"4"
 
 
-def test_empty_group_read_writes_the_group_key(r: redis.Redis) -> None:
-    assert tr(r, "nos", 0, 10, "GROUP", "g") == []
-    assert r.get("g") == b"0"
-    tw(r, "s", "a", "b")
-    assert tr(r, "s", 0, 10, "GROUPNEW", "n") == []
-    assert r.get("n") == b"2"
-    tw(r, "s", "c")
-    assert tr(r, "s", 0, 10, "GROUPNEW", "n") == [b"c"]
+def test_empty_group_read_writes_the_group_key(stream_client_resp: redis.Redis) -> None:
+    assert tr(stream_client_resp, "nos", 0, 10, "GROUP", "g") == []
+    assert stream_client_resp.get("g") == b"0"
+    tw(stream_client_resp, "s", "a", "b")
+    assert tr(stream_client_resp, "s", 0, 10, "GROUPNEW", "n") == []
+    assert stream_client_resp.get("n") == b"2"
+    tw(stream_client_resp, "s", "c")
+    assert tr(stream_client_resp, "s", 0, 10, "GROUPNEW", "n") == [b"c"]
 
 
-def test_group_key_set_rewinds_and_del_resets(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    tr(r, "s", 0, 10, "GROUP", "g")
-    r.set("g", 1)
-    assert tr(r, "s", 0, 10, "GROUP", "g") == [b"b", b"c"]
-    r.delete("g")
-    assert tr(r, "s", 0, 1, "GROUP", "g") == [b"a"]
+def test_group_key_set_rewinds_and_del_resets(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    tr(stream_client_resp, "s", 0, 10, "GROUP", "g")
+    stream_client_resp.set("g", 1)
+    assert tr(stream_client_resp, "s", 0, 10, "GROUP", "g") == [b"b", b"c"]
+    stream_client_resp.delete("g")
+    assert tr(stream_client_resp, "s", 0, 1, "GROUP", "g") == [b"a"]
 
 
-def test_group_withinfo_counts_nulls_and_advances_past_them(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    r.set("g", 0)
-    r.execute_command("TEVICT", "s", 0)
-    assert tr(r, "s", 0, 2, "GROUP", "g", "WITHINFO") == [[1, 2, 0, 2], None, b"b"]
-    assert r.get("g") == b"2"
+def test_group_withinfo_counts_nulls_and_advances_past_them(
+    stream_client_resp: redis.Redis,
+) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    stream_client_resp.set("g", 0)
+    stream_client_resp.execute_command("TEVICT", "s", 0)
+    assert tr(stream_client_resp, "s", 0, 2, "GROUP", "g", "WITHINFO") == [[1, 2, 0, 2], None, b"b"]
+    assert stream_client_resp.get("g") == b"2"
 
 
-def test_group_key_not_integer_error_names_it(r: redis.Redis) -> None:
-    tw(r, "s", "a")
-    r.set("badgroup", "abc")
+def test_group_key_not_integer_error_names_it(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a")
+    stream_client_resp.set("badgroup", "abc")
     with pytest.raises(redis.ResponseError, match="badgroup"):
-        tr(r, "s", 0, 1, "GROUP", "badgroup")
-    assert r.get("badgroup") == b"abc"
+        tr(stream_client_resp, "s", 0, 1, "GROUP", "badgroup")
+    assert stream_client_resp.get("badgroup") == b"abc"
 
 
-def test_group_key_equal_to_stream_key_is_error(r: redis.Redis) -> None:
-    tw(r, "s", "a")
+def test_group_key_equal_to_stream_key_is_error(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a")
     with pytest.raises(redis.ResponseError):
-        tr(r, "s", 0, 1, "GROUP", "s")
+        tr(stream_client_resp, "s", 0, 1, "GROUP", "s")
     with pytest.raises(redis.ResponseError):
-        tr(r, "s", 0, 1, "GROUPNEW", "s")
+        tr(stream_client_resp, "s", 0, 1, "GROUPNEW", "s")
 
 
 def test_blocked_groupnew_creates_key_and_gets_next_write(
-    r2: redis.Redis, srv: ServerProcess
+    stream_client: redis.Redis, stream_server: ServerProcess
 ) -> None:
-    tw(r2, "s", "old1", "old2")
-    reader = srv.client()
+    tw(stream_client, "s", "old1", "old2")
+    reader = stream_server.client()
     thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 5000))
-    wait_blocked(r2, 1)
-    assert r2.get("g") == b"2"
-    tw(r2, "s", "new")
+    wait_blocked(stream_client, 1)
+    assert stream_client.get("g") == b"2"
+    tw(stream_client, "s", "new")
     thread.join(5)
     assert box["reply"] == [b"new"]
-    assert r2.get("g") == b"3"
+    assert stream_client.get("g") == b"3"
     reader.close()
 
 
 def test_blocked_group_readers_served_in_order_and_split(
-    r2: redis.Redis, srv: ServerProcess
+    stream_client: redis.Redis, stream_server: ServerProcess
 ) -> None:
-    r2.set("g", 0)
-    readers = [srv.client() for _ in range(3)]
+    stream_client.set("g", 0)
+    readers = [stream_server.client() for _ in range(3)]
     jobs = []
     for n, reader in enumerate(readers):
         jobs.append(in_thread(lambda c=reader: tr(c, "s", 0, 2, "GROUP", "g", "BLOCK", 5000)))
-        wait_blocked(r2, n + 1)
-    tw(r2, "s", "1", "2", "3", "4", "5")
+        wait_blocked(stream_client, n + 1)
+    tw(stream_client, "s", "1", "2", "3", "4", "5")
     for thread, _ in jobs:
         thread.join(5)
     assert [box["reply"] for _, box in jobs] == [[b"1", b"2"], [b"3", b"4"], [b"5"]]
-    assert r2.get("g") == b"5"
+    assert stream_client.get("g") == b"5"
     for reader in readers:
         reader.close()
 
 
-def test_served_group_reader_rejoins_at_the_end(r2: redis.Redis, srv: ServerProcess) -> None:
-    r2.set("g", 0)
-    first, second = srv.client(), srv.client()
+def test_served_group_reader_rejoins_at_the_end(
+    stream_client: redis.Redis, stream_server: ServerProcess
+) -> None:
+    stream_client.set("g", 0)
+    first, second = stream_server.client(), stream_server.client()
     job1 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(r2, 1)
+    wait_blocked(stream_client, 1)
     job2 = in_thread(lambda: tr(second, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(r2, 2)
-    tw(r2, "s", "a")
+    wait_blocked(stream_client, 2)
+    tw(stream_client, "s", "a")
     job1[0].join(5)
     assert job1[1]["reply"] == [b"a"]
-    assert r2.info("clients")["blocked_clients"] == 1  # second got nothing, keeps its place
+    assert (
+        stream_client.info("clients")["blocked_clients"] == 1
+    )  # second got nothing, keeps its place
     job3 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(r2, 2)
-    tw(r2, "s", "b")
+    wait_blocked(stream_client, 2)
+    tw(stream_client, "s", "b")
     job2[0].join(5)
     assert job2[1]["reply"] == [b"b"]
-    tw(r2, "s", "c")
+    tw(stream_client, "s", "c")
     job3[0].join(5)
     assert job3[1]["reply"] == [b"c"]
     first.close()
@@ -400,67 +401,67 @@ def test_served_group_reader_rejoins_at_the_end(r2: redis.Redis, srv: ServerProc
 # ---------------------------------------------------------------- 4. TEVICT
 
 
-def test_tevict_counts_and_negative_keeps_newest(r: redis.Redis) -> None:
-    assert r.execute_command("TEVICT", "missing", 5) == 0
-    tw(r, "s", *"abcdef")
-    assert r.execute_command("TEVICT", "s", 1) == 2
-    assert r.execute_command("TEVICT", "s", 1) == 0
-    assert r.execute_command("TEVICT", "s", -2) == 2
-    assert tr(r, "s", 0, 10) == [None, None, None, None, b"e", b"f"]
-    assert r.execute_command("TEVICT", "s", -10) == 0
-    assert r.execute_command("TEVICT", "s", 1000) == 2
-    assert tr(r, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
+def test_tevict_counts_and_negative_keeps_newest(stream_client_resp: redis.Redis) -> None:
+    assert stream_client_resp.execute_command("TEVICT", "missing", 5) == 0
+    tw(stream_client_resp, "s", *"abcdef")
+    assert stream_client_resp.execute_command("TEVICT", "s", 1) == 2
+    assert stream_client_resp.execute_command("TEVICT", "s", 1) == 0
+    assert stream_client_resp.execute_command("TEVICT", "s", -2) == 2
+    assert tr(stream_client_resp, "s", 0, 10) == [None, None, None, None, b"e", b"f"]
+    assert stream_client_resp.execute_command("TEVICT", "s", -10) == 0
+    assert stream_client_resp.execute_command("TEVICT", "s", 1000) == 2
+    assert tr(stream_client_resp, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
 
 
-def test_evicted_macronodes_give_memory_back(r2: redis.Redis) -> None:
-    tw(r2, "s", *[b"x" * 100] * 5000)
-    before = r2.memory_usage("s")
-    r2.execute_command("TEVICT", "s", -1)
-    after = r2.memory_usage("s")
+def test_evicted_macronodes_give_memory_back(stream_client: redis.Redis) -> None:
+    tw(stream_client, "s", *[b"x" * 100] * 5000)
+    before = stream_client.memory_usage("s")
+    stream_client.execute_command("TEVICT", "s", -1)
+    after = stream_client.memory_usage("s")
     assert after < before / 2
-    assert stream_info(r2)["stream_messages"] == 1
+    assert stream_info(stream_client)["stream_messages"] == 1
 
 
 # ---------------------------------------------------------------- 5. server
 
 
-def test_error_texts_match_redis(r2: redis.Redis) -> None:
+def test_error_texts_match_redis(stream_client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError) as exc:
-        r2.execute_command("FOO", "a", "b")
+        stream_client.execute_command("FOO", "a", "b")
     assert str(exc.value) == "unknown command 'FOO', with args beginning with: 'a' 'b' "
     with pytest.raises(redis.ResponseError) as exc:
-        r2.execute_command("GET")
+        stream_client.execute_command("GET")
     assert str(exc.value) == "wrong number of arguments for 'get' command"
 
 
-def test_inline_commands_like_telnet(srv: ServerProcess) -> None:
-    out = raw(srv.port, b'TWRITE inl "a b"\r\nTREAD inl 0 5\nPING\r\n', expect=4)
+def test_inline_commands_like_telnet(stream_server: ServerProcess) -> None:
+    out = exchange(stream_server.port, b'TWRITE inl "a b"\r\nTREAD inl 0 5\nPING\r\n', lines=4)
     assert out.startswith(b":0\r\n*1\r\n$3\r\na b\r\n+PONG\r\n")
 
 
-def test_protocol_error_closes_connection(srv: ServerProcess) -> None:
-    out = raw(srv.port, b"*1\r\n$x\r\n", expect=5)
+def test_protocol_error_closes_connection(stream_server: ServerProcess) -> None:
+    out = exchange(stream_server.port, b"*1\r\n$x\r\n", lines=5)
     assert out == b"-ERR Protocol error: invalid bulk length\r\n"
 
 
-def test_type_exists_scan_rename_on_streams(r: redis.Redis) -> None:
-    tw(r, "s", "a")
-    r.rename("s", "t")
-    assert tr(r, "t", 0, 5) == [b"a"]
-    assert r.exists("s", "t") == 1
-    assert r.object("encoding", "t") is not None
-    assert isinstance(r.memory_usage("t"), int)
+def test_type_exists_scan_rename_on_streams(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a")
+    stream_client_resp.rename("s", "t")
+    assert tr(stream_client_resp, "t", 0, 5) == [b"a"]
+    assert stream_client_resp.exists("s", "t") == 1
+    assert stream_client_resp.object("encoding", "t") is not None
+    assert isinstance(stream_client_resp.memory_usage("t"), int)
 
 
-def test_info_streams_section(r2: redis.Redis) -> None:
-    tw(r2, "a", "x", "yy")
-    tw(r2, "b", "zzz")
-    info = stream_info(r2)
+def test_info_streams_section(stream_client: redis.Redis) -> None:
+    tw(stream_client, "a", "x", "yy")
+    tw(stream_client, "b", "zzz")
+    info = stream_info(stream_client)
     assert info["streams"] == 2
     assert info["stream_messages"] == 3
     assert info["stream_payload_bytes"] == 6
-    port = r2.connection_pool.connection_kwargs["port"]
-    text = raw(port, b"INFO\r\n", expect=2, until=b"\r\n\r\n")
+    port = stream_client.connection_pool.connection_kwargs["port"]
+    text = exchange(port, b"INFO\r\n", until=b"\r\n\r\n")
     for name in (
         b"# Server",
         b"# Clients",
@@ -474,7 +475,7 @@ def test_info_streams_section(r2: redis.Redis) -> None:
 
 def test_requirepass_noauth(server_factory: Any) -> None:
     srv = server_factory(requirepass="pw")
-    out = raw(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", expect=4)
+    out = exchange(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", lines=4)
     assert out == (
         b"-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
     )
@@ -495,25 +496,28 @@ def test_config_file_error_names_line(tmp_path: Path) -> None:
     assert "line 3" in text and "appendfsync sometimes" in text
 
 
-def test_maxmemory_refuses_writes_with_oom(r2: redis.Redis) -> None:
-    tw(r2, "s", "x" * 1000)
-    r2.config_set("maxmemory", 1)
+def test_maxmemory_refusal_raises_redis_py_out_of_memory_error(stream_client: redis.Redis) -> None:
+    tw(stream_client, "s", "x" * 1000)
+    stream_client.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
-            tw(r2, "s", "x")
+            tw(stream_client, "s", "x")
     finally:
-        r2.config_set("maxmemory", 0)
+        stream_client.config_set("maxmemory", 0)
 
 
-def test_redis_cli_pipe_and_reads(srv: ServerProcess) -> None:
+def test_redis_cli_pipe_and_reads(stream_server: ServerProcess) -> None:
     require("redis-cli")
     data = "".join(f"TWRITE piped m{i}\r\n" for i in range(100))
     proc = subprocess.run(
-        ["redis-cli", "-p", str(srv.port), "--pipe"], input=data, capture_output=True, text=True
+        ["redis-cli", "-p", str(stream_server.port), "--pipe"],
+        input=data,
+        capture_output=True,
+        text=True,
     )
     assert "errors: 0, replies: 100" in proc.stdout
     out = subprocess.run(
-        ["redis-cli", "-p", str(srv.port), "TREAD", "piped", "-2", "5"],
+        ["redis-cli", "-p", str(stream_server.port), "TREAD", "piped", "-2", "5"],
         capture_output=True,
         text=True,
     )
@@ -642,26 +646,26 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
 
 
 def test_blocked_groupnew_reader_gets_next_write_after_group_reset(
-    r2: redis.Redis, srv: ServerProcess
+    stream_client: redis.Redis, stream_server: ServerProcess
 ) -> None:
-    tw(r2, "s", "old")
-    reader = srv.client()
+    tw(stream_client, "s", "old")
+    reader = stream_server.client()
     thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 1500))
-    wait_blocked(r2, 1)
-    r2.flushall()  # resets the group and the stream
-    tw(r2, "s", "new")
+    wait_blocked(stream_client, 1)
+    stream_client.flushall()  # resets the group and the stream
+    tw(stream_client, "s", "new")
     thread.join(5)
     assert box.get("reply") == [b"new"]
     reader.close()
 
 
-def test_asyncio_client_and_transactions(srv: ServerProcess) -> None:
+def test_asyncio_client_and_transactions(stream_server: ServerProcess) -> None:
     import asyncio
 
     import redis.asyncio
 
     async def scenario() -> list[Any]:
-        client = redis.asyncio.Redis(port=srv.port, protocol=3)
+        client = redis.asyncio.Redis(port=stream_server.port, protocol=3)
         await client.flushall()
         await client.execute_command("TWRITE", "s", "ENTRIES", "a", "b")
         async with client.pipeline(transaction=True) as pipe:
@@ -676,11 +680,13 @@ def test_asyncio_client_and_transactions(srv: ServerProcess) -> None:
     assert asyncio.run(scenario()) == [2, [[0, 2, 1, 2], b"b", b"c"], [b"a", b"b", b"c"], None]
 
 
-def test_pipelined_commands_wait_behind_a_blocked_read(r2: redis.Redis, srv: ServerProcess) -> None:
-    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+def test_pipelined_commands_wait_behind_a_blocked_read(
+    stream_client: redis.Redis, stream_server: ServerProcess
+) -> None:
+    with socket.create_connection(("127.0.0.1", stream_server.port), timeout=5) as sock:
         sock.sendall(b"TREAD ord 0 5 BLOCK 5000\r\nPING\r\n")
-        wait_blocked(r2, 1)
-        tw(r2, "ord", "x")
+        wait_blocked(stream_client, 1)
+        tw(stream_client, "ord", "x")
         out = b""
         while not out.endswith(b"+PONG\r\n"):
             out += sock.recv(1000)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import errno
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from conftest import read_all, wait_for
 
 
 @pytest.fixture
@@ -76,19 +76,16 @@ def write_until_refused(client: redis.Redis, acked: dict[int, bytes], key: str) 
 
 
 def wait_until_writable(client: redis.Redis, acked: dict[int, bytes], key: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    """Until a write is accepted again (the disk recovered)."""
+
+    def writable() -> bool:
         result = try_write(client, key, b"recovered")
         if isinstance(result, int):
             acked[result] = b"recovered"
-            return
-        time.sleep(0.1)
-    raise AssertionError("writes did not resume after the disk recovered")
+            return True
+        return False
 
-
-def read_all(client: redis.Redis, key: str) -> list[bytes | None]:
-    info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-    return client.execute_command("TREAD", key, 0, info[1] + 1)
+    wait_for(writable, timeout=15)
 
 
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
@@ -161,9 +158,8 @@ def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_fac
     for _ in range(20):
         try_write(client, "s", big)  # the snapshot needs more room than is left
     assert client.bgsave()  # the child starts, then fails to write
-    deadline = time.monotonic() + 15
-    while client.info("persistence")["rdb_bgsave_in_progress"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0, timeout=15)
+
     assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
     assert try_write(client, "s", b"refused") == "misconf"
     filler.unlink()

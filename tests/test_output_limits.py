@@ -47,10 +47,8 @@ def fill(srv: ServerProcess) -> bytes:
 
 
 def attacker(srv: ServerProcess) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", srv.port))
-    return sock
+    """A client with a tiny receive window that blocks until it can send."""
+    return srv.raw(rcvbuf=4096, timeout=None).sock
 
 
 def send_in_background(sock: socket.socket, data: bytes) -> threading.Thread:

@@ -9,13 +9,12 @@ dump.rcp.offsets there.)"""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 import redis
-from conftest import mbulk, require
+from conftest import RawClient, mbulk, require
 
 from rcp11.config import Config, ConfigError
 
@@ -124,15 +123,9 @@ def test_enabled_protected_configs_allow_moving_the_snapshot(
 
 
 def _raw_command(port: int, source: str, *args: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
-        s.sendall(mbulk(*args))
-        reply = b""
-        while not reply.endswith(b"\r\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-        return reply
+    with RawClient(port, source=source) as raw:
+        raw.send(mbulk(*args))
+        return raw.read_until(b"\r\n")
 
 
 def test_local_mode_allows_loopback_and_unix_socket_only(server_factory, tmp_path: Path) -> None:

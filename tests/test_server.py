@@ -15,71 +15,27 @@ from pathlib import Path
 import hiredis
 import pytest
 import redis
-from conftest import ServerProcess, free_port, mbulk, require, wait_for
+from conftest import (
+    RawClient,
+    ServerProcess,
+    free_port,
+    mbulk,
+    require,
+    run_server,
+    wait_blocked,
+    wait_for,
+)
 
 from rcp11.state import NullPersistence
 
 LOG_LINE = re.compile(r"^\d+:[MC] \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} [.\-*#] .+")
 
 
-class Raw:
-    """A bare socket speaking RESP, for what well-behaved clients never send."""
-
-    def __init__(self, port: int, host: str = "127.0.0.1", source: str | None = None) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        if source is not None:
-            self.sock.bind((source, 0))
-        self.sock.connect((host, port))
-        self.reader = hiredis.Reader()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def reply(self) -> object:
-        while True:
-            reply = self.reader.gets()
-            if reply is not False:
-                return reply
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed before a full reply")
-            self.reader.feed(data)
-
-    def closed(self) -> bool:
-        """True when the server closed the connection (EOF or reset)."""
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    return True
-                self.reader.feed(data)
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def run_server(
-    *args: str, timeout: float = 30.0, cwd: Path | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rcp11", "server", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-    )
-
-
 # -- protocol -------------------------------------------------------------------
 
 
-def test_malformed_protocol_closes_only_that_client(server: ServerProcess) -> None:
-    good = Raw(server.port)
+def test_malformed_protocol_closes_only_that_client(shared_server: ServerProcess) -> None:
+    good = RawClient(shared_server.port)
     good.send(mbulk(b"PING"))
     assert good.reply() == b"PONG"
     for data, message in [
@@ -88,7 +44,7 @@ def test_malformed_protocol_closes_only_that_client(server: ServerProcess) -> No
         (b"*3000000000\r\n", b"Protocol error: invalid multibulk length"),
         (b'ECHO "unbalanced\r\n', b"Protocol error: unbalanced quotes in request"),
     ]:
-        bad = Raw(server.port)
+        bad = RawClient(shared_server.port)
         bad.send(mbulk(b"ECHO", b"before") + data + mbulk(b"ECHO", b"after"))
         assert bad.reply() == b"before"  # commands before the bad one still run
         error = bad.reply()
@@ -100,9 +56,8 @@ def test_malformed_protocol_closes_only_that_client(server: ServerProcess) -> No
     assert good.reply() == b"still here"
 
 
-def test_split_packets(server: ServerProcess) -> None:
-    conn = Raw(server.port)
-    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def test_split_packets(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
+    conn = RawClient(shared_server.port, nodelay=True)
     data = (
         mbulk(b"TWRITE", b"split", b"hello world")
         + b"ECHO inline\r\n"
@@ -117,8 +72,8 @@ def test_split_packets(server: ServerProcess) -> None:
     assert conn.reply() == [b"hello world"]
 
 
-def test_inline_commands(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_inline_commands(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
+    conn = RawClient(shared_server.port)
     conn.send(b"PING\r\n\r\nSET k \"a b\\x41\"\nGET k\r\nTWRITE s 'it\\'s'\r\n")
     assert conn.reply() == b"PONG"
     assert conn.reply() == b"OK"
@@ -128,8 +83,10 @@ def test_inline_commands(server: ServerProcess) -> None:
     assert str(conn.reply()).startswith("ERR unknown command 'NOSUCHCOMMAND'")
 
 
-def test_pipeline_of_10k_commands_in_one_write(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_pipeline_of_10k_commands_in_one_write(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    conn = RawClient(shared_server.port)
     count = 10_000
     conn.send(b"".join(mbulk(b"TWRITE", b"p", b"m%d" % i) for i in range(count)))
     offsets = [conn.reply() for _ in range(count)]
@@ -138,63 +95,67 @@ def test_pipeline_of_10k_commands_in_one_write(server: ServerProcess) -> None:
     assert conn.reply() == [b"m9998", b"m9999"]
 
 
-def test_redis_py_pipeline_and_resp3(server: ServerProcess) -> None:
-    r2 = server.client(protocol=2)
+def test_redis_py_pipeline_and_resp3(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    r2 = shared_server.client(protocol=2)
     pipe = r2.pipeline(transaction=False)
     for i in range(500):
         pipe.execute_command("TWRITE", "rp", f"m{i}")
     assert pipe.execute() == list(range(500))
-    r3 = server.client(protocol=3)
+    r3 = shared_server.client(protocol=3)
     assert r3.ping() is True
-    conn = Raw(server.port)
+    conn = RawClient(shared_server.port)
     conn.send(mbulk(b"HELLO", b"3") + mbulk(b"GET", b"missing"))
     hello = conn.reply()
     assert isinstance(hello, dict) and hello[b"proto"] == 3
     conn.send(mbulk(b"GET", b"missing"))
     assert conn.reply() is None
-    conn.sock.settimeout(2)
     # RESP3 null is "_\r\n": check the raw bytes, hiredis hides the difference
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-    raw.sendall(mbulk(b"HELLO", b"3"))
-    time.sleep(0.2)
-    raw.recv(65536)
-    raw.sendall(mbulk(b"GET", b"missing"))
-    assert raw.recv(100) == b"_\r\n"
+    raw = RawClient(shared_server.port, timeout=5)
+    raw.call("HELLO", "3")
+    assert raw.call("GET", "missing") == b"_\r\n"
     raw.close()
 
 
-def test_client_vanishing_mid_command(server: ServerProcess) -> None:
+def test_client_vanishing_mid_command(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
     for partial in (b"*3\r\n$6\r\nTWRITE\r\n$1\r\nv\r\n$100\r\nabc", b"*2\r\n$4\r\nEC", b"TWRI"):
-        conn = Raw(server.port)
+        conn = RawClient(shared_server.port)
         conn.send(partial)
         conn.close()
-    r = server.client()
+    r = shared_server.client()
     assert r.ping() is True
     assert r.execute_command("TREAD", "v", "0", "10") == []
 
 
-def test_blocked_client_resumes_its_pipeline(server: ServerProcess) -> None:
-    reader = Raw(server.port)
+def test_blocked_client_resumes_its_pipeline(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    reader = RawClient(shared_server.port)
     reader.send(mbulk(b"TREAD", b"b", b"0", b"10", b"BLOCK", b"0") + mbulk(b"ECHO", b"after"))
-    time.sleep(0.3)
-    writer = server.client()
+    writer = shared_server.client()
+    wait_blocked(writer, 1)
     assert writer.execute_command("TWRITE", "b", "x") == 0
     assert reader.reply() == [b"x"]
     assert reader.reply() == b"after"
 
 
-def test_disconnect_while_blocked_is_forgotten(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_disconnect_while_blocked_is_forgotten(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    conn = RawClient(shared_server.port)
     conn.send(mbulk(b"TREAD", b"gone", b"0", b"10", b"BLOCK", b"0"))
-    time.sleep(0.2)
+    r = shared_server.client()
+    wait_blocked(r, 1)
     conn.close()
-    r = server.client()
     assert wait_for(lambda: int(r.info("clients")["blocked_clients"]) == 0)
     assert r.execute_command("TWRITE", "gone", "x") == 0
 
 
-def test_quit_closes_after_reply(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_quit_closes_after_reply(shared_server: ServerProcess) -> None:
+    conn = RawClient(shared_server.port)
     conn.send(mbulk(b"QUIT") + mbulk(b"PING"))
     assert conn.reply() == b"OK"
     assert conn.closed()
@@ -205,12 +166,12 @@ def test_quit_closes_after_reply(server: ServerProcess) -> None:
 
 def test_bulk_over_proto_max_bulk_len(server_factory) -> None:
     srv = server_factory(proto_max_bulk_len="1mb")
-    conn = Raw(srv.port)
+    conn = RawClient(srv.port)
     # Only the header: the error comes before any payload is sent.
     conn.send(b"*3\r\n$6\r\nTWRITE\r\n$1\r\nh\r\n$%d\r\n" % (1024 * 1024 + 1))
     assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
     assert conn.closed()
-    ok = Raw(srv.port)
+    ok = RawClient(srv.port)
     ok.send(mbulk(b"TWRITE", b"h", b"x" * (1024 * 1024)))
     assert ok.reply() == 0
 
@@ -218,7 +179,7 @@ def test_bulk_over_proto_max_bulk_len(server_factory) -> None:
 def test_query_buffer_limit(server_factory) -> None:
     srv = server_factory(client_query_buffer_limit="1mb")
     other = srv.client()
-    conn = Raw(srv.port)
+    conn = RawClient(srv.port)
     conn.send(b"*3\r\n$6\r\nTWRITE\r\n$1\r\nq\r\n$3000000\r\n")
     try:
         conn.send(b"x" * (2 * 1024 * 1024))
@@ -233,7 +194,7 @@ def test_blocked_client_is_held_to_the_query_buffer_limit(server_factory) -> Non
     # A blocked client's pipeline waits unparsed; past the limit it is closed
     # instead of growing the server's memory.
     srv = server_factory(client_query_buffer_limit="1mb")
-    conn = Raw(srv.port)
+    conn = RawClient(srv.port)
     conn.send(mbulk(b"TREAD", b"nothing", b"0", b"1", b"BLOCK", b"0"))
     assert wait_for(lambda: srv.client().info("clients")["blocked_clients"] == 1)
     try:
@@ -257,15 +218,10 @@ def test_output_buffer_limit_disconnects_slow_reader(
     chunk = b"y" * 10_000
     for _ in range(10):
         writer.execute_command("TWRITE", "big", "ENTRIES", *[chunk] * 100)
-    slow = socket.socket()
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    slow.settimeout(10)
-    slow.connect(("127.0.0.1", srv.port))
-    try:
-        for _ in range(20):
-            slow.sendall(mbulk(b"TREAD", b"big", b"0", b"1000"))
-    except (BrokenPipeError, ConnectionResetError):
-        pass
+    slow = srv.raw(rcvbuf=4096)
+    for _ in range(20):
+        if not slow.send(mbulk(b"TREAD", b"big", b"0", b"1000"), ignore_closed=True):
+            break
     assert wait_for(lambda: "output buffer limits" in srv.output())
     assert reason in srv.output()
     assert writer.ping() is True
@@ -274,34 +230,33 @@ def test_output_buffer_limit_disconnects_slow_reader(
 
 def test_maxclients(server_factory) -> None:
     srv = server_factory(maxclients=2)
-    first = Raw(srv.port)
+    first = RawClient(srv.port)
     first.send(mbulk(b"PING"))
     assert first.reply() == b"PONG"
-    second = Raw(srv.port)
+    second = RawClient(srv.port)
     second.send(mbulk(b"PING"))
     assert second.reply() == b"PONG"
-    third = Raw(srv.port)
+    third = RawClient(srv.port)
     assert str(third.reply()) == "ERR max number of clients reached"
     assert third.closed()
     first.close()
-    time.sleep(0.2)
-    fourth = Raw(srv.port)
+    wait_for(lambda: b"connected_clients:1\r\n" in second.command("INFO", "clients"))
+    fourth = RawClient(srv.port)
     fourth.send(mbulk(b"PING"))
     assert fourth.reply() == b"PONG"
 
 
 def test_idle_timeout(server_factory) -> None:
     srv = server_factory(timeout=1)
-    idle = Raw(srv.port)
+    idle = RawClient(srv.port)
     idle.send(mbulk(b"PING"))
     assert idle.reply() == b"PONG"
-    idle.sock.settimeout(6)
-    assert idle.closed()
+    assert idle.closed(timeout=6)
 
 
-def test_requirepass(server_factory) -> None:
+def test_requirepass_limits_what_comes_before_auth(server_factory) -> None:
     srv = server_factory(requirepass="s3cret")
-    conn = Raw(srv.port)
+    conn = RawClient(srv.port)
     conn.send(mbulk(b"TWRITE", b"a", b"b"))
     assert str(conn.reply()).startswith("NOAUTH")
     conn.send(mbulk(b"AUTH", b"wrong"))
@@ -312,7 +267,7 @@ def test_requirepass(server_factory) -> None:
     assert conn.reply() == b"OK"
     assert conn.reply() == 0
     # Before AUTH a client cannot make the server buffer big requests.
-    stranger = Raw(srv.port)
+    stranger = RawClient(srv.port)
     stranger.send(b"*100\r\n")
     assert "unauthenticated multibulk length" in str(stranger.reply())
     assert stranger.closed()
@@ -322,15 +277,15 @@ def test_protected_mode_refuses_non_loopback(server_factory) -> None:
     # 127.0.0.2 is not "local" for protected mode: only 127.0.0.1, ::1 and
     # unix sockets are.
     srv = server_factory(bind="127.0.0.1 127.0.0.2")
-    outsider = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    outsider = RawClient(srv.port, host="127.0.0.2", source="127.0.0.2")
     error = str(outsider.reply())
     assert error.startswith("DENIED Redis is running in protected mode")
     assert outsider.closed()
-    local = Raw(srv.port)
+    local = RawClient(srv.port)
     local.send(mbulk(b"PING"))
     assert local.reply() == b"PONG"
     srv.client().config_set("requirepass", "pw")
-    allowed = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    allowed = RawClient(srv.port, host="127.0.0.2", source="127.0.0.2")
     allowed.send(mbulk(b"AUTH", b"pw") + mbulk(b"PING"))
     assert allowed.reply() == b"OK"
     assert allowed.reply() == b"PONG"
@@ -338,12 +293,12 @@ def test_protected_mode_refuses_non_loopback(server_factory) -> None:
 
 def test_protected_mode_off(server_factory) -> None:
     srv = server_factory(bind="127.0.0.1 127.0.0.2", protected_mode="no")
-    outsider = Raw(srv.port, host="127.0.0.2", source="127.0.0.2")
+    outsider = RawClient(srv.port, host="127.0.0.2", source="127.0.0.2")
     outsider.send(mbulk(b"PING"))
     assert outsider.reply() == b"PONG"
 
 
-def test_unixsocket(server_factory, tmp_path: Path) -> None:
+def test_unixsocket_with_unixsocketperm(server_factory, tmp_path: Path) -> None:
     path = str(tmp_path / "rcp11.sock")
     srv = server_factory(unixsocket=path, unixsocketperm="700")
     assert os.stat(path).st_mode & 0o777 == 0o700
@@ -394,8 +349,8 @@ def test_bad_argument_exits(tmp_path: Path) -> None:
     assert "Bad directive" in result.stderr
 
 
-def test_port_in_use_exits(server: ServerProcess, tmp_path: Path) -> None:
-    result = run_server("--port", str(server.port), "--save", "", "--dir", str(tmp_path))
+def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None:
+    result = run_server("--port", str(shared_server.port), "--save", "", "--dir", str(tmp_path))
     assert result.returncode == 1
     assert "Failed listening on port" in result.stdout
 
@@ -488,9 +443,9 @@ def test_config_file_and_args(tmp_path: Path, server_factory) -> None:
 # -- tools --------------------------------------------------------------------------
 
 
-def test_redis_cli(server: ServerProcess) -> None:
+def test_redis_cli(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
     require("redis-cli")
-    port = str(server.port)
+    port = str(shared_server.port)
     result = subprocess.run(
         ["redis-cli", "-p", port, "PING"], capture_output=True, text=True, timeout=30
     )
@@ -514,36 +469,47 @@ def test_redis_cli(server: ServerProcess) -> None:
     assert result.stdout.split() == ["m1998", "m1999"]
 
 
-def test_redis_benchmark(server: ServerProcess) -> None:
+def test_redis_benchmark(shared_server: ServerProcess) -> None:
     require("redis-benchmark")
     result = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-t", "ping", "-n", "2000", "-c", "5", "-q"],
+        [
+            "redis-benchmark",
+            "-p",
+            str(shared_server.port),
+            "-t",
+            "ping",
+            "-n",
+            "2000",
+            "-c",
+            "5",
+            "-q",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "PING_MBULK" in result.stdout.replace("\r", "\n")
-    assert server.client().ping() is True
+    assert shared_server.client().ping() is True
 
 
-def test_block_timeout_and_stats(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_block_timeout_and_stats(shared_server: ServerProcess) -> None:
+    conn = RawClient(shared_server.port)
     conn.send(mbulk(b"TREAD", b"never", b"0", b"1", b"BLOCK", b"50") + mbulk(b"PING"))
     assert conn.reply() is None  # the null array of a timed-out BLOCK
     assert conn.reply() == b"PONG"
-    info = server.client().info()
-    assert info["tcp_port"] == server.port
+    info = shared_server.client().info()
+    assert info["tcp_port"] == shared_server.port
     assert info["total_connections_received"] >= 2
     assert info["total_net_input_bytes"] > 0
     assert info["total_net_output_bytes"] > 0
 
 
-def test_runtime_limit_change_applies_to_open_connections(server: ServerProcess) -> None:
-    conn = Raw(server.port)
+def test_runtime_limit_change_applies_to_open_connections(fresh_server: ServerProcess) -> None:
+    conn = RawClient(fresh_server.port)
     conn.send(mbulk(b"PING"))
     assert conn.reply() == b"PONG"
-    server.client().config_set("proto-max-bulk-len", "1mb")
+    fresh_server.client().config_set("proto-max-bulk-len", "1mb")
     conn.send(b"*2\r\n$4\r\nECHO\r\n$2000000\r\n")
     assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
 
@@ -553,7 +519,7 @@ def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
     # before that iteration's replies; without that, the acknowledged tail
     # would sit in a user-space buffer and die with the process.
     srv = server_factory(appendonly="yes", appendfsync="everysec")
-    conns = [Raw(srv.port) for _ in range(4)]
+    conns = [RawClient(srv.port) for _ in range(4)]
     acknowledged: dict[bytes, int] = {}
     for round_ in range(20):
         for n, conn in enumerate(conns):
@@ -569,7 +535,7 @@ def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
         assert client.execute_command("TREAD", key, last, 1) == [b"r19-49"]
 
 
-def test_garbage_never_takes_the_server_down(server: ServerProcess) -> None:
+def test_garbage_never_takes_the_server_down(fresh_server: ServerProcess) -> None:
     import random
 
     rng = random.Random(1234)
@@ -585,21 +551,14 @@ def test_garbage_never_takes_the_server_down(server: ServerProcess) -> None:
             data[rng.randrange(len(data))] = rng.randrange(256)
         if rng.random() < 0.3:
             data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 200)))
-        conn = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-        try:
-            conn.sendall(bytes(data))
-            conn.settimeout(0.2)
-            while conn.recv(65536):
-                pass
-        except (TimeoutError, ConnectionResetError, BrokenPipeError):
-            pass
-        finally:
-            conn.close()
-    client = server.client()
+        with fresh_server.raw(timeout=5) as conn:
+            if conn.send(bytes(data), ignore_closed=True):
+                conn.read_until_quiet(0.2)
+    client = fresh_server.client()
     assert client.ping() is True
     assert client.execute_command("TWRITE", "after-fuzz", "x") == 0
     assert client.execute_command("TREAD", "after-fuzz", "0", "1") == [b"x"]
-    assert "Traceback" not in server.output()  # no handler blew up either
+    assert "Traceback" not in fresh_server.output()  # no handler blew up either
 
 
 class FakeTransport:
@@ -693,12 +652,10 @@ def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory)
     srv = server_factory(client_output_buffer_limit="normal 100kb 50kb 1")
     writer = srv.client()
     writer.execute_command("TWRITE", "big", "ENTRIES", *[b"z" * 1000] * 500)
-    reader = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-    reader.sendall(mbulk(b"TREAD", b"big", b"0", b"500"))
-    received = b""
-    while chunk := reader.recv(65536):
-        received += chunk
-    reader.close()
+    with srv.raw() as reader:
+        reader.send(mbulk(b"TREAD", b"big", b"0", b"500"))
+        received = reader.read_until_closed()
+
     # The 500 KB reply is over the 100 KB hard limit: none of it is sent.
     assert len(received) < 100_000
     assert wait_for(lambda: "output buffer limits" in srv.output())

@@ -52,8 +52,8 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
-def client(srv: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=srv.port)
+def client(shared_server: ServerProcess) -> Iterator[Client]:
+    c = Client(host="127.0.0.1", port=shared_server.port)
     c.flushall()
     yield c
     c.close()
@@ -75,36 +75,38 @@ def rows(df) -> list[tuple[int, bytes, str]]:
 # ---------------------------------------------------------------------------
 
 
-def test_batch_read_skips_evicted_offsets_across_partitions(spark, srv, client) -> None:
+def test_batch_read_skips_evicted_offsets_across_partitions(spark, shared_server, client) -> None:
     client.twrite("events", *[b"m%d" % i for i in range(20)])
     client.tevict("events", 4)
-    df = reader(spark, srv, partitions=3).load("events")
+    df = reader(spark, shared_server, partitions=3).load("events")
     assert [f.name for f in df.schema.fields] == ["offset", "value", "key"]
     assert df.rdd.getNumPartitions() == 3
     assert rows(df) == [(i, b"m%d" % i, "events") for i in range(5, 20)]
 
 
-def test_batch_read_offset_range(spark, srv, client) -> None:
+def test_batch_read_offset_range(spark, shared_server, client) -> None:
     client.twrite("events", *[b"m%d" % i for i in range(20)])
-    ranged = reader(spark, srv, key="events", startingOffset=-5, endingOffset=18).load()
+    ranged = reader(spark, shared_server, key="events", startingOffset=-5, endingOffset=18).load()
     assert [row.offset for row in ranged.collect()] == [15, 16, 17]
-    assert reader(spark, srv, key="events", startingOffset="latest").load().count() == 0
-    assert reader(spark, srv, key="never-written").load().count() == 0
+    assert reader(spark, shared_server, key="events", startingOffset="latest").load().count() == 0
+    assert reader(spark, shared_server, key="never-written").load().count() == 0
 
 
-def test_batch_read_with_a_user_schema_picks_columns_and_decodes_text(spark, srv, client) -> None:
+def test_batch_read_with_a_user_schema_picks_columns_and_decodes_text(
+    spark, shared_server, client
+) -> None:
     client.twrite("events", "caf\u00e9".encode(), b"tea")
-    df = reader(spark, srv).schema("value STRING, offset LONG").load("events")
+    df = reader(spark, shared_server).schema("value STRING, offset LONG").load("events")
     assert [tuple(row) for row in df.collect()] == [("caf\u00e9", 0), ("tea", 1)]
     with pytest.raises(Exception, match="unknown column"):
-        reader(spark, srv).schema("topic STRING").load("events").collect()
+        reader(spark, shared_server).schema("topic STRING").load("events").collect()
     with pytest.raises(Exception, match="'offset' cannot be string"):
-        reader(spark, srv).schema("offset STRING").load("events").collect()
+        reader(spark, shared_server).schema("offset STRING").load("events").collect()
 
 
-def test_batch_read_with_bad_option_names_it(spark, srv) -> None:
+def test_batch_read_with_bad_option_names_it(spark, shared_server) -> None:
     with pytest.raises(Exception, match="startingOffset"):
-        reader(spark, srv, key="events", startingOffset="soon").load().collect()
+        reader(spark, shared_server, key="events", startingOffset="soon").load().collect()
 
 
 # ---------------------------------------------------------------------------
@@ -112,12 +114,12 @@ def test_batch_read_with_bad_option_names_it(spark, srv) -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_batch_write_appends_values_in_order(spark, srv, client) -> None:
+def test_batch_write_appends_values_in_order(spark, shared_server, client) -> None:
     client.twrite("out", b"existing")
     df = spark.createDataFrame([(f"v{i}",) for i in range(250)], "value string").coalesce(1)
     (
         df.write.format("rcp11")
-        .option("port", srv.port)
+        .option("port", shared_server.port)
         .option("host", "127.0.0.1")
         .option("key", "out")
         .mode("append")
@@ -126,24 +128,24 @@ def test_batch_write_appends_values_in_order(spark, srv, client) -> None:
     assert client.tread("out", 0, 1000) == [b"existing"] + [b"v%d" % i for i in range(250)]
 
 
-def test_batch_write_binary_values_and_key_column(spark, srv, client) -> None:
+def test_batch_write_binary_values_and_key_column(spark, shared_server, client) -> None:
     data = [("a", bytearray(b"\x00\x01")), ("b", bytearray(b"\xff")), ("a", bytearray(b"z"))]
     df = spark.createDataFrame(data, "key string, value binary").coalesce(1)
-    df.write.format("rcp11").option("port", srv.port).option("host", "127.0.0.1").mode(
+    df.write.format("rcp11").option("port", shared_server.port).option("host", "127.0.0.1").mode(
         "append"
     ).save()
     assert client.tread("a", 0, 10) == [b"\x00\x01", b"z"]
     assert client.tread("b", 0, 10) == [b"\xff"]
 
 
-def test_write_refuses_overwrite_and_frames_without_value(spark, srv) -> None:
+def test_write_refuses_overwrite_and_frames_without_value(spark, shared_server) -> None:
     df = spark.createDataFrame([("x",)], "value string")
-    writer = df.write.format("rcp11").option("port", srv.port).option("key", "k")
+    writer = df.write.format("rcp11").option("port", shared_server.port).option("key", "k")
     with pytest.raises(Exception, match="append-only"):
         writer.mode("overwrite").save()
     no_value = spark.createDataFrame([("x",)], "text string")
     with pytest.raises(Exception, match="'value' column"):
-        no_value.write.format("rcp11").option("port", srv.port).option("key", "k").mode(
+        no_value.write.format("rcp11").option("port", shared_server.port).option("key", "k").mode(
             "append"
         ).save()
 
@@ -170,35 +172,41 @@ def run_available_now(spark, srv, checkpoint: Path, sink: Path, **options: objec
     return query
 
 
-def test_streaming_read_resumes_from_the_checkpoint(spark, srv, client, tmp_path) -> None:
+def test_streaming_read_resumes_from_the_checkpoint(spark, shared_server, client, tmp_path) -> None:
     client.twrite("events", *[b"a%d" % i for i in range(5)])
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
-    run_available_now(spark, srv, checkpoint, sink, key="events", startingOffset="earliest")
+    run_available_now(
+        spark, shared_server, checkpoint, sink, key="events", startingOffset="earliest"
+    )
     first_run = sorted(rows(spark.read.parquet(str(sink))))
     assert first_run == [(i, b"a%d" % i, "events") for i in range(5)]
 
     client.twrite("events", b"b5", b"b6")
-    run_available_now(spark, srv, checkpoint, sink, key="events", startingOffset="earliest")
+    run_available_now(
+        spark, shared_server, checkpoint, sink, key="events", startingOffset="earliest"
+    )
     both_runs = sorted(rows(spark.read.parquet(str(sink))))
     assert both_runs == first_run + [(5, b"b5", "events"), (6, b"b6", "events")]
     # Nothing was evicted: committing to the source is a no-op by default.
     assert client.tread("events", 0, 0, withinfo=True).first_offset == 0
 
 
-def test_streaming_read_starts_at_latest_by_default(spark, srv, client, tmp_path) -> None:
+def test_streaming_read_starts_at_latest_by_default(spark, shared_server, client, tmp_path) -> None:
     client.twrite("events", b"old")
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
-    run_available_now(spark, srv, checkpoint, sink, key="events")
+    run_available_now(spark, shared_server, checkpoint, sink, key="events")
     client.twrite("events", b"new")
-    run_available_now(spark, srv, checkpoint, sink, key="events")
+    run_available_now(spark, shared_server, checkpoint, sink, key="events")
     assert rows(spark.read.parquet(str(sink))) == [(1, b"new", "events")]
 
 
-def test_max_offsets_per_trigger_splits_micro_batches(spark, srv, client, tmp_path) -> None:
+def test_max_offsets_per_trigger_splits_micro_batches(
+    spark, shared_server, client, tmp_path
+) -> None:
     client.twrite("events", *[b"m%d" % i for i in range(10)])
     query = run_available_now(
         spark,
-        srv,
+        shared_server,
         tmp_path / "c",
         tmp_path / "s",
         key="events",
@@ -210,30 +218,32 @@ def test_max_offsets_per_trigger_splits_micro_batches(spark, srv, client, tmp_pa
     assert len(spark.read.parquet(str(tmp_path / "s")).collect()) == 10
 
 
-def test_evict_on_commit_drops_what_spark_has_processed(spark, srv, client, tmp_path) -> None:
+def test_evict_on_commit_drops_what_spark_has_processed(
+    spark, shared_server, client, tmp_path
+) -> None:
     client.twrite("events", *[b"m%d" % i for i in range(4)])
     options = {"key": "events", "startingOffset": "earliest", "evictOnCommit": "true"}
-    run_available_now(spark, srv, tmp_path / "c", tmp_path / "s", **options)
+    run_available_now(spark, shared_server, tmp_path / "c", tmp_path / "s", **options)
     client.twrite("events", b"m4")
     # Spark commits a batch to the source when it plans the next one, so the
     # second run is what evicts the first run's offsets.
-    run_available_now(spark, srv, tmp_path / "c", tmp_path / "s", **options)
+    run_available_now(spark, shared_server, tmp_path / "c", tmp_path / "s", **options)
     assert client.tread("events", 0, 0, withinfo=True).first_offset >= 4
     assert len(spark.read.parquet(str(tmp_path / "s")).collect()) == 5
 
 
-def test_streaming_write_copies_a_stream(spark, srv, client, tmp_path) -> None:
+def test_streaming_write_copies_a_stream(spark, shared_server, client, tmp_path) -> None:
     client.twrite("source", *[b"s%d" % i for i in range(6)])
     query = (
         spark.readStream.format("rcp11")
-        .option("port", srv.port)
+        .option("port", shared_server.port)
         .option("host", "127.0.0.1")
         .option("key", "source")
         .option("startingOffset", "earliest")
         .load()
         .selectExpr("value")
         .writeStream.format("rcp11")
-        .option("port", srv.port)
+        .option("port", shared_server.port)
         .option("host", "127.0.0.1")
         .option("key", "copy")
         .option("checkpointLocation", str(tmp_path / "c"))

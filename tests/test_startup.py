@@ -11,23 +11,11 @@ refused writes with MISCONF.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import redis
-from conftest import ServerProcess, free_port, tr, tw, wait_for
-
-
-def start_second(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rcp11", "server", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from conftest import ServerProcess, free_port, run_server, tr, tw, wait_for
 
 
 def snapshot_of_dir(directory: Path) -> dict[str, tuple[int, int]]:
@@ -43,7 +31,7 @@ def test_second_server_on_the_same_port_and_dir_touches_nothing(server_factory) 
     (srv.dir / "temp-rcp11-1700000000000.snap").write_bytes(b"child at work")
     (srv.dir / "temp-rewriteaof-rcp11-1700000000000.aof").write_bytes(b"child at work")
     before = snapshot_of_dir(srv.dir)
-    done = start_second(
+    done = run_server(
         "--port", str(srv.port), "--dir", str(srv.dir), "--appendonly", "yes", cwd=srv.dir
     )
     assert done.returncode == 1
@@ -67,7 +55,7 @@ def test_second_server_on_a_directory_in_use_refuses_naming_the_holder(
     before = snapshot_of_dir(srv.dir)
     other_port = free_port()
     log = srv.dir.parent / "second.log"
-    done = start_second(
+    done = run_server(
         "--port",
         str(other_port),
         "--dir",
@@ -106,7 +94,7 @@ def test_port_in_use_is_reported_before_loading_anything(server_factory, tmp_pat
     aof = data.dir / "appendonly.aof"
     aof_before = aof.stat().st_mtime_ns
     log = tmp_path / "second.log"
-    done = start_second(
+    done = run_server(
         "--port",
         str(busy.port),
         "--dir",
@@ -129,7 +117,7 @@ def test_unix_socket_of_a_running_server_is_not_taken(server_factory, tmp_path: 
     srv = server_factory(unixsocket=str(path))
     other = tmp_path / "other"
     other.mkdir()
-    done = start_second(
+    done = run_server(
         "--port", "0", "--unixsocket", str(path), "--dir", str(other), "--save", "", cwd=other
     )
     assert done.returncode == 1

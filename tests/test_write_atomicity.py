@@ -285,7 +285,7 @@ def test_failed_write_keeps_its_offsets_across_kill9(
     launcher = tmp_path / "buggy_server.py"
     launcher.write_text(LAUNCHER)
     srv = server_factory(start=False, appendonly="yes", appendfsync="always")
-    srv.argv = lambda: [sys.executable, str(launcher)] + ServerProcess.argv(srv)[4:]  # type: ignore[method-assign]
+    srv.program = lambda: [sys.executable, str(launcher)]  # type: ignore[method-assign]
     srv.start()
     client = srv.client()
     assert client.execute_command("TWRITE", "k", "a") == 0
