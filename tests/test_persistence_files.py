@@ -736,7 +736,7 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
     expected = state_view(state)
     # A clean shutdown writes tight reservation marks, so what the next
     # start shows is exactly what the AOF replays (a crash would add a gap
-    # up to each mark: test_crash.py).
+    # up to each mark: test_crash_kill9.py, test_crash_random_kills.py).
     persistence.shutdown("nosave")
     loaded, reloaded = aof_state(tmp_path, **settings)
     assert state_view(loaded) == expected
