@@ -225,6 +225,29 @@ def stream_info(client: redis.Redis) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def as_str(value: Any) -> Any:
+    """bytes -> str, so RESP2 and RESP3 replies compare alike."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def parse_reply(data: bytes) -> Any:
+    """One reply's bytes as hiredis parses them (errors are ReplyError values)."""
+    reader = hiredis.Reader()
+    reader.feed(data)
+    return reader.gets()
+
+
+def parse_map(data: bytes) -> dict[Any, Any]:
+    """A RESP3 map or RESP2 flat key/value array as a dict."""
+    value = parse_reply(data)
+    if isinstance(value, dict):
+        return value
+    return dict(zip(value[::2], value[1::2], strict=True))
+
+
 def _reply_end(data: bytes, pos: int) -> int | None:
     """The index just past the RESP2/RESP3 reply starting at data[pos], or
     None while it is incomplete."""
@@ -333,9 +356,7 @@ class RawClient:
 
     def reply(self) -> Any:
         """The next reply as hiredis parses it (errors are ReplyError values)."""
-        reader = hiredis.Reader()
-        reader.feed(self.reply_bytes())
-        return reader.gets()
+        return parse_reply(self.reply_bytes())
 
     def call(self, *argv: bytes | str | int) -> bytes:
         """Send one command as a RESP array; the exact bytes of its reply."""
@@ -412,6 +433,12 @@ def exchange(
         if lines:
             return raw.read_lines(lines)
         return raw.read_until_quiet()
+
+
+def raw_pipeline(port: int, commands: list[list[str]]) -> bytes:
+    """The replies' exact bytes to commands sent in one write."""
+    data = b"".join(mbulk(*command) for command in commands) + mbulk("ECHO", "__end__")
+    return exchange(port, data, until=b"$7\r\n__end__\r\n")[: -len(b"$7\r\n__end__\r\n")]
 
 
 def answers_ping(port: int, timeout: float = 1.0) -> bool:
@@ -574,6 +601,17 @@ class ServerProcess:
 
     def exchange(self, data: bytes, **kwargs: Any) -> bytes:
         return exchange(self.port, data, **kwargs)
+
+    def command(self, *argv: bytes | str | int) -> Any:
+        """One command on a fresh RESP2 connection, its reply as hiredis
+        parses it (no redis-py response callbacks)."""
+        with self.raw() as raw:
+            return raw.command(*argv)
+
+    def command_bytes(self, *argv: bytes | str | int) -> bytes:
+        """One command on a fresh RESP2 connection, its reply's exact bytes."""
+        with self.raw() as raw:
+            return raw.call(*argv)
 
     def stop(self, timeout: float = 20.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

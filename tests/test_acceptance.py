@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import (
+    WRONGTYPE,
     ServerProcess,
     exchange,
     in_thread,
@@ -26,9 +27,6 @@ from conftest import (
     tw,
     wait_blocked,
 )
-
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-
 
 # ------------------------------------------------------------ 1. data model
 

@@ -27,15 +27,18 @@ import pytest
 import redis
 from conftest import (
     REPO,
+    WRONGTYPE,
     RawClient,
     RedisServer,
     ServerProcess,
     answers_ping,
+    as_str,
     exchange,
     free_port,
     have,
     in_thread,
     mbulk,
+    raw_pipeline,
     require,
     run_server,
     tr,
@@ -46,13 +49,7 @@ from conftest import (
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 MAX = 2**63 - 1
-
-
-def s(value: Any) -> Any:
-    """bytes -> str, so RESP2 and RESP3 replies compare alike."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def raise_next(srv: ServerProcess, key: str, next_offset: int) -> None:
@@ -94,7 +91,7 @@ def test_set_over_a_stream_replaces_it_and_stream_commands_then_refuse(
 ) -> None:
     tw(shared_client_resp, "s", "a", "b")
     shared_client_resp.set("s", "plain")
-    assert s(shared_client_resp.type("s")) == "string"
+    assert as_str(shared_client_resp.type("s")) == "string"
     for cmd in (["TWRITE", "s", "x"], ["TREAD", "s", 0, 1], ["TEVICT", "s", 0]):
         with pytest.raises(redis.ResponseError, match=WRONGTYPE):
             shared_client_resp.execute_command(*cmd)
@@ -683,13 +680,13 @@ def test_select_only_db_zero(shared_client_resp: redis.Redis) -> None:
 def test_hello_reply_fields_and_protocol_switch(shared_server: ServerProcess) -> None:
     cl = shared_server.client(protocol=2)
     reply = cl.execute_command("HELLO", 3, "SETNAME", "me")
-    fields = {s(k): s(v) for k, v in (reply.items() if isinstance(reply, dict) else [])}
+    fields = {as_str(k): as_str(v) for k, v in (reply.items() if isinstance(reply, dict) else [])}
     if not fields:
-        fields = {s(reply[i]): s(reply[i + 1]) for i in range(0, len(reply), 2)}
+        fields = {as_str(reply[i]): as_str(reply[i + 1]) for i in range(0, len(reply), 2)}
     assert fields["server"] == "redis" and fields["proto"] == 3
     assert fields["mode"] == "standalone" and fields["role"] == "master"
     assert fields["id"] == cl.client_id()
-    assert s(cl.client_getname()) == "me"
+    assert as_str(cl.client_getname()) == "me"
     hello3 = mbulk("HELLO", "3")
     out = exchange(
         shared_server.port,
@@ -727,7 +724,7 @@ def test_quit_answers_ok_and_closes(shared_server: ServerProcess) -> None:
 
 
 def test_command_introspection_knows_the_stream_commands(shared_client: redis.Redis) -> None:
-    names = {s(n) for n in shared_client.command_list()}
+    names = {as_str(n) for n in shared_client.command_list()}
     spec_names = (
         "twrite tread tevict ping echo quit reset hello auth select client command info config"
         " dbsize time flushdb flushall del unlink exists type keys scan rename get set incr incrby"
@@ -757,7 +754,7 @@ def test_client_list_info_and_kill_by_address(
 ) -> None:
     victim = shared_server.client()
     victim.client_setname("victim")
-    me = s(shared_client.execute_command("CLIENT", "INFO"))
+    me = as_str(shared_client.execute_command("CLIENT", "INFO"))
     assert f"id={shared_client.client_id()} " in me
     entry = next(cl for cl in shared_client.client_list() if cl["name"] == "victim")
     assert shared_client.execute_command("CLIENT", "KILL", entry["addr"]) in (b"OK", "OK", True)
@@ -1084,7 +1081,7 @@ def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path:
         assert out.stdout.strip() == "via unix"
 
 
-def _alive(pid: int) -> bool:
+def _alive_not_zombie(pid: int) -> bool:
     """Running, not exited: a daemon is reparented to PID 1, which may reap
     its zombie late (or never, in a container)."""
     try:
@@ -1111,12 +1108,12 @@ def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
         with RawClient(port) as raw:
             raw.send(b"SHUTDOWN NOSAVE\r\n")
             assert raw.read_until_closed() == b""
-        wait_for(lambda: not _alive(pid), timeout=10)
+        wait_for(lambda: not _alive_not_zombie(pid), timeout=10)
         assert not pidfile.exists()
     finally:  # never leave a daemon behind, whatever failed
         if not pid and pidfile.exists():
             pid = int(pidfile.read_text().strip() or 0)
-        if pid and _alive(pid):
+        if pid and _alive_not_zombie(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -1353,7 +1350,7 @@ def test_config_set_appendonly_yes_at_runtime_then_kill9(server_factory: Any) ->
     assert cl.config_set("appendonly", "yes")
     tw(cl, "s", "c")
     # a pipelined run while the first rewrite may still be going on
-    out = _pipe_raw(srv.port, [["TWRITE", "s", f"p{n}"] for n in range(200)])
+    out = raw_pipeline(srv.port, [["TWRITE", "s", f"p{n}"] for n in range(200)])
     assert out.endswith(b":202\r\n")
     wait_for(lambda: cl.info("persistence")["aof_rewrite_in_progress"] == 0)
     tw(cl, "s", "d")
@@ -1893,16 +1890,11 @@ def test_cli_produce_consume_as_in_the_readme(
 # ------------------------------------------- pipelined runs of stream commands
 
 
-def _pipe_raw(port: int, cmds: list[list[str]]) -> bytes:
-    data = b"".join(mbulk(*cmd) for cmd in cmds) + mbulk("ECHO", "__end__")
-    return exchange(port, data, until=b"$7\r\n__end__\r\n")[: -len(b"$7\r\n__end__\r\n")]
-
-
 def test_pipelined_twrites_answer_one_by_one_like_sequential_calls(
     shared_client: redis.Redis, shared_server: ServerProcess
 ) -> None:
     shared_client.set("str", "x")
-    out = _pipe_raw(
+    out = raw_pipeline(
         shared_server.port,
         [
             ["TWRITE", "s", "a"],
@@ -1950,7 +1942,7 @@ def test_maxmemory_reached_in_the_middle_of_a_pipeline(
     shared_client: redis.Redis, shared_server: ServerProcess
 ) -> None:
     try:
-        out = _pipe_raw(
+        out = raw_pipeline(
             shared_server.port,
             [
                 ["TWRITE", "s", "a"],
@@ -1978,7 +1970,7 @@ def test_group_waiters_served_during_a_pipelined_run(
     for n, reader in enumerate(readers):
         jobs.append(in_thread(lambda cl=reader: tr(cl, "s", 0, 1, "GROUP", "g", "BLOCK", 5000)))
         wait_blocked(shared_client, n + 1)
-    out = _pipe_raw(shared_server.port, [["TWRITE", "s", m] for m in "abcd"])
+    out = raw_pipeline(shared_server.port, [["TWRITE", "s", m] for m in "abcd"])
     assert out == b":0\r\n:1\r\n:2\r\n:3\r\n"
     for thread, _ in jobs:
         thread.join(5)
@@ -1991,7 +1983,7 @@ def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
     tw(cl, "s", "a")
-    out = _pipe_raw(srv.port, [["BGREWRITEAOF"], ["BGSAVE", "SCHEDULE"]])
+    out = raw_pipeline(srv.port, [["BGREWRITEAOF"], ["BGSAVE", "SCHEDULE"]])
     assert (
         out == b"+Background append only file rewriting started\r\n+Background saving scheduled\r\n"
     )
@@ -2531,7 +2523,7 @@ def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill
     cl = srv.client()
     tw(cl, "s", "first")
     assert cl.config_set("appendonly", "no")
-    out = _pipe_raw(srv.port, [["TWRITE", "s", f"m{n}"] for n in range(3000)])
+    out = raw_pipeline(srv.port, [["TWRITE", "s", f"m{n}"] for n in range(3000)])
     assert out.endswith(b":3000\r\n")
     srv.kill9()
     srv.directives["appendonly"] = "no"

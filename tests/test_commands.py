@@ -11,34 +11,17 @@ import subprocess
 import time
 from typing import Any
 
-import hiredis
 import pytest
 import redis
-from conftest import RawClient, RedisServer, ServerProcess, require, wait_for
-
-
-def parse(raw: bytes) -> Any:
-    reader = hiredis.Reader()
-    reader.feed(raw)
-    return reader.gets()
-
-
-def parse_map(raw: bytes) -> dict[Any, Any]:
-    """A RESP3 map or RESP2 flat key/value array as a dict."""
-    value = parse(raw)
-    if isinstance(value, dict):
-        return value
-    return dict(zip(value[::2], value[1::2], strict=True))
-
-
-def call(srv: ServerProcess, *argv: Any) -> Any:
-    """One command on a fresh RESP2 connection, reply parsed by hiredis
-    only (no redis-py response callbacks)."""
-    conn = RawClient(srv.port)
-    try:
-        return parse(conn.call(*argv))
-    finally:
-        conn.close()
+from conftest import (
+    RawClient,
+    RedisServer,
+    ServerProcess,
+    parse_map,
+    parse_reply,
+    require,
+    wait_for,
+)
 
 
 def same_as_redis(srv: ServerProcess, real_port: int, script: list[list[Any]]) -> None:
@@ -51,7 +34,7 @@ def same_as_redis(srv: ServerProcess, real_port: int, script: list[list[Any]]) -
             mine, real = ours.call(*argv), theirs.call(*argv)
             if argv[0] == "KEYS" and mine.startswith(b"*"):
                 # Redis lists keys in hash-table order; only the set matters.
-                mine, real = sorted(parse(mine)), sorted(parse(real))
+                mine, real = sorted(parse_reply(mine)), sorted(parse_reply(real))
             if argv[0] == "PTTL" and mine.startswith(b":") and real.startswith(b":"):
                 # Each server's clock may have crossed a millisecond since
                 # the key was set: a positive PTTL may differ by a few ms.
@@ -349,8 +332,8 @@ def test_hello_switches_protocol_and_describes_the_server(shared_server: ServerP
         fields = parse_map(reply)
         assert fields[b"proto"] == 3 and fields[b"role"] == b"master"
         assert fields[b"mode"] == b"standalone" and fields[b"modules"] == []
-        assert fields[b"id"] == parse(conn.call("CLIENT", "ID"))
-        assert parse(conn.call("CLIENT", "GETNAME")) == b"me"
+        assert fields[b"id"] == parse_reply(conn.call("CLIENT", "ID"))
+        assert parse_reply(conn.call("CLIENT", "GETNAME")) == b"me"
         assert conn.call("PING") == b"+PONG\r\n"
         assert conn.call("GET", "missing") == b"_\r\n"
         assert conn.call("HELLO", "2").startswith(b"*14\r\n")
@@ -379,7 +362,7 @@ def test_select_only_database_zero(shared_client: redis.Redis) -> None:
 def test_client_list_info_id_kill(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
     other = RawClient(shared_server.port)
     other.call("CLIENT", "SETNAME", "victim")
-    victim_id = parse(other.call("CLIENT", "ID"))
+    victim_id = parse_reply(other.call("CLIENT", "ID"))
     line = shared_client.execute_command("CLIENT", "INFO").decode()
     for field in ("id=", "addr=", "laddr=", "fd=", "name=", "age=", "idle=", "flags=N"):
         assert field in line
@@ -487,7 +470,7 @@ def test_info_sections(
     assert streams["streams"] == 1 and streams["stream_messages"] == 2
     assert streams["stream_payload_bytes"] == 5 and streams["stream_nodes"] == 1
     assert "stream_compressed_nodes" in streams
-    assert call(shared_server, "INFO", "nosuchsection") == b""
+    assert shared_server.command("INFO", "nosuchsection") == b""
     everything = shared_client.info("everything")
     assert "cmdstat_twrite" in everything and "streams" in everything
     assert shared_client3.info("server")["redis_mode"] == "standalone"
@@ -628,27 +611,19 @@ def test_time_and_lastsave(shared_client: redis.Redis) -> None:
 
 
 def test_command_introspection(shared_server: ServerProcess) -> None:
-    count = call(shared_server, "COMMAND", "COUNT")
-    assert count == len(call(shared_server, "COMMAND", "LIST")) > 40
-    info = call(shared_server, "COMMAND", "INFO", "tread", "get", "nosuch")
+    count = shared_server.command("COMMAND", "COUNT")
+    assert count == len(shared_server.command("COMMAND", "LIST")) > 40
+    info = shared_server.command("COMMAND", "INFO", "tread", "get", "nosuch")
     assert info[0][:6] == [b"tread", -4, [b"blocking", b"readonly"], 1, 1, 1]
     assert info[1][:2] == [b"get", 2] and info[2] is None
-    docs = parse_map(call_raw(shared_server, "COMMAND", "DOCS", "twrite"))
+    docs = parse_map(shared_server.command_bytes("COMMAND", "DOCS", "twrite"))
     twrite_docs = dict(zip(docs[b"twrite"][::2], docs[b"twrite"][1::2], strict=True))
     assert twrite_docs[b"group"] == b"stream" and b"arguments" in twrite_docs
-    assert call(shared_server, "COMMAND", "GETKEYS", "TREAD", "s", "0", "1", "GROUP", "g") == [
+    assert shared_server.command("COMMAND", "GETKEYS", "TREAD", "s", "0", "1", "GROUP", "g") == [
         b"s",
         b"g",
     ]
-    assert len(call(shared_server, "COMMAND")) == count
-
-
-def call_raw(srv: ServerProcess, *argv: Any) -> bytes:
-    conn = RawClient(srv.port)
-    try:
-        return conn.call(*argv)
-    finally:
-        conn.close()
+    assert len(shared_server.command("COMMAND")) == count
 
 
 def test_redis_cli_starts_and_talks(

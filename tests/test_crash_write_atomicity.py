@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess
-from test_persistence import make_state
+from conftest import ServerProcess, persistence_in_process
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
@@ -60,14 +59,14 @@ def memory(state: ServerState) -> dict[bytes, Any]:
 
 @pytest.fixture
 def server_state(tmp_path: Path) -> Iterator[tuple[ServerState, ClientState]]:
-    state, persistence = make_state(tmp_path, appendonly="yes", appendfsync="always")
+    state, persistence = persistence_in_process(tmp_path, appendonly="yes", appendfsync="always")
     persistence.load()
     BlockingManager(state)
     yield state, ClientState(authenticated=True)
 
 
 def replayed(tmp_path: Path) -> ServerState:
-    state, persistence = make_state(tmp_path, appendonly="yes", appendfsync="always")
+    state, persistence = persistence_in_process(tmp_path, appendonly="yes", appendfsync="always")
     BlockingManager(state)
     persistence.load()
     return state

@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from conftest import Reader, ServerProcess, error_of, require, tr, twrite, wait_blocked
-
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+from conftest import WRONGTYPE, Reader, ServerProcess, error_of, require, tr, twrite, wait_blocked
 
 
 def blocked_clients(client: redis.Redis) -> int:
