@@ -9,7 +9,6 @@ rcp11-server and redis-server with the rcp11 module (stream_server). Tests for b
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,10 @@ from conftest import (
     WRONGTYPE,
     ServerProcess,
     exchange,
-    in_thread,
     require,
     stream_info,
     tr,
     tw,
-    wait_blocked,
 )
 
 # ------------------------------------------------------------ 1. data model
@@ -130,19 +127,6 @@ def test_backlog_keeps_exactly_the_newest(stream_client_resp: redis.Redis) -> No
     assert tr(stream_client_resp, "u", 0, 10, "WITHINFO") == [[2, 1, 0, 2], None, None]
 
 
-def test_twrite_is_atomic_for_readers(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    """A reader blocked on the stream gets all entries of one TWRITE at once."""
-    reader = stream_server.client()
-    thread, box = in_thread(lambda: tr(reader, "s", 0, 100, "BLOCK", 5000))
-    wait_blocked(stream_client, 1)
-    tw(stream_client, "s", *[f"m{i}" for i in range(50)])
-    thread.join(5)
-    assert box["reply"] == [f"m{i}".encode() for i in range(50)]
-    reader.close()
-
-
 # ----------------------------------------------------------------- 3. TREAD
 
 
@@ -217,183 +201,7 @@ def test_tread_bad_offset_or_count(stream_client_resp: redis.Redis, bad: list[st
         tr(stream_client_resp, "s", *bad)
 
 
-def test_block_timeout_is_null_array_resp2(stream_server: ServerProcess) -> None:
-    assert exchange(stream_server.port, b"TREAD nothing 0 10 BLOCK 50\r\n", lines=1) == b"*-1\r\n"
-
-
-def test_block_timeout_is_null_resp3(stream_server: ServerProcess) -> None:
-    reply = exchange(
-        stream_server.port,
-        b"HELLO 3\r\nTREAD nothing 0 10 BLOCK 50 WITHINFO\r\nPING\r\n",
-        until=b"+PONG\r\n",
-    )
-    assert reply.endswith(b"\r\n_\r\n+PONG\r\n")
-
-
-def test_block_timeout_redis_py(stream_client_resp: redis.Redis) -> None:
-    assert tr(stream_client_resp, "s", 0, 10, "BLOCK", 30) is None
-
-
-def test_block_wakes_on_write(stream_client: redis.Redis, stream_server: ServerProcess) -> None:
-    reader = stream_server.client(protocol=3)
-    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "BLOCK", 0, "WITHINFO"))
-    wait_blocked(stream_client, 1)
-    tw(stream_client, "s", "a", "b")
-    thread.join(5)
-    assert box["reply"] == [[0, 1, 0, 2], b"a", b"b"]
-    reader.close()
-
-
-def test_block_beyond_next_offset_waits_until_reached(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    tw(stream_client, "s", "m0")
-    reader = stream_server.client()
-    thread, box = in_thread(lambda: tr(reader, "s", 3, 10, "BLOCK", 5000))
-    wait_blocked(stream_client, 1)
-    tw(stream_client, "s", "m1")
-    tw(stream_client, "s", "m2")
-    assert stream_client.info("clients")["blocked_clients"] == 1
-    tw(stream_client, "s", "m3", "m4")
-    thread.join(5)
-    assert box["reply"] == [b"m3", b"m4"]
-    reader.close()
-
-
-def test_disconnected_blocked_client_is_forgotten(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    sock = socket.create_connection(("127.0.0.1", stream_server.port))
-    sock.sendall(b"TREAD s 0 5 GROUP g BLOCK 0\r\n")
-    wait_blocked(stream_client, 1)
-    sock.close()
-    wait_blocked(stream_client, 0)
-    tw(stream_client, "s", "a", "b")
-    assert tr(stream_client, "s", 0, 5, "GROUP", "g") == [b"a", b"b"]
-
-
-def test_block_inside_multi_does_not_block(stream_client_resp: redis.Redis) -> None:
-    pipe = stream_client_resp.pipeline(transaction=True)
-    pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0)
-    pipe.execute_command("TREAD", "s", 0, 5, "BLOCK", 0, "WITHINFO")
-    assert pipe.execute() == [[], [[0, -1, 0, 0]]]
-
-
 # ------------------------------------------------------------------ groups
-
-
-def test_group_ignores_offset_and_starts_at_first_readable(stream_client_resp: redis.Redis) -> None:
-    tw(stream_client_resp, "s", "a", "b", "c", "d")
-    stream_client_resp.execute_command("TEVICT", "s", 0)
-    assert tr(stream_client_resp, "s", 99, 2, "GROUP", "g") == [b"b", b"c"]
-    assert stream_client_resp.get("g") == b"3"
-    assert tr(stream_client_resp, "s", 0, 10, "GROUP", "g") == [b"d"]
-    assert stream_client_resp.get("g") == b"4"
-
-
-def test_empty_group_read_writes_the_group_key(stream_client_resp: redis.Redis) -> None:
-    assert tr(stream_client_resp, "nos", 0, 10, "GROUP", "g") == []
-    assert stream_client_resp.get("g") == b"0"
-    tw(stream_client_resp, "s", "a", "b")
-    assert tr(stream_client_resp, "s", 0, 10, "GROUPNEW", "n") == []
-    assert stream_client_resp.get("n") == b"2"
-    tw(stream_client_resp, "s", "c")
-    assert tr(stream_client_resp, "s", 0, 10, "GROUPNEW", "n") == [b"c"]
-
-
-def test_group_key_set_rewinds_and_del_resets(stream_client_resp: redis.Redis) -> None:
-    tw(stream_client_resp, "s", "a", "b", "c")
-    tr(stream_client_resp, "s", 0, 10, "GROUP", "g")
-    stream_client_resp.set("g", 1)
-    assert tr(stream_client_resp, "s", 0, 10, "GROUP", "g") == [b"b", b"c"]
-    stream_client_resp.delete("g")
-    assert tr(stream_client_resp, "s", 0, 1, "GROUP", "g") == [b"a"]
-
-
-def test_group_withinfo_counts_nulls_and_advances_past_them(
-    stream_client_resp: redis.Redis,
-) -> None:
-    tw(stream_client_resp, "s", "a", "b", "c")
-    stream_client_resp.set("g", 0)
-    stream_client_resp.execute_command("TEVICT", "s", 0)
-    assert tr(stream_client_resp, "s", 0, 2, "GROUP", "g", "WITHINFO") == [[1, 2, 0, 2], None, b"b"]
-    assert stream_client_resp.get("g") == b"2"
-
-
-def test_group_key_not_integer_error_names_it(stream_client_resp: redis.Redis) -> None:
-    tw(stream_client_resp, "s", "a")
-    stream_client_resp.set("badgroup", "abc")
-    with pytest.raises(redis.ResponseError, match="badgroup"):
-        tr(stream_client_resp, "s", 0, 1, "GROUP", "badgroup")
-    assert stream_client_resp.get("badgroup") == b"abc"
-
-
-def test_group_key_equal_to_stream_key_is_error(stream_client_resp: redis.Redis) -> None:
-    tw(stream_client_resp, "s", "a")
-    with pytest.raises(redis.ResponseError):
-        tr(stream_client_resp, "s", 0, 1, "GROUP", "s")
-    with pytest.raises(redis.ResponseError):
-        tr(stream_client_resp, "s", 0, 1, "GROUPNEW", "s")
-
-
-def test_blocked_groupnew_creates_key_and_gets_next_write(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    tw(stream_client, "s", "old1", "old2")
-    reader = stream_server.client()
-    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 5000))
-    wait_blocked(stream_client, 1)
-    assert stream_client.get("g") == b"2"
-    tw(stream_client, "s", "new")
-    thread.join(5)
-    assert box["reply"] == [b"new"]
-    assert stream_client.get("g") == b"3"
-    reader.close()
-
-
-def test_blocked_group_readers_served_in_order_and_split(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    stream_client.set("g", 0)
-    readers = [stream_server.client() for _ in range(3)]
-    jobs = []
-    for n, reader in enumerate(readers):
-        jobs.append(in_thread(lambda c=reader: tr(c, "s", 0, 2, "GROUP", "g", "BLOCK", 5000)))
-        wait_blocked(stream_client, n + 1)
-    tw(stream_client, "s", "1", "2", "3", "4", "5")
-    for thread, _ in jobs:
-        thread.join(5)
-    assert [box["reply"] for _, box in jobs] == [[b"1", b"2"], [b"3", b"4"], [b"5"]]
-    assert stream_client.get("g") == b"5"
-    for reader in readers:
-        reader.close()
-
-
-def test_served_group_reader_rejoins_at_the_end(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    stream_client.set("g", 0)
-    first, second = stream_server.client(), stream_server.client()
-    job1 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(stream_client, 1)
-    job2 = in_thread(lambda: tr(second, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(stream_client, 2)
-    tw(stream_client, "s", "a")
-    job1[0].join(5)
-    assert job1[1]["reply"] == [b"a"]
-    assert (
-        stream_client.info("clients")["blocked_clients"] == 1
-    )  # second got nothing, keeps its place
-    job3 = in_thread(lambda: tr(first, "s", 0, 1, "GROUP", "g", "BLOCK", 5000))
-    wait_blocked(stream_client, 2)
-    tw(stream_client, "s", "b")
-    job2[0].join(5)
-    assert job2[1]["reply"] == [b"b"]
-    tw(stream_client, "s", "c")
-    job3[0].join(5)
-    assert job3[1]["reply"] == [b"c"]
-    first.close()
-    second.close()
 
 
 # ---------------------------------------------------------------- 4. TEVICT
@@ -643,20 +451,6 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
     assert info["stream_messages"] == 379
 
 
-def test_blocked_groupnew_reader_gets_next_write_after_group_reset(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    tw(stream_client, "s", "old")
-    reader = stream_server.client()
-    thread, box = in_thread(lambda: tr(reader, "s", 0, 10, "GROUPNEW", "g", "BLOCK", 1500))
-    wait_blocked(stream_client, 1)
-    stream_client.flushall()  # resets the group and the stream
-    tw(stream_client, "s", "new")
-    thread.join(5)
-    assert box.get("reply") == [b"new"]
-    reader.close()
-
-
 def test_asyncio_client_and_transactions(stream_server: ServerProcess) -> None:
     import asyncio
 
@@ -676,19 +470,6 @@ def test_asyncio_client_and_transactions(stream_server: ServerProcess) -> None:
         return [*replies, timeout]
 
     assert asyncio.run(scenario()) == [2, [[0, 2, 1, 2], b"b", b"c"], [b"a", b"b", b"c"], None]
-
-
-def test_pipelined_commands_wait_behind_a_blocked_read(
-    stream_client: redis.Redis, stream_server: ServerProcess
-) -> None:
-    with socket.create_connection(("127.0.0.1", stream_server.port), timeout=5) as sock:
-        sock.sendall(b"TREAD ord 0 5 BLOCK 5000\r\nPING\r\n")
-        wait_blocked(stream_client, 1)
-        tw(stream_client, "ord", "x")
-        out = b""
-        while not out.endswith(b"+PONG\r\n"):
-            out += sock.recv(1000)
-    assert out == b"*1\r\n$1\r\nx\r\n+PONG\r\n"
 
 
 def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: Any) -> None:

@@ -22,7 +22,6 @@ from conftest import (
     mbulk,
     require,
     run_server,
-    wait_blocked,
     wait_for,
 )
 
@@ -128,30 +127,6 @@ def test_client_vanishing_mid_command(
     r = shared_server.client()
     assert r.ping() is True
     assert r.execute_command("TREAD", "v", "0", "10") == []
-
-
-def test_blocked_client_resumes_its_pipeline(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    reader = RawClient(shared_server.port)
-    reader.send(mbulk(b"TREAD", b"b", b"0", b"10", b"BLOCK", b"0") + mbulk(b"ECHO", b"after"))
-    writer = shared_server.client()
-    wait_blocked(writer, 1)
-    assert writer.execute_command("TWRITE", "b", "x") == 0
-    assert reader.reply() == [b"x"]
-    assert reader.reply() == b"after"
-
-
-def test_disconnect_while_blocked_is_forgotten(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    conn = RawClient(shared_server.port)
-    conn.send(mbulk(b"TREAD", b"gone", b"0", b"10", b"BLOCK", b"0"))
-    r = shared_server.client()
-    wait_blocked(r, 1)
-    conn.close()
-    assert wait_for(lambda: int(r.info("clients")["blocked_clients"]) == 0)
-    assert r.execute_command("TWRITE", "gone", "x") == 0
 
 
 def test_quit_closes_after_reply(shared_server: ServerProcess) -> None:
@@ -491,18 +466,6 @@ def test_redis_benchmark(shared_server: ServerProcess) -> None:
     assert result.returncode == 0, result.stderr
     assert "PING_MBULK" in result.stdout.replace("\r", "\n")
     assert shared_server.client().ping() is True
-
-
-def test_block_timeout_and_stats(shared_server: ServerProcess) -> None:
-    conn = RawClient(shared_server.port)
-    conn.send(mbulk(b"TREAD", b"never", b"0", b"1", b"BLOCK", b"50") + mbulk(b"PING"))
-    assert conn.reply() is None  # the null array of a timed-out BLOCK
-    assert conn.reply() == b"PONG"
-    info = shared_server.client().info()
-    assert info["tcp_port"] == shared_server.port
-    assert info["total_connections_received"] >= 2
-    assert info["total_net_input_bytes"] > 0
-    assert info["total_net_output_bytes"] > 0
 
 
 def test_runtime_limit_change_applies_to_open_connections(fresh_server: ServerProcess) -> None:
