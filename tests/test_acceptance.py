@@ -240,16 +240,6 @@ def test_error_texts_match_redis(stream_client: redis.Redis) -> None:
     assert str(exc.value) == "wrong number of arguments for 'get' command"
 
 
-def test_inline_commands_like_telnet(stream_server: ServerProcess) -> None:
-    out = exchange(stream_server.port, b'TWRITE inl "a b"\r\nTREAD inl 0 5\nPING\r\n', lines=4)
-    assert out.startswith(b":0\r\n*1\r\n$3\r\na b\r\n+PONG\r\n")
-
-
-def test_protocol_error_closes_connection(stream_server: ServerProcess) -> None:
-    out = exchange(stream_server.port, b"*1\r\n$x\r\n", lines=5)
-    assert out == b"-ERR Protocol error: invalid bulk length\r\n"
-
-
 def test_type_exists_scan_rename_on_streams(stream_client_resp: redis.Redis) -> None:
     tw(stream_client_resp, "s", "a")
     stream_client_resp.rename("s", "t")
@@ -449,27 +439,6 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
     info = c.info("streams")
     assert info["stream_compressed_nodes"] > 0
     assert info["stream_messages"] == 379
-
-
-def test_asyncio_client_and_transactions(stream_server: ServerProcess) -> None:
-    import asyncio
-
-    import redis.asyncio
-
-    async def scenario() -> list[Any]:
-        client = redis.asyncio.Redis(port=stream_server.port, protocol=3)
-        await client.flushall()
-        await client.execute_command("TWRITE", "s", "ENTRIES", "a", "b")
-        async with client.pipeline(transaction=True) as pipe:
-            pipe.execute_command("TWRITE", "s", "c")
-            pipe.execute_command("TREAD", "s", -2, 5, "WITHINFO")
-            pipe.execute_command("TREAD", "s", 0, 5, "GROUP", "g")
-            replies = await pipe.execute()
-        timeout = await client.execute_command("TREAD", "s", 10, 1, "BLOCK", 20)
-        await client.aclose()
-        return [*replies, timeout]
-
-    assert asyncio.run(scenario()) == [2, [[0, 2, 1, 2], b"b", b"c"], [b"a", b"b", b"c"], None]
 
 
 def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: Any) -> None:

@@ -221,20 +221,6 @@ def test_tread_bad_block_values(shared_client_resp: redis.Redis) -> None:
 # ------------------------------------------------------------- 3. blocking
 
 
-def test_client_vanishing_mid_command_writes_nothing(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    with RawClient(shared_server.port) as vanishing:
-        vanishing.send(b"*3\r\n$6\r\nTWRITE\r\n$4\r\nhalf\r\n$100\r\nonly-part-of-it")
-        # Gone once the server holds the partial command in its query buffer.
-        wait_for(lambda: any(int(cl["qbuf"]) > 0 for cl in shared_client.client_list()))
-    with RawClient(shared_server.port) as vanishing:
-        vanishing.send(b"*4\r\n$6\r\nTWRITE\r\n$4\r\nhalf\r\n$7\r\nENTRIES\r\n")
-    wait_for(lambda: shared_client.info("clients")["connected_clients"] == 1)
-    assert shared_client.exists("half") == 0
-    assert tw(shared_client, "half", "whole") == 0
-
-
 # ---------------------------------------------------- transactions (WATCH)
 
 
@@ -411,21 +397,6 @@ def redis_raw_answers(redis_reference: RedisServer) -> list[bytes]:
     return [box["reply"] for _, box in jobs]
 
 
-@pytest.mark.parametrize("index", range(len(SAME_AS_REDIS_RAW)))
-def test_malformed_protocol_answers_like_redis(
-    shared_server: ServerProcess, redis_raw_answers: list[bytes], index: int
-) -> None:
-    theirs = redis_raw_answers[index]
-    data = SAME_AS_REDIS_RAW[index]
-    ours = (
-        exchange(shared_server.port, data, until=theirs)
-        if theirs
-        else exchange(shared_server.port, data)
-    )
-    assert ours == theirs
-    assert exchange(shared_server.port, b"PING\r\n", lines=1) == b"+PONG\r\n"
-
-
 @pytest.mark.parametrize("cmds", SAME_AS_REDIS_CMDS, ids=range(len(SAME_AS_REDIS_CMDS)))
 def test_generic_command_replies_match_redis(
     shared_server: ServerProcess,
@@ -440,21 +411,6 @@ def test_generic_command_replies_match_redis(
         theirs = redis_reference.exchange(hello + data, until=b"__end__\r\n")
         strip = b"modules\r\n*0\r\n"
         assert ours.split(strip)[-1] == theirs.split(strip)[-1]
-
-
-def test_random_garbage_never_takes_the_server_down(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    tw(shared_client, "keep", "a", "b")
-    rng = random.Random(11)
-    alphabet = b"*$:+-_#%~,\r\n0123456789-abcTWRITEREAD \x00\xff"
-    for _ in range(150):
-        blob = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 120)))
-        with RawClient(shared_server.port, timeout=2) as raw:
-            raw.send(blob)
-    assert shared_client.ping()
-    assert tr(shared_client, "keep", 0, 5) == [b"a", b"b"]
-    assert shared_client.dbsize() <= 3  # inline garbage may have written a key or two, nothing more
 
 
 # --------------------------------------------------------- 5. server: commands
@@ -841,22 +797,6 @@ def test_protected_mode_denies_outside_clients_without_password(server_factory: 
     assert exchange(srv.port, b"PING\r\n", host=ip, lines=1, timeout=3) == b"+PONG\r\n"
 
 
-def test_maxclients_refuses_the_extra_client(server_factory: Any) -> None:
-    srv = server_factory(maxclients=3)
-    held = [srv.raw() for _ in range(3)]
-    for raw in held:
-        assert raw.call("PING") == b"+PONG\r\n"
-    with RawClient(srv.port, timeout=3) as extra:
-        out = extra.read_until_closed()  # the server speaks first, then closes
-    assert out == b"-ERR max number of clients reached\r\n"
-    held.pop().close()
-    wait_for(lambda: b"connected_clients:2\r\n" in held[0].command("INFO", "clients"))
-    assert exchange(srv.port, b"PING\r\n", lines=1) == b"+PONG\r\n"
-    assert b"rejected_connections:1\r\n" in held[0].command("INFO", "stats")
-    for raw in held:
-        raw.close()
-
-
 def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path: Path) -> None:
     path = tmp_path / "rcp11.sock"
     srv = server_factory(unixsocket=str(path))
@@ -904,35 +844,6 @@ def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
             pid = int(pidfile.read_text().strip() or 0)
         if pid and _alive_not_zombie(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def test_proto_max_bulk_len_closes_the_client_and_writes_nothing(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    shared_client.config_set("proto-max-bulk-len", "1mb")
-    try:
-        big = 2 * 1024 * 1024
-        with shared_server.raw() as raw:
-            raw.send(b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$%d\r\n" % big + b"x" * 1000)
-            assert raw.read_until_closed() == b"-ERR Protocol error: invalid bulk length\r\n"
-        assert shared_client.exists("s") == 0
-        assert tw(shared_client, "s", b"y" * (1024 * 1024)) == 0
-    finally:
-        shared_client.config_set("proto-max-bulk-len", "512mb")
-
-
-def test_query_buffer_limit_closes_only_that_client(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    shared_client.config_set("client-query-buffer-limit", "1mb")
-    try:
-        with shared_server.raw() as raw:
-            header = b"*3\r\n$6\r\nTWRITE\r\n$1\r\ns\r\n$%d\r\n" % (3 * 1024 * 1024)
-            raw.send(header + b"x" * (2 * 1024 * 1024), ignore_closed=True)
-            assert raw.closed(timeout=3)
-        assert shared_client.ping() and shared_client.exists("s") == 0
-    finally:
-        shared_client.config_set("client-query-buffer-limit", "1gb")
 
 
 def test_requirepass_flows(server_factory: Any) -> None:
@@ -1571,41 +1482,6 @@ def test_cli_produce_consume_as_in_the_readme(
 # ------------------------------------------- pipelined runs of stream commands
 
 
-def test_pipelined_twrites_answer_one_by_one_like_sequential_calls(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    shared_client.set("str", "x")
-    out = raw_pipeline(
-        shared_server.port,
-        [
-            ["TWRITE", "s", "a"],
-            ["TWRITE", "s", "b"],
-            ["TWRITE", "str", "c"],
-            ["TWRITE", "s", "ENTRIES", "d", "e"],
-            ["TWRITE", "s", "x", "y"],
-            ["TWRITE", "s", "BACKLOG", "2", "ENTRIES", "f"],
-            ["TWRITE", "s"],
-            ["TWRITE", "t", "z"],
-            ["TWRITE", "s", "g"],
-            ["TREAD", "s", "0", "10"],
-            ["TWRITE", "s", "h"],
-            ["MULTI"],
-            ["TWRITE", "s", "i"],
-            ["EXEC"],
-            ["TWRITE", "s", "j"],
-        ],
-    )
-    assert out.startswith(b":0\r\n:1\r\n-WRONGTYPE Operation against a key holding")
-    rest = out.split(b"wrong kind of value\r\n", 1)[1]
-    assert rest.startswith(b":2\r\n-ERR ")
-    assert rest.split(b"\r\n", 2)[2].startswith(
-        b":4\r\n-ERR wrong number of arguments for 'twrite' command\r\n:0\r\n:5\r\n"
-        b"*6\r\n$-1\r\n$-1\r\n$-1\r\n$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
-        b":6\r\n+OK\r\n+QUEUED\r\n*1\r\n:7\r\n:8\r\n"
-    )
-    assert tr(shared_client, "s", 0, 20, "WITHINFO")[0] == [3, 8, 0, 9]
-
-
 def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> None:
     srv = server_factory(requirepass="pw")
     cmds = [["TWRITE", "s", "a"], ["TWRITE", "s", "b"], ["AUTH", "pw"], ["TWRITE", "s", "c"]]
@@ -1927,81 +1803,6 @@ def test_watch_is_touched_like_redis(
     with pytest.raises(redis.WatchError):
         pipe.execute()
     other.close()
-
-
-@pytest.mark.parametrize("protocol", [2, 3])
-@pytest.mark.parametrize("parser", ["hiredis", "python"])
-def test_replies_parse_with_hiredis_and_the_pure_python_parser(
-    shared_server: ServerProcess, protocol: int, parser: str
-) -> None:
-    from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
-
-    if parser == "hiredis":
-        pytest.importorskip("hiredis")
-        parser_class: Any = _HiredisParser
-    else:
-        parser_class = _RESP2Parser if protocol == 2 else _RESP3Parser
-    pool = redis.ConnectionPool(
-        port=shared_server.port, protocol=protocol, parser_class=parser_class
-    )
-    cl = redis.Redis(connection_pool=pool)
-    key = f"parsers-{protocol}-{parser}"
-    assert tw(cl, key, "a", b"\x00\r\n", "c") == 0
-    cl.execute_command("TEVICT", key, 0)
-    assert tr(cl, key, 0, 5, "WITHINFO") == [[1, 2, 0, 3], None, b"\x00\r\n", b"c"]
-    assert tr(cl, key, 9, 5, "BLOCK", 10) is None
-    assert tr(cl, key, 9, 5, "BLOCK", 10, "WITHINFO") is None
-    assert tr(cl, key, 0, 0) == []
-    with pytest.raises(redis.ResponseError, match=WRONGTYPE):
-        cl.get(key)
-    cl.delete(key)
-    cl.close()
-
-
-def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    tw(shared_client, "big", *[b"x" * 1000] * 500)
-    shared_client.config_set("client-output-buffer-limit", "normal 100kb 50kb 1")
-    try:
-        with shared_server.raw(timeout=5) as raw:
-            raw.send(b"TREAD big 0 500\r\n")
-            got = len(raw.read_until_closed())
-        assert got < 500 * 1000  # closed instead of sending the whole reply
-        assert len(tr(shared_client, "big", 0, 50)) == 50  # a small reply still goes out
-    finally:
-        shared_client.config_set("client-output-buffer-limit", "normal 0 0 0")
-    assert len(tr(shared_client, "big", 0, 500)) == 500
-
-
-def test_big_pipeline_split_at_random_byte_boundaries(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    rng = random.Random(7)
-    cmds = []
-    for n in range(6000):
-        if n % 500 == 499:
-            cmds.append(mbulk("TREAD", "p", str(n - 3), "2"))
-        elif n % 3 == 0:
-            cmds.append(mbulk("TWRITE", "p", "ENTRIES", f"e{n}a", f"e{n}b"))
-        else:
-            cmds.append(mbulk("TWRITE", "p", f"e{n}" * rng.randint(1, 40)))
-    data = b"".join(cmds) + b"ECHO __end__\r\n"  # the tail is inline, as telnet sends
-    with shared_server.raw(timeout=10) as raw:
-        pos = 0
-        while pos < len(data):
-            step = rng.randint(1, 9000)
-            raw.send(data[pos : pos + step])
-            pos += step
-        out = raw.read_until(b"$7\r\n__end__\r\n")
-        assert not raw.eof, "server closed the connection"
-    assert b"-ERR" not in out
-    offsets = [int(line[1:]) for line in out.split(b"\r\n") if line.startswith(b":")]
-    written = [n for n in range(6000) if n % 500 != 499]
-    sizes = [2 if n % 3 == 0 else 1 for n in written]
-    assert offsets == [sum(sizes[:k]) for k in range(len(sizes))]
-    info = tr(shared_client, "p", 0, 0, "WITHINFO")[0]
-    assert info[1] == sum(sizes) - 1
 
 
 def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None:

@@ -345,20 +345,6 @@ def test_watch_aborts_the_transaction_when_the_stream_grows(
     assert tr(stream_client, "s", 0, 10) == [b"sneaky"]
 
 
-def test_pipeline_without_transaction(
-    stream_client: redis.Redis, stream_client3: redis.Redis
-) -> None:
-    for client in (stream_client, stream_client3):
-        client.delete("s")
-        pipe = client.pipeline(transaction=False)
-        for n in range(100):
-            pipe.execute_command("TWRITE", "s", f"m{n}")
-        pipe.execute_command("TREAD", "s", -2, 2, "WITHINFO")
-        replies = pipe.execute()
-        assert replies[:100] == list(range(100))
-        assert replies[100] == [[0, 99, 98, 2], b"m98", b"m99"]
-
-
 def test_redis_cli_twrite_and_tread(
     stream_server: ServerProcess, stream_client: redis.Redis, tmp_path: Path
 ) -> None:
