@@ -10,7 +10,6 @@ rcp11-server and redis-server with the rcp11 module (stream_server). Tests for b
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,57 +248,12 @@ def test_type_exists_scan_rename_on_streams(stream_client_resp: redis.Redis) -> 
     assert isinstance(stream_client_resp.memory_usage("t"), int)
 
 
-def test_info_streams_section(stream_client: redis.Redis) -> None:
-    tw(stream_client, "a", "x", "yy")
-    tw(stream_client, "b", "zzz")
-    info = stream_info(stream_client)
-    assert info["streams"] == 2
-    assert info["stream_messages"] == 3
-    assert info["stream_payload_bytes"] == 6
-    port = stream_client.connection_pool.connection_kwargs["port"]
-    text = exchange(port, b"INFO\r\n", until=b"\r\n\r\n")
-    for name in (
-        b"# Server",
-        b"# Clients",
-        b"# Memory",
-        b"# Persistence",
-        b"# Stats",
-        b"# Keyspace",
-    ):
-        assert name in text
-
-
 def test_requirepass_noauth(server_factory: Any) -> None:
     srv = server_factory(requirepass="pw")
     out = exchange(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", lines=4)
     assert out == (
         b"-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
     )
-
-
-def test_config_file_error_names_line(tmp_path: Path) -> None:
-    conf = tmp_path / "bad.conf"
-    conf.write_text("port 0\n# comment\nappendfsync sometimes\n")
-    proc = subprocess.run(
-        ["python", "-m", "rcp11", "server", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=tmp_path,
-    )
-    assert proc.returncode != 0
-    text = proc.stdout + proc.stderr
-    assert "line 3" in text and "appendfsync sometimes" in text
-
-
-def test_maxmemory_refusal_raises_redis_py_out_of_memory_error(stream_client: redis.Redis) -> None:
-    tw(stream_client, "s", "x" * 1000)
-    stream_client.config_set("maxmemory", 1)
-    try:
-        with pytest.raises(redis.exceptions.OutOfMemoryError):
-            tw(stream_client, "s", "x")
-    finally:
-        stream_client.config_set("maxmemory", 0)
 
 
 def test_redis_cli_pipe_and_reads(stream_server: ServerProcess) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 import redis
 from conftest import (
-    REPO,
     WRONGTYPE,
     RawClient,
     RedisServer,
@@ -468,46 +467,6 @@ def test_quit_answers_ok_and_closes(shared_server: ServerProcess) -> None:
     assert out == b"+OK\r\n"
 
 
-def test_command_introspection_knows_the_stream_commands(shared_client: redis.Redis) -> None:
-    names = {as_str(n) for n in shared_client.command_list()}
-    spec_names = (
-        "twrite tread tevict ping echo quit reset hello auth select client command info config"
-        " dbsize time flushdb flushall del unlink exists type keys scan rename get set incr incrby"
-        " mget multi exec discard watch unwatch save bgsave lastsave bgrewriteaof shutdown memory"
-        " object"
-    ).split()
-    assert set(spec_names) <= names
-    assert shared_client.command_count() == len(names)
-    info = shared_client.execute_command("COMMAND", "INFO", "twrite", "tread", "tevict")
-    assert {name: entry["arity"] for name, entry in info.items()} == {
-        "twrite": -3,
-        "tread": -4,
-        "tevict": 3,
-    }
-    for entry in info.values():
-        assert (entry["first_key_pos"], entry["last_key_pos"], entry["step_count"]) == (1, 1, 1)
-    assert "write" in info["twrite"]["flags"] and "write" in info["tevict"]["flags"]
-    port = shared_client.connection_pool.connection_kwargs["port"]
-    docs = exchange(
-        port, mbulk("COMMAND", "DOCS", "tread") + mbulk("ECHO", "end"), until=b"end\r\n"
-    )
-    assert docs.startswith(b"*2\r\n$5\r\ntread\r\n") and b"summary" in docs
-
-
-def test_client_list_info_and_kill_by_address(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    victim = shared_server.client()
-    victim.client_setname("victim")
-    me = as_str(shared_client.execute_command("CLIENT", "INFO"))
-    assert f"id={shared_client.client_id()} " in me
-    entry = next(cl for cl in shared_client.client_list() if cl["name"] == "victim")
-    assert shared_client.execute_command("CLIENT", "KILL", entry["addr"]) in (b"OK", "OK", True)
-    with pytest.raises(redis.ResponseError, match="No such client"):
-        shared_client.execute_command("CLIENT", "KILL", entry["addr"])
-    assert all(cl["name"] != "victim" for cl in shared_client.client_list())
-
-
 def test_scan_type_and_keys_patterns_see_streams(shared_client: redis.Redis) -> None:
     tw(shared_client, "s1", "a")
     tw(shared_client, "s2", "a")
@@ -521,39 +480,12 @@ def test_scan_type_and_keys_patterns_see_streams(shared_client: redis.Redis) -> 
     assert shared_client.dbsize() == 0
 
 
-def test_memory_usage_grows_with_the_stream(shared_client: redis.Redis) -> None:
-    tw(shared_client, "s", "a")
-    small = shared_client.memory_usage("s")
-    tw(shared_client, "s", *[b"y" * 100] * 200)
-    assert shared_client.memory_usage("s") > small + 200 * 100 / 2
-    assert shared_client.memory_usage("nokey") is None
-    assert shared_client.object("encoding", "nokey") is None
-
-
 def test_expire_on_a_stream_key_removes_it(shared_client: redis.Redis) -> None:
     tw(shared_client, "s", "a", "b")
     assert shared_client.pexpire("s", 100)
     wait_for(lambda: shared_client.exists("s") == 0, timeout=3)
     assert shared_client.info("streams")["streams"] == 0
     assert tw(shared_client, "s", "n") == 0
-
-
-def test_info_streams_follows_del_set_and_evictions(shared_client: redis.Redis) -> None:
-    shared_client.config_set("stream-node-max-entries", 1000)
-    tw(shared_client, "a", "x", "yy")
-    tw(shared_client, "b", "zzz")
-    shared_client.delete("b")
-    info = shared_client.info("streams")
-    assert (info["streams"], info["stream_messages"], info["stream_payload_bytes"]) == (1, 2, 3)
-    shared_client.set("a", "now a string")
-    info = shared_client.info("streams")
-    assert (info["streams"], info["stream_messages"], info["stream_nodes"]) == (0, 0, 0)
-    tw(shared_client, "u", *[b"0123456789"] * 2500)
-    assert shared_client.info("streams")["stream_nodes"] == 3
-    shared_client.execute_command("TEVICT", "u", 999)
-    info = shared_client.info("streams")
-    assert (info["stream_nodes"], info["stream_messages"]) == (2, 1500)
-    assert info["stream_payload_bytes"] == 15000
 
 
 REDIS_INFO_FIELDS = {
@@ -569,60 +501,6 @@ REDIS_INFO_FIELDS = {
     + ["instantaneous_ops_per_sec", "total_net_input_bytes", "total_net_output_bytes"]
     + ["rejected_connections", "expired_keys", "keyspace_hits", "keyspace_misses"],
 }
-
-
-@pytest.mark.parametrize("section", sorted(REDIS_INFO_FIELDS))
-def test_info_has_redis_field_names(shared_client: redis.Redis, section: str) -> None:
-    info = shared_client.info(section)
-    missing = [name for name in REDIS_INFO_FIELDS[section] if name not in info]
-    assert not missing
-
-
-def test_info_memory_peak_fields(shared_client: redis.Redis) -> None:
-    info = shared_client.info("memory")
-    assert info["used_memory_peak"] >= info["used_memory"] > 0
-    assert "used_memory_peak_human" in info
-
-
-def test_info_keyspace_stats_and_resetstat(shared_client: redis.Redis) -> None:
-    tw(shared_client, "s", "a")
-    shared_client.set("k", "v", ex=100)
-    shared_client.set("g", 0)
-    assert shared_client.info("keyspace")["db0"]["keys"] == 3
-    assert shared_client.info("keyspace")["db0"]["expires"] == 1
-    shared_client.config_resetstat()
-    shared_client.get("k")
-    shared_client.get("nokey")
-    stats = shared_client.info("stats")
-    assert stats["keyspace_hits"] == 1 and stats["keyspace_misses"] == 1
-    assert 3 <= stats["total_commands_processed"] <= 5
-    port = shared_client.connection_pool.connection_kwargs["port"]
-    text = exchange(port, b"INFO everything\r\n", until=b"\r\n\r\n")
-    assert b"# Streams" in text and b"# Keyspace" in text
-    assert "stream_messages" in shared_client.info()  # plain INFO shows the streams section too
-    tw(shared_client, "s", "b")
-    assert (
-        shared_client.info("commandstats")["cmdstat_twrite"]["calls"] == 1
-    )  # counted since RESETSTAT
-    text = exchange(port, b"INFO STREAMS\r\n", until=b"\r\n\r\n")
-    assert b"# Streams" in text and b"# Server" not in text
-
-
-def test_config_get_lists_every_spec_directive(shared_client: redis.Redis) -> None:
-    spec = (
-        "bind port unixsocket protected-mode requirepass timeout tcp-keepalive maxclients"
-        " maxmemory dir dbfilename save appendonly appendfilename appendfsync"
-        " auto-aof-rewrite-percentage auto-aof-rewrite-min-size aof-load-truncated loglevel"
-        " logfile daemonize pidfile proto-max-bulk-len client-query-buffer-limit"
-        " client-output-buffer-limit stream-node-max-entries stream-compression"
-        " stream-compression-level"
-    ).split()
-    everything = shared_client.config_get("*")
-    assert [name for name in spec if name not in everything] == []
-    assert everything["stream-node-max-entries"] == "1000"
-    assert everything["stream-compression"] == "no"
-    assert everything["bind"].split()[0] in ("127.0.0.1", "::1")
-    assert everything["protected-mode"] == "yes"
 
 
 MUTABLE = [
@@ -647,115 +525,7 @@ MUTABLE = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "shown"), MUTABLE, ids=[m[0] for m in MUTABLE])
-def test_config_set_round_trips(
-    shared_client: redis.Redis, name: str, value: str, shown: Any
-) -> None:
-    before = shared_client.config_get(name)[name]
-    try:
-        assert shared_client.config_set(name, value)
-        got = shared_client.config_get(name)[name]
-        if shown is None:
-            assert got.startswith("normal 1048576 524288 10")
-        else:
-            assert got == shown
-        assert shared_client.ping()
-    finally:
-        shared_client.config_set(name, before)
-
-
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("appendfsync", "sometimes"),
-        ("stream-compression", "lz4"),
-        ("stream-compression-level", "42"),
-        ("stream-node-max-entries", "-1"),
-        ("maxclients", "0"),
-        ("appendonly", "maybe"),
-        ("aof-load-truncated", "2"),
-        ("tcp-keepalive", "x"),
-    ],
-)
-def test_config_set_bad_value_is_refused_like_redis(
-    shared_client: redis.Redis, name: str, value: str
-) -> None:
-    before = shared_client.config_get(name)[name]
-    with pytest.raises(
-        redis.ResponseError, match=f"CONFIG SET failed \\(possibly related to argument '{name}'\\)"
-    ):
-        shared_client.config_set(name, value)
-    assert shared_client.config_get(name)[name] == before
-
-
-@pytest.mark.parametrize("name", ["unixsocket", "daemonize", "pidfile", "logfile"])
-def test_config_set_immutable_directives_say_so(shared_client: redis.Redis, name: str) -> None:
-    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
-        shared_client.config_set(name, "yes" if name == "daemonize" else "/tmp/elsewhere")
-
-
-def test_config_set_bind_like_redis7(server_factory: Any) -> None:
-    srv = server_factory()
-    cl = srv.client()
-    assert cl.config_set("bind", "127.0.0.1")
-    assert cl.config_get("bind")["bind"] == "127.0.0.1"
-    assert srv.client().ping()
-
-
 # ---------------------------------------------------- 5. stream directives
-
-
-def test_stream_node_max_entries_and_zlib_from_the_command_line(server_factory: Any) -> None:
-    srv = server_factory(stream_node_max_entries=10, stream_compression="zlib")
-    cl = srv.client()
-    tw(cl, "s", *[f"message number {i}" for i in range(95)])
-    info = cl.info("streams")
-    assert info["stream_nodes"] == 10
-    assert 1 <= info["stream_compressed_nodes"] <= 10
-    assert info["stream_payload_bytes"] == sum(len(f"message number {i}") for i in range(95))
-    assert tr(cl, "s", 43, 2) == [b"message number 43", b"message number 44"]
-    cl.execute_command("TEVICT", "s", 44)  # inside a compressed node
-    assert tr(cl, "s", 44, 2) == [None, b"message number 45"]
-
-
-def test_config_set_stream_directives_apply_to_new_streams(shared_client: redis.Redis) -> None:
-    shared_client.config_set("stream-node-max-entries", 10)
-    shared_client.config_set("stream-compression", "zlib")
-    try:
-        tw(shared_client, "fresh", *[f"message number {i}" for i in range(100)])
-        info = shared_client.info("streams")
-        assert info["stream_nodes"] == 10 and info["stream_compressed_nodes"] >= 9
-    finally:
-        shared_client.config_set("stream-node-max-entries", 1000)
-        shared_client.config_set("stream-compression", "no")
-
-
-def test_config_set_stream_directives_apply_to_existing_streams(shared_client: redis.Redis) -> None:
-    # redis-server 7 checks stream-node-max-entries on every append, so a
-    # CONFIG SET takes effect for the streams already there.
-    tw(shared_client, "old", "a", "b", "c")
-    shared_client.config_set("stream-node-max-entries", 10)
-    shared_client.config_set("stream-compression", "zlib")
-    try:
-        tw(shared_client, "old", *[f"message number {i}" for i in range(100)])
-        info = shared_client.info("streams")
-        assert info["stream_nodes"] >= 10
-        assert info["stream_compressed_nodes"] >= 9
-    finally:
-        shared_client.config_set("stream-node-max-entries", 1000)
-        shared_client.config_set("stream-compression", "no")
-
-
-def test_restart_with_new_stream_directives_applies_to_loaded_streams(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", *[f"message {i}" for i in range(5)])
-    srv.restart(stream_compression="zlib", stream_node_max_entries=10)
-    cl = srv.client()
-    tw(cl, "s", *[f"message {i}" for i in range(100)])
-    info = cl.info("streams")
-    assert info["stream_nodes"] >= 10 and info["stream_compressed_nodes"] >= 9
-    assert tr(cl, "s", 0, 1) == [b"message 0"]
 
 
 # ------------------------------------------------ 5. server: network directives
@@ -795,19 +565,6 @@ def test_protected_mode_denies_outside_clients_without_password(server_factory: 
     admin.config_set("requirepass", "")
     admin.config_set("protected-mode", "no")
     assert exchange(srv.port, b"PING\r\n", host=ip, lines=1, timeout=3) == b"+PONG\r\n"
-
-
-def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path: Path) -> None:
-    path = tmp_path / "rcp11.sock"
-    srv = server_factory(unixsocket=str(path))
-    cl = redis.Redis(unix_socket_path=str(path), protocol=3)
-    assert tw(cl, "s", "via unix") == 0
-    assert tr(srv.client(), "s", 0, 1) == [b"via unix"]
-    if have("redis-cli"):
-        out = subprocess.run(
-            ["redis-cli", "-s", str(path), "TREAD", "s", "0", "5"], capture_output=True, text=True
-        )
-        assert out.stdout.strip() == "via unix"
 
 
 def _alive_not_zombie(pid: int) -> bool:
@@ -879,49 +636,6 @@ def test_requirepass_flows(server_factory: Any) -> None:
         assert out.stdout.strip() == "1"
         out = subprocess.run([*cli, "TREAD", "s", "0", "5"], capture_output=True, text=True)
         assert "NOAUTH" in out.stdout + out.stderr
-
-
-def test_config_file_forms_like_redis(server_factory: Any, tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "my.conf"
-    conf.write_text(
-        f"# comment\nPORT {port}\nsave 100 1\nsave 50 2\nMaxMemory 2mb\n"
-        f'requirepass "p w"\nloglevel "verbose"\ndir {tmp_path}\nlogfile "{tmp_path}/log"\n'
-        "stream-compression zlib\nappendonly no\n"
-    )
-    # The file as written, nothing added on the command line.
-    srv = server_factory(conf, defaults=False, port=port)
-    cl = srv.client(password="p w")
-    got = cl.config_get("*")
-    assert got["save"] == "100 1 50 2"
-    assert got["maxmemory"] == "2097152"
-    assert got["loglevel"] == "verbose"
-    assert got["stream-compression"] == "zlib"
-    assert cl.info("server")["config_file"] == str(conf)
-
-
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        (["--foo", "bar"], "foo"),
-        (["--port", "abc"], "port"),
-        (["--stream-compression", "lz4"], "stream-compression"),
-        (["--stream-node-max-entries", "0"], "stream-node-max-entries"),
-        (["--save", "100"], "save"),
-    ],
-)
-def test_bad_command_line_directive_refuses_to_start(
-    tmp_path: Path, args: list[str], named: str
-) -> None:
-    proc = run_server("--port", str(free_port()), *args, cwd=tmp_path)
-    assert proc.returncode != 0
-    assert named in proc.stdout + proc.stderr
-
-
-def test_missing_config_file_refuses_to_start(tmp_path: Path) -> None:
-    proc = run_server(str(tmp_path / "nope.conf"), cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "nope.conf" in proc.stdout + proc.stderr
 
 
 # ------------------------------------------------------------ 6. durability
@@ -1297,30 +1011,6 @@ def test_snapshot_from_aof_mode_loads_exactly_without_aof(server_factory: Any) -
     assert tw(cl, "s", "next") == 10
 
 
-def test_shipped_redis_conf_as_is(server_factory: Any, tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "redis.conf"
-    conf.write_text((REPO / "redis.conf").read_text())
-    # The file as shipped, only the port changed on the command line.
-    srv = server_factory(conf, defaults=False, port=port, extra_args=["--port", str(port)])
-    cl = srv.client()
-    got = cl.config_get("*")
-    assert (got["appendonly"], got["appendfsync"], got["protected-mode"]) == (
-        "yes",
-        "everysec",
-        "yes",
-    )
-    tw(cl, "events", "hello")
-    assert cl.execute_command("TWRITE", "events", "ENTRIES", "a", "b", "c") == 1
-    tr(cl, "events", 0, 10, "GROUP", "readers")
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "events", 0, 4) == [b"hello", b"a", b"b", b"c"]
-    assert cl.get("readers") == b"4"
-    assert (tmp_path / "appendonly.aof").exists() or list(tmp_path.rglob("appendonly.aof*"))
-
-
 def _batch_storm_then_kill9(srv: ServerProcess, batches: int) -> dict[int, int]:
     """Multi-entry TWRITEs (with BGSAVEs) until kill -9, once `batches` were
     acknowledged: {first offset: size} acknowledged."""
@@ -1495,29 +1185,6 @@ def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> N
     assert out == noauth * 2 + b"+OK\r\n:0\r\n:1\r\n+RESET\r\n" + noauth * 2
 
 
-def test_maxmemory_reached_in_the_middle_of_a_pipeline(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    try:
-        out = raw_pipeline(
-            shared_server.port,
-            [
-                ["TWRITE", "s", "a"],
-                ["CONFIG", "SET", "maxmemory", "1"],
-                ["TWRITE", "s", "b"],
-                ["TWRITE", "s", "c"],
-                ["TREAD", "s", "0", "5"],
-                ["TEVICT", "s", "0"],
-                ["CONFIG", "SET", "maxmemory", "0"],
-                ["TWRITE", "s", "d"],
-            ],
-        )
-    finally:
-        shared_client.config_set("maxmemory", 0)
-    oom = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
-    assert out == b":0\r\n+OK\r\n" + oom * 2 + b"*1\r\n$1\r\na\r\n:1\r\n+OK\r\n:1\r\n"
-
-
 def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
@@ -1596,22 +1263,6 @@ def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
     assert tw(cl, "s", "b") == 1
 
 
-def test_tcp_keepalive_is_set_on_client_sockets(server_factory: Any) -> None:
-    if not have("ss"):
-        pytest.skip("ss (iproute2) is not installed")
-    srv = server_factory(tcp_keepalive=100)
-    with srv.raw() as raw:
-        assert raw.call("PING") == b"+PONG\r\n"
-        out = subprocess.run(
-            ["ss", "-tnoH", "state", "established", f"( sport = :{srv.port} )"],
-            capture_output=True,
-            text=True,
-        ).stdout
-    assert "keepalive" in out
-    seconds = int(out.split("keepalive,")[1].split("sec")[0].split("min")[0])
-    assert 60 < seconds <= 100 or "min" in out.split("keepalive,")[1].split(",")[0]
-
-
 def test_loglevel_warning_keeps_notices_out_of_the_logfile(
     server_factory: Any, shared_server: ServerProcess
 ) -> None:
@@ -1666,49 +1317,6 @@ def test_group_progress_survives_kill9_no_message_handed_out_twice(server_factor
     srv.start()
     cl = srv.client()
     assert int(cl.get("g")) >= max(delivered) + 1
-
-
-def test_config_rewrite_keeps_comments_quotes_values_and_survives_a_restart(
-    server_factory: Any, tmp_path: Path
-) -> None:
-    port = free_port()
-    conf = tmp_path / "r.conf"
-    conf.write_text(f"# keep me\nport {port}\nsave 3600 1\nloglevel notice\ndir {tmp_path}\n")
-    srv = server_factory(conf, defaults=False, port=port)
-    password = "a b\"c\\d'e"
-    cl = srv.client()
-    cl.config_set("save", "")
-    cl.config_set("maxmemory", "3mb")
-    cl.config_set("stream-node-max-entries", "77")
-    cl.config_set("requirepass", password)
-    assert cl.config_rewrite()
-    assert conf.read_text().startswith("# keep me\n")
-    with srv.raw() as raw:
-        raw.send(mbulk("AUTH", password) + mbulk("SHUTDOWN", "NOSAVE"))
-        assert raw.read_until_closed() == b"+OK\r\n"
-    assert srv.proc is not None and srv.proc.wait(10) == 0
-    srv.start()
-    assert srv.exchange(b"PING\r\n", lines=1).startswith(b"-NOAUTH")
-    cl = srv.client(password=password)
-    got = cl.config_get("*")
-    assert (got["save"], got["maxmemory"], got["stream-node-max-entries"]) == (
-        "",
-        "3145728",
-        "77",
-    )
-
-
-def test_multi_word_directive_values_on_the_command_line(
-    server_factory: Any, tmp_path: Path
-) -> None:
-    port = free_port()
-    args = ["--port", str(port), "--dir", str(tmp_path)]
-    args += ["--save", "3600", "1", "300", "100", "--logfile", str(tmp_path / "log")]
-    args += ["--client-output-buffer-limit", "normal", "1mb", "512kb", "10"]
-    srv = server_factory(defaults=False, port=port, extra_args=args)
-    got = srv.client().config_get("*")
-    assert got["save"] == "3600 1 300 100"
-    assert got["client-output-buffer-limit"].startswith("normal 1048576 524288 10")
 
 
 # ------------------------------------------------------------ sizes and scans
@@ -1904,20 +1512,6 @@ def test_python_client_sync_and_async_as_documented(
         return [first, seen]
 
     assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
-
-
-def test_config_set_port_moves_the_listener_like_redis7(server_factory: Any) -> None:
-    srv = server_factory()
-    admin = srv.client()
-    new_port = free_port()
-    assert admin.config_set("port", new_port)
-    assert admin.ping()  # the connection that asked stays
-    assert exchange(new_port, b"PING\r\n", lines=1) == b"+PONG\r\n"
-    assert not answers_ping(srv.port)
-
-    assert redis.Redis(port=new_port).config_get("port")["port"] == str(new_port)
-    with pytest.raises(redis.ResponseError, match="port"):
-        admin.config_set("port", 70000)
 
 
 def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill9(

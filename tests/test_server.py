@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import redis
 from conftest import (
     RawClient,
@@ -85,16 +83,6 @@ def test_protected_mode_off(server_factory) -> None:
     assert outsider.reply() == b"PONG"
 
 
-def test_unixsocket_with_unixsocketperm(server_factory, tmp_path: Path) -> None:
-    path = str(tmp_path / "rcp11.sock")
-    srv = server_factory(unixsocket=path, unixsocketperm="700")
-    assert os.stat(path).st_mode & 0o777 == 0o700
-    client = redis.Redis(unix_socket_path=path)
-    assert client.execute_command("TWRITE", "u", "x") == 0
-    assert srv.client().execute_command("TREAD", "u", "0", "1") == [b"x"]
-    client.close()
-
-
 # -- start-up, signals, daemon ------------------------------------------------------
 
 
@@ -115,25 +103,6 @@ def test_console_script() -> None:
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert result.stdout.startswith("rcp11 server v=")
-
-
-def test_bad_config_file_exits_naming_the_line(tmp_path: Path) -> None:
-    conf = tmp_path / "bad.conf"
-    conf.write_text("port 7000\n# fine so far\nappendfsync sometimes\n")
-    result = run_server(str(conf), "--port", str(free_port()))
-    assert result.returncode != 0
-    assert "at line 3" in result.stderr
-    assert str(conf) in result.stderr
-    assert "appendfsync sometimes" in result.stderr
-
-
-def test_bad_argument_exits(tmp_path: Path) -> None:
-    result = run_server("--port", "notaport")
-    assert result.returncode != 0
-    assert "argument couldn't be parsed into an integer" in result.stderr
-    result = run_server("--nosuchdirective", "1")
-    assert result.returncode != 0
-    assert "Bad directive" in result.stderr
 
 
 def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None:
@@ -211,20 +180,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def test_config_file_and_args(tmp_path: Path, server_factory) -> None:
-    conf = tmp_path / "my.conf"
-    conf.write_text("# my server\nhz 20\nmaxmemory 100mb\n")
-    srv = server_factory(conf=conf)
-    client = srv.client()
-    assert client.config_get("hz") == {"hz": "20"}
-    assert client.config_get("maxmemory") == {"maxmemory": str(100 * 1024 * 1024)}
-    assert client.config_get("port") == {"port": str(srv.port)}
-    client.config_set("hz", "30")
-    client.config_rewrite()
-    text = conf.read_text()
-    assert text.startswith("# my server\nhz 30\n")
 
 
 # -- tools --------------------------------------------------------------------------
@@ -386,35 +341,6 @@ def test_unlogged_writes_are_never_acknowledged() -> None:
     srv.flush()
     assert transport.written == []
     assert transport.closed
-
-
-def test_config_set_port_and_bind_rebind_like_redis(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    new_port = free_port()
-    assert client.config_set("port", new_port)
-    moved = redis.Redis(port=new_port, retry=None)
-    try:
-        assert wait_for(lambda: _answers(moved))
-        assert moved.config_get("port") == {"port": str(new_port)}
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
-        # A port someone else holds: refused, and the server stays where it is.
-        blocker = socket.socket()
-        blocker.bind(("127.0.0.1", 0))
-        blocker.listen(1)
-        try:
-            with pytest.raises(redis.ResponseError, match="Failed to bind"):
-                moved.config_set("port", blocker.getsockname()[1])
-        finally:
-            blocker.close()
-        assert moved.config_get("port") == {"port": str(new_port)}
-        assert moved.config_set("bind", "127.0.0.1")
-        assert moved.config_get("bind") == {"bind": "127.0.0.1"}
-        assert _answers(redis.Redis(port=new_port, retry=None))
-    finally:
-        moved.shutdown(nosave=True)
-        srv.proc.wait(10)
 
 
 def _answers(client: redis.Redis) -> bool:
