@@ -12,8 +12,6 @@ open bugs are ``xfail(strict=True)`` naming their entry in
 from __future__ import annotations
 
 import os
-import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,7 +35,6 @@ from conftest import (
     have,
     in_thread,
     mbulk,
-    raw_pipeline,
     require,
     run_server,
     tr,
@@ -675,266 +672,6 @@ def _hammer_then_kill9(srv: ServerProcess, writes: int, bgsave: bool) -> dict[in
     return acked
 
 
-@pytest.mark.parametrize(
-    "mode",
-    ["always", "snapshot"],  # appendfsync no and no persistence: test_acceptance.py
-)
-def test_kill9_mid_write_storm_loses_nothing_acknowledged_and_reuses_nothing(
-    server_factory: Any, mode: str
-) -> None:
-    if mode == "always":
-        srv = server_factory(appendonly="yes", appendfsync=mode)
-    else:
-        srv = server_factory(save="3600 1" if mode == "snapshot" else "")
-    acked = _hammer_then_kill9(srv, 2000, bgsave=mode == "snapshot")  # 5 BGSAVEs in snapshot
-    assert acked, "nothing was acknowledged before the kill"
-    srv.start()
-    cl = srv.client()
-    last = max(acked)
-    got = tr(cl, "s", 0, last + 1)
-    assert len(got) == last + 1
-    wrong = [o for o, m in enumerate(got) if m is not None and m != acked.get(o)]
-    assert wrong == []  # a message is either the acknowledged one or null, never other data
-    if mode == "always":
-        assert [o for o in acked if got[o] is None] == []
-    assert tw(cl, "s", "after") > last
-
-
-def test_aof_replays_every_kind_of_write(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes")
-    cl = srv.client()
-    tw(cl, "s", "before the flush")
-    tw(cl, "wiped", "w")
-    cl.set("k", "v")
-    cl.flushall()
-    big = random.Random(3).randbytes(1 << 19) * 3
-    tw(cl, "big", big, b"tail")
-    tw(cl, "s", *[f"m{i}" for i in range(10)])
-    cl.execute_command("TWRITE", "b", "BACKLOG", 2, "ENTRIES", "x", "y", "z")
-    tw(cl, "d", "a")
-    cl.delete("d")
-    tw(cl, "rn", "r0")
-    cl.rename("rn", "rn2")
-    cl.incr("cnt")
-    cl.incrby("cnt", 5)
-    cl.set("ttl", "v", ex=100)
-    cl.set("gone", "v", px=1)
-    tw(cl, "exp", "e")
-    cl.pexpire("exp", 1)
-    pipe = cl.pipeline(transaction=True)
-    pipe.execute_command("TWRITE", "m", "a")
-    pipe.set("mk", "1")
-    pipe.execute()
-    cl.execute_command("TEVICT", "s", -4)
-    tw(cl, "f", "x")
-    # a group key moved by a served blocked reader, and one created while blocking
-    reader = srv.client()
-    thread, box = in_thread(lambda: tr(reader, "q", 0, 5, "GROUPNEW", "gq", "BLOCK", 5000))
-    wait_blocked(cl, 1)
-    tw(cl, "q", "q0", "q1")
-    thread.join(5)
-    assert box["reply"] == [b"q0", b"q1"]
-    thread, box = in_thread(lambda: tr(reader, "w", 0, 5, "GROUP", "gw", "BLOCK", 5000))
-    wait_blocked(cl, 1)
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    # A kill -9 leaves a gap up to each stream's reservation mark: the
-    # offsets after the last acknowledged one read as null.
-    first, last, start, count = tr(cl, "s", 0, 10, "WITHINFO")[0]
-    assert (first, start, count) == (6, 0, 10) and last >= 9
-    assert cl.exists("wiped", "k") == 0 and tw(cl, "wiped", "again") == 0
-    assert tr(cl, "big", 0, 2) == [big, b"tail"]
-    assert tr(cl, "b", 0, 3) == [None, b"y", b"z"]
-    assert cl.exists("d", "rn", "gone", "exp") == 0
-    assert tw(cl, "d", "new") == 0 and tw(cl, "exp", "new") == 0
-    assert tr(cl, "rn2", 0, 1) == [b"r0"]
-    assert cl.get("cnt") == b"6"
-    assert 90 <= cl.ttl("ttl") <= 100
-    assert tr(cl, "m", 0, 1) == [b"a"] and cl.get("mk") == b"1"
-    assert cl.get("gq") == b"2" and cl.get("gw") == b"0"
-    assert tw(cl, "q", "q2") >= 2 and tr(cl, "q", 0, 2) == [b"q0", b"q1"]
-
-
-def test_config_set_appendonly_yes_at_runtime_then_kill9(server_factory: Any) -> None:
-    srv = server_factory()
-    cl = srv.client()
-    tw(cl, "s", "a", "b")
-    cl.set("g", "1")
-    assert cl.config_set("appendonly", "yes")
-    tw(cl, "s", "c")
-    # a pipelined run while the first rewrite may still be going on
-    out = raw_pipeline(srv.port, [["TWRITE", "s", f"p{n}"] for n in range(200)])
-    assert out.endswith(b":202\r\n")
-    wait_for(lambda: cl.info("persistence")["aof_rewrite_in_progress"] == 0)
-    tw(cl, "s", "d")
-    srv.kill9()
-    srv.directives["appendonly"] = "yes"
-    srv.start()
-    cl = srv.client()
-    pipelined = [f"p{n}".encode() for n in range(200)]
-    got = tr(cl, "s", 0, 10_000)
-    assert got[:204] == [b"a", b"b", b"c", *pipelined, b"d"]
-    assert set(got[204:]) <= {None}  # the gap a kill -9 leaves up to the mark
-    assert cl.get("g") == b"1"
-
-
-def test_bgrewriteaof_then_more_writes_then_kill9(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", stream_node_max_entries=100)
-    cl = srv.client()
-    tw(cl, "s", *[b"x" * 100] * 1000)
-    cl.execute_command("TEVICT", "s", 899)
-    tr(cl, "s", 0, 10, "GROUP", "g")
-    cl.set("t", "1", ex=500)
-    aof = srv.dir / "appendonly.aof"
-    before = aof.stat().st_size
-    assert cl.bgrewriteaof()
-    wait_for(
-        lambda: (
-            cl.info("persistence")["aof_rewrite_in_progress"] == 0
-            and cl.info("persistence")["aof_rewrite_scheduled"] == 0
-        )
-    )
-    tw(cl, "s", "after")
-    assert aof.stat().st_size < before / 2
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    first, last, start, count = tr(cl, "s", 899, 3, "WITHINFO")[0]
-    assert (first, start, count) == (900, 899, 3) and last >= 1000
-    assert tr(cl, "s", 1000, 1) == [b"after"]
-    assert cl.get("g") == b"910"
-    assert cl.ttl("t") > 400
-    assert tw(cl, "s", "n") > 1000
-
-
-def test_auto_aof_rewrite_kicks_in(server_factory: Any) -> None:
-    srv = server_factory(
-        appendonly="yes", auto_aof_rewrite_min_size="64kb", auto_aof_rewrite_percentage=100
-    )
-    cl = srv.client()
-    for _ in range(40):
-        cl.execute_command("TWRITE", "s", "BACKLOG", 10, "ENTRIES", *[b"x" * 100] * 20)
-    wait_for(lambda: cl.info("persistence")["aof_rewrites"] >= 1)
-    wait_for(lambda: cl.info("persistence")["aof_rewrite_in_progress"] == 0)
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 790, 10) == [b"x" * 100] * 10
-    first, last, _, _ = tr(cl, "s", 0, 0, "WITHINFO")[0]
-    assert first == 790 and last >= 799  # a kill -9 leaves a gap up to the mark
-
-
-def test_shutdown_nosave_keeps_last_snapshot_and_reuses_no_offset(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", "a", "b")
-    cl.save()
-    tw(cl, "s", "c", "d")
-    with srv.raw() as raw:
-        raw.send(b"SHUTDOWN NOSAVE\r\n")
-        assert raw.read_until_closed() == b""  # no reply: the server is gone
-    assert srv.proc is not None and srv.proc.wait(10) == 0
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 0, 4) == [b"a", b"b", None, None]
-    assert tw(cl, "s", "e") >= 4
-
-
-def test_shutdown_save_without_save_rules_saves(server_factory: Any) -> None:
-    srv = server_factory()
-    cl = srv.client()
-    tw(cl, "s", "a", "b", "c")
-    cl.set("k", "v")
-    with srv.raw() as raw:
-        raw.send(b"SHUTDOWN SAVE\r\n")
-        assert raw.read_until_closed() == b""
-    assert srv.proc is not None and srv.proc.wait(10) == 0
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 0, 5) == [b"a", b"b", b"c"] and cl.get("k") == b"v"
-    assert tw(cl, "s", "d") == 3
-
-
-@pytest.mark.parametrize("how", ["sigterm-no-persistence", "aof-then-restart-without-aof"])
-def test_restart_that_drops_the_data_still_reuses_no_offset(server_factory: Any, how: str) -> None:
-    srv = server_factory(appendonly="yes" if how.startswith("aof") else "no")
-    cl = srv.client()
-    tw(cl, "s", "a", "b", "c")
-    if how.startswith("aof"):
-        srv.restart(appendonly="no")
-    else:
-        srv.restart()
-    cl = srv.client()
-    assert tw(cl, "s", "x") >= 3
-
-
-def test_save_rule_triggers_a_snapshot(server_factory: Any) -> None:
-    srv = server_factory(save="1 1")
-    cl = srv.client()
-    tw(cl, "s", "a", "b")
-    first = cl.lastsave()
-    wait_for(lambda: cl.info("persistence")["rdb_changes_since_last_save"] == 0, timeout=8)
-    assert cl.lastsave() >= first
-    assert (srv.dir / "dump.rcp").exists()
-    srv.kill9()
-    srv.start()
-    assert tr(srv.client(), "s", 0, 5, "WITHINFO") == [[0, 1, 0, 2], b"a", b"b"]
-
-
-def test_bgsave_then_kill9(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", *[f"m{i}" for i in range(1000)])
-    cl.execute_command("TEVICT", "s", 499)
-    assert cl.bgsave()
-    wait_for(
-        lambda: (
-            cl.info("persistence")["rdb_bgsave_in_progress"] == 0
-            and cl.info("persistence")["rdb_changes_since_last_save"] == 0
-        )
-    )
-    assert cl.info("persistence")["rdb_last_bgsave_status"] == "ok"
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 498, 3, "WITHINFO") == [[500, 999, 498, 3], None, None, b"m500"]
-    assert tw(cl, "s", "n") == 1000
-
-
-def test_snapshot_keeps_fully_evicted_stream_ttls_and_binary_data(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1", stream_compression="zlib")
-    cl = srv.client()
-    key = b"bin\r\nkey\x00" + b"K" * 70000  # past any 16-bit length field
-    big = random.Random(4).randbytes(1 << 19) * 3 + b"\r\n\x00"
-    tw(cl, key, big, b"")
-    tw(cl, "empty", "a", "b", "c")
-    cl.execute_command("TEVICT", "empty", -0 + 100)
-    cl.set("ttl", "v", ex=1000)
-    cl.set(b"g\x00", 7)
-    tw(cl, b"", "empty key")
-    srv.stop()
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, key, 0, 5) == [big, b""]
-    assert tr(cl, "empty", 0, 5, "WITHINFO") == [[3, 2, 0, 3], None, None, None]
-    assert tw(cl, "empty", "d") == 3
-    assert 990 <= cl.ttl("ttl") <= 1000
-    assert cl.get(b"g\x00") == b"7"
-    assert tr(cl, b"", 0, 1) == [b"empty key"]
-
-
-def test_truncated_snapshot_is_refused_by_name(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", *[b"x" * 50] * 2000)
-    cl.save()
-    srv.stop()
-    snap = srv.dir / "dump.rcp"
-    snap.write_bytes(snap.read_bytes()[: snap.stat().st_size * 2 // 3])
-    assert "dump.rcp" in _start_fails(srv)
-
-
 def _start_fails(srv: ServerProcess) -> str:
     """Run the server's own command line; it must refuse to start. Returns its log."""
     status, output = srv.run_to_exit()
@@ -957,58 +694,6 @@ def _aof_with_damage(server_factory: Any, damage: str, **directives: Any) -> Ser
         data = data[:-5]
     aof.write_bytes(bytes(data))
     return srv
-
-
-def test_aof_corrupt_in_the_middle_is_refused_by_name(server_factory: Any) -> None:
-    srv = _aof_with_damage(server_factory, "middle")
-    assert "appendonly.aof" in _start_fails(srv)
-
-
-def test_aof_load_truncated_no_refuses_a_torn_tail(server_factory: Any) -> None:
-    srv = _aof_with_damage(server_factory, "tail", aof_load_truncated="no")
-    assert "appendonly.aof" in _start_fails(srv)
-    srv.directives["aof-load-truncated"] = "yes"
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 0, 49) == [f"message-{i}".encode() for i in range(49)]
-    assert tw(cl, "s", "next") >= 50
-
-
-def test_dbfilename_and_appendfilename_are_used(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", appendfilename="my.aof", dbfilename="snap.db")
-    cl = srv.client()
-    tw(cl, "s", "a")
-    cl.save()
-    names = {p.name for p in srv.dir.rglob("*")}
-    assert "snap.db" in names and any(n.startswith("my.aof") for n in names)
-    assert "dump.rcp" not in names and "appendonly.aof" not in names
-    srv.kill9()
-    srv.start()
-    assert tr(srv.client(), "s", 0, 5) == [b"a"]
-
-
-def test_config_set_dir_moves_the_next_snapshot(server_factory: Any, tmp_path: Path) -> None:
-    srv = server_factory(save="3600 1", enable_protected_configs="yes")
-    cl = srv.client()
-    tw(cl, "s", "a")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    cl.config_set("dir", str(elsewhere))
-    cl.save()
-    assert (elsewhere / "dump.rcp").exists()
-
-
-def test_snapshot_from_aof_mode_loads_exactly_without_aof(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", *[f"m{i}" for i in range(10)])
-    cl.save()
-    srv.kill9()
-    srv.directives["appendonly"] = "no"
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 0, 20, "WITHINFO")[0] == [0, 9, 0, 10]
-    assert tw(cl, "s", "next") == 10
 
 
 def _batch_storm_then_kill9(srv: ServerProcess, batches: int) -> dict[int, int]:
@@ -1041,23 +726,6 @@ def _batch_storm_then_kill9(srv: ServerProcess, batches: int) -> dict[int, int]:
     stop.set()
     thread.join(10)
     return acked
-
-
-def test_a_multi_entry_twrite_survives_kill9_whole_or_not_at_all(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", save="3600 1")
-    acked = _batch_storm_then_kill9(srv, 300)  # 6 BGSAVE SCHEDULEs
-    assert acked
-    srv.start()
-    cl = srv.client()
-    got = tr(cl, "s", 0, max(acked) + 40)
-    batches: dict[bytes, list[bytes | None]] = {}
-    for message in got:
-        if message is not None:
-            batches.setdefault(message.split(b"-")[0], []).append(message)
-    for name, parts in batches.items():
-        size = int(parts[0].rsplit(b"/", 1)[1])
-        assert len(parts) == size, f"batch {name!r}: {len(parts)} of {size} entries"
-    assert all(got[first] is not None for first in acked)
 
 
 # ------------------------------------------------------- 3. groups, in depth
@@ -1185,84 +853,6 @@ def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> N
     assert out == noauth * 2 + b"+OK\r\n:0\r\n:1\r\n+RESET\r\n" + noauth * 2
 
 
-def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", "a")
-    out = raw_pipeline(srv.port, [["BGREWRITEAOF"], ["BGSAVE", "SCHEDULE"]])
-    assert (
-        out == b"+Background append only file rewriting started\r\n+Background saving scheduled\r\n"
-    )
-    wait_for(lambda: (srv.dir / "dump.rcp").exists())
-
-
-@pytest.mark.parametrize("during_bgsave", [False, True], ids=["plain", "during-bgsave"])
-def test_flushall_with_save_points_stays_flushed_after_kill9(
-    server_factory: Any, during_bgsave: bool
-) -> None:
-    # redis-server 7: FLUSHALL with save points configured saves the empty
-    # dataset at once (and kills a running BGSAVE), so a crash cannot undo it.
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", *[b"y" * 500] * 5000)
-    cl.set("k", "v")
-    cl.save()
-    if during_bgsave:
-        pipe = cl.pipeline(transaction=False)
-        pipe.bgsave()
-        pipe.flushall()
-        pipe.execute()
-        wait_for(lambda: cl.info("persistence")["rdb_bgsave_in_progress"] == 0)
-    else:
-        cl.flushall()
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    assert cl.dbsize() == 0
-    assert tw(cl, "s", "new") == 0
-
-
-def test_shutdown_while_bgsave_runs_saves_everything(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    for _ in range(4):
-        cl.execute_command("TWRITE", "s", "ENTRIES", *[b"y" * 500] * 5000)
-    cl.save()
-    script = b"BGSAVE\r\nTWRITE s after\r\nSET k v\r\nSHUTDOWN\r\n"
-    with srv.raw(timeout=20) as raw:
-        raw.send(script)
-        out = raw.read_until_closed()  # SHUTDOWN closes the connection
-    assert out == b"+Background saving started\r\n:20000\r\n+OK\r\n"
-    assert srv.proc is not None and srv.proc.wait(20) == 0
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", -1, 1, "WITHINFO") == [[0, 20000, 20000, 1], b"after"]
-    assert cl.get("k") == b"v"
-    assert tw(cl, "s", "n") == 20001
-
-
-def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
-    server_factory: Any, tmp_path: Path
-) -> None:
-    srv = server_factory(save="3600 1", enable_protected_configs="yes")
-    cl = srv.client()
-    tw(cl, "s", "a")
-    cl.set("k", "v")
-    doomed = tmp_path / "doomed"
-    doomed.mkdir()
-    cl.config_set("dir", str(doomed))
-    shutil.rmtree(doomed)
-    with pytest.raises(redis.ResponseError):
-        cl.save()
-    assert cl.info("persistence")["rdb_last_bgsave_status"] == "err"
-    with pytest.raises(redis.ResponseError, match="^MISCONF"):
-        tw(cl, "s", "b")
-    assert cl.get("k") == b"v" and tr(cl, "s", 0, 5) == [b"a"]  # reads still work
-    doomed.mkdir()
-    assert cl.save()
-    assert tw(cl, "s", "b") == 1
-
-
 def test_loglevel_warning_keeps_notices_out_of_the_logfile(
     server_factory: Any, shared_server: ServerProcess
 ) -> None:
@@ -1273,50 +863,6 @@ def test_loglevel_warning_keeps_notices_out_of_the_logfile(
         "Ready to accept connections" in (shared_server.dir / "server.log").read_text()
     )  # notice level
     assert "Ready to accept connections" not in (quiet.dir / "server.log").read_text()
-
-
-def test_group_progress_survives_kill9_no_message_handed_out_twice(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="no")
-    delivered: list[int] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def consumer() -> None:
-        cl = srv.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
-        try:
-            while not stop.is_set():
-                reply = tr(cl, "s", 0, 3, "GROUP", "g", "BLOCK", 200, "WITHINFO")
-                if reply:
-                    start, count = reply[0][2], reply[0][3]
-                    with lock:
-                        delivered.extend(range(start, start + count))
-        except (redis.ConnectionError, redis.TimeoutError):
-            pass
-
-    def producer() -> None:
-        cl = srv.client(socket_timeout=5, retry=Retry(NoBackoff(), 0))
-        n = 0
-        try:
-            while not stop.is_set():
-                tw(cl, "s", b"m%d" % n)
-                n += 1
-        except (redis.ConnectionError, redis.TimeoutError):
-            pass
-
-    threads = [threading.Thread(target=consumer, daemon=True) for _ in range(3)]
-    threads.append(threading.Thread(target=producer, daemon=True))
-    for thread in threads:
-        thread.start()
-    wait_for(lambda: len(delivered) >= 100, timeout=30)
-    srv.kill9()
-    stop.set()
-    for thread in threads:
-        thread.join(10)
-    assert delivered
-    assert len(delivered) == len(set(delivered))  # each message to one member only
-    srv.start()
-    cl = srv.client()
-    assert int(cl.get("g")) >= max(delivered) + 1
 
 
 # ------------------------------------------------------------ sizes and scans
@@ -1357,29 +903,6 @@ def test_scan_returns_every_key_once(shared_client: redis.Redis) -> None:
     assert len(streams) == 300
 
 
-@pytest.mark.parametrize("mode", ["none", "snapshot"])
-def test_truncated_offsets_file_is_reported_or_reuses_nothing(
-    server_factory: Any, mode: str
-) -> None:
-    srv = server_factory(save="3600 1" if mode == "snapshot" else "")
-    cl = srv.client()
-    for i in range(10):
-        tw(cl, "s", f"m{i}")
-    if mode == "snapshot":
-        cl.save()
-        assert tw(cl, "s", "after") == 10
-    srv.kill9()
-    offsets = srv.dir / "dump.rcp.offsets"
-    offsets.write_bytes(offsets.read_bytes()[:-1])  # a damaged tail, as a bad disk leaves
-    try:
-        srv.start(timeout=10)
-    except RuntimeError as refused:
-        assert "dump.rcp.offsets" in str(refused)
-        return
-    last = 10 if mode == "snapshot" else 9
-    assert tw(srv.client(), "s", "x") > last
-
-
 # ------------------------------------------------------- WATCH, parsers
 
 
@@ -1411,69 +934,6 @@ def test_watch_is_touched_like_redis(
     with pytest.raises(redis.WatchError):
         pipe.execute()
     other.close()
-
-
-def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None:
-    srv = server_factory(appendonly="yes")
-    cl = srv.client()
-    for _ in range(4):
-        cl.execute_command("TWRITE", "s", "ENTRIES", *[b"y" * 500] * 5000)
-    tw(cl, "doomed", "x")
-    pipe = cl.pipeline(transaction=False)
-    pipe.bgrewriteaof()
-    for n in range(300):
-        pipe.execute_command("TWRITE", "s", b"during%d" % n)
-    pipe.execute_command("TREAD", "s", 0, 7, "GROUP", "g")
-    pipe.delete("doomed")
-    pipe.execute_command("TEVICT", "s", 99)
-    replies = pipe.execute()
-    assert replies[1] == 20000 and replies[300] == 20299
-    wait_for(
-        lambda: (
-            cl.info("persistence")["aof_rewrite_in_progress"] == 0
-            and cl.info("persistence")["aof_rewrite_scheduled"] == 0
-        )
-    )
-    tw(cl, "s", "after")
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    got = tr(cl, "s", 20298, 3, "WITHINFO")
-    first, last, start, count = got[0]
-    assert (first, start, count) == (100, 20298, 3) and last >= 20300
-    assert got[1:] == [b"during298", b"during299", b"after"]
-    assert cl.get("g") == b"7"
-    assert cl.exists("doomed") == 0
-    assert tw(cl, "s", "n") > 20300
-
-
-@pytest.mark.parametrize("mode", ["none", "aof"])
-def test_renamed_stream_keeps_its_no_reuse_guarantee_across_kill9(
-    server_factory: Any, mode: str
-) -> None:
-    directives = {"none": {}, "snapshot": {"save": "3600 1"}, "aof": {"appendonly": "yes"}}
-    srv = server_factory(**directives[mode])
-    cl = srv.client()
-    for i in range(5):
-        tw(cl, "src", f"m{i}")
-    if mode == "snapshot":
-        cl.save()
-    cl.rename("src", "dst")
-    last = tw(cl, "dst", "after-rename")
-    tw(cl, "big", *[f"b{i}" for i in range(50)])
-    tw(cl, "small", "s0")
-    cl.rename("small", "big")  # replaces the longer stream: its history is gone
-    last_big = tw(cl, "big", "x")
-    assert (last, last_big) == (5, 1)
-    srv.kill9()
-    srv.start()
-    cl = srv.client()
-    n_at = tw(cl, "dst", "n")
-    assert n_at > last
-    assert tw(cl, "big", "n") > last_big
-    if mode == "aof":
-        assert tr(cl, "dst", 0, 6) == [*(f"m{i}".encode() for i in range(5)), b"after-rename"]
-        assert tr(cl, "dst", n_at, 1) == [b"n"]
 
 
 # ------------------------------------------------------------ 7. rcp11.client
@@ -1512,19 +972,3 @@ def test_python_client_sync_and_async_as_documented(
         return [first, seen]
 
     assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
-
-
-def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill9(
-    server_factory: Any,
-) -> None:
-    srv = server_factory(appendonly="yes")
-    cl = srv.client()
-    tw(cl, "s", "first")
-    assert cl.config_set("appendonly", "no")
-    out = raw_pipeline(srv.port, [["TWRITE", "s", f"m{n}"] for n in range(3000)])
-    assert out.endswith(b":3000\r\n")
-    srv.kill9()
-    srv.directives["appendonly"] = "no"
-    srv.start()
-    cl = srv.client()
-    assert tw(cl, "s", "n") > 3000

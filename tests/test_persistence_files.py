@@ -1,25 +1,18 @@
-"""Snapshots, AOF and offset reservations: round trips against a model,
-corruption detection, and the user-visible commands (SAVE, BGSAVE,
-BGREWRITEAOF, LASTSAVE, INFO persistence, CONFIG SET appendonly)."""
+"""The persistence layer in process (no network): the snapshot and AOF
+formats round trip against a model, corruption and torn tails are found
+and named, AOF replay and rewrite reproduce the state, and the offset
+reservations keep an offset from ever being handed out twice
+(docs/PROTOCOL.md section 8). Through a running server:
+test_persistence_snapshots.py, test_persistence_aof.py, test_crash_*.py."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    assert_same_after_kill9,
-    dataset,
-    persistence_in_process,
-    random_workload,
-    read_all,
-    twrite_entries,
-    wait_for,
-)
+from conftest import persistence_in_process
 
 from rcp11.persistence import (
     OffsetReservations,
@@ -324,217 +317,8 @@ def test_del_lost_from_the_aof_brings_the_stream_back_above_its_mark(tmp_path: P
 
 
 # ---------------------------------------------------------------------------
-# Through a real server
+# In-process: AOF replay and rewrite
 # ---------------------------------------------------------------------------
-
-
-def test_aof_round_trip_through_restart(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
-    random_workload(client, random.Random(1))
-    before = dataset(client)
-    srv.restart()
-    assert dataset(srv.client()) == before
-
-
-def test_bgrewriteaof_while_writing_keeps_everything(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="everysec")
-    client = srv.client()
-    random_workload(client, random.Random(2))
-    assert client.bgrewriteaof()
-    random_workload(client, random.Random(3))
-    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
-    assert client.info("persistence")["aof_last_bgrewrite_status"] == "ok"
-    random_workload(client, random.Random(4))
-    before = dataset(client)
-    assert (srv.dir / "appendonly.aof").read_bytes().startswith(b"RCP11SNAP")
-    srv.kill9()
-    srv.start()
-    assert_same_after_kill9(before, dataset(srv.client()))
-
-
-def test_save_and_bgsave_round_trip(server_factory) -> None:
-    srv = server_factory(stream_compression="zlib")
-    client = srv.client()
-    random_workload(client, random.Random(7))
-    first = client.lastsave()
-    assert client.save()
-    random_workload(client, random.Random(8))
-    # LASTSAVE has one-second resolution: BGSAVE in a later second than `first`.
-    wait_for(lambda: int(time.time()) > first.timestamp())
-
-    assert client.bgsave()
-    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
-    info = client.info("persistence")
-    assert info["rdb_last_bgsave_status"] == "ok"
-    assert info["rdb_changes_since_last_save"] == 0
-    assert client.lastsave() > first
-    before = dataset(client)
-    saved_at = (srv.dir / "dump.rcp").stat().st_mtime_ns
-    # No save rules: SIGTERM exits without saving, so what loads is BGSAVE's.
-    srv.stop()
-    assert (srv.dir / "dump.rcp").stat().st_mtime_ns == saved_at
-    srv.start()
-    assert dataset(srv.client()) == before
-
-
-def test_shutdown_save_and_clean_restart_has_no_gap(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    assert twrite_entries(client, "s", b"a", b"b") == 0
-    client.shutdown(save=True)  # redis-py swallows the closed connection
-    assert srv.proc.wait(10) == 0
-    assert (srv.dir / "dump.rcp").exists()
-    srv.start()
-    client = srv.client()
-    assert read_all(client, "s") == [b"a", b"b"]
-    assert twrite_entries(client, "s", b"c") == 2
-
-
-def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    twrite_entries(client, "s", *[b"m%d" % i for i in range(500)])
-    assert client.save()
-    srv.stop()
-    path = srv.dir / "dump.rcp"
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-    with pytest.raises(RuntimeError) as info:
-        srv.start()
-    assert srv.proc.returncode == 1
-    assert str(path) in str(info.value)
-
-
-@pytest.mark.parametrize("truncated", ["yes", "no"])
-def test_torn_aof_tail(server_factory, truncated: str) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always", aof_load_truncated=truncated)
-    client = srv.client()
-    for index in range(200):
-        twrite_entries(client, "s", b"message-%d" % index)
-    srv.kill9()
-    path = srv.dir / "appendonly.aof"
-    data = path.read_bytes()
-    rng = random.Random(truncated)
-    cut = rng.randrange(len(data) // 2, len(data) - 1)
-    while data[cut : cut + 1] == b"*" and data[cut - 2 : cut] == b"\r\n":
-        cut -= 1  # make sure the cut really lands inside a command
-    path.write_bytes(data[:cut])
-    if truncated == "no":
-        with pytest.raises(RuntimeError) as info:
-            srv.start()
-        assert str(path) in str(info.value)
-        return
-    srv.start()
-    client = srv.client()
-    messages = read_all(client, "s")
-    kept = messages[: messages.index(None)] if None in messages else messages
-    assert 100 <= len(kept) < 200
-    assert kept == [b"message-%d" % i for i in range(len(kept))]
-    # The lost tail reads as null and its offsets are never handed out
-    # again (SPEC section 6): the next offset is above all 200 replies.
-    assert len(messages) >= 200
-    assert all(message is None for message in messages[len(kept) :])
-    assert twrite_entries(client, "s", b"after") >= 200
-    srv.restart()
-    assert read_all(srv.client(), "s")[-1] == b"after"
-
-
-def test_config_set_appendonly_yes_at_runtime(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    random_workload(client, random.Random(11))
-    client.config_set("appendonly", "yes")
-    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
-    wait_for(lambda: client.info("persistence")["aof_enabled"] == 1)
-    random_workload(client, random.Random(12))
-    before = dataset(client)
-    srv.kill9()
-    srv.directives["appendonly"] = "yes"
-    srv.start()
-    assert_same_after_kill9(before, dataset(srv.client()))
-
-
-def test_info_persistence_fields(server_factory) -> None:
-    srv = server_factory(appendonly="yes")
-    info = srv.client().info("persistence")
-    for field in [
-        "loading",
-        "rdb_changes_since_last_save",
-        "rdb_bgsave_in_progress",
-        "rdb_last_save_time",
-        "rdb_last_bgsave_status",
-        "aof_enabled",
-        "aof_rewrite_in_progress",
-        "aof_last_write_status",
-        "aof_current_size",
-        "aof_base_size",
-    ]:
-        assert field in info
-    assert info["aof_enabled"] == 1
-
-
-def test_del_resets_stream_across_restart(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
-    twrite_entries(client, "s", b"a", b"b", b"c")
-    client.delete("s")
-    srv.restart()
-    client = srv.client()
-    assert client.exists("s") == 0
-    assert twrite_entries(client, "s", b"new") == 0
-
-
-def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    twrite_entries(client, "s", b"x")
-    client.bgsave()
-    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
-    names = os.listdir(srv.dir)
-    assert not [n for n in names if n.startswith("temp-")]
-
-
-def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Path) -> None:
-    srv = server_factory(enable_protected_configs="yes")
-    client = srv.client()
-    twrite_entries(client, "s", b"a", b"b")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    client.config_set("dir", str(elsewhere))
-    twrite_entries(client, "s", b"c")
-    assert client.save()
-    assert (elsewhere / "dump.rcp").exists()
-    assert (elsewhere / "dump.rcp.offsets").exists()
-    twrite_entries(client, "s", b"lost")  # after the snapshot: lost by the crash below
-    srv.kill9()
-    srv.directives["dir"] = str(elsewhere)
-    srv.start()
-    client = srv.client()
-    assert client.execute_command("TREAD", "s", 0, 3) == [b"a", b"b", b"c"]
-    # The offset of "lost" is never handed out again.
-    assert twrite_entries(client, "s", b"new") > 3
-
-
-def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path: Path) -> None:
-    # The open AOF stays in the old dir; the AOF a later start finds in the
-    # new dir (here an old copy) must not be taken as holding every write.
-    srv = server_factory(appendonly="yes", enable_protected_configs="yes")
-    client = srv.client()
-    for index in range(5):
-        twrite_entries(client, "s", b"m%d" % index)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    shutil.copy(srv.dir / "appendonly.aof", elsewhere / "appendonly.aof")
-    client.config_set("dir", str(elsewhere))
-    last = [twrite_entries(client, "s", b"n%d" % index) for index in range(5)][-1]
-    srv.kill9()
-    srv.directives["dir"] = str(elsewhere)
-    srv.start()
-    client = srv.client()
-    assert twrite_entries(client, "s", b"new") > last
-    assert client.execute_command("TREAD", "s", last, 1) == [None]
 
 
 def aof_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:

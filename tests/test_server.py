@@ -111,15 +111,6 @@ def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None
     assert "Failed listening on port" in result.stdout
 
 
-def test_corrupt_snapshot_refuses_to_start(server_factory) -> None:
-    srv = server_factory(start=False)
-    (srv.dir / "dump.rcp").write_bytes(b"this is not a snapshot at all" * 10)
-    srv.start(wait=False)
-    assert srv.proc is not None
-    assert srv.proc.wait(30) == 1
-    assert "dump.rcp" in srv.output()
-
-
 def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
     srv = server_factory(loglevel="verbose")
     assert srv.stop() == 0
@@ -233,27 +224,6 @@ def test_redis_benchmark(shared_server: ServerProcess) -> None:
     assert result.returncode == 0, result.stderr
     assert "PING_MBULK" in result.stdout.replace("\r", "\n")
     assert shared_server.client().ping() is True
-
-
-def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
-    # The server has persistence write the AOF in every loop iteration,
-    # before that iteration's replies; without that, the acknowledged tail
-    # would sit in a user-space buffer and die with the process.
-    srv = server_factory(appendonly="yes", appendfsync="everysec")
-    conns = [RawClient(srv.port) for _ in range(4)]
-    acknowledged: dict[bytes, int] = {}
-    for round_ in range(20):
-        for n, conn in enumerate(conns):
-            key = b"k%d" % n
-            conn.send(b"".join(mbulk(b"TWRITE", key, b"r%d-%d" % (round_, i)) for i in range(50)))
-        for n, conn in enumerate(conns):
-            for _ in range(50):
-                acknowledged[b"k%d" % n] = conn.reply()
-    srv.kill9()
-    srv.start()
-    client = srv.client()
-    for key, last in acknowledged.items():
-        assert client.execute_command("TREAD", key, last, 1) == [b"r19-49"]
 
 
 class FakeTransport:
