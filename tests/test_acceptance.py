@@ -9,16 +9,12 @@ rcp11-server and redis-server with the rcp11 module (stream_server). Tests for b
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import pytest
 import redis
 from conftest import (
     WRONGTYPE,
-    ServerProcess,
-    exchange,
-    require,
     stream_info,
     tr,
     tw,
@@ -246,32 +242,6 @@ def test_type_exists_scan_rename_on_streams(stream_client_resp: redis.Redis) -> 
     assert stream_client_resp.exists("s", "t") == 1
     assert stream_client_resp.object("encoding", "t") is not None
     assert isinstance(stream_client_resp.memory_usage("t"), int)
-
-
-def test_requirepass_noauth(server_factory: Any) -> None:
-    srv = server_factory(requirepass="pw")
-    out = exchange(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", lines=4)
-    assert out == (
-        b"-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
-    )
-
-
-def test_redis_cli_pipe_and_reads(stream_server: ServerProcess) -> None:
-    require("redis-cli")
-    data = "".join(f"TWRITE piped m{i}\r\n" for i in range(100))
-    proc = subprocess.run(
-        ["redis-cli", "-p", str(stream_server.port), "--pipe"],
-        input=data,
-        capture_output=True,
-        text=True,
-    )
-    assert "errors: 0, replies: 100" in proc.stdout
-    out = subprocess.run(
-        ["redis-cli", "-p", str(stream_server.port), "TREAD", "piped", "-2", "5"],
-        capture_output=True,
-        text=True,
-    )
-    assert out.stdout.split() == ["m98", "m99"]
 
 
 # ------------------------------------------------------------ 6. durability

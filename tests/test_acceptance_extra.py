@@ -11,11 +11,7 @@ open bugs are ``xfail(strict=True)`` naming their entry in
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,18 +24,12 @@ from conftest import (
     RawClient,
     RedisServer,
     ServerProcess,
-    answers_ping,
     as_str,
     exchange,
-    free_port,
-    have,
     in_thread,
     mbulk,
-    require,
-    run_server,
     tr,
     tw,
-    wait_blocked,
     wait_for,
 )
 from redis.backoff import NoBackoff
@@ -540,30 +530,6 @@ def _non_loopback_ip() -> str:
     return ip
 
 
-def test_default_bind_is_loopback_only(shared_server: ServerProcess) -> None:
-    ip = _non_loopback_ip()
-    with pytest.raises(OSError):
-        socket.create_connection((ip, shared_server.port), timeout=2).close()
-
-
-def test_protected_mode_denies_outside_clients_without_password(server_factory: Any) -> None:
-    ip = _non_loopback_ip()
-    srv = server_factory(bind="* -::*")
-    reply = exchange(srv.port, b"PING\r\n", lines=1, timeout=3)
-    assert reply == b"+PONG\r\n"  # loopback is fine
-    with RawClient(srv.port, ip, timeout=3) as outsider:
-        outsider.send(b"PING\r\n", ignore_closed=True)
-        out = outsider.read_until_closed()
-    assert out.startswith(b"-DENIED Redis is running in protected mode")
-    admin = srv.client()
-    admin.config_set("requirepass", "pw")  # with a password, outside clients may try
-    answer = exchange(srv.port, b"PING\r\nAUTH pw\r\nPING\r\n", host=ip, lines=3, timeout=3)
-    assert answer == b"-NOAUTH Authentication required.\r\n+OK\r\n+PONG\r\n"
-    admin.config_set("requirepass", "")
-    admin.config_set("protected-mode", "no")
-    assert exchange(srv.port, b"PING\r\n", host=ip, lines=1, timeout=3) == b"+PONG\r\n"
-
-
 def _alive_not_zombie(pid: int) -> bool:
     """Running, not exited: a daemon is reparented to PID 1, which may reap
     its zombie late (or never, in a container)."""
@@ -572,67 +538,6 @@ def _alive_not_zombie(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
-    port = free_port()
-    pidfile, logfile = tmp_path / "rcp11.pid", tmp_path / "rcp11.log"
-    args = ["--port", str(port), "--daemonize", "yes", "--pidfile", str(pidfile)]
-    args += ["--logfile", str(logfile), "--dir", str(tmp_path), "--save", ""]
-    launcher = run_server(*args, cwd=tmp_path)
-    assert launcher.returncode == 0
-
-    pid = 0
-    try:
-        wait_for(lambda: answers_ping(port) and pidfile.exists(), timeout=15)
-        pid = int(pidfile.read_text().strip())
-        assert redis.Redis(port=port).info("server")["process_id"] == pid
-        assert logfile.stat().st_size > 0
-        with RawClient(port) as raw:
-            raw.send(b"SHUTDOWN NOSAVE\r\n")
-            assert raw.read_until_closed() == b""
-        wait_for(lambda: not _alive_not_zombie(pid), timeout=10)
-        assert not pidfile.exists()
-    finally:  # never leave a daemon behind, whatever failed
-        if not pid and pidfile.exists():
-            pid = int(pidfile.read_text().strip() or 0)
-        if pid and _alive_not_zombie(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-def test_requirepass_flows(server_factory: Any) -> None:
-    srv = server_factory(requirepass="s3cret")
-    good = srv.client(protocol=3, password="s3cret")
-    assert tw(good, "s", "a") == 0
-    with pytest.raises(redis.AuthenticationError):
-        srv.client(password="wrong", retry=Retry(NoBackoff(), 0)).ping()
-    with srv.raw() as raw:
-        raw.send(
-            mbulk("HELLO", "3")
-            + mbulk("HELLO", "3", "AUTH", "default", "s3cret")
-            + mbulk("TREAD", "s", "0", "1")
-            + mbulk("RESET")
-            + mbulk("TREAD", "s", "0", "1")
-            + mbulk("AUTH", "s3cret")
-            + mbulk("QUIT"),
-        )
-        out = raw.read_until_closed()
-
-    assert out.startswith(b"-NOAUTH HELLO must be called with the client already authenticated")
-    assert b"*1\r\n$1\r\na\r\n+RESET\r\n-NOAUTH Authentication required.\r\n+OK\r\n+OK\r\n" in out
-    good.config_set("requirepass", "other")
-    assert good.ping()  # an authenticated connection stays authenticated
-    with pytest.raises(redis.AuthenticationError):
-        srv.client(password="s3cret", retry=Retry(NoBackoff(), 0)).ping()
-    assert srv.client(password="other").ping()
-    if have("redis-cli"):
-        cli = ["redis-cli", "-p", str(srv.port), "--no-auth-warning"]
-        out = subprocess.run(
-            [*cli, "-a", "other", "TWRITE", "s", "b"], capture_output=True, text=True
-        )
-        assert out.stdout.strip() == "1"
-        out = subprocess.run([*cli, "TREAD", "s", "0", "5"], capture_output=True, text=True)
-        assert "NOAUTH" in out.stdout + out.stderr
 
 
 # ------------------------------------------------------------ 6. durability
@@ -731,138 +636,10 @@ def _batch_storm_then_kill9(srv: ServerProcess, batches: int) -> dict[int, int]:
 # ------------------------------------------------------- 3. groups, in depth
 
 
-def test_ctrl_c_with_blocked_clients_saves_and_exits(server_factory: Any) -> None:
-    srv = server_factory(save="3600 1")
-    cl = srv.client()
-    tw(cl, "s", "a")
-    socks = []
-    for n in range(4):
-        sock = srv.raw()
-        sock.send(
-            b"TREAD s 1 5 GROUPNEW g%d BLOCK 0\r\n" % n if n % 2 else b"TREAD s 1 5 BLOCK 0\r\n"
-        )
-        socks.append(sock)
-    wait_blocked(cl, 4)
-    assert srv.proc is not None
-    srv.proc.send_signal(signal.SIGINT)  # Ctrl-C in a terminal: a clean shutdown, as SIGTERM
-    assert srv.proc.wait(10) == 0
-    for sock in socks:
-        sock.close()
-    srv.start()
-    cl = srv.client()
-    assert tr(cl, "s", 0, 5) == [b"a"]
-    assert cl.mget("g1", "g3") == [b"1", b"1"]
-    assert tw(cl, "s", "b") == 1
-
-
 # ------------------------------------------------------------ 7. tools
 
 
-def test_redis_benchmark_with_stream_commands(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    require("redis-benchmark")
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(shared_server.port), "-n", "2000", "-c", "4", "-q"]
-        + ["TWRITE", "bench", "__rand_int__"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and "requests per second" in out.stdout
-    assert tr(shared_client, "bench", 0, 0, "WITHINFO") == [[0, 1999, 0, 0]]
-    out = subprocess.run(
-        [
-            "redis-benchmark",
-            "-p",
-            str(shared_server.port),
-            "-n",
-            "1000",
-            "-c",
-            "4",
-            "-q",
-            "-P",
-            "16",
-        ]
-        + ["TREAD", "bench", "-10", "10"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and "requests per second" in out.stdout
-
-
-def test_redis_cli_resp3_and_readable_output(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    require("redis-cli")
-    tw(shared_client, "s", "a", "b", "c")
-    shared_client.execute_command("TEVICT", "s", 0)
-    cli = ["redis-cli", "-p", str(shared_server.port), "--no-raw"]
-    out = subprocess.run([*cli, "TREAD", "s", "0", "5", "WITHINFO"], capture_output=True, text=True)
-    assert out.stdout.splitlines() == [
-        "1) 1) (integer) 1",
-        "   2) (integer) 2",
-        "   3) (integer) 0",
-        "   4) (integer) 3",
-        "2) (nil)",
-        '3) "b"',
-        '4) "c"',
-    ]
-    for proto in ("-2", "-3"):
-        out = subprocess.run(
-            [*cli, proto, "TREAD", "s", "9", "5", "BLOCK", "10"], capture_output=True, text=True
-        )
-        assert out.stdout.strip() == "(nil)"
-    out = subprocess.run([*cli, "-3", "TREAD", "s", "0", "1"], capture_output=True, text=True)
-    assert out.stdout.strip() == "1) (nil)"
-
-
-def test_cli_produce_consume_as_in_the_readme(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    base = [sys.executable, "-m", "rcp11", "-p", str(shared_server.port)]
-    lines = "".join(f"{n}\n" for n in range(1, 5001))
-    prod = subprocess.run([*base, "produce", "nums"], input=lines, capture_output=True, text=True)
-    assert prod.returncode == 0
-    assert tr(shared_client, "nums", 0, 0, "WITHINFO") == [[0, 4999, 0, 0]]
-    tail = subprocess.run(
-        [*base, "consume", "nums", "--from", "-10"], capture_output=True, text=True
-    )
-    assert tail.stdout.split() == [str(n) for n in range(4991, 5001)]
-    group = subprocess.run(
-        [*base, "consume", "nums", "--group", "g", "-n", "3"], capture_output=True, text=True
-    )
-    assert group.stdout.split() == ["1", "2", "3"]
-    assert shared_client.get("g") == b"3"
-
-
 # ------------------------------------------- pipelined runs of stream commands
-
-
-def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> None:
-    srv = server_factory(requirepass="pw")
-    cmds = [["TWRITE", "s", "a"], ["TWRITE", "s", "b"], ["AUTH", "pw"], ["TWRITE", "s", "c"]]
-    cmds += [["TWRITE", "s", "d"], ["RESET"], ["TWRITE", "s", "e"], ["TWRITE", "s", "f"]]
-    out = exchange(
-        srv.port,
-        b"".join(mbulk(*cmd) for cmd in cmds),
-        until=b"+RESET\r\n" + b"-NOAUTH Authentication required.\r\n" * 2,
-    )
-    noauth = b"-NOAUTH Authentication required.\r\n"
-    assert out == noauth * 2 + b"+OK\r\n:0\r\n:1\r\n+RESET\r\n" + noauth * 2
-
-
-def test_loglevel_warning_keeps_notices_out_of_the_logfile(
-    server_factory: Any, shared_server: ServerProcess
-) -> None:
-    quiet = server_factory(loglevel="warning")
-    quiet.client().save()
-    quiet.stop()
-    assert (
-        "Ready to accept connections" in (shared_server.dir / "server.log").read_text()
-    )  # notice level
-    assert "Ready to accept connections" not in (quiet.dir / "server.log").read_text()
 
 
 # ------------------------------------------------------------ sizes and scans
@@ -937,38 +714,3 @@ def test_watch_is_touched_like_redis(
 
 
 # ------------------------------------------------------------ 7. rcp11.client
-
-
-def test_python_client_sync_and_async_as_documented(
-    shared_client: redis.Redis, shared_server: ServerProcess
-) -> None:
-    import asyncio
-
-    from rcp11.client import AsyncClient, Client
-
-    cl = Client(port=shared_server.port)
-    assert cl.twrite("events", b"a", b"b") == 0
-    assert cl.twrite("events", b"c", backlog=2) == 2
-    result = cl.tread("events", 0, 10, withinfo=True)
-    assert (result.first_offset, result.last_offset, result.start, result.count) == (1, 2, 0, 3)
-    assert result.messages == [None, b"b", b"c"]
-    assert cl.tread("events", 5, 1, block=10) is None
-    assert cl.tevict("events", 1) == 1
-    follow = cl.follow("events", start=-5, block_ms=50)
-    assert next(follow) == (2, b"c")
-    group = cl.follow_group("events", "readers", block_ms=50)
-    assert next(group) == (2, b"c")
-    assert shared_client.get("readers") == b"3"
-
-    async def scenario() -> list[Any]:
-        client = AsyncClient(port=shared_server.port)
-        first = await client.twrite("events", b"d", b"e")
-        seen = []
-        async for item in client.follow("events", start=first, block_ms=50):
-            seen.append(item)
-            if len(seen) == 2:
-                break
-        await client.aclose()
-        return [first, seen]
-
-    assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]

@@ -7,7 +7,6 @@ checked against what a Redis user expects.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import Any
 
@@ -19,7 +18,6 @@ from conftest import (
     ServerProcess,
     parse_map,
     parse_reply,
-    require,
     wait_for,
 )
 
@@ -380,77 +378,7 @@ def test_reset_leaves_transaction_and_protocol(shared_server: ServerProcess) -> 
         conn.close()
 
 
-def test_requirepass_replies_byte_for_byte(server_factory: Any) -> None:
-    srv = server_factory(requirepass="s3cret")
-    conn = RawClient(srv.port)
-    try:
-        assert conn.call("PING") == b"-NOAUTH Authentication required.\r\n"
-        assert conn.call("TWRITE", "s", "x") == b"-NOAUTH Authentication required.\r\n"
-        assert conn.call("HELLO", "3").startswith(b"-NOAUTH HELLO must be called")
-        assert conn.call("AUTH", "wrong").startswith(b"-WRONGPASS")
-        assert conn.call("AUTH", "default", "wrong").startswith(b"-WRONGPASS")
-        assert conn.call("AUTH", "s3cret") == b"+OK\r\n"
-        assert conn.call("TWRITE", "s", "x") == b":0\r\n"
-        assert conn.call("RESET") == b"+RESET\r\n"
-        assert conn.call("GET", "s") == b"-NOAUTH Authentication required.\r\n"
-        assert conn.call("HELLO", "3", "AUTH", "default", "s3cret").startswith(b"%7\r\n")
-    finally:
-        conn.close()
-    client = srv.client(password="s3cret", protocol=3)
-    assert client.execute_command("TREAD", "s", 0, 1) == [b"x"]
-    client.close()
-
-
 # ---------------------------------------------------------------- server
-
-
-def test_redis_cli_starts_and_talks(
-    shared_server: ServerProcess, shared_client: redis.Redis
-) -> None:
-    require("redis-cli")
-    # redis-cli 7 asks for COMMAND DOCS at start; a bad answer breaks hints.
-    done = subprocess.run(
-        ["redis-cli", "-p", str(shared_server.port)],
-        input="SET greeting hi\nGET greeting\nTYPE greeting\nINFO keyspace\n",
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-    assert done.returncode == 0
-    lines = done.stdout.split("\n")
-    assert lines[:3] == ["OK", "hi", "string"]
-    assert "db0:keys=1,expires=0,avg_ttl=0" in lines
-
-
-def test_redis_benchmark_runs(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
-    require("redis-benchmark")
-    done = subprocess.run(
-        [
-            "redis-benchmark",
-            "-p",
-            str(shared_server.port),
-            "-n",
-            "2000",
-            "-c",
-            "4",
-            "-t",
-            "set,get,incr",
-        ]
-        + ["-q", "-P", "8"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.count("requests per second") == 3
-
-
-def test_shutdown_nosave_stops_the_server(server_factory: Any) -> None:
-    srv = server_factory()
-    client = srv.client()
-    with pytest.raises(redis.ConnectionError):
-        client.execute_command("SHUTDOWN", "NOSAVE")
-    assert srv.proc.wait(20) == 0
 
 
 def test_keys_expire_lazily_and_actively(shared_client: redis.Redis) -> None:

@@ -11,11 +11,27 @@ refused writes with MISCONF.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from conftest import ServerProcess, free_port, run_server, tr, tw, wait_for
+from conftest import (
+    RawClient,
+    ServerProcess,
+    answers_ping,
+    free_port,
+    run_server,
+    tr,
+    tw,
+    wait_blocked,
+    wait_for,
+)
 
 
 def snapshot_of_dir(directory: Path) -> dict[str, tuple[int, int]]:
@@ -144,3 +160,184 @@ def test_config_set_dir_into_a_directory_in_use_is_refused(server_factory) -> No
     assert client.save()  # still into its own directory, cwd included
     assert (first.dir / "dump.rcp").exists()
     assert snapshot_of_dir(second.dir) == before
+
+
+# ---------------------------------------------------------- the command line
+
+
+def test_help_and_version() -> None:
+    result = run_server("--help")
+    assert result.returncode == 0
+    assert "Usage: rcp11-server" in result.stdout
+    result = run_server("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("rcp11 server v=")
+
+
+def test_console_script() -> None:
+    # The script pip installed into the environment running the tests (the
+    # venv run-tests.sh made), never whatever rcp11-server is first on PATH.
+    script = Path(sys.executable).parent / "rcp11-server"
+    assert script.exists(), f"{script} missing: pip install -e . into this environment"
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert result.stdout.startswith("rcp11 server v=")
+
+
+def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None:
+    result = run_server("--port", str(shared_server.port), "--save", "", "--dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "Failed listening on port" in result.stdout
+
+
+# ------------------------------------------------------ shutdown and signals
+
+
+LOG_LINE = re.compile(r"^\d+:[MC] \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} [.\-*#] .+")
+
+
+def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
+    srv = server_factory(loglevel="verbose")
+    assert srv.stop() == 0
+    log = (srv.dir / "server.log").read_text()
+    lines = log.splitlines()
+    assert all(LOG_LINE.match(line) for line in lines if line and not line.startswith(" ")), log
+    assert "Ready to accept connections tcp" in log
+    assert f"port {srv.port}" in log
+    assert "Received SIGTERM" in log
+    assert "bye bye" in log
+
+
+def test_sigint_and_shutdown_command(server_factory) -> None:
+    srv = server_factory()
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(20) == 0
+    srv.start()
+    client = srv.client()
+    try:
+        client.shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass
+    assert srv.proc.wait(20) == 0
+
+
+def test_shutdown_nosave_stops_the_server(server_factory: Any) -> None:
+    srv = server_factory()
+    client = srv.client()
+    with pytest.raises(redis.ConnectionError):
+        client.execute_command("SHUTDOWN", "NOSAVE")
+    assert srv.proc.wait(20) == 0
+
+
+def test_ctrl_c_with_blocked_clients_saves_and_exits(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", "a")
+    socks = []
+    for n in range(4):
+        sock = srv.raw()
+        sock.send(
+            b"TREAD s 1 5 GROUPNEW g%d BLOCK 0\r\n" % n if n % 2 else b"TREAD s 1 5 BLOCK 0\r\n"
+        )
+        socks.append(sock)
+    wait_blocked(cl, 4)
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGINT)  # Ctrl-C in a terminal: a clean shutdown, as SIGTERM
+    assert srv.proc.wait(10) == 0
+    for sock in socks:
+        sock.close()
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "s", 0, 5) == [b"a"]
+    assert cl.mget("g1", "g3") == [b"1", b"1"]
+    assert tw(cl, "s", "b") == 1
+
+
+# ------------------------------------------------------------ daemon and log
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+def test_daemonize_and_pidfile(tmp_path: Path) -> None:
+    port = free_port()
+    pidfile = tmp_path / "rcp11.pid"
+    logfile = tmp_path / "daemon.log"
+    args = ["--port", str(port), "--daemonize", "yes", "--pidfile", str(pidfile)]
+    args += ["--logfile", str(logfile), "--save", "", "--dir", str(tmp_path)]
+    result = run_server(*args)
+    assert result.returncode == 0  # the launcher returns once detached
+    # The daemon writes the file as redis-server does (open, then write):
+    # it may exist a moment before it holds the pid.
+    assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+    pid = int(pidfile.read_text())
+    try:
+        client = redis.Redis(port=port)
+        assert wait_for(lambda: _pings(client))
+        assert client.info("server")["process_id"] == pid
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    assert wait_for(lambda: not pidfile.exists())
+    assert wait_for(lambda: not _alive(pid))
+    assert "Ready to accept connections" in logfile.read_text()
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    """Running, not exited: a daemon is reparented to PID 1, which may reap
+    its zombie late (or never, in a container)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
+    port = free_port()
+    pidfile, logfile = tmp_path / "rcp11.pid", tmp_path / "rcp11.log"
+    args = ["--port", str(port), "--daemonize", "yes", "--pidfile", str(pidfile)]
+    args += ["--logfile", str(logfile), "--dir", str(tmp_path), "--save", ""]
+    launcher = run_server(*args, cwd=tmp_path)
+    assert launcher.returncode == 0
+
+    pid = 0
+    try:
+        wait_for(lambda: answers_ping(port) and pidfile.exists(), timeout=15)
+        pid = int(pidfile.read_text().strip())
+        assert redis.Redis(port=port).info("server")["process_id"] == pid
+        assert logfile.stat().st_size > 0
+        with RawClient(port) as raw:
+            raw.send(b"SHUTDOWN NOSAVE\r\n")
+            assert raw.read_until_closed() == b""
+        wait_for(lambda: not _alive_not_zombie(pid), timeout=10)
+        assert not pidfile.exists()
+    finally:  # never leave a daemon behind, whatever failed
+        if not pid and pidfile.exists():
+            pid = int(pidfile.read_text().strip() or 0)
+        if pid and _alive_not_zombie(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_loglevel_warning_keeps_notices_out_of_the_logfile(
+    server_factory: Any, shared_server: ServerProcess
+) -> None:
+    quiet = server_factory(loglevel="warning")
+    quiet.client().save()
+    quiet.stop()
+    assert (
+        "Ready to accept connections" in (shared_server.dir / "server.log").read_text()
+    )  # notice level
+    assert "Ready to accept connections" not in (quiet.dir / "server.log").read_text()

@@ -5,13 +5,10 @@ against both servers: rcp11-server and redis-server with the rcp11 module
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 import redis
 import redis.asyncio
-from conftest import WRONGTYPE, Reader, ServerProcess, error_of, require, tr, twrite, wait_blocked
+from conftest import WRONGTYPE, Reader, ServerProcess, error_of, tr, twrite, wait_blocked
 
 
 def blocked_clients(client: redis.Redis) -> int:
@@ -343,28 +340,3 @@ def test_watch_aborts_the_transaction_when_the_stream_grows(
     finally:
         other.close()
     assert tr(stream_client, "s", 0, 10) == [b"sneaky"]
-
-
-def test_redis_cli_twrite_and_tread(
-    stream_server: ServerProcess, stream_client: redis.Redis, tmp_path: Path
-) -> None:
-    require("redis-cli")
-
-    def cli(*args: str, stdin: str | None = None) -> str:
-        done = subprocess.run(
-            ["redis-cli", "-p", str(stream_server.port), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    assert cli("TWRITE", "s", "hello world") == "0\n"
-    assert cli("TWRITE", "s", "BACKLOG", "10", "ENTRIES", "b", "c") == "1\n"
-    assert cli("TREAD", "s", "0", "10").splitlines() == ["hello world", "b", "c"]
-    # Interactive-style input, as typed at the redis-cli prompt.
-    out = cli(stdin='TWRITE s "with space"\nTREAD s -1 1 WITHINFO\n')
-    assert out.splitlines() == ["3", "0", "3", "3", "1", "with space"]
-    assert cli("-3", "TREAD", "s", "5", "1", "BLOCK", "10") == "\n"

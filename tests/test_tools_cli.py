@@ -11,7 +11,15 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPO, RedisServer, ServerProcess, free_port, wait_blocked
+import redis
+from conftest import (
+    REPO,
+    RedisServer,
+    ServerProcess,
+    free_port,
+    tr,
+    wait_blocked,
+)
 
 from rcp11.cli import Progress, split_messages
 from rcp11.client import Client
@@ -359,3 +367,22 @@ def test_progress_disabled_prints_nothing() -> None:
 def test_split_messages_joins_lines_across_chunks() -> None:
     chunks = iter([b"ab", b"c\nd", b"e\n\nf"])
     assert list(split_messages(chunks, b"\n")) == [[b"abc"], [b"de", b""], [b"f"]]
+
+
+def test_cli_produce_consume_as_in_the_readme(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    base = [sys.executable, "-m", "rcp11", "-p", str(shared_server.port)]
+    lines = "".join(f"{n}\n" for n in range(1, 5001))
+    prod = subprocess.run([*base, "produce", "nums"], input=lines, capture_output=True, text=True)
+    assert prod.returncode == 0
+    assert tr(shared_client, "nums", 0, 0, "WITHINFO") == [[0, 4999, 0, 0]]
+    tail = subprocess.run(
+        [*base, "consume", "nums", "--from", "-10"], capture_output=True, text=True
+    )
+    assert tail.stdout.split() == [str(n) for n in range(4991, 5001)]
+    group = subprocess.run(
+        [*base, "consume", "nums", "--group", "g", "-n", "3"], capture_output=True, text=True
+    )
+    assert group.stdout.split() == ["1", "2", "3"]
+    assert shared_client.get("g") == b"3"

@@ -10,10 +10,15 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
-from conftest import REPO, ServerProcess, wait_blocked
+from conftest import (
+    REPO,
+    ServerProcess,
+    wait_blocked,
+)
 
 from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
 
@@ -332,3 +337,38 @@ def test_async_follow_and_follow_group(stream_server: ServerProcess) -> None:
             await writer.aclose()
 
     asyncio.run(scenario())
+
+
+def test_python_client_sync_and_async_as_documented(
+    shared_client: redis.Redis, shared_server: ServerProcess
+) -> None:
+    import asyncio
+
+    from rcp11.client import AsyncClient, Client
+
+    cl = Client(port=shared_server.port)
+    assert cl.twrite("events", b"a", b"b") == 0
+    assert cl.twrite("events", b"c", backlog=2) == 2
+    result = cl.tread("events", 0, 10, withinfo=True)
+    assert (result.first_offset, result.last_offset, result.start, result.count) == (1, 2, 0, 3)
+    assert result.messages == [None, b"b", b"c"]
+    assert cl.tread("events", 5, 1, block=10) is None
+    assert cl.tevict("events", 1) == 1
+    follow = cl.follow("events", start=-5, block_ms=50)
+    assert next(follow) == (2, b"c")
+    group = cl.follow_group("events", "readers", block_ms=50)
+    assert next(group) == (2, b"c")
+    assert shared_client.get("readers") == b"3"
+
+    async def scenario() -> list[Any]:
+        client = AsyncClient(port=shared_server.port)
+        first = await client.twrite("events", b"d", b"e")
+        seen = []
+        async for item in client.follow("events", start=first, block_ms=50):
+            seen.append(item)
+            if len(seen) == 2:
+                break
+        await client.aclose()
+        return [first, seen]
+
+    assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
