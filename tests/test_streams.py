@@ -1,14 +1,25 @@
-"""TWRITE / TREAD / TEVICT end to end against a real server (SPEC.md 1-4),
-in RESP2 and RESP3, including blocking reads and groups. Every test runs
-against both servers: rcp11-server and redis-server with the rcp11 module
-(the stream_server fixture)."""
+"""TWRITE / TREAD / TEVICT / TCONCAT end to end against a real server
+(docs/PROTOCOL.md sections 1-5), in RESP2 and RESP3. Every test runs against
+both servers: rcp11-server and redis-server with the rcp11 module (the
+stream_server fixture). Groups and blocking reads: test_groups_blocking.py;
+edge cases on rcp11-server: test_streams_edge_cases.py."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 import redis.asyncio
-from conftest import WRONGTYPE, Reader, ServerProcess, error_of, tr, twrite, wait_blocked
+from conftest import (
+    WRONGTYPE,
+    Reader,
+    ServerProcess,
+    error_of,
+    stream_info,
+    tr,
+    tw,
+    twrite,
+    wait_blocked,
+)
 
 
 def blocked_clients(client: redis.Redis) -> int:
@@ -83,6 +94,69 @@ def test_twrite_against_a_string_is_wrongtype(stream_client_resp: redis.Redis) -
     stream_client_resp.set("k", "v")
     assert error_of(stream_client_resp, "TWRITE", "k", "x") == WRONGTYPE
     assert stream_client_resp.get("k") == b"v"
+
+
+def test_offsets_start_at_zero_and_follow_each_other(stream_client_resp: redis.Redis) -> None:
+    assert tw(stream_client_resp, "s", "a") == 0
+    assert tw(stream_client_resp, "s", "b", "c", "d") == 1
+    assert tw(stream_client_resp, "s", "e") == 4
+    assert tr(stream_client_resp, "s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_messages_are_binary_safe(stream_client_resp: redis.Redis) -> None:
+    blob = bytes(range(256)) + b"\r\n\x00"
+    tw(stream_client_resp, "s", blob, b"")
+    assert tr(stream_client_resp, "s", 0, 2) == [blob, b""]
+
+
+def test_simple_form_takes_any_bytes_as_the_entry(stream_client_resp: redis.Redis) -> None:
+    assert stream_client_resp.execute_command("TWRITE", "s", "ENTRIES") == 0
+    assert stream_client_resp.execute_command("TWRITE", "s", "BACKLOG") == 1
+    assert tr(stream_client_resp, "s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["BACKLOG", "1", "ENTRIES"],  # no entry after ENTRIES
+        ["BACKLOG", "1", "x"],  # ENTRIES missing
+        ["FOO", "1", "ENTRIES", "x"],  # unknown option
+        ["BACKLOG", "-1", "ENTRIES", "x"],  # bad count
+        ["BACKLOG", "x", "ENTRIES", "x"],
+        ["a", "b"],
+    ],
+)
+def test_twrite_bad_syntax_is_an_error_and_writes_nothing(
+    stream_client_resp: redis.Redis, args: list[str]
+) -> None:
+    with pytest.raises(redis.ResponseError, match="^(syntax error|.*)"):
+        stream_client_resp.execute_command("TWRITE", "s", *args)
+    assert stream_client_resp.exists("s") == 0
+
+
+def test_twrite_without_entry_is_wrong_arity(stream_client_resp: redis.Redis) -> None:
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'twrite' command"):
+        stream_client_resp.execute_command("TWRITE", "s")
+
+
+def test_backlog_keeps_exactly_the_newest(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    assert (
+        stream_client_resp.execute_command("TWRITE", "s", "BACKLOG", 2, "ENTRIES", "c", "d", "e")
+        == 2
+    )
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [
+        [3, 4, 0, 5],
+        None,
+        None,
+        None,
+        b"d",
+        b"e",
+    ]
+    assert stream_client_resp.execute_command("TWRITE", "t", "BACKLOG", 10, "ENTRIES", "a") == 0
+    assert tr(stream_client_resp, "t", 0, 10) == [b"a"]
+    assert stream_client_resp.execute_command("TWRITE", "u", "BACKLOG", 0, "ENTRIES", "a", "b") == 0
+    assert tr(stream_client_resp, "u", 0, 10, "WITHINFO") == [[2, 1, 0, 2], None, None]
 
 
 # -------------------------------------------------------------- TREAD
@@ -202,6 +276,95 @@ def test_tread_against_a_string_is_wrongtype(stream_client_resp: redis.Redis) ->
     assert error_of(stream_client_resp, "INCR", "s") == WRONGTYPE
 
 
+def test_missing_key_reads_as_empty_stream(stream_client_resp: redis.Redis) -> None:
+    assert tr(stream_client_resp, "nokey", 0, 10) == []
+    assert tr(stream_client_resp, "nokey", 0, 10, "WITHINFO") == [[0, -1, 0, 0]]
+    assert stream_client_resp.exists("nokey") == 0
+
+
+def test_other_type_answers_wrongtype(stream_client_resp: redis.Redis) -> None:
+    stream_client_resp.set("str", "v")
+    for cmd in (["TWRITE", "str", "x"], ["TREAD", "str", 0, 1], ["TEVICT", "str", 1]):
+        with pytest.raises(redis.ResponseError, match=WRONGTYPE):
+            stream_client_resp.execute_command(*cmd)
+    tw(stream_client_resp, "s", "x")
+    with pytest.raises(redis.ResponseError, match=WRONGTYPE):
+        stream_client_resp.get("s")
+    assert stream_client_resp.type("s") in (b"rcp11-log", "rcp11-log")
+    assert stream_client_resp.type("str") in (b"string", "string")
+
+
+def test_negative_offset_counts_back_from_next_and_floors_at_zero(
+    stream_client_resp: redis.Redis,
+) -> None:
+    tw(stream_client_resp, "s", *[str(i) for i in range(20)])
+    assert tr(stream_client_resp, "s", -10, 10) == [str(i).encode() for i in range(10, 20)]
+    assert tr(stream_client_resp, "s", -2, 10) == [b"18", b"19"]
+    assert tr(stream_client_resp, "s", -100, 2) == [b"0", b"1"]
+    assert tr(stream_client_resp, "s", -100, 1, "WITHINFO")[0] == [0, 19, 0, 1]
+
+
+def test_reply_stops_at_last_offset_and_past_next_is_empty(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert tr(stream_client_resp, "s", 1, 100) == [b"b", b"c"]
+    assert tr(stream_client_resp, "s", 3, 10) == []
+    assert tr(stream_client_resp, "s", 1000, 10) == []
+
+
+def test_evicted_offsets_are_null_in_place(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c", "d")
+    stream_client_resp.execute_command("TEVICT", "s", 1)
+    assert tr(stream_client_resp, "s", 0, 10) == [None, None, b"c", b"d"]
+
+
+def test_withinfo_shape(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c", "d")
+    stream_client_resp.execute_command("TEVICT", "s", 0)
+    assert tr(stream_client_resp, "s", 0, 2, "WITHINFO") == [[1, 3, 0, 2], None, b"b"]
+    assert tr(stream_client_resp, "s", -1, 5, "WITHINFO") == [[1, 3, 3, 1], b"d"]
+    assert tr(stream_client_resp, "s", 10, 5, "WITHINFO")[0][:2] == [1, 3]
+    assert tr(stream_client_resp, "s", 10, 5, "WITHINFO")[0][3] == 0
+
+
+def test_count_zero_returns_no_messages(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    assert tr(stream_client_resp, "s", 0, 0) == []
+    assert tr(stream_client_resp, "s", 0, 0, "WITHINFO") == [[0, 1, 0, 0]]
+
+
+def test_options_in_any_order(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b")
+    a = tr(stream_client_resp, "s", 0, 5, "WITHINFO", "BLOCK", 10, "GROUP", "g1")
+    b = tr(stream_client_resp, "s", 0, 5, "GROUP", "g2", "WITHINFO", "BLOCK", 10)
+    assert a == b == [[0, 1, 0, 2], b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["WITHINFO", "WITHINFO"],
+        ["BLOCK", "1", "BLOCK", "1"],
+        ["GROUP", "g", "GROUPNEW", "h"],
+        ["GROUP", "g", "GROUP", "g"],
+        ["BLOCK", "-1"],
+        ["BLOCK", "x"],
+        ["FOO"],
+        ["GROUP"],
+    ],
+)
+def test_tread_bad_options_are_errors(stream_client_resp: redis.Redis, opts: list[str]) -> None:
+    tw(stream_client_resp, "s", "a")
+    with pytest.raises(redis.ResponseError):
+        tr(stream_client_resp, "s", 0, 5, *opts)
+    assert stream_client_resp.exists("g") == 0 and stream_client_resp.exists("h") == 0
+
+
+@pytest.mark.parametrize("bad", [["x", "1"], ["0", "-1"], ["0", "x"], ["9223372036854775808", "1"]])
+def test_tread_bad_offset_or_count(stream_client_resp: redis.Redis, bad: list[str]) -> None:
+    with pytest.raises(redis.ResponseError):
+        tr(stream_client_resp, "s", *bad)
+
+
 # -------------------------------------------------------------- TEVICT
 
 
@@ -234,6 +397,42 @@ def test_del_forgets_the_history(stream_client_resp: redis.Redis) -> None:
     assert stream_client_resp.delete("s") == 1
     assert tr(stream_client_resp, "s", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
     assert twrite(stream_client_resp, "s", "c") == 0
+
+
+def test_del_restarts_offsets_at_zero(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert stream_client_resp.delete("s") == 1
+    assert tw(stream_client_resp, "s", "x") == 0
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+
+
+def test_next_offset_survives_evicting_everything(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a", "b", "c")
+    assert stream_client_resp.execute_command("TEVICT", "s", 100) == 3
+    assert stream_client_resp.exists("s") == 1
+    assert tr(stream_client_resp, "s", 0, 10, "WITHINFO") == [[3, 2, 0, 3], None, None, None]
+    assert tw(stream_client_resp, "s", "d") == 3
+
+
+def test_tevict_counts_and_negative_keeps_newest(stream_client_resp: redis.Redis) -> None:
+    assert stream_client_resp.execute_command("TEVICT", "missing", 5) == 0
+    tw(stream_client_resp, "s", *"abcdef")
+    assert stream_client_resp.execute_command("TEVICT", "s", 1) == 2
+    assert stream_client_resp.execute_command("TEVICT", "s", 1) == 0
+    assert stream_client_resp.execute_command("TEVICT", "s", -2) == 2
+    assert tr(stream_client_resp, "s", 0, 10) == [None, None, None, None, b"e", b"f"]
+    assert stream_client_resp.execute_command("TEVICT", "s", -10) == 0
+    assert stream_client_resp.execute_command("TEVICT", "s", 1000) == 2
+    assert tr(stream_client_resp, "s", 0, 0, "WITHINFO") == [[6, 5, 0, 0]]
+
+
+def test_evicted_macronodes_give_memory_back(stream_client: redis.Redis) -> None:
+    tw(stream_client, "s", *[b"x" * 100] * 5000)
+    before = stream_client.memory_usage("s")
+    stream_client.execute_command("TEVICT", "s", -1)
+    after = stream_client.memory_usage("s")
+    assert after < before / 2
+    assert stream_info(stream_client)["stream_messages"] == 1
 
 
 # -------------------------------------------------------------- TCONCAT
@@ -307,12 +506,6 @@ def test_tconcat_wakes_readers_of_dst_and_commits_a_watched_transaction(
     assert reader.result() == [b"m1", b"m2"]
 
 
-# -------------------------------------------------------------- groups
-
-
-# -------------------------------------------------------------- blocking
-
-
 # -------------------------------------------------------------- transactions, pipelines
 
 
@@ -340,3 +533,24 @@ def test_watch_aborts_the_transaction_when_the_stream_grows(
     finally:
         other.close()
     assert tr(stream_client, "s", 0, 10) == [b"sneaky"]
+
+
+# ---------------------------------------- stream keys under generic commands
+
+
+def test_error_texts_match_redis(stream_client: redis.Redis) -> None:
+    with pytest.raises(redis.ResponseError) as exc:
+        stream_client.execute_command("FOO", "a", "b")
+    assert str(exc.value) == "unknown command 'FOO', with args beginning with: 'a' 'b' "
+    with pytest.raises(redis.ResponseError) as exc:
+        stream_client.execute_command("GET")
+    assert str(exc.value) == "wrong number of arguments for 'get' command"
+
+
+def test_type_exists_scan_rename_on_streams(stream_client_resp: redis.Redis) -> None:
+    tw(stream_client_resp, "s", "a")
+    stream_client_resp.rename("s", "t")
+    assert tr(stream_client_resp, "t", 0, 5) == [b"a"]
+    assert stream_client_resp.exists("s", "t") == 1
+    assert stream_client_resp.object("encoding", "t") is not None
+    assert isinstance(stream_client_resp.memory_usage("t"), int)
