@@ -84,7 +84,8 @@ static void exercise(mn_stream *s, char **blobs, const size_t *lens, size_t n, i
     }
     uint64_t length = mn_length(s);
     int64_t clock = mn_last_append_ms(s);
-    int64_t at = mn_append_one(s, "hello", 5, clock - 1);
+    /* An earlier time than the clock (a negative one means "now"). */
+    int64_t at = mn_append_one(s, "hello", 5, clock > 0 ? clock - 1 : 0);
     if (next == MN_MAX_OFFSET + 1ULL) {
         CHECK(at == MN_ERR_OVERFLOW);
     } else {
