@@ -344,7 +344,7 @@ def test_torn_aof_tail(server_factory, truncated: str) -> None:
     assert 100 <= len(kept) < 200
     assert kept == [b"message-%d" % i for i in range(len(kept))]
     # The lost tail reads as null and its offsets are never handed out
-    # again (SPEC section 6): the next offset is above all 200 replies.
+    # again (docs/PROTOCOL.md section 8): the next offset is above all 200 replies.
     assert len(messages) >= 200
     assert all(message is None for message in messages[len(kept) :])
     assert twrite_entries(client, "s", b"after") >= 200

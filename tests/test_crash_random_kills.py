@@ -1,6 +1,6 @@
 """kill -9 at random moments while writers run: no acknowledged write is
 lost with the AOF on (every appendfsync mode), and no offset is ever handed
-out twice in any mode (SPEC section 6, the kafkaesque flaw)."""
+out twice in any mode (docs/PROTOCOL.md section 8, "No offset is ever reused")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Start-up order: bind, lock the data directory, then touch files.
+"""The server's life: start-up, signals, SHUTDOWN, daemon mode, the log.
+
+Start-up order: bind, lock the data directory, then touch files.
 
 As redis-server: "Address already in use" comes before any data is loaded
 (it came after 3.3 s of loading a 62 MB AOF). A server started on a data
@@ -7,6 +9,10 @@ server's pid (a lock file in `dir`), before it touches a file there:
 such a second server once deleted the running server's temporary snapshot
 and AOF-rewrite files, so the running server's BGSAVE failed and it
 refused writes with MISCONF.
+
+Then --help and --version, SIGTERM and SIGINT (Ctrl-C, also with blocked
+clients), SHUTDOWN [NOSAVE], daemonize with its pidfile and logfile, and
+the log's format and levels.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Security users expect (issue 8): constant-time password checks, and no
-CONFIG SET that leaves the server unreachable."""
+"""Security users expect (docs/PROTOCOL.md section 7): AUTH and requirepass
+(what a client may do before AUTH, byte for byte as redis-server answers),
+protected mode and the default loopback bind, constant-time password
+checks, and no CONFIG SET that leaves the server unreachable. TLS,
+rename-command and protected configs have their own test_security_*.py."""
 
 from __future__ import annotations
 
