@@ -42,6 +42,15 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of a test_spark*.py file runs a local Spark (a JVM, seconds
+    per query): all of them are `slow`, whoever adds the next one."""
+    for item in items:
+        if item.path.name.startswith("test_spark"):
+            item.add_marker(pytest.mark.slow)
+
+
 # ---------------------------------------------------------------------------
 # Waiting on conditions
 # ---------------------------------------------------------------------------

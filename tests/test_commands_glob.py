@@ -53,6 +53,7 @@ def load(clients: tuple[redis.Redis, redis.Redis], keys: list[bytes]) -> None:
         pipe.execute()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -68,6 +68,7 @@ def test_info_resp3_is_a_verbatim_string(shared_server: ServerProcess) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_info_memory_peak_survives_a_delete_until_resetstat(server_factory: Any) -> None:
     srv = server_factory()
     client = srv.client()
@@ -86,6 +87,7 @@ def test_info_memory_peak_survives_a_delete_until_resetstat(server_factory: Any)
         client.close()
 
 
+@pytest.mark.slow
 def test_info_instantaneous_ops_per_sec_follows_the_load(server_factory: Any) -> None:
     srv = server_factory()
     client = srv.client()

@@ -129,6 +129,7 @@ def test_config_set_immutable_directives_say_so(shared_client: redis.Redis, name
         shared_client.config_set(name, "yes" if name == "daemonize" else "/tmp/elsewhere")
 
 
+@pytest.mark.slow
 def test_config_rewrite_keeps_comments_quotes_values_and_survives_a_restart(
     server_factory: Any, tmp_path: Path
 ) -> None:
@@ -162,6 +163,7 @@ def test_config_rewrite_keeps_comments_quotes_values_and_survives_a_restart(
 # --------------------------------------------------------- stream directives
 
 
+@pytest.mark.slow
 def test_stream_node_size_reaches_existing_streams(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     client = srv.client()
@@ -183,6 +185,7 @@ def test_stream_node_size_reaches_existing_streams(server_factory: Any) -> None:
         client.close()
 
 
+@pytest.mark.slow
 def test_stream_compression_reaches_existing_streams(server_factory: Any) -> None:
     srv = server_factory(save="3600 1", stream_node_max_entries=10)
     client = srv.client()
@@ -274,6 +277,7 @@ def _answers(client: redis.Redis) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_config_set_port_and_bind_rebind_like_redis(server_factory) -> None:
     srv = server_factory()
     client = srv.client()

@@ -76,6 +76,7 @@ def test_multi_word_directive_values_on_the_command_line(
     assert got["client-output-buffer-limit"].startswith("normal 1048576 524288 10")
 
 
+@pytest.mark.slow
 def test_config_file_and_args(tmp_path: Path, server_factory) -> None:
     conf = tmp_path / "my.conf"
     conf.write_text("# my server\nhz 20\nmaxmemory 100mb\n")

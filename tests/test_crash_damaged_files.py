@@ -274,6 +274,7 @@ def test_offsets_file_cut_inside_its_header_still_reuses_no_offset(
 # -------------------------------------------------- through a running server
 
 
+@pytest.mark.slow
 def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes")
     c = srv.client()
@@ -288,6 +289,7 @@ def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
     assert tr(c, "s", last, 1) == [None]
 
 
+@pytest.mark.slow
 def test_corrupt_snapshot_refused_by_name(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     c = srv.client()
@@ -302,6 +304,7 @@ def test_corrupt_snapshot_refused_by_name(server_factory: Any) -> None:
         srv.start(timeout=15)
 
 
+@pytest.mark.slow
 def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
     srv = server_factory()
     client = srv.client()
@@ -318,6 +321,7 @@ def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
     assert str(path) in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truncated", ["yes", "no"])
 def test_torn_aof_tail(server_factory, truncated: str) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always", aof_load_truncated=truncated)
@@ -411,6 +415,7 @@ def test_aof_load_truncated_no_refuses_a_torn_tail(server_factory: Any) -> None:
     assert tw(cl, "s", "next") >= 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "snapshot"])
 def test_truncated_offsets_file_is_reported_or_reuses_nothing(
     server_factory: Any, mode: str

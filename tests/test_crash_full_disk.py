@@ -88,6 +88,7 @@ def wait_until_writable(client: redis.Redis, acked: dict[int, bytes], key: str) 
     wait_for(writable, timeout=15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_full_disk_refuses_then_recovers_with_aof(
     small_fs: Path, server_factory, fsync: str
@@ -123,6 +124,7 @@ def test_full_disk_refuses_then_recovers_with_aof(
         assert messages[offset] == payload
 
 
+@pytest.mark.slow
 def test_full_disk_refuses_offset_reservations_without_aof(small_fs: Path, server_factory) -> None:
     """No AOF, no save rules: the offsets file alone must still be written
     before a new stream can hand out offsets."""
@@ -148,6 +150,7 @@ def test_full_disk_refuses_offset_reservations_without_aof(small_fs: Path, serve
     assert client.execute_command("TWRITE", "fresh", b"z") > max(acked)
 
 
+@pytest.mark.slow
 def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_factory) -> None:
     srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
     client = srv.client(socket_timeout=10)
@@ -167,6 +170,7 @@ def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_fac
     assert isinstance(try_write(client, "s", b"accepted"), int)
 
 
+@pytest.mark.slow
 def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, server_factory) -> None:
     """A command bigger than the AOF's preallocated room, on a full disk:
     the write fails after the command ran, so its reply must not be sent as
@@ -193,6 +197,7 @@ def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, serve
         assert messages[1] in (None, b"z" * 1_500_000)
 
 
+@pytest.mark.slow
 def test_shutdown_save_on_full_disk_keeps_running(small_fs: Path, server_factory) -> None:
     srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
     client = srv.client(socket_timeout=10)

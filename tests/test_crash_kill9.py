@@ -29,6 +29,7 @@ from redis.retry import Retry
 # ----------------------------------------------- acknowledged writes survive
 
 
+@pytest.mark.slow
 def test_appendonly_kill9_keeps_every_acknowledged_write(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", appendfsync="no")
     c = srv.client()
@@ -54,6 +55,7 @@ def test_appendonly_kill9_keeps_every_acknowledged_write(server_factory: Any) ->
     assert tr(c, "s", 500, after - 500 + 1) == [None] * (after - 500) + [b"next"]
 
 
+@pytest.mark.slow
 def test_replies_leave_only_after_the_aof_has_the_write(server_factory) -> None:
     # The server has persistence write the AOF in every loop iteration,
     # before that iteration's replies; without that, the acknowledged tail
@@ -109,6 +111,7 @@ def _hammer_then_kill9(srv: ServerProcess, writes: int, bgsave: bool) -> dict[in
     return acked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode",
     ["always", "snapshot"],  # appendfsync no and no persistence: test_acceptance.py
@@ -166,6 +169,7 @@ def _batch_storm_then_kill9(srv: ServerProcess, batches: int) -> dict[int, int]:
     return acked
 
 
+@pytest.mark.slow
 def test_a_multi_entry_twrite_survives_kill9_whole_or_not_at_all(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     acked = _batch_storm_then_kill9(srv, 300)  # 6 BGSAVE SCHEDULEs
@@ -183,6 +187,7 @@ def test_a_multi_entry_twrite_survives_kill9_whole_or_not_at_all(server_factory:
     assert all(got[first] is not None for first in acked)
 
 
+@pytest.mark.slow
 def test_group_progress_survives_kill9_no_message_handed_out_twice(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", appendfsync="no")
     delivered: list[int] = []
@@ -230,6 +235,7 @@ def test_group_progress_survives_kill9_no_message_handed_out_twice(server_factor
 # ------------------------------------------------------ offsets never reused
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "snapshot"])
 def test_kill9_never_reuses_offsets(server_factory: Any, mode: str) -> None:
     srv = server_factory(save="3600 1" if mode == "snapshot" else "")
@@ -250,6 +256,7 @@ def test_kill9_never_reuses_offsets(server_factory: Any, mode: str) -> None:
         assert tr(c, "s", 0, 5) == [f"a{i}".encode() for i in range(5)]
 
 
+@pytest.mark.slow
 def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: Any) -> None:
     srv = server_factory()
     c = srv.client()
@@ -263,6 +270,7 @@ def test_del_then_kill9_without_persistence_keeps_key_deleted(server_factory: An
     assert tw(c, "s", "x") == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["sigterm-no-persistence", "aof-then-restart-without-aof"])
 def test_restart_that_drops_the_data_still_reuses_no_offset(server_factory: Any, how: str) -> None:
     srv = server_factory(appendonly="yes" if how.startswith("aof") else "no")
@@ -276,6 +284,7 @@ def test_restart_that_drops_the_data_still_reuses_no_offset(server_factory: Any,
     assert tw(cl, "s", "x") >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "aof"])
 def test_renamed_stream_keeps_its_no_reuse_guarantee_across_kill9(
     server_factory: Any, mode: str
@@ -305,6 +314,7 @@ def test_renamed_stream_keeps_its_no_reuse_guarantee_across_kill9(
         assert tr(cl, "dst", n_at, 1) == [b"n"]
 
 
+@pytest.mark.slow
 def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill9(
     server_factory: Any,
 ) -> None:
@@ -321,6 +331,7 @@ def test_config_set_appendonly_no_then_pipelined_writes_reuse_nothing_after_kill
     assert tw(cl, "s", "n") > 3000
 
 
+@pytest.mark.slow
 def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path: Path) -> None:
     # The open AOF stays in the old dir; the AOF a later start finds in the
     # new dir (here an old copy) must not be taken as holding every write.

@@ -278,6 +278,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_failed_write_keeps_its_offsets_across_kill9(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:

@@ -524,6 +524,7 @@ def test_pipeline_mixing_blocking_and_plain_commands(shared_client_resp: redis.R
     assert pipe.execute() == [0, None, [b"a"], [b"a"], 1, [b"b"], True]
 
 
+@pytest.mark.slow
 def test_blocked_reader_survives_idle_timeout(server_factory: Any) -> None:
     # redis-server never closes a blocked client for `timeout`, only idle ones.
     srv = server_factory(timeout=1)

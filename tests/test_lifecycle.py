@@ -44,6 +44,7 @@ def snapshot_of_dir(directory: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
 
 
+@pytest.mark.slow
 def test_second_server_on_the_same_port_and_dir_touches_nothing(server_factory) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     client = srv.client()
@@ -134,6 +135,7 @@ def test_port_in_use_is_reported_before_loading_anything(server_factory, tmp_pat
     assert aof.stat().st_mtime_ns == aof_before
 
 
+@pytest.mark.slow
 def test_unix_socket_of_a_running_server_is_not_taken(server_factory, tmp_path: Path) -> None:
     path = tmp_path / "shared.sock"
     srv = server_factory(unixsocket=str(path))
@@ -150,6 +152,7 @@ def test_unix_socket_of_a_running_server_is_not_taken(server_factory, tmp_path: 
     assert srv.client().ping()
 
 
+@pytest.mark.slow
 def test_config_set_dir_into_a_directory_in_use_is_refused(server_factory) -> None:
     first = server_factory(enable_protected_configs="yes")
     second = server_factory()
@@ -202,6 +205,7 @@ def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None
 LOG_LINE = re.compile(r"^\d+:[MC] \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3} [.\-*#] .+")
 
 
+@pytest.mark.slow
 def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
     srv = server_factory(loglevel="verbose")
     assert srv.stop() == 0
@@ -214,6 +218,7 @@ def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
     assert "bye bye" in log
 
 
+@pytest.mark.slow
 def test_sigint_and_shutdown_command(server_factory) -> None:
     srv = server_factory()
     assert srv.proc is not None
@@ -228,6 +233,7 @@ def test_sigint_and_shutdown_command(server_factory) -> None:
     assert srv.proc.wait(20) == 0
 
 
+@pytest.mark.slow
 def test_shutdown_nosave_stops_the_server(server_factory: Any) -> None:
     srv = server_factory()
     client = srv.client()
@@ -278,6 +284,7 @@ def _pings(client: redis.Redis) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_daemonize_and_pidfile(tmp_path: Path) -> None:
     port = free_port()
     pidfile = tmp_path / "rcp11.pid"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from conftest import (
     assert_same_after_kill9,
     dataset,
@@ -25,6 +26,7 @@ from conftest import (
 # -------------------------------------------------------------------- replay
 
 
+@pytest.mark.slow
 def test_aof_round_trip_through_restart(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always")
     client = srv.client()
@@ -34,6 +36,7 @@ def test_aof_round_trip_through_restart(server_factory) -> None:
     assert dataset(srv.client()) == before
 
 
+@pytest.mark.slow
 def test_del_resets_stream_across_restart(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always")
     client = srv.client()
@@ -104,6 +107,7 @@ def test_aof_replays_every_kind_of_write(server_factory: Any) -> None:
 # ------------------------------------------------------------------- rewrite
 
 
+@pytest.mark.slow
 def test_bgrewriteaof_while_writing_keeps_everything(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="everysec")
     client = srv.client()
@@ -166,6 +170,7 @@ def test_auto_aof_rewrite_kicks_in(server_factory: Any) -> None:
     assert first == 790 and last >= 799  # a kill -9 leaves a gap up to the mark
 
 
+@pytest.mark.slow
 def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes")
     cl = srv.client()
@@ -203,6 +208,7 @@ def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None
 # ----------------------------------------------------- CONFIG SET appendonly
 
 
+@pytest.mark.slow
 def test_config_set_appendonly_yes_at_runtime(server_factory) -> None:
     srv = server_factory()
     client = srv.client()

@@ -476,6 +476,7 @@ def state_view(state: ServerState) -> dict[bytes, object]:
     return view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)

@@ -30,6 +30,7 @@ from conftest import (
 # ----------------------------------------------------------- SAVE and BGSAVE
 
 
+@pytest.mark.slow
 def test_save_and_bgsave_round_trip(server_factory) -> None:
     srv = server_factory(stream_compression="zlib")
     client = srv.client()
@@ -55,6 +56,7 @@ def test_save_and_bgsave_round_trip(server_factory) -> None:
     assert dataset(srv.client()) == before
 
 
+@pytest.mark.slow
 def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
     srv = server_factory()
     client = srv.client()
@@ -84,6 +86,7 @@ def test_info_persistence_fields(server_factory) -> None:
     assert info["aof_enabled"] == 1
 
 
+@pytest.mark.slow
 def test_save_rule_triggers_a_snapshot(server_factory: Any) -> None:
     srv = server_factory(save="1 1")
     cl = srv.client()
@@ -153,6 +156,7 @@ def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
 # ----------------------------------------------------- what a snapshot keeps
 
 
+@pytest.mark.slow
 def test_kill9_right_after_save_loads_snapshot_exactly(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     c = srv.client()
@@ -166,6 +170,7 @@ def test_kill9_right_after_save_loads_snapshot_exactly(server_factory: Any) -> N
     assert tw(c, "s", "next") == 100
 
 
+@pytest.mark.slow
 def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: Any) -> None:
     srv = server_factory(save="3600 1", stream_compression="zlib", stream_node_max_entries=50)
     c = srv.client()
@@ -183,6 +188,7 @@ def test_snapshot_round_trip_keeps_compression_evictions_groups(server_factory: 
     assert info["stream_messages"] == 379
 
 
+@pytest.mark.slow
 def test_del_then_save_survives_kill9(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     c = srv.client()
@@ -198,6 +204,7 @@ def test_del_then_save_survives_kill9(server_factory: Any) -> None:
     assert tw(c, "s", "x") == 0
 
 
+@pytest.mark.slow
 def test_snapshot_keeps_fully_evicted_stream_ttls_and_binary_data(server_factory: Any) -> None:
     srv = server_factory(save="3600 1", stream_compression="zlib")
     cl = srv.client()
@@ -233,6 +240,7 @@ def test_snapshot_from_aof_mode_loads_exactly_without_aof(server_factory: Any) -
     assert tw(cl, "s", "next") == 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("during_bgsave", [False, True], ids=["plain", "during-bgsave"])
 def test_flushall_with_save_points_stays_flushed_after_kill9(
     server_factory: Any, during_bgsave: bool
@@ -262,6 +270,7 @@ def test_flushall_with_save_points_stays_flushed_after_kill9(
 # ------------------------------------------------------------------ SHUTDOWN
 
 
+@pytest.mark.slow
 def test_shutdown_save_and_clean_restart_has_no_gap(server_factory) -> None:
     srv = server_factory()
     client = srv.client()
@@ -275,6 +284,7 @@ def test_shutdown_save_and_clean_restart_has_no_gap(server_factory) -> None:
     assert twrite_entries(client, "s", b"c") == 2
 
 
+@pytest.mark.slow
 def test_shutdown_nosave_keeps_last_snapshot_and_reuses_no_offset(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -291,6 +301,7 @@ def test_shutdown_nosave_keeps_last_snapshot_and_reuses_no_offset(server_factory
     assert tw(cl, "s", "e") >= 4
 
 
+@pytest.mark.slow
 def test_shutdown_save_without_save_rules_saves(server_factory: Any) -> None:
     srv = server_factory()
     cl = srv.client()
@@ -306,6 +317,7 @@ def test_shutdown_save_without_save_rules_saves(server_factory: Any) -> None:
     assert tw(cl, "s", "d") == 3
 
 
+@pytest.mark.slow
 def test_shutdown_while_bgsave_runs_saves_everything(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -352,6 +364,7 @@ def test_config_set_dir_moves_the_next_snapshot(server_factory: Any, tmp_path: P
     assert (elsewhere / "dump.rcp").exists()
 
 
+@pytest.mark.slow
 def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Path) -> None:
     srv = server_factory(enable_protected_configs="yes")
     client = srv.client()

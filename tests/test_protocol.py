@@ -301,6 +301,7 @@ def test_random_garbage_never_takes_the_server_down(
     assert shared_client.dbsize() <= 3  # inline garbage may have written a key or two, nothing more
 
 
+@pytest.mark.slow
 def test_garbage_never_takes_the_server_down(fresh_server: ServerProcess) -> None:
     import random
 

@@ -175,6 +175,7 @@ def test_soft_limit_closes_a_client_over_it_for_its_seconds(
 # ------------------------------------------------------------------ requests
 
 
+@pytest.mark.slow
 def test_bulk_over_proto_max_bulk_len(server_factory) -> None:
     srv = server_factory(proto_max_bulk_len="1mb")
     conn = RawClient(srv.port)
@@ -196,6 +197,7 @@ def test_runtime_limit_change_applies_to_open_connections(fresh_server: ServerPr
     assert str(conn.reply()) == "ERR Protocol error: invalid bulk length"
 
 
+@pytest.mark.slow
 def test_query_buffer_limit(server_factory) -> None:
     srv = server_factory(client_query_buffer_limit="1mb")
     other = srv.client()
@@ -210,6 +212,7 @@ def test_query_buffer_limit(server_factory) -> None:
     assert wait_for(lambda: "max query buffer length" in srv.output())
 
 
+@pytest.mark.slow
 def test_blocked_client_is_held_to_the_query_buffer_limit(server_factory) -> None:
     # A blocked client's pipeline waits unparsed; past the limit it is closed
     # instead of growing the server's memory.
@@ -259,6 +262,7 @@ def test_query_buffer_limit_closes_only_that_client(
 # ------------------------------------------------------------------- replies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("limit", "reason"), [("normal 2mb 0 0", "hard limit"), ("normal 0 1mb 1", "soft limit")]
 )
@@ -280,6 +284,7 @@ def test_output_buffer_limit_disconnects_slow_reader(
     slow.close()
 
 
+@pytest.mark.slow
 def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory) -> None:
     srv = server_factory(client_output_buffer_limit="normal 100kb 50kb 1")
     writer = srv.client()
@@ -313,6 +318,7 @@ def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
 # ------------------------------------------------------------------- clients
 
 
+@pytest.mark.slow
 def test_maxclients(server_factory) -> None:
     srv = server_factory(maxclients=2)
     first = RawClient(srv.port)
@@ -331,6 +337,7 @@ def test_maxclients(server_factory) -> None:
     assert fourth.reply() == b"PONG"
 
 
+@pytest.mark.slow
 def test_idle_timeout(server_factory) -> None:
     srv = server_factory(timeout=1)
     idle = RawClient(srv.port)

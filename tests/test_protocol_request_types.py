@@ -170,6 +170,7 @@ _requests = st.lists(_values, min_size=0, max_size=3).map(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -216,6 +217,7 @@ def test_parser_refuses_non_bulk_arguments_at_every_split(name: str, data: bytes
     assert take_all([data[i : i + 1] for i in range(len(data))]) == whole
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_requests, st.just(GOOD)), min_size=1, max_size=6), st.data())
 def test_parser_fast_path_agrees_with_byte_at_a_time(
@@ -247,6 +249,7 @@ def test_offending_byte_is_quoted_as_one_raw_byte(
 # -- what the refused requests used to do ------------------------------------------
 
 
+@pytest.mark.slow
 def test_refused_request_stores_nothing_and_offsets_survive_kill9(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -265,6 +268,7 @@ def test_refused_request_stores_nothing_and_offsets_survive_kill9(
     assert client.execute_command("TWRITE", "k", "d") == 2
 
 
+@pytest.mark.slow
 def test_set_with_an_array_value_is_refused_and_the_server_stays_healthy(
     server_factory: Callable[..., ServerProcess],
 ) -> None:

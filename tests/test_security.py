@@ -59,6 +59,7 @@ def test_password_checks_compare_equal_length_digests(monkeypatch: pytest.Monkey
     assert seen and all(lengths == (32, 32) for lengths in seen)
 
 
+@pytest.mark.slow
 def test_auth_and_hello_auth_with_a_password(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -74,6 +75,7 @@ def test_auth_and_hello_auth_with_a_password(
 # -- CONFIG SET port 0 ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_config_set_port_0_without_unixsocket_is_refused(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -85,6 +87,7 @@ def test_config_set_port_0_without_unixsocket_is_refused(
     assert srv.client().ping()
 
 
+@pytest.mark.slow
 def test_config_set_port_0_with_a_unixsocket_keeps_that_way_in(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
@@ -105,6 +108,7 @@ def test_requirepass_noauth(server_factory: Any) -> None:
     )
 
 
+@pytest.mark.slow
 def test_requirepass_limits_what_comes_before_auth(server_factory) -> None:
     srv = server_factory(requirepass="s3cret")
     conn = RawClient(srv.port)
@@ -196,6 +200,7 @@ def test_pipelined_twrites_before_auth_are_all_refused(server_factory: Any) -> N
 # --------------------------------------------------- protected mode and bind
 
 
+@pytest.mark.slow
 def test_protected_mode_refuses_non_loopback(server_factory) -> None:
     # 127.0.0.2 is not "local" for protected mode: only 127.0.0.1, ::1 and
     # unix sockets are.
@@ -214,6 +219,7 @@ def test_protected_mode_refuses_non_loopback(server_factory) -> None:
     assert allowed.reply() == b"PONG"
 
 
+@pytest.mark.slow
 def test_protected_mode_off(server_factory) -> None:
     srv = server_factory(bind="127.0.0.1 127.0.0.2", protected_mode="no")
     outsider = RawClient(srv.port, host="127.0.0.2", source="127.0.0.2")

@@ -34,6 +34,7 @@ SCRIPT = [
 ]
 
 
+@pytest.mark.slow
 def test_rename_command_on_the_command_line_answers_like_redis(
     server_factory: Callable[..., ServerProcess], renamed_redis: int
 ) -> None:
@@ -44,6 +45,7 @@ def test_rename_command_on_the_command_line_answers_like_redis(
     assert redis_cli(srv.port, stdin=transaction) == redis_cli(renamed_redis, stdin=transaction)
 
 
+@pytest.mark.slow
 def test_rename_command_in_redis_conf_and_the_aof_keeps_original_names(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def raise_next(srv: ServerProcess, key: str, next_offset: int) -> None:
 # ------------------------------------------------------------ offset ceiling
 
 
+@pytest.mark.slow
 def test_write_crossing_the_offset_ceiling_fails_and_writes_nothing(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", start=False)
     raise_next(srv, "s", MAX - 1)
@@ -56,6 +57,7 @@ def test_write_crossing_the_offset_ceiling_fails_and_writes_nothing(server_facto
         tw(cl, "s", "x")
 
 
+@pytest.mark.slow
 def test_stream_at_offset_ceiling_reads_and_shuts_down(server_factory: Any) -> None:
     # The only way to a stream at 2^63-1 without writing 2^63 messages: the
     # AOF record the server itself logs when it raises a stream's next offset.

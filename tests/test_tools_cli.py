@@ -137,6 +137,7 @@ def test_produce_with_empty_input_writes_nothing(rcp11_client: Client, port: str
     assert rcp11_client.exists("s") == 0
 
 
+@pytest.mark.slow
 def test_consume_from_count_and_offsets(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
     assert rcp11("-p", port, "consume", "s", "--from", "-3").stdout == b"m7\nm8\nm9\n"
@@ -235,6 +236,7 @@ def test_consume_into_a_closed_pipe_is_quiet(rcp11_client: Client, port: str) ->
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_info_shows_offsets(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
     rcp11_client.tevict("s", 2)
@@ -252,6 +254,7 @@ def test_info_shows_offsets(rcp11_client: Client, port: str) -> None:
     assert b"never written" in rcp11("-p", port, "info", "nothing").stdout
 
 
+@pytest.mark.slow
 def test_evict_reports_what_remains(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
     result = rcp11("-p", port, "evict", "s", "4")
@@ -267,6 +270,7 @@ def test_evict_reports_what_remains(rcp11_client: Client, port: str) -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_server_says_how_to_start_one() -> None:
     port = str(free_port())
     result = rcp11("-p", port, "produce", "s", input=b"x\n")
@@ -276,6 +280,7 @@ def test_no_server_says_how_to_start_one() -> None:
     assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_server_going_away_mid_follow_is_explained(server_factory) -> None:
     doomed = server_factory()
     proc = subprocess.Popen(
@@ -304,6 +309,7 @@ def test_wrong_type_key_is_explained(rcp11_client: Client, port: str) -> None:
     assert b"holds a string, not a stream" in result.stderr
 
 
+@pytest.mark.slow
 def test_password_protected_server(server_factory) -> None:
     protected = server_factory(requirepass="s3cret")
     port = str(protected.port)
@@ -318,6 +324,7 @@ def test_password_protected_server(server_factory) -> None:
     assert consumed.stdout == b"x\n"
 
 
+@pytest.mark.slow
 def test_plain_redis_server_is_recognised(redis_reference: RedisServer) -> None:
     result = rcp11("-p", str(redis_reference.port), "produce", "s", input=b"x\n")
     assert result.returncode == 1
