@@ -63,8 +63,8 @@ echo "== pip install -e .[test,bench] (into $venv)"
 "$py" -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 
 echo "== ruff"
-"$py" -m ruff check rcp11 tests bench fuzz setup.py src/build_macronode.py src/build_module.py
-"$py" -m ruff format --check rcp11 tests bench fuzz setup.py src/build_macronode.py src/build_module.py
+"$py" -m ruff check rcp11 tests bench examples fuzz setup.py src/build_macronode.py src/build_module.py
+"$py" -m ruff format --check rcp11 tests bench examples fuzz setup.py src/build_macronode.py src/build_module.py
 
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh

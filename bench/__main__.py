@@ -34,6 +34,7 @@ OWN_SUITES = {
 EXTERNAL_SUITES = {
     "core": ("bench.core_bench", "Storage core (C macronode) micro-benchmarks"),
     "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
+    "spark": ("bench.spark_bench", "Spark data source: batch read, streaming sink, latency"),
 }
 ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
 

@@ -67,12 +67,15 @@ def test_rename_command_in_redis_conf_and_the_aof_keeps_original_names(
     srv.kill9()
     srv.start()
     assert redis_cli(srv.port, "TREAD", "s", "0", "1", "GROUP", "g").split() == ["b"]
-    assert redis_cli(srv.port, "PUT2", "s", "c").strip() == "52"
+    # After a crash the next offset may jump to the reservation, never back.
+    written = int(redis_cli(srv.port, "PUT2", "s", "c").strip())
+    assert written >= 52
     # Without the renames the same AOF loads: it holds the original names.
     srv.kill9()
     srv.conf = None
     srv.start()
-    assert srv.client().execute_command("TWRITE", "s", "d") == 53
+    assert srv.client().execute_command("TREAD", "s", written, 1) == [b"c"]
+    assert srv.client().execute_command("TWRITE", "s", "d") > written
     assert srv.client().get("g") == b"2"
 
 

@@ -438,66 +438,52 @@ def test_evicted_macronodes_give_memory_back(stream_client: redis.Redis) -> None
 # -------------------------------------------------------------- TCONCAT
 
 
-@pytest.fixture
-def tconcat_client(
-    request: pytest.FixtureRequest, stream_server: ServerProcess, stream_client: redis.Redis
-) -> redis.Redis:
-    """stream_client, for TCONCAT tests: rcp11-server gains TCONCAT with the Spark
-    sink's two-phase commit; until then its runs are expected to fail, and
-    strict, so that the marker goes once it has the command."""
-    if stream_server.kind == "rcp11":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="TCONCAT is not in rcp11-server yet")
-        )
-    return stream_client
-
-
 def test_tconcat_appends_readable_messages_in_order_and_deletes_sources(
-    tconcat_client: redis.Redis,
+    stream_client: redis.Redis,
 ) -> None:
-    twrite(tconcat_client, "dst", "ENTRIES", "d0", "d1")
-    twrite(tconcat_client, "a", "ENTRIES", "a0", "a1", "a2")
-    tconcat_client.execute_command("TEVICT", "a", 0)  # a0 is not readable: not appended
-    twrite(tconcat_client, "b", "b0")
-    assert tconcat_client.execute_command("TCONCAT", "dst", "a", "missing", "b") == 2
-    assert tr(tconcat_client, "dst", 0, 10) == [b"d0", b"d1", b"a1", b"a2", b"b0"]
-    assert tconcat_client.exists("a", "b", "missing") == 0
+    twrite(stream_client, "dst", "ENTRIES", "d0", "d1")
+    twrite(stream_client, "a", "ENTRIES", "a0", "a1", "a2")
+    stream_client.execute_command("TEVICT", "a", 0)  # a0 is not readable: not appended
+    twrite(stream_client, "b", "b0")
+    assert stream_client.execute_command("TCONCAT", "dst", "a", "missing", "b") == 2
+    assert tr(stream_client, "dst", 0, 10) == [b"d0", b"d1", b"a1", b"a2", b"b0"]
+    assert stream_client.exists("a", "b", "missing") == 0
 
 
 def test_tconcat_creates_dst_and_answers_its_next_offset_when_nothing_is_added(
-    tconcat_client: redis.Redis,
+    stream_client: redis.Redis,
 ) -> None:
-    twrite(tconcat_client, "src", "x")
-    assert tconcat_client.execute_command("TCONCAT", "new", "src") == 0
-    assert tr(tconcat_client, "new", 0, 5, "WITHINFO") == [[0, 0, 0, 1], b"x"]
-    assert tconcat_client.execute_command("TCONCAT", "new", "nothing") == 1
-    assert twrite(tconcat_client, "new", "y") == 1
+    twrite(stream_client, "src", "x")
+    assert stream_client.execute_command("TCONCAT", "new", "src") == 0
+    assert tr(stream_client, "new", 0, 5, "WITHINFO") == [[0, 0, 0, 1], b"x"]
+    assert stream_client.execute_command("TCONCAT", "new", "nothing") == 1
+    assert twrite(stream_client, "new", "y") == 1
 
 
-def test_tconcat_errors_change_nothing(tconcat_client: redis.Redis) -> None:
-    twrite(tconcat_client, "dst", "d")
-    twrite(tconcat_client, "src", "s")
-    tconcat_client.set("text", "v")
-    assert error_of(tconcat_client, "TCONCAT", "dst", "src", "text") == WRONGTYPE
-    assert error_of(tconcat_client, "TCONCAT", "text", "src") == WRONGTYPE
-    assert "source key 'dst'" in error_of(tconcat_client, "TCONCAT", "dst", "src", "dst")
-    assert "source key 'src'" in error_of(tconcat_client, "TCONCAT", "dst", "src", "src")
+def test_tconcat_errors_change_nothing(stream_client: redis.Redis) -> None:
+    twrite(stream_client, "dst", "d")
+    twrite(stream_client, "src", "s")
+    stream_client.set("text", "v")
+    assert error_of(stream_client, "TCONCAT", "dst", "src", "text") == WRONGTYPE
+    assert error_of(stream_client, "TCONCAT", "text", "src") == WRONGTYPE
+    assert "source key 'dst'" in error_of(stream_client, "TCONCAT", "dst", "src", "dst")
+    assert "source key 'src'" in error_of(stream_client, "TCONCAT", "dst", "src", "src")
     assert (
-        error_of(tconcat_client, "TCONCAT", "dst")
+        error_of(stream_client, "TCONCAT", "dst")
         == "wrong number of arguments for 'tconcat' command"
     )
-    assert tr(tconcat_client, "dst", 0, 5) == [b"d"] and tr(tconcat_client, "src", 0, 5) == [b"s"]
+    assert tr(stream_client, "dst", 0, 5) == [b"d"] and tr(stream_client, "src", 0, 5) == [b"s"]
 
 
 def test_tconcat_wakes_readers_of_dst_and_commits_a_watched_transaction(
-    stream_server: ServerProcess, tconcat_client: redis.Redis
+    stream_server: ServerProcess, stream_client: redis.Redis
 ) -> None:
-    tconcat_client.execute_command("TCONCAT", "other", "none")  # before a reader blocks on dst
+    stream_client.execute_command("TCONCAT", "other", "none")  # before a reader blocks on dst
     reader = Reader(stream_server, "TREAD", "dst", 0, 10, "BLOCK", 0)
     reader.start()
-    wait_blocked(tconcat_client, 1)
-    twrite(tconcat_client, "stage", "ENTRIES", "m1", "m2")
-    with tconcat_client.pipeline(transaction=True) as pipe:
+    wait_blocked(stream_client, 1)
+    twrite(stream_client, "stage", "ENTRIES", "m1", "m2")
+    with stream_client.pipeline(transaction=True) as pipe:
         pipe.watch("progress")
         pipe.multi()
         pipe.execute_command("TCONCAT", "dst", "stage")

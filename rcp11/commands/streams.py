@@ -30,7 +30,7 @@ from rcp11.commands.core import (
 )
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import OffsetOverflowError, StorageError
+from rcp11.storage import OffsetOverflowError, StorageError, Stream
 
 log = logging.getLogger("rcp11")
 
@@ -323,3 +323,89 @@ def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         state.stats.total_messages_evicted += evicted
         state.propagate(argv)
     return evicted
+
+
+# One TCONCAT may append at most this many messages. The offsets file's
+# recovery margin for a cut-short last batch (2^30, rcp11.persistence)
+# assumes one command moves a reservation mark by at most 3 x its entries
+# plus the largest step (2^22); TWRITE's entries are bounded by the query
+# buffer, TCONCAT's only by this limit: 3 x 2^28 + 2^22 < 2^30.
+TCONCAT_MAX_MESSAGES = 1 << 28
+# Messages copied per read/append round, so a large source is never held in
+# memory as one Python list.
+_CONCAT_CHUNK = 4096
+
+
+@command(
+    "tconcat",
+    -3,
+    "write denyoom",
+    (1, -1, 1),
+    summary="Append every readable message of source streams to a stream, then delete them",
+    group="stream",
+)
+def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    """TCONCAT dst src [src ...] (docs/PROTOCOL.md): every check comes before
+    the first change, so an error changes nothing."""
+    dst = argv[1]
+    sources = argv[2:]
+    seen: set[bytes] = set()
+    for src in sources:
+        if src == dst:
+            raise CommandError(errors.tconcat_source_is_destination(src))
+        if src in seen:
+            raise CommandError(errors.tconcat_source_twice(src))
+        seen.add(src)
+    keyspace = state.keyspace
+    target = keyspace.get(dst)
+    if isinstance(target, bytes):
+        raise CommandError(errors.WRONGTYPE)
+    found: list[tuple[bytes, Stream]] = []
+    for src in sources:
+        value = keyspace.get(src)
+        if isinstance(value, bytes):
+            raise CommandError(errors.WRONGTYPE)
+        if value is not None:
+            found.append((src, value))
+    next_offset = target.next_offset if target is not None else 0
+    if not found:
+        return next_offset  # nothing exists to move: no change, nothing logged
+    total = sum(stream.length for _, stream in found)
+    if total > TCONCAT_MAX_MESSAGES:
+        raise CommandError(errors.tconcat_too_many(TCONCAT_MAX_MESSAGES))
+    if next_offset + total - 1 > MAX_OFFSET:
+        raise CommandError(errors.OFFSET_OVERFLOW)
+    created = False
+    if total:
+        state.persistence.before_stream_write(dst, next_offset + total)
+        if target is None:
+            target = state.new_stream()
+            created = True
+        for _, stream in found:
+            concat_stream(target, stream)
+    for src, _ in found:
+        keyspace.delete(src)
+    if created:
+        keyspace.set(dst, target)
+    elif total:
+        keyspace.touch(dst)
+    state.stats.total_messages_written += total
+    # Replaying the command itself is deterministic: the sources' contents
+    # at that point of the log are what they were here.
+    state.propagate(argv)
+    return next_offset
+
+
+def concat_stream(target: Stream, source: Stream) -> None:
+    """Append the readable messages of source to target, in offset order.
+
+    The one place that moves messages between streams, so it can become a
+    call into the core that moves whole sealed nodes instead of copying."""
+    position = source.first_offset
+    end = source.next_offset
+    while position < end:
+        count = min(_CONCAT_CHUNK, end - position)
+        messages = [m for m in source.read(position, count) if m is not None]
+        if messages:
+            target.append(messages)
+        position += count

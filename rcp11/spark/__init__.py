@@ -1,38 +1,77 @@
 """PySpark data source "rcp11": read and write rcp11 streams from Spark.
 
+    from pyspark.sql import SparkSession
     from rcp11.spark import register
-    register(spark)
-    df = spark.read.format("rcp11").option("port", 6379).load("events")
-    df.write.format("rcp11").option("key", "copy").mode("append").save()
 
-Importing this package is cheap: pyspark is imported only when the data
-source class is first used (``register`` or ``RCP11DataSource``). Options and
-behaviour are documented on ``rcp11.spark.source.RCP11DataSource``.
+    spark = SparkSession.builder.getOrCreate()
+    register(spark)
+    df = spark.read.format("rcp11").option("subscribe", "events").load()
+    df.selectExpr("CAST(value AS STRING)")            # or .schema("value STRING")
+    df.select("value").write.format("rcp11").option("stream", "copy").mode("append").save()
+
+``register(spark)`` also ships the client-side code (``rcp11.client``,
+``rcp11.spark``, and redis-py for executors that lack it) to the executors
+with ``addPyFile``, so a cluster whose workers never installed rcp11 works.
+Importing this package is cheap: pyspark is imported only by
+``register`` or when ``RCP11DataSource`` is first used. Options, schema and
+the exactly-once sink: docs/SPARK.md.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rcp11.spark.source import RCP11DataSource
+    from rcp11.spark.datasource import RCP11DataSource
 
 __all__ = ["RCP11DataSource", "register"]
 
+# Inside the shipped zip, redis-py sits here, off sys.path: an executor's own
+# redis-py (and its hiredis) wins; this one is used only when there is none.
+VENDOR_DIR = "_vendor"
 
-def register(spark: SparkSession) -> type[RCP11DataSource]:
-    """Register the "rcp11" format with a SparkSession; returns the class."""
-    from rcp11.spark.source import RCP11DataSource
 
+def _use_shipped_redis() -> None:
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        archive = os.path.dirname(os.path.dirname(here))  # .../rcp11-spark-<hash>.zip
+        if not archive.endswith(".zip"):
+            raise
+        sys.path.append(os.path.join(archive, VENDOR_DIR))
+
+
+_use_shipped_redis()
+
+
+def register(spark: SparkSession, ship: bool = True) -> type[RCP11DataSource]:
+    """Register the "rcp11" format with a SparkSession; returns the class.
+
+    With ``ship`` (the default) the client-side code goes to the executors
+    through ``spark.sparkContext.addPyFile`` (once per zip content)."""
+    from rcp11.spark.datasource import RCP11DataSource
+    from rcp11.spark.ship import client_zip
+
+    if ship:
+        path = client_zip()
+        context = spark.sparkContext
+        shipped = getattr(context, "_rcp11_shipped", set())
+        if path not in shipped:
+            context.addPyFile(path)
+            shipped.add(path)
+            context._rcp11_shipped = shipped  # type: ignore[attr-defined]
     spark.dataSource.register(RCP11DataSource)
     return RCP11DataSource
 
 
 def __getattr__(name: str) -> Any:
     if name == "RCP11DataSource":
-        from rcp11.spark.source import RCP11DataSource
+        from rcp11.spark.datasource import RCP11DataSource
 
         return RCP11DataSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,231 @@
+"""A streaming pipeline on rcp11 with Spark, exactly once end to end.
+
+JSON events land in three streams (``events:0`` .. ``events:2``, like the
+partitions of a topic). A Spark Structured Streaming query reads all three
+(``subscribePattern``), parses the JSON, counts actions per 10-second
+event-time window (with a watermark, so each window is written once, when
+it is complete), and appends the counts as JSON to the stream ``counts``
+through the exactly-once sink.
+
+    python examples/spark_pipeline.py            # live: 30 s of events, counts as they close
+    python examples/spark_pipeline.py --once     # a fixed batch of past events, then exit
+
+It uses the server on --port (default 6379) and starts a temporary one if
+nothing answers there. Kill it and run it again with the same --checkpoint:
+no count is written twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from rcp11.client import Client
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+STREAMS = [f"events:{i}" for i in range(3)]
+ACTIONS = ["view", "click", "buy"]
+WINDOW = "10 seconds"
+# A past instant for --once, so the counts are the same on every run.
+ONCE_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def make_event(rng: random.Random, ts_ms: int) -> tuple[str, bytes]:
+    """(stream, JSON message): a user's action, sharded by user."""
+    user = rng.randrange(100)
+    action = rng.choices(ACTIONS, weights=[70, 25, 5])[0]
+    body = json.dumps({"user": f"u{user}", "action": action, "ts": ts_ms})
+    return STREAMS[user % len(STREAMS)], body.encode()
+
+
+def past_events(count: int, seed: int = 11) -> list[tuple[str, bytes]]:
+    """``count`` events 50 ms apart from ONCE_START_MS, then one event a
+    minute later that moves the watermark past all of them."""
+    rng = random.Random(seed)
+    events = [make_event(rng, ONCE_START_MS + 50 * i) for i in range(count)]
+    events.append(make_event(rng, ONCE_START_MS + 50 * count + 60_000))
+    return events
+
+
+def produce(client: Client, events: list[tuple[str, bytes]]) -> None:
+    by_stream: dict[str, list[bytes]] = {}
+    for stream, body in events:
+        by_stream.setdefault(stream, []).append(body)
+    for stream, bodies in by_stream.items():
+        for start in range(0, len(bodies), 1000):
+            client.twrite(stream, *bodies[start : start + 1000])
+
+
+def produce_live(client: Client, seconds: float, stop: threading.Event) -> None:
+    rng = random.Random()
+    deadline = time.time() + seconds
+    while time.time() < deadline and not stop.is_set():
+        produce(client, [make_event(rng, int(time.time() * 1000)) for _ in range(50)])
+        time.sleep(0.1)
+
+
+def answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def server(port: int) -> Iterator[int]:
+    """The server on ``port``, or a temporary one on a free port."""
+    if answers(port):
+        yield port
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    directory = tempfile.mkdtemp(prefix="rcp11-example-")
+    print(f"no server on the given port: starting one on {port} in {directory}", flush=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "server", "--port", str(port), "--dir", directory]
+        + ["--appendonly", "yes", "--logfile", os.path.join(directory, "server.log")]
+    )
+    try:
+        while not answers(port):
+            if process.poll() is not None:
+                raise SystemExit("the server did not start; see its log in " + directory)
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def build_query(spark: SparkSession, port: int, checkpoint: str, once: bool) -> DataStreamWriter:
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.format("rcp11")
+        .option("port", port)
+        .option("subscribePattern", "events:*")
+        .option("startingOffsets", "earliest")
+        .schema("value STRING")  # JSON text; invalid UTF-8 would be an error
+        .load()
+        .select(F.from_json("value", "user STRING, action STRING, ts BIGINT").alias("e"))
+        .select("e.action", F.timestamp_millis("e.ts").alias("event_time"))
+    )
+    counts = (
+        events.withWatermark("event_time", WINDOW)
+        .groupBy(F.window("event_time", WINDOW), "action")
+        .count()
+        .select(
+            F.to_json(
+                F.struct(
+                    F.date_format("window.start", "yyyy-MM-dd'T'HH:mm:ss").alias("window"),
+                    "action",
+                    "count",
+                )
+            ).alias("value")
+        )
+    )
+    writer = (
+        counts.writeStream.format("rcp11")
+        .outputMode("append")
+        .option("port", port)
+        .option("stream", "counts")
+        .option("checkpointLocation", checkpoint)
+    )
+    return writer.trigger(availableNow=True) if once else writer.trigger(processingTime="2 seconds")
+
+
+def run_pipeline(
+    spark: SparkSession,
+    port: int,
+    checkpoint: str,
+    once: bool,
+    events: int = 5000,
+    seconds: float = 30,
+    show: Callable[[str], None] = print,
+) -> bool:
+    """Produce events, run the query, show each count as it is written.
+    Returns whether the query ended without an error."""
+    client = Client(port=port)
+    # Window starts are shown in UTC, whatever the machine's zone; a window
+    # is written by the micro-batch that follows the one moving the
+    # watermark past it, which may have no data.
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    stop = threading.Event()
+    producer = None
+    if once:
+        produce(client, past_events(events))
+    else:
+        producer = threading.Thread(target=produce_live, args=(client, seconds, stop), daemon=True)
+        producer.start()
+    query = build_query(spark, port, checkpoint, once).start()
+    shown = 0
+    try:
+        while query.isActive:
+            query.awaitTermination(2)
+            for message in client.tread("counts", shown, 1000):
+                show(message.decode())
+                shown += 1
+            if producer is not None and not producer.is_alive():
+                query.stop()
+    finally:
+        stop.set()
+    for message in client.tread("counts", shown, 100_000):
+        show(message.decode())
+    client.close()
+    return query.exception() is None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=6379)
+    parser.add_argument("--once", action="store_true", help="past events, Trigger.AvailableNow")
+    parser.add_argument("--events", type=int, default=5000, help="events for --once")
+    parser.add_argument("--seconds", type=float, default=30, help="how long to produce live")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: new)")
+    args = parser.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    from rcp11.spark import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with server(args.port) as port:
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("rcp11-example")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="rcp11-example-checkpoint-")
+        ok = run_pipeline(
+            spark, port, checkpoint, args.once, args.events, args.seconds, show=print_flush
+        )
+        spark.stop()
+        return 0 if ok else 1
+
+
+def print_flush(line: str) -> None:
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

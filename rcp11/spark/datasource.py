@@ -1,0 +1,77 @@
+"""The "rcp11" data source class that Spark instantiates.
+
+Spark builds it when a DataFrame is defined (``load()``, ``save()``,
+``start()``) and pickles it to its Python workers. Its constructor checks
+every option (names and values), so a typo fails at ``load()`` with the list
+of known options instead of at the first action. What depends on the side
+(read or write) is checked when Spark asks for a reader or writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+from rcp11 import errors
+from rcp11.spark.columns import SCHEMA
+from rcp11.spark.options import (
+    OPTIONS,
+    OptionError,
+    check_all,
+    parse_read_options,
+    parse_write_options,
+)
+from rcp11.spark.sink import BatchWriter, StreamWriter
+from rcp11.spark.source import BatchReader, StreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+NAME = "rcp11"
+
+
+def _check_side(options: Mapping[str, str], side: str) -> None:
+    """Options of the other side are an error, not silently ignored (a
+    writer's 'subscribe' or a reader's 'stream' is always a mistake)."""
+    for name in options:
+        for doc in OPTIONS:
+            if doc.name.lower() != name.lower():
+                continue
+            if side == "write" and doc.applies in ("read", "batch read", "streaming read"):
+                raise OptionError(errors.spark_option_scope(doc.name, "writes", "reads"))
+            if side == "read" and doc.applies == "write":
+                raise OptionError(errors.spark_option_scope(doc.name, "reads", "writes"))
+
+
+class RCP11DataSource(DataSource):
+    """``spark.read.format("rcp11")`` / ``readStream`` / ``write`` /
+    ``writeStream``. Options, schema and guarantees: docs/SPARK.md."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        check_all(self.options)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> BatchReader:
+        _check_side(self.options, "read")
+        return BatchReader(parse_read_options(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> StreamReader:
+        _check_side(self.options, "read")
+        return StreamReader(parse_read_options(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        _check_side(self.options, "write")
+        return BatchWriter(parse_write_options(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        _check_side(self.options, "write")
+        return StreamWriter(parse_write_options(self.options), schema, overwrite)

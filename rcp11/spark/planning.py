@@ -1,0 +1,201 @@
+"""Planning reads: which streams a subscription covers (SCAN ... TYPE for
+a pattern), their bounds, what the offsets options resolve to, and how
+offset ranges become Spark partitions. Runs on the driver; reads the
+server, changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+from pyspark.sql.datasource import InputPartition
+
+from rcp11 import errors
+from rcp11.spark.commit import PREFIX
+from rcp11.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, Subscription
+
+if TYPE_CHECKING:
+    from rcp11.client import Client
+
+log = logging.getLogger("rcp11.spark")
+
+# The names TYPE gives our streams: "stream" today, "rcp11-log" (the name of
+# the Redis module's data type) soon. SCAN ... TYPE asks for both.
+STREAM_TYPE_NAMES = ("rcp11-log", "stream")
+SCAN_COUNT = 1000
+# The sink's staging streams and bookkeeping keys: never a pattern's match.
+INTERNAL_PREFIX = PREFIX.encode()
+
+
+@dataclass(frozen=True)
+class Bounds:
+    first: int  # oldest readable offset (== next when nothing is readable)
+    next: int
+
+
+@dataclass(frozen=True)
+class ReadRange(InputPartition):
+    """Offsets [start, end) of one stream. Offsets below ``floor`` are not
+    needed (a range that starts at "earliest"), so their eviction is no loss."""
+
+    stream: str
+    start: int
+    end: int
+    floor: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+# ---------------------------------------------------------------------------
+# Which streams exist, and their bounds
+# ---------------------------------------------------------------------------
+
+
+def scan_streams(client: Client, pattern: str, type_names: Sequence[str]) -> list[str]:
+    """Keys matching a glob whose TYPE is one of type_names (SCAN ... TYPE)."""
+    found: dict[str, None] = {}
+    for type_name in type_names:
+        for key in client.scan_iter(match=pattern, count=SCAN_COUNT, _type=type_name):
+            if key.startswith(INTERNAL_PREFIX):
+                continue
+            try:
+                found[key.decode("utf-8")] = None
+            except UnicodeDecodeError:
+                log.warning("rcp11: skipping stream %r: its name is not UTF-8", key)
+    return sorted(found)
+
+
+def fetch_bounds(client: Client, streams: Sequence[str], strict: bool) -> dict[str, Bounds]:
+    """Bounds of each stream with one pipelined round trip. A missing stream
+    is empty at 0. A key of another type is an error when the user named it
+    (strict), else (found by a pattern) skipped."""
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.execute_command("TREAD", stream, 0, 0, "WITHINFO")
+    replies = pipe.execute(raise_on_error=False)
+    bounds = {}
+    for stream, reply in zip(streams, replies, strict=True):
+        if isinstance(reply, redis.ResponseError):
+            if "WRONGTYPE" in str(reply) and not strict:
+                continue
+            if "WRONGTYPE" in str(reply):
+                raise OptionError(errors.spark_not_a_stream(stream))
+            raise reply
+        bounds[stream] = Bounds(reply.first_offset, reply.next_offset)
+    return bounds
+
+
+class Catalog:
+    """Resolves a subscription to streams and bounds. For a pattern it
+    remembers which TYPE name the server uses once one has matched, so later
+    micro-batches scan once instead of twice."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self.type_names: tuple[str, ...] = STREAM_TYPE_NAMES
+
+    def bounds(self, client: Client) -> dict[str, Bounds]:
+        pattern = self.subscription.pattern
+        if pattern is None:
+            return fetch_bounds(client, self.subscription.names, strict=True)
+        for type_name in self.type_names:
+            bounds = fetch_bounds(client, scan_streams(client, pattern, (type_name,)), False)
+            if bounds:
+                self.type_names = (type_name,)
+                return bounds
+        return {}
+
+
+# ---------------------------------------------------------------------------
+# Offsets options -> positions
+# ---------------------------------------------------------------------------
+
+
+def resolve_positions(
+    name: str, spec: OffsetSpec, bounds: Mapping[str, Bounds], pattern: bool
+) -> dict[str, int]:
+    """Per-stream offsets for startingOffsets / endingOffsets. A JSON object
+    must name exactly the streams read (Kafka's rule); with a pattern,
+    matching streams it does not name start at earliest."""
+    if spec.word is not None:
+        word = EARLIEST if spec.word == "earliest" else LATEST
+        given = dict.fromkeys(bounds, word)
+    else:
+        given = spec.as_dict()
+        missing = sorted(set(bounds) - set(given))
+        extra = sorted(set(given) - set(bounds))
+        if pattern:
+            missing = []
+            for stream in set(bounds) - set(given):
+                given[stream] = EARLIEST
+        if missing or extra:
+            raise OptionError(errors.spark_offsets_streams(name, missing, extra))
+    positions = {}
+    for stream, offset in given.items():
+        if offset == EARLIEST:
+            positions[stream] = bounds[stream].first
+        elif offset == LATEST:
+            positions[stream] = bounds[stream].next
+        elif name == "startingOffsets" and offset > bounds[stream].next:
+            # Not data loss (nothing was read yet): a mistake in the option.
+            raise OptionError(errors.spark_offset_beyond(stream, offset, bounds[stream].next))
+        else:
+            positions[stream] = offset
+    return positions
+
+
+# ---------------------------------------------------------------------------
+# Planning partitions
+# ---------------------------------------------------------------------------
+
+
+def share(limit: int, backlog: Mapping[str, int]) -> dict[str, int]:
+    """Split ``limit`` offsets across streams in proportion to their backlog
+    (largest remainder, ties by name), never more than a stream has."""
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(backlog)
+    quotas = {stream: limit * size / total for stream, size in backlog.items()}
+    taken = {stream: min(backlog[stream], math.floor(q)) for stream, q in quotas.items()}
+    left = limit - sum(taken.values())
+    by_remainder = sorted(quotas, key=lambda s: (-(quotas[s] - math.floor(quotas[s])), s))
+    for stream in by_remainder:
+        if left <= 0:
+            break
+        if taken[stream] < backlog[stream]:
+            taken[stream] += 1
+            left -= 1
+    return taken
+
+
+def split_ranges(
+    ranges: Sequence[ReadRange], min_partitions: int | None, max_records: int | None
+) -> list[ReadRange]:
+    """One Spark partition per stream range (Kafka's default), split so no
+    piece has more than max_records offsets and, with min_partitions, so
+    there are at least that many pieces (bigger ranges get more)."""
+    ranges = [r for r in ranges if r.size > 0]
+    pieces = [1] * len(ranges)
+    if max_records:
+        pieces = [max(1, math.ceil(r.size / max_records)) for r in ranges]
+    if min_partitions and sum(pieces) < min_partitions and ranges:
+        wanted = share(min_partitions, {str(i): r.size for i, r in enumerate(ranges)})
+        scaled = {int(i): n for i, n in wanted.items()}
+        pieces = [max(p, scaled.get(i, 0), 1) for i, p in enumerate(pieces)]
+    out = []
+    for r, count in zip(ranges, pieces, strict=True):
+        count = min(count, r.size)
+        base, extra = divmod(r.size, count)
+        position = r.start
+        for index in range(count):
+            size = base + (1 if index < extra else 0)
+            out.append(ReadRange(r.stream, position, position + size, r.floor))
+            position += size
+    return out

@@ -1,0 +1,72 @@
+"""The Spark driver test_spark_recovery.py kills: copies stream ``src`` into
+``dst`` with the rcp11 source and sink, micro-batch by micro-batch.
+
+    python spark_copy_driver.py PORT CHECKPOINT
+
+runs until killed, each micro-batch taking a while so that a kill -9 lands
+in the middle of one. ``start_copy`` is the same query for the restart.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def start_copy(spark: Any, port: int, checkpoint: str, slow: bool) -> Any:
+    """Start the copy query; ``slow`` paces it and never stops, otherwise it
+    copies what is there (Trigger.AvailableNow)."""
+
+    def pace(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            if slow:
+                time.sleep(0.1)  # a long micro-batch, so the kill lands inside one
+            yield batch
+
+    source = (
+        spark.readStream.format("rcp11")
+        .option("port", port)
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 3000)
+        .option("minPartitions", 2)
+        .load()
+    )
+    writer = (
+        source.select("value")
+        .mapInArrow(pace, "value binary")
+        .writeStream.format("rcp11")
+        .option("port", port)
+        .option("stream", "dst")
+        .option("batchSize", 100)
+        .option("checkpointLocation", checkpoint)
+    )
+    return (writer if slow else writer.trigger(availableNow=True)).start()
+
+
+def main(port: int, checkpoint: str) -> int:
+    from pyspark.sql import SparkSession
+
+    from rcp11.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rcp11-copy")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    start_copy(spark, port, checkpoint, slow=True).awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]), sys.argv[2]))
