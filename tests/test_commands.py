@@ -124,6 +124,7 @@ def test_select_only_db_zero(shared_client_resp: redis.Redis) -> None:
         shared_client_resp.execute_command("SELECT", 1)
 
 
+@pytest.mark.slow
 def test_hello_reply_fields_and_protocol_switch(shared_server: ServerProcess) -> None:
     cl = shared_server.client(protocol=2)
     reply = cl.execute_command("HELLO", 3, "SETNAME", "me")

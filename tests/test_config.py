@@ -255,6 +255,7 @@ def test_config_set_stream_directives_apply_to_existing_streams(shared_client: r
         shared_client.config_set("stream-compression", "no")
 
 
+@pytest.mark.slow
 def test_restart_with_new_stream_directives_applies_to_loaded_streams(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -317,6 +318,7 @@ def test_unixsocket_with_unixsocketperm(server_factory, tmp_path: Path) -> None:
     client.close()
 
 
+@pytest.mark.slow
 def test_config_set_port_moves_the_listener_like_redis7(server_factory: Any) -> None:
     srv = server_factory()
     admin = srv.client()
@@ -352,6 +354,7 @@ def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path:
         assert out.stdout.strip() == "via unix"
 
 
+@pytest.mark.slow
 def test_tcp_keepalive_is_set_on_client_sockets(server_factory: Any) -> None:
     if not have("ss"):
         pytest.skip("ss (iproute2) is not installed")
@@ -384,6 +387,7 @@ def test_maxmemory_refuses_writes_with_oom(shared_client: redis.Redis) -> None:
     assert shared_client.execute_command("TWRITE", "s", "y") == 0
 
 
+@pytest.mark.slow
 def test_maxmemory_counts_the_clients_too(server_factory: Any) -> None:
     # As in redis-server, an empty server is not at zero bytes: `maxmemory 1`
     # refuses the very first write.

@@ -20,6 +20,7 @@ from conftest import (
 )
 
 
+@pytest.mark.slow
 def test_config_file_forms_like_redis(server_factory: Any, tmp_path: Path) -> None:
     port = free_port()
     conf = tmp_path / "my.conf"
@@ -39,6 +40,7 @@ def test_config_file_forms_like_redis(server_factory: Any, tmp_path: Path) -> No
     assert cl.info("server")["config_file"] == str(conf)
 
 
+@pytest.mark.slow
 def test_shipped_redis_conf_as_is(server_factory: Any, tmp_path: Path) -> None:
     port = free_port()
     conf = tmp_path / "redis.conf"
@@ -63,6 +65,7 @@ def test_shipped_redis_conf_as_is(server_factory: Any, tmp_path: Path) -> None:
     assert (tmp_path / "appendonly.aof").exists() or list(tmp_path.rglob("appendonly.aof*"))
 
 
+@pytest.mark.slow
 def test_multi_word_directive_values_on_the_command_line(
     server_factory: Any, tmp_path: Path
 ) -> None:
@@ -101,6 +104,7 @@ def test_bad_config_file_exits_naming_the_line(tmp_path: Path) -> None:
     assert "appendfsync sometimes" in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_argument_exits(tmp_path: Path) -> None:
     result = run_server("--port", "notaport")
     assert result.returncode != 0

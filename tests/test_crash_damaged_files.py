@@ -356,6 +356,7 @@ def test_torn_aof_tail(server_factory, truncated: str) -> None:
     assert read_all(srv.client(), "s")[-1] == b"after"
 
 
+@pytest.mark.slow
 def test_corrupt_snapshot_refuses_to_start(server_factory) -> None:
     srv = server_factory(start=False)
     (srv.dir / "dump.rcp").write_bytes(b"this is not a snapshot at all" * 10)
@@ -372,6 +373,7 @@ def _start_fails(srv: ServerProcess) -> str:
     return output
 
 
+@pytest.mark.slow
 def test_truncated_snapshot_is_refused_by_name(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -400,11 +402,13 @@ def _aof_with_damage(server_factory: Any, damage: str, **directives: Any) -> Ser
     return srv
 
 
+@pytest.mark.slow
 def test_aof_corrupt_in_the_middle_is_refused_by_name(server_factory: Any) -> None:
     srv = _aof_with_damage(server_factory, "middle")
     assert "appendonly.aof" in _start_fails(srv)
 
 
+@pytest.mark.slow
 def test_aof_load_truncated_no_refuses_a_torn_tail(server_factory: Any) -> None:
     srv = _aof_with_damage(server_factory, "tail", aof_load_truncated="no")
     assert "appendonly.aof" in _start_fails(srv)

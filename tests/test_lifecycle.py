@@ -174,6 +174,7 @@ def test_config_set_dir_into_a_directory_in_use_is_refused(server_factory) -> No
 # ---------------------------------------------------------- the command line
 
 
+@pytest.mark.slow
 def test_help_and_version() -> None:
     result = run_server("--help")
     assert result.returncode == 0
@@ -193,6 +194,7 @@ def test_console_script() -> None:
     assert result.stdout.startswith("rcp11 server v=")
 
 
+@pytest.mark.slow
 def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None:
     result = run_server("--port", str(shared_server.port), "--save", "", "--dir", str(tmp_path))
     assert result.returncode == 1
@@ -242,6 +244,7 @@ def test_shutdown_nosave_stops_the_server(server_factory: Any) -> None:
     assert srv.proc.wait(20) == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_blocked_clients_saves_and_exits(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -318,6 +321,7 @@ def _alive_not_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
     port = free_port()
     pidfile, logfile = tmp_path / "rcp11.pid", tmp_path / "rcp11.log"
@@ -344,6 +348,7 @@ def test_daemonize_writes_pidfile_and_logfile(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_loglevel_warning_keeps_notices_out_of_the_logfile(
     server_factory: Any, shared_server: ServerProcess
 ) -> None:

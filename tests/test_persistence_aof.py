@@ -48,6 +48,7 @@ def test_del_resets_stream_across_restart(server_factory) -> None:
     assert twrite_entries(client, "s", b"new") == 0
 
 
+@pytest.mark.slow
 def test_aof_replays_every_kind_of_write(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes")
     cl = srv.client()
@@ -124,6 +125,7 @@ def test_bgrewriteaof_while_writing_keeps_everything(server_factory) -> None:
     assert_same_after_kill9(before, dataset(srv.client()))
 
 
+@pytest.mark.slow
 def test_bgrewriteaof_then_more_writes_then_kill9(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", stream_node_max_entries=100)
     cl = srv.client()
@@ -153,6 +155,7 @@ def test_bgrewriteaof_then_more_writes_then_kill9(server_factory: Any) -> None:
     assert tw(cl, "s", "n") > 1000
 
 
+@pytest.mark.slow
 def test_auto_aof_rewrite_kicks_in(server_factory: Any) -> None:
     srv = server_factory(
         appendonly="yes", auto_aof_rewrite_min_size="64kb", auto_aof_rewrite_percentage=100
@@ -224,6 +227,7 @@ def test_config_set_appendonly_yes_at_runtime(server_factory) -> None:
     assert_same_after_kill9(before, dataset(srv.client()))
 
 
+@pytest.mark.slow
 def test_config_set_appendonly_yes_at_runtime_then_kill9(server_factory: Any) -> None:
     srv = server_factory()
     cl = srv.client()

@@ -67,6 +67,7 @@ def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
     assert not [n for n in names if n.startswith("temp-")]
 
 
+@pytest.mark.slow
 def test_info_persistence_fields(server_factory) -> None:
     srv = server_factory(appendonly="yes")
     info = srv.client().info("persistence")
@@ -100,6 +101,7 @@ def test_save_rule_triggers_a_snapshot(server_factory: Any) -> None:
     assert tr(srv.client(), "s", 0, 5, "WITHINFO") == [[0, 1, 0, 2], b"a", b"b"]
 
 
+@pytest.mark.slow
 def test_bgsave_then_kill9(server_factory: Any) -> None:
     srv = server_factory(save="3600 1")
     cl = srv.client()
@@ -120,6 +122,7 @@ def test_bgsave_then_kill9(server_factory: Any) -> None:
     assert tw(cl, "s", "n") == 1000
 
 
+@pytest.mark.slow
 def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
@@ -131,6 +134,7 @@ def test_bgsave_schedule_during_aof_rewrite(server_factory: Any) -> None:
     wait_for(lambda: (srv.dir / "dump.rcp").exists())
 
 
+@pytest.mark.slow
 def test_failed_snapshot_refuses_writes_with_misconf_until_a_save_works(
     server_factory: Any, tmp_path: Path
 ) -> None:
@@ -227,6 +231,7 @@ def test_snapshot_keeps_fully_evicted_stream_ttls_and_binary_data(server_factory
     assert tr(cl, b"", 0, 1) == [b"empty key"]
 
 
+@pytest.mark.slow
 def test_snapshot_from_aof_mode_loads_exactly_without_aof(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", save="3600 1")
     cl = srv.client()
@@ -340,6 +345,7 @@ def test_shutdown_while_bgsave_runs_saves_everything(server_factory: Any) -> Non
 # -------------------------------------------------- file names and directory
 
 
+@pytest.mark.slow
 def test_dbfilename_and_appendfilename_are_used(server_factory: Any) -> None:
     srv = server_factory(appendonly="yes", appendfilename="my.aof", dbfilename="snap.db")
     cl = srv.client()

@@ -346,6 +346,7 @@ def test_idle_timeout(server_factory) -> None:
     assert idle.closed(timeout=6)
 
 
+@pytest.mark.slow
 def test_maxclients_refuses_the_extra_client(server_factory: Any) -> None:
     srv = server_factory(maxclients=3)
     held = [srv.raw() for _ in range(3)]

@@ -100,6 +100,7 @@ def test_config_set_port_0_with_a_unixsocket_keeps_that_way_in(
 # ----------------------------------------------------------------- passwords
 
 
+@pytest.mark.slow
 def test_requirepass_noauth(server_factory: Any) -> None:
     srv = server_factory(requirepass="pw")
     out = exchange(srv.port, b"TWRITE s x\r\nPING\r\nAUTH pw\r\nPING\r\n", lines=4)
@@ -245,6 +246,7 @@ def test_default_bind_is_loopback_only(shared_server: ServerProcess) -> None:
         socket.create_connection((ip, shared_server.port), timeout=2).close()
 
 
+@pytest.mark.slow
 def test_protected_mode_denies_outside_clients_without_password(server_factory: Any) -> None:
     ip = _non_loopback_ip()
     srv = server_factory(bind="* -::*")

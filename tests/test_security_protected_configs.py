@@ -77,6 +77,7 @@ def test_a_refused_directive_refuses_the_whole_set() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_issue_reproduction_writes_nothing_elsewhere(server_factory, tmp_path: Path) -> None:
     srv = server_factory()
     client = srv.client()
@@ -109,6 +110,7 @@ def test_redis_cli_gets_redis_error_text(server_factory) -> None:
     assert done.stdout.strip() == protected_error("dir")
 
 
+@pytest.mark.slow
 def test_enabled_protected_configs_allow_moving_the_snapshot(
     server_factory, tmp_path: Path
 ) -> None:
@@ -128,6 +130,7 @@ def _raw_command(port: int, source: str, *args: bytes) -> bytes:
         return raw.read_until(b"\r\n")
 
 
+@pytest.mark.slow
 def test_local_mode_allows_loopback_and_unix_socket_only(server_factory, tmp_path: Path) -> None:
     sock_path = tmp_path / "rcp11.sock"
     srv = server_factory(

@@ -178,6 +178,7 @@ def test_twrite_entries_without_entry_is_an_error(shared_client_resp: redis.Redi
     assert shared_client_resp.exists("s") == 0
 
 
+@pytest.mark.slow
 def test_backlog_bounded_stream_keeps_memory_bounded(server_factory: Any) -> None:
     srv = server_factory(stream_node_max_entries=100)
     cl = srv.client()

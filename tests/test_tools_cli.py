@@ -73,6 +73,7 @@ def test_help_describes_each_command(command: list[str], expected: list[bytes]) 
         assert word in result.stdout
 
 
+@pytest.mark.slow
 def test_bad_usage_exits_2_with_a_message() -> None:
     result = rcp11("consume")
     assert result.returncode == 2
@@ -88,6 +89,7 @@ def test_bad_usage_exits_2_with_a_message() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_produce_stdin_then_consume_to_stdout(rcp11_client: Client, port: str) -> None:
     lines = [b"alpha", b"", "gr\u00fc\u00df".encode(), b"tab\there", b"last without newline"]
     produced = rcp11("-p", port, "produce", "events", input=b"\n".join(lines))
@@ -100,6 +102,7 @@ def test_produce_stdin_then_consume_to_stdout(rcp11_client: Client, port: str) -
     assert consumed.stdout == b"".join(line + b"\n" for line in lines)
 
 
+@pytest.mark.slow
 def test_produce_many_lines_in_small_batches_keeps_order(rcp11_client: Client, port: str) -> None:
     data = b"".join(b"%d\n" % i for i in range(5000))
     produced = rcp11("-p", port, "produce", "big", "--batch", "7", input=data)
@@ -120,6 +123,7 @@ def test_produce_appends_after_existing_offsets_and_honours_backlog(
     assert (info.first_offset, info.last_offset) == (3, 5)
 
 
+@pytest.mark.slow
 def test_produce_null_separated_messages_may_contain_newlines(
     rcp11_client: Client, port: str
 ) -> None:
@@ -151,6 +155,7 @@ def test_consume_skips_evicted_messages(rcp11_client: Client, port: str) -> None
     assert rcp11("-p", port, "consume", "s", "--offsets").stdout == b"4\tm4\n5\tm5\n"
 
 
+@pytest.mark.slow
 def test_consume_group_members_share_the_stream(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", *[b"m%d" % i for i in range(5)])
     first = rcp11("-p", port, "consume", "s", "--group", "s:g", "--count", "3")
@@ -160,6 +165,7 @@ def test_consume_group_members_share_the_stream(rcp11_client: Client, port: str)
     assert rcp11_client.get("s:g") == b"5"
 
 
+@pytest.mark.slow
 def test_consume_groupnew_with_block_gets_messages_written_later(
     rcp11_client: Client, port: str
 ) -> None:
@@ -181,6 +187,7 @@ def test_consume_groupnew_with_block_gets_messages_written_later(
     assert out == b"after1\nafter2\n"
 
 
+@pytest.mark.slow
 def test_consume_block_exits_after_waiting_in_vain(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", b"only")
     result = rcp11("-p", port, "consume", "s", "--block", "100")
@@ -218,6 +225,7 @@ def test_consume_follow_streams_until_interrupted(rcp11_client: Client, port: st
     assert b"Traceback" not in err
 
 
+@pytest.mark.slow
 def test_consume_into_a_closed_pipe_is_quiet(rcp11_client: Client, port: str) -> None:
     rcp11_client.twrite("s", *[b"x" * 100] * 5000)
     pipeline = subprocess.run(
@@ -302,6 +310,7 @@ def test_server_going_away_mid_follow_is_explained(server_factory) -> None:
     assert b"Traceback" not in err
 
 
+@pytest.mark.slow
 def test_wrong_type_key_is_explained(rcp11_client: Client, port: str) -> None:
     rcp11_client.set("plain", "1")
     result = rcp11("-p", port, "consume", "plain")
@@ -376,6 +385,7 @@ def test_split_messages_joins_lines_across_chunks() -> None:
     assert list(split_messages(chunks, b"\n")) == [[b"abc"], [b"de", b""], [b"f"]]
 
 
+@pytest.mark.slow
 def test_cli_produce_consume_as_in_the_readme(
     shared_server: ServerProcess, shared_client: redis.Redis
 ) -> None:

@@ -44,6 +44,7 @@ def new_client(srv: ServerProcess, protocol: int = 2) -> Client:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_importing_client_loads_no_server_code_and_no_rcp11_c_extension() -> None:
     code = (
         "import sys, rcp11.client\n"
