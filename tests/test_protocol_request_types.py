@@ -206,7 +206,6 @@ def every_split(data: bytes, tail: int) -> list[list[bytes]]:
     return [[data]] + [[data[:i], data[i:]] for i in range(max(1, len(data) - tail), len(data))]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("name", "data"), CASES, ids=[c[0] for c in CASES])
 def test_parser_refuses_non_bulk_arguments_at_every_split(name: str, data: bytes) -> None:
     whole = take_all([data])
