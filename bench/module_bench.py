@@ -10,6 +10,8 @@ sides, so that one is robust against other load on a shared machine).
 Memory is `used_memory` growth (Redis's allocator, which the module uses)
 per 100-byte entry on a fresh server. BGSAVE and load are timed on the
 module's streams; replication catch-up is a full sync of a fresh replica.
+Retention is the worst PING of another client while the module's timer
+drops most of the data, beside the same server's PINGs at rest.
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import hiredis
+import numpy as np
+
 from bench.common import Context, Log, measure
+from bench.latency import _connect, _read_reply
 from bench.loadgen import Job
 from bench.redis_suite import _interleaved
 from bench.report import SuiteReport, Table, num
@@ -64,6 +71,7 @@ def run(ctx: Context) -> SuiteReport:
         ("memory", _memory),
         ("persistence", _persistence),
         ("replication", _replication),
+        ("retention", _retention),
     )
     for what, section in sections:
         try:
@@ -317,8 +325,9 @@ def _memory(ctx: Context, report: SuiteReport, log: Log) -> None:
         assert isinstance(usage, int)
         table.notes.append(
             f"MEMORY USAGE m: {usage / entries:.1f} bytes per entry (the core's own count); "
-            "the difference to used_memory is jemalloc's size-class rounding of the node "
-            "blobs."
+            "the difference to used_memory is jemalloc's size-class rounding; the module "
+            "caps each node's blob at a size class (src/module.c, rl_node_bytes_for), so "
+            "little is left of it."
         )
         log("  bytes per entry: " + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
     finally:
@@ -474,3 +483,88 @@ def _replication(ctx: Context, report: SuiteReport, log: Log) -> None:
     finally:
         ctx.pool.stop(replica)
         ctx.pool.stop(primary)
+
+
+# ---------------------------------------------------------------- retention
+
+
+def _pings(port: int, done: Callable[[], bool], min_seconds: float) -> np.ndarray:
+    """PING round trips (microseconds) on one connection, back to back,
+    until done() holds (asked every 20 PINGs) and min_seconds passed."""
+    sock = _connect(port)
+    reader = hiredis.Reader()
+    ping = encode_command(b"PING")
+    samples: list[float] = []
+    started = time.perf_counter()
+    try:
+        while True:
+            t0 = time.perf_counter()
+            sock.sendall(ping)
+            _read_reply(sock, reader)
+            samples.append((time.perf_counter() - t0) * 1e6)
+            if len(samples) % 20 == 0 and time.perf_counter() - started >= min_seconds and done():
+                return np.array(samples)
+    finally:
+        sock.close()
+
+
+def _retention(ctx: Context, report: SuiteReport, log: Log) -> None:
+    size = ctx.pick(1_000_000_000, 100_000_000, 10_000_000)
+    table = Table(
+        f"Retention dropping {size / 1e9:g} GB of 100-byte messages (16 streams) "
+        "while another client PINGs",
+        ["phase", "seconds", "PINGs", "p50 ms", "p99 ms", "worst ms", "dropped GB/s"],
+    )
+    table.notes.append(
+        "One redis-server with the module. At rest: PINGs for 2 s on the filled server "
+        "(0.3 s in smoke runs). "
+        "Dropping: `CONFIG SET rcp11.stream-retention-bytes 1`, then PINGs until the "
+        "module's timer has evicted all but each stream's active node (it frees at most "
+        "16 nodes per 10 ms tick). The worst PING is the latency spike a large expiry "
+        "causes; the ratio below compares it with the worst PING at rest."
+    )
+    report.tables.append(table)
+    srv = start_module_server(ctx)
+    try:
+        messages = _fill(srv, size)
+        log(f"retention: {num(messages)} messages written; PINGs at rest")
+        rest_seconds = ctx.pick(2.0, 2.0, 0.3)  # smoke: only that it runs
+        rest = _pings(srv.port, lambda: True, rest_seconds)
+        table.add(
+            "at rest",
+            f"{rest_seconds:.1f}",
+            num(len(rest)),
+            f"{np.percentile(rest, 50) / 1000:.3f}",
+            f"{np.percentile(rest, 99) / 1000:.3f}",
+            f"{rest.max() / 1000:.3f}",
+            "-",
+        )
+
+        def drained() -> bool:
+            left = int(_info_field(srv, b"rcp11", "rcp11_stream_payload_bytes"))
+            return left <= 16 * 100_000  # at most one node of 1000 messages per stream
+
+        started = time.perf_counter()
+        srv.call(b"CONFIG", b"SET", b"rcp11.stream-retention-bytes", b"1")
+        during = _pings(srv.port, drained, 0.0)
+        took = time.perf_counter() - started
+        dropped = int(_info_field(srv, b"rcp11", "rcp11_retention_evicted_bytes"))
+        table.add(
+            "dropping",
+            f"{took:.2f}",
+            num(len(during)),
+            f"{np.percentile(during, 50) / 1000:.3f}",
+            f"{np.percentile(during, 99) / 1000:.3f}",
+            f"{during.max() / 1000:.3f}",
+            f"{dropped / took / 1e9:.2f}",
+        )
+        table.notes.append(
+            f"Worst PING while dropping / at rest: {during.max() / rest.max():.2f}x "
+            f"({during.max() / 1000:.3f} vs {rest.max() / 1000:.3f} ms)."
+        )
+        report.data["retention_worst_ping_ms"] = float(during.max()) / 1000
+        report.data["retention_rest_worst_ping_ms"] = float(rest.max()) / 1000
+        report.data["retention_drop_gb_s"] = dropped / took / 1e9
+        log(f"  dropped {dropped / 1e9:.2f} GB in {took:.2f} s, worst PING {during.max():.0f} us")
+    finally:
+        ctx.pool.stop(srv)

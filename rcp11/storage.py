@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 8
+EXPECTED_ABI_VERSION = 9
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -281,6 +281,11 @@ class Stream:
         return lib.mn_max_entries(self._s)
 
     @property
+    def max_node_bytes(self) -> int:
+        """Cap on the message bytes of a node (0: none); see set_max_node_bytes."""
+        return lib.mn_max_node_bytes(self._s)
+
+    @property
     def compression_level(self) -> int:
         return lib.mn_compression_level(self._s)
 
@@ -498,6 +503,13 @@ class Stream:
             )
         _check(lib.mn_stream_set_max_entries(self._s, max_entries))
 
+    def set_max_node_bytes(self, max_bytes: int) -> None:
+        """Nodes filled from now on end before their messages pass max_bytes
+        (0: no cap, the default; a larger message goes alone into a node)."""
+        if not 0 <= max_bytes < 2**32:
+            raise InvalidArgumentError("max_bytes must be between 0 and 2^32-1", lib.MN_ERR_ARG)
+        _check(lib.mn_stream_set_max_node_bytes(self._s, max_bytes))
+
     def set_compression(self, level: int) -> None:
         """zlib level (0 = off): nodes sealed from now on, and existing ones
         gradually (one per node sealed, or compress_step())."""
@@ -582,6 +594,15 @@ class Stream:
             blob = _serialized(lib.mn_node_serialize, node)
             node = lib.mn_node_next(node)
             yield blob
+
+    def append_node_blob(self, blob: bytes) -> None:
+        """Append one node blob of dump() whole, at its own offsets (which
+        must start at or after next_offset): its messages keep their bytes,
+        compression and append times. CorruptDataError for a bad blob."""
+        self._version += 1
+        MUTATIONS.ticks += 1
+        _check(lib.mn_append_node_blob(self._s, ffi.from_buffer(blob), len(blob)))
+        self._next = lib.mn_next_offset(self._s)
 
     @classmethod
     def load(cls, blobs: Iterable[bytes], now_ms: int | None = None) -> Stream:

@@ -69,6 +69,22 @@
  * whose messages outgrow that grows geometrically; every node gives back
  * its slack when it is sealed or full.
  *
+ * A stream may also cap the bytes of a node (mn_stream_set_max_node_bytes,
+ * no cap by default): a node then ends at max_entries messages or before
+ * its messages pass the cap, whichever comes first, and no blob is sized
+ * ahead beyond the cap. The reason is the allocator. jemalloc (Redis's)
+ * rounds every request up to a size class, and above 64 KiB its classes
+ * are 16 KiB apart: 1000 messages of 100 bytes ask for 100,000 bytes and
+ * get 114,688, 15% more than they use, and Redis's used_memory counts it.
+ * With a cap equal to a size class -- the module picks the class below
+ * max_entries messages of the stream's average size: 96 KiB, 98,304 bytes,
+ * for 100-byte messages -- the node ends at 983 such messages, 98,300
+ * bytes, and fills its class.
+ * glibc's malloc (the Python server) has no such classes: no cap there.
+ *
+ *   max_entries 1000, no cap:   | 100,000 bytes used |14,688 slack| 112 KiB
+ *   cap 98,304:                 | 98,300 bytes used              |  96 KiB
+ *
  * COMPRESSION
  * ===========
  *
@@ -190,7 +206,12 @@
  *   - A node's raw blob plus its offset table plus the serialized frame fit
  *     in 4 GB - 1 (MN_NODE_BYTES_LIMIT), so a serialized node always fits a
  *     32-bit length.
- *   - Only sealed nodes (never the tail) are compressed.
+ *   - The core compresses only sealed nodes, never the tail, and appends
+ *     never go into a compressed node. A node appended whole
+ *     (mn_append_node_blob) may arrive compressed and stay the tail until
+ *     an append starts a node after it; then it is conformed like any.
+ *   - With a byte cap, every node started under it holds at most
+ *     max_node_bytes raw bytes, or one message.
  *   - With no scan pending, every sealed node has the form its rank asks
  *     for (see COMPRESSION), but for conforming that failed to allocate.
  *   - Times never decrease: within a node checkpoint k <= checkpoint k+1 <=
@@ -261,8 +282,15 @@
  * (the header's first offset says which ones are gone), so a loaded stream
  * is the same stream: same offsets, evictions, gaps and compressed nodes.
  * mn_validate_node_blob() checks a blob from disk before anything trusts it;
- * loading rejects nodes that overlap, pass the next offset, are entirely
- * evicted, or a compressed last node.
+ * loading rejects nodes that overlap, pass the next offset, or are entirely
+ * evicted.
+ *
+ * mn_append_node_blob() appends one such node blob to a live stream, whole
+ * and at its own offsets: a stream rebuilt from its node blobs one call at
+ * a time (the Redis module's AOF rewrite emits one command per node) gets
+ * back its offsets, bytes, compression and append times exactly; only a
+ * partially evicted first node needs an eviction afterwards, and an
+ * evicted tail a raised next offset.
  */
 
 #include "macronode.h"
@@ -439,6 +467,7 @@ struct mn_stream {
     mn_node *tail;           /* the active node */
     mn_cache *cache;         /* allocated on the first read of a compressed chunk */
     uint32_t max_entries;
+    uint32_t max_node_bytes; /* raw blob bytes a node may fill, 0 = no cap */
     uint8_t level;           /* levels in use (<= head_cap) */
     uint8_t head_cap;
     uint8_t compression;     /* zlib level for nodes sealed from now on */
@@ -574,9 +603,12 @@ static uint64_t mn_node_serialized_bytes(uint32_t count, uint64_t stored) {
 }
 
 /* Can a node holding `count` messages of `bytes` raw bytes take one more of
- * `len` bytes? Keeps every node serializable within a 32-bit length. */
-static int mn_node_fits(uint32_t max_entries, uint32_t count, uint64_t bytes, uint32_t len) {
-    if (count >= max_entries) return 0;
+ * `len` bytes? At most max_entries messages, at most the stream's
+ * max_node_bytes of them (an empty node takes any message), and always
+ * serializable within a 32-bit length. */
+static int mn_node_fits(const mn_stream *s, uint32_t count, uint64_t bytes, uint32_t len) {
+    if (count >= s->max_entries) return 0;
+    if (count > 0 && s->max_node_bytes && bytes + len > s->max_node_bytes) return 0;
     return mn_node_serialized_bytes(count + 1, bytes + len) <= MN_NODE_BYTES_LIMIT;
 }
 
@@ -1076,6 +1108,9 @@ static void mn_scan_step(mn_stream *s, uint64_t max_nodes) {
  * one node per node sealed. */
 static void mn_node_seal(mn_stream *s, mn_node *n) {
     mn_node_shrink(s, n);
+    /* A node appended whole may come compressed and be the last node until
+     * now: conform it from here on, at its rank. */
+    if (n->compressed) mn_scan_restart(s);
     if (s->boundary != NULL && mn_node_conform(s, s->boundary, s->depth)) return;
     mn_scan_step(s, 1);
 }
@@ -1149,6 +1184,16 @@ int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries) {
     return MN_OK;
 }
 
+int mn_stream_set_max_node_bytes(mn_stream *s, uint32_t max_bytes) {
+    if (s == NULL) return MN_ERR_ARG;
+    /* Like max_entries: a fuller last node keeps its messages, and the next
+     * append starts a new node. */
+    s->max_node_bytes = max_bytes;
+    return MN_OK;
+}
+
+uint32_t mn_max_node_bytes(const mn_stream *s) { return s->max_node_bytes; }
+
 uint64_t mn_next_offset(const mn_stream *s) { return s->next; }
 uint64_t mn_first_offset(const mn_stream *s) { return s->num_nodes ? s->first : s->next; }
 uint64_t mn_length(const mn_stream *s) { return s->length; }
@@ -1204,7 +1249,7 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
     if (tail != NULL && mn_node_end(tail) == s->next && !tail->compressed) {
         tcount = tail->count;
         tbytes = mn_node_raw_bytes(tail);
-        while (i < n && mn_node_fits(max, tcount, tbytes, lens[i])) {
+        while (i < n && mn_node_fits(s, tcount, tbytes, lens[i])) {
             tbytes += lens[i];
             tcount++;
             i++;
@@ -1228,6 +1273,7 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
             uint64_t cap = (uint64_t)tail->blob_cap + tail->blob_cap / 2;
             uint64_t projected = tbytes * max / tcount;
             projected += projected * MN_BLOB_PROJECTION_HEADROOM_PCT / 100;
+            if (s->max_node_bytes && projected > s->max_node_bytes) projected = s->max_node_bytes;
             if (cap > projected) cap = projected;
             if (cap < tbytes || tcount == max) cap = tbytes;
             if (cap > MN_NODE_BYTES_LIMIT) cap = tbytes;
@@ -1244,7 +1290,7 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
     while (i < n) {
         uint32_t count = 0;
         uint64_t bytes = 0;
-        while (i < n && mn_node_fits(max, count, bytes, lens[i])) {
+        while (i < n && mn_node_fits(s, count, bytes, lens[i])) {
             bytes += lens[i];
             count++;
             i++;
@@ -1260,6 +1306,7 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
              * size now (see MN_BLOB_PREDICT_HEADROOM_PERMILLE). */
             uint64_t predicted = prev_bytes * max / prev_count;
             predicted += predicted * MN_BLOB_PREDICT_HEADROOM_PERMILLE / 1000;
+            if (s->max_node_bytes && predicted > s->max_node_bytes) predicted = s->max_node_bytes;
             if (predicted > blob_cap && mn_node_serialized_bytes(max, predicted) <= MN_NODE_BYTES_LIMIT)
                 blob_cap = predicted;
         }
@@ -1586,6 +1633,8 @@ static int mn_concat_fits_tail(const mn_stream *dst, const mn_stream *src) {
     const mn_node *tail = dst->tail;
     if (tail == NULL || tail->compressed || mn_node_end(tail) != dst->next) return 0;
     if (src->length > (uint64_t)dst->max_entries - tail->count || tail->count >= dst->max_entries)
+        return 0;
+    if (dst->max_node_bytes && (uint64_t)mn_node_raw_bytes(tail) + src->payload > dst->max_node_bytes)
         return 0;
     return mn_node_serialized_bytes(tail->count + (uint32_t)src->length,
                                     (uint64_t)mn_node_raw_bytes(tail) + src->payload) <=
@@ -2096,6 +2145,33 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
     return s;
 }
 
+/* A node built from a checked blob, unlinked, with room in the head for its
+ * level; times below `floor` are raised to it, and a version 2 blob's
+ * messages get the stream's clock. NULL when an allocation failed (nothing
+ * changed but, possibly, the head's capacity). */
+static mn_node *mn_node_from_view(mn_stream *s, const mn_node_view *v, int64_t floor) {
+    uint8_t level = mn_random_level(s);
+    if (mn_head_reserve(s, level) != MN_OK) return NULL;
+    mn_node *n = mn_node_alloc(s, level, v->count, v->stored);
+    if (n == NULL) return NULL;
+    n->first = v->first;
+    n->count = v->count;
+    n->compressed = (uint8_t)v->compressed;
+    /* A version 2 blob does not say which level compressed it. */
+    if (v->compressed && v->zlevel == 0) n->zlevel = s->compression ? s->compression : MN_V2_ZLEVEL;
+    else n->zlevel = v->zlevel;
+    for (uint32_t i = 0; i < v->count; i++) n->ends[i] = mn_get_u32le(v->table + 4 * (size_t)i);
+    int64_t *times = mn_node_times(n);
+    for (uint32_t k = 0; k < mn_times_for(v->count); k++) {
+        int64_t t = v->times != NULL ? mn_view_time(v, k) : s->clock;
+        times[k] = t > floor ? t : floor;
+    }
+    int64_t last = v->times != NULL ? v->last_ms : s->clock;
+    n->last_ms = last > floor ? last : floor;
+    if (v->stored) memcpy(n->blob, v->blob, v->stored);
+    return n;
+}
+
 int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     mn_node_view v;
     int rc = mn_parse_node_blob(blob, len, &v);
@@ -2115,22 +2191,8 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
         int64_t after = s->tail != NULL ? s->tail->last_ms : 0;
         if (mn_view_time(&v, 0) < after || v.last_ms > s->clock) return MN_ERR_CORRUPT;
     }
-    uint8_t level = mn_random_level(s);
-    if (mn_head_reserve(s, level) != MN_OK) return MN_ERR_NOMEM;
-    mn_node *n = mn_node_alloc(s, level, v.count, v.stored);
+    mn_node *n = mn_node_from_view(s, &v, 0);
     if (n == NULL) return MN_ERR_NOMEM;
-    n->first = v.first;
-    n->count = v.count;
-    n->compressed = (uint8_t)v.compressed;
-    /* A version 2 blob does not say which level compressed it. */
-    if (v.compressed && v.zlevel == 0) n->zlevel = s->compression ? s->compression : MN_V2_ZLEVEL;
-    else n->zlevel = v.zlevel;
-    for (uint32_t i = 0; i < v.count; i++) n->ends[i] = mn_get_u32le(v.table + 4 * (size_t)i);
-    int64_t *times = mn_node_times(n);
-    for (uint32_t k = 0; k < mn_times_for(v.count); k++)
-        times[k] = v.times != NULL ? mn_view_time(&v, k) : s->clock;
-    n->last_ms = v.times != NULL ? v.last_ms : s->clock;
-    if (v.stored) memcpy(n->blob, v.blob, v.stored);
     mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
     mn_tail_slots(s, slot);
     mn_link_tail(s, n, slot);
@@ -2142,9 +2204,34 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
 
 int mn_load_finish(mn_stream *s) {
     if (s->num_nodes != s->load_expected) return MN_ERR_CORRUPT;
-    if (s->tail != NULL && s->tail->compressed) return MN_ERR_CORRUPT;
     s->load_expected = 0;
     /* The nodes are as they were saved, under the settings of then. */
+    mn_scan_restart(s);
+    return MN_OK;
+}
+
+int mn_append_node_blob(mn_stream *s, const char *blob, size_t len) {
+    if (s == NULL || s->load_expected) return MN_ERR_ARG;
+    mn_node_view v;
+    int rc = mn_parse_node_blob(blob, len, &v);
+    if (rc != MN_OK) return rc;
+    if (v.version != MN_FORMAT_VERSION) return MN_ERR_CORRUPT;
+    if (v.first < s->next) return MN_ERR_ARG; /* v.first + count <= 2^63: parsed */
+    mn_node *n = mn_node_from_view(s, &v, s->clock);
+    if (n == NULL) return MN_ERR_NOMEM;
+    /* Linked like a node a concatenation moves: the old active node gives
+     * back its slack (no compression work now: the scan below conforms
+     * every node at the rank it has once the caller is done appending). */
+    mn_node *old_tail = s->tail;
+    mn_node **slot[MN_SKIPLIST_MAX_LEVEL];
+    mn_tail_slots(s, slot);
+    mn_link_tail(s, n, slot);
+    if (old_tail != NULL) mn_node_shrink(s, old_tail);
+    if (s->num_nodes == 1) s->first = v.first;
+    s->next = v.first + v.count;
+    s->length += v.count;
+    s->payload += v.raw_len;
+    if (n->last_ms > s->clock) s->clock = n->last_ms;
     mn_scan_restart(s);
     return MN_OK;
 }

@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 8
+#define MN_ABI_VERSION 9
 
 /* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
  * write. Loading also accepts the versions listed in macronode.c. */
@@ -129,6 +129,17 @@ int mn_compress_pending(const mn_stream *s);
 /* Messages per node for nodes filled from now on (1..MN_MAX_MAX_ENTRIES);
  * nodes already holding more keep them. */
 int mn_stream_set_max_entries(mn_stream *s, uint32_t max_entries);
+/* A cap on a node's raw blob, like Redis's stream-node-max-bytes: a node
+ * takes no message that would bring its messages past max_bytes bytes (a
+ * larger message goes alone into a node of its own), and a node started
+ * after another one is never allocated a larger blob than that. 0, the
+ * default, is no cap (nodes end at max_entries). For nodes filled from now
+ * on; not saved with the stream (the caller sets it again after a load).
+ * Set to an allocator size class (a Redis module: jemalloc's), it makes
+ * node blobs fill their allocation instead of being rounded up to the next
+ * class (see MN_BLOB_PREDICT_HEADROOM_PERMILLE in macronode.c). */
+int mn_stream_set_max_node_bytes(mn_stream *s, uint32_t max_bytes);
+uint32_t mn_max_node_bytes(const mn_stream *s);
 
 /* Offsets. next: offset the next appended message gets (0 for a new stream).
  * first: oldest readable offset, equal to next when nothing is readable. */
@@ -278,6 +289,21 @@ int mn_validate_node_blob(const char *blob, size_t len);
 mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err);
 int mn_load_node(mn_stream *s, const char *blob, size_t len);
 int mn_load_finish(mn_stream *s);
+
+/* Append one node blob of the current format (as mn_node_serialize wrote
+ * it) to a live stream, whole: its messages keep their offsets, bytes,
+ * compression and append times (raised to the stream's clock where
+ * earlier), so a stream rebuilt node by node is the stream that was
+ * serialized -- how the Redis module's AOF rewrite keeps append times.
+ * The blob's first offset must be >= the stream's next offset (MN_ERR_ARG
+ * otherwise); the offsets in between read as null, and the next offset
+ * becomes the node's end. Every message of the node is readable: evict a
+ * prefix afterwards with mn_evict_upto. The node may arrive compressed and
+ * stay the last node; appends then start a new node after it. Existing
+ * nodes keep their form; a scan (mn_compress_step) conforms them all once
+ * the caller stops appending nodes. Validated like mn_load_node
+ * (MN_ERR_CORRUPT, nothing changed); MN_ERR_NOMEM changes nothing either. */
+int mn_append_node_blob(mn_stream *s, const char *blob, size_t len);
 
 /* CDEF-END */
 

@@ -12,6 +12,7 @@
  *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
+ *     TSEEK key unix-time-ms
  *
  * and a data type named "rcp11-log" (TYPE answers it). Redis then brings
  * what one process cannot: replicas, failover, Sentinel, Redis Cluster,
@@ -36,6 +37,7 @@
  *                 blocking getkeys-api              GROUPNEW: RW UPDATE
  *   tevict        write fast                     1: RW DELETE
  *   tconcat       write deny-oom                 1: RW INSERT; 2..: RW DELETE
+ *   tseek         readonly fast                  1: RO ACCESS
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
@@ -109,6 +111,7 @@
  *                                           only when something was evicted
  *   TREAD ... GROUP gk                      SET gk <new position>
  *   TCONCAT, RCP11.SKIPTO                   verbatim
+ *   retention (the timer, primary only)     TEVICT key <last evicted offset>
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Several commands replicated by
@@ -149,15 +152,55 @@
  * the restarted server hands their offsets out again; a failover loses what
  * the replica had not received, unless the writer waited with WAIT.
  *
+ * RETENTION AND COMPRESSION
+ * =========================
+ *
+ * rcp11.stream-retention-ms and rcp11.stream-retention-bytes (0: off) are
+ * applied by one module timer, the module's cron, never by a command:
+ *
+ *    tick (every RL_TICK_MS while a pass is under way, RL_IDLE_MS between)
+ *      |
+ *      v
+ *    RedisModule_Scan step over db 0, 1, ... (cursor kept across ticks)
+ *      |  for each stream met, while the tick's allowance lasts:
+ *      |    configs -> stream (level, depth, node size: O(1) setters)
+ *      |    mn_evict_older_than(now - retention-ms)   whole nodes, oldest
+ *      |    mn_evict_over_bytes(retention-bytes)      first, the core's
+ *      |    mn_compress_step                          conforming scan
+ *      |    cut? -> Replicate("TEVICT key <last evicted offset>")
+ *      v
+ *    allowance: RL_TICK_NODES nodes, ~RL_TICK_KEYS keys per tick
+ *
+ * So a large expiry is spread over many ticks of a few nodes each and no
+ * client waits behind it. A key met once the allowance is spent waits for
+ * the next pass, which starts at once when this one found work. Only a
+ * primary evicts (a replica, and a server loading its files, follow the
+ * logged cuts): every eviction reaches replicas and the AOF as an absolute
+ * TEVICT, wrapped with the tick's other cuts in MULTI/EXEC by Redis, so a
+ * replica and a replayed AOF end with the same streams whatever their
+ * clocks. Append times come from Redis's clock (RedisModule_Milliseconds)
+ * and travel with RDB blobs; messages replayed from AOF commands are
+ * appended at replay time, so age-based retention counts from then.
+ *
+ * The same pass finishes compression scans (a change of level or depth, a
+ * load, a TCONCAT), so configs also reach idle streams: rl_house.dirty asks
+ * for a pass even when no retention is set.
+ *
  * CONFIGS AND INFO
  * ================
  *
  * Module configs (CONFIG GET/SET, redis.conf, --rcp11.<name> on the command
  * line): rcp11.stream-node-max-entries (1000), rcp11.stream-compression
- * (no|zlib) and rcp11.stream-compression-level (6). They reach an existing
- * stream at its next write. INFO rcp11 shows a section "rcp11_streams" whose
+ * (no|zlib), rcp11.stream-compression-level (6),
+ * rcp11.stream-compression-depth (0), rcp11.stream-retention-ms (0) and
+ * rcp11.stream-retention-bytes (0, a memory value: "64mb"). They reach an
+ * existing stream at its next write or when the housekeeping pass comes
+ * by. INFO rcp11 shows a section "rcp11_streams" whose
  * fields are the Python server's INFO streams fields, prefixed "rcp11_" as
- * Redis prefixes module fields. The totals are kept as running sums: every
+ * Redis prefixes module fields, with the configs in force and what
+ * retention evicted (retention_evicted_messages, retention_evicted_bytes,
+ * retention_runs: ticks that evicted something, the contract's names).
+ * The totals are kept as running sums: every
  * command adds the difference it made to a stream (rl_account), and the free
  * callback, which Redis may run on its lazy-free thread, subtracts with
  * atomic operations.
@@ -202,6 +245,24 @@
  * buffers, large enough to make the per-command overhead negligible. */
 #define RL_AOF_BATCH_MESSAGES 1000
 #define RL_AOF_BATCH_BYTES (4 * 1024 * 1024)
+/* Housekeeping (see RETENTION AND COMPRESSION above): one module timer. While a pass over the keyspace is under way it
+ * ticks every RL_TICK_MS and each tick frees or compresses at most
+ * RL_TICK_NODES nodes and looks at no more than about RL_TICK_KEYS keys, so
+ * a tick costs tens of microseconds whatever the backlog: a 1 GB expiry of
+ * 1000-message nodes of 100 bytes is ~10,000 nodes, gone in ~6 s of 10 ms
+ * ticks, and no client waits on it. Between passes it ticks every
+ * RL_IDLE_MS, and starts a new pass only when there is work (a retention
+ * set, or a compression scan to finish). */
+#define RL_TICK_MS 10
+#define RL_IDLE_MS 100
+#define RL_TICK_NODES 16
+#define RL_TICK_KEYS 256
+/* Node byte caps (rl_node_bytes_for) apply between these sizes. Below 4
+ * KiB a node's rounding is a few bytes per message at most and a cap would
+ * only make nodes short; above 1 GiB a node is a handful of huge messages,
+ * each alone in its class whatever the cap. */
+#define RL_NODE_BYTES_MIN 4096
+#define RL_NODE_BYTES_MAX ((uint64_t)1 << 30)
 /* Error messages quote at most this many bytes of a key name. */
 #define RL_QUOTE_MAX 128
 
@@ -220,6 +281,7 @@
 #define RL_ERR_READONLY "READONLY You can't write against a read only replica."
 #define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
 #define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
+#define RL_ERR_TIME "ERR time is not an integer or out of range"
 
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
@@ -253,10 +315,27 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
 static RedisModuleType *rl_type;
 
 static struct {
-    long long max_entries;  /* rcp11.stream-node-max-entries */
-    int compression;        /* rcp11.stream-compression: 0 no, 1 zlib */
-    long long level;        /* rcp11.stream-compression-level */
-} rl_config = {MN_DEFAULT_MAX_ENTRIES, 0, 6};
+    long long max_entries;     /* rcp11.stream-node-max-entries */
+    int compression;           /* rcp11.stream-compression: 0 no, 1 zlib */
+    long long level;           /* rcp11.stream-compression-level */
+    long long depth;           /* rcp11.stream-compression-depth */
+    long long retention_ms;    /* rcp11.stream-retention-ms, 0: off */
+    long long retention_bytes; /* rcp11.stream-retention-bytes, 0: off */
+} rl_config = {MN_DEFAULT_MAX_ENTRIES, 0, 6, 0, 0, 0};
+
+/* What retention evicted since the server started (INFO), and the state of
+ * the housekeeping pass. Main thread only. */
+static struct {
+    uint64_t messages, bytes, runs;
+} rl_retention;
+
+static struct {
+    RedisModuleScanCursor *cursor;
+    int db;      /* the database the pass is in */
+    int active;  /* a pass is under way */
+    int dirty;   /* streams may need conforming to the configs: pass again */
+    int worked;  /* the pass under way evicted or compressed something */
+} rl_house;
 
 /* INFO totals over every stream of every database. Updated by commands on
  * the main thread and by rl_free(), which Redis may call on its lazy-free
@@ -355,17 +434,52 @@ static void rl_reserve_write(size_t bytes, size_t count) {
     }
 }
 
+/* Configs reach an existing stream at its next write, or when the
+ * housekeeping pass comes by (every setter is O(1): it governs nodes filled
+ * from now on, or starts a compression scan that the pass carries out). */
+static void rl_apply_config(mn_stream *s);
+
 /* A new, empty stream with the current configs. */
 static mn_stream *rl_stream_new(void) {
-    return mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
+    mn_stream *s = mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
+    if (s != NULL) rl_apply_config(s);
+    return s;
 }
 
-/* Configs reach an existing stream at its next write (both setters are
- * O(1): they govern nodes filled from now on). */
+
+/* The largest jemalloc size class at or below `bytes` (bytes >= 64). Above
+ * 64 bytes jemalloc spaces its classes four to a doubling: between 2^n and
+ * 2^(n+1) they are 2^n + i * 2^(n-2), i = 0..3 (..., 64 KiB, 80, 96, 112,
+ * 128 KiB, 160, ...). Flooring to a multiple of 2^(n-2) gives the class. */
+static uint64_t rl_size_class_floor(uint64_t bytes) {
+    int n = 63 - __builtin_clzll(bytes);
+    uint64_t step = (uint64_t)1 << (n - 2);
+    return bytes & ~(step - 1);
+}
+
+/* The node byte cap of a stream (see RL_NODE_BYTES_*): the size class just
+ * below what max_entries messages of the stream's average size take, so a
+ * node ends a few messages early and its blob fills its class exactly,
+ * instead of spilling into the next class (1000 x 100 bytes asks 100,000
+ * and gets 114,688; capped at 98,304 it takes 983 messages and wastes 4
+ * bytes). 0 (no cap) while the stream has no message to average, and for
+ * nodes too small or too large for the rounding to matter. */
+static uint32_t rl_node_bytes_for(const mn_stream *s) {
+    uint64_t length = mn_length(s);
+    if (length == 0) return 0;
+    uint64_t full = mn_payload_bytes(s) / length * (uint64_t)rl_config.max_entries;
+    if (full < RL_NODE_BYTES_MIN || full > RL_NODE_BYTES_MAX) return 0;
+    return (uint32_t)rl_size_class_floor(full);
+}
+
 static void rl_apply_config(mn_stream *s) {
     if (mn_max_entries(s) != (uint32_t)rl_config.max_entries)
         mn_stream_set_max_entries(s, (uint32_t)rl_config.max_entries);
     if (mn_compression_level(s) != rl_level()) mn_stream_set_compression(s, rl_level());
+    if (mn_compression_depth(s) != (uint32_t)rl_config.depth)
+        mn_stream_set_compression_depth(s, (uint32_t)rl_config.depth);
+    uint32_t cap = rl_node_bytes_for(s);
+    if (mn_max_node_bytes(s) != cap) mn_stream_set_max_node_bytes(s, cap);
 }
 
 /* ------------------------------------------------------------------------
@@ -1225,6 +1339,7 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             rl_total_add(&rl_totals.streams, 1);
         }
         rl_account(dst, &before);
+        if (mn_compress_pending(dst)) rl_house.dirty = 1; /* moved nodes to conform */
         for (int i = 2; i < argc; i++)
             if (streams[i]) RedisModule_DeleteKey(keys[i]);
     }
@@ -1248,6 +1363,30 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     RedisModule_ReplicateVerbatim(ctx);
     if (rc != MN_OK) return rl_reply_core_error(ctx, rc);
     return RedisModule_ReplyWithLongLong(ctx, (long long)dst_next);
+}
+
+/* ------------------------------------------------------------------------
+ * TSEEK key unix-time-ms: the offset of the first readable message appended
+ * at or after that time (the core's time index, mn_seek_time: never later,
+ * at most 63 messages earlier), the next offset when none is, 0 for a
+ * missing key. Any integer is a time: one before the first message answers
+ * the first readable offset.
+ * --------------------------------------------------------------------- */
+
+static int rl_tseek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    long long unix_ms;
+    if (RedisModule_StringToLongLong(argv[2], &unix_ms) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_TIME);
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
+    uint64_t offset = s ? mn_seek_time(s, (int64_t)unix_ms) : 0;
+    RedisModule_CloseKey(key);
+    /* A next offset of 2^63 (a stream filled to the last offset) is no RESP
+     * integer: the ceiling stands for it, as in TREAD's WITHINFO. */
+    return RedisModule_ReplyWithLongLong(
+        ctx, (long long)(offset < RL_OFFSET_END ? offset : RL_OFFSET_END - 1));
 }
 
 /* ------------------------------------------------------------------------
@@ -1278,6 +1417,129 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     RedisModule_SignalModifiedKey(ctx, argv[1]);
     RedisModule_ReplicateVerbatim(ctx);
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ------------------------------------------------------------------------
+ * Housekeeping: retention and compression, in bounded steps from a timer
+ * --------------------------------------------------------------------- */
+
+/* One tick's allowance, shared by the keys a Scan step hands over. */
+typedef struct rl_budget {
+    uint64_t nodes;  /* nodes this tick may still free or compress */
+    uint64_t keys;   /* keys it may still look at */
+    int evict;       /* retention applies here (a primary, not loading) */
+    int evicted;     /* this tick evicted something */
+    int64_t now_ms;
+} rl_budget;
+
+/* Apply retention to one stream within the budget. Returns what was evicted
+ * (and counts the nodes against the budget). */
+static void rl_retain(mn_stream *s, rl_budget *b, mn_evicted *ev) {
+    if (rl_config.retention_ms > 0 && b->nodes > 0) {
+        uint64_t before = ev->nodes;
+        mn_evict_older_than(s, b->now_ms - rl_config.retention_ms, b->nodes, ev);
+        b->nodes -= ev->nodes - before < b->nodes ? ev->nodes - before : b->nodes;
+    }
+    if (rl_config.retention_bytes > 0 && b->nodes > 0) {
+        uint64_t before = ev->nodes;
+        mn_evict_over_bytes(s, (uint64_t)rl_config.retention_bytes, b->nodes, ev);
+        b->nodes -= ev->nodes - before < b->nodes ? ev->nodes - before : b->nodes;
+    }
+}
+
+/* Scan callback: bring one stream to its configs and its retention. A key
+ * met after the budget ran out is left for the next pass. Retention goes
+ * to replicas and the AOF as the absolute cut TEVICT key <last evicted>,
+ * so they end where this server is whatever their clocks say. */
+static void rl_house_key(RedisModuleCtx *ctx, RedisModuleString *keyname, RedisModuleKey *seen,
+                         void *privdata) {
+    rl_budget *b = privdata;
+    if (b->keys > 0) b->keys--;
+    if (b->nodes == 0) return;
+    /* Scan opened the key for reading (or not at all): skip other types
+     * without opening it again. */
+    if (seen != NULL && (RedisModule_KeyType(seen) != REDISMODULE_KEYTYPE_MODULE ||
+                         RedisModule_ModuleTypeGetType(seen) != rl_type))
+        return;
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, keyname, REDISMODULE_READ | REDISMODULE_WRITE);
+    mn_stream *s;
+    if (!rl_stream_of(key, &s) || s == NULL) {
+        RedisModule_CloseKey(key);
+        return;
+    }
+    rl_snap before;
+    rl_snap_take(s, &before);
+    rl_apply_config(s);
+    uint64_t first_before = mn_first_offset(s);
+    mn_evicted ev;
+    memset(&ev, 0, sizeof(ev));
+    if (b->evict) rl_retain(s, b, &ev);
+    if (b->nodes > 0 && mn_compress_pending(s)) {
+        /* A compress step conforms at most its allowance; count it spent
+         * unless the scan finished. */
+        uint64_t allowance = b->nodes;
+        b->nodes = mn_compress_step(s, (uint32_t)allowance) == 1 ? 0 : b->nodes - 1;
+    }
+    if (mn_compress_pending(s)) rl_house.dirty = 1;
+    uint64_t first_after = mn_first_offset(s);
+    if (ev.nodes > 0 || mn_num_compressed_nodes(s) != before.compressed) rl_house.worked = 1;
+    rl_account(s, &before);
+    RedisModule_CloseKey(key);
+    if (first_after != first_before) {
+        rl_retention.messages += ev.messages;
+        rl_retention.bytes += ev.bytes;
+        b->evicted = 1;
+        RedisModule_SignalModifiedKey(ctx, keyname);
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "tevict", keyname);
+        RedisModule_Replicate(ctx, "TEVICT", "sl", keyname, (long long)(first_after - 1));
+    }
+}
+
+/* One tick of the pass: Scan steps over the databases in turn until the
+ * budget is spent or the pass is over. Returns whether the pass goes on. */
+static int rl_house_step(RedisModuleCtx *ctx) {
+    int flags = RedisModule_GetContextFlags(ctx);
+    rl_budget b;
+    memset(&b, 0, sizeof(b));
+    b.nodes = RL_TICK_NODES;
+    b.keys = RL_TICK_KEYS;
+    /* A replica follows its primary's cuts, and retention never runs on a
+     * half-loaded dataset. */
+    b.evict = (rl_config.retention_ms > 0 || rl_config.retention_bytes > 0) &&
+              !(flags & (REDISMODULE_CTX_FLAGS_SLAVE | REDISMODULE_CTX_FLAGS_LOADING));
+    b.now_ms = RedisModule_Milliseconds();
+    if (!rl_house.active) {
+        if (!b.evict && !rl_house.dirty) return 0;
+        rl_house.active = 1;
+        rl_house.dirty = 0;
+        rl_house.worked = 0;
+        rl_house.db = 0;
+        RedisModule_ScanCursorRestart(rl_house.cursor);
+    }
+    while (b.nodes > 0 && b.keys > 0) {
+        if (RedisModule_SelectDb(ctx, rl_house.db) != REDISMODULE_OK) {
+            rl_house.active = 0; /* past the last database: the pass is over */
+            break;
+        }
+        int more = RedisModule_DbSize(ctx) > 0 &&
+                   RedisModule_Scan(ctx, rl_house.cursor, rl_house_key, &b);
+        if (!more) {
+            rl_house.db++;
+            RedisModule_ScanCursorRestart(rl_house.cursor);
+            if (b.keys > 0) b.keys--; /* an empty database costs a little too */
+        }
+    }
+    if (b.evicted) rl_retention.runs++;
+    /* A pass that found work is followed by another one at once: a stream
+     * with a large backlog loses RL_TICK_NODES nodes per tick, not per
+     * pass. */
+    return rl_house.active || b.nodes == 0 || rl_house.worked;
+}
+
+static void rl_tick(RedisModuleCtx *ctx, void *data) {
+    (void)data;
+    int going = rl_house_step(ctx);
+    RedisModule_CreateTimer(ctx, going ? RL_TICK_MS : RL_IDLE_MS, rl_tick, NULL);
 }
 
 /* ------------------------------------------------------------------------
@@ -1343,6 +1605,7 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
         return NULL;
     }
     rl_account_new(s);
+    if (mn_compress_pending(s)) rl_house.dirty = 1;
     return s;
 }
 
@@ -1498,7 +1761,10 @@ static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const
         copy = NULL;
     }
     mn_buf_free(&b);
-    if (copy != NULL) rl_account_new(copy);
+    if (copy != NULL) {
+        rl_account_new(copy);
+        if (mn_compress_pending(copy)) rl_house.dirty = 1;
+    }
     return copy;
 }
 
@@ -1521,6 +1787,15 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
                                       (unsigned long long)rl_config.max_entries);
     RedisModule_InfoAddFieldCString(ctx, "stream_compression",
                                     rl_config.compression ? "zlib" : "no");
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_compression_depth",
+                                      (unsigned long long)rl_config.depth);
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_retention_ms",
+                                      (unsigned long long)rl_config.retention_ms);
+    RedisModule_InfoAddFieldULongLong(ctx, "stream_retention_bytes",
+                                      (unsigned long long)rl_config.retention_bytes);
+    RedisModule_InfoAddFieldULongLong(ctx, "retention_evicted_messages", rl_retention.messages);
+    RedisModule_InfoAddFieldULongLong(ctx, "retention_evicted_bytes", rl_retention.bytes);
+    RedisModule_InfoAddFieldULongLong(ctx, "retention_runs", rl_retention.runs);
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
 }
 
@@ -1534,6 +1809,7 @@ static int rl_set_numeric(const char *name, long long value, void *privdata,
     (void)name;
     (void)err;
     *(long long *)privdata = value; /* Redis checked min and max */
+    rl_house.dirty = 1;             /* the housekeeping pass brings streams along */
     return REDISMODULE_OK;
 }
 
@@ -1546,6 +1822,7 @@ static int rl_set_enum(const char *name, int value, void *privdata, RedisModuleS
     (void)name;
     (void)err;
     *(int *)privdata = value;
+    rl_house.dirty = 1;
     return REDISMODULE_OK;
 }
 
@@ -1564,6 +1841,21 @@ static int rl_register_configs(RedisModuleCtx *ctx) {
     if (RedisModule_RegisterNumericConfig(ctx, "stream-compression-level", 6,
                                           REDISMODULE_CONFIG_DEFAULT, 1, 9, rl_get_numeric,
                                           rl_set_numeric, NULL, &rl_config.level) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterNumericConfig(ctx, "stream-compression-depth", 0,
+                                          REDISMODULE_CONFIG_DEFAULT, 0, MN_MAX_COMPRESSION_DEPTH,
+                                          rl_get_numeric, rl_set_numeric, NULL,
+                                          &rl_config.depth) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterNumericConfig(ctx, "stream-retention-ms", 0, REDISMODULE_CONFIG_DEFAULT,
+                                          0, LLONG_MAX, rl_get_numeric, rl_set_numeric, NULL,
+                                          &rl_config.retention_ms) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    /* A memory config: "64mb" and "1gb" are accepted, as for maxmemory. */
+    if (RedisModule_RegisterNumericConfig(ctx, "stream-retention-bytes", 0,
+                                          REDISMODULE_CONFIG_MEMORY, 0, LLONG_MAX, rl_get_numeric,
+                                          rl_set_numeric, NULL,
+                                          &rl_config.retention_bytes) != REDISMODULE_OK)
         return REDISMODULE_ERR;
     return RedisModule_LoadConfigs(ctx);
 }
@@ -1603,6 +1895,8 @@ static RedisModuleCommandKeySpec rl_tconcat_specs[] = {
      .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
      .fk.range = {-1, 1, 0}},
     {0}};
+static RedisModuleCommandKeySpec rl_tseek_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS), {0}};
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
@@ -1625,6 +1919,8 @@ static const rl_command rl_commands[] = {
      rl_tevict_specs},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
      "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+    {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
+     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
      "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
 };
@@ -1707,5 +2003,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModuleEvent flush = {REDISMODULE_EVENT_FLUSHDB, 1};
     if (RedisModule_SubscribeToServerEvent(ctx, flush, rl_on_flush) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    rl_house.cursor = RedisModule_ScanCursorCreate();
+    rl_house.dirty = 1; /* configs from redis.conf reach the streams it loads */
+    RedisModule_CreateTimer(ctx, RL_IDLE_MS, rl_tick, NULL);
     return REDISMODULE_OK;
 }

@@ -69,8 +69,10 @@
 #define REDISMODULE_EVENT_FLUSHDB 2
 #define REDISMODULE_SUBEVENT_FLUSHDB_END 1
 
-/* Module configs (Register*Config). */
+/* Module configs (Register*Config). MEMORY: the value may be given with a
+ * unit ("64mb"), as maxmemory is. */
 #define REDISMODULE_CONFIG_DEFAULT 0
+#define REDISMODULE_CONFIG_MEMORY (1ULL << 7)
 
 /* RedisModuleTypeMethods.version: 3 covers the fields up to defrag. */
 #define REDISMODULE_TYPE_METHOD_VERSION 3
@@ -117,6 +119,8 @@ typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
 typedef struct RedisModuleDict RedisModuleDict;
 typedef struct RedisModuleDefragCtx RedisModuleDefragCtx;
 typedef struct RedisModuleDictIter RedisModuleDictIter;
+typedef struct RedisModuleScanCursor RedisModuleScanCursor;
+typedef uint64_t RedisModuleTimerID;
 
 /* A server event: its id and the version of the data it comes with. */
 typedef struct RedisModuleEvent {
@@ -138,6 +142,13 @@ typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_repor
 typedef void (*RedisModuleFreePrivdataFunc)(RedisModuleCtx *ctx, void *privdata);
 typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
                                          uint64_t subevent, void *data);
+/* A timer's callback: ctx has the database of the context that created it
+ * selected; commands it replicates go out, in MULTI/EXEC, when it returns. */
+typedef void (*RedisModuleTimerProc)(RedisModuleCtx *ctx, void *data);
+/* Scan's callback, once per key of the selected database; key is opened
+ * for reading (or NULL). */
+typedef void (*RedisModuleScanCB)(RedisModuleCtx *ctx, RedisModuleString *keyname,
+                                  RedisModuleKey *key, void *privdata);
 
 typedef long long (*RedisModuleConfigGetNumericFunc)(const char *name, void *privdata);
 typedef int (*RedisModuleConfigSetNumericFunc)(const char *name, long long val, void *privdata,
@@ -299,7 +310,10 @@ typedef struct RedisModuleCommandInfo {
     X(void, DigestAddStringBuffer, (RedisModuleDigest * md, const char *ele, size_t len))      \
     X(void, DigestAddLongLong, (RedisModuleDigest * md, long long ele))                        \
     X(void, DigestEndSequence, (RedisModuleDigest * md))                                       \
+    X(int, SelectDb, (RedisModuleCtx * ctx, int newid))                                        \
     /* 5.0 */                                                                                  \
+    X(RedisModuleTimerID, CreateTimer,                                                         \
+      (RedisModuleCtx * ctx, long long period, RedisModuleTimerProc callback, void *data))      \
     X(int, GetContextFlags, (RedisModuleCtx * ctx))                                            \
     X(int, GetSelectedDb, (RedisModuleCtx * ctx))                                              \
     X(int, ReplyWithNullArray, (RedisModuleCtx * ctx))                                         \
@@ -332,6 +346,12 @@ typedef struct RedisModuleCommandInfo {
       (RedisModuleInfoCtx * ctx, const char *field, unsigned long long value))                 \
     X(int, InfoAddFieldCString, (RedisModuleInfoCtx * ctx, const char *field, const char *value)) \
     X(int, GetServerVersion, (void))                                                           \
+    X(unsigned long long, DbSize, (RedisModuleCtx * ctx))                                      \
+    X(RedisModuleScanCursor *, ScanCursorCreate, (void))                                       \
+    X(void, ScanCursorRestart, (RedisModuleScanCursor * cursor))                               \
+    X(void, ScanCursorDestroy, (RedisModuleScanCursor * cursor))                               \
+    X(int, Scan, (RedisModuleCtx * ctx, RedisModuleScanCursor * cursor, RedisModuleScanCB fn,  \
+                  void *privdata))                                                             \
     X(int, SubscribeToServerEvent,                                                             \
       (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))       \
     /* 7.0 */                                                                                  \

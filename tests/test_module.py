@@ -105,6 +105,21 @@ def test_used_memory_and_memory_usage_see_the_streams(r: redis.Redis) -> None:
     assert used_memory(r) - before < 2_000_000
 
 
+def test_nodes_end_where_their_blob_fills_an_allocator_size_class(r: redis.Redis) -> None:
+    # 1000 messages of 100 bytes would ask jemalloc for 100,000 bytes and get
+    # its next class, 114,688. The module caps a node at the class below,
+    # 98,304 bytes: 983 such messages, and the blob wastes nothing.
+    for _ in range(100):
+        tw(r, "s", *[b"m" * 100] * 100)
+    info = stream_info(r)
+    assert info["stream_nodes"] == 11  # 10 x 983 messages, and 170 in the active node
+    assert tr(r, "s", 9829, 2) == [b"m" * 100] * 2
+    # Small messages: 1000 of them take far less than a class step's
+    # rounding would matter for; nodes end at stream-node-max-entries.
+    tw(r, "small", *[b"x"] * 3000)
+    assert stream_info(r)["stream_nodes"] == 11 + 3
+
+
 def test_maxmemory_refuses_writes_with_oom_and_still_reads(r: redis.Redis) -> None:
     tw(r, "s", "kept")
     r.config_set("maxmemory", used_memory(r) + 1_000_000)
@@ -148,6 +163,9 @@ def test_configs_reach_new_and_existing_streams(r: redis.Redis) -> None:
         "rcp11.stream-node-max-entries": "1000",
         "rcp11.stream-compression": "no",
         "rcp11.stream-compression-level": "6",
+        "rcp11.stream-compression-depth": "0",
+        "rcp11.stream-retention-ms": "0",
+        "rcp11.stream-retention-bytes": "0",
     }
     tw(r, "old", *[b"line %d of a log that compresses" % n for n in range(3000)])
     assert stream_info(r)["stream_compressed_nodes"] == 0

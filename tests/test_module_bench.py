@@ -37,6 +37,7 @@ def test_module_suite_smoke_run_writes_every_table(tmp_path: Path) -> None:
         "### Memory for 20,000 entries of 100 bytes",
         "### Persistence of 0.01 GB",
         "### Replication catch-up",
+        "### Retention dropping 0.01 GB",
     ):
         assert heading in text, heading
     data = suite["data"]
@@ -44,3 +45,4 @@ def test_module_suite_smoke_run_writes_every_table(tmp_path: Path) -> None:
         assert data[key]["module"] > 0 and data[key]["redis"] > 0, key
     assert data["memory_module_stream"] > 100  # at least the payload itself
     assert data["bgsave_gb_s"] > 0 and data["load_gb_s"] > 0 and data["replication_gb_s"] > 0
+    assert data["retention_drop_gb_s"] > 0 and data["retention_worst_ping_ms"] > 0

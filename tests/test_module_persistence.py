@@ -205,7 +205,9 @@ def test_kill9_with_aof_keeps_every_acknowledged_write(module_factory: Any, fsyn
 
 def test_dump_restore_copy_and_migrate_round_trip(module_factory: Any) -> None:
     srv: RedisModuleServer = module_factory(**{"rcp11.stream-compression": "zlib"})
-    other: RedisModuleServer = module_factory()
+    # Same configs on both sides: the module's timer conforms streams that
+    # arrive to the server's configs (test_module_time.py).
+    other: RedisModuleServer = module_factory(**{"rcp11.stream-compression": "zlib"})
     client, remote = srv.client(), other.client()
     populate(client)
     before = state_of(client)

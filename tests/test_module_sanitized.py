@@ -36,6 +36,7 @@ SELECTED = [
     "tests/test_module.py",
     "tests/test_module_persistence.py",
     "tests/test_module_replication.py",
+    "tests/test_module_time.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 

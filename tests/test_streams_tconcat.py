@@ -343,3 +343,20 @@ def test_kill9_after_a_large_tconcat_reuses_no_offset(server_factory: Any, appen
     if appendonly == "yes":
         assert tr(cl, "dst", acknowledged_next - 1, 1) == [b"%d" % (size - 1)]
     cl.close()
+
+
+def test_moved_messages_keep_their_append_times(state: ServerState) -> None:
+    """TCONCAT moves nodes with their time index: a seek by time on dst finds
+    the moved messages where they were written, not at the time of the move."""
+    c = Client()
+    old = state.new_stream()
+    old.append([f"old{i}".encode() for i in range(3000)], now_ms=1_000_000)
+    old.append([f"new{i}".encode() for i in range(3000)], now_ms=2_000_000)
+    state.keyspace.set(b"src", old)
+    assert run(state, c, "TCONCAT", "dst", "src") == 0
+    dst = state.keyspace.data[b"dst"]
+    assert dst.read(2999, 2) == [b"old2999", b"new0"]
+    # At most 63 messages early (docs/PROTOCOL.md, TSEEK), never late.
+    assert 3000 - 63 <= dst.seek_time(1_500_000) <= 3000
+    assert dst.seek_time(1_000_000) == 0
+    assert dst.seek_time(2_000_001) == 6000

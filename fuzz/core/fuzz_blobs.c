@@ -110,6 +110,27 @@ static void run_single(const uint8_t *data, size_t size, int fix_crc) {
     char *blob = blob_copy(data, size, fix_crc);
     int rc = mn_validate_node_blob(blob, size);
     CHECK(rc == MN_OK || rc == MN_ERR_CORRUPT);
+    /* Appended whole to a live stream (the module's AOF rewrite): a valid
+     * blob of the current format is taken, anything else changes nothing. */
+    mn_stream *s = mn_stream_new(10, 6);
+    CHECK(s != NULL);
+    CHECK(mn_append_one(s, "x", 1, 5) == 0);
+    uint64_t memory = mn_memory_bytes(s);
+    int current = size > 4 && (unsigned char)blob[4] == MN_FORMAT_VERSION;
+    int appended = mn_append_node_blob(s, blob, size);
+    if (rc == MN_OK && current) {
+        /* a node at offset 0 overlaps "x": refused as an argument */
+        CHECK(appended == MN_OK || appended == MN_ERR_ARG);
+    } else {
+        CHECK(appended == MN_ERR_CORRUPT);
+    }
+    if (appended == MN_OK) {
+        char *b[1] = {blob};
+        exercise(s, b, &size, 1, 0);
+    } else {
+        CHECK(mn_memory_bytes(s) == memory && mn_length(s) == 1 && mn_next_offset(s) == 1);
+    }
+    mn_stream_free(s);
     free(blob);
     CHECK(count_alloc_live() == 0);
 }

@@ -403,8 +403,12 @@ static int op_raise(world *w, int k, input *in) {
 }
 
 static int op_settings(world *w, int k, input *in) {
-    uint8_t what = in_u8(in);
-    if (what % 2 == 0) {
+    uint8_t what = in_u8(in) % 3;
+    if (what == 2) {
+        uint32_t bytes = (uint32_t)in_pick(in, 3000);
+        CHECK(mn_stream_set_max_node_bytes(w->s[k], bytes) == MN_OK);
+        CHECK(mn_max_node_bytes(w->s[k]) == bytes);
+    } else if (what == 0) {
         int level = in_u8(in) % 11; /* 10 is out of range */
         int rc = mn_stream_set_compression(w->s[k], level);
         CHECK(rc == (level <= 9 ? MN_OK : MN_ERR_ARG));
@@ -438,7 +442,52 @@ static void free_blobs(mn_buf *b, size_t n) {
     free(b);
 }
 
-static int op_roundtrip(world *w, int k) {
+/* Rebuild stream k node by node, as the Redis module's AOF rewrite does:
+ * raised to the first node's offset, every node blob appended whole
+ * (mn_append_node_blob), the first node's evicted prefix evicted, the next
+ * offset raised. The same stream comes back, but for its clock, which
+ * becomes the newest time it still holds. */
+static int op_rebuild(world *w, int k) {
+    mn_stream *s = w->s[k];
+    mn_stream *copy = mn_stream_new(mn_max_entries(s), mn_compression_level(s));
+    if (copy == NULL) return MN_ERR_NOMEM;
+    CHECK(mn_stream_set_compression_depth(copy, mn_compression_depth(s)) == MN_OK);
+    CHECK(mn_stream_set_max_node_bytes(copy, mn_max_node_bytes(s)) == MN_OK);
+    mn_buf b;
+    mn_buf_init(&b);
+    int rc = MN_OK;
+    for (const mn_node *node = mn_first_node(s); node != NULL && rc == MN_OK; node = mn_node_next(node)) {
+        b.len = 0;
+        rc = mn_node_serialize(node, &b);
+        if (rc != MN_OK) break;
+        if (node == mn_first_node(s)) {
+            mn_node_info info;
+            mn_node_get_info(node, &info);
+            CHECK(mn_raise_next_offset(copy, info.first) == MN_OK);
+        }
+        rc = mn_append_node_blob(copy, b.data, b.len);
+    }
+    mn_buf_free(&b);
+    if (rc != MN_OK) {
+        CHECK(rc == MN_ERR_NOMEM);
+        mn_stream_free(copy);
+        return rc;
+    }
+    if (mn_num_nodes(copy) && mn_first_offset(s) > mn_first_offset(copy))
+        CHECK(mn_evict_upto(copy, (int64_t)mn_first_offset(s) - 1) >= 0);
+    if (mn_next_offset(s) > mn_next_offset(copy))
+        CHECK(mn_raise_next_offset(copy, mn_next_offset(s)) == MN_OK);
+    CHECK(mn_num_nodes(copy) == mn_num_nodes(s));
+    CHECK(mn_num_compressed_nodes(copy) == mn_num_compressed_nodes(s));
+    CHECK(mn_last_append_ms(copy) <= mn_last_append_ms(s));
+    w->m[k].clock = mn_last_append_ms(copy);
+    mn_stream_free(s);
+    w->s[k] = copy;
+    return MN_OK;
+}
+
+static int op_roundtrip(world *w, int k, input *in) {
+    if (in_u8(in) % 2) return op_rebuild(w, k);
     mn_buf *blobs, *again;
     size_t n, n2;
     int rc = serialize_all(w->s[k], &blobs, &n);
@@ -677,7 +726,7 @@ static int run_op(world *w, uint8_t op, input *in) {
     case OP_EVICT_KEEP: return op_evict_keep(w, k, in);
     case OP_RAISE: return op_raise(w, k, in);
     case OP_SETTINGS: return op_settings(w, k, in);
-    case OP_ROUNDTRIP: return op_roundtrip(w, k);
+    case OP_ROUNDTRIP: return op_roundtrip(w, k, in);
     case OP_CLOCK: return op_clock(w, in);
     case OP_SEEK: return op_seek(w, k, in);
     case OP_RETAIN: return op_retain(w, k, in);

@@ -333,7 +333,6 @@ def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 TCONCAT_MAX_MESSAGES = 1 << 28
 # Messages copied per read/append round, so a large source is never held in
 # memory as one Python list.
-_CONCAT_CHUNK = 4096
 
 
 @command(
@@ -399,13 +398,7 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
 def concat_stream(target: Stream, source: Stream) -> None:
     """Append the readable messages of source to target, in offset order.
 
-    The one place that moves messages between streams, so it can become a
-    call into the core that moves whole sealed nodes instead of copying."""
-    position = source.first_offset
-    end = source.next_offset
-    while position < end:
-        count = min(_CONCAT_CHUNK, end - position)
-        messages = [m for m in source.read(position, count) if m is not None]
-        if messages:
-            target.append(messages)
-        position += count
+    The core relinks whole nodes (cost per node, not per message) and keeps
+    each message's append time, so TSEEK and retention by age see the moved
+    messages as written when they were (docs/PROTOCOL.md, TCONCAT)."""
+    target.concat(source)

@@ -185,6 +185,8 @@ static void check_seek(const mn_stream *s, const model *m, int64_t t) {
  * at the stream's level or tried at it; the active node is raw. */
 static void check_forms(const mn_stream *s) {
     if (mn_compress_pending(s)) return;
+    /* (a node appended whole by mn_append_node_blob may be a compressed
+     * tail: test_append_node_blob checks that case itself) */
     static mn_node_info info[400000];
     uint64_t n = 0;
     for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node)) {
@@ -317,6 +319,35 @@ static mn_stream *roundtrip(mn_stream *s) {
     return copy;
 }
 
+/* Rebuild s node by node as the Redis module's AOF rewrite does: a stream
+ * raised to the first node's offset, every node blob appended whole, the
+ * evicted prefix of the first node evicted, the next offset raised. */
+static mn_stream *rebuild(const mn_stream *s, size_t keep_nodes) {
+    mn_stream *t = mn_stream_new(mn_max_entries(s), mn_compression_level(s));
+    CHECK(t != NULL && mn_stream_set_compression_depth(t, mn_compression_depth(s)) == MN_OK);
+    mn_buf b;
+    mn_buf_init(&b);
+    size_t i = 0;
+    uint64_t node_first = mn_next_offset(s);
+    for (const mn_node *node = mn_first_node(s); node && i < keep_nodes; node = mn_node_next(node), i++) {
+        b.len = 0;
+        CHECK(mn_node_serialize(node, &b) == MN_OK);
+        if (i == 0) {
+            mn_node_info info;
+            mn_node_get_info(node, &info);
+            node_first = info.first;
+            CHECK(mn_raise_next_offset(t, node_first) == MN_OK);
+        }
+        CHECK(mn_append_node_blob(t, b.data, b.len) == MN_OK);
+    }
+    mn_buf_free(&b);
+    if (keep_nodes < (size_t)-1) return t;
+    if (mn_first_offset(s) > node_first && mn_num_nodes(t))
+        CHECK(mn_evict_upto(t, (int64_t)mn_first_offset(s) - 1) >= 0);
+    if (mn_next_offset(s) > mn_next_offset(t)) CHECK(mn_raise_next_offset(t, mn_next_offset(s)) == MN_OK);
+    return t;
+}
+
 /* ------------------------------------------------------------------------
  * Tests
  * --------------------------------------------------------------------- */
@@ -343,15 +374,30 @@ static void test_random_operations(uint32_t max_entries, int level, int steps) {
             uint64_t skip = rnd_below(50);
             CHECK(mn_raise_next_offset(s, m->next + skip) == MN_OK);
             m->next += skip;
-        } else if (op < 68) {
+        } else if (op < 66) {
             s = roundtrip(s);
+        } else if (op < 68) {
+            /* Node by node (the module's AOF rewrite); the clock becomes
+             * the newest time still held. */
+            mn_stream *t = rebuild(s, (size_t)-1);
+            CHECK(mn_max_node_bytes(s) == 0 || mn_stream_set_max_node_bytes(t, mn_max_node_bytes(s)) == MN_OK);
+            CHECK(mn_last_append_ms(t) <= m->clock);
+            m->clock = mn_last_append_ms(t);
+            mn_stream_free(s);
+            s = t;
         } else if (op < 69) {
             if (rnd_below(2)) CHECK(mn_stream_set_compression(s, (int)rnd_below(10)) == MN_OK);
             else CHECK(mn_stream_set_compression_depth(s, (uint32_t)rnd_below(8)) == MN_OK);
         } else if (op < 70) {
-            uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
-            CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
-            CHECK(mn_max_entries(s) == max);
+            if (rnd_below(3)) {
+                uint32_t max = 1 + (uint32_t)rnd_below(rnd_below(2) ? 8 : 1500);
+                CHECK(mn_stream_set_max_entries(s, max) == MN_OK);
+                CHECK(mn_max_entries(s) == max);
+            } else {
+                uint32_t bytes = rnd_below(3) ? (uint32_t)rnd_below(3000) : 0;
+                CHECK(mn_stream_set_max_node_bytes(s, bytes) == MN_OK);
+                CHECK(mn_max_node_bytes(s) == bytes);
+            }
         } else if (op < 72) {
             check_seek(s, m, m->clock - (int64_t)rnd_below(300));
         } else if (op < 74) {
@@ -1120,6 +1166,197 @@ static void test_regression_empty_chunk_in_cache(void) {
     CHECK(live_bytes == 0);
 }
 
+
+/* ------------------------------------------------------------------------
+ * Node byte cap and whole-node appends
+ * --------------------------------------------------------------------- */
+
+/* Memory of a node beyond its blob: struct (at most 32 levels) and tables. */
+#define NODE_OVERHEAD_MAX(count) (sizeof(void *) * 40 + 8 + 4 * (uint64_t)(count) + 8 * (((uint64_t)(count) + 63) / 64))
+
+static void test_max_node_bytes(void) {
+    static char buf[1000 * 100];
+    static uint32_t lens[1000];
+    memset(buf, 'x', sizeof buf);
+    for (int i = 0; i < 1000; i++) lens[i] = 100;
+    mn_stream *s = mn_stream_new(1000, 0);
+    CHECK(mn_max_node_bytes(s) == 0);
+    CHECK(mn_stream_set_max_node_bytes(NULL, 5) == MN_ERR_ARG);
+    CHECK(mn_stream_set_max_node_bytes(s, 98304) == MN_OK && mn_max_node_bytes(s) == 98304);
+    /* 100-byte messages, 100 per append: nodes of 983 (98,300 bytes), and
+     * no blob is ever allocated past the cap (the jemalloc size class). */
+    for (int i = 0; i < 200; i++) {
+        CHECK(mn_append(s, buf, lens, 100, 0) == 100 * i);
+        mn_node_info info;
+        for (const mn_node *node = mn_first_node(s); node; node = mn_node_next(node)) {
+            mn_node_get_info(node, &info);
+            CHECK(info.memory <= 98304 + NODE_OVERHEAD_MAX(1000));
+            if (mn_node_next(node) != NULL) CHECK(info.count == 983);
+        }
+    }
+    CHECK(mn_num_nodes(s) == 20000 / 983 + 1);
+    CHECK(live_bytes == mn_memory_bytes(s));
+    /* Sealed nodes hold exactly what they use; the active one is sized
+     * ahead to the cap. */
+    CHECK(mn_memory_bytes(s) <= 20000 * 100 + 98304 + mn_num_nodes(s) * NODE_OVERHEAD_MAX(1000));
+    /* max_entries still ends nodes first when messages are small. */
+    static uint32_t lens50[1000];
+    for (int i = 0; i < 1000; i++) lens50[i] = 50;
+    mn_stream *small = mn_stream_new(1000, 0);
+    CHECK(mn_stream_set_max_node_bytes(small, 98304) == MN_OK);
+    for (int i = 0; i < 5; i++) CHECK(mn_append(small, buf, lens50, 1000, 0) >= 0);
+    CHECK(mn_num_nodes(small) == 5);
+    mn_stream_free(small);
+    /* A message over the cap goes alone; a fuller tail (cap lowered)
+     * keeps its messages and the next append starts a node. */
+    mn_stream *t = mn_stream_new(1000, 0);
+    CHECK(mn_stream_set_max_node_bytes(t, 50) == MN_OK);
+    uint32_t mixed[5] = {30, 30, 100, 10, 20};
+    CHECK(mn_append(t, buf, mixed, 5, 0) == 0);
+    uint32_t want[4] = {1, 1, 1, 2};
+    uint32_t k = 0;
+    mn_node_info info;
+    for (const mn_node *node = mn_first_node(t); node; node = mn_node_next(node), k++) {
+        mn_node_get_info(node, &info);
+        CHECK(k < 4 && info.count == want[k]);
+    }
+    CHECK(k == 4 && mn_payload_bytes(t) == 190);
+    CHECK(mn_stream_set_max_node_bytes(t, 0) == MN_OK);
+    CHECK(mn_append(t, buf, lens, 30, 0) == 5 && mn_num_nodes(t) == 4); /* no cap: into the tail */
+    CHECK(mn_stream_set_max_node_bytes(t, 1000) == MN_OK);
+    CHECK(mn_append_one(t, buf, 1, 0) == 35 && mn_num_nodes(t) == 5);
+    /* A concatenation into a capped active node copies only what fits. */
+    mn_stream *src = mn_stream_new(1000, 0);
+    CHECK(mn_append(src, buf, lens, 20, 0) == 0);
+    CHECK(mn_stream_concat(t, src) == 36);
+    CHECK(mn_num_nodes(t) == 6); /* 2,001 bytes would pass the cap: src's node moved */
+    CHECK(live_bytes == mn_memory_bytes(s) + mn_memory_bytes(t) + mn_memory_bytes(src));
+    mn_stream_free(src);
+    mn_stream_free(t);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* The two streams read the same and their nodes are the same. */
+static void check_same_stream(mn_stream *a, mn_stream *b) {
+    CHECK(mn_next_offset(a) == mn_next_offset(b) && mn_first_offset(a) == mn_first_offset(b));
+    CHECK(mn_length(a) == mn_length(b) && mn_payload_bytes(a) == mn_payload_bytes(b));
+    CHECK(mn_num_nodes(a) == mn_num_nodes(b));
+    CHECK(mn_num_compressed_nodes(a) == mn_num_compressed_nodes(b));
+    const mn_node *x = mn_first_node(a), *y = mn_first_node(b);
+    mn_buf bx, by;
+    mn_buf_init(&bx);
+    mn_buf_init(&by);
+    for (; x && y; x = mn_node_next(x), y = mn_node_next(y)) {
+        bx.len = by.len = 0;
+        CHECK(mn_node_serialize(x, &bx) == MN_OK && mn_node_serialize(y, &by) == MN_OK);
+        CHECK(bx.len == by.len && same(bx.data, by.data, bx.len));
+    }
+    CHECK(x == NULL && y == NULL);
+    uint64_t n = mn_next_offset(a) - mn_first_offset(a);
+    bx.len = by.len = 0;
+    CHECK(mn_read_resp(a, mn_first_offset(a), n, MN_NULL_RESP2, &bx) == MN_OK);
+    CHECK(mn_read_resp(b, mn_first_offset(b), n, MN_NULL_RESP2, &by) == MN_OK);
+    CHECK(bx.len == by.len && same(bx.data, by.data, bx.len));
+    mn_buf_free(&bx);
+    mn_buf_free(&by);
+    for (int64_t t = 0; t < 400; t += 3) CHECK(mn_seek_time(a, 1000 + t) == mn_seek_time(b, 1000 + t));
+}
+
+static void test_append_node_blob(void) {
+    /* 10 messages per node, compressible, one append time per 10 ms; a
+     * gap, a partially evicted first node, compressed nodes at depth 2. */
+    mn_stream *s = mn_stream_new(10, 6);
+    CHECK(mn_stream_set_compression_depth(s, 2) == MN_OK);
+    static char buf[100 * 100];
+    static uint32_t lens[100];
+    for (int i = 0; i < 100; i++) {
+        lens[i] = 100;
+        for (int j = 0; j < 100; j++) buf[100 * i + j] = (char)('a' + (i + j) % 5);
+    }
+    for (int i = 0; i < 6; i++) CHECK(mn_append(s, buf, lens, 10, 1000 + 10 * i) >= 0);
+    CHECK(mn_raise_next_offset(s, 65) == MN_OK);
+    for (int i = 6; i < 12; i++) CHECK(mn_append(s, buf, lens, 7, 1000 + 10 * i) >= 0);
+    CHECK(mn_evict_upto(s, 3) == 4);
+    CHECK(mn_raise_next_offset(s, mn_next_offset(s) + 5) == MN_OK);
+    while (mn_compress_step(s, 5)) {}
+    CHECK(mn_num_compressed_nodes(s) > 0);
+    mn_stream *t = rebuild(s, (size_t)-1);
+    check_same_stream(s, t);
+    /* Nothing to conform (the nodes came in their form)... */
+    while (mn_compress_step(t, 1)) {}
+    check_same_stream(s, t);
+    CHECK(live_bytes == mn_memory_bytes(s) + mn_memory_bytes(t));
+    /* ...and appends carry on as on the original. */
+    CHECK(mn_append(s, buf, lens, 25, 2000) >= 0 && mn_append(t, buf, lens, 25, 2000) >= 0);
+    check_same_stream(s, t);
+
+    /* Refused, changing nothing: a node before the next offset, a corrupt
+     * blob, a node of the previous format, no stream. */
+    mn_buf b;
+    mn_buf_init(&b);
+    CHECK(mn_node_serialize(mn_first_node(s), &b) == MN_OK);
+    uint64_t memory = mn_memory_bytes(t);
+    CHECK(mn_append_node_blob(t, b.data, b.len) == MN_ERR_ARG);
+    CHECK(mn_append_node_blob(NULL, b.data, b.len) == MN_ERR_ARG);
+    b.data[40] ^= 1;
+    CHECK(mn_append_node_blob(t, b.data, b.len) == MN_ERR_CORRUPT);
+    b.data[40] ^= 1;
+    b.data[4] = 2;
+    fix_crc(&b);
+    CHECK(mn_append_node_blob(t, b.data, b.len) == MN_ERR_CORRUPT);
+    CHECK(mn_memory_bytes(t) == memory);
+    check_same_stream(s, t);
+    mn_buf_free(&b);
+
+    /* Allocation failures change nothing; times are raised to the clock. */
+    mn_stream *late = mn_stream_new(10, 0);
+    CHECK(mn_append_one(late, "x", 1, 5000) == 0);
+    CHECK(mn_raise_next_offset(late, 15) == MN_OK);
+    mn_buf_init(&b);
+    const mn_node *third = mn_node_next(mn_node_next(mn_first_node(s)));
+    CHECK(mn_node_serialize(third, &b) == MN_OK);
+    for (long k = 0;; k++) {
+        uint64_t held = mn_memory_bytes(late);
+        SET_FAIL_AFTER(k);
+        int rc = mn_append_node_blob(late, b.data, b.len);
+        SET_FAIL_AFTER(-1);
+        /* (b's buffer comes from the core's allocator too) */
+        CHECK(live_bytes == mn_memory_bytes(s) + mn_memory_bytes(t) + mn_memory_bytes(late) + b.cap);
+        if (rc == MN_OK) break;
+        CHECK(rc == MN_ERR_NOMEM && mn_next_offset(late) == 15 && mn_length(late) == 1);
+        CHECK(mn_memory_bytes(late) >= held); /* the head may have grown */
+    }
+    mn_node_info info, orig;
+    mn_node_get_info(third, &orig);
+    mn_node_get_info(mn_node_next(mn_first_node(late)), &info);
+    CHECK(info.first == orig.first && info.count == orig.count && info.compressed == orig.compressed);
+    CHECK(info.first_ms == 5000 && info.last_ms == 5000 && mn_last_append_ms(late) == 5000);
+    CHECK(mn_next_offset(late) == orig.first + orig.count && mn_length(late) == 1 + orig.count);
+    mn_buf_free(&b);
+    mn_stream_free(late);
+
+    /* Cut short after a compressed node (an AOF cut there): that node is
+     * the tail; appends start a node after it, a dump of it loads, and it
+     * is conformed once sealed. */
+    mn_stream *cut = rebuild(s, 2);
+    mn_node_get_info(mn_node_next(mn_first_node(cut)), &info);
+    CHECK(info.compressed && mn_num_nodes(cut) == 2);
+    cut = roundtrip(cut);
+    mn_node_get_info(mn_node_next(mn_first_node(cut)), &info);
+    CHECK(info.compressed);
+    uint64_t end = info.first + info.count;
+    CHECK(mn_append(cut, buf, lens, 3, 3000) == (int64_t)end && mn_num_nodes(cut) == 3);
+    while (mn_compress_step(cut, 1)) {}
+    check_forms(cut); /* depth 2: both sealed nodes raw now */
+    CHECK(mn_num_compressed_nodes(cut) == 0);
+    CHECK(live_bytes == mn_memory_bytes(s) + mn_memory_bytes(t) + mn_memory_bytes(cut));
+    mn_stream_free(cut);
+    mn_stream_free(t);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
 int main(void) {
     test_arguments();
     test_offset_limit();
@@ -1132,6 +1369,8 @@ int main(void) {
     test_concat();
     test_compression_depth();
     test_regression_empty_chunk_in_cache();
+    test_max_node_bytes();
+    test_append_node_blob();
     static const uint32_t sizes[] = {1, 3, 10, 100, 1000};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (int level = 0; level <= 9; level += 3) test_random_operations(sizes[i], level, 1500);
