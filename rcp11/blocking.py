@@ -51,6 +51,7 @@ class BlockRequest:
     group: bytes | None = None
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
     deadline: float | None = None  # time.monotonic() seconds; None waits forever
+    seq: int = -1  # the order of blocking, set by BlockingManager.block()
 
 
 def stream_reply(
@@ -149,6 +150,7 @@ class BlockingManager:
 
     def block(self, client: ClientState, request: BlockRequest) -> None:
         client.blocked = request
+        request.seq = next(self._sequence)
         self.waiting.setdefault(request.key, {})[request] = None
         if request.group is not None:
             streams = self._groups.setdefault(request.group, {})
@@ -168,13 +170,38 @@ class BlockingManager:
                 self.ready[stream_key] = None
 
     def serve_ready(self) -> None:
+        """Serve the readers of the keys signalled since the last call.
+
+        Readers are served in the order they blocked, across keys too (a
+        group may have readers waiting on several streams: docs/PROTOCOL.md
+        serves a group's readers in the order they blocked). The outcome is
+        that of passes over every blocked reader in that order until a pass
+        changes nothing: readers of a key signalled during a pass join it if
+        they come later in the order, or else the next pass. Readers of keys
+        nobody signalled cannot have become servable, so they are skipped."""
         if not self.ready:
             return
         served: list[ClientState] = []
-        while self.ready:
-            key = next(iter(self.ready))
-            del self.ready[key]
-            self._serve_key(key, served)
+        this_pass: list[tuple[int, BlockRequest]] = []
+        next_pass: list[tuple[int, BlockRequest]] = []
+        cursor = -1
+        while True:
+            for key in self.ready:
+                for request in self.waiting.get(key, ()):
+                    heap = this_pass if request.seq > cursor else next_pass
+                    heapq.heappush(heap, (request.seq, request))
+            self.ready.clear()
+            if not this_pass:
+                if not next_pass:
+                    break
+                this_pass, next_pass, cursor = next_pass, [], -1
+                continue
+            seq, request = heapq.heappop(this_pass)
+            if seq <= cursor:
+                continue  # signalled twice: already looked at in this pass
+            cursor = seq
+            if request.client.blocked is request:
+                self._serve_request(request, served)
         # Resuming pipelines last: a resumed client may run commands that
         # block or wake others again, which must not happen mid-iteration.
         for client in served:
@@ -241,47 +268,42 @@ class BlockingManager:
         client.send(reply)
         self._forget(request)
 
-    def _serve_key(self, key: bytes, served: list[ClientState]) -> None:
-        queue = self.waiting.get(key)
-        if not queue:
-            return
+    def _serve_request(self, request: BlockRequest, served: list[ClientState]) -> None:
         state = self.state
-        for request in list(queue):
-            if request.client.blocked is not request:
-                continue
-            try:
-                stream = lookup_stream(state, key)
-                next_offset = stream.next_offset if stream is not None else 0
-                position = None
-                if request.group is None:
-                    start = request.start
-                else:
-                    position = group_position(state, request.group)
-                    start = position
-                    if start is None:
-                        start = group_default_start(stream, request.group_new)
-                if start >= next_offset:
-                    if request.group is not None and position is None:
-                        # The group key was deleted while this reader
-                        # waited: recreate it, as blocking would have.
-                        set_group_position(state, request.group, start)
-                    continue
-                reply, n = stream_reply(
-                    stream,
-                    start,
-                    request.count,
-                    request.withinfo,
-                    request.client.resp == 3,
-                    next_offset,
-                )
-                if request.group is not None and start + n != position:
-                    set_group_position(state, request.group, start + n)
-            except CommandError as exc:
-                # The key turned into a string (or the group key into
-                # garbage): the reader gets the error TREAD would now give.
-                self._finish(request, Error(exc.message))
-                served.append(request.client)
-                continue
-            state.stats.total_messages_read += n
-            self._finish(request, reply)
+        key = request.key
+        try:
+            stream = lookup_stream(state, key)
+            next_offset = stream.next_offset if stream is not None else 0
+            position = None
+            if request.group is None:
+                start = request.start
+            else:
+                position = group_position(state, request.group)
+                start = position
+                if start is None:
+                    start = group_default_start(stream, request.group_new)
+            if start >= next_offset:
+                if request.group is not None and position is None:
+                    # The group key was deleted while this reader
+                    # waited: recreate it, as blocking would have.
+                    set_group_position(state, request.group, start)
+                return
+            reply, n = stream_reply(
+                stream,
+                start,
+                request.count,
+                request.withinfo,
+                request.client.resp == 3,
+                next_offset,
+            )
+            if request.group is not None and start + n != position:
+                set_group_position(state, request.group, start + n)
+        except CommandError as exc:
+            # The key turned into a string (or the group key into
+            # garbage): the reader gets the error TREAD would now give.
+            self._finish(request, Error(exc.message))
             served.append(request.client)
+            return
+        state.stats.total_messages_read += n
+        self._finish(request, reply)
+        served.append(request.client)

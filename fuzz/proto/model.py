@@ -377,30 +377,39 @@ class Model:
 
     def serve(self) -> None:
         """Answer every blocked reader whose start offset now exists, in the
-        order they blocked; a group reader starts where the group key says."""
-        for client, request in list(self.blocked.items()):
-            try:
-                stream = self.stream(request.key)
-                next_offset = stream.next if stream else 0
-                position = None
-                start = request.start
-                if request.group is not None:
-                    position = self.group_position(request.group)
-                    if position is None:
-                        start = self.default_start(stream, request.group_new)
-                    else:
-                        start = position
-                if start >= next_offset:
-                    if request.group is not None and position is None:
-                        self.put(request.group, b"%d" % start)
+        order they blocked, across keys; a group reader starts where the
+        group key says. Passes repeat until one changes nothing (serving a
+        later reader may move a group key an earlier one waits on)."""
+        changed = True
+        while changed:
+            changed = False
+            for client, request in list(self.blocked.items()):
+                if client not in self.blocked:
                     continue
-                reply, n = self.read(stream, start, request.count, request.withinfo)
-                if request.group is not None and start + n != position:
-                    self.put(request.group, b"%d" % (start + n))
-            except ModelError as exc:
-                reply = Err(exc.code)
-            del self.blocked[client]
-            self.late[client].append(reply)
+                try:
+                    stream = self.stream(request.key)
+                    next_offset = stream.next if stream else 0
+                    position = None
+                    start = request.start
+                    if request.group is not None:
+                        position = self.group_position(request.group)
+                        if position is None:
+                            start = self.default_start(stream, request.group_new)
+                        else:
+                            start = position
+                    if start >= next_offset:
+                        if request.group is not None and position is None:
+                            self.put(request.group, b"%d" % start)
+                            changed = True
+                        continue
+                    reply, n = self.read(stream, start, request.count, request.withinfo)
+                    if request.group is not None and start + n != position:
+                        self.put(request.group, b"%d" % (start + n))
+                except ModelError as exc:
+                    reply = Err(exc.code)
+                del self.blocked[client]
+                self.late[client].append(reply)
+                changed = True
 
     def disconnect(self, client: int) -> None:
         self.blocked.pop(client, None)
