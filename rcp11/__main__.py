@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rcp11.stdio import quiet_broken_pipe
+
 # The Redis module is package data, built by `pip install .` next to this file.
 MODULE_FILE = "rcp11.so"
 
@@ -48,6 +50,10 @@ def module_main(args: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    return quiet_broken_pipe(lambda: _main(args))
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] == "server":
         from rcp11.server import main as server_main
 

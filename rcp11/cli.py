@@ -28,7 +28,9 @@ from typing import BinaryIO, TextIO
 
 import redis
 
+from rcp11 import __version__
 from rcp11.client import Client, ReadResult
+from rcp11.stdio import silence_stdout
 
 PROG = "rcp11"
 DEFAULT_HOST = "127.0.0.1"
@@ -424,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--help", action="help", help="show this help and exit")
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {__version__}", help="show the version"
+    )
     _add_connection_options(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -565,13 +570,8 @@ def main(
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # The reader went away (`rcp11 consume k | head`): not an error. Point
-        # stdout at /dev/null so the interpreter's final flush stays quiet.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        # The reader went away (`rcp11 consume k | head`): not an error.
+        silence_stdout()
         return 0
     finally:
         if client is not None:

@@ -14,18 +14,16 @@ as {"normal": (hard, soft, soft_seconds), "replica": ..., "pubsub": ...}.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rcp11 import __version__
+from rcp11 import __version__, errors
 from rcp11.datafiles import data_paths, filename_problem, names_clash, same_file
+from rcp11.files import replace_atomically
+from rcp11.limits import DEFAULT_MAX_BULK_LEN, DEFAULT_QUERY_BUFFER_LIMIT, INT64_MAX, INT_MAX
 from rcp11.resp import split_args
 from rcp11.stringmatch import compile_glob
-
-INT_MAX = 2**31 - 1
-LLONG_MAX = 2**63 - 1
 
 
 class ConfigError(Exception):
@@ -58,10 +56,10 @@ class ConfigError(Exception):
     @property
     def message(self) -> str:
         if self.name is None:
-            return f"ERR {self.reason}"
+            return errors.err(self.reason)
         if self.unknown:
-            return f"ERR Unknown option or number of arguments for CONFIG SET - '{self.name}'"
-        return f"ERR CONFIG SET failed (possibly related to argument '{self.name}') - {self.reason}"
+            return errors.config_set_unknown(self.name)
+        return errors.config_set_failed(self.name, self.reason)
 
     def fatal_message(self) -> str:
         where = "Reading the configuration"
@@ -124,7 +122,7 @@ class Directive:
     default: Any
     mutable: bool = True
     low: int = 0
-    high: int = LLONG_MAX
+    high: int = INT64_MAX
     choices: tuple[str, ...] = ()
     # Plain file names only: a path here would let CONFIG SET write anywhere.
     filename_only: bool = False
@@ -175,8 +173,8 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("logfile", "string", "", mutable=False),
         Directive("daemonize", "bool", False, mutable=False),
         Directive("pidfile", "string", "", mutable=False),
-        Directive("proto-max-bulk-len", "memory", 512 * 1024**2, low=1024**2),
-        Directive("client-query-buffer-limit", "memory", 1024**3, low=1024**2),
+        Directive("proto-max-bulk-len", "memory", DEFAULT_MAX_BULK_LEN, low=1024**2),
+        Directive("client-query-buffer-limit", "memory", DEFAULT_QUERY_BUFFER_LIMIT, low=1024**2),
         Directive("client-output-buffer-limit", "obl", _client_classes()),
         Directive("hz", "int", 10, low=1, high=500),
         Directive("databases", "int", 1, mutable=False, low=1, high=1),
@@ -671,23 +669,10 @@ class Config:
             if marker not in output:
                 output.append(marker)
             output.extend(appended)
-        directory = os.path.dirname(self.path)
-        fd, tmp = tempfile.mkstemp(prefix=".rcp11-rewrite-", dir=directory)
+        data = ("\n".join(output) + "\n").encode("utf-8", "surrogateescape")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write("\n".join(output) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.chmod(tmp, os.stat(self.path).st_mode & 0o7777)
-            except OSError:
-                pass
-            os.replace(tmp, self.path)
+            replace_atomically(self.path, lambda file: file.write(data), keep_mode=True)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
 
 

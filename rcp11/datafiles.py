@@ -2,7 +2,7 @@
 names they must never share, and the lock that gives one server the
 directory.
 
-A leaf: config.py checks names with it, persistence.py names its files and
+A leaf: config.py checks names with it, rcp11/persistence/ names its files and
 takes the lock with it.
 
 Files in `dir`::

@@ -1,13 +1,17 @@
-"""Server-wide and per-connection state, shared by commands, blocking,
+"""Server-wide and per-connection state, shared by the command layer,
 persistence and the network front end.
 
-Nothing here does I/O. The server (rcp11.server) fills in the callables that
-reach sockets (ClientState.send, ClientState.close); persistence
-(rcp11.persistence) installs itself as ServerState.persistence.
+Nothing here does I/O. What reaches outside is wired in explicitly by whoever
+builds the server: the server (rcp11/server/) fills in the callables that
+reach sockets (ClientState.send, ClientState.close, ...), and the start-up
+code sets ServerState.persistence to the persistence engine once both exist
+(NullPersistence until then). The registry of blocked clients
+(rcp11/blocking.py) is part of the state from its construction.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -17,15 +21,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rcp11 import errors
+from rcp11.blocking import BlockingManager
+from rcp11.errors import CommandError
+from rcp11.storage import Stream
+
 if TYPE_CHECKING:
-    from rcp11.blocking import BlockingManager
     from rcp11.config import Config
-    from rcp11.storage import Stream
 
 
 class PersistenceHooks(Protocol):
-    """What the command layer asks of persistence. rcp11.persistence
-    implements it; NullPersistence below is the do-nothing default."""
+    """Everything the command layer and the server ask of persistence.
+    rcp11.persistence.Persistence implements it for a real server;
+    NullPersistence below keeps nothing (in-process use, and the state
+    before start-up wires the real one in)."""
 
     # "off" while nothing is logged: callers may then skip propagate().
     aof_state: str
@@ -33,9 +42,10 @@ class PersistenceHooks(Protocol):
     def propagate(self, argv: list[bytes]) -> None:
         """Log one write command (already executed) to the AOF buffer."""
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         """Make everything propagated so far durable per appendfsync; the
-        server calls it before it sends any reply."""
+        server calls it before it sends any reply. False when that failed:
+        the replies of this iteration's writes must not leave."""
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         """Called before a stream's next offset grows to new_next_offset.
@@ -55,17 +65,39 @@ class PersistenceHooks(Protocol):
     def tick(self, now: float) -> None:
         """Periodic work (fsync everysec, save rules, rewrite, child reaping)."""
 
+    def lastsave(self) -> int:
+        """LASTSAVE: unix time of the last successful snapshot."""
+
+    def save(self) -> str:
+        """SAVE: a snapshot now; its status reply text. Raises CommandError."""
+
+    def bgsave(self, schedule: bool) -> str:
+        """BGSAVE [SCHEDULE]: its status reply text. Raises CommandError."""
+
+    def bgrewriteaof(self) -> str:
+        """BGREWRITEAOF: its status reply text. Raises CommandError."""
+
+    def flushall(self) -> None:
+        """FLUSHALL just emptied the keyspace (a snapshot in progress is stale)."""
+
+    def shutdown(self, mode: str | None) -> bool:
+        """Prepare to exit (mode "save", "nosave" or None: save if save rules
+        exist). False when a required save failed: the server keeps running."""
+
 
 class NullPersistence:
-    """Persistence that keeps nothing: the default before persistence loads."""
+    """Persistence that keeps nothing. Writes go nowhere; SAVE, BGSAVE and
+    BGREWRITEAOF answer that persistence is not available."""
 
     aof_state = "off"
+    # Nothing is ever saved: LASTSAVE answers when this process started.
+    _started = int(time.time())
 
     def propagate(self, argv: list[bytes]) -> None:
         pass
 
-    def flush(self) -> None:
-        pass
+    def flush(self) -> bool:
+        return True
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         pass
@@ -81,6 +113,24 @@ class NullPersistence:
 
     def tick(self, now: float) -> None:
         pass
+
+    def lastsave(self) -> int:
+        return self._started
+
+    def save(self) -> str:
+        raise CommandError(errors.NO_PERSISTENCE)
+
+    def bgsave(self, schedule: bool) -> str:
+        raise CommandError(errors.NO_PERSISTENCE)
+
+    def bgrewriteaof(self) -> str:
+        raise CommandError(errors.NO_PERSISTENCE)
+
+    def flushall(self) -> None:
+        pass
+
+    def shutdown(self, mode: str | None) -> bool:
+        return True
 
 
 _client_ids = itertools.count(1)
@@ -113,6 +163,9 @@ class ClientState:
     # Set by rcp11.blocking while this client waits; the server stops
     # reading this client's pipelined commands until it is cleared.
     blocked: Any = None
+    # Set while EXEC runs the client's transaction: a blocking command then
+    # answers at once instead of waiting (Redis's CLIENT_DENY_BLOCKING).
+    deny_blocking: bool = False
     closing: bool = False
     # Filled by the server: send() encodes one reply for this client's
     # protocol and queues it on the socket; close() drops the connection
@@ -126,6 +179,11 @@ class ClientState:
     # CLIENT SETINFO (redis-py sends it on connect), shown by CLIENT LIST.
     lib_name: bytes = b""
     lib_ver: bytes = b""
+    # MONITOR: this client is sent every command the server runs.
+    monitor: bool = False
+    # The unix socket's path for a client connected through it (MONITOR
+    # names such clients "unix:<path>", as Redis does).
+    unix_path: str = ""
 
 
 class InstantaneousRates:
@@ -161,7 +219,6 @@ class Stats:
     keyspace_misses: int = 0
     expired_keys: int = 0
     evicted_keys: int = 0
-    blocked_clients: int = 0
     total_messages_written: int = 0
     total_messages_read: int = 0
     total_messages_evicted: int = 0
@@ -169,6 +226,11 @@ class Stats:
     rates: InstantaneousRates = field(default_factory=InstantaneousRates)
     # INFO commandstats: command name -> [calls, usec, rejected, failed]
     commands: dict[str, list[int]] = field(default_factory=dict)
+    # Every error reply sent, and INFO errorstats: error code -> count
+    # (commands.core.count_error).
+    total_error_replies: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    errors_enabled: bool = True
 
 
 class Keyspace:
@@ -184,8 +246,10 @@ class Keyspace:
     # number of keys and not only with their payload.
     KEY_OVERHEAD = 64
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, blocking: BlockingManager) -> None:
         self._state = state
+        # Every write touches its key: readers blocked on it are re-checked.
+        self._blocking = blocking
         self.data: dict[bytes, Any] = {}
         self.watchers: dict[bytes, set[ClientState]] = {}
         # Expiry: key -> deadline in unix milliseconds. Keys expire lazily
@@ -238,9 +302,12 @@ class Keyspace:
         self._unmeasured.clear()
 
     def touch(self, key: bytes) -> None:
-        # Called by every write, so it does no C call: a stream is measured
-        # later (used_bytes), and the WATCH lookup is skipped while nobody
-        # watches anything.
+        """key changed (every write calls this, directly or through set,
+        delete and rename): WATCHers see it, readers blocked on it (or on it
+        as their group key) are re-checked after the command, and a stream
+        is re-measured when memory is next read."""
+        # Called by every write, so it does no C call, and the WATCH and
+        # blocking lookups are skipped while nobody watches or waits.
         self.changes += 1
         if key in self._stream_bytes:
             self._unmeasured[key] = None
@@ -249,6 +316,8 @@ class Keyspace:
             if watchers:
                 for client in watchers:
                     client.dirty_cas = True
+        if self._blocking.waiting:
+            self._blocking.signal_key(key)
 
     def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
         """Store value under key; like Redis's SET it drops the key's expiry
@@ -353,11 +422,14 @@ class ServerState:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.keyspace = Keyspace(self)
+        self.blocking = BlockingManager()
+        self.keyspace = Keyspace(self, self.blocking)
         self.clients: dict[int, ClientState] = {}
+        # Clients in MONITOR mode, in the order they asked.
+        self.monitors: list[ClientState] = []
         self.stats = Stats()
+        # Wired in by start-up once the engine exists (it needs this state).
         self.persistence: PersistenceHooks = NullPersistence()
-        self.blocking: BlockingManager | None = None  # set by rcp11.blocking
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save
@@ -366,6 +438,12 @@ class ServerState:
         # write is then refused with this text until the server restarts.
         self.writes_refused: str | None = None
         self.tcp_port = 0
+        # INFO's multiplexing_api: what runs the event loop (the server
+        # sets it; "none" in process, where nothing does).
+        self.multiplexing_api = "none"
+        # The transaction whose propagated commands go between MULTI and
+        # EXEC (transaction_log()); None outside EXEC.
+        self._transaction: _TransactionLog | None = None
         for name in (
             "stream-compression",
             "stream-compression-level",
@@ -373,8 +451,9 @@ class ServerState:
             "stream-node-max-entries",
         ):
             config.on_change(name, self.apply_stream_settings)
-        # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None.
-        self.request_shutdown: Callable[[str | None], None] = lambda mode: None
+        # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None;
+        # False when the server keeps running (its final save failed).
+        self.request_shutdown: Callable[[str | None], bool] = lambda mode: True
 
     def used_memory(self) -> int:
         """INFO's used_memory, and what maxmemory is held against: the
@@ -404,8 +483,6 @@ class ServerState:
         return 0
 
     def new_stream(self) -> Stream:
-        from rcp11.storage import Stream
-
         return Stream(
             int(self.config.get("stream-node-max-entries")),
             self.compression_level(),
@@ -433,7 +510,39 @@ class ServerState:
         for exactly what they changed, in a form whose replay is
         deterministic (TREAD GROUP logs SET groupkey <offset>)."""
         if not self.loading:
+            transaction = self._transaction
+            if transaction is not None and not transaction.opened:
+                transaction.opened = True
+                self.persistence.propagate([b"MULTI"])
             self.persistence.propagate(argv)
         # Counted once logged: dispatch reads `dirty` to know whether a
         # handler that raised had logged its change.
         self.dirty += 1
+
+    @property
+    def in_transaction_log(self) -> bool:
+        """Whether propagated commands go inside a MULTI ... EXEC now."""
+        return self._transaction is not None
+
+    @contextlib.contextmanager
+    def transaction_log(self) -> Iterator[None]:
+        """Everything propagated inside goes to the log between MULTI and
+        EXEC, so a replay applies it all or nothing; nothing propagated,
+        nothing logged (not even the MULTI). Nested uses join the outer."""
+        if self._transaction is not None:
+            yield
+            return
+        transaction = self._transaction = _TransactionLog()
+        try:
+            yield
+        finally:
+            self._transaction = None
+            if transaction.opened and not self.loading:
+                self.persistence.propagate([b"EXEC"])
+
+
+class _TransactionLog:
+    __slots__ = ("opened",)
+
+    def __init__(self) -> None:
+        self.opened = False  # MULTI was logged (something was propagated)

@@ -22,15 +22,14 @@ its directive and path named, as Redis does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from rcp11.config import Config, ConfigError
-
-if TYPE_CHECKING:
-    from rcp11.server import Server
 
 log = logging.getLogger("rcp11")
 
@@ -112,22 +111,28 @@ class Bound:
         self.sockets = sockets
         self.port = port
 
-    async def serve(self, server: Server) -> None:
-        from rcp11.server import Connection
-
-        for sock in self.sockets:
-            listener = await server.loop.create_server(
-                lambda: Connection(server), sock=sock, backlog=511, ssl=self.context
-            )
-            server.listeners.append(listener)
+    async def serve(
+        self, loop: asyncio.AbstractEventLoop, protocol: Callable[[], asyncio.Protocol]
+    ) -> list[asyncio.AbstractServer]:
+        """Accept on the bound sockets; protocol makes each connection's
+        protocol object (the server's Connection). The listeners made."""
+        listeners = [
+            await loop.create_server(protocol, sock=sock, backlog=511, ssl=self.context)
+            for sock in self.sockets
+        ]
         self.sockets = []
         log.info("Ready to accept connections tls (port %d)", self.port)
+        return listeners
 
 
-def bind(server: Server) -> Bound | None:
+# How the server binds TCP: (bind addresses, port) -> listening sockets by
+# address; raises OSError.
+BindTCP = Callable[[list[str], int], dict[Any, socket.socket]]
+
+
+def bind(config: Config, bind_tcp: BindTCP) -> Bound | None:
     """Build the context and bind tls-port on the bind addresses (None when
     tls-port is 0). Raises SystemExit with Redis's wording when it cannot."""
-    config = server.state.config
     port = config.get("tls-port")
     if not port:
         return None
@@ -137,7 +142,7 @@ def bind(server: Server) -> Bound | None:
         raise SystemExit(f"Failed to configure TLS: {exc}") from None
     config.on_change("tls-auth-clients", lambda value: _set_verify(config, context, value))
     try:
-        _, sockets = server._bind_tcp(config.get("bind"), port, {})
+        sockets = bind_tcp(config.get("bind"), port)
     except OSError as exc:
         raise SystemExit(f"Failed listening on port {port} (tls), aborting.") from exc
     if not sockets:

@@ -836,10 +836,10 @@ def stream_client_resp(
 
 
 def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any]:
-    """(ServerState, Persistence) on `directory`, in this process, with a
-    blocking manager and no save rules; `directives` as for CONFIG SET
-    (underscores for dashes). Not loaded yet: call .load()."""
-    from rcp11.blocking import BlockingManager
+    """(ServerState, Persistence) on `directory`, in this process, wired as
+    the server wires them, with no save rules; `directives` as for CONFIG
+    SET (underscores for dashes). Not loaded yet: call .load()."""
+    from rcp11.commands import execute
     from rcp11.config import Config
     from rcp11.persistence import Persistence
     from rcp11.state import ServerState
@@ -850,8 +850,8 @@ def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any
     for name, value in directives.items():
         config.set(name.replace("_", "-"), value)
     state = ServerState(config)
-    BlockingManager(state)
-    return state, Persistence(state)
+    state.persistence = persistence = Persistence(state, execute)
+    return state, persistence
 
 
 def dispatch_read(state: Any, client: Any, commands: list[list[bytes]]) -> list[Any]:

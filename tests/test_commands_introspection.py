@@ -206,7 +206,8 @@ def test_command_introspection(shared_server: ServerProcess) -> None:
     count = shared_server.command("COMMAND", "COUNT")
     assert count == len(shared_server.command("COMMAND", "LIST")) > 40
     info = shared_server.command("COMMAND", "INFO", "tread", "get", "nosuch")
-    assert info[0][:6] == [b"tread", -4, [b"blocking", b"readonly"], 1, 1, 1]
+    # Not readonly: TREAD ... GROUP writes its group key (its key specs say so).
+    assert info[0][:6] == [b"tread", -4, [b"blocking", b"movablekeys"], 1, 1, 1]
     assert info[1][:2] == [b"get", 2] and info[2] is None
     docs = parse_map(shared_server.command_bytes("COMMAND", "DOCS", "twrite"))
     twrite_docs = dict(zip(docs[b"twrite"][::2], docs[b"twrite"][1::2], strict=True))

@@ -59,14 +59,12 @@ def make_connection(persistence: object) -> tuple[object, object, FakeTransport]
     import asyncio
 
     from rcp11 import server as server_module
-    from rcp11.blocking import BlockingManager
     from rcp11.config import Config
     from rcp11.state import ServerState
 
     config = Config()
     config.apply_args(["--save", ""])
     state = ServerState(config)
-    BlockingManager(state)
     state.persistence = persistence  # type: ignore[assignment]
     srv = server_module.Server(state, asyncio.new_event_loop())
     conn = server_module.Connection(srv)

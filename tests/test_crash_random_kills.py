@@ -182,27 +182,27 @@ def command_boundaries(data: bytes, start: int) -> list[int]:
     preamble), read as the server's loader reads it: a kill -9 in the middle
     of a large write leaves the last command half-written, and the loader
     cuts that tail off (aof-load-truncated), so it holds no boundary."""
-    from rcp11.persistence import _TornTail, iter_aof_commands
+    from rcp11.persistence import TornTail, iter_aof_commands
 
     starts: list[int] = []
     try:
         for _, at, _ in iter_aof_commands(io.BytesIO(data), start):
             starts.append(at)
-    except _TornTail:
+    except TornTail:
         pass  # the half-written last command
     return starts
 
 
 def preamble_end(path) -> int:
     from rcp11.config import Config
-    from rcp11.persistence import _CrcReader, read_snapshot
+    from rcp11.persistence import CrcReader, read_snapshot
     from rcp11.state import ServerState
 
     with open(path, "rb") as file:
         if file.read(9) != b"RCP11SNAP":
             return 0
         file.seek(0)
-        reader = _CrcReader(file, str(path), path.stat().st_size)
+        reader = CrcReader(file, str(path), path.stat().st_size)
         read_snapshot(reader, ServerState(Config()))
         return reader.pos
 

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp11 import errors
-from rcp11.blocking import BlockingManager
 from rcp11.commands import BLOCKED, COMMANDS, execute, execute_run, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
@@ -57,7 +56,6 @@ class Client(ClientState):
 def state() -> ServerState:
     st = ServerState(Config())
     st.persistence = RecordingPersistence()
-    BlockingManager(st)
     return st
 
 
@@ -230,7 +228,7 @@ def test_blocked_reader_is_served_after_the_write_is_propagated(state: ServerSta
     assert [wire(r) for r in reader.received] == [b"*1\r\n$1\r\nm\r\n"]
     assert reader.blocked is None and reader.unblocked == 1
     assert state.persistence.log[-1] == [b"SET", b"g", b"1"]
-    assert state.stats.blocked_clients == 0
+    assert state.blocking.blocked_clients == 0
 
 
 def test_group_hands_messages_to_blocked_readers_in_blocking_order(state: ServerState) -> None:
@@ -356,7 +354,6 @@ def test_no_argument_list_breaks_a_command(name: str, args: list[bytes], resp: i
     style error, never an internal error, and the reply can be encoded."""
     state = ServerState(Config())
     state.persistence = RecordingPersistence()
-    BlockingManager(state)
     c = Client(resp=resp)
     run(state, c, "TWRITE", "s", "ENTRIES", "a", "b", "c")
     run(state, c, "SET", "k", "v")
@@ -419,7 +416,6 @@ def test_execute_run_is_indistinguishable_from_one_by_one(
     for batched in (False, True):
         state = ServerState(Config())
         state.persistence = RecordingPersistence()
-        BlockingManager(state)
         c = Client()
         run(state, c, "TWRITE", "s", "first")
         run(state, c, "SET", "k", "v")

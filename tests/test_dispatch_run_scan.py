@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from conftest import dispatch_read
 
-from rcp11.blocking import BlockingManager
 from rcp11.commands import BLOCKED, execute, execute_run
 from rcp11.config import Config
 from rcp11.state import ClientState, ServerState
@@ -35,7 +34,6 @@ class CountingList(list):
 
 def fresh() -> tuple[ServerState, ClientState]:
     state = ServerState(Config())
-    BlockingManager(state)
     client = ClientState(authenticated=True)
     assert execute(state, client, [b"TWRITE", b"pk", b"first"]) == 0
     return state, client

@@ -164,7 +164,7 @@ def test_aof_parser_reports_torn_tail_and_bad_bytes(tmp_path: Path) -> None:
         with pytest.raises(Exception) as info:
             for _argv, _, end in iter_aof_commands(file, 0, chunk=11):
                 seen.append(end)
-        assert type(info.value).__name__ == "_TornTail"
+        assert type(info.value).__name__ == "TornTail"
         assert info.value.offset == seen[-1]
     corrupt = bytearray(data)
     third = len(encode_command(commands[0])) + len(encode_command(commands[1]))
@@ -172,7 +172,7 @@ def test_aof_parser_reports_torn_tail_and_bad_bytes(tmp_path: Path) -> None:
     path.write_bytes(bytes(corrupt))
     with open(path, "rb") as file, pytest.raises(Exception) as info:
         list(iter_aof_commands(file, 0))
-    assert type(info.value).__name__ == "_BadBytes"
+    assert type(info.value).__name__ == "BadBytes"
     assert info.value.offset == third
 
 

@@ -13,7 +13,6 @@ from conftest import ServerProcess, in_thread, require, tr, tw, wait_blocked
 from test_dispatch import Client, RecordingPersistence, run
 
 from rcp11 import errors
-from rcp11.blocking import BlockingManager
 from rcp11.commands import streams
 from rcp11.config import Config
 from rcp11.resp import Error
@@ -227,7 +226,6 @@ def state() -> ServerState:
     and reserves is recorded."""
     st = ServerState(Config())
     st.persistence = RecordingPersistence()
-    BlockingManager(st)
     return st
 
 

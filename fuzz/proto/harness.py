@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fuzz.proto.gen import AVOID_KNOWN
-from rcp11.blocking import BlockingManager
 from rcp11.commands import BLOCKED, COMMANDS, RUN_COMMANDS, client_disconnected, execute
 from rcp11.commands import execute_run as _execute_run
 from rcp11.config import Config
@@ -134,7 +133,6 @@ def check_handler_arguments() -> None:
 def fresh_state() -> ServerState:
     state = ServerState(Config())
     state.persistence = Recorder()
-    BlockingManager(state)
     return state
 
 
@@ -193,7 +191,6 @@ def check_replay(state: ServerState) -> None:
     log = state.persistence.log  # type: ignore[attr-defined]
     copy = ServerState(Config())
     copy.persistence = NullPersistence()
-    BlockingManager(copy)
     later = time.time() + REPLAY_LATER_S
     real_time = time.time
     time.time = lambda: later  # type: ignore[assignment]

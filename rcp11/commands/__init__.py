@@ -1,49 +1,71 @@
-"""The command layer: the command table, the one dispatch every command
-goes through (core.execute) and the handlers, one module per family.
+"""The command layer: the command table, the one check and dispatch every
+command goes through, the pipeline a connection hands its requests to, and
+the handlers, one module per family.
 
-    from rcp11.commands import execute, BLOCKED, COMMANDS
+    from rcp11.commands import run_pipeline, Stop      # the server's entry point
+    from rcp11.commands import execute, BLOCKED        # one command (AOF replay, tests)
 
-execute_run() is an optional fast path a server may try first on a
-pipeline: a run of plain TWRITEs on one stream done with one append
-(only worth calling when argv[0] is in RUN_COMMANDS).
-
-Importing the package registers every command.
+table.py holds the rows (Command, KeySpec, rename-command), core.py the
+check and the dispatch (execute, call, serving blocked clients),
+pipeline.py run_pipeline(). Importing the package registers every command.
 """
 
 from __future__ import annotations
 
 # Each module registers its commands when imported.
-from rcp11.commands import admin, connection, keys, streams, strings, transactions
-from rcp11.commands.admin import info_text
+from rcp11.commands import (
+    admin,
+    connection,
+    info,
+    introspection,
+    keys,
+    streams,
+    strings,
+    transactions,
+    tread,
+)
+from rcp11.commands.args import parse_int
+from rcp11.commands.connection import client_line
 from rcp11.commands.core import (
     BLOCKED,
-    COMMANDS,
-    RUN_COMMANDS,
-    Command,
+    check,
     client_disconnected,
     execute,
     expire_keys,
-    parse_int,
-    rename_command,
+    serve_ready,
 )
+from rcp11.commands.info import info_text
+from rcp11.commands.pipeline import Stop, late_reply, protocol_error_reply, run_pipeline
 from rcp11.commands.streams import execute_run
+from rcp11.commands.table import COMMANDS, RUN_COMMANDS, Command, KeySpec, rename_command
 
 __all__ = [
     "BLOCKED",
-    "RUN_COMMANDS",
     "COMMANDS",
+    "RUN_COMMANDS",
     "Command",
+    "KeySpec",
+    "Stop",
     "admin",
+    "check",
     "client_disconnected",
+    "client_line",
     "connection",
     "execute",
     "execute_run",
     "expire_keys",
+    "info",
     "info_text",
+    "introspection",
     "keys",
+    "late_reply",
     "parse_int",
+    "protocol_error_reply",
     "rename_command",
+    "run_pipeline",
+    "serve_ready",
     "streams",
     "strings",
     "transactions",
+    "tread",
 ]

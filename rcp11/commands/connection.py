@@ -1,4 +1,4 @@
-"""Connection commands: PING ECHO QUIT RESET AUTH HELLO SELECT CLIENT."""
+"""Connection commands: PING ECHO QUIT RESET MONITOR AUTH HELLO SELECT CLIENT."""
 
 from __future__ import annotations
 
@@ -9,18 +9,22 @@ from collections.abc import Callable
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
+from rcp11.commands.args import (
     REDIS_COMPAT_VERSION,
     check_subcommand,
-    client_disconnected,
-    command,
     config_value,
     on_off,
     parse_int,
-    requirepass_set,
     text,
+)
+from rcp11.commands.core import (
+    client_disconnected,
+    count_error,
+    requirepass_set,
+    stop_monitor,
     unwatch_all,
 )
+from rcp11.commands.table import command
 from rcp11.errors import CommandError
 from rcp11.resp import OK, PONG, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
@@ -58,7 +62,32 @@ def reset_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     client.name = b""
     client.db = 0
     client.authenticated = not requirepass_set(state)
+    stop_monitor(state, client)
     return SimpleString("RESET")
+
+
+# What MONITOR shows instead of a secret (Redis's shared.redacted).
+REDACTED = b"(redacted)"
+
+
+@command(
+    "monitor",
+    1,
+    "admin noscript loading stale",
+    summary="Listen for all requests received by the server in real time",
+    group="server",
+)
+def monitor_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    """From now on the client is sent every command the server runs, as
+    commands.core.feed_monitors() writes it (MONITOR itself and other admin
+    commands are not shown, as in Redis). RESET or closing ends it."""
+    if client.deny_blocking:
+        # Inside EXEC: a client that expects one reply per command.
+        raise CommandError(errors.MONITOR_DENY_BLOCKING)
+    if not client.monitor:
+        client.monitor = True
+        state.monitors.append(client)
+    return OK
 
 
 def _authenticate(state: ServerState, client: ClientState, user: bytes, password: bytes) -> None:
@@ -79,7 +108,29 @@ def _digest(secret: bytes) -> bytes:
     return hashlib.sha256(secret).digest()
 
 
-@command("auth", -2, "no_auth loading stale fast", summary="Authenticate", group="connection")
+def _redact_all(argv: list[bytes]) -> list[bytes]:
+    """AUTH as MONITOR shows it: every argument is a secret."""
+    return argv[:1] + [REDACTED] * (len(argv) - 1)
+
+
+def _redact_hello_auth(argv: list[bytes]) -> list[bytes]:
+    """HELLO as MONITOR shows it: the user and password after AUTH hidden."""
+    shown = list(argv)
+    for i in range(2, len(shown) - 2):
+        if shown[i].lower() == b"auth":
+            shown[i + 1] = shown[i + 2] = REDACTED
+            break
+    return shown
+
+
+@command(
+    "auth",
+    -2,
+    "no_auth loading stale fast",
+    summary="Authenticate",
+    group="connection",
+    redact=_redact_all,
+)
 def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if len(argv) > 3:
         raise CommandError(errors.SYNTAX)
@@ -92,7 +143,14 @@ def auth_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return OK
 
 
-@command("hello", -1, "no_auth loading stale fast", summary="Handshake", group="connection")
+@command(
+    "hello",
+    -1,
+    "no_auth loading stale fast",
+    summary="Handshake",
+    group="connection",
+    redact=_redact_hello_auth,
+)
 def hello_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     protover = client.resp
     if len(argv) > 1:
@@ -114,7 +172,7 @@ def hello_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             name = argv[i + 1]
             i += 2
         else:
-            raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
+            raise CommandError(errors.hello_option(text(argv[i])))
     if auth is not None:
         _authenticate(state, client, *auth)
     elif not client.authenticated and requirepass_set(state):
@@ -147,7 +205,7 @@ def _check_client_name(name: bytes) -> None:
 
 
 def _client_flags(client: ClientState) -> str:
-    flags = ""
+    flags = "O" if client.monitor else ""
     if client.blocked is not None:
         flags += "b"
     if client.dirty_cas:
@@ -278,11 +336,9 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if sub == "setinfo":
         what = argv[2].lower()
         if what not in (b"lib-name", b"lib-ver"):
-            raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+            raise CommandError(errors.unrecognized_option(text(argv[2])))
         if any(b < 0x21 or b > 0x7E for b in argv[3]):
-            raise CommandError(
-                f"ERR {text(what)} cannot contain spaces, newlines or special characters."
-            )
+            raise CommandError(errors.setinfo_bad_chars(text(what)))
         if what == b"lib-name":
             client.lib_name = argv[3]
         else:
@@ -303,12 +359,13 @@ def _client_unblock(state: ServerState, argv: list[bytes]) -> int:
     target_id = parse_int(argv[2])
     reason = argv[3].lower() if len(argv) == 4 else b"timeout"
     if reason not in (b"timeout", b"error"):
-        raise CommandError("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+        raise CommandError(errors.UNBLOCK_REASON)
     target = state.clients.get(target_id)
-    blocking = state.blocking
-    if target is None or blocking is None:
+    if target is None or not state.blocking.unblock(target, error=reason == b"error"):
         return 0
-    return int(blocking.unblock(target, error=reason == b"error"))
+    if reason == b"error":
+        count_error(state, errors.UNBLOCKED)
+    return 1
 
 
 def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: float) -> str:
@@ -318,7 +375,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
         if option == b"type" and len(args) == 2:
             kind = args[1].lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{text(args[1])}'")
+                raise CommandError(errors.unknown_client_type(text(args[1])))
             if kind != b"normal":
                 clients = []
         elif option == b"id" and len(args) >= 2:
@@ -327,7 +384,7 @@ def _client_list(state: ServerState, me: ClientState, args: list[bytes], now: fl
                 try:
                     wanted.add(parse_int(arg))
                 except CommandError:
-                    raise CommandError("ERR Invalid client ID") from None
+                    raise CommandError(errors.INVALID_CLIENT_ID) from None
             clients = [c for c in clients if c.id in wanted]
         else:
             raise CommandError(errors.SYNTAX)
@@ -356,7 +413,7 @@ def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:
             except CommandError:
                 wanted_id = 0
             if wanted_id <= 0:
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(errors.CLIENT_ID_POSITIVE)
             tests.append(lambda c, wanted_id=wanted_id: c.id == wanted_id)
         elif option == b"addr":
             addr = text(value)
@@ -367,11 +424,11 @@ def _client_kill(state: ServerState, me: ClientState, args: list[bytes]) -> Any:
         elif option == b"type":
             kind = value.lower()
             if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{text(value)}'")
+                raise CommandError(errors.unknown_client_type(text(value)))
             tests.append(lambda c, normal=kind == b"normal": normal)
         elif option == b"user":
             if value != b"default":
-                raise CommandError(f"ERR No such user '{text(value)}'")
+                raise CommandError(errors.no_such_user(text(value)))
         elif option == b"maxage":
             max_age = parse_int(value)
             tests.append(lambda c, max_age=max_age: now - c.created_at >= max_age)

@@ -1,44 +1,46 @@
-"""The command table and the one dispatch every command goes through.
+"""Dispatch: the one check every command passes, and running it.
 
 Handlers are synchronous and do no I/O: they read and change ServerState,
 call state.propagate() for what they changed (in a form whose replay is
-deterministic), and return a reply value (see rcp11.resp). A blocking handler
-registers the client with state.blocking and returns BLOCKED; the server then
-sends nothing until the blocking manager delivers the reply with
-client.send() and calls client.on_unblocked().
+deterministic), and return a reply value (see rcp11.resp). A blocking
+handler registers a BlockRequest with state.blocking and returns BLOCKED;
+the server then sends nothing until the request is served (blocked.py)
+and the reply delivered with client.send().
 
-execute() follows Redis's processCommand()/call(): look the command up,
-check arity, authentication, refused writes (MISCONF) and maxmemory (OOM),
-queue inside MULTI, run the handler, then wake clients blocked on keys the
-command changed.
+Every path that runs commands goes through here, in Redis's
+processCommand()/call() order:
+
+- check() is the one refusal function: arity, authentication, MULTI's
+  no-multi commands, MISCONF and OOM (for EXEC: for what its queued commands
+  do). execute() (a client's command), the TWRITE run (streams.execute_run)
+  and a blocked request being served all ask it.
+- execute() looks the command up (rename-command), checks it, queues it
+  inside MULTI, runs it with call(), then serves blocked clients whose keys
+  the command changed.
+- call() runs a handler (also EXEC's queued commands and blocked requests):
+  counts it, keeps memory and the AOF agreeing when a handler raises after a
+  change, and feeds MONITOR clients.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors
+from rcp11.blocking import WAIT, BlockRequest
+from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_original
 from rcp11.errors import CommandError
-from rcp11.resp import QUEUED, Error
+from rcp11.limits import ERROR_STATS_KINDS
+from rcp11.logs import show_arg
+from rcp11.resp import QUEUED, Error, SimpleString
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
 
 log = logging.getLogger("rcp11")
-
-Handler = Callable[[ServerState, ClientState, list[bytes]], Any]
-
-MAX_OFFSET = 2**63 - 1
-MIN_INT64 = -(2**63)
-
-# The Redis version we behave like; tools read it from HELLO and INFO to
-# decide which commands they may use.
-REDIS_COMPAT_VERSION = "7.0.0"
 
 
 class _Blocked:
@@ -51,148 +53,15 @@ class _Blocked:
 # Returned by execute() when the client now waits; the server sends nothing.
 BLOCKED = _Blocked()
 
-
-# Commands with subcommands (CLIENT LIST shows "cmd=client|list").
-_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
-
-# Commands a client inside MULTI runs at once instead of queuing.
-_NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-
-
-@dataclass(frozen=True)
-class Command:
-    name: str
-    handler: Handler
-    arity: int  # > 0: exactly; < 0: at least -arity. The name counts.
-    flags: frozenset[str]
-    first_key: int = 0
-    last_key: int = 0  # negative: counted from the end (-1 = last argument)
-    step: int = 0
-    summary: str = ""
-    group: str = "generic"
-    # Derived from flags once, so dispatch tests booleans, not set members.
-    write: bool = field(init=False)
-    denyoom: bool = field(init=False)
-    noauth: bool = field(init=False)
-    no_multi: bool = field(init=False)
-    # CLIENT LIST names it "name|subcommand".
-    container: bool = field(init=False)
-    # Runs at once inside MULTI instead of being queued.
-    not_queued: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "write", "write" in self.flags)
-        object.__setattr__(self, "denyoom", "denyoom" in self.flags)
-        object.__setattr__(self, "noauth", "no_auth" in self.flags)
-        object.__setattr__(self, "no_multi", "no_multi" in self.flags)
-        object.__setattr__(self, "container", self.name in _CONTAINERS)
-        object.__setattr__(self, "not_queued", self.name in _NOT_QUEUED)
-
-    def keys(self, argv: list[bytes]) -> list[bytes]:
-        """The key arguments of argv, per first_key/last_key/step."""
-        if not self.first_key:
-            return []
-        last = self.last_key if self.last_key >= 0 else len(argv) + self.last_key
-        return argv[self.first_key : last + 1 : self.step]
-
-
-COMMANDS: dict[str, Command] = {}
-# The rows by the names clients may call them (rename-command changes these,
-# never COMMANDS): lower-case name -> row, and the name's bytes as clients
-# usually send them (upper or lower case), so dispatch needs no decode for
-# the common spellings.
-_CLIENT_NAMES: dict[str, Command] = {}
-_BY_BYTES: dict[bytes, Command] = {}
-# rename-command's effect, new name (or "") by original name; empty when
-# nothing was renamed, which is all dispatch tests on its hot path.
-_RENAMED: dict[str, str] = {}
-
-
-def command(
-    name: str,
-    arity: int,
-    flags: str = "",
-    keys: tuple[int, int, int] = (0, 0, 0),
-    summary: str = "",
-    group: str = "generic",
-) -> Callable[[Handler], Handler]:
-    """Register the decorated handler as command `name`."""
-
-    def register(handler: Handler) -> Handler:
-        row = Command(name, handler, arity, frozenset(flags.split()), *keys, summary, group)
-        COMMANDS[name] = _CLIENT_NAMES[name] = row
-        _BY_BYTES[name.encode()] = _BY_BYTES[name.upper().encode()] = row
-        return handler
-
-    return register
-
-
-# --------------------------------------------------------------------------
-# Dispatch
-# --------------------------------------------------------------------------
-
-
-class _Transaction:
-    """Which client's EXEC is running: its blocking commands do not block."""
-
-    client: ClientState | None = None
-
-
-transaction = _Transaction()
-
-
-def lookup(name: bytes) -> Command | None:
-    """The command a client calls by this name (after rename-command)."""
-    cmd = _BY_BYTES.get(name)
-    if cmd is None:
-        cmd = _CLIENT_NAMES.get(name.decode("utf-8", "replace").lower())
-    return cmd
-
-
-def lookup_original(name: bytes) -> Command | None:
-    """The command by its own name, whatever rename-command did: what the
-    AOF holds (dispatch logs original names) and EXEC runs."""
-    return COMMANDS.get(name.decode("utf-8", "replace").lower())
-
-
-def rename_command(old: str, new: str) -> None:
-    """rename-command old new, as redis.conf applies it: `old` stops
-    answering, `new` ("" for none) calls that command. Raises ValueError
-    with Redis's text."""
-    cmd = _CLIENT_NAMES.get(old.lower())
-    if cmd is None:
-        raise ValueError("No such command in rename-command")
-    if new and new.lower() in _CLIENT_NAMES:
-        raise ValueError("Target command name already exists")
-    del _CLIENT_NAMES[old.lower()]
-    for spelling in [b for b, row in _BY_BYTES.items() if row is cmd]:
-        del _BY_BYTES[spelling]
-    if new:
-        _CLIENT_NAMES[new.lower()] = cmd
-        for spelling in {new, new.lower(), new.upper()}:
-            _BY_BYTES[spelling.encode("utf-8", "surrogateescape")] = cmd
-    _RENAMED[cmd.name] = new
-    _refresh_run_spellings()
-
-
-# Spellings of TWRITE a pipelined run is recognised by (streams.execute_run;
-# the server tests it before calling). Only names that reach TWRITE, and only
-# ones that are TWRITE's own: a run logs its commands as they were sent.
-RUN_COMMANDS: set[bytes] = {b"TWRITE", b"twrite"}
-
-
-def _refresh_run_spellings() -> None:
-    twrite = COMMANDS.get("twrite")
-    keep = {s for s in (b"TWRITE", b"twrite") if twrite is not None and _BY_BYTES.get(s) is twrite}
-    RUN_COMMANDS.intersection_update(keep)
+Runner = Callable[[ServerState, ClientState, list[bytes]], Any]
 
 
 def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     """Run one command for client; returns its reply or BLOCKED."""
     # The hot path of every request: attributes are read once into locals
     # and every check that is usually off is a single boolean test.
-    cmd = _BY_BYTES.get(argv[0]) or lookup(argv[0])
-    if _RENAMED:
+    cmd = BY_SPELLING.get(argv[0]) or lookup(argv[0])
+    if RENAMED:
         if state.loading:
             cmd = lookup_original(argv[0])  # the AOF holds original names
         elif cmd is not None:
@@ -200,41 +69,47 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if cmd is None:
         shown = argv[0].decode("utf-8", "replace")
         return _reject(state, client, None, errors.unknown_command(shown, argv[1:]))
-    arity = cmd.arity
-    argc = len(argv)
-    if argc != arity and (arity > 0 or argc < -arity):
-        return _reject(state, client, cmd, errors.wrong_arity(cmd.name))
-    if not state.loading:
-        if not client.authenticated and not cmd.noauth and requirepass_set(state):
-            return _reject(state, client, cmd, errors.NOAUTH)
-        if cmd.write or cmd.denyoom:
-            refusal = write_refusal(state, cmd.write, cmd.denyoom)
-            if refusal is not None:
-                return _reject(state, client, cmd, refusal)
+    refusal = check(state, client, cmd, argv)
+    if refusal is not None:
+        if cmd.runs_transaction and client.queued is not None:
+            # As Redis's execCommandAbort(): a refused EXEC discards the
+            # transaction and says why.
+            end_transaction(state, client)
+            refusal = errors.exec_abort_because(refusal)
+        return _reject(state, client, cmd, refusal)
     if client.queued is not None and not cmd.not_queued:
-        if cmd.no_multi:
-            return _reject(state, client, cmd, "ERR Command not allowed inside a transaction")
         client.queued.append(argv)
         return QUEUED
     reply = call(state, client, cmd, argv)
-    blocking = state.blocking
-    if blocking is not None and blocking.ready:
-        blocking.serve_ready()
+    if state.blocking.ready:
+        serve_ready(state)
     return reply
 
 
-def _reject(state: ServerState, client: ClientState, cmd: Command | None, message: str) -> Error:
-    # Like Redis's flagTransaction(): a command refused while queuing makes
-    # the whole transaction fail at EXEC.
-    if client.queued is not None:
-        client.multi_error = True
-    if cmd is not None:
-        command_stats(state, cmd.name)[2] += 1
-    return Error(message)
-
-
-def requirepass_set(state: ServerState) -> bool:
-    return bool(config_value(state, "requirepass", ""))
+def check(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> str | None:
+    """Why cmd may not run for client now (the error reply's text), or
+    None. The one refusal function of every dispatch path; while the files
+    load only the arity is checked."""
+    arity = cmd.arity
+    argc = len(argv)
+    if argc != arity and (arity > 0 or argc < -arity):
+        return errors.wrong_arity(cmd.name)
+    if state.loading:
+        return None
+    if not client.authenticated and not cmd.noauth and requirepass_set(state):
+        return errors.NOAUTH
+    if client.queued is not None and cmd.no_multi:
+        return errors.NOT_IN_TRANSACTION
+    if cmd.runs_transaction:
+        queued = [(lookup_original(q[0]), q) for q in client.queued or ()]
+        write = any(c is not None and c.writes_keys(q) for c, q in queued)
+        denyoom = any(c is not None and c.denyoom for c, _ in queued)
+    else:
+        write = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
+        denyoom = cmd.denyoom
+    if write or denyoom:
+        return write_refusal(state, write, denyoom)
+    return None
 
 
 def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
@@ -245,18 +120,25 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
         if refused:
             return refused
     if denyoom:
-        limit = config_value(state, "maxmemory", 0)
+        limit = state.config.get("maxmemory")
         if limit and state.used_memory() > int(limit):
             return errors.OOM
     return None
 
 
-def config_value(state: ServerState, name: str, default: Any) -> Any:
-    config = state.config
-    if config is None:
-        return default
-    value = config.get(name)
-    return default if value is None else value
+def requirepass_set(state: ServerState) -> bool:
+    return bool(state.config.get("requirepass"))
+
+
+def _reject(state: ServerState, client: ClientState, cmd: Command | None, message: str) -> Error:
+    # Like Redis's flagTransaction(): a command refused while queuing makes
+    # the whole transaction fail at EXEC.
+    if client.queued is not None:
+        client.multi_error = True
+    if cmd is not None:
+        command_stats(state, cmd.name)[2] += 1
+    count_error(state, message)
+    return Error(message)
 
 
 def command_stats(state: ServerState, name: str) -> list[int]:
@@ -267,8 +149,44 @@ def command_stats(state: ServerState, name: str) -> list[int]:
     return row
 
 
-def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> Any:
-    """Run a command that passed the checks (Redis's call())."""
+def count_error(state: ServerState, message: str) -> None:
+    """Count an error reply sent to a client: total_error_replies and INFO
+    errorstats by the error's code (its first word, as Redis reads it)."""
+    stats = state.stats
+    stats.total_error_replies += 1
+    space = message.find(" ", 0, 32)
+    code = message[:space] if space > 0 else "ERR"
+    kinds = stats.errors
+    if code in kinds:
+        kinds[code] += 1
+    elif stats.errors_enabled:
+        if len(kinds) >= ERROR_STATS_KINDS:
+            # As Redis: a flood of made-up error codes must not grow the
+            # table without end; CONFIG RESETSTAT turns it back on.
+            log.warning(
+                "Errorstats stopped adding new errors because the number of errors "
+                "reached the limit; CONFIG RESETSTAT re-enables it. Current codes: %s",
+                ", ".join(kinds),
+            )
+            kinds.clear()
+            kinds["ERRORSTATS_DISABLED"] = 1
+            stats.errors_enabled = False
+        else:
+            kinds[code] = 1
+
+
+def call(
+    state: ServerState,
+    client: ClientState,
+    cmd: Command,
+    argv: list[bytes],
+    run: Runner | None = None,
+    first_call: bool = True,
+) -> Any:
+    """Run a command that passed check() (Redis's call()): cmd's handler, or
+    `run` standing in for it (a blocked request being served). first_call:
+    False when the command was counted (and shown to MONITOR) when it was
+    first called, as for a blocked request served later."""
     name = cmd.name
     client.last_command = name
     if cmd.container and len(argv) > 1:
@@ -281,7 +199,7 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
     logged = state.dirty
     started = perf_counter_ns()
     try:
-        reply = cmd.handler(state, client, argv)
+        reply = (cmd.handler if run is None else run)(state, client, argv)
     except Exception as exc:  # a bug must cost one reply, not the server
         if isinstance(exc, CommandError):
             problem = exc.message
@@ -293,16 +211,15 @@ def call(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes
         reply = Error(problem)
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)
-    row[0] += 1
-    row[1] += (perf_counter_ns() - started) // 1000
-    stats.total_commands_processed += 1
+    if first_call:
+        row[0] += 1
+        row[1] += (perf_counter_ns() - started) // 1000
+        stats.total_commands_processed += 1
     if type(reply) is Error:
         row[3] += 1
-    elif cmd.write:
-        blocking = state.blocking
-        if blocking is not None and blocking.waiting:
-            for key in cmd.keys(argv):
-                blocking.signal_key(key)
+        count_error(state, reply.message)
+    if first_call and state.monitors and not cmd.admin and not state.loading:
+        feed_monitors(state, client, cmd, argv)
     return reply
 
 
@@ -324,12 +241,8 @@ def _keep_change(
     """
     if not handler_logged and not state.loading:
         try:
-            if transaction.client is None:
-                state.propagate([b"MULTI"])
+            with state.transaction_log():
                 state.propagate(argv)
-                state.propagate([b"EXEC"])
-            else:
-                state.propagate(argv)  # the running EXEC already wraps it
         except Exception:
             log.exception("could not log the change made by a failed %r", name)
             if state.writes_refused is None:
@@ -344,6 +257,55 @@ def _keep_change(
     return errors.failed_after_change(name, problem, logged=True)
 
 
+def feed_monitors(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> None:
+    """Show a command to every MONITOR client, as redis-server's
+    replicationFeedMonitors() writes it: time, db and client address, then
+    each argument quoted (secrets replaced by "(redacted)")."""
+    if cmd.redact is not None:
+        argv = cmd.redact(argv)
+    now = time.time()
+    seconds = int(now)
+    where = f"unix:{client.unix_path}" if client.unix_path else client.addr
+    line = f"{seconds}.{int((now - seconds) * 1e6):06d} [{client.db} {where}] " + " ".join(
+        show_arg(arg) for arg in argv
+    )
+    reply = SimpleString(line)
+    for monitor in list(state.monitors):
+        monitor.send(reply)
+
+
+def serve_ready(state: ServerState) -> None:
+    """Serve the clients blocked on keys the last command changed, in the
+    order they blocked (across keys: BlockingManager.ready_requests), each through check() and call() like any command:
+    a served group read obeys MISCONF, is logged even if it raises half
+    way, and wakes readers of the group key it moved. A request with
+    nothing to answer yet keeps its place."""
+    blocking = state.blocking
+    served: list[ClientState] = []
+    for request in blocking.ready_requests():
+        reply = _serve(state, request)
+        if reply is WAIT:
+            continue
+        blocking.finish(request, reply)
+        served.append(request.client)
+    # Resuming pipelines last: a resumed client may run commands that
+    # block or wake others again, which must not happen mid-iteration.
+    for client in served:
+        client.on_unblocked()
+
+
+def _serve(state: ServerState, request: BlockRequest) -> Any:
+    client, argv = request.client, request.argv
+    cmd = lookup_original(argv[0])
+    if cmd is None:  # the command table never loses a row
+        raise RuntimeError(f"blocked command {show_arg(argv[0])} has no row")
+    refusal = check(state, client, cmd, argv)
+    if refusal is not None:
+        count_error(state, refusal)
+        return Error(refusal)
+    return call(state, client, cmd, argv, lambda st, _c, _a: request.serve(st), first_call=False)
+
+
 def unwatch_all(state: ServerState, client: ClientState) -> None:
     watchers = state.keyspace.watchers
     for key in client.watched:
@@ -356,12 +318,28 @@ def unwatch_all(state: ServerState, client: ClientState) -> None:
     client.dirty_cas = False
 
 
+def end_transaction(state: ServerState, client: ClientState) -> None:
+    """Leave MULTI: drop the queue and the WATCHes (EXEC, DISCARD, a
+    refused EXEC, RESET)."""
+    client.queued = None
+    client.multi_error = False
+    unwatch_all(state, client)
+
+
 def client_disconnected(state: ServerState, client: ClientState) -> None:
-    """Forget a client that is gone: its blocked read, its WATCHed keys."""
-    if state.blocking is not None:
-        state.blocking.remove(client)
+    """Forget a client that is gone: its blocked read, its WATCHed keys,
+    its MULTI queue, its MONITOR."""
+    state.blocking.remove(client)
     unwatch_all(state, client)
     client.queued = None
+    stop_monitor(state, client)
+
+
+def stop_monitor(state: ServerState, client: ClientState) -> None:
+    """The client stops receiving MONITOR lines (RESET, disconnect)."""
+    if client.monitor:
+        client.monitor = False
+        state.monitors.remove(client)
 
 
 def expire_keys(state: ServerState, now: float | None = None) -> int:
@@ -369,55 +347,20 @@ def expire_keys(state: ServerState, now: float | None = None) -> int:
     return state.keyspace.expire_due(now)
 
 
-# --------------------------------------------------------------------------
-# Argument helpers
-# --------------------------------------------------------------------------
-
-# Redis's string2ll: optional '-', no '+', no leading zeros, no spaces.
-INTEGER_RE = re.compile(rb"0|-?[1-9][0-9]{0,18}")
-
-
-def parse_int(arg: bytes, message: str = errors.NOT_INTEGER) -> int:
-    # Fast path for the usual short non-negative number (18 digits cannot
-    # overflow); everything else goes through the exact check.
-    if 0 < len(arg) < 19 and arg.isdigit() and (arg[0] != 48 or len(arg) == 1):
-        return int(arg)
-    if INTEGER_RE.fullmatch(arg) is None:
-        raise CommandError(message)
-    value = int(arg)
-    if not MIN_INT64 <= value <= MAX_OFFSET:
-        raise CommandError(message)
-    return value
-
-
-def text(arg: bytes) -> str:
-    return arg.decode("utf-8", "replace")
-
-
-def get_string(state: ServerState, key: bytes) -> bytes | None:
-    value = state.keyspace.get(key)
-    if value is not None and not isinstance(value, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    return value
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def check_subcommand(command_name: str, arity: dict[str, int], argv: list[bytes]) -> str:
-    """The lower-case subcommand of argv, checked against its arity."""
-    sub = text(argv[1]).lower()
-    expected = arity.get(sub)
-    if expected is None:
-        raise CommandError(errors.unknown_subcommand(text(argv[1]), command_name))
-    if (expected > 0 and len(argv) != expected) or len(argv) < -expected:
-        raise CommandError(errors.wrong_arity(f"{command_name}|{sub}"))
-    return sub
-
-
-def on_off(arg: bytes) -> bool:
-    value = arg.lower()
-    if value not in (b"on", b"off"):
-        raise CommandError(errors.SYNTAX)
-    return value == b"on"
+__all__ = [
+    "BLOCKED",
+    "call",
+    "check",
+    "client_disconnected",
+    "command_stats",
+    "count_error",
+    "end_transaction",
+    "execute",
+    "expire_keys",
+    "feed_monitors",
+    "requirepass_set",
+    "serve_ready",
+    "stop_monitor",
+    "unwatch_all",
+    "write_refusal",
+]

@@ -7,14 +7,10 @@ from bisect import bisect_left
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
-    MAX_OFFSET,
-    command,
-    now_ms,
-    parse_int,
-    text,
-)
+from rcp11.commands.args import now_ms, parse_int, text
+from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
+from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString
 from rcp11.state import ClientState, ServerState
 from rcp11.stringmatch import compile_glob
@@ -27,12 +23,20 @@ def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
     return deleted
 
 
-@command("del", -2, "write", (1, -1, 1), summary="Delete keys")
+_DELETES = (KeySpec(("RM", "DELETE"), index=1, lastkey=-1),)
+# RENAME reads and deletes the source, writes over the destination.
+_RENAMES = (
+    KeySpec(("RW", "ACCESS", "DELETE"), index=1),
+    KeySpec(("OW", "INSERT"), index=2),
+)
+
+
+@command("del", -2, "write", (1, -1, 1), summary="Delete keys", key_specs=_DELETES)
 def del_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return _delete_keys(state, argv)
 
 
-@command("unlink", -2, "write fast", (1, -1, 1), summary="Delete keys")
+@command("unlink", -2, "write fast", (1, -1, 1), summary="Delete keys", key_specs=_DELETES)
 def unlink_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return _delete_keys(state, argv)
 
@@ -140,7 +144,7 @@ def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return [b"%d" % next_cursor, found]
 
 
-@command("rename", 3, "write", (1, 2, 1), summary="Rename a key")
+@command("rename", 3, "write", (1, 2, 1), summary="Rename a key", key_specs=_RENAMES)
 def rename_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     src, dst = argv[1], argv[2]
     if src not in state.keyspace:
@@ -151,7 +155,14 @@ def rename_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return OK
 
 
-@command("renamenx", 3, "write fast", (1, 2, 1), summary="Rename a key unless the new name exists")
+@command(
+    "renamenx",
+    3,
+    "write fast",
+    (1, 2, 1),
+    summary="Rename a key unless the new name exists",
+    key_specs=_RENAMES,
+)
 def renamenx_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     src, dst = argv[1], argv[2]
     if src not in state.keyspace:
@@ -185,13 +196,13 @@ def _expire_generic(
     key = argv[1]
     amount = parse_int(argv[2])
     when_ms = amount * unit_ms + (0 if absolute else now_ms())
-    if not -(2**63) <= when_ms <= MAX_OFFSET:
+    if not INT64_MIN <= when_ms <= INT64_MAX:
         raise CommandError(errors.INVALID_EXPIRE.format(name))
     flags = {arg.lower() for arg in argv[3:]}
     if not flags <= {b"nx", b"xx", b"gt", b"lt"} or len(flags) != len(argv) - 3:
-        raise CommandError(f"ERR Unsupported option {text(argv[3])}")
+        raise CommandError(errors.unsupported_option(text(argv[3])))
     if b"nx" in flags and len(flags) > 1 or {b"gt", b"lt"} <= flags:
-        raise CommandError("ERR NX and XX, GT or LT options at the same time are not compatible")
+        raise CommandError(errors.EXPIRE_FLAGS_INCOMPATIBLE)
     if key not in state.keyspace:
         return 0
     current = state.keyspace.expires.get(key)

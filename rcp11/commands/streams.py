@@ -1,34 +1,21 @@
-"""The RCP 11 commands: TWRITE, TREAD, TEVICT (SPEC.md sections 2-4)."""
+"""Writing streams: TWRITE and TEVICT (docs/PROTOCOL.md sections 2 and 4),
+and the TWRITE run a pipeline may take instead of one TWRITE at a time.
+TREAD is in tread.py."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors
-from rcp11.blocking import (
-    BlockRequest,
-    group_default_start,
-    group_position,
-    lookup_stream,
-    set_group_position,
-    stream_reply,
-)
-from rcp11.commands.core import (
-    BLOCKED,
-    MAX_OFFSET,
-    RUN_COMMANDS,
-    command,
-    command_stats,
-    parse_int,
-    text,
-    transaction,
-    write_refusal,
-)
+from rcp11.commands.args import parse_int, text
+from rcp11.commands.core import check, command_stats
+from rcp11.commands.table import COMMANDS, RUN_COMMANDS, KeySpec, command
+from rcp11.commands.tread import lookup_stream
 from rcp11.errors import CommandError
+from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING, RUN_MAX_BYTES, RUN_MAX_COMMANDS
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import OffsetOverflowError, StorageError, Stream
 
@@ -42,6 +29,14 @@ log = logging.getLogger("rcp11")
     (1, 1, 1),
     summary="Append entries to a stream; returns the offset of the first",
     group="stream",
+    # Appends (INSERT); BACKLOG also evicts the oldest (DELETE).
+    key_specs=(KeySpec(("RW", "INSERT", "DELETE"), index=1),),
+    arguments=(
+        {"name": "key", "type": "key", "key_spec_index": 0},
+        {"name": "backlog", "type": "integer", "token": "BACKLOG", "flags": ["optional"]},
+        {"name": "entries", "type": "pure-token", "token": "ENTRIES"},
+        {"name": "entry", "type": "string", "flags": ["multiple"]},
+    ),
 )
 def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     key = argv[1]
@@ -79,24 +74,20 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     return first
 
 
-# A run's AOF bytes must fit in the disk space persistence keeps reserved
-# ahead of the log (it checks before each write command, with a 128 KB
-# margin), so a run is cut at this many payload bytes.
-_RUN_MAX_BYTES = 64 << 10
-# And at this many commands: the server reads the clock between runs to give
-# other clients their turn (a run of tiny messages costs ~4 us per command).
-_RUN_MAX_COMMANDS = 1024
-
-
 def execute_run(
     state: ServerState, client: ClientState, commands: list[list[bytes]], index: int
 ) -> list[int] | None:
     """Run commands[index:] as far as they are a run of plain `TWRITE key
     value` on one existing stream, with one append for all of them, when
     nothing could tell that from running them one by one through execute():
-    no transaction, no reader blocked on that stream, no TTL, no maxmemory,
-    writes allowed. Returns their replies (consecutive offsets), or None to
-    say: use execute() for commands[index].
+    check() lets the first run (every command of the run is the same
+    command for the same client, so its answer holds for all), and no
+    transaction, no reader blocked on that stream, no TTL, no maxmemory, no
+    MONITOR. Returns their replies (consecutive offsets), or None to say:
+    use execute() for commands[index].
+
+    The C lane of issue 11 replaces this (the pipeline calls it only when
+    argv[0] is in RUN_COMMANDS; deleting it is that call and this function).
 
     Every refusal that does not depend on the run is decided before the
     scan ahead, in O(1): the server calls this for every TWRITE of a
@@ -109,32 +100,33 @@ def execute_run(
     argv = commands[index]
     if len(argv) != 3 or argv[0] not in RUN_COMMANDS:
         return None
-    if state.loading or not client.authenticated or client.queued is not None:
+    if state.loading or client.queued is not None or state.monitors:
         return None
     key = argv[1]
     blocking = state.blocking
     keyspace = state.keyspace
     if (
-        (blocking is not None and (key in blocking.waiting or blocking.ready))
+        key in blocking.waiting
+        or blocking.ready
         or key in keyspace.expires
-        or (state.config is not None and state.config.get("maxmemory"))
-        or write_refusal(state, True, False)
+        or state.config.get("maxmemory")
+        or check(state, client, _TWRITE, argv) is not None
     ):
         return None
     stream = keyspace.data.get(key)
     if stream is None or isinstance(stream, bytes):
         return None  # creation and WRONGTYPE take the one-by-one path
     # Offsets left before 2^63-1: a run never needs the overflow error.
-    room = MAX_OFFSET + 1 - stream.next_offset
+    room = NEXT_OFFSET_CEILING - stream.next_offset
     end = index + 1
     size = len(argv[2])
-    limit = min(len(commands), index + room, index + _RUN_MAX_COMMANDS)
+    limit = min(len(commands), index + room, index + RUN_MAX_COMMANDS)
     while end < limit:
         follower = commands[end]
         if len(follower) != 3 or follower[1] != key or follower[0] not in RUN_COMMANDS:
             break
         size += len(follower[2])
-        if size > _RUN_MAX_BYTES:
+        if size > RUN_MAX_BYTES:
             break
         end += 1
     count = end - index
@@ -187,120 +179,17 @@ def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
                 raise CommandError(errors.syntax_error("BACKLOG given more than once"))
             if i + 1 >= len(argv):
                 raise CommandError(errors.syntax_error("BACKLOG needs a count"))
-            backlog = parse_int(argv[i + 1], "ERR BACKLOG count must be an integer >= 0")
+            backlog = parse_int(argv[i + 1], errors.BACKLOG_COUNT)
             if backlog < 0:
-                raise CommandError("ERR BACKLOG count must be an integer >= 0")
+                raise CommandError(errors.BACKLOG_COUNT)
             i += 2
             continue
-        raise CommandError(
-            errors.syntax_error(f"unknown option '{text(argv[i])}' (expected BACKLOG or ENTRIES)")
-        )
+        entries_follow = any(arg.upper() == b"ENTRIES" for arg in argv[i + 1 :])
+        raise CommandError(errors.twrite_unknown_option(text(argv[i]), entries_follow))
     entries = argv[i:]
     if not entries:
         raise CommandError(errors.syntax_error("no entry after ENTRIES"))
     return entries, backlog
-
-
-_TREAD_OFFSET = "ERR offset is not an integer or out of range"
-_TREAD_COUNT = "ERR count is not an integer or out of range"
-_TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
-
-
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
-    """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
-    block_ms: int | None = None
-    group: bytes | None = None
-    group_new = False
-    withinfo = False
-    seen: set[bytes] = set()
-    i = 4
-    while i < len(argv):
-        option = argv[i].upper()
-        if option in seen:
-            raise CommandError(errors.syntax_error(f"{text(option)} given more than once"))
-        seen.add(option)
-        if option == b"WITHINFO":
-            withinfo = True
-            i += 1
-            continue
-        if option not in (b"BLOCK", b"GROUP", b"GROUPNEW"):
-            raise CommandError(errors.syntax_error(f"unknown option '{text(argv[i])}'"))
-        if i + 1 >= len(argv):
-            raise CommandError(errors.syntax_error(f"{text(option)} needs a value"))
-        value = argv[i + 1]
-        i += 2
-        if option == b"BLOCK":
-            block_ms = parse_int(value, _TREAD_TIMEOUT)
-            if block_ms < 0:
-                raise CommandError(errors.NEGATIVE_TIMEOUT)
-        else:
-            if group is not None:
-                raise CommandError(errors.GROUP_AND_GROUPNEW)
-            group = value
-            group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
-
-
-@command(
-    "tread",
-    -4,
-    "readonly blocking",
-    (1, 1, 1),
-    summary="Read a stream from an offset, or as a member of a group",
-    group="stream",
-)
-def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
-    key = argv[1]
-    offset = parse_int(argv[2], _TREAD_OFFSET)
-    count = parse_int(argv[3], _TREAD_COUNT)
-    if count < 0:
-        raise CommandError(errors.NEGATIVE_COUNT)
-    if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
-    else:
-        block_ms, group, group_new, withinfo = None, None, False, False
-
-    stream = lookup_stream(state, key)
-    next_offset = stream.next_offset if stream is not None else 0
-    may_block = block_ms is not None and client is not transaction.client and not state.loading
-    resp3 = client.resp == 3
-    if group is None:
-        start = offset if offset >= 0 else max(next_offset + offset, 0)
-        if start >= next_offset and may_block:
-            return _block(
-                state, client, BlockRequest(client, key, start, count, withinfo), block_ms
-            )
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
-    else:
-        if group == key:
-            raise CommandError(errors.GROUP_IS_KEY)
-        # A group read writes its group key, so it obeys write refusals.
-        refused = write_refusal(state, True, False) if not state.loading else None
-        if refused:
-            raise CommandError(refused)
-        position = group_position(state, group)
-        start = position if position is not None else group_default_start(stream, group_new)
-        if start >= next_offset and may_block:
-            if position is None:
-                # Created now, so a GROUPNEW reader gets what is written next.
-                set_group_position(state, group, start)
-            request = BlockRequest(client, key, start, count, withinfo, group, group_new)
-            return _block(state, client, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
-        if start + n != position:
-            set_group_position(state, group, start + n)
-    state.stats.total_messages_read += n
-    return reply
-
-
-def _block(state: ServerState, client: ClientState, request: BlockRequest, block_ms: Any) -> Any:
-    if state.blocking is None:
-        raise CommandError("ERR blocking is not available")
-    if block_ms:
-        request.deadline = time.monotonic() + block_ms / 1000
-    state.blocking.block(client, request)
-    return BLOCKED
 
 
 @command(
@@ -310,10 +199,15 @@ def _block(state: ServerState, client: ClientState, request: BlockRequest, block
     (1, 1, 1),
     summary="Evict the oldest messages of a stream",
     group="stream",
+    key_specs=(KeySpec(("RW", "DELETE"), index=1),),
+    arguments=(
+        {"name": "key", "type": "key", "key_spec_index": 0},
+        {"name": "offset", "type": "integer"},
+    ),
 )
 def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     key = argv[1]
-    offset = parse_int(argv[2], _TREAD_OFFSET)
+    offset = parse_int(argv[2], errors.TREAD_OFFSET)
     stream = lookup_stream(state, key)
     if stream is None:
         return 0
@@ -331,8 +225,6 @@ def tevict_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 # plus the largest step (2^22); TWRITE's entries are bounded by the query
 # buffer, TCONCAT's only by this limit: 3 x 2^28 + 2^22 < 2^30.
 TCONCAT_MAX_MESSAGES = 1 << 28
-# Messages copied per read/append round, so a large source is never held in
-# memory as one Python list.
 
 
 @command(
@@ -342,6 +234,14 @@ TCONCAT_MAX_MESSAGES = 1 << 28
     (1, -1, 1),
     summary="Append every readable message of source streams to a stream, then delete them",
     group="stream",
+    key_specs=(
+        KeySpec(("RW", "INSERT"), index=1),
+        KeySpec(("RW", "DELETE"), index=2, lastkey=-1),
+    ),
+    arguments=(
+        {"name": "destination", "type": "key", "key_spec_index": 0},
+        {"name": "source", "type": "key", "key_spec_index": 1, "flags": ["multiple"]},
+    ),
 )
 def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     """TCONCAT dst src [src ...] (docs/PROTOCOL.md): every check comes before
@@ -402,3 +302,6 @@ def concat_stream(target: Stream, source: Stream) -> None:
     each message's append time, so TSEEK and retention by age see the moved
     messages as written when they were (docs/PROTOCOL.md, TCONCAT)."""
     target.concat(source)
+
+
+_TWRITE = COMMANDS["twrite"]

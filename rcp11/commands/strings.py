@@ -5,14 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
-    MAX_OFFSET,
-    command,
-    get_string,
-    now_ms,
-    parse_int,
-)
+from rcp11.commands.args import get_string, now_ms, parse_int
+from rcp11.commands.table import command
 from rcp11.errors import CommandError
+from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK
 from rcp11.state import ClientState, ServerState
 
@@ -51,7 +47,7 @@ def _parse_set_options(args: list[bytes]) -> tuple[str | None, bool, bool, int |
                 raise CommandError(errors.INVALID_EXPIRE.format("set"))
             unit = 1000 if option in (b"EX", b"EXAT") else 1
             deadline = amount * unit + (0 if option in (b"EXAT", b"PXAT") else now_ms())
-            if deadline > MAX_OFFSET:
+            if deadline > INT64_MAX:
                 raise CommandError(errors.INVALID_EXPIRE.format("set"))
             i += 1
         else:
@@ -94,7 +90,7 @@ def setnx_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
 def _set_with_ttl(state: ServerState, argv: list[bytes], unit_ms: int, name: str) -> Any:
     key, value = argv[1], argv[3]
     amount = parse_int(argv[2])
-    if amount <= 0 or amount * unit_ms + now_ms() > MAX_OFFSET:
+    if amount <= 0 or amount * unit_ms + now_ms() > INT64_MAX:
         raise CommandError(errors.INVALID_EXPIRE.format(name))
     deadline = amount * unit_ms + now_ms()
     state.keyspace.set(key, value)
@@ -146,7 +142,7 @@ def _incr(state: ServerState, argv: list[bytes], delta: int) -> int:
     current = get_string(state, key)
     number = 0 if current is None else parse_int(current)
     result = number + delta
-    if not -(2**63) <= result <= MAX_OFFSET:
+    if not INT64_MIN <= result <= INT64_MAX:
         raise CommandError(errors.INCR_OVERFLOW)
     state.keyspace.set(key, b"%d" % result, keep_ttl=True)
     state.propagate(argv)
@@ -173,8 +169,8 @@ def incrby_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 )
 def decrby_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     delta = parse_int(argv[2])
-    if delta == -(2**63):
-        raise CommandError("ERR decrement would overflow")
+    if delta == INT64_MIN:
+        raise CommandError(errors.DECREMENT_OVERFLOW)
     return _incr(state, argv, -delta)
 
 

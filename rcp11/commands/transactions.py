@@ -5,14 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import (
-    call,
-    command,
-    lookup_original,
-    transaction,
-    unwatch_all,
-    write_refusal,
-)
+from rcp11.commands.core import call, end_transaction, unwatch_all
+from rcp11.commands.table import command, lookup_original
 from rcp11.errors import CommandError
 from rcp11.resp import NULL_ARRAY, OK
 from rcp11.state import ClientState, ServerState
@@ -29,12 +23,6 @@ def multi_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     return OK
 
 
-def _end_transaction(state: ServerState, client: ClientState) -> None:
-    client.queued = None
-    client.multi_error = False
-    unwatch_all(state, client)
-
-
 @command(
     "discard",
     1,
@@ -45,7 +33,7 @@ def _end_transaction(state: ServerState, client: ClientState) -> None:
 def discard_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if client.queued is None:
         raise CommandError(errors.DISCARD_WITHOUT_MULTI)
-    _end_transaction(state, client)
+    end_transaction(state, client)
     return OK
 
 
@@ -55,46 +43,26 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     if queued is None:
         raise CommandError(errors.EXEC_WITHOUT_MULTI)
     if client.multi_error:
-        _end_transaction(state, client)
+        end_transaction(state, client)
         raise CommandError(errors.EXEC_ABORT)
     if client.dirty_cas:
-        _end_transaction(state, client)
+        end_transaction(state, client)
         return NULL_ARRAY
-    # Queued by their own names (dispatch renames argv[0] back).
+    # Queued by their own names (dispatch renames argv[0] back). MISCONF
+    # and OOM were checked for all of them when EXEC itself was (core.check).
     commands = [lookup_original(argv[0]) for argv in queued]
-    if not state.loading:
-        refusal = write_refusal(
-            state, any(cmd.write for cmd in commands), any(cmd.denyoom for cmd in commands)
-        )
-        if refusal is not None:
-            _end_transaction(state, client)
-            raise CommandError(errors.exec_abort_because(refusal))
-    _end_transaction(state, client)
-
+    end_transaction(state, client)
     # Everything the transaction propagates goes to the log between MULTI
     # and EXEC, so a replay applies it all or nothing; a transaction that
-    # changed nothing logs nothing.
-    original_propagate = state.propagate
-    wrapped = False
-
-    def propagate_in_transaction(cmd_argv: list[bytes]) -> None:
-        nonlocal wrapped
-        if not wrapped:
-            wrapped = True
-            original_propagate([b"MULTI"])
-        original_propagate(cmd_argv)
-
-    state.propagate = propagate_in_transaction  # type: ignore[method-assign]
-    previous_exec_client, transaction.client = transaction.client, client
+    # changed nothing logs nothing. Blocking commands answer at once.
     replies = []
+    denied, client.deny_blocking = client.deny_blocking, True
     try:
-        for cmd, cmd_argv in zip(commands, queued, strict=True):
-            replies.append(call(state, client, cmd, cmd_argv))
+        with state.transaction_log():
+            for cmd, cmd_argv in zip(commands, queued, strict=True):
+                replies.append(call(state, client, cmd, cmd_argv))  # type: ignore[arg-type]
     finally:
-        transaction.client = previous_exec_client
-        del state.propagate
-        if wrapped:
-            original_propagate([b"EXEC"])
+        client.deny_blocking = denied
     return replies
 
 

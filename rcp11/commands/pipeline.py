@@ -1,0 +1,120 @@
+"""The command layer's one entry point for a connection's requests.
+
+    index, out_bytes, stop = run_pipeline(state, client, commands, index, out, out_bytes, mark)
+
+The server's Connection parses a read into commands and hands them here;
+it knows no command name and formats no reply. run_pipeline() runs them in
+order, appends each reply's RESP bytes to `out`, and returns where it
+stopped and why (Stop), so the connection can apply its own policies
+between commands (output limits, backpressure, taking turns) and call again
+from `index`.
+
+Inside, a run of plain `TWRITE key value` on one stream is done with one
+append (streams.execute_run) when nothing could tell it from running them
+one by one; everything else goes through core.execute(). Both ask
+core.check(), so a check is written once.
+
+The C lane of issue 11 sits in front of this: it runs what it can straight
+from the read buffer and hands the rest of the buffer, parsed, to this same
+function (at which point execute_run, which it replaces, goes away).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any
+
+from rcp11 import errors
+from rcp11.commands.core import BLOCKED, count_error, execute
+from rcp11.commands.streams import execute_run
+from rcp11.commands.table import RUN_COMMANDS
+from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
+from rcp11.logs import show_arg
+from rcp11.resp import Error, encode, encode_integers, encode_raw_error
+from rcp11.state import ClientState, ServerState
+
+log = logging.getLogger("rcp11")
+
+
+class Stop(enum.Enum):
+    """Why run_pipeline() returned."""
+
+    DONE = "done"  # every command ran
+    # The replies appended passed `mark`: look at the client's output
+    # limits, then call again (or hold the rest).
+    OUTPUT = "output"
+    # COMMANDS_BETWEEN_CLOCKS commands ran (or a run of many): read the
+    # clock, then call again (or let other clients have their turn).
+    CLOCK = "clock"
+    # The last command ran left the client waiting (a blocked read) or sent
+    # no reply (SHUTDOWN): the rest waits until it is served.
+    BLOCKED = "blocked"
+    # The client is closing (QUIT, CLIENT KILL): nothing more runs.
+    CLOSING = "closing"
+
+
+def run_pipeline(
+    state: ServerState,
+    client: ClientState,
+    commands: list[list[bytes]],
+    index: int,
+    out: list[bytes],
+    out_bytes: int,
+    mark: int,
+) -> tuple[int, int, Stop]:
+    """Run commands[index:] for client, appending each reply's bytes to out
+    (out_bytes: how many bytes out holds so far). Before each command,
+    returns once out_bytes passed mark or after COMMANDS_BETWEEN_CLOCKS
+    commands. Returns (the index of the first command not run, out_bytes
+    now, why it stopped)."""
+    total = len(commands)
+    countdown = COMMANDS_BETWEEN_CLOCKS
+    while index < total:
+        if out_bytes > mark:
+            return index, out_bytes, Stop.OUTPUT
+        countdown -= 1
+        if not countdown:
+            return index, out_bytes, Stop.CLOCK
+        argv = commands[index]
+        if argv[0] in RUN_COMMANDS and total - index > 1:
+            # A run of TWRITEs on one stream: one append for all.
+            run = execute_run(state, client, commands, index)
+            if run is not None:
+                data = encode_integers(run)
+                out.append(data)
+                out_bytes += len(data)
+                index += len(run)
+                countdown = 1  # a run is many commands: read the clock
+                continue
+        try:
+            reply = execute(state, client, argv)
+        except Exception as exc:  # a bug in dispatch must not kill the server
+            log.exception("Error running %s", show_arg(argv[0]))
+            reply = Error(errors.internal_error_running(exc))
+            count_error(state, reply.message)
+        index += 1
+        if reply is BLOCKED:
+            return index, out_bytes, Stop.BLOCKED
+        data = encode(reply, client.resp == 3)
+        out.append(data)
+        out_bytes += len(data)
+        if client.closing:
+            return index, out_bytes, Stop.CLOSING
+    return index, out_bytes, Stop.DONE
+
+
+def protocol_error_reply(state: ServerState, message: str) -> bytes:
+    """The reply to bytes that are not a request (the connection then
+    closes), counted as an error reply."""
+    count_error(state, "ERR")
+    return encode_raw_error(errors.err(message))
+
+
+def late_reply(client: ClientState, reply: Any) -> bytes:
+    """A reply produced outside the client's pipeline (a blocked read
+    served, a MONITOR line), encoded for the client's protocol."""
+    return encode(reply, client.resp == 3)
+
+
+__all__ = ["Stop", "late_reply", "protocol_error_reply", "run_pipeline"]

@@ -1,0 +1,142 @@
+"""Every limit of the server, in one place, each with its reason.
+
+A limit is a bound a client, a file or another module can run into: the
+largest offset, the integer range, how big a request may be, how much
+output a client may leave unread, how long one client runs before others
+get their turn, how far ahead the disk is reserved. Tuning that only shapes
+how one module does its own I/O (the size of one os.write, a retry delay)
+stays beside the code it tunes.
+
+The offset ceiling is the C core's (src/macronode.c, MN_MAX_OFFSET): it is
+imported, never written again here.
+"""
+
+from __future__ import annotations
+
+from rcp11.storage import MAX_OFFSET
+
+# --- offsets and integers ---------------------------------------------------
+
+# The largest message offset, 2^63-1 (the C core's). A stream that wrote it
+# has next offset MAX_OFFSET + 1 = 2^63, which no RESP integer holds: replies
+# show the ceiling instead, and a group key may hold 2^63 (past the last
+# possible message), written by the server itself.
+NEXT_OFFSET_CEILING = MAX_OFFSET + 1
+# Redis's long long: what INCR, TTLs and every integer argument fit in.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# Redis's int: directives such as maxclients and timeout.
+INT_MAX = 2**31 - 1
+
+assert MAX_OFFSET == INT64_MAX, "offsets are RESP integers: the core's ceiling is 2^63-1"
+
+# --- requests (rcp11/resp.py; Redis's networking.c values) ------------------
+
+# An inline command, or a count line, longer than this without its newline
+# is refused instead of buffered forever.
+INLINE_MAX_SIZE = 64 * 1024
+# proto-max-bulk-len and client-query-buffer-limit defaults, and the largest
+# argument count of one request.
+DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024
+DEFAULT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
+DEFAULT_MAX_MULTIBULK_LEN = INT_MAX
+# Before AUTH, Redis 7 refuses big requests so that an unauthenticated peer
+# cannot make the server allocate much.
+UNAUTHENTICATED_MAX_MULTIBULK_LEN = 10
+UNAUTHENTICATED_MAX_BULK_LEN = 16384
+# Bytes parsed per call at most: a 256 KB read of tiny pipelined commands is
+# thousands of them, and the server runs what one call returns before it
+# lets other clients have their turn.
+PARSE_SPAN = 32 * 1024
+
+# --- output and fairness (rcp11/server/, rcp11/commands/pipeline.py) --------
+
+# asyncio buffers writes without bound; past this much unsent output in the
+# transport the connection stops reading requests (pause_writing) until it
+# drains back to it (resume_writing). One mark for both, so that a drain is
+# always signalled once the buffer was over it.
+TRANSPORT_WATER = 1024 * 1024
+# Without a hard output limit, a client whose pending output (queued replies
+# plus the transport's buffer) passes this stops running commands until the
+# transport drains to TRANSPORT_WATER: one reply beyond it at most, so memory
+# stays bounded whatever the client pipelines.
+OUTPUT_HIGH_WATER = 4 * 1024 * 1024
+# A client runs commands for at most this long before other clients get a
+# turn (Redis reads 16 KB per client per event-loop iteration; one read here
+# can hold thousands of pipelined commands).
+TURN_SECONDS = 0.002
+# The clock is read every this many commands (or after a run), so a short
+# pipeline always runs in one go.
+COMMANDS_BETWEEN_CLOCKS = 64
+# Error codes INFO errorstats counts apart (Redis's ERROR_STATS_NUMBER):
+# past it the table stops growing until CONFIG RESETSTAT.
+ERROR_STATS_KINDS = 128
+# glibc keeps freed memory for reuse (a server whose keys were all deleted
+# stayed at 405 MB RSS): once used_memory fell this far below its level at
+# the last trim, the cron gives it back with malloc_trim(0) ...
+TRIM_AFTER_FREED = 16 * 1024 * 1024
+# ... at most this often, as the trim walks the whole heap (milliseconds
+# per GB), so a workload that frees a little all the time does not pay it
+# on every tick.
+TRIM_INTERVAL_SECONDS = 1.0
+# Descriptors the server needs besides client sockets: listeners, log, AOF,
+# snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
+RESERVED_FDS = 32
+
+# --- the AOF's disk reservation and the TWRITE run -------------------------
+
+# Disk space kept preallocated ahead of the AOF's end, largest slice that
+# fits first; a write command is refused (MISCONF) when less than the margin
+# is left, so a full disk shows before a command runs, not after.
+AOF_SPACE_SLICES = (8 << 20, 1 << 20, 256 << 10)
+AOF_SPACE_MARGIN = 128 << 10
+# A pipelined run of TWRITEs (commands/streams.py execute_run) is checked
+# once, before its first command: its AOF bytes must fit in that margin, so
+# a run is cut at this many payload bytes ...
+RUN_MAX_BYTES = 64 << 10
+# ... and at this many commands: the pipeline reads the clock between runs
+# to give other clients their turn (a run of tiny messages costs ~4 us per
+# command).
+RUN_MAX_COMMANDS = 1024
+
+assert RUN_MAX_BYTES < AOF_SPACE_MARGIN, "a run's AOF bytes must fit in the margin"
+
+# --- offset reservations (rcp11/persistence/reservations.py) ----------------
+
+# Reservation steps: small for slow streams (a crash leaves a short gap),
+# growing to amortize fsyncs on hot streams.
+RESERVATION_MIN_STEP = 1024
+RESERVATION_MAX_STEP = 1 << 22
+# How far the marks go up when the offsets file's last batch is cut short.
+# One reservation moves a mark by at most 3 x the entries of one command plus
+# RESERVATION_MAX_STEP; a command fits in client-query-buffer-limit (1 GB at
+# most by default, >= 6 bytes per entry), so 2^30 covers any lost batch.
+TORN_BATCH_MARGIN = 1 << 30
+
+__all__ = [
+    "AOF_SPACE_MARGIN",
+    "AOF_SPACE_SLICES",
+    "COMMANDS_BETWEEN_CLOCKS",
+    "DEFAULT_MAX_BULK_LEN",
+    "DEFAULT_MAX_MULTIBULK_LEN",
+    "DEFAULT_QUERY_BUFFER_LIMIT",
+    "ERROR_STATS_KINDS",
+    "INLINE_MAX_SIZE",
+    "INT64_MAX",
+    "INT64_MIN",
+    "INT_MAX",
+    "MAX_OFFSET",
+    "NEXT_OFFSET_CEILING",
+    "OUTPUT_HIGH_WATER",
+    "PARSE_SPAN",
+    "RESERVATION_MAX_STEP",
+    "RESERVATION_MIN_STEP",
+    "RESERVED_FDS",
+    "RUN_MAX_BYTES",
+    "RUN_MAX_COMMANDS",
+    "TORN_BATCH_MARGIN",
+    "TRANSPORT_WATER",
+    "TURN_SECONDS",
+    "UNAUTHENTICATED_MAX_BULK_LEN",
+    "UNAUTHENTICATED_MAX_MULTIBULK_LEN",
+]

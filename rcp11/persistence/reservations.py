@@ -1,0 +1,339 @@
+"""Offset reservations: a stream's next offset may only grow up to a mark
+that is durable in the offsets file (docs/PERSISTENCE.md, offset
+reservations), so no offset is handed out twice, whatever crashes.
+
+OffsetReservations is the table and its file (format in offsets_file.py):
+marks of live streams, marks of deleted streams whose deletion is not yet
+durable, the step policy, writing and fsyncing. Deletions tracks when a
+deletion became durable, so a deleted stream's mark can go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from rcp11.datafiles import SNAPSHOT_TEMP_PREFIX
+from rcp11.errors import PersistenceError
+from rcp11.files import fsync_dir, replace_atomically, write_all
+from rcp11.limits import MAX_OFFSET, RESERVATION_MAX_STEP, RESERVATION_MIN_STEP, TORN_BATCH_MARGIN
+from rcp11.persistence.offsets_file import (
+    HEADER,
+    Record,
+    encode_batch,
+    raise_after_torn_batch,
+    read_contents,
+)
+
+log = logging.getLogger("rcp11.persistence")
+
+# The file is compacted by a rewrite once it is this large and four times
+# what its marks need.
+_COMPACT_ABOVE = 256 * 1024
+
+
+class OffsetReservations:
+    """The durable key -> reserved next-offset table.
+
+    `marks` holds the live streams' marks. `deleted` holds the marks of
+    streams deleted since their deletion was last known durable: until
+    forget_deleted(), an older snapshot or AOF could bring such a stream
+    back, and it must then still go up to its old mark. A stream created
+    again at a deleted key reserves afresh in `marks`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.marks: dict[bytes, int] = {}
+        self.deleted: dict[bytes, int] = {}
+        # key -> (current step, monotonic time of its last reservation)
+        self._pace: dict[bytes, tuple[int, float]] = {}
+        self._fd = -1
+        self.file_size = 0
+        self.fsyncs = 0
+        self._pending: list[Record] = []  # not yet written, no fsync needed
+        self.unsynced = False  # reservations written but not yet fsynced
+        # The file exists but was cut inside its header: no mark is known.
+        self.header_torn = False
+
+    @property
+    def pending(self) -> bool:
+        """Records wait to be written (best effort, no fsync needed)."""
+        return bool(self._pending)
+
+    def load(self) -> dict[bytes, int]:
+        """Read the table; returns the live marks (`deleted` is filled too).
+        Damage before the last batch refuses. A last batch cut short is cut
+        off: torn by a power loss it was never fsynced (so never
+        acknowledged), but a file damaged at its end looks the same, so every
+        mark, and every key still readable in it, is raised by
+        TORN_BATCH_MARGIN and the file is rewritten with the raised marks."""
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            self.marks, self.deleted = {}, {}
+            return self.marks
+        except OSError as exc:
+            raise PersistenceError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        contents = read_contents(self.path, data)
+        self.header_torn = contents.header_torn
+        live, deleted = contents.live, contents.deleted
+        self.marks, self.deleted = live, deleted
+        self.file_size = contents.valid
+        if contents.torn:
+            log.warning(
+                "Offsets file %s: the last batch (%d bytes at byte offset %d) is cut short; "
+                "every reservation is raised by %d so that no offset it may have covered "
+                "is handed out again",
+                self.path,
+                len(contents.torn),
+                contents.valid,
+                TORN_BATCH_MARGIN,
+            )
+            live, deleted = raise_after_torn_batch(live, deleted, contents.torn)
+        if contents.torn or contents.old_format:
+            try:
+                self.rewrite(live, deleted)
+            except OSError as exc:
+                raise PersistenceError(f"{self.path}: cannot rewrite: {exc.strerror}") from exc
+        return live
+
+    def _open(self) -> int:
+        if self._fd < 0:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            size = os.fstat(fd).st_size
+            if size < len(HEADER):
+                try:
+                    os.ftruncate(fd, 0)
+                    write_all(fd, HEADER)
+                    os.fsync(fd)
+                except OSError:
+                    os.close(fd)
+                    raise
+                size = len(HEADER)
+                fsync_dir(os.path.dirname(self.path))
+            self._fd = fd
+            self.file_size = size
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+    def reserve(self, key: bytes, new_next: int, current_next: int) -> None:
+        """Make a mark >= new_next durable for key. Raises OSError."""
+        now = time.monotonic()
+        step, last = self._pace.get(key, (RESERVATION_MIN_STEP, -1e9))
+        if now - last < 1.0:
+            step = min(step * 2, RESERVATION_MAX_STEP)
+        elif now - last > 10.0:
+            step = max(RESERVATION_MIN_STEP, step // 2)
+        batch = max(0, new_next - current_next)
+        mark = min(new_next + max(step, 2 * batch), MAX_OFFSET)
+        # Written now, so a full disk refuses the write before it runs;
+        # fsynced by sync(), which flush() calls before any reply leaves:
+        # one fsync covers every reservation of an event-loop iteration.
+        self.write([(key, mark, False)], durable=False)
+        self.unsynced = True
+        self.marks[key] = mark
+        self._pace[key] = (step, now)
+
+    def delete(self, key: bytes) -> bool:
+        """The stream at key left the keyspace; False if it had no mark.
+        Its mark moves to `deleted` (queued for the file, written by the
+        next write without fsync: if that record is lost, the live mark it
+        replaces brings the key back as an empty stream at most)."""
+        mark = self.marks.pop(key, None)
+        if mark is None:
+            return False
+        self._pace.pop(key, None)
+        mark = max(mark, self.deleted.get(key, 0))
+        self.deleted[key] = mark
+        self._pending.append((key, mark, True))
+        return True
+
+    def forget_deleted(self, key: bytes) -> None:
+        """The deletion of key is durable: no file can bring the old stream
+        back, so its old mark goes (a stream created since keeps its own)."""
+        if self.deleted.pop(key, None) is None:
+            return
+        self._pending.append((key, -1, False))
+        if key in self.marks:
+            self._pending.append((key, self.marks[key], False))
+
+    def revive(self, key: bytes, mark: int) -> None:
+        """A deleted stream came back from the files (its deletion was lost):
+        it is live again with `mark`."""
+        self.deleted.pop(key, None)
+        self.marks[key] = mark
+        self._pending.append((key, -1, False))
+        self._pending.append((key, mark, False))
+
+    def queue_drop(self, key: bytes) -> None:
+        """Forget every mark of key."""
+        self.marks.pop(key, None)
+        self.deleted.pop(key, None)
+        self._pace.pop(key, None)
+        self._pending.append((key, -1, False))
+
+    def write(self, records: list[Record], durable: bool) -> None:
+        """Append records (after any queued ones); fsync when durable."""
+        batch = self._pending + records
+        fd = self._open()
+        if batch:
+            data = encode_batch(batch)
+            try:
+                write_all(fd, data)
+            except OSError as exc:
+                # A partial batch is a torn record the loader would take for
+                # the end of the file: cut it off so later batches stay
+                # readable.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self.file_size)
+                raise exc
+            self.file_size += len(data)
+            self._pending = []
+        if durable:
+            os.fsync(fd)
+            self.fsyncs += 1
+            self.unsynced = False
+
+    def write_best_effort(self, records: list[Record]) -> bool:
+        """Append records and any queued ones without fsync, for records whose
+        loss costs only a gap; False (logged) when the write failed."""
+        if not records and not self._pending:
+            return True
+        try:
+            self.write(records, durable=False)
+        except OSError as exc:
+            log.warning("Cannot update the offsets file %s: %s", self.path, exc.strerror or exc)
+            return False
+        return True
+
+    def sync(self) -> None:
+        """fsync reservations written since the last sync. Raises OSError."""
+        if self.unsynced:
+            os.fsync(self._open())
+            self.fsyncs += 1
+            self.unsynced = False
+
+    def compact_if_large(self) -> None:
+        if self.file_size <= _COMPACT_ABOVE:
+            return
+        live = sum(16 + len(k) for k in self.marks) + sum(16 + len(k) for k in self.deleted)
+        if self.file_size > 4 * live:
+            self.sync()
+            self.rewrite(dict(self.marks), dict(self.deleted))
+
+    def rewrite(self, marks: dict[bytes, int], deleted: dict[bytes, int] | None = None) -> None:
+        """Replace the file atomically by exactly `marks` (and `deleted`)."""
+        # A temporary name the start-up sweep removes if a crash leaves it.
+        tmp = os.path.join(
+            os.path.dirname(self.path), f"{SNAPSHOT_TEMP_PREFIX}offsets-{os.getpid()}.tmp"
+        )
+        deleted = dict(deleted or {})
+        data = HEADER
+        # Deleted records first: at load one drops the key's live mark.
+        records = [(k, m, True) for k, m in deleted.items()]
+        records += [(k, m, False) for k, m in marks.items()]
+        if records:
+            data += encode_batch(records)
+        replace_atomically(self.path, lambda file: file.write(data), temp_path=tmp)
+        self.close()
+        self.marks = dict(marks)
+        self.deleted = deleted
+        self._pending = []
+        self.file_size = len(data)
+        self.fsyncs += 1
+        self.unsynced = False
+
+    def lower_to(self, nexts: dict[bytes, int], current: Callable[[bytes], int | None]) -> None:
+        """A snapshot holding these streams' next offsets just became what the
+        next start loads: a stream not written since (current(key) is still
+        its next offset) has handed out nothing above it, so its mark comes
+        down to it and a crash right after SAVE/BGSAVE leaves no gap. Not
+        fsynced: if the lowering is lost, the old (higher) mark only means a
+        gap."""
+        lowered = [
+            (key, nxt)
+            for key, nxt in nexts.items()
+            if current(key) == nxt and self.marks.get(key, -1) > nxt
+        ]
+        if lowered and self.write_best_effort([(k, m, False) for k, m in lowered]):
+            for key, nxt in lowered:
+                self.marks[key] = nxt
+
+    def write_tight(self, nexts: dict[bytes, int], durable: bool) -> None:
+        """At a clean shutdown: marks = each stream's next offset, so the next
+        start shows no gap. Deleted streams whose deletion is not durable
+        keep their old marks: such a stream may come back from disk."""
+        marks = {key: max(nxt, 0) for key, nxt in nexts.items()}
+        try:
+            self.rewrite(marks, {} if durable else dict(self.deleted))
+        except OSError as exc:
+            log.warning("Cannot rewrite the offsets file on shutdown: %s", exc.strerror or exc)
+
+
+class Deletions:
+    """Deleted streams whose marks wait until their deletion is durable
+    (docs/PERSISTENCE.md, deleted streams): with the AOF on, once the AOF is
+    fsynced past the DEL; with it off, once a snapshot taken after the DEL
+    is on disk, or at once when no snapshot on disk (or being written)
+    holds the key."""
+
+    def __init__(self, reservations: OffsetReservations) -> None:
+        self.reservations = reservations
+        self.removals = 0  # removals so far (a sequence number)
+        self.snapshot_removals = 0  # removals the on-disk snapshot reflects
+        self.snapshot_streams: set[bytes] = set()  # streams in the on-disk snapshot
+        self._waiting: list[tuple[bytes, int, int | None]] = []  # key, seq, AOF position
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def removed(self, key: bytes) -> None:
+        """The stream at key left the keyspace (not while loading)."""
+        if self.reservations.delete(key):
+            self.removals += 1
+            self._waiting.append((key, self.removals, None))
+
+    def snapshot_done(self, streams: set[bytes], removals: int) -> None:
+        self.snapshot_streams = streams
+        self.snapshot_removals = removals
+
+    def settle(self, aof_end: int | None, aof_synced: int, saving: set[bytes] | None) -> None:
+        """Forget the marks of deleted streams whose deletion is now durable.
+        aof_end: with the AOF on, its end so far (the DELs are before it);
+        None with it off. saving: the streams of a snapshot being written.
+        A key deleted again meanwhile waits for that deletion."""
+        keep: list[tuple[bytes, int, int | None]] = []
+        for key, seq, pos in self._waiting:
+            if aof_end is not None:
+                if pos is None:
+                    # Settled after the DEL was propagated: once the file is
+                    # synced up to here, the DEL is durable.
+                    pos = aof_end
+                durable = aof_synced >= pos
+            else:
+                durable = seq <= self.snapshot_removals or (
+                    key not in self.snapshot_streams and (saving is None or key not in saving)
+                )
+            if not durable:
+                keep.append((key, seq, pos))
+        waiting = {key for key, _seq, _pos in keep}
+        for key, _seq, _pos in self._waiting:
+            if key not in waiting:
+                self.reservations.forget_deleted(key)
+        self._waiting = keep
+        # Into the page cache now, so that a kill -9 right after the DEL
+        # became durable does not bring the stream back empty. No fsync: a
+        # lost record only leaves an empty stream with a gap.
+        self.reservations.write_best_effort([])
+
+
+__all__ = ["Deletions", "OffsetReservations"]
