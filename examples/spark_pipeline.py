@@ -12,7 +12,9 @@ through the exactly-once sink.
 
 It uses the server on --port (default 6379) and starts a temporary one if
 nothing answers there. Kill it and run it again with the same --checkpoint:
-no count is written twice.
+no count is written twice. The port may be any node of a Redis Cluster of
+redis-servers with the rcp11 module: the producer, the Spark source and the
+sink then work on the cluster (examples/cluster/ starts one and runs this).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from rcp11.client import Client
+import redis
+
+from rcp11.client import Client, ClusterClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +65,7 @@ def past_events(count: int, seed: int = 11) -> list[tuple[str, bytes]]:
     return events
 
 
-def produce(client: Client, events: list[tuple[str, bytes]]) -> None:
+def produce(client: Client | ClusterClient, events: list[tuple[str, bytes]]) -> None:
     by_stream: dict[str, list[bytes]] = {}
     for stream, body in events:
         by_stream.setdefault(stream, []).append(body)
@@ -70,12 +74,26 @@ def produce(client: Client, events: list[tuple[str, bytes]]) -> None:
             client.twrite(stream, *bodies[start : start + 1000])
 
 
-def produce_live(client: Client, seconds: float, stop: threading.Event) -> None:
+def produce_live(client: Client | ClusterClient, seconds: float, stop: threading.Event) -> None:
     rng = random.Random()
     deadline = time.time() + seconds
     while time.time() < deadline and not stop.is_set():
         produce(client, [make_event(rng, int(time.time() * 1000)) for _ in range(50)])
         time.sleep(0.1)
+
+
+def connect(port: int) -> Client | ClusterClient:
+    """A client for the server on ``port``, or for the whole cluster when it
+    is a Redis Cluster node (CLUSTER SLOTS answers with slots)."""
+    client = Client(port=port)
+    try:
+        clustered = bool(client.execute_command("CLUSTER SLOTS"))
+    except redis.ResponseError:  # rcp11-server, or redis-server not in cluster mode
+        clustered = False
+    if not clustered:
+        return client
+    client.close()
+    return ClusterClient(host="127.0.0.1", port=port)
 
 
 def answers(port: int) -> bool:
@@ -160,7 +178,7 @@ def run_pipeline(
 ) -> bool:
     """Produce events, run the query, show each count as it is written.
     Returns whether the query ended without an error."""
-    client = Client(port=port)
+    client = connect(port)
     # Window starts are shown in UTC, whatever the machine's zone; a window
     # is written by the micro-batch that follows the one moving the
     # watermark past it, which may have no data.

@@ -3,6 +3,7 @@
     seq 1 1000000 | rcp11 produce events          # one message per line
     rcp11 consume events --from -10               # the last ten, then exit
     rcp11 consume events --group events:g --follow | ./worker
+    rcp11 consume events --since 10m              # appended in the last ten minutes
     rcp11 info events
     rcp11 evict events 499
 
@@ -20,10 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import select
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import BinaryIO, TextIO
 
 import redis
@@ -277,6 +281,10 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     block: int | None = 0 if args.follow else args.block
     group_option = {"group": args.group} if args.group else {"groupnew": args.groupnew}
     offset = args.from_offset if args.from_offset is not None else 0
+    if args.since is not None:
+        # The first message appended at or after that time (TSEEK may land
+        # a few messages early: docs/PROTOCOL.md section 6).
+        offset = int(client.execute_command("TSEEK", args.key, args.since.resolve()))
     remaining = args.count
     # Messages shown on the terminal itself would be garbled by a progress line.
     progress = Progress(
@@ -361,6 +369,46 @@ def evict(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
 # ---------------------------------------------------------------------------
 # Argument parsing
 # ---------------------------------------------------------------------------
+
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION_UNITS_MS["w"] = 7 * _DURATION_UNITS_MS["d"]
+_DURATION = re.compile(r"(?:(\d+)(ms|s|m|h|d|w))+")
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+
+
+@dataclass(frozen=True)
+class Since:
+    """--since: a moment (unix ms), or a duration before the moment the
+    command runs (resolved then, not when the arguments were parsed)."""
+
+    unix_ms: int | None = None
+    ago_ms: int = 0
+
+    def resolve(self, now_ms: int | None = None) -> int:
+        if self.unix_ms is not None:
+            return self.unix_ms
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        return now - self.ago_ms
+
+
+def parse_since(text: str) -> Since:
+    """--since's WHEN: '10m', '1h30m', '500ms' (ago), '2026-11-23T21:00[:SS][Z|+HH:MM]'
+    (local time without a zone), or unix milliseconds."""
+    value = text.strip()
+    if value.isdigit():
+        return Since(unix_ms=int(value))
+    if _DURATION.fullmatch(value):
+        ago = sum(int(n) * _DURATION_UNITS_MS[unit] for n, unit in _DURATION_PART.findall(value))
+        return Since(ago_ms=ago)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (10m, 2h, 1h30m), a date and time "
+            "(2026-11-23T21:00) or unix milliseconds"
+        ) from None
+    return Since(unix_ms=round(moment.timestamp() * 1000))
 
 
 def _positive(text: str) -> int:
@@ -467,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
         "consume",
         "write a stream's messages to stdout",
         "Write the messages of stream KEY to stdout, one per line, starting at --from "
-        "(or where consumer group --group left off), until caught up; --follow keeps "
+        "(or where consumer group --group left off, or the first message appended since "
+        "--since), until caught up; --follow keeps "
         "waiting for new messages. Evicted offsets are skipped.",
     )
     c.add_argument("key", metavar="KEY", help="stream key")
@@ -478,6 +527,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="OFFSET",
         help="first offset to read (default 0); negative -N starts N messages before the end",
+    )
+    c.add_argument(
+        "--since",
+        type=parse_since,
+        default=None,
+        metavar="WHEN",
+        help="start at the first message appended at or after WHEN: a duration ago (90s, "
+        "10m, 2h, 7d, 1h30m, 500ms), a date and time (2026-11-23T21:00, local time unless it "
+        "ends in Z or +HH:MM) or unix milliseconds (1763931600000)",
     )
     groups = c.add_mutually_exclusive_group()
     groups.add_argument(
@@ -550,6 +608,13 @@ def main(
         parser.error(
             "--from cannot be combined with --group/--groupnew: the group key holds the offset"
         )
+    if args.command == "consume" and args.since is not None:
+        if args.group or args.groupnew:
+            parser.error(
+                "--since cannot be combined with --group/--groupnew: the group key holds the offset"
+            )
+        if args.from_offset is not None:
+            parser.error("--since and --from both say where to start: give one")
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout.buffer
     stderr = stderr if stderr is not None else sys.stderr

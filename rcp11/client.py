@@ -14,7 +14,8 @@ RESP2 and RESP3. Everything a plain redis-py client does still works::
         ...                                            # waits with BLOCK
 
 Pipelines (with or without MULTI/EXEC) have the same methods; their replies
-go through the same callbacks.
+go through the same callbacks. ``ClusterClient`` is the same for a Redis
+Cluster of redis-servers with the rcp11 module (a ``redis.cluster.RedisCluster``).
 
 This module talks to a server over the network only: importing it loads
 redis-py and nothing of rcp11's server or C core.
@@ -30,6 +31,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.client
 import redis.client
+import redis.cluster
 from redis.exceptions import DataError
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "Pipeline",
     "AsyncClient",
     "AsyncPipeline",
+    "ClusterClient",
     "parse_tread",
     "register_callbacks",
 ]
@@ -296,6 +299,16 @@ class Client(StreamCommands, redis.Redis):
             result = self.tread(key, 0, batch, block=block_ms, withinfo=True, **option)
             if result is not None:
                 yield from result.items()
+
+
+class ClusterClient(StreamCommands, redis.cluster.RedisCluster):
+    """redis-py's ``RedisCluster`` plus the stream commands, for a Redis
+    Cluster of redis-servers with the rcp11 module: each command goes to the
+    node that owns its key (the module declares its keys to Redis)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        register_callbacks(self)  # type: ignore[arg-type]
 
 
 class AsyncPipeline(StreamCommands, redis.asyncio.client.Pipeline):

@@ -155,10 +155,13 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("tcp-keepalive", "int", 300, high=INT_MAX),
         Directive("maxclients", "int", 10000, low=1, high=INT_MAX),
         Directive("maxmemory", "memory", 0),
-        # Only noeviction: a log gives data back through TEVICT/BACKLOG, never
-        # by dropping keys behind the user's back. Kept so tools that read or
-        # set Redis's default find it.
-        Directive("maxmemory-policy", "enum", "noeviction", choices=("noeviction",)),
+        # Never a policy that drops keys behind the user's back (a log gives
+        # data back through TEVICT/BACKLOG): noeviction, Redis's default, or
+        # streams-oldest, which evicts the oldest macronodes of all streams
+        # (rcp11/retention.py) so the server is a ring buffer of history.
+        Directive(
+            "maxmemory-policy", "enum", "noeviction", choices=("noeviction", "streams-oldest")
+        ),
         Directive("dir", "dir", "./", protected=True),
         Directive("dbfilename", "string", "dump.rcp", filename_only=True, protected=True),
         Directive("save", "save", [(3600, 1), (300, 100), (60, 10000)]),
@@ -182,6 +185,9 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),
         Directive("stream-compression-level", "int", 6, low=1, high=9),
         Directive("stream-compression-depth", "int", 0, low=0, high=65_535),
+        # Retention (rcp11/retention.py): 0 is off.
+        Directive("stream-retention-ms", "int", 0),
+        Directive("stream-retention-bytes", "memory", 0),
         # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
         # start-up, except tls-auth-clients (new handshakes follow it).
         Directive("tls-port", "int", 0, mutable=False, high=65535),

@@ -46,6 +46,7 @@ WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 NO_SUCH_KEY = "ERR no such key"
 OFFSET_OVERFLOW = "ERR stream offset would exceed 2^63-1"
+TSEEK_TIME = "ERR time is not an integer or out of range"
 EXEC_ABORT = "EXECABORT Transaction discarded because of previous errors."
 NESTED_MULTI = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
@@ -189,10 +190,6 @@ SPARK_BATCH_ENDING_EARLIEST = (
     SPARK_PREFIX + "endingOffsets cannot be 'earliest' (or -2) in a batch query: it would "
     "read nothing"
 )
-SPARK_STREAMING_ENDING = (
-    SPARK_PREFIX + "endingOffsets applies to batch queries only; a streaming query reads "
-    "until it is stopped (use Trigger.AvailableNow to stop at what exists)"
-)
 SPARK_KEY_COLUMN = (
     SPARK_PREFIX + "the DataFrame has a 'key' column, but rcp11 messages have no key; "
     "drop it, or put it into the value (e.g. to_json(struct(key, value)) AS value)"
@@ -220,15 +217,53 @@ def spark_bad_offsets(name: str, value: str) -> str:
     )
 
 
-def spark_offsets_streams(name: str, missing: list[str], extra: list[str]) -> str:
+def spark_streaming_ending(name: str) -> str:
+    return (
+        f"{SPARK_PREFIX}{name} applies to batch queries only; a streaming query reads "
+        "until it is stopped (use Trigger.AvailableNow to stop at what exists)"
+    )
+
+
+def spark_bad_times(name: str, value: str) -> str:
+    return (
+        f"{SPARK_PREFIX}option '{name}' must be a JSON object {{\"stream\": ms}} with times "
+        f"in ms since the epoch (>= 0); got {value!r}"
+    )
+
+
+def spark_no_time_match(name: str, stream: str, ms: int, next_offset: int) -> str:
+    return (
+        f"{SPARK_PREFIX}{name}: stream {stream!r} has no message appended at or after "
+        f"{ms} ms (its next offset is {next_offset}); set "
+        "startingOffsetsByTimestampStrategy=latest to start there instead"
+    )
+
+
+def spark_not_a_cluster(address: str) -> str:
+    return (
+        f"{SPARK_PREFIX}option cluster=true, but the server at {address} is not a Redis "
+        "Cluster node (CLUSTER SLOTS answered no slots); use cluster=false or auto"
+    )
+
+
+def spark_no_tseek(address: str, name: str, reply: str) -> str:
+    return (
+        f"{SPARK_PREFIX}{name} needs the server's TSEEK command, which the server at "
+        f"{address} does not have ({reply})"
+    )
+
+
+def spark_offsets_streams(
+    name: str, missing: list[str], extra: list[str], hint: str = " (-2 = earliest, -1 = latest)"
+) -> str:
     parts = []
     if missing:
         parts.append(f"it does not name {', '.join(map(repr, missing))}")
     if extra:
         parts.append(f"it names {', '.join(map(repr, extra))}, which the query does not read")
     return (
-        f"{SPARK_PREFIX}{name} must name every stream the query reads and no other "
-        f"(-2 = earliest, -1 = latest): {'; '.join(parts)}"
+        f"{SPARK_PREFIX}{name} must name every stream the query reads and no other"
+        f"{hint}: {'; '.join(parts)}"
     )
 
 

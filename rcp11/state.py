@@ -28,6 +28,7 @@ from rcp11.storage import Stream
 
 if TYPE_CHECKING:
     from rcp11.config import Config
+    from rcp11.retention import Retention
 
 
 class PersistenceHooks(Protocol):
@@ -222,6 +223,12 @@ class Stats:
     total_messages_written: int = 0
     total_messages_read: int = 0
     total_messages_evicted: int = 0
+    # What retention and the streams-oldest memory policy evicted
+    # (rcp11/retention.py): readable messages, their payload bytes, and the
+    # cron steps and memory evictions that evicted something.
+    retention_evicted_messages: int = 0
+    retention_evicted_bytes: int = 0
+    retention_runs: int = 0
     used_memory_peak: int = 0
     rates: InstantaneousRates = field(default_factory=InstantaneousRates)
     # INFO commandstats: command name -> [calls, usec, rejected, failed]
@@ -430,6 +437,8 @@ class ServerState:
         self.stats = Stats()
         # Wired in by start-up once the engine exists (it needs this state).
         self.persistence: PersistenceHooks = NullPersistence()
+        # Wired in by start-up (rcp11/retention.py); None runs no retention.
+        self.retention: Retention | None = None
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save

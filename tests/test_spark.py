@@ -12,15 +12,13 @@ what is tested here.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess
+from conftest import ServerProcess, local_spark
 
 from rcp11.client import Client
 
@@ -29,26 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully suppo
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    # Executors run this interpreter; rcp11 reaches them through register().
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master("local[2,2]")
-        .appName("rcp11-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        # No empty trailing micro-batches: each costs a planning round.
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    register(session)
+    session = local_spark("rcp11-tests")
     yield session
     session.stop()
 

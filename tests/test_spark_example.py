@@ -18,13 +18,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import REPO, ServerProcess, free_port
+from conftest import REPO, ServerProcess, free_port, require
 
 from rcp11.client import Client
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 EXAMPLE = REPO / "examples" / "spark_pipeline.py"
+CLUSTER_EXAMPLE = REPO / "examples" / "cluster" / "run_cluster.py"
 
 
 @pytest.fixture(scope="module")
@@ -76,19 +77,58 @@ def test_pipeline_once_writes_each_window_count_once(
     )
     assert ok
 
+    written = [json.loads(m) for m in client.tread("counts", 0, 10_000)]
+    check_counts(example, events, written)
+    assert [json.loads(line) for line in shown] == written  # what it showed is what it wrote
+    client.close()
+
+
+def check_counts(example: ModuleType, events: int, written: list[dict]) -> None:
+    """Each (window, action) written once, with the count plain Python finds."""
     expected: Counter[tuple[str, str]] = Counter()
     for _, body in example.past_events(events)[:-1]:  # the last one only moves time on
         event = json.loads(body)
         start = event["ts"] // 10_000 * 10
         window = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
         expected[(window, event["action"])] += 1
-    written = [json.loads(m) for m in client.tread("counts", 0, 10_000)]
     got = Counter({(c["window"], c["action"]): c["count"] for c in written})
     assert len(written) == len(got)  # no window written twice
     assert got == expected
     assert sum(got.values()) == events
-    assert [json.loads(line) for line in shown] == written  # what it showed is what it wrote
-    client.close()
+
+
+@pytest.mark.slow
+def test_the_cluster_example_runs_the_pipeline_on_a_redis_cluster(
+    example: ModuleType, tmp_path: Path
+) -> None:
+    """examples/cluster/run_cluster.py: a cluster of module nodes (3
+    primaries, 3 replicas) started from nothing, the pipeline run on it with
+    --once, the right counts shown, every node stopped afterwards."""
+    require("redis-server")
+    require("redis-cli")
+    done = subprocess.run(
+        [sys.executable, str(CLUSTER_EXAMPLE), "--dir", str(tmp_path / "nodes")]
+        + ["--", "--once", "--events", "2000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "cluster of 3 primaries up on ports" in done.stdout
+    written = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    check_counts(example, 2000, written)
+    ports = [int(p.name) for p in (tmp_path / "nodes").iterdir()]
+    assert len(ports) == 6
+    # The event streams were written on more than one primary (and its
+    # replica): their AOFs name them. The nodes are gone afterwards.
+    holders = [p for p in ports if b"events:" in aof_bytes(tmp_path / "nodes" / str(p))]
+    assert len(holders) >= 4
+    assert not any(example.answers(p) for p in ports)
+
+
+def aof_bytes(node_dir: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in (node_dir / "appendonlydir").glob("*.aof"))
 
 
 def test_a_server_of_its_own_when_nothing_answers(example: ModuleType) -> None:

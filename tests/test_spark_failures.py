@@ -11,6 +11,7 @@ import itertools
 import pyarrow as pa
 import pytest
 from conftest import ServerProcess, free_port
+from redis.crc import key_slot
 
 from rcp11.client import Client
 from rcp11.spark import columns
@@ -65,6 +66,11 @@ def test_keys_share_the_target_hash_slot() -> None:
     assert sink_key("events", "q", "progress") == "rcp11-sink:{events}:q:progress"
     key = sink_key("user:{42}:events", "q", "staged")
     assert key == "rcp11-sink:{42}:user:{42}:events:q:staged" and hash_tag(key) == "42"
+    # Every sink key lands in its target's Redis Cluster slot, whatever the
+    # braces in the target's name (a '}' would end a {whole name} early).
+    for target in ("events", "u:{42}:e", "a{}b", "a}b", "{}x", "{{a}", "x{y", "}", "{", "é}"):
+        for suffix in ("progress", "staged", "3:0:0:ab12cd34"):
+            assert key_slot(sink_key(target, "q", suffix).encode()) == key_slot(target.encode())
 
 
 def test_commit_then_replay_of_the_same_batch(client: Client) -> None:

@@ -210,3 +210,20 @@ def test_external_suite_failing_status_is_an_error(
     bench_main = _fake_suite(monkeypatch, "import sys\ndef main(argv):\n    sys.exit(3)\n")
     with pytest.raises(RuntimeError, match="exited with status 3"):
         bench_main.run_external("core", _context(tmp_path, "full"))
+
+
+@pytest.mark.slow
+def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
+    require("redis-server")
+    out = tmp_path / "retention.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.retention_bench", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    report = out.read_text()
+    assert "time index bytes / message" in report and "TSEEK median us" in report
+    assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
+    assert "rcp11 / redis" in report

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-from rcp11 import errors
+from rcp11 import errors, retention
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_original
 from rcp11.errors import CommandError
@@ -122,6 +122,9 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
     if denyoom:
         limit = state.config.get("maxmemory")
         if limit and state.used_memory() > int(limit):
+            if state.config.get("maxmemory-policy") == "streams-oldest":
+                if retention.evict_for_memory(state, int(limit)):
+                    return None
             return errors.OOM
     return None
 

@@ -178,6 +178,9 @@ def _info_streams(state: ServerState) -> dict[str, Any]:
         "stream_memory_bytes": memory,
         "stream_node_max_entries": config_value(state, "stream-node-max-entries", 1000),
         "stream_compression": config_value(state, "stream-compression", "no"),
+        "retention_evicted_messages": state.stats.retention_evicted_messages,
+        "retention_evicted_bytes": state.stats.retention_evicted_bytes,
+        "retention_runs": state.stats.retention_runs,
     }
 
 

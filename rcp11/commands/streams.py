@@ -1,6 +1,6 @@
-"""Writing streams: TWRITE and TEVICT (docs/PROTOCOL.md sections 2 and 4),
-and the TWRITE run a pipeline may take instead of one TWRITE at a time.
-TREAD is in tread.py."""
+"""Streams: TWRITE, TEVICT, TCONCAT and TSEEK (docs/PROTOCOL.md sections 2,
+4, 5 and 6), and the TWRITE run a pipeline may take instead of one TWRITE
+at a time. TREAD is in tread.py."""
 
 from __future__ import annotations
 
@@ -302,6 +302,25 @@ def concat_stream(target: Stream, source: Stream) -> None:
     each message's append time, so TSEEK and retention by age see the moved
     messages as written when they were (docs/PROTOCOL.md, TCONCAT)."""
     target.concat(source)
+
+
+@command(
+    "tseek",
+    3,
+    "readonly fast",
+    (1, 1, 1),
+    summary="The offset of the first message appended at or after a unix time in ms",
+    group="stream",
+    key_specs=(KeySpec(("RO", "ACCESS"), index=1),),
+    arguments=(
+        {"name": "key", "type": "key", "key_spec_index": 0},
+        {"name": "unix-time-ms", "type": "integer"},
+    ),
+)
+def tseek_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    unix_ms = parse_int(argv[2], errors.TSEEK_TIME)
+    stream = lookup_stream(state, argv[1])
+    return 0 if stream is None else stream.seek_time(unix_ms)
 
 
 _TWRITE = COMMANDS["twrite"]

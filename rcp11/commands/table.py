@@ -24,6 +24,7 @@ _CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
 # Commands a client inside MULTI runs at once instead of queuing.
 _NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
 
+_ACCESS_KINDS = frozenset({"RO", "RW", "OW", "RM"})
 # Key-spec flags that mean the command may change what the key holds.
 _WRITE_KEY_FLAGS = frozenset({"RW", "OW", "RM"})
 
@@ -81,7 +82,10 @@ class KeySpec:
             "type": "range",
             "spec": {"lastkey": self.lastkey, "keystep": self.step, "limit": self.limit},
         }
-        flags = [SimpleString(flag) for flag in self.flags]
+        # redis-server 7 prints the access kinds (RO, RW, OW, RM) in capitals
+        # and what is done to the data (access, update, insert, delete) in
+        # lower case.
+        flags = [SimpleString(f if f in _ACCESS_KINDS else f.lower()) for f in self.flags]
         return {"flags": flags, "begin_search": begin, "find_keys": find}
 
 

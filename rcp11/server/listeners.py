@@ -290,6 +290,8 @@ class Server:
             state.blocking.expire(time.monotonic())
             state.persistence.tick(now)
             expire_keys(state)
+            if state.retention is not None:
+                state.retention.cron(self.loop)
             self.client_timeouts(now)
             state.used_memory_peak()
             self.trim.tick(state.used_memory(), now)
@@ -358,6 +360,8 @@ class Server:
                 conn.transport.close()
         if self.cron_handle is not None:
             self.cron_handle.cancel()
+        if self.state.retention is not None:
+            self.state.retention.cancel()
         self.loop.call_soon(self.loop.stop)
         return True
 

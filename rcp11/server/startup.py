@@ -13,11 +13,12 @@ import signal
 import sys
 
 from rcp11 import __version__
-from rcp11.commands import execute, rename_command
+from rcp11.commands import execute, rename_command, serve_ready
 from rcp11.config import Config, ConfigError
 from rcp11.limits import RESERVED_FDS
 from rcp11.logs import VERBOSE, setup_logging
 from rcp11.persistence import Persistence, PersistenceError
+from rcp11.retention import Retention
 from rcp11.server.listeners import Server
 from rcp11.state import ServerState
 from rcp11.stdio import quiet_broken_pipe
@@ -183,6 +184,7 @@ def run(config: Config) -> int:
     server = Server(state, loop)
     persistence = Persistence(state, execute)
     state.persistence = persistence
+    state.retention = Retention(state, lambda: serve_ready(state))
     # The order matters (as redis-server): the port first, so "Address
     # already in use" comes before any data is read; then the data
     # directory's lock, so a second server on a directory in use stops

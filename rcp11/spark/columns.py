@@ -10,11 +10,13 @@ repeated.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rcp11 import errors
 
@@ -242,3 +244,36 @@ def pack_twrite(key: bytes, values: list[bytes]) -> bytes:
         key,
     )
     return command + b"".join(parts) + b"\r\n"
+
+
+def split_by_target(
+    targets: pa.Array, values: pa.Array, column: str | None
+) -> Iterator[tuple[str, pa.Array]]:
+    """(target, its values in row order) for a batch with a target column."""
+    if targets.null_count:
+        raise ValueError(
+            errors.spark_write_column(column or "stream", "is null in a row; every row needs one")
+        )
+    encoded = pc.dictionary_encode(targets)
+    names = encoded.dictionary.to_pylist()
+    if len(names) == 1:
+        yield names[0], values
+        return
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    ordered = values.take(pa.array(order))
+    sorted_codes = codes[order]
+    cuts = [0, *(np.flatnonzero(np.diff(sorted_codes)) + 1).tolist(), len(order)]
+    for begin, end in zip(cuts, cuts[1:], strict=False):
+        yield names[sorted_codes[begin]], ordered.slice(begin, end - begin)
+
+
+def row_batch(row: Any, layout: WriteLayout) -> pa.RecordBatch:
+    """A Spark Row as a one-row batch (Spark 4.0 hands writers Rows)."""
+    columns = [pa.array([row[layout.value_index]])]
+    names = ["value"]
+    if layout.target_index is not None:
+        columns.append(pa.array([row[layout.target_index]], type=pa.string()))
+        names.append("target")
+    batch = pa.RecordBatch.from_arrays(columns, names=names)
+    return batch

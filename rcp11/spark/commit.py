@@ -10,7 +10,8 @@ target's hash tag, so the commit's transaction is legal on a Cluster)::
     rcp11-sink:{T}:<query>:progress   the last batch id committed to T by this query
 
 ``{T}`` is the target's own hash tag, or the whole target name (and when
-the target has a tag of its own, its full name follows the braces). The
+the target has a tag of its own, its full name follows the braces); a name
+with a stray '}' gets a tag of the same slot instead (slot_tag). The
 query is Spark's streaming query id, which a restart from the checkpoint
 keeps; a batch write uses a fresh id per job and no progress key.
 
@@ -37,6 +38,8 @@ rows its task wrote; a server that lost them fails the batch instead.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,9 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from pyspark.sql.datasource import WriterCommitMessage
+from redis.crc import key_slot
 
 from rcp11 import errors
-from rcp11.spark.connection import Session
+from rcp11.spark.cluster import Fleet, Router
 from rcp11.spark.options import WriteOptions
 
 if TYPE_CHECKING:
@@ -73,8 +77,21 @@ def hash_tag(key: str) -> str:
     return key
 
 
-def sink_key(target: str, query: str, suffix: str) -> str:
+@functools.lru_cache(maxsize=1024)
+def slot_tag(target: str) -> str:
+    """A tag that puts a key in target's hash slot when written as {tag}:
+    target's own hash tag, or its whole name; a whole name with a '}' in it
+    would end the braces early (Redis hashes up to the first '}'), so it
+    gets the first of "slot0", "slot1", ... that hashes to the same slot."""
     tag = hash_tag(target)
+    if "}" not in tag:
+        return tag
+    slot = key_slot(target.encode())
+    return next(f"slot{n}" for n in itertools.count() if key_slot(b"slot%d" % n) == slot)
+
+
+def sink_key(target: str, query: str, suffix: str) -> str:
+    tag = slot_tag(target)
     name = f"{PREFIX}{{{tag}}}" + (f":{target}" if tag != target else "")
     return f"{name}:{query}:{suffix}"
 
@@ -224,7 +241,10 @@ def commit(
     options: WriteOptions,
     messages: Sequence[WriterCommitMessage | None],
     batch: int | None,
+    router: Router | None = None,
 ) -> None:
+    """Commit each target on the node that owns it (all its sink keys share
+    its hash slot); a redirection or lost node starts that target over."""
     targets = _by_target(messages)
     writes = [m for m in messages if isinstance(m, StagedWrite)]
     if not writes:
@@ -232,16 +252,19 @@ def commit(
     query = writes[0].query
     if options.stream is not None:
         targets.setdefault(options.stream, [])
-    with Session(options.endpoint) as session:
+    with Fleet(router or Router(options.endpoint)) as fleet:
         for target, staged in sorted(targets.items()):
-            session.call(
+            fleet.call(
                 f"committing batch {batch if batch is not None else 0} to {target!r}",
-                lambda client, t=target, s=staged: commit_target(client, t, query, batch, s),
+                lambda f, t=target, s=staged: commit_target(f.client_for(t), t, query, batch, s),
             )
 
 
 def abort(
-    options: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch: int
+    options: WriteOptions,
+    messages: Sequence[WriterCommitMessage | None],
+    batch: int,
+    router: Router | None = None,
 ) -> None:
     """Drop what the batch staged; the target is untouched."""
     writes = [m for m in messages if isinstance(m, StagedWrite)]
@@ -260,6 +283,9 @@ def abort(
         if keys:
             client.delete(*keys)
 
-    with Session(options.endpoint) as session:
+    with Fleet(router or Router(options.endpoint)) as fleet:
         for target, staged in sorted(_by_target(messages).items()):
-            session.call(f"aborting batch {batch}", lambda c, t=target, s=staged: drop(c, t, s))
+            fleet.call(
+                f"aborting batch {batch}",
+                lambda f, t=target, s=staged: drop(f.client_for(t), t, s),
+            )

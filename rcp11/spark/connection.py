@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 from redis.retry import Retry
 
 from rcp11 import errors
@@ -31,7 +32,21 @@ T = TypeVar("T")
 # Failures worth a reconnect: the server went away, is restarting (LOADING)
 # or did not answer in time. Everything else (WRONGTYPE, MISCONF, ...) is
 # an answer, and is raised at once.
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
+RETRYABLE: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+)
+# Replies of a Redis Cluster that mean "ask the cluster where the key is
+# now": the slot moved (MOVED, ASK during a migration), or the cluster is
+# between owners (CLUSTERDOWN, TRYAGAIN) for the moment of a failover.
+REDIRECTS: tuple[type[BaseException], ...] = (
+    MovedError,
+    AskError,
+    ClusterDownError,
+    TryAgainError,
+)
 # TREADs a partition reader keeps in flight on one connection, so the
 # server formats the next reply while this task converts the last one.
 READ_PIPELINE_DEPTH = 4
@@ -146,7 +161,13 @@ def raw_connection(endpoint: Endpoint) -> redis.Connection:
 
 
 def pipelined_treads(
-    endpoint: Endpoint, key: str, start: int, end: int, batch: int, doing: str
+    endpoint: Endpoint,
+    key: str,
+    start: int,
+    end: int,
+    batch: int,
+    doing: str,
+    relocate: Callable[[BaseException], Endpoint] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """``(offset, reply)`` for ``TREAD key offset n WITHINFO`` over [start, end).
 
@@ -155,9 +176,14 @@ def pipelined_treads(
     replies may be missing. A reply that comes back short (the stream ends
     earlier than planned) stops the walk after it is yielded; the caller
     decides whether either is data loss. A lost connection resumes at the
-    first request whose reply was not yielded.
+    first request whose reply was not yielded. With ``relocate`` (a
+    cluster), a redirection reply (MOVED...) is retried too, and after each
+    failure ``relocate(error)`` says which node to ask next.
     """
     outage = Outage(endpoint, doing)
+    retry: tuple[type[BaseException], ...] = RETRYABLE
+    if relocate is not None:
+        retry += REDIRECTS
     resume = start
     while resume < end:
         conn: redis.Connection | None = None
@@ -187,8 +213,10 @@ def pipelined_treads(
                 # ask for what is readable, not for a run of nulls.
                 position = max(position, min(int(info[0]), end))
             return
-        except RETRYABLE as exc:
+        except retry as exc:
             outage.wait(exc)
+            if relocate is not None:
+                endpoint = relocate(exc)
         finally:
             if conn is not None:
                 conn.disconnect()

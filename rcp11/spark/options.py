@@ -1,9 +1,11 @@
-"""The data source's options: one table, parsed and checked when the
-DataFrame is defined (``load()``), never later on an executor.
+"""The data source's options (the table: rcp11.spark.option_table), parsed
+and checked when the DataFrame is defined (``load()``), never later on an
+executor.
 
 Names and meanings follow Spark's Kafka integration wherever one applies
-(subscribe, subscribePattern, startingOffsets, endingOffsets,
-failOnDataLoss, maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay,
+(subscribe, subscribePattern, startingOffsets, endingOffsets, the
+timestamp options (startingTimestamp, startingOffsetsByTimestamp and its
+strategy, endingTimestamp, endingOffsetsByTimestamp), failOnDataLoss, maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay,
 minPartitions, maxRecordsPerPartition; ``topic`` as a synonym of
 ``stream``). Spark hands options over as a case-insensitive dict, so lookups
 go through the lower-case name; errors show the documented spelling.
@@ -21,121 +23,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rcp11 import errors
+from rcp11.spark.option_table import (  # noqa: F401 - OptionDoc and the defaults, re-exported
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_TRIGGER_DELAY,
+    DEFAULT_RETRY_BACKOFF_MS,
+    DEFAULT_RETRY_TIMEOUT_MS,
+    OPTIONS,
+    RETRY_BACKOFF_MAX_MS,
+    OptionDoc,
+)
 
 # Kafka's special offsets in a startingOffsets / endingOffsets JSON object.
 EARLIEST = -2
 LATEST = -1
-
-# Messages per TREAD in a partition reader and per TWRITE in a sink task:
-# measured (bench/spark_bench.py) so a request carries about a megabyte of
-# 100-byte messages, enough to hide the round trip.
-DEFAULT_BATCH_SIZE = 10_000
-# How long a task or the driver keeps reconnecting through an outage before
-# it fails with a clear error, and the first pause between attempts (it
-# doubles up to RETRY_BACKOFF_MAX_MS).
-DEFAULT_RETRY_TIMEOUT_MS = 60_000
-DEFAULT_RETRY_BACKOFF_MS = 100
-RETRY_BACKOFF_MAX_MS = 5_000
-DEFAULT_MAX_TRIGGER_DELAY = "15m"
-
-
-@dataclass(frozen=True)
-class OptionDoc:
-    name: str
-    applies: str  # "read and write", "read", "batch read", "streaming read", "write"
-    default: str
-    meaning: str
-
-
-OPTIONS: tuple[OptionDoc, ...] = (
-    OptionDoc("host", "read and write", "127.0.0.1", "server host name or address"),
-    OptionDoc("port", "read and write", "6379", "server port"),
-    OptionDoc("username", "read and write", "(none)", "AUTH user name"),
-    OptionDoc("password", "read and write", "(none)", "AUTH password"),
-    OptionDoc(
-        "retryTimeoutMs",
-        "read and write",
-        str(DEFAULT_RETRY_TIMEOUT_MS),
-        "how long to keep reconnecting (and the socket timeout) before failing",
-    ),
-    OptionDoc(
-        "retryBackoffMs",
-        "read and write",
-        str(DEFAULT_RETRY_BACKOFF_MS),
-        f"first pause between reconnects; doubles up to {RETRY_BACKOFF_MAX_MS} ms",
-    ),
-    OptionDoc(
-        "batchSize",
-        "read and write",
-        str(DEFAULT_BATCH_SIZE),
-        "messages per TREAD (read) or per TWRITE (write)",
-    ),
-    OptionDoc("subscribe", "read", "", "comma-separated stream keys (or .load('a,b'))"),
-    OptionDoc(
-        "subscribePattern",
-        "read",
-        "",
-        "a Redis glob; matching streams are found with SCAN, again every micro-batch",
-    ),
-    OptionDoc(
-        "startingOffsets",
-        "read",
-        "earliest (batch), latest (streaming)",
-        'earliest, latest (streaming only) or JSON {"stream": offset}, -2 = earliest, -1 = latest',
-    ),
-    OptionDoc(
-        "endingOffsets",
-        "batch read",
-        "latest",
-        'latest or JSON {"stream": offset} (exclusive), -1 = latest',
-    ),
-    OptionDoc(
-        "failOnDataLoss",
-        "read",
-        "true",
-        "fail when offsets the query needs were evicted or a stream was deleted/recreated; "
-        "false skips the gap and logs it",
-    ),
-    OptionDoc(
-        "maxOffsetsPerTrigger",
-        "streaming read",
-        "(none)",
-        "at most this many offsets per micro-batch, shared by the streams in proportion "
-        "to their backlog",
-    ),
-    OptionDoc(
-        "minOffsetsPerTrigger",
-        "streaming read",
-        "(none)",
-        "wait until this many offsets are available (or maxTriggerDelay passed)",
-    ),
-    OptionDoc(
-        "maxTriggerDelay",
-        "streaming read",
-        DEFAULT_MAX_TRIGGER_DELAY,
-        "longest wait for minOffsetsPerTrigger (e.g. 500ms, 30s, 15m, 1h)",
-    ),
-    OptionDoc(
-        "minPartitions",
-        "read",
-        "(one per stream)",
-        "split large offset ranges so there are at least this many Spark partitions",
-    ),
-    OptionDoc(
-        "maxRecordsPerPartition",
-        "read",
-        "(none)",
-        "split offset ranges so no Spark partition has more offsets than this",
-    ),
-    OptionDoc(
-        "evictOnCommit",
-        "streaming read",
-        "false",
-        "TEVICT what a micro-batch has read once Spark commits it",
-    ),
-    OptionDoc("stream", "write", "(the stream column)", "target stream for every row"),
-    OptionDoc("topic", "write", "(the topic column)", "the same as stream (Kafka's name)"),
-)
 
 # Options Spark itself adds or forwards: load()/save() paths, the
 # streaming writer's checkpoint and query name.
@@ -216,6 +116,7 @@ class Endpoint:
     password: str | None = None
     retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
     retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
+    cluster: str = "auto"  # "auto" | "true" | "false" (rcp11.spark.cluster)
 
     @property
     def address(self) -> str:
@@ -230,7 +131,18 @@ def parse_endpoint(options: Mapping[str, str]) -> Endpoint:
         password=_text(options, "password"),
         retry_timeout_ms=_int(options, "retryTimeoutMs", DEFAULT_RETRY_TIMEOUT_MS, 0) or 0,
         retry_backoff_ms=_int(options, "retryBackoffMs", DEFAULT_RETRY_BACKOFF_MS, 1) or 1,
+        cluster=_choice(options, "cluster", ("auto", "true", "false")),
     )
+
+
+def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (any case); the first is the default."""
+    text = _text(options, name)
+    if text is None:
+        return choices[0]
+    if text.strip().lower() not in choices:
+        raise OptionError(errors.spark_bad_option(name, text, " or ".join(choices)))
+    return text.strip().lower()
 
 
 # ---------------------------------------------------------------------------
@@ -266,6 +178,54 @@ def parse_offsets(name: str, text: str) -> OffsetSpec:
             raise OptionError(errors.spark_bad_offsets(name, text))
         pairs.append((stream, offset))
     return OffsetSpec(per_stream=tuple(sorted(pairs)))
+
+
+@dataclass(frozen=True)
+class TimeSpec:
+    """A position by time (resolved with TSEEK): one time for every stream
+    (startingTimestamp / endingTimestamp) or one per stream (the
+    ...OffsetsByTimestamp JSON), in ms since the epoch."""
+
+    option: str  # the option it came from, for errors
+    at: int | None = None
+    per_stream: tuple[tuple[str, int], ...] = ()
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.per_stream)
+
+
+def _timestamp(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise OptionError(errors.spark_bad_option(name, text, "a time in ms since the epoch"))
+    return value
+
+
+def parse_times(options: Mapping[str, str], every: str, by_stream: str) -> TimeSpec | None:
+    """Kafka's precedence: one time for all streams beats the per-stream
+    JSON; either beats the offsets option (the caller's). Both are checked."""
+    given_every = _text(options, every)
+    given_json = _text(options, by_stream)
+    per_stream = None
+    if given_json is not None:
+        try:
+            parsed = json.loads(given_json)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict) or not parsed:
+            raise OptionError(errors.spark_bad_times(by_stream, given_json))
+        pairs = []
+        for stream, ms in parsed.items():
+            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+                raise OptionError(errors.spark_bad_times(by_stream, given_json))
+            pairs.append((stream, ms))
+        per_stream = TimeSpec(by_stream, per_stream=tuple(sorted(pairs)))
+    if given_every is not None:
+        return TimeSpec(every, at=_timestamp(every, given_every))
+    return per_stream
 
 
 # ---------------------------------------------------------------------------
@@ -319,6 +279,9 @@ class ReadOptions:
     subscription: Subscription | None
     starting: OffsetSpec | None  # None: the default of batch / streaming
     ending: OffsetSpec | None
+    starting_time: TimeSpec | None = None  # beats starting when given
+    ending_time: TimeSpec | None = None  # beats ending when given
+    no_time_match_latest: bool = False  # startingOffsetsByTimestampStrategy=latest
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
@@ -343,6 +306,12 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         subscription=parse_subscription(options),
         starting=parse_offsets("startingOffsets", starting) if starting is not None else None,
         ending=parse_offsets("endingOffsets", ending) if ending is not None else None,
+        starting_time=parse_times(options, "startingTimestamp", "startingOffsetsByTimestamp"),
+        ending_time=parse_times(options, "endingTimestamp", "endingOffsetsByTimestamp"),
+        no_time_match_latest=_choice(
+            options, "startingOffsetsByTimestampStrategy", ("error", "latest")
+        )
+        == "latest",
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
         min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None, 1),
@@ -357,20 +326,23 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
 
 def check_batch_read(read: ReadOptions) -> None:
-    """Kafka's rules for batch queries: no 'latest' start, no 'earliest' end."""
+    """Kafka's rules for batch queries: no 'latest' start, no 'earliest' end
+    (of the offsets options in effect: a timestamp option beats them)."""
     read.require_subscription()
-    if read.starting is not None:
+    if read.starting is not None and read.starting_time is None:
         if read.starting.word == "latest" or LATEST in read.starting.as_dict().values():
             raise OptionError(errors.SPARK_BATCH_STARTING_LATEST)
-    if read.ending is not None:
+    if read.ending is not None and read.ending_time is None:
         if read.ending.word == "earliest" or EARLIEST in read.ending.as_dict().values():
             raise OptionError(errors.SPARK_BATCH_ENDING_EARLIEST)
 
 
 def check_streaming_read(read: ReadOptions) -> None:
     read.require_subscription()
+    if read.ending_time is not None:
+        raise OptionError(errors.spark_streaming_ending(read.ending_time.option))
     if read.ending is not None:
-        raise OptionError(errors.SPARK_STREAMING_ENDING)
+        raise OptionError(errors.spark_streaming_ending("endingOffsets"))
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,19 @@ from pyspark.sql.datasource import InputPartition
 
 from rcp11 import errors
 from rcp11.spark.commit import PREFIX
-from rcp11.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, Subscription
+from rcp11.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    Subscription,
+    TimeSpec,
+)
 
 if TYPE_CHECKING:
     from rcp11.client import Client
+    from rcp11.spark.cluster import Fleet
 
 log = logging.getLogger("rcp11.spark")
 
@@ -47,6 +56,7 @@ class ReadRange(InputPartition):
     start: int
     end: int
     floor: int
+    node: str = ""  # "host:port" of the stream's primary on a cluster, else ""
 
     @property
     def size(self) -> int:
@@ -101,15 +111,23 @@ class Catalog:
         self.subscription = subscription
         self.type_names: tuple[str, ...] = STREAM_TYPE_NAMES
 
-    def bounds(self, client: Client) -> dict[str, Bounds]:
+    def bounds(self, fleet: Fleet) -> dict[str, Bounds]:
+        """Bounds of every stream read, each asked of its own node (all
+        primaries of a cluster are scanned for a pattern)."""
         pattern = self.subscription.pattern
         if pattern is None:
-            return fetch_bounds(client, self.subscription.names, strict=True)
+            found = {}
+            for client, streams in fleet.by_owner(self.subscription.names):
+                found.update(fetch_bounds(client, streams, strict=True))
+            return {s: found[s] for s in self.subscription.names}
         for type_name in self.type_names:
-            bounds = fetch_bounds(client, scan_streams(client, pattern, (type_name,)), False)
-            if bounds:
+            found = {}
+            for client in fleet.primaries():
+                streams = scan_streams(client, pattern, (type_name,))
+                found.update(fetch_bounds(client, streams, False))
+            if found:
                 self.type_names = (type_name,)
-                return bounds
+                return dict(sorted(found.items()))
         return {}
 
 
@@ -149,6 +167,119 @@ def resolve_positions(
         else:
             positions[stream] = offset
     return positions
+
+
+# ---------------------------------------------------------------------------
+# Timestamp options -> positions (TSEEK)
+# ---------------------------------------------------------------------------
+
+
+def _address(client: Client) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+@dataclass(frozen=True)
+class Seek:
+    """What TSEEK found for a time, with the stream's bounds right after."""
+
+    found: int  # == bounds.next: no readable message appended at or after the time
+    bounds: Bounds
+
+
+def seek_times(client: Client, times: Mapping[str, int], option: str) -> dict[str, Seek]:
+    """``TSEEK stream ms`` for each stream, each followed by the stream's
+    bounds, in one pipelined round trip. TSEEK answers the stream's next
+    offset when no readable message was appended at or after the time (0
+    for a missing key). ``option`` names the option in errors."""
+    pipe = client.pipeline(transaction=False)
+    for stream, ms in times.items():
+        pipe.execute_command("TSEEK", stream, ms)
+        pipe.execute_command("TREAD", stream, 0, 0, "WITHINFO")
+    replies = pipe.execute(raise_on_error=False)
+    found = {}
+    for index, stream in enumerate(times):
+        offset, info = replies[2 * index], replies[2 * index + 1]
+        for reply in (offset, info):
+            if isinstance(reply, redis.ResponseError):
+                text = str(reply)
+                if "unknown command" in text.lower():
+                    raise OptionError(errors.spark_no_tseek(_address(client), option, text))
+                if "WRONGTYPE" in text:
+                    raise OptionError(errors.spark_not_a_stream(stream))
+                raise reply
+        # The bounds are read after TSEEK: a write in between only moves the
+        # next offset up, past an offset TSEEK found for a time before it.
+        limits = Bounds(info.first_offset, info.next_offset)
+        found[stream] = Seek(min(int(offset), limits.next), limits)
+    return found
+
+
+def resolve_times(
+    fleet: Fleet,
+    spec: TimeSpec,
+    bounds: Mapping[str, Bounds],
+    pattern: bool,
+    starting: bool,
+    no_match_latest: bool = False,
+) -> dict[str, int]:
+    """Per-stream offsets for a timestamp option (Kafka's meaning): the
+    first message appended at or after the time. When a stream has
+    messages but none that late, a start is an error (or its next offset,
+    with startingOffsetsByTimestampStrategy=latest) and an end is the
+    stream's next offset; a stream with nothing readable starts and ends
+    at its next offset (nothing is skipped). A JSON object names exactly
+    the streams read; with a pattern, others start at earliest and end at
+    latest, as with the offsets options."""
+    if spec.at is not None:
+        times = dict.fromkeys(bounds, spec.at)
+    else:
+        times = {s: ms for s, ms in spec.per_stream if s in bounds}
+        missing = sorted(set(bounds) - set(times))
+        extra = sorted(set(spec.as_dict()) - set(bounds))
+        if missing and not pattern or extra:
+            raise OptionError(errors.spark_offsets_streams(spec.option, missing, extra, hint=""))
+    found: dict[str, Seek] = {}
+    for client, streams in fleet.by_owner(times):
+        found.update(seek_times(client, {s: times[s] for s in streams}, spec.option))
+    positions = {s: (b.first if starting else b.next) for s, b in bounds.items()}
+    for stream, seek in found.items():
+        limits = seek.bounds
+        if seek.found < limits.next:
+            positions[stream] = seek.found
+        elif not starting or no_match_latest or limits.first >= limits.next:
+            positions[stream] = limits.next
+        else:
+            raise OptionError(
+                errors.spark_no_time_match(spec.option, stream, times[stream], limits.next)
+            )
+    return positions
+
+
+def starting_positions(
+    fleet: Fleet, read: ReadOptions, bounds: Mapping[str, Bounds], default: str
+) -> dict[str, int]:
+    """Where a query starts: startingTimestamp, else startingOffsetsByTimestamp,
+    else startingOffsets, else ``default`` (Kafka's precedence)."""
+    pattern = read.require_subscription().pattern is not None
+    if read.starting_time is not None:
+        return resolve_times(
+            fleet, read.starting_time, bounds, pattern, True, read.no_time_match_latest
+        )
+    return resolve_positions(
+        "startingOffsets", read.starting or OffsetSpec(default), bounds, pattern
+    )
+
+
+def ending_positions(
+    fleet: Fleet, read: ReadOptions, bounds: Mapping[str, Bounds]
+) -> dict[str, int]:
+    """Where a batch query ends: endingTimestamp, else endingOffsetsByTimestamp,
+    else endingOffsets, else latest."""
+    pattern = read.require_subscription().pattern is not None
+    if read.ending_time is not None:
+        return resolve_times(fleet, read.ending_time, bounds, pattern, False)
+    return resolve_positions("endingOffsets", read.ending or OffsetSpec("latest"), bounds, pattern)
 
 
 # ---------------------------------------------------------------------------
@@ -196,6 +327,6 @@ def split_ranges(
         position = r.start
         for index in range(count):
             size = base + (1 if index < extra else 0)
-            out.append(ReadRange(r.stream, position, position + size, r.floor))
+            out.append(ReadRange(r.stream, position, position + size, r.floor, r.node))
             position += size
     return out

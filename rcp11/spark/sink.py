@@ -13,9 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import redis
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -24,10 +22,18 @@ from pyspark.sql.datasource import (
 )
 
 from rcp11 import errors
-from rcp11.spark.columns import WriteLayout, binary_values, pack_twrite, write_layout
+from rcp11.spark.cluster import REROUTE, Fleet, Router
+from rcp11.spark.columns import (
+    WriteLayout,
+    binary_values,
+    pack_twrite,
+    row_batch,
+    split_by_target,
+    write_layout,
+)
 from rcp11.spark.commit import Staged, StagedWrite, abort, commit, sink_key
 from rcp11.spark.connection import RETRYABLE, Outage, raw_connection
-from rcp11.spark.options import OptionError, WriteOptions
+from rcp11.spark.options import Endpoint, OptionError, WriteOptions
 
 try:  # Spark >= 4.1 hands streaming writers Arrow batches too.
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -52,23 +58,51 @@ WRITE_PIPELINE_DEPTH = 8
 # ---------------------------------------------------------------------------
 
 
+class _Channel:
+    """One connection of a task to one node, and the TWRITEs it has in
+    flight (for a resend): ``(staging stream, rows, packed request)``."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.conn: redis.Connection | None = None
+        self.in_flight: deque[tuple[_StagingStream, int, bytes]] = deque()
+        self.outage: Outage | None = None
+
+    def connection(self) -> redis.Connection:
+        if self.conn is None:
+            self.conn = raw_connection(self.endpoint)
+        return self.conn
+
+    def disconnect(self) -> None:
+        if self.conn is not None:
+            self.conn.disconnect()
+            self.conn = None
+
+
 class _StagingStream:
     """One target's staging stream in one task: rows sent, rows the server
-    acknowledged, and the requests still in flight (for a resend)."""
+    acknowledged, and the channel (node) it is written through."""
 
-    def __init__(self, target: str, key: str) -> None:
+    def __init__(self, target: str, key: str, channel: _Channel) -> None:
         self.target = target
         self.key = key
         self.encoded = key.encode()
         self.acked = 0
         self.sent = 0
+        self.channel = channel
 
 
 class TaskWriter:
-    """Stages one task's rows (one staging stream per target it meets)."""
+    """Stages one task's rows (one staging stream per target it meets), each
+    on the node that owns its target (one server, or a cluster's primary)."""
 
     def __init__(
-        self, options: WriteOptions, layout: WriteLayout, job: str, streaming: bool = False
+        self,
+        options: WriteOptions,
+        layout: WriteLayout,
+        job: str,
+        streaming: bool = False,
+        router: Router | None = None,
     ) -> None:
         from pyspark import TaskContext
 
@@ -84,6 +118,10 @@ class TaskWriter:
                 log.warning("rcp11 sink: Spark names no streaming query; replays are not detected")
         self.options = options
         self.layout = layout
+        # The writers pass the router the driver resolved; without one (a
+        # task writer made directly) it is the one server of the options.
+        self.router = router or Router(options.endpoint, resolved=True)
+        self.retry = REROUTE if self.router.clustered else RETRYABLE
         self.query = query or job
         self.batch = int(batch) if batch is not None else 0
         self.partition = context.partitionId() if context else 0
@@ -92,114 +130,139 @@ class TaskWriter:
         # and attempt number) away from a dead driver's staging stream.
         self.suffix = f"{self.batch}:{self.partition}:{attempt}:{secrets.token_hex(4)}"
         self.streams: dict[str, _StagingStream] = {}
+        self.channels: dict[str, _Channel] = {}
         self.rows = 0
-        self.conn: redis.Connection | None = None
-        self.in_flight: deque[tuple[_StagingStream, int, bytes]] = deque()
-        self.outage: Outage | None = None
+
+    @property
+    def in_flight(self) -> list[tuple[_StagingStream, int, bytes]]:
+        """Every TWRITE whose reply has not been read, on any node."""
+        return [item for channel in self.channels.values() for item in channel.in_flight]
 
     # -- input ----------------------------------------------------------
 
     def add(self, item: Any) -> None:
         """One Arrow record batch (or a Spark Row on Spark 4.0)."""
-        batch = item if hasattr(item, "num_rows") else _row_batch(item, self.layout)
+        batch = item if hasattr(item, "num_rows") else row_batch(item, self.layout)
         values = binary_values(batch.column(self.layout.value_index), self.rows)
         if self.layout.target_index is None:
             assert self.options.stream is not None
             self._stage(self.options.stream, values)
         else:
             column = batch.column(self.layout.target_index)
-            for target, part in _split_by_target(column, values, self.layout.target_column):
+            for target, part in split_by_target(column, values, self.layout.target_column):
                 self._stage(target, part)
         self.rows += batch.num_rows
+
+    def _channel(self, endpoint: Endpoint) -> _Channel:
+        if endpoint.address not in self.channels:
+            self.channels[endpoint.address] = _Channel(endpoint)
+        return self.channels[endpoint.address]
 
     def _stage(self, target: str, values: pa.Array) -> None:
         stream = self.streams.get(target)
         if stream is None:
             key = sink_key(target, self.query, self.suffix)
-            stream = self.streams[target] = _StagingStream(target, key)
+            channel = self._channel(self.router.endpoint_for(target))
+            stream = self.streams[target] = _StagingStream(target, key, channel)
             registry = sink_key(target, self.query, "staged")
-            self._run_now(("TWRITE", registry, f"{self.batch} {key}"))
+            self._run_now(stream, ("TWRITE", registry, f"{self.batch} {key}"))
         step = self.options.batch_size
         for begin in range(0, len(values), step):
             chunk = values.slice(begin, step).to_pylist()
             self._send(stream, len(chunk), pack_twrite(stream.encoded, chunk))
 
-    # -- the connection -------------------------------------------------
+    # -- the connections ------------------------------------------------
     #
-    # TWRITEs are pipelined (WRITE_PIPELINE_DEPTH in flight). When the
-    # connection breaks, a TWRITE in flight may or may not have been applied;
-    # it is atomic, and the staging stream is this task's alone, so its next
-    # offset says exactly which ones were: those are counted, the others
-    # sent again on a new connection.
+    # TWRITEs are pipelined (WRITE_PIPELINE_DEPTH in flight per node). When
+    # a connection breaks (or, on a cluster, a node answers that the slot
+    # moved), a TWRITE in flight may or may not have been applied; it is
+    # atomic, and the staging stream is this task's alone, so its next
+    # offset (asked of its owner now) says exactly which ones were: those
+    # are counted, the others sent again.
 
-    def _connection(self) -> redis.Connection:
-        if self.conn is None:
-            self.conn = raw_connection(self.options.endpoint)
-        return self.conn
-
-    def _run_now(self, command: tuple[Any, ...]) -> Any:
-        """A command that may safely run twice (registering a staging key)."""
-        self._drain(0)
+    def _run_now(self, stream: _StagingStream, command: tuple[Any, ...]) -> Any:
+        """A command that may safely run twice (registering a staging key),
+        on the node of ``stream`` (which a recovery may change)."""
         while True:
+            channel = stream.channel
+            self._drain(channel, 0)
             try:
-                conn = self._connection()
+                conn = channel.connection()
                 conn.send_command(*command)
-                reply = conn.read_response()
-                self.outage = None
+                reply = conn.read_response()  # raises an error reply (MOVED...)
+                channel.outage = None
                 return reply
-            except RETRYABLE as exc:
-                self._recover(exc)
+            except self.retry as exc:
+                self._recover(channel, exc, [stream])
 
     def _send(self, stream: _StagingStream, rows: int, packed: bytes) -> None:
-        self._drain(WRITE_PIPELINE_DEPTH - 1)
-        self.in_flight.append((stream, rows, packed))
+        channel = stream.channel
+        self._drain(channel, WRITE_PIPELINE_DEPTH - 1)
+        channel = stream.channel  # a recovery may have moved it
+        channel.in_flight.append((stream, rows, packed))
         stream.sent += rows
         try:
-            self._connection().send_packed_command([packed])
-        except RETRYABLE as exc:
-            self._recover(exc)
+            channel.connection().send_packed_command([packed])
+        except self.retry as exc:
+            self._recover(channel, exc)
 
-    def _drain(self, keep: int) -> None:
+    def _drain(self, channel: _Channel, keep: int) -> None:
         """Read replies until at most ``keep`` requests are in flight."""
-        while len(self.in_flight) > keep:
+        while len(channel.in_flight) > keep:
             try:
-                reply = self._connection().read_response()
-            except RETRYABLE as exc:
-                self._recover(exc)
+                if channel.conn is None:  # lost while requests were in flight
+                    raise redis.ConnectionError("connection lost with requests in flight")
+                reply = channel.conn.read_response()
+            except self.retry as exc:
+                self._recover(channel, exc)
                 continue
-            self.outage = None
-            stream, rows, _ = self.in_flight.popleft()
+            channel.outage = None
+            stream, rows, _ = channel.in_flight.popleft()
             if isinstance(reply, redis.ResponseError):
                 raise reply
             stream.acked += rows
 
-    def _recover(self, exc: BaseException) -> None:
+    def _recover(
+        self, channel: _Channel, exc: BaseException, extra: list[_StagingStream] | None = None
+    ) -> None:
         """Reconnect, count the in-flight TWRITEs the server applied, resend
-        the rest; raise when the outage outlasts retryTimeoutMs or a staging
-        stream is not what this task wrote (then Spark retries the task)."""
-        if self.outage is None:
-            self.outage = Outage(self.options.endpoint, "writing staging streams")
+        the rest (on a cluster, to each stream's owner now); raise when the
+        outage outlasts retryTimeoutMs or a staging stream is not what this
+        task wrote (then Spark retries the task)."""
+        if channel.outage is None:
+            channel.outage = Outage(channel.endpoint, "writing staging streams")
+        outage = channel.outage
         while True:
-            if self.conn is not None:
-                self.conn.disconnect()
-                self.conn = None
-            self.outage.wait(exc)
+            channel.disconnect()
+            outage.wait(exc)
             try:
-                self._resend()
+                self._resend(channel, exc, extra or [])
                 return
-            except RETRYABLE as again:
+            except self.retry as again:
                 exc = again
 
-    def _resend(self) -> None:
-        conn = self._connection()
-        pending = list(self.in_flight)
+    def _resend(self, channel: _Channel, exc: BaseException, extra: list[_StagingStream]) -> None:
+        pending = list(channel.in_flight)
         streams = list({id(s): s for s, _, _ in pending}.values())
-        for stream in streams:
-            conn.send_command("TREAD", stream.key, 0, 0, "WITHINFO")
+        streams += [s for s in extra if s not in streams]
+        # Where each stream lives now: the same node, unless a cluster moved it.
+        owners = {id(s): channel for s in streams}
+        if self.router.clustered:
+            for stream in streams:
+                owners[id(stream)] = self._channel(self.router.after(exc, stream.target))
+        for owner in {id(o): o for o in owners.values()}.values():
+            if owner is not channel:  # its replies first, then our questions
+                self._drain(owner, 0)
         server = {}
         for stream in streams:
-            info = conn.read_response()[0]
-            server[id(stream)] = (int(info[0]), int(info[1]) + 1)
+            conn = owners[id(stream)].connection()
+            conn.send_command("TREAD", stream.key, 0, 0, "WITHINFO")
+            reply = conn.read_response()
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+            server[id(stream)] = (int(reply[0][0]), int(reply[0][1]) + 1)
+        # Nothing changes above this line: a failure there starts over.
+        channel.in_flight.clear()
         resend = []
         for stream in streams:
             first, have = server[id(stream)]
@@ -214,52 +277,27 @@ class TaskWriter:
             if applied != have or (have and first != 0):
                 raise RuntimeError(errors.spark_staging_lost(stream.key, applied, have))
             stream.acked = applied
-        self.in_flight = deque(resend)
-        for _, _, packed in resend:
-            conn.send_packed_command([packed])
+            stream.channel = owners[id(stream)]
+        for item in resend:
+            item[0].channel.in_flight.append(item)
+        for item in resend:
+            item[0].channel.connection().send_packed_command([item[2]])
 
     def finish(self) -> StagedWrite:
         try:
-            self._drain(0)
+            for channel in list(self.channels.values()):
+                self._drain(channel, 0)
+            # A drain may move streams to a channel already drained.
+            for channel in list(self.channels.values()):
+                self._drain(channel, 0)
         finally:
-            if self.conn is not None:
-                self.conn.disconnect()
-                self.conn = None
+            self.close()
         staged = [Staged(s.target, s.key, s.acked) for s in self.streams.values()]
         return StagedWrite(self.query, self.batch, self.partition, staged)
 
-
-def _split_by_target(
-    targets: pa.Array, values: pa.Array, column: str | None
-) -> Iterator[tuple[str, pa.Array]]:
-    """(target, its values in row order) for a batch with a target column."""
-    if targets.null_count:
-        raise ValueError(
-            errors.spark_write_column(column or "stream", "is null in a row; every row needs one")
-        )
-    encoded = pc.dictionary_encode(targets)
-    names = encoded.dictionary.to_pylist()
-    if len(names) == 1:
-        yield names[0], values
-        return
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    order = np.argsort(codes, kind="stable")
-    ordered = values.take(pa.array(order))
-    sorted_codes = codes[order]
-    cuts = [0, *(np.flatnonzero(np.diff(sorted_codes)) + 1).tolist(), len(order)]
-    for begin, end in zip(cuts, cuts[1:], strict=False):
-        yield names[sorted_codes[begin]], ordered.slice(begin, end - begin)
-
-
-def _row_batch(row: Any, layout: WriteLayout) -> pa.RecordBatch:
-    """A Spark Row as a one-row batch (Spark 4.0 hands writers Rows)."""
-    columns = [pa.array([row[layout.value_index]])]
-    names = ["value"]
-    if layout.target_index is not None:
-        columns.append(pa.array([row[layout.target_index]], type=pa.string()))
-        names.append("target")
-    batch = pa.RecordBatch.from_arrays(columns, names=names)
-    return batch
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.disconnect()
 
 
 # ---------------------------------------------------------------------------
@@ -274,17 +312,30 @@ def _layout(options: WriteOptions, schema: StructType, overwrite: bool) -> Write
 
 
 def _write(
-    options: WriteOptions, layout: WriteLayout, job: str, items: Iterator[Any], streaming: bool
+    options: WriteOptions,
+    layout: WriteLayout,
+    job: str,
+    items: Iterator[Any],
+    streaming: bool,
+    router: Router,
 ) -> StagedWrite:
-    writer = TaskWriter(options, layout, job, streaming)
+    writer = TaskWriter(options, layout, job, streaming, router)
     try:
         for item in items:
             writer.add(item)
     except BaseException:
-        if writer.conn is not None:
-            writer.conn.disconnect()
+        writer.close()
         raise
     return writer.finish()
+
+
+def _router(options: WriteOptions) -> Router:
+    """Resolved on the driver (is the server a cluster, and its slot map),
+    then shipped to every task with the writer."""
+    router = Router(options.endpoint)
+    with Fleet(router) as fleet:
+        fleet.call("finding the server's nodes", lambda f: f.router.resolve())
+    return router
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -296,15 +347,16 @@ class BatchWriter(DataSourceArrowWriter):
         # One id for the whole job: this object travels to every task and
         # back to the driver's commit.
         self.job = uuid.uuid4().hex
+        self.router = _router(options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return _write(self.options, self.layout, self.job, iterator, streaming=False)
+        return _write(self.options, self.layout, self.job, iterator, False, self.router)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit(self.options, messages, None)
+        commit(self.options, messages, None, self.router)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort(self.options, messages, 0)
+        abort(self.options, messages, 0, self.router)
 
 
 class StreamWriter(_StreamWriterBase):
@@ -314,12 +366,13 @@ class StreamWriter(_StreamWriterBase):
         self.options = options
         self.layout = _layout(options, schema, overwrite)
         self.job = uuid.uuid4().hex  # used only if Spark names no query
+        self.router = _router(options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return _write(self.options, self.layout, self.job, iterator, streaming=True)
+        return _write(self.options, self.layout, self.job, iterator, True, self.router)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit(self.options, messages, batchId)
+        commit(self.options, messages, batchId, self.router)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort(self.options, messages, batchId)
+        abort(self.options, messages, batchId, self.router)

@@ -28,10 +28,11 @@ import redis
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from rcp11 import errors
+from rcp11.spark.cluster import Fleet, Router
 from rcp11.spark.columns import Projection
-from rcp11.spark.connection import Session, pipelined_treads
+from rcp11.spark.connection import pipelined_treads
 from rcp11.spark.options import (
-    OffsetSpec,
+    Endpoint,
     OptionError,
     ReadOptions,
     check_batch_read,
@@ -41,9 +42,10 @@ from rcp11.spark.planning import (
     Bounds,
     Catalog,
     ReadRange,
-    resolve_positions,
+    ending_positions,
     share,
     split_ranges,
+    starting_positions,
 )
 
 try:  # Spark >= 4.2: read limits and Trigger.AvailableNow for Python sources.
@@ -63,7 +65,6 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-    from rcp11.client import Client
 
 log = logging.getLogger("rcp11.spark")
 
@@ -101,13 +102,23 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
     builder = projection.builder(part.stream)
     report = LossReport(part.stream, read.fail_on_data_loss)
     cursor = part.start  # every offset before it has been accounted for
+    endpoint, relocate = read.endpoint, None
+    if part.node:  # a cluster: the stream's primary, and where to go when it moves
+        router = Router(read.endpoint)
+        host, _, port = part.node.rpartition(":")
+        endpoint = router.node(host, int(port))
+
+        def relocate(exc: BaseException) -> Endpoint:
+            return router.after(exc, part.stream)
+
     replies = pipelined_treads(
-        read.endpoint,
+        endpoint,
         part.stream,
         part.start,
         part.end,
         read.batch_size,
         f"reading stream {part.stream!r}",
+        relocate,
     )
     try:
         for offset, reply in replies:
@@ -134,6 +145,12 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
         raise
 
 
+def node_of(router: Router, stream: str) -> str:
+    """The "host:port" of a stream's primary on a cluster ("" for one server):
+    the task reads there first."""
+    return router.endpoint_for(stream).address if router.clustered else ""
+
+
 # ---------------------------------------------------------------------------
 # Batch
 # ---------------------------------------------------------------------------
@@ -150,16 +167,16 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         read = self.read_options
-        subscription = read.require_subscription()
-        pattern = subscription.pattern is not None
-        with Session(read.endpoint) as session:
-            bounds = session.call("planning a batch read", Catalog(subscription).bounds)
-        starting = resolve_positions(
-            "startingOffsets", read.starting or OffsetSpec("earliest"), bounds, pattern
-        )
-        ending = resolve_positions(
-            "endingOffsets", read.ending or OffsetSpec("latest"), bounds, pattern
-        )
+        catalog = Catalog(read.require_subscription())
+
+        def plan(fleet: Fleet) -> tuple[dict[str, Bounds], dict[str, int], dict[str, int]]:
+            bounds = catalog.bounds(fleet)
+            starting = starting_positions(fleet, read, bounds, "earliest")
+            return bounds, starting, ending_positions(fleet, read, bounds)
+
+        router = Router(read.endpoint)
+        with Fleet(router) as fleet:
+            bounds, starting, ending = fleet.call("planning a batch read", plan)
         ranges = []
         for stream, limits in sorted(bounds.items()):
             start = starting[stream]
@@ -169,7 +186,7 @@ class BatchReader(DataSourceReader):
                 )
                 start = limits.first
             end = min(ending[stream], limits.next)
-            ranges.append(ReadRange(stream, start, end, start))
+            ranges.append(ReadRange(stream, start, end, start, node_of(router, stream)))
         planned = split_ranges(ranges, read.min_partitions, read.max_records_per_partition)
         # Spark wants at least one partition; an empty range reads nothing.
         return planned or [ReadRange("", 0, 0, 0)]
@@ -194,33 +211,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.catalog = Catalog(read.require_subscription())
         self.available_now: dict[str, int] | None = None
         self.last_trigger = time.monotonic()
-        self._session: Session | None = None
+        self.router = Router(read.endpoint)
+        self._fleet: Fleet | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to executors for read(): never with a socket inside.
         state = dict(self.__dict__)
-        state["_session"] = None
+        state["_fleet"] = None
         return state
 
     @property
-    def session(self) -> Session:
-        if self._session is None:
-            self._session = Session(self.read_options.endpoint)
-        return self._session
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            self._fleet = Fleet(self.router)
+        return self._fleet
 
     def _bounds(self) -> dict[str, Bounds]:
-        return self.session.call("planning a micro-batch", self.catalog.bounds)
+        return self.fleet.call("planning a micro-batch", self.catalog.bounds)
 
     def initialOffset(self) -> dict:
         read = self.read_options
-        bounds = self._bounds()
-        positions = resolve_positions(
-            "startingOffsets",
-            read.starting or OffsetSpec("latest"),
-            bounds,
-            self.catalog.subscription.pattern is not None,
-        )
-        return dict(sorted(positions.items()))
+
+        def plan(fleet: Fleet) -> dict[str, int]:
+            return starting_positions(fleet, read, self.catalog.bounds(fleet), "latest")
+
+        return dict(sorted(self.fleet.call("planning a micro-batch", plan).items()))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = {s: b.next for s, b in self._bounds().items()}
@@ -315,10 +330,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for stream, stop in end.items():
             if stream in start and stop >= start[stream]:
-                ranges.append(ReadRange(stream, start[stream], stop, start[stream]))
+                begin = start[stream]
+                ranges.append(ReadRange(stream, begin, stop, begin, node_of(self.router, stream)))
             else:  # new or recreated: from the earliest message there is now
                 first = bounds[stream].first if stream in bounds else 0
-                ranges.append(ReadRange(stream, min(first, stop), stop, first))
+                node = node_of(self.router, stream)
+                ranges.append(ReadRange(stream, min(first, stop), stop, first, node))
         return split_ranges(ranges, read.min_partitions, read.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -330,15 +347,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.read_options.evict_on_commit:
             return
 
-        def evict(client: Client) -> None:
-            pipe = client.pipeline(transaction=False)
-            for stream, offset in end.items():
-                if offset > 0:
-                    pipe.tevict(stream, offset - 1)
-            pipe.execute()
+        def evict(fleet: Fleet) -> None:
+            for client, streams in fleet.by_owner(s for s, offset in end.items() if offset > 0):
+                pipe = client.pipeline(transaction=False)
+                for stream in streams:
+                    pipe.tevict(stream, end[stream] - 1)
+                pipe.execute()
 
-        self.session.call("evicting committed offsets", evict)
+        self.fleet.call("evicting committed offsets", evict)
 
     def stop(self) -> None:
-        if self._session is not None:
-            self._session.close()
+        if self._fleet is not None:
+            self._fleet.close()
