@@ -109,6 +109,7 @@ def test_retention_directives_from_argv_config_set_get_and_rewrite(server_factor
     assert c.config_get("maxmemory-policy") == {"maxmemory-policy": "streams-oldest"}
 
 
+@pytest.mark.slow
 def test_config_rewrite_keeps_retention(server_factory, tmp_path) -> None:
     conf = tmp_path / "redis.conf"
     conf.write_text("stream-retention-ms 0\n")
@@ -179,6 +180,7 @@ def test_a_blocked_reader_keeps_waiting_through_retention(server_factory) -> Non
     assert box["reply"] == [b"new"]
 
 
+@pytest.mark.slow
 def test_kill9_replay_gives_the_same_streams_and_new_offsets(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always", stream_node_max_entries=10)
     c = srv.client()
