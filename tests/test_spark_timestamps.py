@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, wait_for
+from conftest import RedisServer, ServerProcess, wait_for
 from test_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
 from test_spark import spark as spark  # noqa: F401 - the module's SparkSession fixture
 
@@ -129,8 +129,8 @@ def test_ending_timestamps_are_for_batch_queries_only(spark, stream_server, tmp_
         assert f"{option} applies to batch queries only" in str(query.exception())
 
 
-def test_a_server_without_tseek_is_a_clear_error(redis_reference: int) -> None:
-    plain = Client(host="127.0.0.1", port=redis_reference)
+def test_a_server_without_tseek_is_a_clear_error(redis_reference: RedisServer) -> None:
+    plain = Client(host="127.0.0.1", port=redis_reference.port)
     try:
         with pytest.raises(OptionError, match="startingTimestamp needs the server's TSEEK"):
             seek_times(plain, {"a": 5}, "startingTimestamp")
