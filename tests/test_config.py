@@ -1,329 +1,440 @@
-"""rcp11.config: the directive table, file and argument loading, CONFIG
-GET/SET/REWRITE semantics."""
+"""CONFIG GET, SET, RESETSTAT and REWRITE through a running server
+(docs/PROTOCOL.md section 7, "Configuration"): values as redis-server 7
+shows and refuses them, the stream directives reaching new and existing
+streams, the network directives (port, bind, unixsocket, tcp-keepalive)
+and maxmemory. redis.conf and the command line: test_config_files.py;
+the Config class in process: test_config_directives.py."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
+from conftest import (
+    ServerProcess,
+    answers_ping,
+    exchange,
+    free_port,
+    have,
+    mbulk,
+    raw_pipeline,
+    tr,
+    tw,
+    wait_for,
+)
 
-from rcp11.config import DIRECTIVES, Config, ConfigError, parse_memory
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def write(tmp_path: Path, text: str, name: str = "test.conf") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def test_defaults() -> None:
-    config = Config()
-    assert config.get("port") == 6379
-    assert config.get("bind") == ["127.0.0.1", "-::1"]
-    assert config.get("protected-mode") is True
-    assert config.get("appendfsync") == "everysec"
-    assert config.get("save") == [(3600, 1), (300, 100), (60, 10000)]
-    assert config.get("proto-max-bulk-len") == 512 * 1024 * 1024
-    assert config.get("stream-node-max-entries") == 1000
-    assert config.get("client-output-buffer-limit")["normal"] == (0, 0, 0)
+# -------------------------------------------------------- CONFIG GET and SET
 
 
-def test_shipped_redis_conf_loads_and_names_every_directive() -> None:
-    config = Config()
-    config.load_file(str(REPO / "redis.conf"))
-    assert config.get("appendonly") is True
-    assert config.get("port") == 6379
-    text = (REPO / "redis.conf").read_text()
-    for name in DIRECTIVES:
-        assert name in text, f"redis.conf does not document {name}"
+def test_config_get_set(shared_client: redis.Redis, shared_client3: redis.Redis) -> None:
+    assert shared_client.config_get("stream-node-max-entries") == {
+        "stream-node-max-entries": "1000"
+    }
+    assert shared_client.config_set("maxmemory", "10mb")
+    assert shared_client3.config_get("maxmem*")["maxmemory"] == "10485760"
+    assert shared_client.execute_command("CONFIG", "SET", "maxmemory", "0", "timeout", "0") == b"OK"
+    assert shared_client.config_resetstat()
+    with pytest.raises(redis.ResponseError, match="without a config file"):
+        shared_client.config_rewrite()
+
+
+def test_config_get_lists_every_spec_directive(shared_client: redis.Redis) -> None:
+    spec = (
+        "bind port unixsocket protected-mode requirepass timeout tcp-keepalive maxclients"
+        " maxmemory dir dbfilename save appendonly appendfilename appendfsync"
+        " auto-aof-rewrite-percentage auto-aof-rewrite-min-size aof-load-truncated loglevel"
+        " logfile daemonize pidfile proto-max-bulk-len client-query-buffer-limit"
+        " client-output-buffer-limit stream-node-max-entries stream-compression"
+        " stream-compression-level"
+    ).split()
+    everything = shared_client.config_get("*")
+    assert [name for name in spec if name not in everything] == []
+    assert everything["stream-node-max-entries"] == "1000"
+    assert everything["stream-compression"] == "no"
+    assert everything["bind"].split()[0] in ("127.0.0.1", "::1")
+    assert everything["protected-mode"] == "yes"
+
+
+MUTABLE = [
+    ("protected-mode", "no", "no"),
+    ("requirepass", "", ""),
+    ("timeout", "0", "0"),
+    ("tcp-keepalive", "60", "60"),
+    ("maxclients", "500", "500"),
+    ("maxmemory", "2mb", "2097152"),
+    ("save", "100 1 50 2", "100 1 50 2"),
+    ("appendfsync", "ALWAYS", "always"),
+    ("auto-aof-rewrite-percentage", "50", "50"),
+    ("auto-aof-rewrite-min-size", "1mb", "1048576"),
+    ("aof-load-truncated", "no", "no"),
+    ("loglevel", "debug", "debug"),
+    ("proto-max-bulk-len", "2mb", "2097152"),
+    ("client-query-buffer-limit", "2mb", "2097152"),
+    ("client-output-buffer-limit", "normal 1mb 512kb 10", None),
+    ("stream-node-max-entries", "50", "50"),
+    ("stream-compression", "zlib", "zlib"),
+    ("stream-compression-level", "9", "9"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), MUTABLE, ids=[m[0] for m in MUTABLE])
+def test_config_set_round_trips(
+    shared_client: redis.Redis, name: str, value: str, shown: Any
+) -> None:
+    before = shared_client.config_get(name)[name]
+    try:
+        assert shared_client.config_set(name, value)
+        got = shared_client.config_get(name)[name]
+        if shown is None:
+            assert got.startswith("normal 1048576 524288 10")
+        else:
+            assert got == shown
+        assert shared_client.ping()
+    finally:
+        shared_client.config_set(name, before)
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
+    ("name", "value"),
     [
-        ("0", 0),
-        ("100", 100),
-        ("1k", 1000),
-        ("1kb", 1024),
-        ("100mb", 100 * 1024 * 1024),
-        ("100MB", 100 * 1024 * 1024),
-        ("2m", 2_000_000),
-        ("1gb", 1024**3),
-        ("3G", 3 * 1000**3),
-        ("10b", 10),
+        ("appendfsync", "sometimes"),
+        ("stream-compression", "lz4"),
+        ("stream-compression-level", "42"),
+        ("stream-node-max-entries", "-1"),
+        ("maxclients", "0"),
+        ("appendonly", "maybe"),
+        ("aof-load-truncated", "2"),
+        ("tcp-keepalive", "x"),
     ],
 )
-def test_memory_units(text: str, value: int) -> None:
-    assert parse_memory(text) == value
+def test_config_set_bad_value_is_refused_like_redis(
+    shared_client: redis.Redis, name: str, value: str
+) -> None:
+    before = shared_client.config_get(name)[name]
+    with pytest.raises(
+        redis.ResponseError, match=f"CONFIG SET failed \\(possibly related to argument '{name}'\\)"
+    ):
+        shared_client.config_set(name, value)
+    assert shared_client.config_get(name)[name] == before
 
 
-@pytest.mark.parametrize("text", ["", "mb", "1tb", "-1", "1.5mb", "abc", "1 mb"])
-def test_bad_memory_values(text: str) -> None:
-    with pytest.raises(ConfigError, match="memory value"):
-        parse_memory(text)
+@pytest.mark.parametrize("name", ["unixsocket", "daemonize", "pidfile", "logfile"])
+def test_config_set_immutable_directives_say_so(shared_client: redis.Redis, name: str) -> None:
+    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+        shared_client.config_set(name, "yes" if name == "daemonize" else "/tmp/elsewhere")
 
 
-def test_file_parsing(tmp_path: Path) -> None:
-    path = write(
-        tmp_path,
-        "# a comment\n"
-        "\n"
-        "   port 7000   \n"
-        'requirepass "with space"\n'
-        "logfile 'single quoted'\n"
-        "maxmemory 100mb\n"
-        "APPENDFSYNC Always\n"
-        "save 900 1\n"
-        "save 300 10\n"
-        "bind 127.0.0.1 ::1\n"
-        "client-output-buffer-limit normal 1mb 512kb 10\n",
-    )
-    config = Config()
-    config.load_file(str(path))
-    assert config.get("port") == 7000
-    assert config.get("requirepass") == "with space"
-    assert config.get("logfile") == "single quoted"
-    assert config.get("maxmemory") == 100 * 1024 * 1024
-    assert config.get("appendfsync") == "always"
-    assert config.get("save") == [(900, 1), (300, 10)]
-    assert config.get("bind") == ["127.0.0.1", "::1"]
-    assert config.get("client-output-buffer-limit")["normal"] == (1024**2, 512 * 1024, 10)
-    # classes not named keep their values
-    assert config.get("client-output-buffer-limit")["pubsub"][2] == 60
-
-
-def test_save_empty_disables(tmp_path: Path) -> None:
-    config = Config()
-    config.load_file(str(write(tmp_path, 'save ""\n')))
-    assert config.get("save") == []
-
-
-def test_include(tmp_path: Path) -> None:
-    write(tmp_path, "port 7001\nhz 20\n", "other.conf")
-    config = Config()
-    config.load_file(str(write(tmp_path, "port 7000\ninclude other.conf\nhz 30\n")))
-    assert config.get("port") == 7001
-    assert config.get("hz") == 30
-
-
-def test_args_override_file(tmp_path: Path) -> None:
-    config = Config()
-    config.load_file(str(write(tmp_path, "port 7000\nloglevel warning\n")))
-    config.apply_args(["--port", "7005", "--save", "", "--requirepass", "two words"])
-    assert config.get("port") == 7005
-    assert config.get("loglevel") == "warning"
-    assert config.get("save") == []
-    assert config.get("requirepass") == "two words"
-
-
-def test_args_with_several_words() -> None:
-    config = Config()
-    config.apply_args(["--save", "60", "5", "30", "100", "--bind", "127.0.0.1", "::1"])
-    assert config.get("save") == [(60, 5), (30, 100)]
-    assert config.get("bind") == ["127.0.0.1", "::1"]
-
-
-@pytest.mark.parametrize(
-    ("line", "reason"),
-    [
-        ("nosuchdirective 1", "Bad directive or wrong number of arguments"),
-        ("port", "Bad directive or wrong number of arguments"),
-        ("port abc", "argument couldn't be parsed into an integer"),
-        ("port 70000", "argument must be between 0 and 65535 inclusive"),
-        ("appendonly maybe", "argument must be 'yes' or 'no'"),
-        ("appendfsync sometimes", "argument(s) must be one of the following: always, everysec, no"),
-        ("maxmemory lots", "argument must be a memory value"),
-        ("save 100", "Invalid save parameters"),
-        ("save a b", "Invalid save parameters"),
-        ("databases 16", "argument must be between 1 and 1 inclusive"),
-        ("stream-compression-level 10", "argument must be between 1 and 9 inclusive"),
-        ("stream-compression gzip", "argument(s) must be one of the following: no, zlib"),
-        ("client-output-buffer-limit normal 0 0", "Wrong number of arguments in buffer limit"),
-        ("client-output-buffer-limit vip 0 0 0", "Invalid client class"),
-        ("dbfilename ../escape.rcp", "can't be a path, just a filename"),
-        ('requirepass "open', "Unbalanced quotes"),
-    ],
-)
-def test_bad_line_names_file_and_line(tmp_path: Path, line: str, reason: str) -> None:
-    path = write(tmp_path, f"# first\nport 7000\n{line}\nhz 10\n")
-    with pytest.raises(ConfigError) as info:
-        Config().load_file(str(path))
-    text = info.value.fatal_message()
-    assert "*** FATAL CONFIG FILE ERROR" in text
-    assert f"'{path}', at line 3" in text
-    assert f">>> '{line}'" in text
-    assert reason in text
-
-
-def test_bad_argument_is_fatal() -> None:
-    with pytest.raises(ConfigError) as info:
-        Config().apply_args(["--port", "7000", "--hz", "fast"])
-    text = info.value.fatal_message()
-    assert "--hz fast" in text
-    assert "argument couldn't be parsed into an integer" in text
-
-
-def test_missing_file() -> None:
-    with pytest.raises(ConfigError, match="can't open config file"):
-        Config().load_file("/nonexistent/rcp11.conf")
-
-
-# -- CONFIG GET / SET ------------------------------------------------------------
-
-
-def test_config_get_patterns() -> None:
-    config = Config()
-    assert config.config_get("port") == {"port": "6379"}
-    assert config.config_get("PORT") == {"port": "6379"}
-    assert config.config_get("nosuch") == {}
-    both = config.config_get("port", "hz")
-    assert both == {"port": "6379", "hz": "10"}
-    matched = config.config_get("append*")
-    assert set(matched) == {"appendonly", "appendfilename", "appendfsync"}
-    assert matched["appendonly"] == "no"
-    assert len(config.config_get("*")) == len(DIRECTIVES)
-    assert config.config_get("save") == {"save": "3600 1 300 100 60 10000"}
-    assert config.config_get("maxmemory") == {"maxmemory": "0"}
-    assert config.config_get("client-output-buffer-limit")["client-output-buffer-limit"] == (
-        "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+@pytest.mark.slow
+def test_config_rewrite_keeps_comments_quotes_values_and_survives_a_restart(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    port = free_port()
+    conf = tmp_path / "r.conf"
+    conf.write_text(f"# keep me\nport {port}\nsave 3600 1\nloglevel notice\ndir {tmp_path}\n")
+    srv = server_factory(conf, defaults=False, port=port)
+    password = "a b\"c\\d'e"
+    cl = srv.client()
+    cl.config_set("save", "")
+    cl.config_set("maxmemory", "3mb")
+    cl.config_set("stream-node-max-entries", "77")
+    cl.config_set("requirepass", password)
+    assert cl.config_rewrite()
+    assert conf.read_text().startswith("# keep me\n")
+    with srv.raw() as raw:
+        raw.send(mbulk("AUTH", password) + mbulk("SHUTDOWN", "NOSAVE"))
+        assert raw.read_until_closed() == b"+OK\r\n"
+    assert srv.proc is not None and srv.proc.wait(10) == 0
+    srv.start()
+    assert srv.exchange(b"PING\r\n", lines=1).startswith(b"-NOAUTH")
+    cl = srv.client(password=password)
+    got = cl.config_get("*")
+    assert (got["save"], got["maxmemory"], got["stream-node-max-entries"]) == (
+        "",
+        "3145728",
+        "77",
     )
 
 
-def test_config_set_typed() -> None:
-    config = Config()
-    config.set("maxmemory", "10mb")
-    assert config.get("maxmemory") == 10 * 1024 * 1024
-    assert config.config_get("maxmemory") == {"maxmemory": "10485760"}
-    config.set("save", "10 1 20 2")
-    assert config.get("save") == [(10, 1), (20, 2)]
-    config.set("save", "")
-    assert config.get("save") == []
-    config.set("appendonly", "YES")
-    assert config.get("appendonly") is True
+# --------------------------------------------------------- stream directives
 
 
-@pytest.mark.parametrize(
-    ("pairs", "message"),
-    [
-        ([("nosuch", "1")], "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'"),
-        (
-            [("daemonize", "yes")],
-            "ERR CONFIG SET failed (possibly related to argument 'daemonize') - can't set immutable config",
-        ),
-        (
-            [("maxmemory", "lots")],
-            "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value",
-        ),
-        (
-            [("hz", "5"), ("hz", "6")],
-            "ERR CONFIG SET failed (possibly related to argument 'hz') - duplicate parameter",
-        ),
-    ],
-)
-def test_config_set_errors(pairs: list[tuple[str, str]], message: str) -> None:
-    config = Config()
-    with pytest.raises(ConfigError) as info:
-        config.set_many(pairs)
-    assert info.value.message == message
+@pytest.mark.slow
+def test_stream_node_size_reaches_existing_streams(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"a", b"b", b"c"])
+        client.config_set("stream-node-max-entries", 10)
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"m%d" % i for i in range(97)])
+        assert client.info("streams")["stream_nodes"] == 10
+        assert client.execute_command("TREAD", "old", 0, 4) == [b"a", b"b", b"c", b"m0"]
+    finally:
+        client.close()
+    srv.restart(stream_node_max_entries=50)
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"n%d" % i for i in range(100)])
+        assert client.info("streams")["stream_nodes"] == 12
+        assert client.execute_command("TREAD", "old", 199, 1) == [b"n99"]
+    finally:
+        client.close()
 
 
-def test_config_set_is_all_or_nothing() -> None:
-    config = Config()
-    with pytest.raises(ConfigError):
-        config.set_many([("hz", "50"), ("appendfsync", "never")])
-    assert config.get("hz") == 10
+@pytest.mark.slow
+def test_stream_compression_reaches_existing_streams(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1", stream_node_max_entries=10)
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 5)
+        client.config_set("stream-compression", "zlib")
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        compressed = client.info("streams")["stream_compressed_nodes"]
+        assert compressed > 0
+        client.config_set("stream-compression", "no")
+        # Turning compression off reaches the nodes already compressed, one
+        # per node sealed: ten nodes sealed, the ten compressed ones inflated.
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        assert compressed == 10 and client.info("streams")["stream_compressed_nodes"] == 0
+    finally:
+        client.close()
+    # A restart with compression on compresses what is sealed after it.
+    srv.restart(stream_compression="zlib")
+    client = srv.client()
+    try:
+        before = client.info("streams")["stream_compressed_nodes"]
+        client.execute_command("TWRITE", "old", "ENTRIES", *[b"y" * 200] * 100)
+        assert client.info("streams")["stream_compressed_nodes"] > before
+        assert client.execute_command("TREAD", "old", 0, 1) == [b"y" * 200]
+    finally:
+        client.close()
 
 
-def test_on_change_and_refusal_rolls_back() -> None:
-    config = Config()
-    seen: list[object] = []
-    config.on_change("appendonly", seen.append)
-
-    def refuse(value: object) -> None:
-        if value == "always":
-            raise ConfigError("cannot fsync here")
-
-    config.on_change("appendfsync", refuse)
-    config.set_many([("appendonly", "yes"), ("hz", "20")])
-    assert seen == [True]
-    with pytest.raises(ConfigError) as info:
-        config.set_many([("appendonly", "no"), ("appendfsync", "always")])
-    assert "cannot fsync here" in info.value.message
-    assert config.get("appendonly") is True
-    assert config.get("appendfsync") == "everysec"
-    # the appendonly callback saw the change and then its undoing
-    assert seen == [True, False, True]
+def test_stream_node_max_entries_and_zlib_from_the_command_line(server_factory: Any) -> None:
+    srv = server_factory(stream_node_max_entries=10, stream_compression="zlib")
+    cl = srv.client()
+    tw(cl, "s", *[f"message number {i}" for i in range(95)])
+    info = cl.info("streams")
+    assert info["stream_nodes"] == 10
+    assert 1 <= info["stream_compressed_nodes"] <= 10
+    assert info["stream_payload_bytes"] == sum(len(f"message number {i}") for i in range(95))
+    assert tr(cl, "s", 43, 2) == [b"message number 43", b"message number 44"]
+    cl.execute_command("TEVICT", "s", 44)  # inside a compressed node
+    assert tr(cl, "s", 44, 2) == [None, b"message number 45"]
 
 
-# -- CONFIG REWRITE --------------------------------------------------------------
+def test_config_set_stream_directives_apply_to_new_streams(shared_client: redis.Redis) -> None:
+    shared_client.config_set("stream-node-max-entries", 10)
+    shared_client.config_set("stream-compression", "zlib")
+    try:
+        tw(shared_client, "fresh", *[f"message number {i}" for i in range(100)])
+        info = shared_client.info("streams")
+        assert info["stream_nodes"] == 10 and info["stream_compressed_nodes"] >= 9
+    finally:
+        shared_client.config_set("stream-node-max-entries", 1000)
+        shared_client.config_set("stream-compression", "no")
 
 
-def test_rewrite_keeps_comments_and_changes_only_what_changed(tmp_path: Path) -> None:
-    original = (
-        "# Top comment\n"
-        "port 7000\n"
-        "\n"
-        "# How many ticks\n"
-        "hz   10\n"
-        "maxmemory 100mb\n"
-        "save 900 1\n"
-        "save 300 10\n"
-        "requirepass 'x y'\n"
-    )
-    path = write(tmp_path, original)
-    config = Config()
-    config.load_file(str(path))
-    config.set("hz", "25")
-    config.set("save", "60 1")
-    config.set("appendfsync", "always")
-    config.rewrite()
-    lines = path.read_text().splitlines()
-    assert lines[:4] == ["# Top comment", "port 7000", "", "# How many ticks"]
-    assert lines[4] == "hz 25"
-    assert "maxmemory 100mb" in lines  # unchanged: the original text stays
-    assert "requirepass 'x y'" in lines
-    assert [line for line in lines if line.startswith("save")] == ["save 60 1"]
-    assert lines[-1] == "appendfsync always"
-    # the rewritten file loads back to the same running values
-    again = Config()
-    again.load_file(str(path))
-    for name in ("hz", "save", "appendfsync", "maxmemory", "requirepass", "port"):
-        assert again.get(name) == config.get(name)
+def test_config_set_stream_directives_apply_to_existing_streams(shared_client: redis.Redis) -> None:
+    # redis-server 7 checks stream-node-max-entries on every append, so a
+    # CONFIG SET takes effect for the streams already there.
+    tw(shared_client, "old", "a", "b", "c")
+    shared_client.config_set("stream-node-max-entries", 10)
+    shared_client.config_set("stream-compression", "zlib")
+    try:
+        tw(shared_client, "old", *[f"message number {i}" for i in range(100)])
+        info = shared_client.info("streams")
+        assert info["stream_nodes"] >= 10
+        assert info["stream_compressed_nodes"] >= 9
+    finally:
+        shared_client.config_set("stream-node-max-entries", 1000)
+        shared_client.config_set("stream-compression", "no")
 
 
-def test_rewrite_quotes_values(tmp_path: Path) -> None:
-    path = write(tmp_path, "port 7000\n")
-    config = Config()
-    config.load_file(str(path))
-    config.set("requirepass", 'a "quoted" pass\\word')
-    config.set("save", "")
-    config.rewrite()
-    again = Config()
-    again.load_file(str(path))
-    assert again.get("requirepass") == 'a "quoted" pass\\word'
-    assert again.get("save") == []
+@pytest.mark.slow
+def test_restart_with_new_stream_directives_applies_to_loaded_streams(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", *[f"message {i}" for i in range(5)])
+    srv.restart(stream_compression="zlib", stream_node_max_entries=10)
+    cl = srv.client()
+    tw(cl, "s", *[f"message {i}" for i in range(100)])
+    info = cl.info("streams")
+    assert info["stream_nodes"] >= 10 and info["stream_compressed_nodes"] >= 9
+    assert tr(cl, "s", 0, 1) == [b"message 0"]
 
 
-def test_rewrite_without_file() -> None:
-    with pytest.raises(ConfigError) as info:
-        Config().rewrite()
-    assert info.value.message == "ERR The server is running without a config file"
+# -------------------------------------------------------- network directives
 
 
-def test_multi_word_directive_in_one_argument(tmp_path: Path) -> None:
-    config = Config()
-    config.apply_args(["--save", "60 5 30 100", "--client-output-buffer-limit", "normal 2mb 1mb 5"])
-    assert config.get("save") == [(60, 5), (30, 100)]
-    assert config.get("client-output-buffer-limit")["normal"] == (2 * 1024**2, 1024**2, 5)
-    config.load_file(str(write(tmp_path, 'bind "127.0.0.1 ::1"\n')))
-    assert config.get("bind") == ["127.0.0.1", "::1"]
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return client.ping() is True
+    except redis.ConnectionError:
+        return False
 
 
-def test_maxmemory_policy_is_noeviction_only() -> None:
-    config = Config()
-    assert config.get("maxmemory-policy") == "noeviction"
-    assert config.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
-    with pytest.raises(ConfigError):
-        config.set("maxmemory-policy", "allkeys-lru")
+@pytest.mark.slow
+def test_config_set_port_and_bind_rebind_like_redis(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    new_port = free_port()
+    assert client.config_set("port", new_port)
+    moved = redis.Redis(port=new_port, retry=None)
+    try:
+        assert wait_for(lambda: _answers(moved))
+        assert moved.config_get("port") == {"port": str(new_port)}
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+        # A port someone else holds: refused, and the server stays where it is.
+        blocker = socket.socket()
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        try:
+            with pytest.raises(redis.ResponseError, match="Failed to bind"):
+                moved.config_set("port", blocker.getsockname()[1])
+        finally:
+            blocker.close()
+        assert moved.config_get("port") == {"port": str(new_port)}
+        assert moved.config_set("bind", "127.0.0.1")
+        assert moved.config_get("bind") == {"bind": "127.0.0.1"}
+        assert _answers(redis.Redis(port=new_port, retry=None))
+    finally:
+        moved.shutdown(nosave=True)
+        srv.proc.wait(10)
+
+
+def test_unixsocket_with_unixsocketperm(server_factory, tmp_path: Path) -> None:
+    path = str(tmp_path / "rcp11.sock")
+    srv = server_factory(unixsocket=path, unixsocketperm="700")
+    assert os.stat(path).st_mode & 0o777 == 0o700
+    client = redis.Redis(unix_socket_path=path)
+    assert client.execute_command("TWRITE", "u", "x") == 0
+    assert srv.client().execute_command("TREAD", "u", "0", "1") == [b"x"]
+    client.close()
+
+
+@pytest.mark.slow
+def test_config_set_port_moves_the_listener_like_redis7(server_factory: Any) -> None:
+    srv = server_factory()
+    admin = srv.client()
+    new_port = free_port()
+    assert admin.config_set("port", new_port)
+    assert admin.ping()  # the connection that asked stays
+    assert exchange(new_port, b"PING\r\n", lines=1) == b"+PONG\r\n"
+    assert not answers_ping(srv.port)
+
+    assert redis.Redis(port=new_port).config_get("port")["port"] == str(new_port)
+    with pytest.raises(redis.ResponseError, match="port"):
+        admin.config_set("port", 70000)
+
+
+def test_config_set_bind_like_redis7(server_factory: Any) -> None:
+    srv = server_factory()
+    cl = srv.client()
+    assert cl.config_set("bind", "127.0.0.1")
+    assert cl.config_get("bind")["bind"] == "127.0.0.1"
+    assert srv.client().ping()
+
+
+def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path: Path) -> None:
+    path = tmp_path / "rcp11.sock"
+    srv = server_factory(unixsocket=str(path))
+    cl = redis.Redis(unix_socket_path=str(path), protocol=3)
+    assert tw(cl, "s", "via unix") == 0
+    assert tr(srv.client(), "s", 0, 1) == [b"via unix"]
+    if have("redis-cli"):
+        out = subprocess.run(
+            ["redis-cli", "-s", str(path), "TREAD", "s", "0", "5"], capture_output=True, text=True
+        )
+        assert out.stdout.strip() == "via unix"
+
+
+@pytest.mark.slow
+def test_tcp_keepalive_is_set_on_client_sockets(server_factory: Any) -> None:
+    if not have("ss"):
+        pytest.skip("ss (iproute2) is not installed")
+    srv = server_factory(tcp_keepalive=100)
+    with srv.raw() as raw:
+        assert raw.call("PING") == b"+PONG\r\n"
+        out = subprocess.run(
+            ["ss", "-tnoH", "state", "established", f"( sport = :{srv.port} )"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    assert "keepalive" in out
+    seconds = int(out.split("keepalive,")[1].split("sec")[0].split("min")[0])
+    assert 60 < seconds <= 100 or "min" in out.split("keepalive,")[1].split(",")[0]
+
+
+# ----------------------------------------------------------------- maxmemory
+
+
+def test_maxmemory_refuses_writes_with_oom(shared_client: redis.Redis) -> None:
+    shared_client.execute_command("TWRITE", "s", "x" * 10_000)
+    shared_client.config_set("maxmemory", "1000")
+    try:
+        with pytest.raises(redis.ResponseError, match="^command not allowed when used memory"):
+            shared_client.execute_command("TWRITE", "s", "y")
+        assert shared_client.execute_command("TREAD", "s", 0, 1) == [b"x" * 10_000]
+        assert shared_client.delete("s") == 1
+    finally:
+        shared_client.config_set("maxmemory", "0")
+    assert shared_client.execute_command("TWRITE", "s", "y") == 0
+
+
+@pytest.mark.slow
+def test_maxmemory_counts_the_clients_too(server_factory: Any) -> None:
+    # As in redis-server, an empty server is not at zero bytes: `maxmemory 1`
+    # refuses the very first write.
+    srv = server_factory()
+    client = srv.client()
+    try:
+        memory = client.info("memory")
+        assert memory["used_memory_dataset"] == 0
+        assert memory["used_memory"] > 0
+        client.config_set("maxmemory", 1)
+        with pytest.raises(redis.ResponseError, match="^command not allowed when used memory"):
+            client.execute_command("TWRITE", "s", "x")
+        assert client.exists("s") == 0
+        client.config_set("maxmemory", 0)
+        assert client.execute_command("TWRITE", "s", "x") == 0
+    finally:
+        client.close()
+
+
+def test_maxmemory_refusal_raises_redis_py_out_of_memory_error(stream_client: redis.Redis) -> None:
+    tw(stream_client, "s", "x" * 1000)
+    stream_client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            tw(stream_client, "s", "x")
+    finally:
+        stream_client.config_set("maxmemory", 0)
+
+
+def test_maxmemory_reached_in_the_middle_of_a_pipeline(
+    shared_client: redis.Redis, shared_server: ServerProcess
+) -> None:
+    try:
+        out = raw_pipeline(
+            shared_server.port,
+            [
+                ["TWRITE", "s", "a"],
+                ["CONFIG", "SET", "maxmemory", "1"],
+                ["TWRITE", "s", "b"],
+                ["TWRITE", "s", "c"],
+                ["TREAD", "s", "0", "5"],
+                ["TEVICT", "s", "0"],
+                ["CONFIG", "SET", "maxmemory", "0"],
+                ["TWRITE", "s", "d"],
+            ],
+        )
+    finally:
+        shared_client.config_set("maxmemory", 0)
+    oom = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+    assert out == b":0\r\n+OK\r\n" + oom * 2 + b"*1\r\n$1\r\na\r\n:1\r\n+OK\r\n:1\r\n"

@@ -69,6 +69,7 @@ def test_sizes_around_node_boundary(n: int) -> None:
     assert s.num_nodes == -(-n // 1000)
 
 
+@pytest.mark.slow
 def test_one_million_messages() -> None:
     n = 1_000_000
     payload = b"".join(b"%07d" % i for i in range(n))

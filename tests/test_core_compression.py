@@ -101,6 +101,7 @@ def test_depth_bounds() -> None:
         Stream(compression_depth=-1)
 
 
+@pytest.mark.slow
 def test_stream_compression_depth_directive(server_factory: Any) -> None:
     srv = server_factory(stream_node_max_entries=10, stream_compression="zlib")
     client = srv.client()

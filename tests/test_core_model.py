@@ -133,7 +133,7 @@ class StreamModel(RuleBasedStateMachine):
             assert self.stream.read(first, count) == self.expected(first, count)
 
 
-TestStreamModel = StreamModel.TestCase
+TestStreamModel = pytest.mark.slow(StreamModel.TestCase)
 TestStreamModel.settings = settings(
     max_examples=150,
     stateful_step_count=40,

@@ -38,6 +38,7 @@ def exact_seek(s: Stream, times: dict[int, int], t: int) -> int:
     return next((o for o in readable if times[o] >= t), s.next_offset)
 
 
+@pytest.mark.slow
 def test_seek_is_never_late_and_at_most_63_early() -> None:
     s = timed(500, max_entries=200)
     times = {i: 1_000 + 10 * i for i in range(500)}

@@ -350,6 +350,7 @@ _TOKENS = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(set(COMMANDS) - {"shutdown", "config"})),

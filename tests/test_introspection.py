@@ -12,7 +12,7 @@ from pathlib import Path
 
 import hiredis
 import redis
-from conftest import ServerProcess, mbulk, redis_cli
+from conftest import RedisServer, ServerProcess, mbulk, redis_cli
 
 # Commands both servers run alike; errors and admin commands included, as
 # MONITOR must leave out what Redis leaves out (rejected before running:
@@ -90,9 +90,11 @@ def monitored(port: int) -> list[str]:
     return shown
 
 
-def test_monitor_shows_commands_as_redis_does(server: ServerProcess, redis_reference: int) -> None:
-    ours = monitored(server.port)
-    assert ours == monitored(redis_reference)
+def test_monitor_shows_commands_as_redis_does(
+    fresh_server: ServerProcess, redis_reference: RedisServer
+) -> None:
+    ours = monitored(fresh_server.port)
+    assert ours == monitored(redis_reference.port)
     assert '"AUTH" "(redacted)" "(redacted)"' in ours
     assert '"HELLO" "2" "AUTH" "(redacted)" "(redacted)" "SETNAME" "me"' in ours
     assert '"SET" "a" "quote\\"and\\nnewline\\x00"' in ours
@@ -118,8 +120,8 @@ def test_monitor_names_unix_socket_clients_and_stops_on_reset(
     monitor.sock.close()
 
 
-def test_monitor_inside_exec_is_refused(server: ServerProcess) -> None:
-    got = replies(server.port, [["MULTI"], ["MONITOR"], ["EXEC"], ["PING"]])
+def test_monitor_inside_exec_is_refused(fresh_server: ServerProcess) -> None:
+    got = replies(fresh_server.port, [["MULTI"], ["MONITOR"], ["EXEC"], ["PING"]])
     assert [str(reply) for reply in got[2]] == [
         "ERR MONITOR isn't allowed for DENY BLOCKING client"
     ]
@@ -134,20 +136,20 @@ def errorstats(port: int) -> str:
 
 
 def test_info_errorstats_counts_errors_by_code_as_redis(
-    server: ServerProcess, redis_reference: int
+    fresh_server: ServerProcess, redis_reference: RedisServer
 ) -> None:
-    ours = errorstats(server.port)
-    assert ours == errorstats(redis_reference)
+    ours = errorstats(fresh_server.port)
+    assert ours == errorstats(redis_reference.port)
     assert "errorstat_ERR:count=3" in ours
 
 
-def test_info_server_says_which_event_loop_runs(server: ServerProcess) -> None:
-    info = redis_cli(server.port, "INFO", "server")
+def test_info_server_says_which_event_loop_runs(fresh_server: ServerProcess) -> None:
+    info = redis_cli(fresh_server.port, "INFO", "server")
     assert "multiplexing_api:uvloop\r" in info or "multiplexing_api:uvloop\n" in info
 
 
-def test_scan_type_finds_streams_by_their_type_name_only(server: ServerProcess) -> None:
-    r = server.client()
+def test_scan_type_finds_streams_by_their_type_name_only(fresh_server: ServerProcess) -> None:
+    r = fresh_server.client()
     r.execute_command("TWRITE", "s", "x")
     r.set("k", "v")
     assert r.type("s") == b"rcp11-log"
@@ -172,5 +174,7 @@ def monitor_flags(port: int) -> str:
     )
 
 
-def test_client_list_flags_a_monitor_as_redis(server: ServerProcess, redis_reference: int) -> None:
-    assert monitor_flags(server.port) == monitor_flags(redis_reference) == "O"
+def test_client_list_flags_a_monitor_as_redis(
+    fresh_server: ServerProcess, redis_reference: RedisServer
+) -> None:
+    assert monitor_flags(fresh_server.port) == monitor_flags(redis_reference.port) == "O"

@@ -112,6 +112,7 @@ def test_debug_reload_and_restart_keep_every_stream_exactly(module_factory: Any)
     client.close()
 
 
+@pytest.mark.slow
 def test_corrupt_rdb_file_is_refused_by_name_without_a_crash(module_factory: Any) -> None:
     # Uncompressed, so that the test can find a message in the file.
     srv: RedisModuleServer = module_factory(rdbcompression="no")

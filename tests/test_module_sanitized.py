@@ -28,7 +28,11 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 # double the run).
 SELECTED = [
     "tests/test_streams.py",
-    "tests/test_acceptance.py",
+    "tests/test_groups_blocking.py",
+    "tests/test_protocol.py",
+    "tests/test_commands_introspection.py",
+    "tests/test_config.py",
+    "tests/test_tools_redis_cli.py",
     "tests/test_module.py",
     "tests/test_module_persistence.py",
     "tests/test_module_replication.py",

@@ -146,6 +146,7 @@ def test_retention_by_size_keeps_whole_nodes_within_the_limit(r: redis.Redis) ->
     assert tw(r, "s", payload) == 95
 
 
+@pytest.mark.slow
 def test_retention_by_age_evicts_what_expired(r: redis.Redis) -> None:
     r.config_set("rcp11.stream-node-max-entries", 10)
     tw(r, "s", *[b"old %d" % n for n in range(25)])
@@ -225,6 +226,7 @@ def test_compression_depth_is_conformed_by_the_timer(r: redis.Redis) -> None:
         r.config_set("rcp11.stream-compression-depth", 65536)
 
 
+@pytest.mark.slow
 def test_replica_follows_the_primarys_retention_cuts(module_factory: Any) -> None:
     node = {"rcp11.stream-node-max-entries": 10}
     primary_srv = module_factory(repl_diskless_sync_delay=0, **node)

@@ -87,6 +87,7 @@ AFTER_TTL = [
 ]
 
 
+@pytest.mark.slow
 def test_ttl_commands_replayed_after_their_deadline_keep_the_ttl(tmp_path: Path) -> None:
     state, persistence = load(tmp_path)
     deadline = now_ms() + 400
@@ -261,6 +262,7 @@ def test_redis_cli_ttl_survives_kill9(server_factory) -> None:
     assert cli("GET", "k") == ""
 
 
+@pytest.mark.slow
 def test_redis_py_sees_no_stale_value(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="everysec")
     client = srv.client()

@@ -161,6 +161,7 @@ def test_empty_requests_between_commands_are_skipped(
     assert parse([b"*0\r\n"]) == []
 
 
+@pytest.mark.slow
 @PARSERS
 def test_parse_long_pipeline(parse: Callable[..., list[list[bytes]]]) -> None:
     commands = [[b"TWRITE", b"key%d" % i, b"x" * (i % 50)] for i in range(5000)]
@@ -319,6 +320,7 @@ def test_multibulk_length_limit() -> None:
     assert parse_all([mbulk(*[b"a"] * 10)], max_multibulk_len=10) == [[b"a"] * 10]
 
 
+@pytest.mark.slow
 def test_query_buffer_limit() -> None:
     parser = RequestParser(query_buffer_limit=1000)
     parser.feed(b"*2\r\n$4\r\nECHO\r\n$5000\r\n")

@@ -63,6 +63,7 @@ def test_consume_since_starts_at_the_first_message_appended_then(server_factory)
     assert rcp11("-p", port, "consume", "missing", "--since", "10m").stdout == b""
 
 
+@pytest.mark.slow
 def test_consume_since_usage_errors() -> None:
     assert b"--since" in rcp11("consume", "--help").stdout
     for args in (

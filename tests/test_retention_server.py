@@ -50,8 +50,8 @@ def test_tseek_finds_the_first_message_appended_at_or_after_a_time(server_factor
     assert c.execute_command("TSEEK", "s", -(2**63)) == 13
 
 
-def test_tseek_errors(server: ServerProcess) -> None:
-    c = server.client()
+def test_tseek_errors(fresh_server: ServerProcess) -> None:
+    c = fresh_server.client()
     c.set("str", "x")
     cases = [
         (("TSEEK", "s"), "wrong number of arguments for 'tseek' command"),
@@ -67,8 +67,8 @@ def test_tseek_errors(server: ServerProcess) -> None:
     assert c.get("str") == b"x" and not c.exists("s")
 
 
-def test_tseek_in_command_introspection(server: ServerProcess) -> None:
-    c = server.client()
+def test_tseek_in_command_introspection(fresh_server: ServerProcess) -> None:
+    c = fresh_server.client()
     info = c.execute_command("COMMAND", "INFO", "tseek")["tseek"]
     assert info["arity"] == 3 and "readonly" in info["flags"] and "write" not in info["flags"]
     assert (info["first_key_pos"], info["last_key_pos"], info["step_count"]) == (1, 1, 1)
@@ -109,6 +109,7 @@ def test_retention_directives_from_argv_config_set_get_and_rewrite(server_factor
     assert c.config_get("maxmemory-policy") == {"maxmemory-policy": "streams-oldest"}
 
 
+@pytest.mark.slow
 def test_config_rewrite_keeps_retention(server_factory, tmp_path) -> None:
     conf = tmp_path / "redis.conf"
     conf.write_text("stream-retention-ms 0\n")
@@ -179,6 +180,7 @@ def test_a_blocked_reader_keeps_waiting_through_retention(server_factory) -> Non
     assert box["reply"] == [b"new"]
 
 
+@pytest.mark.slow
 def test_kill9_replay_gives_the_same_streams_and_new_offsets(server_factory) -> None:
     srv = server_factory(appendonly="yes", appendfsync="always", stream_node_max_entries=10)
     c = srv.client()

@@ -33,22 +33,22 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def client(srv: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=srv.port)
+def client(shared_server: ServerProcess) -> Iterator[Client]:
+    c = Client(host="127.0.0.1", port=shared_server.port)
     c.flushall()
     yield c
     c.close()
 
 
-def reader(spark: Any, srv: ServerProcess, **options: object) -> Any:
-    read = spark.read.format("rcp11").option("port", srv.port)
+def reader(spark: Any, shared_server: ServerProcess, **options: object) -> Any:
+    read = spark.read.format("rcp11").option("port", shared_server.port)
     for name, value in options.items():
         read = read.option(name, str(value))
     return read
 
 
-def stream_reader(spark: Any, srv: ServerProcess, **options: object) -> Any:
-    read = spark.readStream.format("rcp11").option("port", srv.port)
+def stream_reader(spark: Any, shared_server: ServerProcess, **options: object) -> Any:
+    read = spark.readStream.format("rcp11").option("port", shared_server.port)
     for name, value in options.items():
         read = read.option(name, str(value))
     return read
@@ -110,11 +110,11 @@ def last_offsets(checkpoint: Path) -> dict[str, int]:
 # ---------------------------------------------------------------------------
 
 
-def test_batch_read_of_several_streams_skips_evicted_offsets(spark, srv, client) -> None:
+def test_batch_read_of_several_streams_skips_evicted_offsets(spark, shared_server, client) -> None:
     fill(client, "a", 20)
     fill(client, "b", 5)
     client.tevict("a", 4)
-    df = reader(spark, srv, subscribe="a, b,missing").load()
+    df = reader(spark, shared_server, subscribe="a, b,missing").load()
     assert [(f.name, f.dataType.typeName()) for f in df.schema.fields] == [
         ("stream", "string"),
         ("offset", "long"),
@@ -126,39 +126,39 @@ def test_batch_read_of_several_streams_skips_evicted_offsets(spark, srv, client)
     assert sorted(rows(df)) == expected
     # One Spark partition per stream with data (Kafka's default).
     assert df.rdd.getNumPartitions() == 2
-    assert sorted(rows(reader(spark, srv).load("a,b"))) == expected
+    assert sorted(rows(reader(spark, shared_server).load("a,b"))) == expected
 
 
-def test_subscribe_pattern_reads_matching_streams_only(spark, srv, client) -> None:
+def test_subscribe_pattern_reads_matching_streams_only(spark, shared_server, client) -> None:
     fill(client, "ev:1", 3)
     fill(client, "ev:2", 2)
     fill(client, "other", 4)
     client.set("ev:string", "not a stream")
-    df = reader(spark, srv, subscribePattern="ev:*").load()
+    df = reader(spark, shared_server, subscribePattern="ev:*").load()
     assert sorted({r[0] for r in rows(df)}) == ["ev:1", "ev:2"]
     assert len(rows(df)) == 5
-    assert reader(spark, srv, subscribePattern="nothing*").load().count() == 0
+    assert reader(spark, shared_server, subscribePattern="nothing*").load().count() == 0
 
 
-def test_user_schema_picks_columns_and_decodes_utf8_strictly(spark, srv, client) -> None:
+def test_user_schema_picks_columns_and_decodes_utf8_strictly(spark, shared_server, client) -> None:
     client.twrite("t", "caf\u00e9".encode(), b"tea")
-    df = reader(spark, srv).schema("value STRING, offset BIGINT").load("t")
+    df = reader(spark, shared_server).schema("value STRING, offset BIGINT").load("t")
     assert [tuple(row) for row in df.collect()] == [("caf\u00e9", 0), ("tea", 1)]
     client.twrite("t", b"\xff\xfe bad")
     with pytest.raises(Exception, match=r"offset 2 of stream 't' is not valid UTF-8"):
-        reader(spark, srv).schema("value STRING").load("t").collect()
+        reader(spark, shared_server).schema("value STRING").load("t").collect()
     # As BINARY the same message reads fine.
-    assert reader(spark, srv).schema("value BINARY").load("t").count() == 3
+    assert reader(spark, shared_server).schema("value BINARY").load("t").count() == 3
     with pytest.raises(Exception, match="unknown column 'topic'"):
-        reader(spark, srv).schema("topic STRING").load("t").collect()
+        reader(spark, shared_server).schema("topic STRING").load("t").collect()
     with pytest.raises(Exception, match="'offset' cannot be string"):
-        reader(spark, srv).schema("offset STRING").load("t").collect()
+        reader(spark, shared_server).schema("offset STRING").load("t").collect()
 
 
-def test_a_string_key_named_by_subscribe_is_an_error(spark, srv, client) -> None:
+def test_a_string_key_named_by_subscribe_is_an_error(spark, shared_server, client) -> None:
     client.set("s", "x")
     with pytest.raises(Exception, match="key 's' is not a stream"):
-        reader(spark, srv, subscribe="s").load().collect()
+        reader(spark, shared_server, subscribe="s").load().collect()
 
 
 # ---------------------------------------------------------------------------
@@ -166,9 +166,9 @@ def test_a_string_key_named_by_subscribe_is_an_error(spark, srv, client) -> None
 # ---------------------------------------------------------------------------
 
 
-def test_unknown_option_fails_at_load_listing_the_known_ones(spark, srv) -> None:
+def test_unknown_option_fails_at_load_listing_the_known_ones(spark, shared_server) -> None:
     with pytest.raises(Exception) as info:
-        reader(spark, srv, subscribe="a", startingOffset="earliest").load()
+        reader(spark, shared_server, subscribe="a", startingOffset="earliest").load()
     text = str(info.value)
     assert "unknown option 'startingoffset'" in text  # Spark passes names in lower case
     assert "did you mean 'startingOffsets'" in text
@@ -191,38 +191,45 @@ def test_unknown_option_fails_at_load_listing_the_known_ones(spark, srv) -> None
         ({"subscribe": " , "}, "'subscribe' must be one or more stream names"),
     ],
 )
-def test_bad_option_values_fail_at_load_naming_the_option(spark, srv, options, problem) -> None:
+def test_bad_option_values_fail_at_load_naming_the_option(
+    spark, shared_server, options, problem
+) -> None:
     with pytest.raises(Exception, match=problem):
-        reader(spark, srv, **options).load()
+        reader(spark, shared_server, **options).load()
 
 
-def test_offsets_rules_of_batch_and_streaming_queries(spark, srv, client, tmp_path) -> None:
+def test_offsets_rules_of_batch_and_streaming_queries(
+    spark, shared_server, client, tmp_path
+) -> None:
     fill(client, "a", 3)
     with pytest.raises(Exception, match="cannot be 'latest'"):
-        reader(spark, srv, subscribe="a", startingOffsets="latest").load().collect()
+        reader(spark, shared_server, subscribe="a", startingOffsets="latest").load().collect()
     with pytest.raises(Exception, match="cannot be 'earliest'"):
-        reader(spark, srv, subscribe="a", endingOffsets='{"a": -2}').load().collect()
+        reader(spark, shared_server, subscribe="a", endingOffsets='{"a": -2}').load().collect()
     with pytest.raises(Exception, match="does not name 'b'"):
-        reader(spark, srv, subscribe="a,b", startingOffsets='{"a": 0}').load().collect()
+        reader(spark, shared_server, subscribe="a,b", startingOffsets='{"a": 0}').load().collect()
     with pytest.raises(Exception, match="names 'zzz'"):
-        reader(spark, srv, subscribe="a", startingOffsets='{"a": 0, "zzz": 1}').load().collect()
+        reader(
+            spark, shared_server, subscribe="a", startingOffsets='{"a": 0, "zzz": 1}'
+        ).load().collect()
     with pytest.raises(Exception, match="endingOffsets applies to batch queries only"):
         query = run_available_now(
             to_parquet(
-                stream_reader(spark, srv, subscribe="a", endingOffsets="latest").load(), tmp_path
+                stream_reader(spark, shared_server, subscribe="a", endingOffsets="latest").load(),
+                tmp_path,
             )
         )
         raise AssertionError(query.exception())
     with pytest.raises(Exception, match="option 'stream' applies to writes"):
-        reader(spark, srv, subscribe="a", stream="x").load().collect()
+        reader(spark, shared_server, subscribe="a", stream="x").load().collect()
 
 
-def test_starting_and_ending_offsets_json(spark, srv, client) -> None:
+def test_starting_and_ending_offsets_json(spark, shared_server, client) -> None:
     fill(client, "a", 10)
     fill(client, "b", 10)
     df = reader(
         spark,
-        srv,
+        shared_server,
         subscribe="a,b",
         startingOffsets='{"a": 7, "b": -2}',
         endingOffsets='{"a": -1, "b": 3}',
@@ -233,18 +240,22 @@ def test_starting_and_ending_offsets_json(spark, srv, client) -> None:
         ("b", 2),
     ]
     with pytest.raises(Exception, match="offset 50, beyond its next offset 10"):
-        reader(spark, srv, subscribe="a,b", startingOffsets='{"a": 50, "b": 0}').load().collect()
+        reader(
+            spark, shared_server, subscribe="a,b", startingOffsets='{"a": 50, "b": 0}'
+        ).load().collect()
     # Kafka's plural spelling is the one: earliest reads everything.
-    assert reader(spark, srv, subscribe="a", startingOffsets="earliest").load().count() == 10
+    assert (
+        reader(spark, shared_server, subscribe="a", startingOffsets="earliest").load().count() == 10
+    )
 
 
-def test_min_partitions_and_max_records_per_partition(spark, srv, client) -> None:
+def test_min_partitions_and_max_records_per_partition(spark, shared_server, client) -> None:
     fill(client, "big", 1000)
     fill(client, "small", 10)
-    df = reader(spark, srv, subscribe="big,small", minPartitions=6).load()
+    df = reader(spark, shared_server, subscribe="big,small", minPartitions=6).load()
     assert df.rdd.getNumPartitions() >= 6
     assert df.count() == 1010
-    df = reader(spark, srv, subscribe="big,small", maxRecordsPerPartition=300).load()
+    df = reader(spark, shared_server, subscribe="big,small", maxRecordsPerPartition=300).load()
     assert df.rdd.getNumPartitions() == 5  # 4 pieces of "big", 1 of "small"
     assert sorted(r[1] for r in rows(df) if r[0] == "big") == list(range(1000))
 
@@ -254,29 +265,33 @@ def test_min_partitions_and_max_records_per_partition(spark, srv, client) -> Non
 # ---------------------------------------------------------------------------
 
 
-def test_batch_start_below_the_first_readable_offset(spark, srv, client) -> None:
+def test_batch_start_below_the_first_readable_offset(spark, shared_server, client) -> None:
     fill(client, "a", 10)
     client.tevict("a", 5)
     options = {"subscribe": "a", "startingOffsets": '{"a": 2}'}
     with pytest.raises(Exception, match=r"data loss in stream 'a': offsets 2 to 5"):
-        reader(spark, srv, **options).load().collect()
-    df = reader(spark, srv, failOnDataLoss="false", **options).load()
+        reader(spark, shared_server, **options).load().collect()
+    df = reader(spark, shared_server, failOnDataLoss="false", **options).load()
     assert [r[1] for r in rows(df)] == [6, 7, 8, 9]
 
 
 @pytest.mark.parametrize("fail", [True, False])
-def test_streaming_evicted_unread_data(spark, srv, client, tmp_path, fail) -> None:
+def test_streaming_evicted_unread_data(spark, shared_server, client, tmp_path, fail) -> None:
     fill(client, "ev", 5)
     options = {
         "subscribe": "ev",
         "startingOffsets": "earliest",
         "failOnDataLoss": str(fail).lower(),
     }
-    first = run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    first = run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     assert first.exception() is None
     fill(client, "ev", 5, prefix="late")  # offsets 5..9
     client.tevict("ev", 7)  # 5, 6, 7 evicted before the query read them
-    second = run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    second = run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     got = [r[1] for r in parquet_rows(spark, tmp_path)]
     if fail:
         assert "data loss in stream 'ev': offsets 5 to 7" in str(second.exception())
@@ -287,17 +302,23 @@ def test_streaming_evicted_unread_data(spark, srv, client, tmp_path, fail) -> No
 
 
 @pytest.mark.parametrize("fail", [True, False])
-def test_streaming_stream_deleted_and_recreated(spark, srv, client, tmp_path, fail) -> None:
+def test_streaming_stream_deleted_and_recreated(
+    spark, shared_server, client, tmp_path, fail
+) -> None:
     fill(client, "ev", 5)
     options = {
         "subscribe": "ev",
         "startingOffsets": "earliest",
         "failOnDataLoss": str(fail).lower(),
     }
-    assert run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    assert run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     client.delete("ev")
     fill(client, "ev", 3, prefix="new")  # next offset 3, below the checkpoint's 5
-    second = run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    second = run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     got = parquet_rows(spark, tmp_path)
     if fail:
         assert "stream 'ev' was deleted or recreated" in str(second.exception())
@@ -315,15 +336,19 @@ def test_streaming_stream_deleted_and_recreated(spark, srv, client, tmp_path, fa
 # ---------------------------------------------------------------------------
 
 
-def test_checkpoint_offsets_name_every_stream_and_resume(spark, srv, client, tmp_path) -> None:
+def test_checkpoint_offsets_name_every_stream_and_resume(
+    spark, shared_server, client, tmp_path
+) -> None:
     fill(client, "a", 4)
     fill(client, "b", 2)
     options = {"subscribe": "a,b", "startingOffsets": "earliest"}
-    query = run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    query = run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     assert query.exception() is None
     assert last_offsets(tmp_path / "out-checkpoint") == {"a": 4, "b": 2}
     client.twrite("b", b"b2")
-    run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    run_available_now(to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path))
     assert last_offsets(tmp_path / "out-checkpoint") == {"a": 4, "b": 3}
     assert [r[:2] for r in parquet_rows(spark, tmp_path)] == [("a", i) for i in range(4)] + [
         ("b", i) for i in range(3)
@@ -331,26 +356,30 @@ def test_checkpoint_offsets_name_every_stream_and_resume(spark, srv, client, tmp
 
 
 def test_streaming_starts_at_latest_by_default_and_missing_streams_never_hang(
-    spark, srv, client, tmp_path
+    spark, shared_server, client, tmp_path
 ) -> None:
     fill(client, "a", 3)
     query = run_available_now(
-        to_parquet(stream_reader(spark, srv, subscribe="a,nope").load(), tmp_path)
+        to_parquet(stream_reader(spark, shared_server, subscribe="a,nope").load(), tmp_path)
     )
     assert query.exception() is None and not query.isActive
     client.twrite("a", b"new")
     client.twrite("nope", b"first")
-    run_available_now(to_parquet(stream_reader(spark, srv, subscribe="a,nope").load(), tmp_path))
+    run_available_now(
+        to_parquet(stream_reader(spark, shared_server, subscribe="a,nope").load(), tmp_path)
+    )
     assert parquet_rows(spark, tmp_path) == [("a", 3, b"new"), ("nope", 0, b"first")]
 
 
-def test_pattern_picks_up_new_streams_from_their_earliest(spark, srv, client, tmp_path) -> None:
+def test_pattern_picks_up_new_streams_from_their_earliest(
+    spark, shared_server, client, tmp_path
+) -> None:
     fill(client, "ev:a", 2)
     options = {"subscribePattern": "ev:*", "startingOffsets": "earliest"}
-    run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    run_available_now(to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path))
     fill(client, "ev:b", 3)
     client.tevict("ev:b", 0)  # a new stream is read from its first readable message
-    run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    run_available_now(to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path))
     assert [r[:2] for r in parquet_rows(spark, tmp_path)] == [
         ("ev:a", 0),
         ("ev:a", 1),
@@ -359,11 +388,15 @@ def test_pattern_picks_up_new_streams_from_their_earliest(spark, srv, client, tm
     ]
 
 
-def test_max_offsets_per_trigger_is_shared_by_backlog(spark, srv, client, tmp_path) -> None:
+def test_max_offsets_per_trigger_is_shared_by_backlog(
+    spark, shared_server, client, tmp_path
+) -> None:
     fill(client, "a", 30)
     fill(client, "b", 10)
     options = {"subscribe": "a,b", "startingOffsets": "earliest", "maxOffsetsPerTrigger": 8}
-    query = run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    query = run_available_now(
+        to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path)
+    )
     assert query.exception() is None
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert [p["numInputRows"] for p in batches] == [8, 8, 8, 8, 8]
@@ -371,7 +404,7 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(spark, srv, client, tmp_pa
     assert len(parquet_rows(spark, tmp_path)) == 40
 
 
-def test_min_offsets_per_trigger_waits_until_max_trigger_delay(srv, client) -> None:
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(shared_server, client) -> None:
     """The driver-side reader Spark calls before every micro-batch."""
     from pyspark.sql.streaming.datasource import ReadMinRows
 
@@ -379,7 +412,7 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(srv, client) -> N
     from rcp11.spark.source import StreamReader
 
     fill(client, "a", 3)
-    options = {"port": str(srv.port), "subscribe": "a", "startingOffsets": "earliest"}
+    options = {"port": str(shared_server.port), "subscribe": "a", "startingOffsets": "earliest"}
     waiting = StreamReader(
         parse_read_options({**options, "minOffsetsPerTrigger": "5", "maxTriggerDelay": "1h"}), None
     )
@@ -395,13 +428,15 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(srv, client) -> N
     assert impatient.latestOffset(start, ReadMinRows(50)) == {"a": 5}
 
 
-def test_evict_on_commit_drops_what_spark_has_processed(spark, srv, client, tmp_path) -> None:
+def test_evict_on_commit_drops_what_spark_has_processed(
+    spark, shared_server, client, tmp_path
+) -> None:
     fill(client, "ev", 4)
     options = {"subscribe": "ev", "startingOffsets": "earliest", "evictOnCommit": "true"}
-    run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    run_available_now(to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path))
     client.twrite("ev", b"e4")
     # Spark commits a batch to the source when it plans the next one.
-    run_available_now(to_parquet(stream_reader(spark, srv, **options).load(), tmp_path))
+    run_available_now(to_parquet(stream_reader(spark, shared_server, **options).load(), tmp_path))
     assert client.tread("ev", 0, 0, withinfo=True).first_offset >= 4
     assert len(parquet_rows(spark, tmp_path)) == 5
 
@@ -411,73 +446,73 @@ def test_evict_on_commit_drops_what_spark_has_processed(spark, srv, client, tmp_
 # ---------------------------------------------------------------------------
 
 
-def writer(df: Any, srv: ServerProcess, **options: object) -> Any:
-    write = df.write.format("rcp11").option("port", srv.port).mode("append")
+def writer(df: Any, shared_server: ServerProcess, **options: object) -> Any:
+    write = df.write.format("rcp11").option("port", shared_server.port).mode("append")
     for name, value in options.items():
         write = write.option(name, str(value))
     return write
 
 
-def test_batch_write_by_option_topic_path_or_column(spark, srv, client) -> None:
+def test_batch_write_by_option_topic_path_or_column(spark, shared_server, client) -> None:
     client.twrite("out", b"existing")
     values = spark.createDataFrame([(f"v{i}",) for i in range(250)], "value string").coalesce(1)
-    writer(values, srv, stream="out").save()
+    writer(values, shared_server, stream="out").save()
     assert messages(client, "out") == [b"existing"] + [b"v%d" % i for i in range(250)]
-    writer(values.limit(2), srv, topic="t").save()
-    writer(values.limit(1), srv).save("p")
+    writer(values.limit(2), shared_server, topic="t").save()
+    writer(values.limit(1), shared_server).save("p")
     assert messages(client, "t") == [b"v0", b"v1"] and messages(client, "p") == [b"v0"]
     routed = spark.createDataFrame(
         [("x", bytearray(b"\x00\x01")), ("y", bytearray(b"\xff")), ("x", bytearray(b"z"))],
         "stream string, value binary",
     ).coalesce(1)
-    writer(routed, srv).save()
+    writer(routed, shared_server).save()
     assert messages(client, "x") == [b"\x00\x01", b"z"] and messages(client, "y") == [b"\xff"]
     assert sink_keys(client) == []  # no staging stream or registry is left
 
 
-def test_write_errors(spark, srv, client) -> None:
+def test_write_errors(spark, shared_server, client) -> None:
     values = spark.createDataFrame([("x",)], "value string")
     with pytest.raises(Exception, match="append-only"):
-        values.write.format("rcp11").option("port", srv.port).option("stream", "k").mode(
+        values.write.format("rcp11").option("port", shared_server.port).option("stream", "k").mode(
             "overwrite"
         ).save()
     with pytest.raises(Exception, match="say which stream to write to"):
-        writer(values, srv).save()
+        writer(values, shared_server).save()
     with pytest.raises(Exception, match="only one of stream, topic"):
-        writer(values, srv, stream="a", topic="b").save()
+        writer(values, shared_server, stream="a", topic="b").save()
     with pytest.raises(Exception, match="column 'value' is missing"):
-        writer(spark.createDataFrame([("x",)], "text string"), srv, stream="k").save()
+        writer(spark.createDataFrame([("x",)], "text string"), shared_server, stream="k").save()
     with pytest.raises(Exception, match="'value' must be binary or string, not integer"):
-        writer(spark.createDataFrame([(1,)], "value int"), srv, stream="k").save()
+        writer(spark.createDataFrame([(1,)], "value int"), shared_server, stream="k").save()
     with pytest.raises(Exception, match="'value' is null"):
-        writer(spark.createDataFrame([(None,)], "value string"), srv, stream="k").save()
+        writer(spark.createDataFrame([(None,)], "value string"), shared_server, stream="k").save()
     with pytest.raises(Exception, match="option 'subscribe' applies to reads"):
-        writer(values, srv, stream="k", subscribe="a").save()
+        writer(values, shared_server, stream="k", subscribe="a").save()
     assert client.keys("*") == []
 
 
-def test_topic_option_with_a_kafka_shaped_frame(spark, srv, client) -> None:
+def test_topic_option_with_a_kafka_shaped_frame(spark, shared_server, client) -> None:
     """Reproduction: key = user id, value, option topic made one stream per
     user. A key column is now an error; without it every row goes to the topic."""
     kafka_shaped = spark.createDataFrame(
         [("user1", "a"), ("user2", "b"), ("user1", "c")], "key string, value string"
     )
     with pytest.raises(Exception, match="'key' column, but rcp11 messages have no key"):
-        writer(kafka_shaped, srv, topic="events").save()
+        writer(kafka_shaped, shared_server, topic="events").save()
     assert client.keys("*") == []
-    writer(kafka_shaped.drop("key").coalesce(1), srv, topic="events").save()
+    writer(kafka_shaped.drop("key").coalesce(1), shared_server, topic="events").save()
     assert messages(client, "events") == [b"a", b"b", b"c"]
     assert client.exists("user1", "user2") == 0
 
 
-def test_no_feedback_loop_into_the_source_stream(spark, srv, client, tmp_path) -> None:
+def test_no_feedback_loop_into_the_source_stream(spark, shared_server, client, tmp_path) -> None:
     """Reproduction: a frame read from 'src' written with a target option
     went back into 'src' (its column beat the option)."""
     fill(client, "src", 3)
-    frame = stream_reader(spark, srv, subscribe="src", startingOffsets="earliest").load()
+    frame = stream_reader(spark, shared_server, subscribe="src", startingOffsets="earliest").load()
 
     def sink(df: Any, **options: str) -> Any:
-        write = df.writeStream.format("rcp11").option("port", srv.port)
+        write = df.writeStream.format("rcp11").option("port", shared_server.port)
         for name, value in options.items():
             write = write.option(name, value)
         return write.option("checkpointLocation", str(tmp_path / "c" / str(len(options))))
@@ -491,15 +526,15 @@ def test_no_feedback_loop_into_the_source_stream(spark, srv, client, tmp_path) -
 
 
 def test_batch_writes_inside_foreach_batch_leave_nothing_behind(
-    spark, srv, client, tmp_path
+    spark, shared_server, client, tmp_path
 ) -> None:
     """Spark's streaming query and micro-batch ids are visible to a batch
     write inside foreachBatch; it must still commit as a one-off job."""
     fill(client, "src", 10)
     frame = stream_reader(
-        spark, srv, subscribe="src", startingOffsets="earliest", maxOffsetsPerTrigger=4
+        spark, shared_server, subscribe="src", startingOffsets="earliest", maxOffsetsPerTrigger=4
     ).load()
-    port = srv.port
+    port = shared_server.port
 
     def write_batch(df: Any, batch_id: int) -> None:
         df.select("value").write.format("rcp11").option("port", port).option("stream", "dst").mode(
@@ -542,12 +577,12 @@ def staged_total(client: Client) -> int:
     return int(client.info("stats").get("total_messages_written", 0))
 
 
-def test_batch_write_with_a_task_failing_once_is_exactly_once(spark, srv, client) -> None:
+def test_batch_write_with_a_task_failing_once_is_exactly_once(spark, shared_server, client) -> None:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
     try:
         values = spark.range(0, 6000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
         failing = values.mapInArrow(failing_once(), values.schema)
-        writer(failing, srv, stream="out", batchSize=100).save()
+        writer(failing, shared_server, stream="out", batchSize=100).save()
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert Counter(messages(client, "out")) == Counter(str(i).encode() for i in range(6000))
@@ -558,19 +593,24 @@ def test_batch_write_with_a_task_failing_once_is_exactly_once(spark, srv, client
 
 
 def test_streaming_copy_with_a_task_failing_once_is_exactly_once(
-    spark, srv, client, tmp_path
+    spark, shared_server, client, tmp_path
 ) -> None:
     for part in range(3):
         client.twrite("src", *[b"%d" % i for i in range(part * 2000, part * 2000 + 2000)])
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
     try:
         frame = stream_reader(
-            spark, srv, subscribe="src", startingOffsets="earliest", minPartitions=2, batchSize=500
+            spark,
+            shared_server,
+            subscribe="src",
+            startingOffsets="earliest",
+            minPartitions=2,
+            batchSize=500,
         ).load()
         failing = frame.select("value").mapInArrow(failing_once(), "value binary")
         query = run_available_now(
             failing.writeStream.format("rcp11")
-            .option("port", srv.port)
+            .option("port", shared_server.port)
             .option("stream", "dst")
             .option("batchSize", 100)
             .option("checkpointLocation", str(tmp_path / "c"))

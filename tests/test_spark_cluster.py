@@ -159,11 +159,11 @@ def import_on_executor(spark: Any, module: str) -> str:
 
 
 def test_register_ships_the_client_to_executors_without_rcp11(
-    spark: Any, srv: ServerProcess
+    spark: Any, shared_server: ServerProcess
 ) -> None:
     from rcp11.spark import register
 
-    client = Client(port=srv.port)
+    client = Client(port=shared_server.port)
     client.flushall()
     client.twrite("a", *[b"a%d" % i for i in range(500)])
     client.twrite("b", *[b"b%d" % i for i in range(300)])
@@ -175,11 +175,16 @@ def test_register_ships_the_client_to_executors_without_rcp11(
     register(spark)
     assert import_on_executor(spark, "rcp11.spark.datasource") == "imported"
 
-    df = spark.read.format("rcp11").option("port", srv.port).option("minPartitions", 3).load("a,b")
+    df = (
+        spark.read.format("rcp11")
+        .option("port", shared_server.port)
+        .option("minPartitions", 3)
+        .load("a,b")
+    )
     assert df.count() == 800
-    df.select("value").write.format("rcp11").option("port", srv.port).option("stream", "copy").mode(
-        "append"
-    ).save()
+    df.select("value").write.format("rcp11").option("port", shared_server.port).option(
+        "stream", "copy"
+    ).mode("append").save()
     assert sorted(client.tread("copy", 0, 1000)) == sorted(
         [b"a%d" % i for i in range(500)] + [b"b%d" % i for i in range(300)]
     )

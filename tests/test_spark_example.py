@@ -61,14 +61,19 @@ def spark() -> Iterator[Any]:
 
 @pytest.mark.slow
 def test_pipeline_once_writes_each_window_count_once(
-    example: ModuleType, spark: Any, srv: ServerProcess, tmp_path: Path
+    example: ModuleType, spark: Any, shared_server: ServerProcess, tmp_path: Path
 ) -> None:
-    client = Client(port=srv.port)
+    client = Client(port=shared_server.port)
     client.flushall()
     events = 2000
     shown: list[str] = []
     ok = example.run_pipeline(
-        spark, srv.port, str(tmp_path / "checkpoint"), once=True, events=events, show=shown.append
+        spark,
+        shared_server.port,
+        str(tmp_path / "checkpoint"),
+        once=True,
+        events=events,
+        show=shown.append,
     )
     assert ok
 

@@ -29,8 +29,8 @@ NONCES = itertools.count()
 
 
 @pytest.fixture
-def client(srv: ServerProcess) -> Client:
-    c = Client(port=srv.port)
+def client(shared_server: ServerProcess) -> Client:
+    c = Client(port=shared_server.port)
     c.flushall()
     yield c
     c.close()
@@ -134,7 +134,7 @@ def test_a_target_holding_a_string_is_refused_before_anything_changes(client: Cl
 
 
 def test_a_tconcat_failing_inside_exec_is_not_taken_for_a_commit(
-    client: Client, srv: ServerProcess, monkeypatch
+    client: Client, shared_server: ServerProcess, monkeypatch
 ) -> None:
     """TCONCAT can fail at run time inside EXEC (MISCONF when the offsets file
     cannot be written) while SET progress still runs: the marker in the
@@ -148,7 +148,7 @@ def test_a_tconcat_failing_inside_exec_is_not_taken_for_a_commit(
     assert client.get(sink_key("t", QUERY, "progress")) == f"7 {first[0].key}".encode()
     assert not commit_module.committed(client, sink_key("t", QUERY, "progress"), 7)
     # Spark aborts the batch: the marker stays.
-    options = WriteOptions(Endpoint(port=srv.port), "t")
+    options = WriteOptions(Endpoint(port=shared_server.port), "t")
     commit_module.abort(options, [StagedWrite(QUERY, 7, 0, first)], 7)
     assert client.exists(first[0].key) == 1
     # Fixed and run again: the batch lands once, the first attempt's staging goes.
@@ -163,9 +163,11 @@ def test_a_tconcat_failing_inside_exec_is_not_taken_for_a_commit(
     assert stream(client, "t") == [b"old", b"a", b"b"]
 
 
-def test_batch_write_commit_without_progress_key(client: Client, srv: ServerProcess) -> None:
+def test_batch_write_commit_without_progress_key(
+    client: Client, shared_server: ServerProcess
+) -> None:
     staged = stage(client, "t", 0, 0, [b"a"])
-    options = WriteOptions(Endpoint(port=srv.port), "t")
+    options = WriteOptions(Endpoint(port=shared_server.port), "t")
     commit(options, [StagedWrite(QUERY, 0, 0, [staged]), None], None)
     assert stream(client, "t") == [b"a"]
     assert client.keys("rcp11-sink:*") == []
@@ -186,8 +188,8 @@ def kill_other_clients(client: Client) -> int:
     return killed
 
 
-def test_task_writer_resends_only_what_the_server_did_not_get(client, srv) -> None:
-    options = WriteOptions(Endpoint(port=srv.port, retry_backoff_ms=1), "t", batch_size=7)
+def test_task_writer_resends_only_what_the_server_did_not_get(client, shared_server) -> None:
+    options = WriteOptions(Endpoint(port=shared_server.port, retry_backoff_ms=1), "t", batch_size=7)
     writer = TaskWriter(options, WriteLayout(0, None, None), QUERY)
     expected = []
     for round_ in range(5):
@@ -207,10 +209,14 @@ def test_task_writer_resends_only_what_the_server_did_not_get(client, srv) -> No
     assert stream(client, staged.key) == expected
 
 
-def test_a_range_read_reconnects_and_reads_every_message_once(client, srv, monkeypatch) -> None:
+def test_a_range_read_reconnects_and_reads_every_message_once(
+    client, shared_server, monkeypatch
+) -> None:
     monkeypatch.setattr(columns, "ARROW_BATCH_ROWS", 100)  # a batch per reply
     client.twrite("s", *[b"%d" % i for i in range(5000)])
-    read = parse_read_options({"port": str(srv.port), "subscribe": "s", "batchSize": "100"})
+    read = parse_read_options(
+        {"port": str(shared_server.port), "subscribe": "s", "batchSize": "100"}
+    )
     batches = read_range(read, Projection(), ReadRange("s", 0, 5000, 0))
     offsets = next(batches).column(1).to_pylist()
     assert kill_other_clients(client) == 1

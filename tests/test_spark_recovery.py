@@ -81,14 +81,14 @@ def staging_in_flight(client: Client) -> bool:
 
 
 def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
-    spark: Any, srv: ServerProcess, tmp_path: Path
+    spark: Any, shared_server: ServerProcess, tmp_path: Path
 ) -> None:
-    client = Client(port=srv.port)
+    client = Client(port=shared_server.port)
     client.flushall()
     for start in range(0, ROWS, 3000):
         client.twrite("src", *[b"row-%d" % i for i in range(start, start + 3000)])
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
-    driver = start_driver(srv.port, checkpoint, log)
+    driver = start_driver(shared_server.port, checkpoint, log)
     try:
         wait_for(lambda: staging_in_flight(client) or driver.poll() is not None, timeout=240)
         assert driver.poll() is None, log.read_text()[-3000:]
@@ -103,7 +103,7 @@ def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
         b"row-%d" % i for i in range(ROWS)
     )
 
-    restarted = start_copy(spark, srv.port, str(checkpoint), slow=False)
+    restarted = start_copy(spark, shared_server.port, str(checkpoint), slow=False)
     restarted.awaitTermination(300)
     assert restarted.exception() is None
     copied = [m for m in client.tread("dst", 0, 2 * ROWS) if m is not None]

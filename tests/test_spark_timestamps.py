@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, wait_for
+from conftest import RedisServer, ServerProcess, wait_for
 from test_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
 from test_spark import spark as spark  # noqa: F401 - the module's SparkSession fixture
 
@@ -30,14 +30,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully suppo
 NODE = 1000
 
 
-@pytest.fixture(scope="module")
-def srv(stream_server: ServerProcess) -> ServerProcess:
-    return stream_server
-
-
 @pytest.fixture
-def client(srv: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=srv.port)
+def client(stream_server: ServerProcess) -> Iterator[Client]:
+    c = Client(host="127.0.0.1", port=stream_server.port)
     c.flushall()
     yield c
     c.close()
@@ -96,9 +91,9 @@ def span(start: int, end: int) -> list[int]:
         ({"startingTimestamp": "5", "startingOffsetsByTimestamp": "{}"}, "must be a JSON"),
     ],
 )
-def test_bad_timestamp_options_fail_at_load(spark, srv, options, problem) -> None:  # noqa: F811
+def test_bad_timestamp_options_fail_at_load(spark, stream_server, options, problem) -> None:  # noqa: F811
     with pytest.raises(Exception, match=problem):
-        reader(spark, srv, subscribe="a", **options).load()
+        reader(spark, stream_server, subscribe="a", **options).load()
 
 
 def test_precedence_follows_kafka() -> None:
@@ -123,15 +118,19 @@ def test_precedence_follows_kafka() -> None:
         check_batch_read(parse_read_options({"subscribe": "a", "startingOffsets": "latest"}))
 
 
-def test_ending_timestamps_are_for_batch_queries_only(spark, srv, tmp_path) -> None:  # noqa: F811
+def test_ending_timestamps_are_for_batch_queries_only(spark, stream_server, tmp_path) -> None:  # noqa: F811
     for option, value in (("endingTimestamp", "5"), ("endingOffsetsByTimestamp", '{"a": 5}')):
-        read = spark.readStream.format("rcp11").option("port", srv.port).option("subscribe", "a")
+        read = (
+            spark.readStream.format("rcp11")
+            .option("port", stream_server.port)
+            .option("subscribe", "a")
+        )
         query = run_available_now(to_parquet(read.option(option, value).load(), tmp_path, option))
         assert f"{option} applies to batch queries only" in str(query.exception())
 
 
-def test_a_server_without_tseek_is_a_clear_error(redis_reference: int) -> None:
-    plain = Client(host="127.0.0.1", port=redis_reference)
+def test_a_server_without_tseek_is_a_clear_error(redis_reference: RedisServer) -> None:
+    plain = Client(host="127.0.0.1", port=redis_reference.port)
     try:
         with pytest.raises(OptionError, match="startingTimestamp needs the server's TSEEK"):
             seek_times(plain, {"a": 5}, "startingTimestamp")
@@ -156,58 +155,78 @@ def test_seek_times_finds_the_first_message_at_or_after_a_time(client) -> None:
         seek_times(client, {"text": 0}, "x")
 
 
-def test_batch_read_between_times_with_kafka_precedence(spark, srv, client) -> None:  # noqa: F811
+def test_batch_read_between_times_with_kafka_precedence(spark, stream_server, client) -> None:  # noqa: F811
     middle = old_then_new(client, {"a": 10, "b": 5})
     late = after_now()
     both = {"subscribe": "a,b"}
     # startingTimestamp beats startingOffsets.
-    df = reader(spark, srv, startingTimestamp=middle, startingOffsets='{"a": 0, "b": 0}', **both)
+    df = reader(
+        spark, stream_server, startingTimestamp=middle, startingOffsets='{"a": 0, "b": 0}', **both
+    )
     assert offsets(df.load()) == {"a": span(NODE, NODE + 10), "b": span(NODE, NODE + 5)}
     texts = sorted(bytes(v) for _, _, v in rows(df.load()))
     assert texts[0] == b"a-new0" and all(b"-new" in t for t in texts)
     # Per stream; startingTimestamp beats the JSON.
     by_stream = f'{{"a": {middle}, "b": 0}}'
-    df = reader(spark, srv, startingOffsetsByTimestamp=by_stream, **both).load()
+    df = reader(spark, stream_server, startingOffsetsByTimestamp=by_stream, **both).load()
     assert offsets(df) == {"a": span(NODE, NODE + 10), "b": span(0, NODE + 5)}
-    df = reader(spark, srv, startingOffsetsByTimestamp=by_stream, startingTimestamp=0, **both)
+    df = reader(
+        spark, stream_server, startingOffsetsByTimestamp=by_stream, startingTimestamp=0, **both
+    )
     assert offsets(df.load()) == {"a": span(0, NODE + 10), "b": span(0, NODE + 5)}
     # Ending: before the first message at or after the time; beats endingOffsets.
-    df = reader(spark, srv, endingTimestamp=middle, endingOffsets='{"a": 3, "b": 3}', **both)
+    df = reader(
+        spark, stream_server, endingTimestamp=middle, endingOffsets='{"a": 3, "b": 3}', **both
+    )
     assert offsets(df.load()) == {"a": span(0, NODE), "b": span(0, NODE)}
-    df = reader(spark, srv, endingOffsetsByTimestamp=f'{{"a": {middle}, "b": {late}}}', **both)
+    df = reader(
+        spark, stream_server, endingOffsetsByTimestamp=f'{{"a": {middle}, "b": {late}}}', **both
+    )
     assert offsets(df.load()) == {"a": span(0, NODE), "b": span(0, NODE + 5)}
     # A window: [middle, late) of a, nothing of b past its end.
-    df = reader(spark, srv, subscribe="a", startingTimestamp=middle, endingTimestamp=late)
+    df = reader(spark, stream_server, subscribe="a", startingTimestamp=middle, endingTimestamp=late)
     assert offsets(df.load()) == {"a": span(NODE, NODE + 10)}
     # The JSON names exactly the streams read.
     with pytest.raises(Exception, match="startingOffsetsByTimestamp must name every stream"):
-        reader(spark, srv, startingOffsetsByTimestamp=f'{{"a": {middle}}}', **both).load().count()
+        reader(
+            spark, stream_server, startingOffsetsByTimestamp=f'{{"a": {middle}}}', **both
+        ).load().count()
 
 
-def test_a_start_after_every_message_follows_the_strategy(spark, srv, client) -> None:  # noqa: F811
+def test_a_start_after_every_message_follows_the_strategy(spark, stream_server, client) -> None:  # noqa: F811
     old_then_new(client, {"a": 3})
     late = after_now()
     with pytest.raises(Exception, match="stream 'a' has no message appended at or after"):
-        reader(spark, srv, subscribe="a", startingTimestamp=late).load().count()
+        reader(spark, stream_server, subscribe="a", startingTimestamp=late).load().count()
     latest = {"startingOffsetsByTimestampStrategy": "latest"}
-    assert reader(spark, srv, subscribe="a", startingTimestamp=late, **latest).load().count() == 0
+    assert (
+        reader(spark, stream_server, subscribe="a", startingTimestamp=late, **latest).load().count()
+        == 0
+    )
     # A stream with nothing readable skips nothing: no error, no rows.
-    assert reader(spark, srv, subscribe="empty", startingTimestamp=late).load().count() == 0
+    assert (
+        reader(spark, stream_server, subscribe="empty", startingTimestamp=late).load().count() == 0
+    )
     # An end after every message is the stream's end (Kafka: latest).
-    assert reader(spark, srv, subscribe="a", endingTimestamp=late).load().count() == NODE + 3
+    assert (
+        reader(spark, stream_server, subscribe="a", endingTimestamp=late).load().count() == NODE + 3
+    )
 
 
-def test_pattern_streams_not_in_the_json_start_at_earliest(spark, srv, client) -> None:  # noqa: F811
+def test_pattern_streams_not_in_the_json_start_at_earliest(spark, stream_server, client) -> None:  # noqa: F811
     middle = old_then_new(client, {"ev:a": 2, "ev:b": 2})
     df = reader(
-        spark, srv, subscribePattern="ev:*", startingOffsetsByTimestamp=f'{{"ev:a": {middle}}}'
+        spark,
+        stream_server,
+        subscribePattern="ev:*",
+        startingOffsetsByTimestamp=f'{{"ev:a": {middle}}}',
     )
     assert offsets(df.load()) == {"ev:a": span(NODE, NODE + 2), "ev:b": span(0, NODE + 2)}
 
 
 def test_streaming_starts_at_a_time_and_resumes_from_its_checkpoint(
     spark,  # noqa: F811
-    srv,
+    stream_server,
     client,
     tmp_path,
 ) -> None:
@@ -216,7 +235,7 @@ def test_streaming_starts_at_a_time_and_resumes_from_its_checkpoint(
     def run(starting: int) -> Any:
         df = (
             spark.readStream.format("rcp11")
-            .option("port", srv.port)
+            .option("port", stream_server.port)
             .option("subscribe", "a,never")  # a missing stream is empty, never an error
             .option("startingTimestamp", starting)
             .load()

@@ -23,17 +23,21 @@ def error_of(client: redis.Redis, *argv: object) -> str:
         ["backlog", "1", "x", "y", "z"],
     ],
 )
-def test_twrite_without_entries_says_entries_is_missing(r: redis.Redis, args: list[str]) -> None:
-    message = error_of(r, "TWRITE", "s", *args)
+def test_twrite_without_entries_says_entries_is_missing(
+    shared_client: redis.Redis, args: list[str]
+) -> None:
+    message = error_of(shared_client, "TWRITE", "s", *args)
     word = args[2] if args[0].upper() == "BACKLOG" else args[0]
     assert message == (
         f"syntax error, ENTRIES is missing, unknown option '{word}' (expected BACKLOG or ENTRIES)"
     )
-    assert r.exists("s") == 0
+    assert shared_client.exists("s") == 0
 
 
-def test_twrite_unknown_option_before_entries_is_only_unknown(r: redis.Redis) -> None:
-    message = error_of(r, "TWRITE", "s", "MAXLEN", "1", "ENTRIES", "x")
+def test_twrite_unknown_option_before_entries_is_only_unknown(shared_client: redis.Redis) -> None:
+    message = error_of(shared_client, "TWRITE", "s", "MAXLEN", "1", "ENTRIES", "x")
     assert message == "syntax error, unknown option 'MAXLEN' (expected BACKLOG or ENTRIES)"
-    assert error_of(r, "TWRITE", "s", "BACKLOG", "3") == "syntax error, ENTRIES is missing"
-    assert r.exists("s") == 0
+    assert (
+        error_of(shared_client, "TWRITE", "s", "BACKLOG", "3") == "syntax error, ENTRIES is missing"
+    )
+    assert shared_client.exists("s") == 0

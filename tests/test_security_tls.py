@@ -129,6 +129,7 @@ def redis_cli(
     )
 
 
+@pytest.mark.slow
 def test_tls_beside_tcp_with_client_certificates(
     tmp_path: Path, certs: Path, started: list[ServerProcess]
 ) -> None:
@@ -173,6 +174,7 @@ def test_tls_beside_tcp_with_client_certificates(
     assert secure.execute_command("TREAD", "s", 0, 10) == [b"over tls", b"over tcp"]
 
 
+@pytest.mark.slow
 def test_tls_only_with_optional_client_auth_and_a_protected_key(
     tmp_path: Path, certs: Path, started: list[ServerProcess]
 ) -> None:
@@ -213,6 +215,7 @@ def _tls12_only_ping(srv: ServerProcess, certs: Path) -> bytes:
             return s.recv(64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "directive, bad",
     [
@@ -233,6 +236,7 @@ def test_a_bad_certificate_path_refuses_start_up_naming_the_file(
     assert str(path) in output and directive.replace("_", "-") in output, output
 
 
+@pytest.mark.slow
 def test_client_auth_without_a_ca_and_a_bad_key_passphrase_refuse_start_up(
     tmp_path: Path, certs: Path
 ) -> None:

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess
-from test_persistence import make_state
+from conftest import ServerProcess, persistence_in_process
 
 from rcp11 import errors
 from rcp11.commands import execute
@@ -59,13 +58,13 @@ def memory(state: ServerState) -> dict[bytes, Any]:
 
 @pytest.fixture
 def server_state(tmp_path: Path) -> Iterator[tuple[ServerState, ClientState]]:
-    state, persistence = make_state(tmp_path, appendonly="yes", appendfsync="always")
+    state, persistence = persistence_in_process(tmp_path, appendonly="yes", appendfsync="always")
     persistence.load()
     yield state, ClientState(authenticated=True)
 
 
 def replayed(tmp_path: Path) -> ServerState:
-    state, persistence = make_state(tmp_path, appendonly="yes", appendfsync="always")
+    state, persistence = persistence_in_process(tmp_path, appendonly="yes", appendfsync="always")
     persistence.load()
     return state
 
@@ -285,13 +284,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_failed_write_keeps_its_offsets_across_kill9(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     launcher = tmp_path / "buggy_server.py"
     launcher.write_text(LAUNCHER)
     srv = server_factory(start=False, appendonly="yes", appendfsync="always")
-    srv.argv = lambda: [sys.executable, str(launcher)] + ServerProcess.argv(srv)[4:]  # type: ignore[method-assign]
+    srv.program = lambda: [sys.executable, str(launcher)]  # type: ignore[method-assign]
     srv.start()
     client = srv.client()
     assert client.execute_command("TWRITE", "k", "a") == 0

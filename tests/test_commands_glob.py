@@ -11,7 +11,7 @@ from re import _parser as sre_parser  # the parse tree, to prove segment shapes
 
 import pytest
 import redis
-from conftest import ServerProcess
+from conftest import RedisServer, ServerProcess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,9 +33,11 @@ pattern_strategy = st.binary(min_size=0, max_size=12).map(
 
 
 @pytest.fixture
-def both(srv: ServerProcess, redis_reference: int) -> Iterator[tuple[redis.Redis, redis.Redis]]:
-    ours = srv.client()
-    theirs = redis.Redis(port=redis_reference)
+def both(
+    shared_server: ServerProcess, redis_reference: RedisServer
+) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    ours = shared_server.client()
+    theirs = redis_reference.client()
     yield ours, theirs
     for client in (ours, theirs):
         client.flushall()
@@ -51,6 +53,7 @@ def load(clients: tuple[redis.Redis, redis.Redis], keys: list[bytes]) -> None:
         pipe.execute()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -189,8 +192,8 @@ def test_single_star_patterns_are_one_regex_with_one_repetition() -> None:
         assert len(repeats) == 1, pattern
 
 
-def test_keys_with_many_stars_over_a_long_key_answers(srv: ServerProcess) -> None:
-    client = srv.client(socket_timeout=60)
+def test_keys_with_many_stars_over_a_long_key_answers(shared_server: ServerProcess) -> None:
+    client = shared_server.client(socket_timeout=60)
     client.flushall()
     client.set(b"a" * 200, b"v")
     client.set(b"a" * 2000 + b"b", b"v")

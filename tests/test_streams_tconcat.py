@@ -5,7 +5,6 @@ commit step of the Spark sink's two-phase write."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,6 @@ from rcp11.commands import streams
 from rcp11.config import Config
 from rcp11.resp import Error
 from rcp11.state import ServerState
-
-
-@pytest.fixture
-def r(srv: ServerProcess) -> Iterator[redis.Redis]:
-    client = srv.client(protocol=2)
-    client.flushall()
-    yield client
-    client.close()
 
 
 def tconcat(client: redis.Redis, *keys: str) -> Any:
@@ -47,57 +38,57 @@ def everything(client: redis.Redis) -> dict[bytes, Any]:
 # ---------------------------------------------------------------- behaviour
 
 
-def test_appends_sources_in_order_and_deletes_them(r: redis.Redis) -> None:
-    tw(r, "dst", "d0", "d1")
-    tw(r, "a", "a0", "a1", "a2")
-    tw(r, "b", "b0")
-    assert tconcat(r, "dst", "a", "b") == 2
-    assert tr(r, "dst", 0, 100) == [b"d0", b"d1", b"a0", b"a1", b"a2", b"b0"]
-    assert r.exists("a", "b") == 0
-    assert tw(r, "dst", "next") == 6
+def test_appends_sources_in_order_and_deletes_them(shared_client: redis.Redis) -> None:
+    tw(shared_client, "dst", "d0", "d1")
+    tw(shared_client, "a", "a0", "a1", "a2")
+    tw(shared_client, "b", "b0")
+    assert tconcat(shared_client, "dst", "a", "b") == 2
+    assert tr(shared_client, "dst", 0, 100) == [b"d0", b"d1", b"a0", b"a1", b"a2", b"b0"]
+    assert shared_client.exists("a", "b") == 0
+    assert tw(shared_client, "dst", "next") == 6
     # A source re-created after TCONCAT starts again at offset 0.
-    assert tw(r, "a", "again") == 0
+    assert tw(shared_client, "a", "again") == 0
 
 
-def test_creates_a_missing_destination(r: redis.Redis) -> None:
-    tw(r, "a", "x", "y")
-    assert tconcat(r, "new", "a") == 0
-    assert tr(r, "new", 0, 10) == [b"x", b"y"]
-    assert r.type("new") != b"none"
+def test_creates_a_missing_destination(shared_client: redis.Redis) -> None:
+    tw(shared_client, "a", "x", "y")
+    assert tconcat(shared_client, "new", "a") == 0
+    assert tr(shared_client, "new", 0, 10) == [b"x", b"y"]
+    assert shared_client.type("new") != b"none"
 
 
-def test_evicted_and_lost_messages_are_skipped(r: redis.Redis) -> None:
-    tw(r, "a", *[f"m{i}" for i in range(10)])
-    r.execute_command("TEVICT", "a", 6)
-    tw(r, "gone", "g0", "g1")
-    r.execute_command("TEVICT", "gone", 1)  # nothing readable left
-    tw(r, "dst", "d0")
-    assert tconcat(r, "dst", "gone", "a") == 1
-    assert tr(r, "dst", 0, 100) == [b"d0", b"m7", b"m8", b"m9"]
+def test_evicted_and_lost_messages_are_skipped(shared_client: redis.Redis) -> None:
+    tw(shared_client, "a", *[f"m{i}" for i in range(10)])
+    shared_client.execute_command("TEVICT", "a", 6)
+    tw(shared_client, "gone", "g0", "g1")
+    shared_client.execute_command("TEVICT", "gone", 1)  # nothing readable left
+    tw(shared_client, "dst", "d0")
+    assert tconcat(shared_client, "dst", "gone", "a") == 1
+    assert tr(shared_client, "dst", 0, 100) == [b"d0", b"m7", b"m8", b"m9"]
     # A fully evicted source is still deleted.
-    assert r.exists("gone", "a") == 0
+    assert shared_client.exists("gone", "a") == 0
 
 
-def test_missing_sources_are_empty_and_change_nothing(r: redis.Redis) -> None:
-    assert tconcat(r, "dst", "nope", "nada") == 0
-    assert r.exists("dst") == 0  # not created for nothing
-    tw(r, "dst", "d0", "d1", "d2")
-    r.execute_command("TEVICT", "dst", 2)
-    changes = r.info("persistence")["rdb_changes_since_last_save"]
+def test_missing_sources_are_empty_and_change_nothing(shared_client: redis.Redis) -> None:
+    assert tconcat(shared_client, "dst", "nope", "nada") == 0
+    assert shared_client.exists("dst") == 0  # not created for nothing
+    tw(shared_client, "dst", "d0", "d1", "d2")
+    shared_client.execute_command("TEVICT", "dst", 2)
+    changes = shared_client.info("persistence")["rdb_changes_since_last_save"]
     # dst's next offset, even when nothing of it is readable.
-    assert tconcat(r, "dst", "nope") == 3
-    assert r.info("persistence")["rdb_changes_since_last_save"] == changes
-    tw(r, "a", "a0")
-    assert tconcat(r, "dst", "nope", "a") == 3
-    assert tr(r, "dst", 3, 10) == [b"a0"]
+    assert tconcat(shared_client, "dst", "nope") == 3
+    assert shared_client.info("persistence")["rdb_changes_since_last_save"] == changes
+    tw(shared_client, "a", "a0")
+    assert tconcat(shared_client, "dst", "nope", "a") == 3
+    assert tr(shared_client, "dst", 3, 10) == [b"a0"]
 
 
-def test_wrongtype_and_repeated_keys_change_nothing(r: redis.Redis) -> None:
-    tw(r, "dst", "d0")
-    tw(r, "a", "a0")
-    tw(r, "b", "b0")
-    r.set("str", "text")
-    before = everything(r)
+def test_wrongtype_and_repeated_keys_change_nothing(shared_client: redis.Redis) -> None:
+    tw(shared_client, "dst", "d0")
+    tw(shared_client, "a", "a0")
+    tw(shared_client, "b", "b0")
+    shared_client.set("str", "text")
+    before = everything(shared_client)
     for keys, error in [
         (("str", "a"), "^WRONGTYPE"),
         (("dst", "a", "str"), "^WRONGTYPE"),
@@ -107,32 +98,36 @@ def test_wrongtype_and_repeated_keys_change_nothing(r: redis.Redis) -> None:
         (("dst", "a", "b", "a"), "source key 'a' is given more than once"),
     ]:
         with pytest.raises(redis.ResponseError, match=error):
-            tconcat(r, *keys)
-        assert everything(r) == before, keys
+            tconcat(shared_client, *keys)
+        assert everything(shared_client) == before, keys
     with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'tconcat'"):
-        tconcat(r, "dst")
+        tconcat(shared_client, "dst")
 
 
-def test_wakes_readers_blocked_on_the_destination(srv: ServerProcess, r: redis.Redis) -> None:
-    tw(r, "dst", "d0")
-    tw(r, "a", "a0", "a1")
-    reader = srv.client()
+def test_wakes_readers_blocked_on_the_destination(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    tw(shared_client, "dst", "d0")
+    tw(shared_client, "a", "a0", "a1")
+    reader = shared_server.client()
     thread, box = in_thread(lambda: tr(reader, "dst", 1, 10, "BLOCK", 0))
-    wait_blocked(r, 1)
-    assert tconcat(r, "dst", "a") == 1
+    wait_blocked(shared_client, 1)
+    assert tconcat(shared_client, "dst", "a") == 1
     thread.join(10)
     assert box == {"reply": [b"a0", b"a1"]}
     reader.close()
 
 
-def test_commit_protocol_with_watch_multi_exec(srv: ServerProcess, r: redis.Redis) -> None:
+def test_commit_protocol_with_watch_multi_exec(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
     """The two-phase commit the Spark sink runs: the progress key guards it."""
-    tw(r, "stage1", "s0", "s1")
-    tw(r, "stage2", "s2")
-    other = srv.client()
+    tw(shared_client, "stage1", "s0", "s1")
+    tw(shared_client, "stage2", "s2")
+    other = shared_server.client()
 
     def commit(batch: int) -> Any:
-        pipe = r.pipeline(transaction=True)
+        pipe = shared_client.pipeline(transaction=True)
         pipe.watch("progress")
         pipe.multi()
         pipe.execute_command("TCONCAT", "target", "stage1", "stage2")
@@ -145,7 +140,7 @@ def test_commit_protocol_with_watch_multi_exec(srv: ServerProcess, r: redis.Redi
             pipe.reset()
 
     # Another committer moved the progress key between WATCH and EXEC.
-    pipe = r.pipeline(transaction=True)
+    pipe = shared_client.pipeline(transaction=True)
     pipe.watch("progress")
     other.set("progress", 7)
     pipe.multi()
@@ -154,70 +149,75 @@ def test_commit_protocol_with_watch_multi_exec(srv: ServerProcess, r: redis.Redi
     with pytest.raises(redis.WatchError):
         pipe.execute()
     pipe.reset()
-    assert r.exists("target") == 0 and r.exists("stage1", "stage2") == 2
-    assert r.get("progress") == b"7"
+    assert shared_client.exists("target") == 0 and shared_client.exists("stage1", "stage2") == 2
+    assert shared_client.get("progress") == b"7"
 
     assert commit(8) == [0, True]
-    assert tr(r, "target", 0, 10) == [b"s0", b"s1", b"s2"]
-    assert r.exists("stage1", "stage2") == 0 and r.get("progress") == b"8"
+    assert tr(shared_client, "target", 0, 10) == [b"s0", b"s1", b"s2"]
+    assert shared_client.exists("stage1", "stage2") == 0 and shared_client.get("progress") == b"8"
     other.close()
 
 
 def test_watching_a_source_or_the_destination_sees_tconcat(
-    srv: ServerProcess, r: redis.Redis
+    shared_server: ServerProcess, shared_client: redis.Redis
 ) -> None:
     for watched in ("a", "dst"):
-        tw(r, "a", "x")
-        other = srv.client()
+        tw(shared_client, "a", "x")
+        other = shared_server.client()
         pipe = other.pipeline(transaction=True)
         pipe.watch(watched)
-        tconcat(r, "dst", "a")
+        tconcat(shared_client, "dst", "a")
         pipe.multi()
         pipe.set("k", "v")
         with pytest.raises(redis.WatchError):
             pipe.execute()
         pipe.reset()
         other.close()
-    assert r.exists("k") == 0
+    assert shared_client.exists("k") == 0
 
 
-def test_command_table_knows_every_key(r: redis.Redis) -> None:
-    info = r.execute_command("COMMAND", "INFO", "TCONCAT")["tconcat"]
+def test_command_table_knows_every_key(shared_client: redis.Redis) -> None:
+    info = shared_client.execute_command("COMMAND", "INFO", "TCONCAT")["tconcat"]
     assert info["arity"] == -3 and {"write", "denyoom"} <= set(info["flags"])
     assert (info["first_key_pos"], info["last_key_pos"], info["step_count"]) == (1, -1, 1)
-    assert r.command_getkeys("TCONCAT", "d", "a", "b") == ["d", "a", "b"]
+    assert shared_client.command_getkeys("TCONCAT", "d", "a", "b") == ["d", "a", "b"]
 
 
-def test_redis_cli(srv: ServerProcess, r: redis.Redis) -> None:
+def test_redis_cli(shared_server: ServerProcess, shared_client: redis.Redis) -> None:
     require("redis-cli")
-    tw(r, "dst", "d0")
-    tw(r, "a", "x", "y")
+    tw(shared_client, "dst", "d0")
+    tw(shared_client, "a", "x", "y")
 
     def cli(*args: str) -> str:
         done = subprocess.run(
-            ["redis-cli", "-p", str(srv.port), *args], capture_output=True, text=True, timeout=20
+            ["redis-cli", "-p", str(shared_server.port), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
         return done.stdout.strip()
 
     assert cli("TCONCAT", "dst", "a") == "1"
     assert cli("TREAD", "dst", "0", "10") == "d0\nx\ny"
     assert cli("TYPE", "a") == "none"
-    r.set("s", "v")
+    shared_client.set("s", "v")
     assert cli("TCONCAT", "dst", "s").startswith("WRONGTYPE")
 
 
 # ---------------------------------------------------------------- limits and refusals
 
 
-def test_oom_refuses_and_changes_nothing(srv: ServerProcess, r: redis.Redis) -> None:
-    tw(r, "a", "x")
-    r.config_set("maxmemory", 1)
+def test_oom_refuses_and_changes_nothing(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    tw(shared_client, "a", "x")
+    shared_client.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
-            tconcat(r, "dst", "a")
+            tconcat(shared_client, "dst", "a")
     finally:
-        r.config_set("maxmemory", 0)
-    assert r.exists("dst") == 0 and tr(r, "a", 0, 5) == [b"x"]
+        shared_client.config_set("maxmemory", 0)
+    assert shared_client.exists("dst") == 0 and tr(shared_client, "a", 0, 5) == [b"x"]
 
 
 @pytest.fixture

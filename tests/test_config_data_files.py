@@ -176,6 +176,7 @@ def test_aof_name_clashing_with_the_snapshot_refuses_to_start(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []  # nothing was touched
 
 
+@pytest.mark.slow
 def test_redis_cli_sees_the_refusal(server_factory) -> None:
     from conftest import require
 

@@ -8,11 +8,18 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPO, ServerProcess, free_port, require, wait_blocked
+import redis
+from conftest import (
+    REPO,
+    RedisServer,
+    ServerProcess,
+    free_port,
+    tr,
+    wait_blocked,
+)
 
 from rcp11.cli import Progress, split_messages
 from rcp11.client import Client
@@ -30,22 +37,18 @@ def rcp11(
     )
 
 
-@pytest.fixture(scope="module")
-def srv(stream_server: ServerProcess) -> ServerProcess:
-    return stream_server
-
-
 @pytest.fixture
-def client(srv: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=srv.port)
+def rcp11_client(stream_server: ServerProcess) -> Iterator[Client]:
+    """An rcp11.client.Client of stream_server; the database is flushed first."""
+    c = Client(host="127.0.0.1", port=stream_server.port)
     c.flushall()
     yield c
     c.close()
 
 
 @pytest.fixture
-def port(srv: ServerProcess) -> str:
-    return str(srv.port)
+def port(stream_server: ServerProcess) -> str:
+    return str(stream_server.port)
 
 
 # ---------------------------------------------------------------------------
@@ -70,6 +73,7 @@ def test_help_describes_each_command(command: list[str], expected: list[bytes]) 
         assert word in result.stdout
 
 
+@pytest.mark.slow
 def test_bad_usage_exits_2_with_a_message() -> None:
     result = rcp11("consume")
     assert result.returncode == 2
@@ -85,77 +89,87 @@ def test_bad_usage_exits_2_with_a_message() -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_produce_stdin_then_consume_to_stdout(client: Client, port: str) -> None:
+@pytest.mark.slow
+def test_produce_stdin_then_consume_to_stdout(rcp11_client: Client, port: str) -> None:
     lines = [b"alpha", b"", "gr\u00fc\u00df".encode(), b"tab\there", b"last without newline"]
     produced = rcp11("-p", port, "produce", "events", input=b"\n".join(lines))
     assert produced.returncode == 0, produced.stderr
     assert b"5 messages" in produced.stderr and b"offsets 0..4" in produced.stderr
-    assert client.tread("events", 0, 10) == lines
+    assert rcp11_client.tread("events", 0, 10) == lines
 
     consumed = rcp11("consume", "events", "-p", port)
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout == b"".join(line + b"\n" for line in lines)
 
 
-def test_produce_many_lines_in_small_batches_keeps_order(client: Client, port: str) -> None:
+@pytest.mark.slow
+def test_produce_many_lines_in_small_batches_keeps_order(rcp11_client: Client, port: str) -> None:
     data = b"".join(b"%d\n" % i for i in range(5000))
     produced = rcp11("-p", port, "produce", "big", "--batch", "7", input=data)
     assert produced.returncode == 0, produced.stderr
     assert b"offsets 0..4999" in produced.stderr
-    assert client.tread("big", 0, 10000) == [b"%d" % i for i in range(5000)]
+    assert rcp11_client.tread("big", 0, 10000) == [b"%d" % i for i in range(5000)]
     consumed = rcp11("-p", port, "consume", "big", "--batch", "333")
     assert consumed.stdout == data
 
 
 def test_produce_appends_after_existing_offsets_and_honours_backlog(
-    client: Client, port: str
+    rcp11_client: Client, port: str
 ) -> None:
-    client.twrite("s", b"x", b"y")
+    rcp11_client.twrite("s", b"x", b"y")
     produced = rcp11("-p", port, "produce", "s", "--backlog", "3", input=b"a\nb\nc\nd\n")
     assert b"offsets 2..5" in produced.stderr
-    info = client.tread("s", 0, 0, withinfo=True)
+    info = rcp11_client.tread("s", 0, 0, withinfo=True)
     assert (info.first_offset, info.last_offset) == (3, 5)
 
 
-def test_produce_null_separated_messages_may_contain_newlines(client: Client, port: str) -> None:
+@pytest.mark.slow
+def test_produce_null_separated_messages_may_contain_newlines(
+    rcp11_client: Client, port: str
+) -> None:
     produced = rcp11("-p", port, "produce", "s", "--null", input=b"one\nline\0two\0")
     assert produced.returncode == 0
-    assert client.tread("s", 0, 10) == [b"one\nline", b"two"]
+    assert rcp11_client.tread("s", 0, 10) == [b"one\nline", b"two"]
     consumed = rcp11("-p", port, "consume", "s", "--null")
     assert consumed.stdout == b"one\nline\0two\0"
 
 
-def test_produce_with_empty_input_writes_nothing(client: Client, port: str) -> None:
+def test_produce_with_empty_input_writes_nothing(rcp11_client: Client, port: str) -> None:
     produced = rcp11("-p", port, "produce", "s")
     assert produced.returncode == 0
     assert b"nothing written" in produced.stderr
-    assert client.exists("s") == 0
+    assert rcp11_client.exists("s") == 0
 
 
-def test_consume_from_count_and_offsets(client: Client, port: str) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(10)])
+@pytest.mark.slow
+def test_consume_from_count_and_offsets(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
     assert rcp11("-p", port, "consume", "s", "--from", "-3").stdout == b"m7\nm8\nm9\n"
     assert rcp11("-p", port, "consume", "s", "--from", "4", "-n", "2").stdout == b"m4\nm5\n"
     assert rcp11("-p", port, "consume", "s", "--from", "8", "--offsets").stdout == b"8\tm8\n9\tm9\n"
 
 
-def test_consume_skips_evicted_messages(client: Client, port: str) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(6)])
-    client.tevict("s", 3)
+def test_consume_skips_evicted_messages(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(6)])
+    rcp11_client.tevict("s", 3)
     assert rcp11("-p", port, "consume", "s", "--offsets").stdout == b"4\tm4\n5\tm5\n"
 
 
-def test_consume_group_members_share_the_stream(client: Client, port: str) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(5)])
+@pytest.mark.slow
+def test_consume_group_members_share_the_stream(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(5)])
     first = rcp11("-p", port, "consume", "s", "--group", "s:g", "--count", "3")
     second = rcp11("-p", port, "consume", "s", "--group", "s:g")
     assert first.stdout == b"m0\nm1\nm2\n"
     assert second.stdout == b"m3\nm4\n"
-    assert client.get("s:g") == b"5"
+    assert rcp11_client.get("s:g") == b"5"
 
 
-def test_consume_groupnew_with_block_gets_messages_written_later(client: Client, port: str) -> None:
-    client.twrite("s", b"before")
+@pytest.mark.slow
+def test_consume_groupnew_with_block_gets_messages_written_later(
+    rcp11_client: Client, port: str
+) -> None:
+    rcp11_client.twrite("s", b"before")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rcp11", "-p", port, "consume", "s"]
         + ["--groupnew", "s:new", "--block", "20000", "--count", "2"],
@@ -164,8 +178,8 @@ def test_consume_groupnew_with_block_gets_messages_written_later(client: Client,
         stderr=subprocess.PIPE,
     )
     try:
-        wait_blocked(client, 1)
-        client.twrite("s", b"after1", b"after2")
+        wait_blocked(rcp11_client, 1)
+        rcp11_client.twrite("s", b"after1", b"after2")
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
@@ -173,8 +187,9 @@ def test_consume_groupnew_with_block_gets_messages_written_later(client: Client,
     assert out == b"after1\nafter2\n"
 
 
-def test_consume_block_exits_after_waiting_in_vain(client: Client, port: str) -> None:
-    client.twrite("s", b"only")
+@pytest.mark.slow
+def test_consume_block_exits_after_waiting_in_vain(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", b"only")
     result = rcp11("-p", port, "consume", "s", "--block", "100")
     assert result.returncode == 0
     assert result.stdout == b"only\n"
@@ -184,8 +199,8 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> None:
-    client.twrite("s", b"a", b"b")
+def test_consume_follow_streams_until_interrupted(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", b"a", b"b")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rcp11", "-p", port, "consume", "s", "--follow"],
         cwd=REPO,
@@ -200,7 +215,7 @@ def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> 
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"a\n"
         assert proc.stdout.readline() == b"b\n"
-        client.twrite("s", b"c")
+        rcp11_client.twrite("s", b"c")
         assert proc.stdout.readline() == b"c\n"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -210,8 +225,9 @@ def test_consume_follow_streams_until_interrupted(client: Client, port: str) -> 
     assert b"Traceback" not in err
 
 
-def test_consume_into_a_closed_pipe_is_quiet(client: Client, port: str) -> None:
-    client.twrite("s", *[b"x" * 100] * 5000)
+@pytest.mark.slow
+def test_consume_into_a_closed_pipe_is_quiet(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"x" * 100] * 5000)
     pipeline = subprocess.run(
         f"{sys.executable} -m rcp11 -p {port} consume s | head -n 1",
         shell=True,
@@ -228,9 +244,10 @@ def test_consume_into_a_closed_pipe_is_quiet(client: Client, port: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_info_shows_offsets(client: Client, port: str) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(10)])
-    client.tevict("s", 2)
+@pytest.mark.slow
+def test_info_shows_offsets(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
+    rcp11_client.tevict("s", 2)
     text = rcp11("-p", port, "info", "s").stdout.decode()
     assert "first_offset: 3" in text and "last_offset: 9" in text
     assert "next_offset: 10" in text and "length: 7" in text
@@ -245,14 +262,15 @@ def test_info_shows_offsets(client: Client, port: str) -> None:
     assert b"never written" in rcp11("-p", port, "info", "nothing").stdout
 
 
-def test_evict_reports_what_remains(client: Client, port: str) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(10)])
+@pytest.mark.slow
+def test_evict_reports_what_remains(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
     result = rcp11("-p", port, "evict", "s", "4")
     assert result.returncode == 0
     assert b"evicted 5 messages" in result.stdout and b"5..9" in result.stdout
     result = rcp11("-p", port, "evict", "s", "-2")
     assert b"evicted 3 messages" in result.stdout and b"8..9" in result.stdout
-    assert client.tread("s", 7, 5) == [None, b"m8", b"m9"]
+    assert rcp11_client.tread("s", 7, 5) == [None, b"m8", b"m9"]
 
 
 # ---------------------------------------------------------------------------
@@ -260,6 +278,7 @@ def test_evict_reports_what_remains(client: Client, port: str) -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_server_says_how_to_start_one() -> None:
     port = str(free_port())
     result = rcp11("-p", port, "produce", "s", input=b"x\n")
@@ -269,6 +288,7 @@ def test_no_server_says_how_to_start_one() -> None:
     assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_server_going_away_mid_follow_is_explained(server_factory) -> None:
     doomed = server_factory()
     proc = subprocess.Popen(
@@ -290,13 +310,15 @@ def test_server_going_away_mid_follow_is_explained(server_factory) -> None:
     assert b"Traceback" not in err
 
 
-def test_wrong_type_key_is_explained(client: Client, port: str) -> None:
-    client.set("plain", "1")
+@pytest.mark.slow
+def test_wrong_type_key_is_explained(rcp11_client: Client, port: str) -> None:
+    rcp11_client.set("plain", "1")
     result = rcp11("-p", port, "consume", "plain")
     assert result.returncode == 1
     assert b"holds a string, not a stream" in result.stderr
 
 
+@pytest.mark.slow
 def test_password_protected_server(server_factory) -> None:
     protected = server_factory(requirepass="s3cret")
     port = str(protected.port)
@@ -311,29 +333,9 @@ def test_password_protected_server(server_factory) -> None:
     assert consumed.stdout == b"x\n"
 
 
-def test_plain_redis_server_is_recognised(tmp_path) -> None:
-    require("redis-server")
-    port = free_port()
-    redis_server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        plain = Client(host="127.0.0.1", port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                plain.ping()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        plain.close()
-        result = rcp11("-p", str(port), "produce", "s", input=b"x\n")
-    finally:
-        redis_server.kill()
-        redis_server.wait()
+@pytest.mark.slow
+def test_plain_redis_server_is_recognised(redis_reference: RedisServer) -> None:
+    result = rcp11("-p", str(redis_reference.port), "produce", "s", input=b"x\n")
     assert result.returncode == 1
     assert b"not an rcp11 server" in result.stderr
 
@@ -381,3 +383,23 @@ def test_progress_disabled_prints_nothing() -> None:
 def test_split_messages_joins_lines_across_chunks() -> None:
     chunks = iter([b"ab", b"c\nd", b"e\n\nf"])
     assert list(split_messages(chunks, b"\n")) == [[b"abc"], [b"de", b""], [b"f"]]
+
+
+@pytest.mark.slow
+def test_cli_produce_consume_as_in_the_readme(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    base = [sys.executable, "-m", "rcp11", "-p", str(shared_server.port)]
+    lines = "".join(f"{n}\n" for n in range(1, 5001))
+    prod = subprocess.run([*base, "produce", "nums"], input=lines, capture_output=True, text=True)
+    assert prod.returncode == 0
+    assert tr(shared_client, "nums", 0, 0, "WITHINFO") == [[0, 4999, 0, 0]]
+    tail = subprocess.run(
+        [*base, "consume", "nums", "--from", "-10"], capture_output=True, text=True
+    )
+    assert tail.stdout.split() == [str(n) for n in range(4991, 5001)]
+    group = subprocess.run(
+        [*base, "consume", "nums", "--group", "g", "-n", "3"], capture_output=True, text=True
+    )
+    assert group.stdout.split() == ["1", "2", "3"]
+    assert shared_client.get("g") == b"3"

@@ -4,29 +4,22 @@ the start with Redis's text, and the AOF keeps original names."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ServerProcess, free_port, redis_cli, require, wait_for
+from conftest import RedisServer, ServerProcess, free_port, redis_cli, require, run_server
 
 RENAMES = ["--rename-command", "CONFIG", "", "--rename-command", "SET", "XSET"]
 
 
 @pytest.fixture
 def renamed_redis(tmp_path: Path) -> Iterator[int]:
+    """redis-server 7 with the same renames; yields its port."""
     require("redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--dir", str(tmp_path), *RENAMES],
-        stdout=subprocess.DEVNULL,
-    )
-    wait_for(lambda: "PONG" in redis_cli(port, "PING"), timeout=10)
-    yield port
-    proc.kill()
-    proc.wait()
+    server = RedisServer(tmp_path / "redis", extra_args=RENAMES).start(timeout=10)
+    yield server.port
+    server.kill9()
 
 
 SCRIPT = [
@@ -41,18 +34,18 @@ SCRIPT = [
 ]
 
 
+@pytest.mark.slow
 def test_rename_command_on_the_command_line_answers_like_redis(
     server_factory: Callable[..., ServerProcess], renamed_redis: int
 ) -> None:
-    srv = server_factory(start=False)
-    srv.argv = lambda: ServerProcess.argv(srv) + RENAMES  # type: ignore[method-assign]
-    srv.start()
+    srv = server_factory(extra_args=RENAMES)
     for args in SCRIPT:
         assert redis_cli(srv.port, *args) == redis_cli(renamed_redis, *args), args
     transaction = "MULTI\nXSET a 1\nGET a\nEXEC\nGET a\n"
     assert redis_cli(srv.port, stdin=transaction) == redis_cli(renamed_redis, stdin=transaction)
 
 
+@pytest.mark.slow
 def test_rename_command_in_redis_conf_and_the_aof_keeps_original_names(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
@@ -100,12 +93,7 @@ def test_bad_rename_command_refuses_to_start_like_redis(
 ) -> None:
     conf = tmp_path / "redis.conf"
     conf.write_text(f"port {free_port()}\n{line}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "rcp11", "server", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_server(str(conf), cwd=tmp_path)
     assert done.returncode == 1
     assert f">>> '{line}'\n{message}" in done.stdout + done.stderr
     assert "at line 2" in done.stdout + done.stderr

@@ -9,13 +9,12 @@ dump.rcp.offsets there.)"""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 import redis
-from conftest import mbulk, require
+from conftest import RawClient, mbulk, require
 
 from rcp11.config import Config, ConfigError
 
@@ -78,6 +77,7 @@ def test_a_refused_directive_refuses_the_whole_set() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_issue_reproduction_writes_nothing_elsewhere(server_factory, tmp_path: Path) -> None:
     srv = server_factory()
     client = srv.client()
@@ -110,6 +110,7 @@ def test_redis_cli_gets_redis_error_text(server_factory) -> None:
     assert done.stdout.strip() == protected_error("dir")
 
 
+@pytest.mark.slow
 def test_enabled_protected_configs_allow_moving_the_snapshot(
     server_factory, tmp_path: Path
 ) -> None:
@@ -124,17 +125,12 @@ def test_enabled_protected_configs_allow_moving_the_snapshot(
 
 
 def _raw_command(port: int, source: str, *args: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
-        s.sendall(mbulk(*args))
-        reply = b""
-        while not reply.endswith(b"\r\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-        return reply
+    with RawClient(port, source=source) as raw:
+        raw.send(mbulk(*args))
+        return raw.read_until(b"\r\n")
 
 
+@pytest.mark.slow
 def test_local_mode_allows_loopback_and_unix_socket_only(server_factory, tmp_path: Path) -> None:
     sock_path = tmp_path / "rcp11.sock"
     srv = server_factory(

@@ -101,6 +101,7 @@ def test_unknown_suite_is_refused_by_name() -> None:
     assert "unknown suite(s) nosuch" in result.stderr
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     require("redis-server")
     require("redis-benchmark")

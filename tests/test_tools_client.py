@@ -10,22 +10,26 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
-from conftest import REPO, ServerProcess, wait_blocked
+from conftest import (
+    REPO,
+    ServerProcess,
+    wait_blocked,
+)
 
 from rcp11.client import AsyncClient, Client, ReadResult, parse_tread
 
 
-@pytest.fixture(scope="module")
-def srv(stream_server: ServerProcess) -> ServerProcess:
-    return stream_server
-
-
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
-def client(request: pytest.FixtureRequest, srv: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=srv.port, protocol=request.param)
+def rcp11_client_resp(
+    request: pytest.FixtureRequest, stream_server: ServerProcess
+) -> Iterator[Client]:
+    """An rcp11.client.Client of stream_server in RESP2, then (a second run)
+    in RESP3; the database is flushed first."""
+    c = Client(host="127.0.0.1", port=stream_server.port, protocol=request.param)
     c.flushall()
     yield c
     c.close()
@@ -40,6 +44,7 @@ def new_client(srv: ServerProcess, protocol: int = 2) -> Client:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_importing_client_loads_no_server_code_and_no_rcp11_c_extension() -> None:
     code = (
         "import sys, rcp11.client\n"
@@ -70,12 +75,12 @@ def test_parse_tread_timeout_is_none_in_both_modes() -> None:
     assert parse_tread(None) is None
 
 
-def test_raw_execute_command_replies_are_parsed_too(client: Client) -> None:
-    client.twrite("s", b"a", b"b")
-    assert client.execute_command("TREAD", "s", 1, 5) == [b"b"]
-    raw = client.execute_command("TREAD", "s", 0, 5, "WITHINFO")
+def test_raw_execute_command_replies_are_parsed_too(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.twrite("s", b"a", b"b")
+    assert rcp11_client_resp.execute_command("TREAD", "s", 1, 5) == [b"b"]
+    raw = rcp11_client_resp.execute_command("TREAD", "s", 0, 5, "WITHINFO")
     assert raw == ReadResult(0, 1, 0, 2, [b"a", b"b"])
-    assert client.execute_command("TWRITE", "s", "c") == 2
+    assert rcp11_client_resp.execute_command("TWRITE", "s", "c") == 2
 
 
 def test_argument_mistakes_fail_before_reaching_the_server() -> None:
@@ -106,55 +111,59 @@ def test_blocking_reads_are_not_cut_by_redis_py_default_socket_timeout() -> None
 # ---------------------------------------------------------------------------
 
 
-def test_twrite_returns_first_offset_of_consecutive_entries(client: Client) -> None:
-    assert client.twrite("s", b"a") == 0
-    assert client.twrite("s", b"b", b"c", b"d") == 1
-    assert client.twrite("s", "e") == 4
-    assert client.tread("s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
+def test_twrite_returns_first_offset_of_consecutive_entries(rcp11_client_resp: Client) -> None:
+    assert rcp11_client_resp.twrite("s", b"a") == 0
+    assert rcp11_client_resp.twrite("s", b"b", b"c", b"d") == 1
+    assert rcp11_client_resp.twrite("s", "e") == 4
+    assert rcp11_client_resp.tread("s", 0, 10) == [b"a", b"b", b"c", b"d", b"e"]
 
 
-def test_single_entry_that_looks_like_an_option_is_stored_verbatim(client: Client) -> None:
-    client.twrite("s", b"ENTRIES")
-    client.twrite("s", b"BACKLOG")
-    assert client.tread("s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
+def test_single_entry_that_looks_like_an_option_is_stored_verbatim(
+    rcp11_client_resp: Client,
+) -> None:
+    rcp11_client_resp.twrite("s", b"ENTRIES")
+    rcp11_client_resp.twrite("s", b"BACKLOG")
+    assert rcp11_client_resp.tread("s", 0, 10) == [b"ENTRIES", b"BACKLOG"]
 
 
-def test_twrite_backlog_keeps_only_the_newest_messages(client: Client) -> None:
-    client.twrite("s", *[b"m%d" % i for i in range(5)])
-    assert client.twrite("s", b"m5", backlog=2) == 5
-    info = client.tread("s", 0, 10, withinfo=True)
+def test_twrite_backlog_keeps_only_the_newest_messages(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.twrite("s", *[b"m%d" % i for i in range(5)])
+    assert rcp11_client_resp.twrite("s", b"m5", backlog=2) == 5
+    info = rcp11_client_resp.tread("s", 0, 10, withinfo=True)
     assert (info.first_offset, info.last_offset) == (4, 5)
     assert info.messages == [None, None, None, None, b"m4", b"m5"]
 
 
-def test_tread_withinfo_and_negative_offsets(client: Client) -> None:
-    assert client.tread("missing", 0, 0, withinfo=True) == ReadResult(0, -1, 0, 0, [])
-    client.twrite("s", *[b"%d" % i for i in range(10)])
-    last_three = client.tread("s", -3, 10, withinfo=True)
+def test_tread_withinfo_and_negative_offsets(rcp11_client_resp: Client) -> None:
+    assert rcp11_client_resp.tread("missing", 0, 0, withinfo=True) == ReadResult(0, -1, 0, 0, [])
+    rcp11_client_resp.twrite("s", *[b"%d" % i for i in range(10)])
+    last_three = rcp11_client_resp.tread("s", -3, 10, withinfo=True)
     assert (last_three.start, last_three.count) == (7, 3)
     assert last_three.messages == [b"7", b"8", b"9"]
-    assert client.tread("s", -3, 10) == [b"7", b"8", b"9"]
-    info_only = client.tread("s", 0, 0, withinfo=True)
+    assert rcp11_client_resp.tread("s", -3, 10) == [b"7", b"8", b"9"]
+    info_only = rcp11_client_resp.tread("s", 0, 0, withinfo=True)
     assert info_only.messages == [] and info_only.next_offset == 10
-    assert client.tread("s", 10, 5) == []
+    assert rcp11_client_resp.tread("s", 10, 5) == []
 
 
-def test_tevict_counts_and_leaves_nulls(client: Client) -> None:
-    client.twrite("s", *[b"%d" % i for i in range(6)])
-    assert client.tevict("s", 1) == 2
-    assert client.tread("s", 0, 3) == [None, None, b"2"]
-    assert client.tevict("s", -2) == 2  # keep the newest two
-    assert client.tread("s", 0, 10) == [None, None, None, None, b"4", b"5"]
-    assert client.tevict("missing", 5) == 0
+def test_tevict_counts_and_leaves_nulls(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.twrite("s", *[b"%d" % i for i in range(6)])
+    assert rcp11_client_resp.tevict("s", 1) == 2
+    assert rcp11_client_resp.tread("s", 0, 3) == [None, None, b"2"]
+    assert rcp11_client_resp.tevict("s", -2) == 2  # keep the newest two
+    assert rcp11_client_resp.tread("s", 0, 10) == [None, None, None, None, b"4", b"5"]
+    assert rcp11_client_resp.tevict("missing", 5) == 0
 
 
-def test_block_timeout_returns_none(client: Client) -> None:
-    assert client.tread("s", 0, 10, block=50) is None
-    assert client.tread("s", 0, 10, block=50, withinfo=True) is None
+def test_block_timeout_returns_none(rcp11_client_resp: Client) -> None:
+    assert rcp11_client_resp.tread("s", 0, 10, block=50) is None
+    assert rcp11_client_resp.tread("s", 0, 10, block=50, withinfo=True) is None
 
 
-def test_blocked_tread_receives_a_later_write(srv: ServerProcess, client: Client) -> None:
-    writer = new_client(srv)
+def test_blocked_tread_receives_a_later_write(
+    stream_server: ServerProcess, rcp11_client_resp: Client
+) -> None:
+    writer = new_client(stream_server)
 
     def write_when_blocked() -> None:
         wait_blocked(writer, 1)
@@ -163,26 +172,26 @@ def test_blocked_tread_receives_a_later_write(srv: ServerProcess, client: Client
     thread = threading.Thread(target=write_when_blocked)
     thread.start()
     try:
-        assert client.tread("s", 0, 10, block=0) == [b"late"]
+        assert rcp11_client_resp.tread("s", 0, 10, block=0) == [b"late"]
     finally:
         thread.join()
         writer.close()
 
 
-def test_wrong_type_is_a_response_error(client: Client) -> None:
-    client.set("plain", "x")
+def test_wrong_type_is_a_response_error(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.set("plain", "x")
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
-        client.tread("plain", 0, 1)
+        rcp11_client_resp.tread("plain", 0, 1)
 
 
-def test_group_reads_advance_the_group_key(client: Client) -> None:
-    client.twrite("s", b"a", b"b", b"c")
-    assert client.tread("s", 0, 2, group="g") == [b"a", b"b"]
-    assert client.get("g") == b"2"
-    assert client.tread("s", 0, 2, group="g", withinfo=True).messages == [b"c"]
-    assert client.tread("s", 0, 2, groupnew="fresh") == []
-    client.twrite("s", b"d")
-    assert client.tread("s", 0, 2, groupnew="fresh") == [b"d"]
+def test_group_reads_advance_the_group_key(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.twrite("s", b"a", b"b", b"c")
+    assert rcp11_client_resp.tread("s", 0, 2, group="g") == [b"a", b"b"]
+    assert rcp11_client_resp.get("g") == b"2"
+    assert rcp11_client_resp.tread("s", 0, 2, group="g", withinfo=True).messages == [b"c"]
+    assert rcp11_client_resp.tread("s", 0, 2, groupnew="fresh") == []
+    rcp11_client_resp.twrite("s", b"d")
+    assert rcp11_client_resp.tread("s", 0, 2, groupnew="fresh") == [b"d"]
 
 
 # ---------------------------------------------------------------------------
@@ -191,8 +200,8 @@ def test_group_reads_advance_the_group_key(client: Client) -> None:
 
 
 @pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi"])
-def test_pipeline_replies_are_parsed(client: Client, transaction: bool) -> None:
-    pipe = client.pipeline(transaction=transaction)
+def test_pipeline_replies_are_parsed(rcp11_client_resp: Client, transaction: bool) -> None:
+    pipe = rcp11_client_resp.pipeline(transaction=transaction)
     pipe.twrite("s", b"a", b"b")
     pipe.twrite("s", b"c", backlog=2)
     pipe.tread("s", 0, 10)
@@ -213,9 +222,11 @@ def test_pipeline_replies_are_parsed(client: Client, transaction: bool) -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_follow_yields_existing_then_new_messages(srv: ServerProcess, client: Client) -> None:
-    client.twrite("s", b"old0", b"old1", b"old2")
-    writer = new_client(srv)
+def test_follow_yields_existing_then_new_messages(
+    stream_server: ServerProcess, rcp11_client_resp: Client
+) -> None:
+    rcp11_client_resp.twrite("s", b"old0", b"old1", b"old2")
+    writer = new_client(stream_server)
 
     def write_later() -> None:
         wait_blocked(writer, 1)
@@ -224,27 +235,29 @@ def test_follow_yields_existing_then_new_messages(srv: ServerProcess, client: Cl
     thread = threading.Thread(target=write_later)
     thread.start()
     try:
-        got = list(itertools.islice(client.follow("s", start=-2, batch=10, block_ms=2000), 4))
+        got = list(
+            itertools.islice(rcp11_client_resp.follow("s", start=-2, batch=10, block_ms=2000), 4)
+        )
     finally:
         thread.join()
         writer.close()
     assert got == [(1, b"old1"), (2, b"old2"), (3, b"new3"), (4, b"new4")]
 
 
-def test_follow_skips_evicted_messages(client: Client) -> None:
-    client.twrite("s", *[b"%d" % i for i in range(10)])
-    client.tevict("s", 6)
-    got = list(itertools.islice(client.follow("s", start=0, batch=2), 3))
+def test_follow_skips_evicted_messages(rcp11_client_resp: Client) -> None:
+    rcp11_client_resp.twrite("s", *[b"%d" % i for i in range(10)])
+    rcp11_client_resp.tevict("s", 6)
+    got = list(itertools.islice(rcp11_client_resp.follow("s", start=0, batch=2), 3))
     assert got == [(7, b"7"), (8, b"8"), (9, b"9")]
 
 
-def test_group_consumers_split_the_messages(srv: ServerProcess) -> None:
-    admin = new_client(srv)
+def test_group_consumers_split_the_messages(stream_server: ServerProcess) -> None:
+    admin = new_client(stream_server)
     admin.flushall()
     received: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
 
     def consume(name: str) -> None:
-        c = new_client(srv)
+        c = new_client(stream_server)
         try:
             stream = c.follow_group("s", "workers", new=True, batch=10, block_ms=5000)
             received[name] = list(itertools.islice(stream, 10))
@@ -274,9 +287,9 @@ def test_group_consumers_split_the_messages(srv: ServerProcess) -> None:
 
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
-def test_async_client_commands_and_pipeline(srv: ServerProcess, protocol: int) -> None:
+def test_async_client_commands_and_pipeline(stream_server: ServerProcess, protocol: int) -> None:
     async def scenario() -> None:
-        c = AsyncClient(host="127.0.0.1", port=srv.port, protocol=protocol)
+        c = AsyncClient(host="127.0.0.1", port=stream_server.port, protocol=protocol)
         try:
             await c.flushall()
             assert await c.twrite("s", b"a", b"b", b"c") == 0
@@ -296,10 +309,10 @@ def test_async_client_commands_and_pipeline(srv: ServerProcess, protocol: int) -
     asyncio.run(scenario())
 
 
-def test_async_follow_and_follow_group(srv: ServerProcess) -> None:
+def test_async_follow_and_follow_group(stream_server: ServerProcess) -> None:
     async def scenario() -> None:
-        reader = AsyncClient(host="127.0.0.1", port=srv.port)
-        writer = AsyncClient(host="127.0.0.1", port=srv.port, protocol=3)
+        reader = AsyncClient(host="127.0.0.1", port=stream_server.port)
+        writer = AsyncClient(host="127.0.0.1", port=stream_server.port, protocol=3)
         try:
             await writer.flushall()
             await writer.twrite("s", b"x0")
@@ -325,3 +338,38 @@ def test_async_follow_and_follow_group(srv: ServerProcess) -> None:
             await writer.aclose()
 
     asyncio.run(scenario())
+
+
+def test_python_client_sync_and_async_as_documented(
+    shared_client: redis.Redis, shared_server: ServerProcess
+) -> None:
+    import asyncio
+
+    from rcp11.client import AsyncClient, Client
+
+    cl = Client(port=shared_server.port)
+    assert cl.twrite("events", b"a", b"b") == 0
+    assert cl.twrite("events", b"c", backlog=2) == 2
+    result = cl.tread("events", 0, 10, withinfo=True)
+    assert (result.first_offset, result.last_offset, result.start, result.count) == (1, 2, 0, 3)
+    assert result.messages == [None, b"b", b"c"]
+    assert cl.tread("events", 5, 1, block=10) is None
+    assert cl.tevict("events", 1) == 1
+    follow = cl.follow("events", start=-5, block_ms=50)
+    assert next(follow) == (2, b"c")
+    group = cl.follow_group("events", "readers", block_ms=50)
+    assert next(group) == (2, b"c")
+    assert shared_client.get("readers") == b"3"
+
+    async def scenario() -> list[Any]:
+        client = AsyncClient(port=shared_server.port)
+        first = await client.twrite("events", b"d", b"e")
+        seen = []
+        async for item in client.follow("events", start=first, block_ms=50):
+            seen.append(item)
+            if len(seen) == 2:
+                break
+        await client.aclose()
+        return [first, seen]
+
+    assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]

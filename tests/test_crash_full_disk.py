@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import errno
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from conftest import read_all, wait_for
 
 
 @pytest.fixture
@@ -76,21 +76,19 @@ def write_until_refused(client: redis.Redis, acked: dict[int, bytes], key: str) 
 
 
 def wait_until_writable(client: redis.Redis, acked: dict[int, bytes], key: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    """Until a write is accepted again (the disk recovered)."""
+
+    def writable() -> bool:
         result = try_write(client, key, b"recovered")
         if isinstance(result, int):
             acked[result] = b"recovered"
-            return
-        time.sleep(0.1)
-    raise AssertionError("writes did not resume after the disk recovered")
+            return True
+        return False
+
+    wait_for(writable, timeout=15)
 
 
-def read_all(client: redis.Redis, key: str) -> list[bytes | None]:
-    info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-    return client.execute_command("TREAD", key, 0, info[1] + 1)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_full_disk_refuses_then_recovers_with_aof(
     small_fs: Path, server_factory, fsync: str
@@ -126,6 +124,7 @@ def test_full_disk_refuses_then_recovers_with_aof(
         assert messages[offset] == payload
 
 
+@pytest.mark.slow
 def test_full_disk_refuses_offset_reservations_without_aof(small_fs: Path, server_factory) -> None:
     """No AOF, no save rules: the offsets file alone must still be written
     before a new stream can hand out offsets."""
@@ -151,6 +150,7 @@ def test_full_disk_refuses_offset_reservations_without_aof(small_fs: Path, serve
     assert client.execute_command("TWRITE", "fresh", b"z") > max(acked)
 
 
+@pytest.mark.slow
 def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_factory) -> None:
     srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
     client = srv.client(socket_timeout=10)
@@ -161,9 +161,8 @@ def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_fac
     for _ in range(20):
         try_write(client, "s", big)  # the snapshot needs more room than is left
     assert client.bgsave()  # the child starts, then fails to write
-    deadline = time.monotonic() + 15
-    while client.info("persistence")["rdb_bgsave_in_progress"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0, timeout=15)
+
     assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
     assert try_write(client, "s", b"refused") == "misconf"
     filler.unlink()
@@ -171,6 +170,7 @@ def test_failed_bgsave_with_save_rules_refuses_writes(small_fs: Path, server_fac
     assert isinstance(try_write(client, "s", b"accepted"), int)
 
 
+@pytest.mark.slow
 def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, server_factory) -> None:
     """A command bigger than the AOF's preallocated room, on a full disk:
     the write fails after the command ran, so its reply must not be sent as
@@ -197,6 +197,7 @@ def test_write_that_cannot_be_logged_is_never_acknowledged(small_fs: Path, serve
         assert messages[1] in (None, b"z" * 1_500_000)
 
 
+@pytest.mark.slow
 def test_shutdown_save_on_full_disk_keeps_running(small_fs: Path, server_factory) -> None:
     srv = server_factory(dir=small_fs, logfile=small_fs.parent / "server.log")
     client = srv.client(socket_timeout=10)

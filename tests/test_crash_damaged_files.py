@@ -1,7 +1,8 @@
 """Damaged persistence files: every branch of the snapshot, AOF and offsets
 loaders that can meet garbage refuses the start with the file's name, the
 byte offset where known and the problem (or, for a tail a crash can leave,
-handles it as documented). Nothing is accepted silently."""
+handles it as documented: aof-load-truncated, and offsets never reused).
+Nothing is accepted silently. In process, then through a running server."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import random
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import persistence_in_process, tw
+from conftest import ServerProcess, persistence_in_process, read_all, tr, tw, twrite_entries
 
 from rcp11.persistence import (
     OFFSETS_MAGIC,
@@ -267,3 +269,175 @@ def test_offsets_file_cut_inside_its_header_still_reuses_no_offset(
     assert stream.next_offset >= 11 + 2**30 - 1
     # The raised mark is on disk: a second start agrees without a new raise.
     assert OffsetReservations(str(path)).load()[b"s"] >= stream.next_offset
+
+
+# -------------------------------------------------- through a running server
+
+
+@pytest.mark.slow
+def test_torn_aof_tail_never_reuses_offsets(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes")
+    c = srv.client()
+    last = [tw(c, "s", f"m{i}") for i in range(50)][-1]
+    srv.kill9()
+    aof = srv.dir / "appendonly.aof"
+    data = aof.read_bytes().rstrip(b"\0")
+    aof.write_bytes(data[:-5])
+    srv.start()
+    c = srv.client()
+    assert tw(c, "s", "new") > last
+    assert tr(c, "s", last, 1) == [None]
+
+
+@pytest.mark.slow
+def test_corrupt_snapshot_refused_by_name(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    c = srv.client()
+    tw(c, "s", *[b"x" * 50] * 2000)
+    c.save()
+    srv.stop()
+    snap = srv.dir / "dump.rcp"
+    data = bytearray(snap.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    snap.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="dump.rcp"):
+        srv.start(timeout=15)
+
+
+@pytest.mark.slow
+def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
+    srv = server_factory()
+    client = srv.client()
+    twrite_entries(client, "s", *[b"m%d" % i for i in range(500)])
+    assert client.save()
+    srv.stop()
+    path = srv.dir / "dump.rcp"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError) as info:
+        srv.start()
+    assert srv.proc.returncode == 1
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("truncated", ["yes", "no"])
+def test_torn_aof_tail(server_factory, truncated: str) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always", aof_load_truncated=truncated)
+    client = srv.client()
+    for index in range(200):
+        twrite_entries(client, "s", b"message-%d" % index)
+    srv.kill9()
+    path = srv.dir / "appendonly.aof"
+    data = path.read_bytes()
+    rng = random.Random(truncated)
+    cut = rng.randrange(len(data) // 2, len(data) - 1)
+    while data[cut : cut + 1] == b"*" and data[cut - 2 : cut] == b"\r\n":
+        cut -= 1  # make sure the cut really lands inside a command
+    path.write_bytes(data[:cut])
+    if truncated == "no":
+        with pytest.raises(RuntimeError) as info:
+            srv.start()
+        assert str(path) in str(info.value)
+        return
+    srv.start()
+    client = srv.client()
+    messages = read_all(client, "s")
+    kept = messages[: messages.index(None)] if None in messages else messages
+    assert 100 <= len(kept) < 200
+    assert kept == [b"message-%d" % i for i in range(len(kept))]
+    # The lost tail reads as null and its offsets are never handed out
+    # again (docs/PROTOCOL.md section 8): the next offset is above all 200 replies.
+    assert len(messages) >= 200
+    assert all(message is None for message in messages[len(kept) :])
+    assert twrite_entries(client, "s", b"after") >= 200
+    srv.restart()
+    assert read_all(srv.client(), "s")[-1] == b"after"
+
+
+@pytest.mark.slow
+def test_corrupt_snapshot_refuses_to_start(server_factory) -> None:
+    srv = server_factory(start=False)
+    (srv.dir / "dump.rcp").write_bytes(b"this is not a snapshot at all" * 10)
+    srv.start(wait=False)
+    assert srv.proc is not None
+    assert srv.proc.wait(30) == 1
+    assert "dump.rcp" in srv.output()
+
+
+def _start_fails(srv: ServerProcess) -> str:
+    """Run the server's own command line; it must refuse to start. Returns its log."""
+    status, output = srv.run_to_exit()
+    assert status != 0
+    return output
+
+
+@pytest.mark.slow
+def test_truncated_snapshot_is_refused_by_name(server_factory: Any) -> None:
+    srv = server_factory(save="3600 1")
+    cl = srv.client()
+    tw(cl, "s", *[b"x" * 50] * 2000)
+    cl.save()
+    srv.stop()
+    snap = srv.dir / "dump.rcp"
+    snap.write_bytes(snap.read_bytes()[: snap.stat().st_size * 2 // 3])
+    assert "dump.rcp" in _start_fails(srv)
+
+
+def _aof_with_damage(server_factory: Any, damage: str, **directives: Any) -> ServerProcess:
+    srv = server_factory(appendonly="yes", **directives)
+    cl = srv.client()
+    for i in range(50):
+        tw(cl, "s", f"message-{i}")
+    srv.kill9()
+    aof = srv.dir / "appendonly.aof"
+    data = bytearray(aof.read_bytes().rstrip(b"\0"))
+    if damage == "middle":
+        spot = data.index(b"message-20")
+        data[spot - 5 : spot - 3] = b"zz"  # breaks a bulk length header
+    else:
+        data = data[:-5]
+    aof.write_bytes(bytes(data))
+    return srv
+
+
+@pytest.mark.slow
+def test_aof_corrupt_in_the_middle_is_refused_by_name(server_factory: Any) -> None:
+    srv = _aof_with_damage(server_factory, "middle")
+    assert "appendonly.aof" in _start_fails(srv)
+
+
+@pytest.mark.slow
+def test_aof_load_truncated_no_refuses_a_torn_tail(server_factory: Any) -> None:
+    srv = _aof_with_damage(server_factory, "tail", aof_load_truncated="no")
+    assert "appendonly.aof" in _start_fails(srv)
+    srv.directives["aof-load-truncated"] = "yes"
+    srv.start()
+    cl = srv.client()
+    assert tr(cl, "s", 0, 49) == [f"message-{i}".encode() for i in range(49)]
+    assert tw(cl, "s", "next") >= 50
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["none", "snapshot"])
+def test_truncated_offsets_file_is_reported_or_reuses_nothing(
+    server_factory: Any, mode: str
+) -> None:
+    srv = server_factory(save="3600 1" if mode == "snapshot" else "")
+    cl = srv.client()
+    for i in range(10):
+        tw(cl, "s", f"m{i}")
+    if mode == "snapshot":
+        cl.save()
+        assert tw(cl, "s", "after") == 10
+    srv.kill9()
+    offsets = srv.dir / "dump.rcp.offsets"
+    offsets.write_bytes(offsets.read_bytes()[:-1])  # a damaged tail, as a bad disk leaves
+    try:
+        srv.start(timeout=10)
+    except RuntimeError as refused:
+        assert "dump.rcp.offsets" in str(refused)
+        return
+    last = 10 if mode == "snapshot" else 9
+    assert tw(srv.client(), "s", "x") > last

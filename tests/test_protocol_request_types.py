@@ -12,12 +12,11 @@ behind a pipeline, before good commands and split across reads.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import pytest
 import redis
-from conftest import ServerProcess, mbulk
+from conftest import RawClient, RedisServer, ServerProcess, mbulk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,20 +99,11 @@ FILLER = b"y" * (70 * 1024)
 def converse(port: int, chunks: list[bytes], timeout: float = 10.0) -> bytes:
     """Send chunks on a fresh connection (TCP_NODELAY, so they tend to
     arrive as separate reads) and read until the server closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with RawClient(port, timeout=timeout, nodelay=True) as raw:
         for chunk in chunks:
-            try:
-                sock.sendall(chunk)
-            except (BrokenPipeError, ConnectionResetError):
+            if not raw.send(chunk, ignore_closed=True):
                 break  # closed after its error: read what it said
-        out = b""
-        try:
-            while chunk := sock.recv(65536):
-                out += chunk
-        except ConnectionResetError:
-            pass
-        return out
+        return raw.read_until_closed()
 
 
 def assert_nothing_stored(client: redis.Redis) -> None:
@@ -125,33 +115,33 @@ def assert_nothing_stored(client: redis.Redis) -> None:
 
 @pytest.mark.parametrize(("name", "data"), CASES, ids=[c[0] for c in CASES])
 def test_non_bulk_arguments_answer_like_redis(
-    srv: ServerProcess, redis_reference: int, name: str, data: bytes
+    shared_server: ServerProcess, redis_reference: RedisServer, name: str, data: bytes
 ) -> None:
-    theirs = converse(redis_reference, [data])
+    theirs = converse(redis_reference.port, [data])
     assert theirs.endswith(b"\r\n") and b"-ERR Protocol error" in theirs
-    assert converse(srv.port, [data]) == theirs
-    client = srv.client()
+    assert converse(shared_server.port, [data]) == theirs
+    client = shared_server.client()
     assert_nothing_stored(client)
 
 
 @pytest.mark.parametrize("data", STALLS)
 def test_incomplete_and_nul_lines_wait_like_redis(
-    srv: ServerProcess, redis_reference: int, data: bytes
+    shared_server: ServerProcess, redis_reference: RedisServer, data: bytes
 ) -> None:
-    theirs = converse(redis_reference, [data, FILLER])
+    theirs = converse(redis_reference.port, [data, FILLER])
     assert b"too big" in theirs
-    assert converse(srv.port, [data, FILLER]) == theirs
+    assert converse(shared_server.port, [data, FILLER]) == theirs
 
 
 @pytest.mark.parametrize("cut", [1, 2, 5, 9, -9, -3, -2, -1])
 def test_split_bad_requests_answer_like_redis(
-    srv: ServerProcess, redis_reference: int, cut: int
+    shared_server: ServerProcess, redis_reference: RedisServer, cut: int
 ) -> None:
     for data in [GOOD * 3 + sample for sample in COLLISIONS]:
         pieces = [data[:cut], data[cut:]]
-        theirs = converse(redis_reference, pieces)
-        assert converse(srv.port, pieces) == theirs
-    assert_nothing_stored(srv.client())
+        theirs = converse(redis_reference.port, pieces)
+        assert converse(shared_server.port, pieces) == theirs
+    assert_nothing_stored(shared_server.client())
 
 
 # One RESP value of any type, nested (what hiredis would accept as a reply).
@@ -180,17 +170,18 @@ _requests = st.lists(_values, min_size=0, max_size=3).map(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(_requests, min_size=1, max_size=3))
 def test_random_resp_requests_answer_like_redis(
-    srv: ServerProcess, redis_reference: int, requests: list[bytes]
+    shared_server: ServerProcess, redis_reference: RedisServer, requests: list[bytes]
 ) -> None:
     # What follows the first request that is not plain never runs; QUIT
     # ends the conversation when all were plain.
     data = GOOD * 5 + b"".join(requests) + mbulk(b"QUIT")
-    assert converse(srv.port, [data]) == converse(redis_reference, [data])
+    assert converse(shared_server.port, [data]) == converse(redis_reference.port, [data])
 
 
 # -- the parser in process: the fast path agrees with the exact one ------------------
@@ -226,6 +217,7 @@ def test_parser_refuses_non_bulk_arguments_at_every_split(name: str, data: bytes
     assert take_all([data[i : i + 1] for i in range(len(data))]) == whole
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_requests, st.just(GOOD)), min_size=1, max_size=6), st.data())
 def test_parser_fast_path_agrees_with_byte_at_a_time(
@@ -246,17 +238,18 @@ def test_parser_fast_path_agrees_with_byte_at_a_time(
     ("byte", "shown"), [(b"\xff", b"\xff"), (b"\n", b" "), (b"\r", b" "), (b"\x01", b"\x01")]
 )
 def test_offending_byte_is_quoted_as_one_raw_byte(
-    srv: ServerProcess, redis_reference: int, byte: bytes, shown: bytes
+    shared_server: ServerProcess, redis_reference: RedisServer, byte: bytes, shown: bytes
 ) -> None:
     data = b"*2\r\n$4\r\nECHO\r\n" + byte + b"1\r\n"
-    reply = converse(srv.port, [data])
+    reply = converse(shared_server.port, [data])
     assert reply == b"-ERR Protocol error: expected '$', got '" + shown + b"'\r\n"
-    assert converse(redis_reference, [data]) == reply
+    assert converse(redis_reference.port, [data]) == reply
 
 
 # -- what the refused requests used to do ------------------------------------------
 
 
+@pytest.mark.slow
 def test_refused_request_stores_nothing_and_offsets_survive_kill9(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
@@ -277,6 +270,7 @@ def test_refused_request_stores_nothing_and_offsets_survive_kill9(
     assert client.execute_command("TWRITE", "k", "d") >= 2
 
 
+@pytest.mark.slow
 def test_set_with_an_array_value_is_refused_and_the_server_stays_healthy(
     server_factory: Callable[..., ServerProcess],
 ) -> None:

@@ -1,18 +1,18 @@
-"""Snapshots, AOF and offset reservations: round trips against a model,
-corruption detection, and the user-visible commands (SAVE, BGSAVE,
-BGREWRITEAOF, LASTSAVE, INFO persistence, CONFIG SET appendonly)."""
+"""The persistence layer in process (no network): the snapshot and AOF
+formats round trip against a model, corruption and torn tails are found
+and named, AOF replay and rewrite reproduce the state, and the offset
+reservations keep an offset from ever being handed out twice
+(docs/PROTOCOL.md section 8). Through a running server:
+test_persistence_snapshots.py, test_persistence_aof.py, test_crash_*.py."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-import redis
-from conftest import persistence_in_process, wait_for
+from conftest import persistence_in_process
 
 from rcp11.persistence import (
     OffsetReservations,
@@ -317,282 +317,8 @@ def test_del_lost_from_the_aof_brings_the_stream_back_above_its_mark(tmp_path: P
 
 
 # ---------------------------------------------------------------------------
-# Through a real server
+# In-process: AOF replay and rewrite
 # ---------------------------------------------------------------------------
-
-
-def twrite(client: redis.Redis, key: str, *entries: bytes) -> int:
-    return client.execute_command("TWRITE", key, "ENTRIES", *entries)
-
-
-def tread_all(client: redis.Redis, key: str) -> list[bytes | None]:
-    info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-    next_offset = info[1] + 1
-    if next_offset == 0:
-        return []
-    return client.execute_command("TREAD", key, 0, next_offset)
-
-
-def workload(client: redis.Redis, rng: random.Random) -> None:
-    for step in range(300):
-        key = f"s{rng.randrange(4)}"
-        choice = rng.random()
-        if choice < 0.6:
-            twrite(
-                client, key, *[rng.randbytes(rng.randint(0, 30)) for _ in range(rng.randint(1, 20))]
-            )
-        elif choice < 0.7:
-            client.execute_command("TEVICT", key, -rng.randint(0, 40))
-        elif choice < 0.8:
-            client.execute_command("TREAD", key, 0, rng.randint(0, 5), "GROUP", f"g{key}")
-        elif choice < 0.85:
-            client.set(f"str{rng.randrange(3)}", rng.randbytes(10))
-        elif choice < 0.9:
-            pipe = client.pipeline(transaction=True)
-            pipe.execute_command("TWRITE", key, b"tx%d" % step)
-            pipe.set("last-tx", step)
-            pipe.execute()
-        elif choice < 0.92:
-            client.delete(key)
-        else:
-            client.execute_command("TWRITE", key, "BACKLOG", rng.randint(0, 30), "ENTRIES", b"b")
-
-
-def snapshot_of(client: redis.Redis) -> dict[bytes, object]:
-    view: dict[bytes, object] = {}
-    for key in sorted(client.keys("*")):
-        if client.type(key) == b"rcp11-log":
-            info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-            view[key] = (info, tread_all(client, key.decode()))
-        else:
-            view[key] = client.get(key)
-    return view
-
-
-def assert_same_after_crash(before: dict[bytes, object], after: dict[bytes, object]) -> None:
-    """The data survived a kill -9: strings equal, every stream holds the
-    same messages at the same offsets, and its next offset may have gone up
-    to its reservation mark (a kill -9 leaves a gap of nulls)."""
-    assert after.keys() == before.keys()
-    for key, old in before.items():
-        new = after[key]
-        if not isinstance(old, tuple):
-            assert new == old, key
-            continue
-        (first, last, *_), messages = old
-        (new_first, new_last, *_), new_messages = new  # type: ignore[misc]
-        assert new_last >= last, key
-        assert new_messages[: len(messages)] == messages, key
-        assert all(message is None for message in new_messages[len(messages) :]), key
-        if first <= last:
-            assert new_first == first, key
-
-
-def test_aof_round_trip_through_restart(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
-    workload(client, random.Random(1))
-    before = snapshot_of(client)
-    srv.restart()
-    assert snapshot_of(srv.client()) == before
-
-
-def test_bgrewriteaof_while_writing_keeps_everything(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="everysec")
-    client = srv.client()
-    workload(client, random.Random(2))
-    assert client.bgrewriteaof()
-    workload(client, random.Random(3))
-    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
-    assert client.info("persistence")["aof_last_bgrewrite_status"] == "ok"
-    workload(client, random.Random(4))
-    before = snapshot_of(client)
-    assert (srv.dir / "appendonly.aof").read_bytes().startswith(b"RCP11SNAP")
-    srv.kill9()
-    srv.start()
-    assert_same_after_crash(before, snapshot_of(srv.client()))
-
-
-def test_save_and_bgsave_round_trip(server_factory) -> None:
-    srv = server_factory(stream_compression="zlib")
-    client = srv.client()
-    workload(client, random.Random(7))
-    first = client.lastsave()
-    assert client.save()
-    workload(client, random.Random(8))
-    time.sleep(1.1)  # LASTSAVE has one-second resolution
-    assert client.bgsave()
-    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
-    info = client.info("persistence")
-    assert info["rdb_last_bgsave_status"] == "ok"
-    assert info["rdb_changes_since_last_save"] == 0
-    assert client.lastsave() > first
-    before = snapshot_of(client)
-    saved_at = (srv.dir / "dump.rcp").stat().st_mtime_ns
-    # No save rules: SIGTERM exits without saving, so what loads is BGSAVE's.
-    srv.stop()
-    assert (srv.dir / "dump.rcp").stat().st_mtime_ns == saved_at
-    srv.start()
-    assert snapshot_of(srv.client()) == before
-
-
-def test_shutdown_save_and_clean_restart_has_no_gap(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    assert twrite(client, "s", b"a", b"b") == 0
-    client.shutdown(save=True)  # redis-py swallows the closed connection
-    assert srv.proc.wait(10) == 0
-    assert (srv.dir / "dump.rcp").exists()
-    srv.start()
-    client = srv.client()
-    assert tread_all(client, "s") == [b"a", b"b"]
-    assert twrite(client, "s", b"c") == 2
-
-
-def test_corrupt_snapshot_refuses_start_naming_file(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    twrite(client, "s", *[b"m%d" % i for i in range(500)])
-    assert client.save()
-    srv.stop()
-    path = srv.dir / "dump.rcp"
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-    with pytest.raises(RuntimeError) as info:
-        srv.start()
-    assert srv.proc.returncode == 1
-    assert str(path) in str(info.value)
-
-
-@pytest.mark.parametrize("truncated", ["yes", "no"])
-def test_torn_aof_tail(server_factory, truncated: str) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always", aof_load_truncated=truncated)
-    client = srv.client()
-    for index in range(200):
-        twrite(client, "s", b"message-%d" % index)
-    srv.kill9()
-    path = srv.dir / "appendonly.aof"
-    data = path.read_bytes()
-    rng = random.Random(truncated)
-    cut = rng.randrange(len(data) // 2, len(data) - 1)
-    while data[cut : cut + 1] == b"*" and data[cut - 2 : cut] == b"\r\n":
-        cut -= 1  # make sure the cut really lands inside a command
-    path.write_bytes(data[:cut])
-    if truncated == "no":
-        with pytest.raises(RuntimeError) as info:
-            srv.start()
-        assert str(path) in str(info.value)
-        return
-    srv.start()
-    client = srv.client()
-    messages = tread_all(client, "s")
-    kept = messages[: messages.index(None)] if None in messages else messages
-    assert 100 <= len(kept) < 200
-    assert kept == [b"message-%d" % i for i in range(len(kept))]
-    # The lost tail reads as null and its offsets are never handed out
-    # again (SPEC section 6): the next offset is above all 200 replies.
-    assert len(messages) >= 200
-    assert all(message is None for message in messages[len(kept) :])
-    assert twrite(client, "s", b"after") >= 200
-    srv.restart()
-    assert tread_all(srv.client(), "s")[-1] == b"after"
-
-
-def test_config_set_appendonly_yes_at_runtime(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    workload(client, random.Random(11))
-    client.config_set("appendonly", "yes")
-    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
-    wait_for(lambda: client.info("persistence")["aof_enabled"] == 1)
-    workload(client, random.Random(12))
-    before = snapshot_of(client)
-    srv.kill9()
-    srv.directives["appendonly"] = "yes"
-    srv.start()
-    assert_same_after_crash(before, snapshot_of(srv.client()))
-
-
-def test_info_persistence_fields(server_factory) -> None:
-    srv = server_factory(appendonly="yes")
-    info = srv.client().info("persistence")
-    for field in [
-        "loading",
-        "rdb_changes_since_last_save",
-        "rdb_bgsave_in_progress",
-        "rdb_last_save_time",
-        "rdb_last_bgsave_status",
-        "aof_enabled",
-        "aof_rewrite_in_progress",
-        "aof_last_write_status",
-        "aof_current_size",
-        "aof_base_size",
-    ]:
-        assert field in info
-    assert info["aof_enabled"] == 1
-
-
-def test_del_resets_stream_across_restart(server_factory) -> None:
-    srv = server_factory(appendonly="yes", appendfsync="always")
-    client = srv.client()
-    twrite(client, "s", b"a", b"b", b"c")
-    client.delete("s")
-    srv.restart()
-    client = srv.client()
-    assert client.exists("s") == 0
-    assert twrite(client, "s", b"new") == 0
-
-
-def test_bgsave_child_leaves_no_temp_files(server_factory) -> None:
-    srv = server_factory()
-    client = srv.client()
-    twrite(client, "s", b"x")
-    client.bgsave()
-    wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0)
-    names = os.listdir(srv.dir)
-    assert not [n for n in names if n.startswith("temp-")]
-
-
-def test_config_set_dir_moves_snapshot_and_offsets(server_factory, tmp_path: Path) -> None:
-    srv = server_factory(enable_protected_configs="yes")
-    client = srv.client()
-    twrite(client, "s", b"a", b"b")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    client.config_set("dir", str(elsewhere))
-    twrite(client, "s", b"c")
-    assert client.save()
-    assert (elsewhere / "dump.rcp").exists()
-    assert (elsewhere / "dump.rcp.offsets").exists()
-    twrite(client, "s", b"lost")  # after the snapshot: lost by the crash below
-    srv.kill9()
-    srv.directives["dir"] = str(elsewhere)
-    srv.start()
-    client = srv.client()
-    assert client.execute_command("TREAD", "s", 0, 3) == [b"a", b"b", b"c"]
-    # The offset of "lost" is never handed out again.
-    assert twrite(client, "s", b"new") > 3
-
-
-def test_config_set_dir_never_trusts_a_stale_aof_there(server_factory, tmp_path: Path) -> None:
-    # The open AOF stays in the old dir; the AOF a later start finds in the
-    # new dir (here an old copy) must not be taken as holding every write.
-    srv = server_factory(appendonly="yes", enable_protected_configs="yes")
-    client = srv.client()
-    for index in range(5):
-        twrite(client, "s", b"m%d" % index)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    shutil.copy(srv.dir / "appendonly.aof", elsewhere / "appendonly.aof")
-    client.config_set("dir", str(elsewhere))
-    last = [twrite(client, "s", b"n%d" % index) for index in range(5)][-1]
-    srv.kill9()
-    srv.directives["dir"] = str(elsewhere)
-    srv.start()
-    client = srv.client()
-    assert twrite(client, "s", b"new") > last
-    assert client.execute_command("TREAD", "s", last, 1) == [None]
 
 
 def aof_state(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
@@ -750,6 +476,7 @@ def state_view(state: ServerState) -> dict[bytes, object]:
     return view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
@@ -794,7 +521,7 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
     expected = state_view(state)
     # A clean shutdown writes tight reservation marks, so what the next
     # start shows is exactly what the AOF replays (a crash would add a gap
-    # up to each mark: test_crash.py).
+    # up to each mark: test_crash_kill9.py, test_crash_random_kills.py).
     persistence.shutdown("nosave")
     loaded, reloaded = aof_state(tmp_path, **settings)
     assert state_view(loaded) == expected
