@@ -214,6 +214,11 @@ def run(config: Config) -> int:
         loop.close()
         return 1
 
+    # Signal handlers before the listeners: once a listener accepts, a
+    # client may see the server up, and a SIGTERM or Ctrl-C from then on
+    # must shut down cleanly (save, AOF flush), not kill the process.
+    for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        loop.add_signal_handler(signum, server.on_signal, name)
     try:
         loop.run_until_complete(server.serve())
     except SystemExit as exc:
@@ -221,8 +226,6 @@ def run(config: Config) -> int:
         _remove_pidfile(pidfile)
         loop.close()
         return 1
-    for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
-        loop.add_signal_handler(signum, server.on_signal, name)
     server.start_cron()
     if config.get("port"):
         log.info("Ready to accept connections tcp")
