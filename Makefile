@@ -19,8 +19,8 @@ test:
 	./run-tests.sh
 
 # The fuzzers, FUZZ_TIME seconds each (CI runs them for a short bounded time).
-# Python (atheris) findings land in fuzz/proto/work/<target>/artifacts/; the
-# storage core's and the C lane's libFuzzer harnesses put new corpus entries in fuzz/core/work/
+# Python (atheris) findings land in fuzz/proto/runs/<target>/artifacts/; the
+# storage core's and the C lane's libFuzzer harnesses put new corpus entries in fuzz/core/runs/
 # and crashes in fuzz/core/crashes/.
 FUZZ_TIME ?= 600
 fuzz: fuzz-proto fuzz-core

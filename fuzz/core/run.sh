@@ -7,7 +7,7 @@
 #   --ci                fuzz into a scratch copy of the corpus (the repo's
 #                       corpus is not touched) and keep quiet unless a
 #                       harness fails
-# Without --ci, new coverage goes to fuzz/core/work/<harness>/ (not in git;
+# Without --ci, new coverage goes to fuzz/core/runs/<harness>/ (not in git;
 # `-merge=1` it into fuzz/core/corpus/<harness>/ to keep it) and crashes to
 # fuzz/core/crashes/. Every crash must become a regression test in
 # tests/c/driver.c (tests/c/lane_driver.c for fuzz_lane) and its input a
@@ -50,7 +50,7 @@ for harness in ops blobs lane; do
         crashes="$out/crash-"
         mkdir -p "$work"
     else
-        work="$here/work/$harness"
+        work="$here/runs/$harness"
         mkdir -p "$work" "$here/crashes"
         crashes="$here/crashes/$harness-"
     fi

@@ -2,10 +2,10 @@
 
 Each target (raw, struct, diff; all by default) runs in its own atheris
 process for --time seconds, one after the other. Inputs that reach new code
-are kept in fuzz/proto/work/<target>/corpus/ (not in git); the seeds in
+are kept in fuzz/proto/runs/<target>/corpus/ (not in git); the seeds in
 fuzz/proto/corpus/<target>/ are read first. A crash, a Finding or a timeout stops
-that target, leaves the input in fuzz/proto/work/<target>/artifacts/ and makes
-the exit code 1. --merge folds fuzz/proto/work/<target>/corpus/ into the seeds,
+that target, leaves the input in fuzz/proto/runs/<target>/artifacts/ and makes
+the exit code 1. --merge folds fuzz/proto/runs/<target>/corpus/ into the seeds,
 keeping only inputs that add coverage.
 
 Prints one line per target: executions, seconds, coverage (libFuzzer's
@@ -62,7 +62,7 @@ def run_target(target: str, seconds: int, extra: list[str], merge: bool = False)
     seeds = HERE / "corpus" / target
     # libFuzzer reads corpus directories recursively: artifacts and the
     # scratch directory sit beside the corpus, not in it.
-    work = HERE / "work" / target / "corpus"
+    work = HERE / "runs" / target / "corpus"
     artifacts = work.parent / "artifacts"
     for path in (seeds, work, artifacts):
         path.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("targets", nargs="*", help="raw, struct, diff (default: all)")
     parser.add_argument("--time", type=int, default=600, help="seconds per target (600)")
-    parser.add_argument("--merge", action="store_true", help="fold work/ into the seed corpus")
+    parser.add_argument("--merge", action="store_true", help="fold runs/ into the seed corpus")
     options = parser.parse_args(args)
     unknown = set(options.targets) - set(TARGET_NAMES)
     if unknown:

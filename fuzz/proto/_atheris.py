@@ -42,9 +42,9 @@ def main() -> None:
     name = sys.argv[1]
     target = TARGETS[name]
     # Commands that write files write them into the target's scratch
-    # directory (under work/, not in git); the corpus paths are absolute
+    # directory (under runs/, not in git); the corpus paths are absolute
     # (python -m fuzz.proto makes them so).
-    in_scratch_dir(os.path.join(_root(), "fuzz", "proto", "work", name, "scratch"))
+    in_scratch_dir(os.path.join(_root(), "fuzz", "proto", "runs", name, "scratch"))
     atheris.Setup([_self_command(name), *sys.argv[2:]], target)
     atheris.Fuzz()
 
