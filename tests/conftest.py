@@ -720,6 +720,15 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
         srv.kill9()
 
 
+@pytest.fixture(scope="module")
+def msrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisModuleServer]:
+    """A redis-server with the module, one per test module (its tests flush)."""
+    server = RedisModuleServer(tmp_path_factory.mktemp("module-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def module_factory(tmp_path: Path) -> Iterator[Callable[..., RedisModuleServer]]:
     """Start redis-servers with the module: module_factory(appendonly="yes",

@@ -30,14 +30,6 @@ from conftest import (
 )
 
 
-@pytest.fixture(scope="module")
-def msrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisModuleServer]:
-    server = RedisModuleServer(tmp_path_factory.mktemp("module-only"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def r(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
     client = msrv.client()

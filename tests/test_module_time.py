@@ -16,14 +16,6 @@ from test_module_persistence import state_of, wait_rewrite_done
 TICK_NODES = 16
 
 
-@pytest.fixture(scope="module")
-def msrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisModuleServer]:
-    server = RedisModuleServer(tmp_path_factory.mktemp("module-time"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def r(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
     client = msrv.client()
