@@ -114,17 +114,19 @@ def bound_note(
 ) -> str:
     """What limited a throughput figure, from the CPU measured over its run.
 
-    States which process was saturated (server, load generator, or neither:
-    then both waited, on each other or on the 2 shared cores), then the
-    figures themselves, and `per_request` (server CPU per request, beside
-    redis-server's) when given.
+    States which process was saturated: the server, the load generator, or
+    neither (then the server either waited for one of the 2 shared cores,
+    its queued time, or for requests), then the figures themselves, and
+    `per_request` (server CPU per request, beside redis-server's) if given.
     """
     if server_pct >= SATURATED_PCT:
         who = "server CPU-bound"
     elif gen_pct >= SATURATED_PCT:
         who = "load-generator-bound"
+    elif server_pct + queued_pct >= SATURATED_PCT:
+        who = "shared cores (the server was ready but waited for a core)"
     else:
-        who = "neither saturated (shared cores / round trips)"
+        who = "round trips (neither process busy)"
     facts = f"{who}: server {server_pct:.0f}% of a core"
     if queued_pct >= 5:
         facts += f" (+{queued_pct:.0f}% queued)"
