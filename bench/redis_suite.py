@@ -365,12 +365,7 @@ def _wakeup(ctx: Context, rcp: Server, red: Server, report: SuiteReport, log: Lo
 
 def _core_bytes(srv: Server) -> int:
     """The core's own accounting of every stream's memory (INFO streams)."""
-    info = srv.call(b"INFO", b"streams")
-    assert isinstance(info, bytes), info
-    for line in info.decode().splitlines():
-        if line.startswith("stream_memory_bytes:"):
-            return int(line.split(":", 1)[1])
-    raise RuntimeError("INFO streams has no stream_memory_bytes")
+    return int(srv.info("streams")["stream_memory_bytes"])
 
 
 def _memory(ctx: Context, report: SuiteReport, log: Log) -> None:

@@ -126,7 +126,7 @@ def bound_note(
     elif server_pct + queued_pct >= SATURATED_PCT:
         who = "shared cores (the server was ready but waited for a core)"
     else:
-        who = "round trips (neither process busy)"
+        who = "neither saturated (the server idled, waiting for requests)"
     facts = f"{who}: server {server_pct:.0f}% of a core"
     if queued_pct >= 5:
         facts += f" (+{queued_pct:.0f}% queued)"

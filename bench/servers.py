@@ -142,6 +142,13 @@ class Server:
             raise RuntimeError(f"{self.label}: {args[0]!r} failed: {reply}")
         return reply
 
+    def info(self, section: str) -> dict[str, str]:
+        """One INFO section as field -> value."""
+        reply = self.call(b"INFO", section)
+        assert isinstance(reply, bytes), reply
+        lines = reply.decode().splitlines()
+        return dict(line.split(":", 1) for line in lines if ":" in line and line[0] != "#")
+
     @property
     def pid(self) -> int:
         assert self.proc is not None

@@ -74,10 +74,7 @@ def run(ctx: Context) -> SuiteReport:
 
 
 def _info_streams(srv: Server) -> dict[str, int]:
-    info = srv.call(b"INFO", b"streams")
-    assert isinstance(info, bytes), info
-    fields = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
-    return {k: int(v) for k, v in fields.items() if v.isdigit()}
+    return {k: int(v) for k, v in srv.info("streams").items() if v.isdigit()}
 
 
 def _wait_compressed(srv: Server, depth: int, timeout: float = 300.0) -> dict[str, int]:
