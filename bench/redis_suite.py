@@ -98,8 +98,10 @@ def _interleaved(
     for _ in range(rounds):
         for i, (srv, command) in enumerate(runs):
             busy_before, wait_before = srv.sched_seconds()
+            calls_before = srv.syscalls()
             line = redis_benchmark(srv.port, command, requests, CLIENTS, pipeline)
             busy_after, wait_after = srv.sched_seconds()
+            line.server_syscalls_per_request = (srv.syscalls() - calls_before) / requests
             line.server_cpu_pct = 100.0 * (busy_after - busy_before) / line.wall
             line.server_wait_pct = 100.0 * (wait_after - wait_before) / line.wall
             line.server_us_per_request = 1e6 * (busy_after - busy_before) / requests
@@ -124,6 +126,11 @@ def _us_per_request(lines: list[BenchLine]) -> float:
     return statistics.median(line.server_us_per_request for line in lines)
 
 
+def _syscalls(lines: list[BenchLine]) -> float:
+    """Median read/write system calls of the server per request."""
+    return statistics.median(line.server_syscalls_per_request for line in lines)
+
+
 def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> str:
     """What limited rcp11's side of a row, from its runs' CPU figures."""
     rcp_us, red_us = _us_per_request(rcp_lines), _us_per_request(red_lines)
@@ -131,7 +138,9 @@ def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> str:
         statistics.median(line.server_cpu_pct for line in rcp_lines),
         statistics.median(line.loadgen_cpu_pct for line in rcp_lines),
         statistics.median(line.server_wait_pct for line in rcp_lines),
-        f"server CPU {rcp_us:.1f} us/request (redis-server {red_us:.1f})",
+        f"server CPU {rcp_us:.1f} us/request (redis-server {red_us:.1f}), "
+        f"{_syscalls(rcp_lines):.2f} read/write syscalls per request "
+        f"(redis-server {_syscalls(red_lines):.2f})",
     )
 
 
@@ -154,6 +163,7 @@ def _throughput(
             "redis-benchmark CPU (rcp11 / redis runs)",
             "server CPU (rcp11 / redis)",
             "server CPU us/request (rcp11 / redis)",
+            "server read/write syscalls per request (rcp11 / redis)",
         ],
     )
     # Probe sizes: a first run of this many requests per side measures both
@@ -174,7 +184,10 @@ def _throughput(
         "by the generator or by other processes on the 2 shared cores. Server CPU per "
         "request = the server's CPU time over a run (all its threads, /proc schedstat) / "
         "the run's requests: what a request costs the server, whatever the machine's "
-        "load; the lane suite below splits rcp11's figure between the C lane and the rest."
+        "load; the lane suite below splits rcp11's figure between the C lane and the rest. "
+        "Syscalls per request = growth of syscr + syscw in /proc/PID/io (read, recv, write, "
+        "send... of the whole process) / requests: fewer than one means pipelined requests "
+        "shared a read and a write."
     )
     report.tables.append(table)
 
@@ -221,6 +234,7 @@ def _throughput(
             f"{_cpu(rcp_lines)} / {_cpu(red_lines)}",
             f"{_server_cpu(rcp_lines)} / {_server_cpu(red_lines)}",
             f"{_us_per_request(rcp_lines):.1f} / {_us_per_request(red_lines):.1f}",
+            f"{_syscalls(rcp_lines):.2f} / {_syscalls(red_lines):.2f}",
         )
         report.data[key] = {
             "rcp11": a,
@@ -230,6 +244,8 @@ def _throughput(
             "redis_rounds": [x.rps for x in red_lines],
             "rcp11_server_us_per_request": _us_per_request(rcp_lines),
             "redis_server_us_per_request": _us_per_request(red_lines),
+            "rcp11_syscalls_per_request": _syscalls(rcp_lines),
+            "redis_syscalls_per_request": _syscalls(red_lines),
             "bound": bound,
         }
         log(f"  rcp11 {num(a)} / redis {num(b)} entries/s = {a / b:.2f}x")

@@ -162,6 +162,13 @@ class Server:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS line")
 
+    def syscalls(self) -> int:
+        """Read- and write-family system calls of the whole process so far
+        (syscr + syscw of /proc/PID/io: read, recv, write, send...)."""
+        with open(f"/proc/{self.pid}/io") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["syscr"]) + int(fields["syscw"])
+
     def sched_seconds(self) -> tuple[float, float]:
         """(seconds on a CPU by all threads, seconds the main thread was
         runnable but waiting for a CPU).
