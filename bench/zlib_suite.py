@@ -53,8 +53,8 @@ def run(ctx: Context) -> SuiteReport:
     def log(message: str) -> None:
         ctx.log(NAME, message)
 
-    messages = ctx.pick(500_000, 100_000, 12_000)
-    reads = ctx.pick(20_000, 5_000, 1_000)
+    messages = ctx.pick(300_000, 60_000, 12_000)
+    reads = ctx.pick(10_000, 3_000, 1_000)
     rounds = ctx.pick(3, 2, 1)
     log(f"generating {num(messages)} JSON events")
     lines = events(messages)
