@@ -304,6 +304,9 @@ class Keyspace:
         # Bumped by every change (touch() and set_expire()): dispatch compares
         # it around a handler that raised (see commands.core.call).
         self.changes = 0
+        # Keys touched since the streams-oldest index last looked (None:
+        # nobody keeps one). rcp11/retention.py's OldestIndex turns it on.
+        self.changed: dict[bytes, None] | None = None
 
     def __len__(self) -> int:
         return len(self.data)
@@ -346,6 +349,8 @@ class Keyspace:
         self.changes += 1
         if key in self._stream_bytes:
             self._unmeasured[key] = None
+        if self.changed is not None:
+            self.changed[key] = None
         if self.watchers:
             watchers = self.watchers.get(key)
             if watchers:
@@ -467,6 +472,9 @@ class ServerState:
         self.persistence: PersistenceHooks = NullPersistence()
         # Wired in by start-up (rcp11/retention.py); None runs no retention.
         self.retention: Retention | None = None
+        # The streams-oldest policy's index of streams by oldest append time
+        # (rcp11/retention.py: OldestIndex), made by its first eviction.
+        self.oldest_index: Any = None
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save
