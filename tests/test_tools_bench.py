@@ -252,3 +252,4 @@ def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     assert "time index bytes / message" in report and "TSEEK median us" in report
     assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
     assert "rcp11 / redis" in report
+    assert "streams-oldest" in report and "| 100 |" in report and "writes/s" in report
