@@ -106,7 +106,9 @@
  * Redis feeds replicas and the AOF from one stream of commands; a module
  * command chooses what goes in it:
  *
- *   TWRITE key e / TWRITE key ENTRIES e...  RCP11.TWRITEAT key <ms> e...
+ *   TWRITE key e / TWRITE key ENTRIES e...  verbatim, when the messages got
+ *                                           the stream's clock as it was;
+ *                                           else RCP11.TWRITEAT key <ms> e...
  *   TWRITE key BACKLOG n ENTRIES e...       RCP11.TWRITEAT key <ms> e...
  *                                           + TEVICT key <last evicted offset>
  *   TEVICT key -n / TEVICT key o            TEVICT key <last evicted offset>,
@@ -123,12 +125,23 @@
  * the append, so already clamped to never go back), so a replica and a
  * replayed AOF record the primary's times, not their own: TSEEK answers and
  * retention by age are the primary's after a failover or a restart.
+ *
+ * Most writes at high rates land in the millisecond of the write before
+ * them: their time is the stream's clock, unchanged. Those go verbatim
+ * (RM_ReplicateVerbatim, no allocation; RM_Replicate costs a command lookup
+ * and several allocations, ~10% of a TWRITE's server CPU), and a plain
+ * TWRITE that arrives from the primary or the AOF (context flags
+ * REPLICATED or LOADING) appends at the receiver's copy of the stream's
+ * clock: the same value, since every step that moves a clock is
+ * deterministic and RDB values carry it. A rewritten AOF keeps it too (see
+ * PERSISTENCE).
  * RCP11.TWRITEAT (and RCP11.NODE, below) set append times, which no client
  * may do: they answer an error unless the context flags say REPLICATED
  * (sent by this server's primary) or LOADING (the AOF; no client command
  * runs while a server loads), so MULTI, Lua and RM_Call cannot reach them
  * either. An AOF written before RCP11.TWRITEAT holds plain TWRITEs, which
- * still load (their messages are appended at replay time). Several commands replicated by
+ * still load: a stream's first one appends at replay time, the next ones at
+ * the stream's clock. Several commands replicated by
  * one call are wrapped in MULTI/EXEC by Redis. Replicas refuse every write
  * (-READONLY), group reads included; a replicated TWRITE wakes the
  * replica's own blocked readers.
@@ -163,7 +176,11 @@
  *   TEVICT key <first offset - 1>    if the first node is partly evicted
  *   RCP11.SKIPTO key <next offset>   if the tail is evicted, or no node
  *
- * Offsets, evictions, the next offset and the time index come back exactly.
+ * except that a stream whose clock is past its nodes' times (its newest
+ * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
+ * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
+ * back too. Offsets, evictions, the next offset, the time index and the
+ * clock come back exactly.
  * A node blob is checked like an RDB one before it is trusted.
  *
  * Durability is Redis's (docs/MODULE.md): with appendonly yes and
@@ -1042,9 +1059,14 @@ static int rl_twrite_options(RedisModuleCtx *ctx, RedisModuleString **argv, int 
 typedef struct rl_appended {
     int64_t first;          /* offset of the first message */
     int64_t at_ms;          /* the append time the messages got */
+    int64_t clock_before;   /* the stream's clock before (0: new stream) */
     uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
     uint64_t first_after;   /* ... and after it */
 } rl_appended;
+
+/* at_ms for rl_append_entries(): the stream's own clock (its newest append
+ * time), or the module's clock for a stream that never had a message. */
+#define RL_AT_STREAM_CLOCK (-2)
 
 /* The body of TWRITE and RCP11.TWRITEAT: append the n messages entries[]
  * to the stream `name` at append time at_ms (raised to the stream's clock),
@@ -1074,6 +1096,8 @@ static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
         total += len;
     }
 
+    out->clock_before = s ? mn_last_append_ms(s) : 0;
+    if (at_ms == RL_AT_STREAM_CLOCK) at_ms = out->clock_before > 0 ? out->clock_before : rl_now_ms();
     int created = s == NULL;
     if (created) s = rl_stream_new();
     else rl_apply_config(s);
@@ -1128,14 +1152,29 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
+    /* A plain TWRITE from this server's primary or from the AOF is one
+     * whose messages got the stream's clock there (below): so here too. */
+    int64_t at_ms = RL_AT_STREAM_CLOCK;
+    if (!(RedisModule_GetContextFlags(ctx) &
+          (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
+        at_ms = rl_now_ms();
     rl_appended a;
-    if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, rl_now_ms(), backlog, &a))
+    if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
         return REDISMODULE_OK;
-    /* Replicas and the AOF get the time the messages were appended here,
-     * and a cut as an absolute offset. The time's string is kept while the
-     * clock stays on one millisecond (RM_Replicate only takes a reference
-     * to an "s" argument): at high rates most writes share it, and making a
-     * string per write was a measurable share of a TWRITE's cost. */
+    /* Replicas and the AOF must append at the time the messages got here.
+     * When that is the stream's clock as it was (writes within one
+     * millisecond, the common case at high rates), the command goes
+     * verbatim and the receiver appends at its copy of the stream's clock,
+     * which equals this one (see REPLICATION AND THE AOF): no
+     * RM_Replicate, which costs a command lookup and several allocations
+     * per call (~10% of a TWRITE's server CPU). Otherwise the time goes
+     * along in RCP11.TWRITEAT, and a cut as an absolute offset. */
+    if (backlog < 0 && a.clock_before > 0 && a.at_ms == a.clock_before) {
+        RedisModule_ReplicateVerbatim(ctx);
+        return RedisModule_ReplyWithLongLong(ctx, a.first);
+    }
+    /* The time's string is kept while the clock stays on one millisecond
+     * (RM_Replicate only takes a reference to an "s" argument). */
     static RedisModuleString *at_str;
     static int64_t at_str_ms = -1;
     if (at_str_ms != a.at_ms) {
@@ -1742,28 +1781,33 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     return s;
 }
 
-static void rl_emit_skipto(RedisModuleIO *aof, RedisModuleString *key, uint64_t next) {
+/* Emit `command key offset` (RCP11.SKIPTO, TEVICT) into a rewritten AOF. */
+static void rl_emit_offset(RedisModuleIO *aof, const char *command, RedisModuleString *key,
+                           uint64_t offset) {
     char digits[24];
-    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)next);
-    RedisModule_EmitAOF(aof, "RCP11.SKIPTO", "sb", key, digits, (size_t)len);
+    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)offset);
+    RedisModule_EmitAOF(aof, command, "sb", key, digits, (size_t)len);
 }
 
 /* Rebuild the stream node by node (see PERSISTENCE): RCP11.NODE per node
  * (offsets, bytes, compression and append times as they are), TEVICT for an
- * evicted prefix of the first node, RCP11.SKIPTO for an evicted tail or a
- * stream without nodes. Runs in the rewrite child: it allocates its own
- * buffer. */
+ * evicted prefix of the first node, then the end: RCP11.SKIPTO for an
+ * evicted tail, or, when the stream's clock is past its last node's newest
+ * time (its newest messages were evicted), a message at the last offset,
+ * appended at the clock and evicted again, so that the rebuilt stream's
+ * clock is this one (a verbatim TWRITE after it appends at that clock).
+ * Runs in the rewrite child: it allocates its own buffer. */
 static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
     mn_stream *s = value;
     uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
+    int64_t clock = mn_last_append_ms(s), nodes_last_ms = 0;
     const mn_node *node = mn_first_node(s);
-    if (node == NULL) {
-        rl_emit_skipto(aof, key, end);
-        return;
-    }
     mn_node_info info;
-    mn_node_get_info(node, &info);
-    uint64_t nodes_start = info.first, nodes_end = info.first;
+    uint64_t nodes_start = 0, nodes_end = 0;
+    if (node != NULL) {
+        mn_node_get_info(node, &info);
+        nodes_start = nodes_end = info.first;
+    }
     mn_buf buf;
     mn_buf_init(&buf);
     for (; node != NULL; node = mn_node_next(node)) {
@@ -1775,14 +1819,18 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
         }
         RedisModule_EmitAOF(aof, "RCP11.NODE", "sb", key, buf.data, buf.len);
         nodes_end = info.first + info.count;
+        nodes_last_ms = info.last_ms;
     }
     mn_buf_free(&buf);
-    if (first > nodes_start) {
-        char digits[24];
-        int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)(first - 1));
-        RedisModule_EmitAOF(aof, "TEVICT", "sb", key, digits, (size_t)len);
+    if (first > nodes_start && nodes_end > nodes_start)
+        rl_emit_offset(aof, "TEVICT", key, first - 1);
+    if (clock > nodes_last_ms && mn_length(s) == 0 && end > nodes_end) {
+        if (end - 1 > nodes_end || nodes_end == 0) rl_emit_offset(aof, "RCP11.SKIPTO", key, end - 1);
+        RedisModule_EmitAOF(aof, "RCP11.TWRITEAT", "slc", key, (long long)clock, "");
+        rl_emit_offset(aof, "TEVICT", key, end - 1);
+    } else if (end > nodes_end || nodes_end == 0) {
+        rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
     }
-    if (end > nodes_end) rl_emit_skipto(aof, key, end);
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }

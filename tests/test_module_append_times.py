@@ -45,6 +45,12 @@ def write_spread(client: redis.Redis, keys: list[str], batches: int = 12) -> Non
         for n, key in enumerate(keys):
             size = 1 + (batch * 7 + n * 3) % 13
             tw(client, key, *[b"%s-%d-%d" % (key.encode(), batch, i) for i in range(size)])
+        # Many single writes in one pipeline: most share a millisecond with
+        # the write before them, the form the module replicates verbatim.
+        with client.pipeline(transaction=False) as pipe:
+            for i in range(30):
+                pipe.execute_command("TWRITE", keys[1], b"quick-%d-%d" % (batch, i))
+            pipe.execute()
         if batch == 5:
             client.execute_command("TWRITE", keys[0], "BACKLOG", 40, "ENTRIES", "cut")
         if batch == 8:
@@ -198,3 +204,28 @@ def test_module_arguments_other_than_the_test_clock_are_refused(module_factory: 
     with pytest.raises(RuntimeError, match="exited"):
         start_with_module_args(srv, "unknown", "1")
     assert "takes no module arguments" in (srv.dir / "server.log").read_text()
+
+
+def test_rewritten_aof_keeps_the_clock_of_an_emptied_stream(
+    primary_srv: RedisModuleServer,
+) -> None:
+    primary_srv.restart(appendonly="yes", aof_use_rdb_preamble="no")
+    client = primary_srv.client()
+    before = redis_ms(client) - HOUR_MS - 1
+    tw(client, "e", "a", "b", "c")
+    client.execute_command("TEVICT", "e", 2)  # every message gone: only the clock is left
+    client.bgrewriteaof()
+    wait_rewrite_done(client)
+    client.close()
+    # Restarted with the module's clock another hour back: a stream's times
+    # never go back, so a new message is appended at the stream's clock,
+    # which the rewritten AOF must have kept though no message holds it.
+    assert primary_srv.conf is not None
+    primary_srv.conf.write_text(
+        f"loadmodule {module_path()} debug-clock-offset-ms {-2 * HOUR_MS}\n"
+    )
+    primary_srv.restart()
+    client = primary_srv.client()
+    assert tw(client, "e", "new") == 3
+    assert client.execute_command("TSEEK", "e", before) == 3
+    client.close()
