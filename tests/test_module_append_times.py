@@ -85,12 +85,20 @@ def spread_on(client: redis.Redis, keys: list[str]) -> tuple[int, int]:
 KEYS = ["a", "b", "{c}x"]
 
 
-def test_replica_answers_tseek_as_the_primary(
+def with_replica(
     primary_srv: RedisModuleServer, module_factory: Any
-) -> None:
+) -> tuple[redis.Redis, redis.Redis]:
+    """Clients of the primary and of a new replica of it (on the live link)."""
     replica_srv = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}", **NODE)
     primary, replica = primary_srv.client(), replica_srv.client()
     assert wait_for(lambda: replica.info("replication")["master_link_status"] == "up")
+    return primary, replica
+
+
+def test_replica_answers_tseek_as_the_primary(
+    primary_srv: RedisModuleServer, module_factory: Any
+) -> None:
+    primary, replica = with_replica(primary_srv, module_factory)
     start, end = spread_on(primary, KEYS)  # live: the replica runs every write
     assert primary.execute_command("WAIT", 1, 10_000) == 1
     expected = answers(primary, KEYS, start, end)
@@ -146,9 +154,7 @@ def test_kill9_with_appendfsync_always_keeps_append_times(
 def test_promoted_replica_ages_messages_by_the_primarys_times(
     primary_srv: RedisModuleServer, module_factory: Any
 ) -> None:
-    replica_srv = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}", **NODE)
-    primary, replica = primary_srv.client(), replica_srv.client()
-    assert wait_for(lambda: replica.info("replication")["master_link_status"] == "up")
+    primary, replica = with_replica(primary_srv, module_factory)
     # Two full nodes written on the primary, an hour ago by its clock.
     tw(primary, "s", *[b"old %d" % n for n in range(20)])
     assert primary.execute_command("WAIT", 1, 10_000) == 1
