@@ -39,6 +39,8 @@
  *   tconcat       write deny-oom                 1: RW INSERT; 2..: RW DELETE
  *   tseek         readonly fast                  1: RO ACCESS
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
+ *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
+ *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
@@ -104,17 +106,42 @@
  * Redis feeds replicas and the AOF from one stream of commands; a module
  * command chooses what goes in it:
  *
- *   TWRITE key e / TWRITE key ENTRIES e...  verbatim
- *   TWRITE key BACKLOG n ENTRIES e...       TWRITE key ENTRIES e...
+ *   TWRITE key e / TWRITE key ENTRIES e...  verbatim, when the messages got
+ *                                           the stream's clock as it was;
+ *                                           else RCP11.TWRITEAT key <ms> e...
+ *   TWRITE key BACKLOG n ENTRIES e...       RCP11.TWRITEAT key <ms> e...
  *                                           + TEVICT key <last evicted offset>
  *   TEVICT key -n / TEVICT key o            TEVICT key <last evicted offset>,
  *                                           only when something was evicted
  *   TREAD ... GROUP gk                      SET gk <new position>
  *   TCONCAT, RCP11.SKIPTO                   verbatim
+ *   RCP11.TWRITEAT, RCP11.NODE              verbatim (a replica's own AOF
+ *                                           and its replicas)
  *   retention (the timer, primary only)     TEVICT key <last evicted offset>
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
- * its primary is whatever it held before. Several commands replicated by
+ * its primary is whatever it held before. Appends are replicated with the
+ * append time the primary gave the messages (<ms>: the stream's clock after
+ * the append, so already clamped to never go back), so a replica and a
+ * replayed AOF record the primary's times, not their own: TSEEK answers and
+ * retention by age are the primary's after a failover or a restart.
+ *
+ * Most writes at high rates land in the millisecond of the write before
+ * them: their time is the stream's clock, unchanged. Those go verbatim
+ * (RM_ReplicateVerbatim, no allocation; RM_Replicate costs a command lookup
+ * and several allocations, ~10% of a TWRITE's server CPU), and a plain
+ * TWRITE that arrives from the primary or the AOF (context flags
+ * REPLICATED or LOADING) appends at the receiver's copy of the stream's
+ * clock: the same value, since every step that moves a clock is
+ * deterministic and RDB values carry it. A rewritten AOF keeps it too (see
+ * PERSISTENCE).
+ * RCP11.TWRITEAT (and RCP11.NODE, below) set append times, which no client
+ * may do: they answer an error unless the context flags say REPLICATED
+ * (sent by this server's primary) or LOADING (the AOF; no client command
+ * runs while a server loads), so MULTI, Lua and RM_Call cannot reach them
+ * either. An AOF written before RCP11.TWRITEAT holds plain TWRITEs, which
+ * still load: a stream's first one appends at replay time, the next ones at
+ * the stream's clock. Several commands replicated by
  * one call are wrapped in MULTI/EXEC by Redis. Replicas refuse every write
  * (-READONLY), group reads included; a replicated TWRITE wakes the
  * replica's own blocked readers.
@@ -139,12 +166,22 @@
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
  *
- * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits commands that
- * rebuild the stream logically: RCP11.SKIPTO key <first offset> (creates the
- * stream with every older offset evicted), then TWRITE key ENTRIES ... in
- * batches of RL_AOF_BATCH_MESSAGES, then RCP11.SKIPTO key <next offset> if
- * the tail is evicted. Offsets, evictions and the next offset come back
- * exactly; node boundaries and compression follow the current configs.
+ * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits the same
+ * blobs as commands, so that append times (which live in the nodes' time
+ * tables, not per message) come back exactly:
+ *
+ *   RCP11.NODE key <node blob 1>     node by node: offsets, bytes,
+ *   RCP11.NODE key <node blob 2>     compression and append times as
+ *   ...                              they are (mn_append_node_blob)
+ *   TEVICT key <first offset - 1>    if the first node is partly evicted
+ *   RCP11.SKIPTO key <next offset>   if the tail is evicted, or no node
+ *
+ * except that a stream whose clock is past its nodes' times (its newest
+ * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
+ * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
+ * back too. Offsets, evictions, the next offset, the time index and the
+ * clock come back exactly.
+ * A node blob is checked like an RDB one before it is trusted.
  *
  * Durability is Redis's (docs/MODULE.md): with appendonly yes and
  * appendfsync always a reply leaves only after the AOF write is on disk;
@@ -178,9 +215,11 @@
  * logged cuts): every eviction reaches replicas and the AOF as an absolute
  * TEVICT, wrapped with the tick's other cuts in MULTI/EXEC by Redis, so a
  * replica and a replayed AOF end with the same streams whatever their
- * clocks. Append times come from Redis's clock (RedisModule_Milliseconds)
- * and travel with RDB blobs; messages replayed from AOF commands are
- * appended at replay time, so age-based retention counts from then.
+ * clocks. Append times come from Redis's clock (RedisModule_Milliseconds,
+ * through rl_now_ms) and travel with RDB blobs, with RCP11.TWRITEAT in the
+ * replication stream and the AOF, and with RCP11.NODE in a rewritten AOF:
+ * a promoted replica or a restarted server ages messages by the times the
+ * primary gave them.
  *
  * The same pass finishes compression scans (a change of level or depth, a
  * load, a TCONCAT), so configs also reach idle streams: rl_house.dirty asks
@@ -240,11 +279,6 @@
 /* Scratch buffers above this size are given back after the command that
  * grew them, so one huge read does not pin its memory. */
 #define RL_SCRATCH_KEEP_BYTES (1024 * 1024)
-/* AOF rewrite: messages and payload bytes per emitted TWRITE, small enough
- * to keep each command far below proto-max-bulk-len and the AOF loader's
- * buffers, large enough to make the per-command overhead negligible. */
-#define RL_AOF_BATCH_MESSAGES 1000
-#define RL_AOF_BATCH_BYTES (4 * 1024 * 1024)
 /* Housekeeping (see RETENTION AND COMPRESSION above): one module timer. While a pass over the keyspace is under way it
  * ticks every RL_TICK_MS and each tick frees or compresses at most
  * RL_TICK_NODES nodes and looks at no more than about RL_TICK_KEYS keys, so
@@ -282,6 +316,9 @@
 #define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
 #define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
 #define RL_ERR_TIME "ERR time is not an integer or out of range"
+#define RL_ERR_INTERNAL_FMT                                                                    \
+    "ERR %s is internal: only a primary's replication stream and the AOF may send it"
+#define RL_ERR_NODE "ERR bad stream node blob"
 
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
@@ -609,12 +646,24 @@ static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
  * append signature is used in one place.
  * --------------------------------------------------------------------- */
 
-static int64_t rl_append_one(mn_stream *s, const char *p, size_t len) {
-    return mn_append_one(s, p, (uint32_t)len, RedisModule_Milliseconds());
+/* The module's clock: Redis's, shifted by the debug-clock-offset-ms module
+ * argument (0 unless a test loads the module with it, to play a primary
+ * whose clock is far from its replica's). Append times, retention's "now"
+ * and the loading of old blobs all read it. */
+static int64_t rl_clock_offset_ms;
+
+static int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
+
+/* at_ms: the append time the messages get at the least (the core raises it
+ * to the stream's clock): rl_now_ms() for a client's TWRITE, the primary's
+ * time for a replicated or replayed RCP11.TWRITEAT. */
+static int64_t rl_append_one(mn_stream *s, const char *p, size_t len, int64_t at_ms) {
+    return mn_append_one(s, p, (uint32_t)len, at_ms);
 }
 
-static int64_t rl_append_many(mn_stream *s, const char *buf, const uint32_t *lens, size_t n) {
-    return mn_append(s, buf, lens, n, RedisModule_Milliseconds());
+static int64_t rl_append_many(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
+                              int64_t at_ms) {
+    return mn_append(s, buf, lens, n, at_ms);
 }
 
 /* Reply the error for a core return code that a checked command can still
@@ -1006,34 +1055,49 @@ static int rl_twrite_options(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     return REDISMODULE_OK;
 }
 
-static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 3) return RedisModule_WrongArity(ctx);
-    int entries_at = 2;
-    long long backlog = -1;
-    if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
-        return REDISMODULE_OK;
-    size_t n = (size_t)(argc - entries_at);
+/* What an append did, for the caller's replication and reply. */
+typedef struct rl_appended {
+    int64_t first;          /* offset of the first message */
+    int64_t at_ms;          /* the append time the messages got */
+    int64_t clock_before;   /* the stream's clock before (0: new stream) */
+    uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
+    uint64_t first_after;   /* ... and after it */
+} rl_appended;
 
+/* at_ms for rl_append_entries(): the stream's own clock (its newest append
+ * time), or the module's clock for a stream that never had a message. */
+#define RL_AT_STREAM_CLOCK (-2)
+
+/* The body of TWRITE and RCP11.TWRITEAT: append the n messages entries[]
+ * to the stream `name` at append time at_ms (raised to the stream's clock),
+ * then keep the newest `backlog` offsets (-1: no cut). Signals the key.
+ * Returns 1, or replies the error and returns 0 with nothing changed. */
+static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
+                             RedisModuleString **entries, size_t n, int64_t at_ms,
+                             long long backlog, rl_appended *out) {
     mn_stream *s;
     RedisModuleKey *key;
-    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
-        return REDISMODULE_OK;
+    if (!rl_open_stream(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE, &key, &s)) return 0;
     uint64_t next = s ? mn_next_offset(s) : 0;
     if ((uint64_t)n > RL_OFFSET_END - next) {
         RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, RL_ERR_OVERFLOW);
+        RedisModule_ReplyWithError(ctx, RL_ERR_OVERFLOW);
+        return 0;
     }
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len;
-        RedisModule_StringPtrLen(argv[entries_at + i], &len);
+        RedisModule_StringPtrLen(entries[i], &len);
         if ((uint64_t)len > MN_MAX_MESSAGE_BYTES) {
             RedisModule_CloseKey(key);
-            return RedisModule_ReplyWithError(ctx, RL_ERR_TOOBIG);
+            RedisModule_ReplyWithError(ctx, RL_ERR_TOOBIG);
+            return 0;
         }
         total += len;
     }
 
+    out->clock_before = s ? mn_last_append_ms(s) : 0;
+    if (at_ms == RL_AT_STREAM_CLOCK) at_ms = out->clock_before > 0 ? out->clock_before : rl_now_ms();
     int created = s == NULL;
     if (created) s = rl_stream_new();
     else rl_apply_config(s);
@@ -1042,48 +1106,116 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     int64_t first;
     if (n == 1) {
         size_t len;
-        const char *p = RedisModule_StringPtrLen(argv[entries_at], &len);
-        first = rl_append_one(s, p, len);
+        const char *p = RedisModule_StringPtrLen(entries[0], &len);
+        first = rl_append_one(s, p, len, at_ms);
     } else {
         rl_reserve_write(total ? total : 1, n);
         size_t at = 0;
         for (size_t i = 0; i < n; i++) {
             size_t len;
-            const char *p = RedisModule_StringPtrLen(argv[entries_at + i], &len);
+            const char *p = RedisModule_StringPtrLen(entries[i], &len);
             memcpy(rl_write_buf + at, p, len);
             rl_write_lens[i] = (uint32_t)len;
             at += len;
         }
-        first = rl_append_many(s, rl_write_buf, rl_write_lens, n);
+        first = rl_append_many(s, rl_write_buf, rl_write_lens, n, at_ms);
         rl_release_scratch();
     }
     if (first < 0) {
         if (created) mn_stream_free(s);
         RedisModule_CloseKey(key);
-        return rl_reply_core_error(ctx, first);
+        rl_reply_core_error(ctx, first);
+        return 0;
     }
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
     }
-    uint64_t first_before = mn_first_offset(s);
+    out->first = first;
+    out->at_ms = mn_last_append_ms(s);
+    out->first_before = mn_first_offset(s);
     if (backlog >= 0) mn_evict_keep(s, (uint64_t)backlog);
-    uint64_t first_after = mn_first_offset(s);
+    out->first_after = mn_first_offset(s);
     rl_account(s, &before);
     RedisModule_CloseKey(key);
 
-    RedisModule_SignalModifiedKey(ctx, argv[1]);
-    RedisModule_SignalKeyAsReady(ctx, argv[1]);
-    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "twrite", argv[1]);
-    if (backlog < 0) {
+    RedisModule_SignalModifiedKey(ctx, name);
+    RedisModule_SignalKeyAsReady(ctx, name);
+    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "twrite", name);
+    return 1;
+}
+
+static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    int entries_at = 2;
+    long long backlog = -1;
+    if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    size_t n = (size_t)(argc - entries_at);
+    /* A plain TWRITE from this server's primary or from the AOF is one
+     * whose messages got the stream's clock there (below): so here too. */
+    int64_t at_ms = RL_AT_STREAM_CLOCK;
+    if (!(RedisModule_GetContextFlags(ctx) &
+          (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
+        at_ms = rl_now_ms();
+    rl_appended a;
+    if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
+        return REDISMODULE_OK;
+    /* Replicas and the AOF must append at the time the messages got here.
+     * When that is the stream's clock as it was (writes within one
+     * millisecond, the common case at high rates), the command goes
+     * verbatim and the receiver appends at its copy of the stream's clock,
+     * which equals this one (see REPLICATION AND THE AOF): no
+     * RM_Replicate, which costs a command lookup and several allocations
+     * per call (~10% of a TWRITE's server CPU). Otherwise the time goes
+     * along in RCP11.TWRITEAT, and a cut as an absolute offset. */
+    if (backlog < 0 && a.clock_before > 0 && a.at_ms == a.clock_before) {
         RedisModule_ReplicateVerbatim(ctx);
-    } else {
-        /* The cut goes to replicas as an absolute offset. */
-        RedisModule_Replicate(ctx, "TWRITE", "scv", argv[1], "ENTRIES", argv + entries_at, n);
-        if (first_after != first_before)
-            RedisModule_Replicate(ctx, "TEVICT", "sl", argv[1], (long long)(first_after - 1));
+        return RedisModule_ReplyWithLongLong(ctx, a.first);
     }
-    return RedisModule_ReplyWithLongLong(ctx, first);
+    /* The time's string is kept while the clock stays on one millisecond
+     * (RM_Replicate only takes a reference to an "s" argument). */
+    static RedisModuleString *at_str;
+    static int64_t at_str_ms = -1;
+    if (at_str_ms != a.at_ms) {
+        if (at_str != NULL) RedisModule_FreeString(NULL, at_str);
+        at_str = RedisModule_CreateStringFromLongLong(NULL, (long long)a.at_ms);
+        at_str_ms = a.at_ms;
+    }
+    RedisModule_Replicate(ctx, "RCP11.TWRITEAT", "ssv", argv[1], at_str, argv + entries_at, n);
+    if (a.first_after != a.first_before)
+        RedisModule_Replicate(ctx, "TEVICT", "sl", argv[1], (long long)(a.first_after - 1));
+    return RedisModule_ReplyWithLongLong(ctx, a.first);
+}
+
+/* Internal commands (RCP11.TWRITEAT, RCP11.NODE) set append times, which no
+ * client may: they run only from the replication link (REPLICATED: sent by
+ * this server's primary) or while the server loads its AOF (LOADING: no
+ * client command runs then). */
+static int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) return 0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), RL_ERR_INTERNAL_FMT, what);
+    RedisModule_ReplyWithError(ctx, msg);
+    return 1;
+}
+
+/* RCP11.TWRITEAT key unix-ms entry [entry ...]: TWRITE as replicas and the
+ * AOF receive it: the messages are appended at the primary's time unix-ms
+ * (raised to the stream's clock, as every append), so TSEEK and retention
+ * by age answer on a replica and after an AOF replay as on the primary. */
+static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (rl_internal_refused(ctx, "RCP11.TWRITEAT")) return REDISMODULE_OK;
+    long long at_ms;
+    if (RedisModule_StringToLongLong(argv[2], &at_ms) != REDISMODULE_OK || at_ms < 0)
+        return RedisModule_ReplyWithError(ctx, RL_ERR_TIME);
+    rl_appended a;
+    if (!rl_append_entries(ctx, argv[1], argv + 3, (size_t)(argc - 3), at_ms, -1, &a))
+        return REDISMODULE_OK;
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithLongLong(ctx, a.first);
 }
 
 /* ------------------------------------------------------------------------
@@ -1420,6 +1552,46 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 }
 
 /* ------------------------------------------------------------------------
+ * RCP11.NODE key node-blob: append one serialized node (the core's checked
+ * blob format, as RDB files hold it) to the stream, creating it if missing.
+ * Its messages keep their offsets and append times. What an AOF rewrite
+ * without the RDB preamble emits, so a replayed stream keeps its time index.
+ * --------------------------------------------------------------------- */
+
+static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    if (rl_internal_refused(ctx, "RCP11.NODE")) return REDISMODULE_OK;
+    mn_stream *s;
+    RedisModuleKey *key;
+    if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &s))
+        return REDISMODULE_OK;
+    int created = s == NULL;
+    if (created) s = rl_stream_new();
+    rl_snap before;
+    rl_snap_take(created ? NULL : s, &before);
+    size_t len;
+    const char *blob = RedisModule_StringPtrLen(argv[2], &len);
+    int rc = mn_append_node_blob(s, blob, len);
+    if (rc != MN_OK) {
+        if (created) mn_stream_free(s);
+        RedisModule_CloseKey(key);
+        if (rc == MN_ERR_NOMEM) return RedisModule_ReplyWithError(ctx, "ERR out of memory");
+        return RedisModule_ReplyWithError(ctx, RL_ERR_NODE);
+    }
+    if (created) {
+        RedisModule_ModuleTypeSetValue(key, rl_type, s);
+        rl_total_add(&rl_totals.streams, 1);
+    }
+    rl_account(s, &before);
+    if (mn_compress_pending(s)) rl_house.dirty = 1;
+    RedisModule_CloseKey(key);
+    RedisModule_SignalModifiedKey(ctx, argv[1]);
+    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ------------------------------------------------------------------------
  * Housekeeping: retention and compression, in bounded steps from a timer
  * --------------------------------------------------------------------- */
 
@@ -1507,7 +1679,7 @@ static int rl_house_step(RedisModuleCtx *ctx) {
      * half-loaded dataset. */
     b.evict = (rl_config.retention_ms > 0 || rl_config.retention_bytes > 0) &&
               !(flags & (REDISMODULE_CTX_FLAGS_SLAVE | REDISMODULE_CTX_FLAGS_LOADING));
-    b.now_ms = RedisModule_Milliseconds();
+    b.now_ms = rl_now_ms();
     if (!rl_house.active) {
         if (!b.evict && !rl_house.dirty) return 0;
         rl_house.active = 1;
@@ -1577,7 +1749,7 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     char *blob = RedisModule_LoadStringBuffer(io, &len);
     if (RedisModule_IsIOError(io) || blob == NULL) return NULL;
     int err = MN_OK;
-    mn_stream *s = mn_load_header(blob, len, RedisModule_Milliseconds(), &err);
+    mn_stream *s = mn_load_header(blob, len, rl_now_ms(), &err);
     RedisModule_Free(blob);
     if (s == NULL) {
         RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream header (%d)", err);
@@ -1609,77 +1781,56 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     return s;
 }
 
-/* Emit TWRITE key ENTRIES m1..mk for k messages stored back to back. */
-static void rl_emit_entries(RedisModuleIO *aof, RedisModuleString *key, const char *data,
-                            const uint32_t *lens, size_t k) {
-    RedisModuleString **args = RedisModule_Alloc(k * sizeof(RedisModuleString *));
-    for (size_t i = 0; i < k; i++) {
-        args[i] = RedisModule_CreateString(NULL, data, lens[i]);
-        data += lens[i];
-    }
-    RedisModule_EmitAOF(aof, "TWRITE", "scv", key, "ENTRIES", args, k);
-    for (size_t i = 0; i < k; i++) RedisModule_FreeString(NULL, args[i]);
-    RedisModule_Free(args);
-}
-
-static void rl_emit_skipto(RedisModuleIO *aof, RedisModuleString *key, uint64_t next) {
+/* Emit `command key offset` (RCP11.SKIPTO, TEVICT) into a rewritten AOF. */
+static void rl_emit_offset(RedisModuleIO *aof, const char *command, RedisModuleString *key,
+                           uint64_t offset) {
     char digits[24];
-    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)next);
-    RedisModule_EmitAOF(aof, "RCP11.SKIPTO", "sb", key, digits, (size_t)len);
+    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)offset);
+    RedisModule_EmitAOF(aof, command, "sb", key, digits, (size_t)len);
 }
 
-/* Rebuild the stream logically (see PERSISTENCE): its first offset, its
- * readable messages in batches, and its next offset. Runs in the rewrite
- * child: it allocates its own buffers. */
+/* Rebuild the stream node by node (see PERSISTENCE): RCP11.NODE per node
+ * (offsets, bytes, compression and append times as they are), TEVICT for an
+ * evicted prefix of the first node, then the end: RCP11.SKIPTO for an
+ * evicted tail, or, when the stream's clock is past its last node's newest
+ * time (its newest messages were evicted), a message at the last offset,
+ * appended at the clock and evicted again, so that the rebuilt stream's
+ * clock is this one (a verbatim TWRITE after it appends at that clock).
+ * Runs in the rewrite child: it allocates its own buffer. */
 static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
     mn_stream *s = value;
-    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
-    rl_emit_skipto(aof, key, pos);
+    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
+    int64_t clock = mn_last_append_ms(s), nodes_last_ms = 0;
+    const mn_node *node = mn_first_node(s);
+    mn_node_info info;
+    uint64_t nodes_start = 0, nodes_end = 0;
+    if (node != NULL) {
+        mn_node_get_info(node, &info);
+        nodes_start = nodes_end = info.first;
+    }
     mn_buf buf;
     mn_buf_init(&buf);
-    int64_t *lens = RedisModule_Alloc(RL_AOF_BATCH_MESSAGES * sizeof(int64_t));
-    uint32_t *run = RedisModule_Alloc(RL_AOF_BATCH_MESSAGES * sizeof(uint32_t));
-    uint64_t batch = rl_read_batch(s);
-    if (batch > RL_AOF_BATCH_MESSAGES) batch = RL_AOF_BATCH_MESSAGES;
-    uint64_t written_to = pos; /* the stream rebuilt so far ends here */
-    while (pos < end) {
-        uint64_t k = end - pos < batch ? end - pos : batch;
+    for (; node != NULL; node = mn_node_next(node)) {
+        mn_node_get_info(node, &info);
         buf.len = 0;
-        if (mn_read_copy(s, pos, k, &buf, lens) != MN_OK) {
-            RedisModule_LogIOError(aof, "warning", "rcp11: AOF rewrite cannot read a stream");
+        if (mn_node_serialize(node, &buf) != MN_OK) {
+            RedisModule_LogIOError(aof, "warning", "rcp11: AOF rewrite cannot serialize a node");
             break;
         }
-        const char *data = buf.data;
-        size_t m = 0, bytes = 0;
-        const char *run_data = data;
-        for (uint64_t i = 0; i < k; i++) {
-            if (lens[i] < 0) {
-                if (m) rl_emit_entries(aof, key, run_data, run, m);
-                m = 0;
-                bytes = 0;
-                continue;
-            }
-            if (m == 0) {
-                run_data = data;
-                if (written_to < pos + i) rl_emit_skipto(aof, key, pos + i);
-            }
-            run[m++] = (uint32_t)lens[i];
-            bytes += (size_t)lens[i];
-            data += lens[i];
-            written_to = pos + i + 1;
-            if (bytes >= RL_AOF_BATCH_BYTES) {
-                rl_emit_entries(aof, key, run_data, run, m);
-                m = 0;
-                bytes = 0;
-            }
-        }
-        if (m) rl_emit_entries(aof, key, run_data, run, m);
-        pos += k;
+        RedisModule_EmitAOF(aof, "RCP11.NODE", "sb", key, buf.data, buf.len);
+        nodes_end = info.first + info.count;
+        nodes_last_ms = info.last_ms;
     }
-    if (written_to < end) rl_emit_skipto(aof, key, end);
-    RedisModule_Free(run);
-    RedisModule_Free(lens);
     mn_buf_free(&buf);
+    if (first > nodes_start && nodes_end > nodes_start)
+        rl_emit_offset(aof, "TEVICT", key, first - 1);
+    if (clock > nodes_last_ms && mn_length(s) == 0 && end > nodes_end) {
+        if (end - 1 > nodes_end || nodes_end == 0) rl_emit_offset(aof, "RCP11.SKIPTO", key, end - 1);
+        RedisModule_EmitAOF(aof, "RCP11.TWRITEAT", "slc", key, (long long)clock, "");
+        rl_emit_offset(aof, "TEVICT", key, end - 1);
+    } else if (end > nodes_end || nodes_end == 0) {
+        rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
+    }
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
@@ -1747,7 +1898,7 @@ static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const
     int err = MN_OK;
     mn_stream *copy = NULL;
     if (mn_serialize_header(s, &b) == MN_OK)
-        copy = mn_load_header(b.data, b.len, RedisModule_Milliseconds(), &err);
+        copy = mn_load_header(b.data, b.len, rl_now_ms(), &err);
     for (const mn_node *node = mn_first_node(s); copy != NULL && node != NULL;
          node = mn_node_next(node)) {
         b.len = 0;
@@ -1923,6 +2074,10 @@ static const rl_command rl_commands[] = {
      "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
      "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
+    {"rcp11.twriteat", rl_twriteat, "write deny-oom", 1, 1, 1, -4,
+     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs},
+    {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
+     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs},
 };
 
 static int rl_create_commands(RedisModuleCtx *ctx) {
@@ -1953,7 +2108,6 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
 
 __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx,
                                                           RedisModuleString **argv, int argc) {
-    (void)argv;
     const char *missing = rl_load_api(ctx);
     if (missing != NULL) return REDISMODULE_ERR; /* cannot even log: too old a server */
     if (RedisModule_IsModuleNameBusy(RL_MODULE_NAME)) return REDISMODULE_ERR;
@@ -1962,9 +2116,16 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
         RedisModule_Log(ctx, "warning", "rcp11 needs redis-server 7.0 or newer");
         return REDISMODULE_ERR;
     }
-    if (argc != 0) {
+    /* One argument exists, for tests only: "debug-clock-offset-ms N" shifts
+     * the module's clock (rl_now_ms) by N ms. Everything else is a config. */
+    long long offset_ms = 0;
+    if (argc == 2 && rl_arg_is(argv[0], "DEBUG-CLOCK-OFFSET-MS") &&
+        RedisModule_StringToLongLong(argv[1], &offset_ms) == REDISMODULE_OK) {
+        rl_clock_offset_ms = offset_ms;
+    } else if (argc != 0) {
         RedisModule_Log(ctx, "warning",
-                        "rcp11 takes no module arguments; set the rcp11.* configs instead");
+                        "rcp11 takes no module arguments but debug-clock-offset-ms <ms> "
+                        "(tests); set the rcp11.* configs instead");
         return REDISMODULE_ERR;
     }
     if (mn_abi_version() != MN_ABI_VERSION) {

@@ -37,6 +37,7 @@ SELECTED = [
     "tests/test_module_persistence.py",
     "tests/test_module_replication.py",
     "tests/test_module_time.py",
+    "tests/test_module_append_times.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 
