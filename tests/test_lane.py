@@ -130,15 +130,30 @@ def good(draw: Any) -> list[bytes]:
 
 
 @st.composite
+def block_read(draw: Any) -> list[bytes]:
+    """A valid BLOCK read near the end of s (four messages at the start) or
+    t (one): with data (the lane runs it) or at / past the tail (it waits
+    until a write, CLIENT UNBLOCK or, unless BLOCK 0, time passing)."""
+    key = draw(st.sampled_from([b"s", b"t"]))
+    offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
+    count = draw(st.sampled_from([b"0", b"1", b"3"]))
+    block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
+    options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    return [draw(tread_name), key, offset, count, *options]
+
+
+@st.composite
 def request(draw: Any) -> bytes:
-    kind = draw(st.integers(0, 17))
+    kind = draw(st.integers(0, 19))
     if kind <= 9:
         return _canonical(draw(good()))
     if kind <= 11:
         return _canonical(draw(twrite()))
     if kind <= 13:
         return _canonical(draw(tread()))
-    if kind <= 16:
+    if kind <= 15:
+        return _canonical(draw(block_read()))
+    if kind <= 18:
         return _canonical(draw(other))
     # Hostile or unusual framing: the parser must judge it, not the lane.
     return draw(
