@@ -175,8 +175,8 @@ static void test_tread_block(lane_call *call) {
     CHECK(call->tread_calls == 5 && call->messages_read == 5 && call->aof.len == 0);
     CHECK(call->stop == LANE_STOP_END);
 
-    /* Reads that would wait: at the next offset, past it, on an empty
-     * stream; each after a read that runs. */
+    /* Reads that would wait: at the next offset, past it, at the largest
+     * offset, with count 0 at the tail; each after a read that runs. */
     static const char *const waits[][7] = {
         {"TREAD", "s", "3", "1", "BLOCK", "0"},
         {"TREAD", "s", "1000", "1", "WITHINFO", "BLOCK", "10"},
