@@ -27,12 +27,33 @@
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
  *   TREAD key offset count [WITHINFO]     -> *n bulks (WITHINFO: *n+1, *4 info first)
+ *   TREAD key offset count [WITHINFO] BLOCK ms    (options in either order)
+ *                                         -> the same reply, when it answers at once
  *
- * Anything else stops the lane before it: another command, BLOCK or GROUP,
- * any argument the Python path would answer with an error (bad arity, a
- * number that is not canonical, a negative count, an option twice, an
- * unknown option), and any key the resolver refuses (missing, wrong type,
- * a TTL, a waiter, a WATCH; see lane_resolve_fn). The lane never produces
+ * A BLOCK read is two commands in one: a read that answers at once, and a
+ * wait. The general path waits exactly when the start offset (offset, or
+ * next - |offset| floored at 0) is at or past the stream's next offset;
+ * below it, the reply, the counters (calls, usec, messages read) and the
+ * absence of any AOF record are those of the same read without BLOCK, and
+ * the timeout is parsed and then never used. So the lane runs the first
+ * half and hands the second over:
+ *
+ *               start < next ──> read as without BLOCK (the lane)
+ *   TREAD .. BLOCK ms ─┤
+ *               start >= next ─> stop before it (LANE_STOP_WAIT): Python
+ *                                parses it again and blocks the client
+ *
+ * The wait never runs here: the blocking registry, timeouts, CLIENT
+ * UNBLOCK and the pipeline that resumes afterwards are Python's. A missing
+ * key is refused by the resolver, so a BLOCK read on it (which always
+ * waits) stops the lane too.
+ *
+ * Anything else stops the lane before it: another command, GROUP or
+ * GROUPNEW, any argument the Python path would answer with an error (bad
+ * arity, a number that is not canonical, a negative count or timeout,
+ * BLOCK without its value, an option twice, an unknown option), and any
+ * key the resolver refuses (missing, wrong type, a TTL; a waiter or a
+ * WATCH stops writes only; see lane_resolve_fn). The lane never produces
  * an error reply: errors, with their counters and texts, stay in one place.
  *
  * THE REQUEST FORM
@@ -406,14 +427,48 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO]. Returns 0 when it ran, -1 to stop. */
-static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
-    if (argc < 4 || argc > 5) return -1;
-    int withinfo = 0;
-    if (argc == 5) {
-        if (!word_is(&args[4], "WITHINFO")) return -1;
-        withinfo = 1;
+/* TREAD's options after key offset count, as the general path reads them
+ * (any order, each at most once): WITHINFO and BLOCK ms. Returns 0 and
+ * sets *withinfo and *block (1 when BLOCK was given with a valid timeout);
+ * -1 for anything the general path would refuse (an option twice, an
+ * unknown one, BLOCK without a value, a timeout that is not a canonical
+ * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
+ *
+ *   args:  TREAD key offset count [WITHINFO] [BLOCK ms]   (either order)
+ *          0     1   2      3     4 ...
+ *
+ * The timeout's value is not kept: the lane runs a BLOCK read only when it
+ * answers at once, and then the general path never looks at it either. */
+static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *block) {
+    *withinfo = *block = 0;
+    for (size_t i = 4; i < argc;) {
+        if (word_is(&args[i], "WITHINFO")) {
+            if (*withinfo) return -1;
+            *withinfo = 1;
+            i++;
+        } else if (word_is(&args[i], "BLOCK")) {
+            int64_t timeout;
+            if (*block || i + 1 >= argc) return -1;
+            if (parse_int64(args[i + 1].p, args[i + 1].len, &timeout) || timeout < 0) return -1;
+            *block = 1;
+            i += 2;
+        } else {
+            return -1;
+        }
     }
+    return 0;
+}
+
+/* TREAD key offset count [WITHINFO] [BLOCK ms]. Returns 0 when it ran, -1
+ * to stop. A BLOCK read runs only when it answers at once, which is when
+ * the general path's (tread_command) does not wait: its start offset is
+ * below the stream's next offset. At or past it the general path would
+ * block (or, inside MULTI, which never reaches the lane, answer): the lane
+ * stops before the request. */
+static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
+    if (argc < 4 || argc > 7) return -1;
+    int withinfo, block;
+    if (tread_options(args, argc, &withinfo, &block)) return -1;
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
     if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
@@ -430,6 +485,10 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     } else {
         uint64_t back = (uint64_t)0 - (uint64_t)offset;
         start = back >= next ? 0 : next - back;
+    }
+    if (block && start >= next) {
+        call->stop = LANE_STOP_WAIT;
+        return -1; /* it would wait: Python blocks the client */
     }
     uint64_t n = start < next ? next - start : 0;
     if ((uint64_t)count < n) n = (uint64_t)count;

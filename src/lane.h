@@ -1,5 +1,6 @@
-/* lane.h -- the C lane: TWRITE and plain TREAD run straight from a
- * connection's read buffer (see the essay at the top of lane.c).
+/* lane.h -- the C lane: TWRITE and TREAD (no GROUP; BLOCK only when it
+ * answers at once) run straight from a connection's read buffer (see the
+ * essay at the top of lane.c).
  *
  * Like macronode.h, the part between CDEF-BEGIN and CDEF-END is fed to
  * cffi's cdef() (src/build_macronode.py builds both files into
@@ -27,6 +28,7 @@
 #define LANE_STOP_REQUEST 1   /* a request the lane does not run: the rest is Python's */
 #define LANE_STOP_KEY 2       /* a key the resolver refused, or a full key table */
 #define LANE_STOP_BUDGET 3    /* output mark, AOF room, command budget, or no memory */
+#define LANE_STOP_WAIT 4      /* a TREAD ... BLOCK with nothing to read yet: it waits */
 
 struct lane_call;
 

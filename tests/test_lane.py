@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import persistence_in_process, serve_reads
+from conftest import in_thread, persistence_in_process, serve_reads, wait_blocked
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,14 +59,18 @@ def twrite(draw: Any) -> list[bytes]:
     return [name, key, *options, *entries]
 
 
+block_word = st.sampled_from([b"BLOCK", b"block", b"Block"])
+
+
 @st.composite
 def tread(draw: Any) -> list[bytes]:
     argv = [draw(tread_name), draw(keys), draw(numbers), draw(numbers)]
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(st.integers(0, 3))):
         argv += draw(
-            st.sampled_from(
-                [[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"BLOCK", b"1"], [b"bogus"]]
-            )
+            st.sampled_from([[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"bogus"]])
+            | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
+            | st.just([b"BLOCK"])  # without its value (when it comes last)
+            | st.just([b"GROUPNEW", b"grp"])
         )
     return argv
 
@@ -111,19 +115,47 @@ def good(draw: Any) -> list[bytes]:
         return [draw(twrite_name), key, *draw(st.sampled_from([[], backlog])), b"ENTRIES", *entries]
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"-1", b"-2", b"100", b"-100"]))
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
-    return [draw(tread_name), key, offset, count, *draw(st.sampled_from([[], [b"WITHINFO"]]))]
+    options = draw(st.sampled_from([[], [b"WITHINFO"]]))
+    if draw(st.booleans()):
+        # BLOCK: the lane runs it when there is something at offset (most
+        # of these: s starts with four messages, t with one), and hands it
+        # over when it would wait (100, or past t's end): it then blocks
+        # until a write, a timeout or CLIENT UNBLOCK (other_client).
+        timeout = draw(st.sampled_from([b"0", b"1", b"100"]) | numbers | words)
+        block = [draw(block_word), timeout]
+        if draw(st.integers(0, 5)) == 0:  # an option twice, or BLOCK without its value
+            block += draw(
+                st.sampled_from([[b"BLOCK", b"1"], [b"WITHINFO", b"withinfo"], [b"BLOCK"]])
+            )
+        options = draw(st.sampled_from([[*options, *block], [*block, *options]]))
+    return [draw(tread_name), key, offset, count, *options]
+
+
+@st.composite
+def block_read(draw: Any) -> list[bytes]:
+    """A valid BLOCK read near the end of s (four messages at the start) or
+    t (one): with data (the lane runs it) or at / past the tail (it waits
+    until a write, CLIENT UNBLOCK or, unless BLOCK 0, time passing)."""
+    key = draw(st.sampled_from([b"s", b"t"]))
+    offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
+    count = draw(st.sampled_from([b"0", b"1", b"3"]))
+    block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
+    options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    return [draw(tread_name), key, offset, count, *options]
 
 
 @st.composite
 def request(draw: Any) -> bytes:
-    kind = draw(st.integers(0, 17))
+    kind = draw(st.integers(0, 19))
     if kind <= 9:
         return _canonical(draw(good()))
     if kind <= 11:
         return _canonical(draw(twrite()))
     if kind <= 13:
         return _canonical(draw(tread()))
-    if kind <= 16:
+    if kind <= 15:
+        return _canonical(draw(block_read()))
+    if kind <= 18:
         return _canonical(draw(other))
     # Hostile or unusual framing: the parser must judge it, not the lane.
     return draw(
@@ -146,6 +178,9 @@ def request(draw: Any) -> bytes:
     )
 
 
+# Between reads, time may pass: every BLOCK timeout (not BLOCK 0) expires.
+TIME_PASSES = [b"<time passes>"]
+
 # Between reads, another client may act on the same keys.
 other_client = st.sampled_from(
     [
@@ -158,6 +193,10 @@ other_client = st.sampled_from(
         [b"MULTI"],
         [b"EXEC"],
         [b"TWRITE", b"s", b"from-b"],
+        [b"TWRITE", b"t", b"from-b"],
+        [b"CLIENT", b"UNBLOCK", b"1000"],  # the client under test, if it waits
+        [b"CLIENT", b"UNBLOCK", b"1000", b"ERROR"],
+        TIME_PASSES,
     ]
 )
 
@@ -256,17 +295,21 @@ def _run(
     directory: Path, aof: bool, lane: bool, chunks: list[bytes], actions: list[Any]
 ) -> tuple[Any, ...]:
     state, persistence = _setup(directory, aof)
-    client = ClientState(authenticated=True)
+    client = Peer()  # its replies to blocked reads come late: kept too
     peer = Peer()
     client.id, peer.id = 1000, 1001  # HELLO and CLIENT ID show them
     replies = []
     peer_replies = []
     for chunk, action in zip(chunks, actions, strict=True):
-        if action is not None and peer.blocked is None:
+        if action == TIME_PASSES:
+            state.blocking.expire(float("inf"))
+        elif action is not None and peer.blocked is None:
             peer_replies.append(execute(state, peer, list(action)))
         replies.append(serve_reads(state, client, [chunk], lane=lane))
     return (
         replies,
+        [repr(r) for r in client.received],
+        client.blocked is None,
         [repr(r) for r in peer_replies],
         [repr(r) for r in peer.received],
         client.last_command,
@@ -327,7 +370,18 @@ def test_the_lane_stops_where_the_general_path_must_answer(tmp_path: Path) -> No
         [b"TWRITE", b"k", b"x"],  # a string
         [b"TWRITE", b"s", b"BACKLOG", b"-1", b"ENTRIES", b"x"],
         [b"TREAD", b"s", b"0", b"01"],
-        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"0"],
+        [b"TREAD", b"s", b"-0", b"1", b"BLOCK", b"0"],  # not canonical
+        [b"TREAD", b"s", b"1000000", b"0", b"WITHINFO", b"BLOCK", b"10"],  # it waits
+        [b"TREAD", b"missing", b"0", b"1", b"BLOCK", b"0"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"-1"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"01"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"1e3"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"9223372036854775808"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"WITHINFO"],
+        [b"TREAD", b"s", b"0", b"1", b"BLOCK", b"1", b"GROUP", b"g"],
+        [b"TREAD", b"s", b"0", b"1", b"GROUPNEW", b"g", b"BLOCK", b"1"],
+        [b"TREAD", b"s", b"0", b"1", b"WITHINFO", b"WITHINFO", b"BLOCK", b"1"],
         [b"TREAD", b"missing", b"0", b"1"],
         [b"SET", b"k", b"v"],
     ):
@@ -335,6 +389,107 @@ def test_the_lane_stops_where_the_general_path_must_answer(tmp_path: Path) -> No
         consumed, replies = _one_read(state, data)
         assert consumed == len(plain), stopper
         assert replies.startswith(b":") and replies.count(b"\r\n") == 1
+
+
+def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> None:
+    """A TREAD ... BLOCK with something to read is the read without BLOCK:
+    the lane runs it (the whole read is consumed), with the same reply and
+    counters as the general path, and logs nothing."""
+    requests = [
+        [b"TREAD", b"s", b"0", b"2", b"BLOCK", b"0"],
+        [b"tread", b"s", b"-1", b"5", b"block", b"100", b"withinfo"],
+        [b"TREAD", b"s", b"3", b"1", b"WITHINFO", b"BLOCK", b"9223372036854775807"],
+        [b"TREAD", b"s", b"1", b"0", b"BLOCK", b"5"],  # count 0: nothing to wait for
+        [b"TREAD", b"s", b"-100", b"1", b"BLOCK", b"5"],  # floored at offset 0
+        [b"TREAD", b"t", b"0", b"9", b"BLOCK", b"0"],
+    ]
+    data = b"".join(map(encode_command, requests))
+    seen = []
+    for lane in (True, False):
+        directory = tmp_path / f"lane-{lane}"
+        directory.mkdir()
+        state, persistence = _setup(directory, aof=True)
+        client = Peer()
+        replies = serve_reads(state, client, [data], lane=lane)
+        seen.append((replies, client.blocked, _observed(state, persistence)))
+        if lane:
+            from rcp11.commands import lane as lane_module
+
+            assert lane_module._call.tread_calls == len(requests)  # all ran in C
+    assert seen[0] == seen[1]
+    replies, blocked, observed = seen[0]
+    assert blocked is None
+    info = b"*4\r\n:0\r\n:3\r\n:3\r\n:1\r\n"  # first, last, start, count
+    assert replies == (
+        b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        + (b"*2\r\n" + info + b"$1\r\nd\r\n") * 2
+        + b"*0\r\n*1\r\n$1\r\na\r\n*1\r\n$3\r\none\r\n"
+    )
+    assert observed["commandstats"]["tread"] == (len(requests), 0, 0)
+    assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 1
+
+
+def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:
+    """Through the server: in one pipeline, reads the lane runs, then a
+    BLOCK read with nothing to read (handed over: the client waits), then
+    a TWRITE held until it is served. Another client's write serves it; a
+    timeout answers a null array; the pipeline's order is kept."""
+    server = server_factory()
+    r = redis.Redis(port=server.port)
+    other = redis.Redis(port=server.port)
+    r.execute_command("TWRITE", "s", "ENTRIES", "a", "b", "c", "d")
+    pipe = r.pipeline(transaction=False)
+    pipe.execute_command("TREAD", "s", "-1", "1", "BLOCK", "0")
+    pipe.execute_command("TREAD", "s", "4", "2", "WITHINFO", "BLOCK", "0")
+    pipe.execute_command("TWRITE", "s", "after")
+    thread, box = in_thread(pipe.execute)
+    wait_blocked(other, 1)
+    assert other.execute_command("TWRITE", "s", "e") == 4
+    thread.join(10)
+    assert box["reply"] == [[b"d"], [[0, 4, 4, 1], b"e"], 5]
+
+    pipe = r.pipeline(transaction=False)
+    pipe.execute_command("TREAD", "s", "0", "1", "BLOCK", "1")
+    pipe.execute_command("TREAD", "s", "6", "1", "BLOCK", "50")  # times out
+    pipe.execute_command("TREAD", "s", "-1", "1", "BLOCK", "1")
+    assert pipe.execute() == [[b"a"], None, [b"after"]]
+    stats = other.info("commandstats")["cmdstat_tread"]
+    assert stats["calls"] == 5 and stats["failed_calls"] == 0
+    assert other.info("clients")["blocked_clients"] == 0
+    r.close()
+    other.close()
+
+
+def test_a_consumer_following_a_producer_gets_every_message_in_order(
+    server_factory: Any,
+) -> None:
+    """`TREAD k off 1000 BLOCK 0` in a loop behind a pipelining producer:
+    reads with data are the lane's, reads at the tail wait; the consumer
+    gets every message once, in order, with no gap."""
+    server = server_factory()
+    producer = redis.Redis(port=server.port)
+    consumer = redis.Redis(port=server.port)
+    total = 20_000
+    producer.execute_command("TWRITE", "k", "m0")
+
+    def consume() -> list[bytes]:
+        got: list[bytes] = []
+        while len(got) < total:
+            got += consumer.execute_command("TREAD", "k", str(len(got)), "1000", "BLOCK", "0")
+        return got
+
+    thread, box = in_thread(consume)
+    for start in range(1, total, 500):
+        pipe = producer.pipeline(transaction=False)
+        for i in range(start, min(start + 500, total)):
+            pipe.execute_command("TWRITE", "k", f"m{i}")
+        pipe.execute()
+    thread.join(60)
+    assert "error" not in box, box
+    assert box["reply"] == [f"m{i}".encode() for i in range(total)]
+    assert producer.info("clients")["blocked_clients"] == 0
+    producer.close()
+    consumer.close()
 
 
 def test_the_lane_stops_short_of_the_largest_offset(tmp_path: Path) -> None:

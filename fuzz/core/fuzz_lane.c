@@ -9,7 +9,11 @@
  *     bytes, never by what follows);
  *   - the AOF copy is the TWRITE requests verbatim, so it is a sequence of
  *     canonical requests that the lane itself consumes whole;
- *   - the stream's next offset accounts for every message written.
+ *   - the stream's next offset accounts for every message written;
+ *   - a stop before a TREAD ... BLOCK that would wait (LANE_STOP_WAIT) is
+ *     the request's own verdict on the streams as they are: run alone on
+ *     the rest of the buffer, the lane stops at once for the same reason,
+ *     having answered and written nothing.
  * The sanitizers catch any out-of-bounds read of the buffer.
  */
 #include <stdint.h>
@@ -73,6 +77,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t next_s = mn_next_offset(s_stream);
     if (next_s != a.messages_written) abort();
     if ((a.twrite_calls == 0) != (a.aof.len == 0)) abort();
+    if (a.stop == LANE_STOP_WAIT) {
+        lane_call w;
+        lane_call_init(&w);
+        lane_call_reset(&w);
+        w.resolve = resolve;
+        w.max_bulk_len = a.max_bulk_len;
+        w.max_multibulk_len = a.max_multibulk_len;
+        w.max_commands = a.max_commands;
+        if (lane_run(&w, buf + used, size - used, (size_t)1 << 40, LANE_WRITES, 0) != 0) abort();
+        if (w.stop != LANE_STOP_WAIT || w.reply.len || w.tread_calls) abort();
+        if (mn_next_offset(s_stream) != next_s) abort();
+        lane_call_free(&w);
+    }
 
     /* The same prefix alone: consumed whole, same output. */
     setup(&b);

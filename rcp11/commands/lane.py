@@ -4,9 +4,13 @@ straight from a connection's read, in front of run_pipeline().
     consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
 
 The connection calls this first with every read that starts at a request
-boundary; the lane runs TWRITE (both forms) and TREAD without BLOCK/GROUP
-in C, appends their replies to `out`, and returns how many bytes of `data`
-it consumed. The connection's parser and run_pipeline() take the rest.
+boundary; the lane runs TWRITE (both forms) and TREAD without GROUP in C,
+appends their replies to `out`, and returns how many bytes of `data` it
+consumed. The connection's parser and run_pipeline() take the rest.
+A `TREAD ... BLOCK ms` runs in the lane only when it answers at once (its
+start offset is below the stream's next offset: then the general path
+neither waits nor counts anything a plain read does not); one that would
+wait stops the lane, and run_pipeline() blocks the client as before.
 
 Here is decided, once per read, what no request of the read can change:
 the lane runs nothing during loading, inside MULTI, with MONITOR clients,

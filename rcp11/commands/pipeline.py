@@ -11,9 +11,9 @@ from `index`.
 
 Each command goes through core.execute() (core.check() is the one
 refusal function). The C lane (lane.py, src/lane.c) sits in front of this:
-it runs the TWRITEs and plain TREADs at the start of a read straight from
-the read buffer, and the connection hands the rest, parsed, to this
-function.
+it runs the TWRITEs and TREADs (a BLOCK one when it answers at once) at
+the start of a read straight from the read buffer, and the connection
+hands the rest, parsed, to this function.
 """
 
 from __future__ import annotations

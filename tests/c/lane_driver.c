@@ -147,6 +147,80 @@ static void test_tread(lane_call *call) {
     CHECK(call->tread_calls == 4 && call->messages_read == 4 && call->aof.len == 0);
 }
 
+/* TREAD ... BLOCK: run when it answers at once (the same reply as without
+ * BLOCK), stopped before it (LANE_STOP_WAIT) when it would wait, and
+ * stopped (LANE_STOP_REQUEST) for every timeout or option the general path
+ * refuses. */
+static void test_tread_block(lane_call *call) {
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+    char buf[1024];
+    size_t n = 0;
+    const char *a[] = {"TREAD", "s", "0", "2", "BLOCK", "0"};
+    const char *b[] = {"tread", "s", "-1", "5", "block", "100", "withinfo"};
+    const char *c[] = {"TREAD", "s", "2", "1", "WITHINFO", "BLOCK", "9223372036854775807"};
+    const char *d[] = {"TREAD", "s", "1", "0", "BLOCK", "5"}; /* count 0: answers at once */
+    const char *e[] = {"TREAD", "s", "-100", "1", "BLOCK", "5"}; /* floored at 0 */
+    n += req(buf + n, 6, a);
+    n += req(buf + n, 7, b);
+    n += req(buf + n, 7, c);
+    n += req(buf + n, 6, d);
+    n += req(buf + n, 6, e);
+    CHECK(run_lane(call, buf, n) == n);
+    CHECK(reply_is(call, "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+                         "*2\r\n*4\r\n:0\r\n:2\r\n:2\r\n:1\r\n$1\r\nc\r\n"
+                         "*2\r\n*4\r\n:0\r\n:2\r\n:2\r\n:1\r\n$1\r\nc\r\n"
+                         "*0\r\n"
+                         "*1\r\n$1\r\na\r\n"));
+    CHECK(call->tread_calls == 5 && call->messages_read == 5 && call->aof.len == 0);
+    CHECK(call->stop == LANE_STOP_END);
+
+    /* Reads that would wait: at the next offset, past it, at the largest
+     * offset, with count 0 at the tail; each after a read that runs. */
+    static const char *const waits[][7] = {
+        {"TREAD", "s", "3", "1", "BLOCK", "0"},
+        {"TREAD", "s", "1000", "1", "WITHINFO", "BLOCK", "10"},
+        {"TREAD", "s", "9223372036854775807", "1", "BLOCK", "1"},
+        {"TREAD", "k1", "5", "1", "BLOCK", "0"}, /* k1 reads t (one message) */
+        {"TREAD", "k1", "1", "0", "BLOCK", "0"}, /* count 0 at the tail waits too */
+    };
+    static const int wait_argcs[] = {6, 7, 6, 6, 6};
+    /* Timeouts and options the general path refuses or parses itself. */
+    static const char *const refused[][8] = {
+        {"TREAD", "s", "0", "1", "BLOCK", "-1"},
+        {"TREAD", "s", "0", "1", "BLOCK", "01"},
+        {"TREAD", "s", "0", "1", "BLOCK", "+1"},
+        {"TREAD", "s", "0", "1", "BLOCK", "1.5"},
+        {"TREAD", "s", "0", "1", "BLOCK", ""},
+        {"TREAD", "s", "0", "1", "BLOCK", "9223372036854775808"},
+        {"TREAD", "s", "0", "1", "BLOCK", "-9223372036854775808"},
+        {"TREAD", "s", "0", "1", "BLOCK"},
+        {"TREAD", "s", "0", "1", "WITHINFO", "BLOCK"},
+        {"TREAD", "s", "0", "1", "BLOCK", "WITHINFO"},
+        {"TREAD", "s", "0", "1", "BLOCK", "1", "BLOCK", "1"},
+        {"TREAD", "s", "0", "1", "BLOCK", "1", "WITHINFO", "WITHINFO"},
+        {"TREAD", "s", "0", "1", "BLOCK", "1", "GROUP", "g"},
+        {"TREAD", "s", "0", "1", "GROUPNEW", "g", "BLOCK", "1"},
+        {"TREAD", "s", "0", "1", "BLOCK", "1", "bogus"},
+        {"TREAD", "s", "0", "1", "BLOCKS", "1"},
+    };
+    static const int refused_argcs[] = {6, 6, 6, 6, 6, 6, 6, 5, 6, 6, 8, 8, 8, 8, 7, 6};
+    for (size_t i = 0; i < 5 + 16; i++) {
+        int waiting = i < 5;
+        const char *const *stopper = waiting ? waits[i] : refused[i - 5];
+        int argc = waiting ? wait_argcs[i] : refused_argcs[i - 5];
+        fresh(call);
+        mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+        const char *ok[] = {"TREAD", "s", "0", "1", "BLOCK", "0"};
+        size_t head = req(buf, 6, ok);
+        n = head + req(buf + head, argc, (const char **)stopper);
+        CHECK(run_lane(call, buf, n) == head);
+        CHECK(reply_is(call, "*1\r\n$1\r\na\r\n"));
+        CHECK(call->tread_calls == 1 && call->messages_read == 1);
+        CHECK(call->stop == (waiting ? LANE_STOP_WAIT : LANE_STOP_REQUEST));
+    }
+}
+
 /* Requests the general path must answer stop the lane before them. */
 static void test_stops(lane_call *call) {
     static const char *const stoppers[][9] = {
@@ -160,7 +234,7 @@ static void test_stops(lane_call *call) {
         {"TWRITE", "s", "ENTRIES", "ENTRIES"},     /* fine: one entry "ENTRIES"... */
         {"TREAD", "s", "01", "1"},
         {"TREAD", "s", "0", "-1"},
-        {"TREAD", "s", "0", "1", "BLOCK", "0"},
+        {"TREAD", "s", "1", "1", "BLOCK", "0"},    /* at the tail: it would wait */
         {"TREAD", "s", "0", "1", "WITHINFO", "WITHINFO"},
         {"TREAD", "s", "9223372036854775808", "1"},
         {"TREAD", "x", "0", "1"},
@@ -181,7 +255,8 @@ static void test_stops(lane_call *call) {
         CHECK(reply_is(call, ":0\r\n"));
         CHECK(call->aof.len == head);
         CHECK(mn_next_offset(stream_s) == 1);
-        CHECK(call->stop == LANE_STOP_REQUEST || call->stop == LANE_STOP_KEY);
+        CHECK(call->stop == LANE_STOP_REQUEST || call->stop == LANE_STOP_KEY ||
+              call->stop == LANE_STOP_WAIT);
     }
 }
 
@@ -297,6 +372,7 @@ int main(void) {
     lane_call_init(&call);
     test_twrite_forms_and_aof(&call);
     test_tread(&call);
+    test_tread_block(&call);
     test_stops(&call);
     test_framing(&call);
     test_budgets(&call);
