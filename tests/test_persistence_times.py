@@ -32,10 +32,13 @@ def write_in_distinct_ms(write: Any, batches: int) -> tuple[int, int]:
     """Call write(i) for i in range(batches), each in a later millisecond
     than the one before. Returns the clock read before the first and
     before the last write (the last is dated at or after it)."""
-    first = last = next_ms(time.time_ns() // 1_000_000)
+    first = last = ended = next_ms(time.time_ns() // 1_000_000)
     for i in range(batches):
-        last = next_ms(last) if i else last
+        # Past the millisecond the previous batch *ended* in: on a busy
+        # machine one batch can span several milliseconds.
+        last = next_ms(ended) if i else last
         write(i)
+        ended = time.time_ns() // 1_000_000
     return first, last
 
 
