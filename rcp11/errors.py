@@ -134,10 +134,18 @@ TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
 BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
 
 
+def quoted_arg(arg: bytes, limit: int | None = None) -> str:
+    """A client's argument as error texts quote it, the same in the server
+    and the module (rl_quote in src/module.c): at most `limit` bytes, cut at
+    a NUL byte (the module's C strings, and redis-server's own %s, end
+    there), invalid UTF-8 replaced as Python's "replace" decoding does, CR
+    and LF as spaces (an error reply is one line)."""
+    shown = arg[:limit].split(b"\0", 1)[0].decode("utf-8", "replace")
+    return shown.replace("\r", " ").replace("\n", " ")
+
+
 def _key_name(key: bytes) -> str:
-    """A key as error texts quote it: at most 128 bytes, invalid UTF-8
-    replaced, CR and LF as spaces (an error reply is one line)."""
-    return key[:128].decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    return quoted_arg(key, 128)
 
 
 def group_not_offset(group: bytes) -> str:
@@ -157,12 +165,30 @@ def syntax_error(problem: str) -> str:
     return f"ERR syntax error, {problem}"
 
 
-def twrite_unknown_option(option: str, entries_follow: bool) -> str:
+ENTRIES_MISSING = syntax_error("ENTRIES is missing")
+NO_ENTRY_AFTER_ENTRIES = syntax_error("no entry after ENTRIES")
+BACKLOG_NEEDS_COUNT = syntax_error("BACKLOG needs a count")
+
+
+def option_twice(option: str) -> str:
+    """An option (its canonical upper-case name) given twice."""
+    return syntax_error(f"{option} given more than once")
+
+
+def option_needs_value(option: str) -> str:
+    return syntax_error(f"{option} needs a value")
+
+
+def twrite_unknown_option(option: bytes, entries_follow: bool) -> str:
     """TWRITE met a word that is not an option. When no ENTRIES comes
     after it, the user most likely forgot ENTRIES (TWRITE s BACKLOG 3 a b):
     say so first."""
-    unknown = f"unknown option '{option}' (expected BACKLOG or ENTRIES)"
+    unknown = f"unknown option '{quoted_arg(option)}' (expected BACKLOG or ENTRIES)"
     return syntax_error(unknown if entries_follow else f"ENTRIES is missing, {unknown}")
+
+
+def tread_unknown_option(option: bytes) -> str:
+    return syntax_error(f"unknown option '{quoted_arg(option)}'")
 
 
 def exec_abort_because(reason: str) -> str:
