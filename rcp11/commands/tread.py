@@ -103,6 +103,7 @@ class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
     past the group's position)."""
 
+    client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
     withinfo: bool = False
