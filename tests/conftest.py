@@ -943,9 +943,11 @@ def local_spark(app: str, master: str = "local[2,2]") -> Any:
 
 @pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A local SparkSession with rcp11 registered, one per test module
-    (local_spark); a module that needs another master or other settings
-    says so with a fixture of its own name."""
+    """The test file's SparkSession, rcp11 registered: here a local one
+    (local_spark). A file that needs another master or other settings
+    overrides it with its own `spark` (the same meaning: that file's
+    session), as test_spark_cluster.py, test_spark_example.py and
+    test_spark_recovery.py do."""
     session = local_spark(f"rcp11-{request.module.__name__}")
     yield session
     session.stop()
