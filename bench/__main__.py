@@ -29,6 +29,7 @@ OWN_SUITES = {
     "redis": "bench.redis_suite",
     "kafkaesque": "bench.kafkaesque_suite",
     "module": "bench.module_bench",
+    "zlib": "bench.zlib_suite",
 }
 # Suites owned by other parts of the project; run when their module exists.
 EXTERNAL_SUITES = {

@@ -17,7 +17,13 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from bench.resp import BulkArrayCounter, LineCounter, ReplyError, encode_command
+from bench.resp import (
+    BulkArrayCounter,
+    LineCounter,
+    ParsedReplyCounter,
+    ReplyError,
+    encode_command,
+)
 
 # Big enough that one recv drains a whole TREAD reply of 1000 x 100 B.
 RECV_SIZE = 1 << 20
@@ -29,7 +35,8 @@ class Job:
 
     chunks: (buffer, commands in buffer); identical chunks may be the same
     object, repeated. reply: ("lines", lines per reply) for integer/bulk
-    replies, ("array", element size) for arrays of fixed-size bulks.
+    replies, ("array", element size) for arrays of fixed-size bulks,
+    ("parsed", 0) for replies of any shape (parsed: costs the generator more).
     entries: messages this job moves (written or expected to be read).
     mode "pipeline" sends ahead up to `window` commands; mode "follow" is a
     consumer that sends `TREAD key off count BLOCK 0` one at a time and
@@ -84,8 +91,10 @@ def group(commands: list[bytes], per_chunk: int) -> list[tuple[bytes, int]]:
     ]
 
 
-def _counter(reply: tuple[str, int]) -> LineCounter | BulkArrayCounter:
+def _counter(reply: tuple[str, int]) -> LineCounter | BulkArrayCounter | ParsedReplyCounter:
     kind, arg = reply
+    if kind == "parsed":
+        return ParsedReplyCounter()
     return LineCounter(arg) if kind == "lines" else BulkArrayCounter(arg)
 
 
@@ -119,7 +128,8 @@ def _run_pipeline(sock: socket.socket, job: Job) -> tuple[int, int]:
             if not data:
                 raise ConnectionError(f"server closed the connection after {done} replies")
             done += counter.feed(data)
-    entries = counter.entries if isinstance(counter, BulkArrayCounter) else job.entries
+    counts_entries = isinstance(counter, BulkArrayCounter | ParsedReplyCounter)
+    entries = counter.entries if counts_entries else job.entries
     return done, entries
 
 

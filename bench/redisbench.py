@@ -25,7 +25,11 @@ class BenchLine:
     p99_ms: float
     wall: float
     loadgen_cpu: float
-    server_cpu_pct: float = 0.0  # filled in by callers that watch the server
+    # Filled in by callers that watch the server over the run.
+    server_cpu_pct: float = 0.0
+    server_wait_pct: float = 0.0  # runnable but waiting for a core
+    server_us_per_request: float = 0.0
+    server_syscalls_per_request: float = 0.0
 
     @property
     def loadgen_cpu_pct(self) -> float:

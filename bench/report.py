@@ -47,11 +47,15 @@ class SuiteReport:
     markdown_extra: str = ""
     data: dict[str, object] = field(default_factory=dict)
     seconds: float = 0.0
-    goals: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    goals: list[tuple[str, str, str, bool, str]] = field(default_factory=list)
 
-    def goal(self, what: str, measured: str, target: str, ok: bool) -> str:
-        """Record a goal for the page's summary; return the table's verdict cell."""
-        self.goals.append((what, measured, target, ok))
+    def goal(self, what: str, measured: str, target: str, ok: bool, bound: str = "") -> str:
+        """Record a goal for the page's summary; return the table's verdict cell.
+
+        `bound` is what the run measured about the limit (CPU shares, server
+        CPU per request...); the summary shows it where the goal is missed.
+        """
+        self.goals.append((what, measured, target, ok, bound))
         return verdict(ok)
 
     def markdown(self, page_dir: Path) -> str:
@@ -94,6 +98,42 @@ def ratio(a: float, b: float) -> str:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
+
+
+# A process using at least this share of one core was busy all the run: it,
+# not the other side, set the pace (below it, it waited on the other side or
+# on the shared cores).
+SATURATED_PCT = 85.0
+
+
+def bound_note(
+    server_pct: float,
+    gen_pct: float,
+    queued_pct: float = 0.0,
+    per_request: str = "",
+) -> str:
+    """What limited a throughput figure, from the CPU measured over its run.
+
+    States which process was saturated: the server, the load generator, or
+    neither (then the server either waited for one of the 2 shared cores,
+    its queued time, or for requests), then the figures themselves, and
+    `per_request` (server CPU per request, beside redis-server's) if given.
+    """
+    if server_pct >= SATURATED_PCT:
+        who = "server CPU-bound"
+    elif gen_pct >= SATURATED_PCT:
+        who = "load-generator-bound"
+    elif server_pct + queued_pct >= SATURATED_PCT:
+        who = "shared cores (the server was ready but waited for a core)"
+    else:
+        who = "neither saturated (the server idled, waiting for requests)"
+    facts = f"{who}: server {server_pct:.0f}% of a core"
+    if queued_pct >= 5:
+        facts += f" (+{queued_pct:.0f}% queued)"
+    facts += f", generator {gen_pct:.0f}%"
+    if per_request:
+        facts += f"; {per_request}"
+    return facts
 
 
 def _cpu_model() -> str:
@@ -170,10 +210,23 @@ def write_page(
     lines.append("")
     goals = [g for s in suites for g in s.goals]
     if goals:
-        lines += ["## Goals at a glance", "", "| goal | measured | target | verdict |"]
-        lines.append("|---|---|---|---|")
-        lines += [f"| {w} | {m} | {t} | {verdict(ok)} |" for w, m, t, ok in goals]
-        lines += ["", "Details, workloads and CPU use are in the suite sections below.", ""]
+        lines += [
+            "## Goals at a glance",
+            "",
+            "| goal | measured | target | verdict | CPU and what bounds it (measured) |",
+        ]
+        lines.append("|---|---|---|---|---|")
+        lines += [
+            f"| {w} | {m} | {t} | {verdict(ok)} | {b.replace('|', '/') or '-'} |"
+            for w, m, t, ok, b in goals
+        ]
+        lines += [
+            "",
+            "The last column gives the server's and the load generator's CPU over the row's "
+            f"run in % of one core; a process at >= {SATURATED_PCT:.0f}% of a core was the "
+            "limit. Details, workloads and CPU use are in the suite sections below.",
+            "",
+        ]
     for suite in suites:
         lines.append(suite.markdown(page_dir))
     out.write_text("\n".join(lines))

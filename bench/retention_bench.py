@@ -14,6 +14,11 @@
    by active expiry (1 MB strings with a 1 ms TTL), Redis's own background
    way of letting old data go. Worst and p99.9 PING while the drop runs,
    against each server's idle worst; the ratio is rcp11 / redis.
+4. Writes/s under `maxmemory-policy streams-oldest` with 10, 1,000 and
+   100,000 streams (in process, through the command layer: TWRITEs of
+   100 bytes to random streams of a server kept just over `maxmemory`, so
+   a write in ~10 evicts the oldest node of all streams). What finding
+   that node costs as the number of streams grows.
 
 Prints a markdown report and writes it to bench/results/retention-<mode>.md.
 """
@@ -239,6 +244,65 @@ def bench_drop(total: int) -> str:
     return report + f"\nWorst PING during the drop, rcp11 / redis: {ratio:.2f}\n"
 
 
+# -- 4: streams-oldest with many streams -------------------------------------
+
+OLDEST_STREAMS = {"full": (10, 1000, 100_000), "smoke": (10, 100)}
+OLDEST_NODE_ENTRIES = 10
+OLDEST_SECONDS = {"smoke": 0.3}  # per row; 2 s otherwise
+
+
+def bench_streams_oldest(streams: int, seconds: float) -> tuple[int, float, int]:
+    """(writes, seconds, nodes evicted) for TWRITEs under streams-oldest
+    with `streams` streams of two full nodes each."""
+    from rcp11.commands import execute
+    from rcp11.config import Config
+    from rcp11.retention import Retention
+    from rcp11.state import ClientState, ServerState
+
+    config = Config()
+    config.set("stream-node-max-entries", str(OLDEST_NODE_ENTRIES))
+    config.set("maxmemory-policy", "streams-oldest")
+    state = ServerState(config)
+    state.retention = Retention(state, lambda: None)
+    client = ClientState(authenticated=True)
+    payload = b"x" * MESSAGE_BYTES
+    keys = [b"stream:%d" % i for i in range(streams)]
+    for key in keys:
+        execute(state, client, [b"TWRITE", key, b"ENTRIES"] + [payload] * 2 * OLDEST_NODE_ENTRIES)
+    config.set("maxmemory", str(state.used_memory() - 1))
+    rng = random.Random(1)
+    writes = 0
+    gc.collect()
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        for _ in range(50):
+            reply = execute(state, client, [b"TWRITE", keys[rng.randrange(streams)], payload])
+            assert isinstance(reply, int), reply
+        writes += 50
+        if time.perf_counter() >= deadline:
+            break
+    seconds = time.perf_counter() - start
+    evicted = state.stats.retention_evicted_messages // OLDEST_NODE_ENTRIES
+    return writes, seconds, evicted
+
+
+def bench_oldest(mode: str) -> str:
+    rows = []
+    for streams in OLDEST_STREAMS.get(mode, OLDEST_STREAMS["full"]):
+        log(f"streams-oldest with {streams:,} streams")
+        writes, seconds, evicted = bench_streams_oldest(streams, OLDEST_SECONDS.get(mode, 2.0))
+        rows.append(
+            [
+                f"{streams:,}",
+                f"{writes:,}",
+                f"{evicted:,}",
+                f"{writes / seconds:,.0f}",
+            ]
+        )
+    return table(["streams", "writes", "nodes evicted", "writes/s"], rows)
+
+
 def _row(
     label: str, dropped: int, seconds: float, idle: list[float], pings: list[float]
 ) -> list[str]:
@@ -261,6 +325,8 @@ def run(mode: str) -> str:
         bench_time_index(messages),
         f"\n### Worst PING while retention drops {drop / 2**30:.2f} GB\n",
         bench_drop(drop),
+        "\n### Writes/s under maxmemory-policy streams-oldest (in process)\n",
+        bench_oldest(mode),
     ]
     return "\n".join(parts)
 
@@ -271,12 +337,23 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true", help="1M messages, drop 256 MB")
     size.add_argument("--full", action="store_true", help="100M messages, drop 10 GB")
     size.add_argument("--smoke", action="store_true", help="tiny sizes, to check that it runs")
+    parser.add_argument(
+        "--oldest-only",
+        action="store_true",
+        help="only part 4: writes/s under streams-oldest with many streams",
+    )
     parser.add_argument("--out", type=Path, default=None, help="markdown file to write")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full" if args.full else "smoke" if args.smoke else "default"
-    report = run(mode)
+    if args.oldest_only:
+        report = f"## Writes/s under maxmemory-policy streams-oldest ({mode})\n\n" + bench_oldest(
+            mode
+        )
+    else:
+        report = run(mode)
     print(report)
-    out = args.out or RESULTS / f"retention-{mode}.md"
+    suffix = "-oldest" if args.oldest_only else ""
+    out = args.out or RESULTS / f"retention{suffix}-{mode}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report)
     return 0

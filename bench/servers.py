@@ -142,6 +142,13 @@ class Server:
             raise RuntimeError(f"{self.label}: {args[0]!r} failed: {reply}")
         return reply
 
+    def info(self, section: str) -> dict[str, str]:
+        """One INFO section as field -> value."""
+        reply = self.call(b"INFO", section)
+        assert isinstance(reply, bytes), reply
+        lines = reply.decode().splitlines()
+        return dict(line.split(":", 1) for line in lines if ":" in line and line[0] != "#")
+
     @property
     def pid(self) -> int:
         assert self.proc is not None
@@ -154,6 +161,13 @@ class Server:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS line")
+
+    def syscalls(self) -> int:
+        """Read- and write-family system calls of the whole process so far
+        (syscr + syscw of /proc/PID/io: read, recv, write, send...)."""
+        with open(f"/proc/{self.pid}/io") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["syscr"]) + int(fields["syscw"])
 
     def sched_seconds(self) -> tuple[float, float]:
         """(seconds on a CPU by all threads, seconds the main thread was

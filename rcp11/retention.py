@@ -9,7 +9,9 @@ Data leaves a stream without a command asking for it in two ways:
   evict_for_memory() evicts the oldest macronode of all streams (oldest
   append time first), again and again, until the server fits; the write
   path calls it where it would answer -OOM, and the cron finishes what a
-  write left.
+  write left. OldestIndex finds that node in O(log streams): the first
+  eviction makes it, and then it follows the keys the keyspace reports
+  changed.
 
 Both log what they did as `TEVICT key <offset>` with an absolute offset
 (the stream's new first offset - 1) through state.propagate(), as a TEVICT
@@ -123,6 +125,7 @@ class Retention:
         nodes = 0
         more = False
         runs_before = state.stats.retention_runs
+        tend_oldest_index(state)
         limit = memory_limit(state)
         if limit:
             fits, left = evict_oldest(state, limit, STEP_NODES)
@@ -241,6 +244,21 @@ def memory_limit(state: ServerState) -> int:
     return limit if limit and state.used_memory() > limit else 0
 
 
+def tend_oldest_index(state: ServerState) -> None:
+    """From the cron: the streams-oldest index takes in what changed since
+    the last tick (so the keys noted for it stay few while the server is
+    under maxmemory), or goes once the policy is another."""
+    index = state.oldest_index
+    if index is None:
+        return
+    config = state.config
+    if config is None or config.get("maxmemory-policy") != "streams-oldest":
+        index.close()
+        state.oldest_index = None
+    else:
+        index.sync()
+
+
 def evict_for_memory(state: ServerState, limit: int) -> bool:
     """The write path's OOM check under streams-oldest: evict until the
     server fits. Whether the write may go ahead: it fits, or eviction is
@@ -255,33 +273,103 @@ def evict_oldest(state: ServerState, limit: int, max_nodes: int) -> tuple[bool, 
     """Evict the oldest node of all streams (by append time), again, until
     used memory is at most `limit` or max_nodes were evicted. Returns
     (fits, some stream still holds a node)."""
+    index = state.oldest_index
+    if index is None:
+        index = state.oldest_index = OldestIndex(state.keyspace)
+    index.sync()
     keyspace = state.keyspace
     data = keyspace.data
-    heap: list[tuple[int, bytes]] = []
-    for key, value in data.items():
-        if _is_stream(value):
-            oldest = value.oldest_append_ms
-            if oldest is not None:
-                heap.append((oldest, key))
-    heapq.heapify(heap)
     evicted: dict[bytes, Evicted] = {}
     nodes = 0
     fits = state.used_memory() <= limit
-    while not fits and heap and nodes < max_nodes:
-        key = heap[0][1]
+    while not fits and nodes < max_nodes:
+        key = index.oldest()
+        if key is None:
+            break
         stream = data[key]
         ev = stream.evict_oldest_node()
         keyspace.touch(key)  # so used_memory() re-measures it
         nodes += 1
         evicted[key] = _add(evicted.get(key, Evicted()), ev)
-        oldest = stream.oldest_append_ms
-        if oldest is None:
-            heapq.heappop(heap)
-        else:
-            heapq.heapreplace(heap, (oldest, key))
+        index.update(key, stream)
         fits = state.used_memory() <= limit
     for key, ev in evicted.items():
         record_eviction(state, key, data[key], ev)
     if evicted:
         state.stats.retention_runs += 1
-    return fits, bool(heap)
+    return fits, index.oldest() is not None
+
+
+class OldestIndex:
+    """The streams that hold a message, by the append time of their oldest
+    (Stream.oldest_append_ms), for streams-oldest: the oldest node of all
+    streams in O(log streams) instead of a look at every key per eviction.
+
+        heap     (oldest_ms, key), smallest first: ties go to the smaller
+                 key, as a sort of every stream would give them. Entries go
+                 stale (the key's oldest moved, or the key went) and are
+                 dropped when they reach the top
+        current  key -> the oldest_ms of its live entry (a key whose entry
+                 says otherwise is stale)
+
+    The keyspace notes every key it touches (Keyspace.changed: every write,
+    eviction, deletion, FLUSHALL goes through touch()); sync() re-reads
+    those keys only, so keeping the index costs one dict insertion per
+    write and one look per changed key when the policy next evicts.
+    """
+
+    def __init__(self, keyspace: Any) -> None:
+        self._keyspace = keyspace
+        self._current: dict[bytes, int] = {}
+        for key, value in keyspace.data.items():
+            if _is_stream(value):
+                oldest = value.oldest_append_ms
+                if oldest is not None:
+                    self._current[key] = oldest
+        self._heap = [(ms, key) for key, ms in self._current.items()]
+        heapq.heapify(self._heap)
+        keyspace.changed = {}
+
+    def close(self) -> None:
+        """Stop the keyspace noting changes (the policy was turned off)."""
+        self._keyspace.changed = None
+
+    def sync(self) -> None:
+        """Take in the keys changed since the last sync()."""
+        keyspace = self._keyspace
+        changed = keyspace.changed
+        if not changed:
+            return
+        keyspace.changed = {}
+        data = keyspace.data
+        for key in changed:
+            value = data.get(key)
+            if value is None or not _is_stream(value):
+                self._current.pop(key, None)
+            else:
+                self.update(key, value)
+
+    def update(self, key: bytes, stream: Stream) -> None:
+        """key's stream may have another oldest message now."""
+        oldest = stream.oldest_append_ms
+        if oldest is None:
+            self._current.pop(key, None)
+        elif self._current.get(key) != oldest:
+            self._current[key] = oldest
+            heapq.heappush(self._heap, (oldest, key))
+            if len(self._heap) > 2 * len(self._current) + 64:
+                # Mostly stale entries: rebuild (amortized O(1) per push).
+                self._heap = [(ms, k) for k, ms in self._current.items()]
+                heapq.heapify(self._heap)
+
+    def oldest(self) -> bytes | None:
+        """The key of the stream with the oldest message (None: no stream
+        holds one)."""
+        heap = self._heap
+        current = self._current
+        while heap:
+            ms, key = heap[0]
+            if current.get(key) == ms:
+                return key
+            heapq.heappop(heap)
+        return None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
 from rcp11.errors import CommandError
-from rcp11.storage import MAX_OFFSET, Stream
+from rcp11.storage import MAX_OFFSET, Stream, wall_ms
 
 if TYPE_CHECKING:
     import asyncio
@@ -57,6 +57,10 @@ class PersistenceHooks(Protocol):
     def propagate_encoded(self, data: bytes) -> None:
         """Log write requests already in their AOF form (encode_command()
         of each, back to back): the C lane copies TWRITE requests verbatim."""
+
+    def date_writes(self, ms: int) -> None:
+        """The writes logged next were appended at unix time ms (the AOF
+        logs an annotation when the last one said otherwise)."""
 
     def aof_room(self) -> int:
         """AOF bytes that may still be buffered before write_refused() must
@@ -117,6 +121,9 @@ class NullPersistence:
         pass
 
     def propagate_encoded(self, data: bytes) -> None:
+        pass
+
+    def date_writes(self, ms: int) -> None:
         pass
 
     def aof_room(self) -> int:
@@ -298,6 +305,9 @@ class Keyspace:
         # Bumped by every change (touch() and set_expire()): dispatch compares
         # it around a handler that raised (see commands.core.call).
         self.changes = 0
+        # Keys touched since the streams-oldest index last looked (None:
+        # nobody keeps one). rcp11/retention.py's OldestIndex turns it on.
+        self.changed: dict[bytes, None] | None = None
 
     def __len__(self) -> int:
         return len(self.data)
@@ -340,6 +350,8 @@ class Keyspace:
         self.changes += 1
         if key in self._stream_bytes:
             self._unmeasured[key] = None
+        if self.changed is not None:
+            self.changed[key] = None
         if self.watchers:
             watchers = self.watchers.get(key)
             if watchers:
@@ -472,6 +484,9 @@ class ServerState:
         self.persistence: PersistenceHooks = NullPersistence()
         # Wired in by start-up (rcp11/retention.py); None runs no retention.
         self.retention: RetentionHooks | None = None
+        # The streams-oldest policy's index of streams by oldest append time
+        # (rcp11/retention.py: OldestIndex), made by its first eviction.
+        self.oldest_index: Any = None
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last successful save
@@ -486,6 +501,10 @@ class ServerState:
         # The transaction whose propagated commands go between MULTI and
         # EXEC (transaction_log()); None outside EXEC.
         self._transaction: _TransactionLog | None = None
+        # The append time of the messages written now when it is pinned: for
+        # all the writes of a transaction (one AOF date for them all), and
+        # while the loader replays writes the AOF dated. None: the wall clock.
+        self.append_ms: int | None = None
         for name in (
             "stream-compression",
             "stream-compression-level",
@@ -547,11 +566,21 @@ class ServerState:
                 value.set_compression_depth(depth)
                 value.set_max_entries(max_entries)
 
-    def propagate(self, argv: list[bytes]) -> None:
+    def write_time(self) -> int:
+        """The append time (unix ms) of messages written now: the pinned
+        one (append_ms) or the wall clock."""
+        ms = self.append_ms
+        return wall_ms() if ms is None else ms
+
+    def propagate(self, argv: list[bytes], append_ms: int | None = None) -> None:
         """Log a write (AOF) and count it for save rules. Handlers call this
         for exactly what they changed, in a form whose replay is
-        deterministic (TREAD GROUP logs SET groupkey <offset>)."""
+        deterministic (TREAD GROUP logs SET groupkey <offset>); a write that
+        appended messages passes their append time (write_time()), which
+        the AOF dates it with so that a replay gives them the same."""
         if not self.loading:
+            if append_ms is not None:
+                self.persistence.date_writes(append_ms)
             transaction = self._transaction
             if transaction is not None and not transaction.opened:
                 transaction.opened = True
@@ -575,10 +604,15 @@ class ServerState:
             yield
             return
         transaction = self._transaction = _TransactionLog()
+        pinned = self.append_ms is None
+        if pinned:
+            self.append_ms = wall_ms()
         try:
             yield
         finally:
             self._transaction = None
+            if pinned:
+                self.append_ms = None
             if transaction.opened and not self.loading:
                 self.persistence.propagate([b"EXEC"])
 

@@ -127,6 +127,7 @@ void lane_call_reset(lane_call *call) {
     call->twrite_calls = call->twrite_usec = 0;
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
+    call->append_ms = -1;
     call->nkeys = 0;
 }
 
@@ -246,6 +247,13 @@ static int word_is(const lane_arg *a, const char *upper) {
     return 1;
 }
 
+/* The wall clock in unix ms, as the core reads it for MN_NOW. */
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -362,10 +370,11 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     if (buf_reserve(&call->reply, 32)) return -1;
     if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
     uint64_t started = now_ns();
+    if (call->append_ms < 0) call->append_ms = wall_ms();
     int64_t first;
     if (n == 1) {
         first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
-                              MN_NOW);
+                              call->append_ms);
     } else {
         if (call->scratch_lens_cap < n) {
             uint32_t *p = realloc(call->scratch_lens, n * sizeof(uint32_t));
@@ -380,7 +389,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
             if (buf_add(joined, e->p, e->len)) return -1;
             call->scratch_lens[i] = (uint32_t)e->len;
         }
-        first = mn_append(k->stream, joined->data, call->scratch_lens, n, MN_NOW);
+        first = mn_append(k->stream, joined->data, call->scratch_lens, n, call->append_ms);
     }
     if (first < 0) return -1; /* nothing was appended: Python answers */
     k->written = 1;

@@ -65,6 +65,10 @@ typedef struct lane_call {
     int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    /* The append time (unix ms) of every TWRITE of the run: the wall clock
+     * read once, at the first (-1: none ran). Python dates the run's AOF
+     * bytes with it, so a replay appends them at the same time. */
+    int64_t append_ms;
     size_t nkeys;
     lane_key keys[LANE_MAX_KEYS];
     /* Scratch (argument table, joined entries); freed by lane_call_free. */

@@ -81,7 +81,7 @@ def after(method: Callable[..., Any], when: Callable[..., bool]) -> Callable[...
     return wrapper
 
 
-def poisoned_entries(_self: Stream, entries: Any) -> bool:
+def poisoned_entries(_self: Stream, entries: Any, *_when: Any) -> bool:
     return b"poison" in list(entries)
 
 
@@ -272,8 +272,8 @@ lane.lane_open = lambda state, client: False
 original = storage.Stream.append
 
 
-def append(self, entries):
-    first = original(self, entries)
+def append(self, entries, now_ms=None):
+    first = original(self, entries, now_ms)
     if b"poison" in list(entries):
         raise RuntimeError("a handler bug after the append")
     return first

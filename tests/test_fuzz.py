@@ -100,8 +100,8 @@ def test_the_differential_fuzzer_catches_a_wrong_offset(monkeypatch: pytest.Monk
     # A storage core that reports the offset after the right one.
     original = Stream.append
 
-    def off_by_one(self, entries):  # type: ignore[no-untyped-def]
-        return original(self, entries) + 1
+    def off_by_one(self, entries, now_ms=None):  # type: ignore[no-untyped-def]
+        return original(self, entries, now_ms) + 1
 
     monkeypatch.setattr(Stream, "append", off_by_one)
     with pytest.raises(Finding, match="disagree"):

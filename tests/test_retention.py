@@ -342,3 +342,60 @@ def test_replaying_the_aof_gives_the_same_streams_after_retention(tmp_path: Path
         state.config.set("stream-retention-ms", "1")
         ret.step(now_ms=10**15)  # every message expired
     assert run(state, b"TWRITE", b"s", b"after") >= 95
+
+
+def test_streams_oldest_evicts_the_oldest_node_of_many_streams_while_they_change() -> None:
+    """Each eviction takes the node with the oldest append time of all
+    streams (ties: the smaller key), as a look at every stream would find,
+    while writes, TEVICT, DEL, TCONCAT, strings over streams and FLUSHALL
+    change which stream holds it between evictions."""
+    import random
+
+    rng = random.Random(11)
+    state, _, _ = make_state(maxmemory_policy="streams-oldest")
+    for i in range(300):
+        times = sorted(T0 + rng.randrange(0, 5000) for _ in range(rng.randrange(1, 40)))
+        add_stream(state, b"s%d" % i, times)
+
+    def expected_oldest() -> bytes | None:
+        candidates = [
+            (value.oldest_append_ms, key)
+            for key, value in state.keyspace.data.items()
+            if not isinstance(value, bytes) and value.oldest_append_ms is not None
+        ]
+        return min(candidates)[1] if candidates else None
+
+    def firsts() -> dict[bytes, int]:
+        data = state.keyspace.data
+        return {k: v.first_offset for k, v in data.items() if not isinstance(v, bytes)}
+
+    evictions = 0
+    for step in range(1500):
+        key = b"s%d" % rng.randrange(320)
+        action = rng.randrange(12)
+        if action == 0:
+            run(state, b"TWRITE", key, b"new")
+        elif action == 1:
+            run(state, b"TEVICT", key, b"%d" % rng.randrange(20))
+        elif action == 2:
+            run(state, b"DEL", key)
+        elif action == 3:
+            run(state, b"TCONCAT", key, b"s%d" % rng.randrange(320))
+        elif action == 4:
+            run(state, b"SET", key, b"a string")
+        elif action == 5 and step % 500 == 499:
+            run(state, b"FLUSHALL")
+            for i in range(50):
+                add_stream(state, b"s%d" % i, [T0 + rng.randrange(0, 5000)] * 12)
+        want = expected_oldest()
+        before = firsts()
+        fits, left = retention.evict_oldest(state, 0, 1)  # one node, whatever
+        assert not fits
+        after = firsts()
+        changed = [k for k in before if after.get(k) != before[k]]
+        if want is None:
+            assert changed == [] and not left
+        else:
+            assert changed == [want], step
+            evictions += 1
+    assert evictions > 500

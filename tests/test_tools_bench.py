@@ -106,7 +106,8 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     require("redis-server")
     require("redis-benchmark")
     page = tmp_path / "page.md"
-    result = _bench("--smoke", "--out", str(page))
+    # Every suite at smoke size: about 2 minutes alone, more on a busy machine.
+    result = _bench("--smoke", "--out", str(page), timeout=600)
     detail = f"stdout:\n{result.stdout}\nstderr (tail):\n{result.stderr[-4000:]}"
     assert page.exists(), detail
     text = page.read_text()
@@ -126,10 +127,34 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         "### Wake-up latency of a blocked reader",
         "## Suite 3: kafkaesque and voik",
         "### Sequential bandwidth of one stream (voik's figures)",
+        "## Suite 4: zlib-compressed streams through the server",
+        "### Random `TREAD logs <off> 100` on compressed streams",
         "core_bench.py",
         "persistence_bench.py",
+        "lane_bench.py",
     ):
         assert heading in text, heading
+    # Issue 11's goals table: every row in the summary, with its target and the
+    # server's CPU (the last column).
+    glance = text.split("## Goals at a glance", 1)[1].split("\n## ", 1)[0]
+    for goal, target in (
+        ("`TWRITE s <100B>` vs `XADD s * f <100B>`, -P 1 |", ">= 0.9x"),
+        ("`TWRITE s <100B>` vs `XADD s * f <100B>`, -P 32 |", ">= 1.3x"),
+        ("`TWRITE b ENTRIES <100 x 100B>` vs `RPUSH l <100 x 100B>`, -P 1 |", ">= 2.0x"),
+        ("`TREAD rs 0 100` vs `XRANGE xs - + COUNT 100`, -P 1 |", ">= 4.0x"),
+        ("`TREAD rs 0 100` vs `XRANGE xs - + COUNT 100`, -P 32 |", ">= 6.0x"),
+        ("`TREAD rs 0 100` vs `LRANGE rl 0 99`, -P 1 |", ">= 1.5x"),
+        ("`TREAD rs 0 100` vs `LRANGE rl 0 99`, -P 32 |", ">= 1.5x"),
+        ("Kafka suite: 1 producer, 100 B |", ">= 3,000,000"),
+        ("Kafka suite: 1 consumer, 100 B |", ">= 10,000,000"),
+        ("RSS growth per 100 B entry / the core's own accounting |", "<= 1.02x"),
+        ("near the tail, zlib 6, depth 4 / uncompressed", "<= 1.2x"),
+    ):
+        row = next((line for line in glance.splitlines() if goal in line), None)
+        assert row is not None, f"no goal row {goal!r} in:\n{glance}"
+        assert f"| {target} |" in row, row
+        if "RSS" not in goal:
+            assert "% of a core" in row and "generator" in row, row
     # Every measured row carries a number, and every plot the page links exists.
     assert "| 1 producer |" in text and "| 1 consumer |" in text
     for name in ("kafka_message_size.png", "kafka_stored_curve.png"):
@@ -227,3 +252,4 @@ def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     assert "time index bytes / message" in report and "TSEEK median us" in report
     assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
     assert "rcp11 / redis" in report
+    assert "streams-oldest" in report and "| 100 |" in report and "writes/s" in report

@@ -186,6 +186,7 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
         state.dirty += writes
         if call.aof.len:
             try:
+                state.persistence.date_writes(call.append_ms)
                 state.persistence.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len))
             except Exception:
                 # Appended, but how much of it is logged is unknown: as

@@ -53,8 +53,9 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if new_next_offset - 1 > MAX_OFFSET:
         raise CommandError(errors.OFFSET_OVERFLOW)
     state.persistence.before_stream_write(key, new_next_offset)
+    append_ms = state.write_time()
     try:
-        first = stream.append(entries)
+        first = stream.append(entries, append_ms)
     except OffsetOverflowError:
         raise CommandError(errors.OFFSET_OVERFLOW) from None
     stats = state.stats
@@ -65,7 +66,7 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     else:
         keyspace.touch(key)
     stats.total_messages_written += count
-    state.propagate(argv)
+    state.propagate(argv, append_ms)
     return first
 
 

@@ -2,8 +2,15 @@
 where each starts and ends, and what is wrong where the file stops being a
 clean sequence of commands (a torn tail, or bytes that are not RESP).
 
-The AOF is written with resp.encode_command; the one record only the loader
-knows is RAISE_NEXT (docs/PERSISTENCE.md, offset reservations).
+The AOF is written with resp.encode_command; the records only the loader
+knows are RAISE_NEXT (docs/PERSISTENCE.md, offset reservations) and the
+append-time annotation, a line between commands as Redis 7 writes its
+`#TS:<seconds>` ones (docs/PERSISTENCE.md, append times):
+
+    #RCP11-MS:1700000000123\r\n     the writes after it were appended at
+                                    this unix time in ms (until the next)
+
+Other lines starting with '#' are skipped, as Redis's loader skips them.
 """
 
 from __future__ import annotations
@@ -14,6 +21,34 @@ from typing import BinaryIO
 # `RCP11-RAISE-NEXT key offset`: after a crash, a stream's next offset was
 # raised to its reservation; later commands replay onto those offsets.
 RAISE_NEXT = b"RCP11-RAISE-NEXT"
+
+# The argv[0] iter_aof_commands() yields for an annotation line (argv[1]:
+# the line without '#' and CRLF). A command name never starts with '#'.
+ANNOTATION = b"#"
+APPEND_TIME_PREFIX = b"RCP11-MS:"
+# An annotation line is at most this long (CRLF included): a longer one is
+# bytes that are not AOF, not an annotation to skip.
+ANNOTATION_MAX_BYTES = 256
+# The largest append time an annotation may carry (the core's int64 ms).
+APPEND_TIME_MAX = 2**63 - 1
+
+
+def encode_append_time(ms: int) -> bytes:
+    """The annotation that dates the writes logged after it."""
+    return b"#%s%d\r\n" % (APPEND_TIME_PREFIX, ms)
+
+
+def parse_append_time(text: bytes) -> int | None:
+    """The time of an annotation's text (argv[1] of an ANNOTATION), None
+    for an annotation of another kind. ValueError when it is ours but its
+    time is not an integer from 0 to 2^63-1."""
+    if not text.startswith(APPEND_TIME_PREFIX):
+        return None
+    digits = text[len(APPEND_TIME_PREFIX) :]
+    # isdigit() also refuses a sign, spaces and an empty number.
+    if not digits.isdigit() or len(digits) > 19 or int(digits) > APPEND_TIME_MAX:
+        raise ValueError(f"bad append time {digits[:30]!r}")
+    return int(digits)
 
 
 class TornTail(Exception):
@@ -41,6 +76,13 @@ def _parse_command(buf: bytes, pos: int) -> tuple[list[bytes], int]:
     """Parse one RESP array of bulk strings at pos; returns (argv, end).
     Raises _Incomplete or ValueError (with a relative description)."""
     size = len(buf)
+    if buf[pos] == 35:  # '#': an annotation line
+        newline = buf.find(b"\r\n", pos, pos + ANNOTATION_MAX_BYTES)
+        if newline < 0:
+            if size - pos < ANNOTATION_MAX_BYTES:
+                raise _Incomplete
+            raise ValueError("annotation line too long")
+        return [ANNOTATION, buf[pos + 1 : newline]], newline + 2
     if buf[pos] != 42:  # '*'
         raise ValueError(f"expected '*', got {bytes([buf[pos]])!r}")
     newline = buf.find(b"\r\n", pos, pos + 24)
@@ -84,7 +126,8 @@ def iter_aof_commands(
     """Yield (argv, start_offset, end_offset) for each complete command of
     file from byte `start`. At the end: if bytes remain that do not form a
     complete command, raises TornTail(offset); bytes that are not RESP raise
-    BadBytes(offset, problem)."""
+    BadBytes(offset, problem). An annotation line comes as
+    [ANNOTATION, text]."""
     file.seek(start)
     buf = b""
     base = start  # file offset of buf[0]
@@ -113,4 +156,12 @@ def iter_aof_commands(
         pos = end
 
 
-__all__ = ["RAISE_NEXT", "BadBytes", "TornTail", "iter_aof_commands"]
+__all__ = [
+    "ANNOTATION",
+    "RAISE_NEXT",
+    "BadBytes",
+    "TornTail",
+    "encode_append_time",
+    "iter_aof_commands",
+    "parse_append_time",
+]

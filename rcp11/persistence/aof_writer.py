@@ -23,6 +23,7 @@ from collections.abc import Callable
 from rcp11.files import write_all
 from rcp11.libc import fallocate_keep_size
 from rcp11.limits import AOF_SPACE_MARGIN, AOF_SPACE_SLICES, MAX_OFFSET
+from rcp11.persistence.aof_format import encode_append_time
 from rcp11.resp import encode_command
 
 log = logging.getLogger("rcp11.persistence")
@@ -41,6 +42,9 @@ class AofWriter:
         # Commands logged while a rewrite child writes the new file.
         self.rewrite_buf: list[bytes] | None = None
         self.rewrite_buf_len = 0
+        # The append time the last annotation logged (-1: none yet in this
+        # file, or a rewrite buffer started since: date() logs one).
+        self.dated_ms = -1
         self.current_size = 0
         self.base_size = 0
         self.written = 0  # bytes handed to the kernel (all files, monotonic)
@@ -75,7 +79,25 @@ class AofWriter:
         with self._lock:
             self.fd = fd
         self._reserved_until = 0
+        self.dated_ms = -1
         self.reserve_space()
+
+    def date(self, ms: int) -> None:
+        """The writes logged next were appended at unix time ms: log an
+        append-time annotation unless the last one said the same. Buffered
+        with the writes it dates, so one flush writes both: a file cut
+        anywhere never holds a write without the date it had."""
+        if ms != self.dated_ms and self.state != "off":
+            self.dated_ms = ms
+            self.append_encoded(encode_append_time(ms))
+
+    def start_rewrite_buffer(self) -> None:
+        """A rewrite child starts: commands from now on also go to the
+        rewrite buffer, whose first write must carry its own date (the
+        last annotation is in the old file only)."""
+        self.rewrite_buf = []
+        self.rewrite_buf_len = 0
+        self.dated_ms = -1
 
     def append(self, argv: list[bytes]) -> None:
         """Log one command (state "off": nothing)."""
@@ -207,6 +229,7 @@ class AofWriter:
         """CONFIG SET appendonly no (after a last flush): close the file and
         forget what could not be written."""
         self.state = "off"
+        self.dated_ms = -1
         self.stop_fsync_thread()
         self.release_preallocated()
         self.swap_fd(-1)

@@ -186,8 +186,7 @@ class Children:
                 file.flush()
                 os.fsync(file.fileno())
 
-        aof.rewrite_buf = []
-        aof.rewrite_buf_len = 0
+        aof.start_rewrite_buffer()
         child = self._fork("aof", tmp, body)
         if child is None:
             aof.rewrite_buf = None

@@ -153,6 +153,9 @@ class Persistence:
     def propagate_encoded(self, data: bytes) -> None:
         self.aof.append_encoded(data)
 
+    def date_writes(self, ms: int) -> None:
+        self.aof.date(ms)
+
     def aof_room(self) -> int:
         return self.aof.room()
 

@@ -18,7 +18,14 @@ from rcp11.datafiles import REWRITE_TEMP_PREFIX
 from rcp11.errors import PersistenceError
 from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING, TORN_BATCH_MARGIN
 from rcp11.logs import show_arg
-from rcp11.persistence.aof_format import RAISE_NEXT, BadBytes, TornTail, iter_aof_commands
+from rcp11.persistence.aof_format import (
+    ANNOTATION,
+    RAISE_NEXT,
+    BadBytes,
+    TornTail,
+    iter_aof_commands,
+    parse_append_time,
+)
 from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import SNAP_MAGIC, CrcReader, read_snapshot, write_snapshot_file
 from rcp11.resp import Error
@@ -97,6 +104,12 @@ def load_aof(engine: Engine) -> None:
         torn_at: int | None = None
         try:
             for argv, at, end in iter_aof_commands(file, start):
+                if argv[0] is ANNOTATION:
+                    # The writes after it were appended at its time (an
+                    # AOF without annotations: at replay time, as before).
+                    state.append_ms = _append_time(argv[1], path, at, state.append_ms)
+                    valid = end if pending is None else valid
+                    continue
                 name = argv[0].lower()
                 if pending is not None:
                     if name == b"exec":
@@ -127,11 +140,25 @@ def load_aof(engine: Engine) -> None:
             ) from None
         except TornTail as exc:
             torn_at = exc.offset
+        finally:
+            state.append_ms = None
         if pending is not None and torn_at is None:
             torn_at = multi_at  # a transaction without its EXEC
     if torn_at is not None:
         _cut_torn_tail(engine, path, size, torn_at, valid)
     log.info("AOF %s loaded: %d keys", path, len(state.keyspace))
+
+
+def _append_time(text: bytes, path: str, at: int, current: int | None) -> int | None:
+    # A damaged annotation is a damaged record: the start is refused, as
+    # for bytes that are not RESP (a torn one is a torn tail, cut above).
+    try:
+        ms = parse_append_time(text)
+    except ValueError as exc:
+        raise PersistenceError(
+            f"{path}: corrupt AOF at byte offset {at} ({exc}); refusing to start"
+        ) from None
+    return current if ms is None else ms
 
 
 def _cut_torn_tail(engine: Engine, path: str, size: int, torn_at: int, cut: int) -> None:
