@@ -23,15 +23,22 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rcp11 import errors
 from rcp11.resp import NULL_ARRAY, Error
 
-if TYPE_CHECKING:
-    from rcp11.state import ClientState, ServerState
+
+class Waiter(Protocol):
+    """What the registry needs of a client: rcp11.state.ClientState is one.
+    Stated here so that the registry imports nothing above it (state.py
+    owns a BlockingManager)."""
+
+    blocked: Any  # the client's BlockRequest while it waits, else None
+    send: Callable[[Any], None]  # queue a reply to the client
+    on_unblocked: Callable[[], None]  # resume its pipelined commands
 
 
 class _Wait:
@@ -53,16 +60,17 @@ class BlockRequest:
 
     Commands that block subclass it and implement serve()."""
 
-    client: ClientState
+    client: Waiter
     key: bytes  # waits in this key's FIFO
     argv: list[bytes]  # the command as the client sent it (original name)
     watch: bytes | None = None  # another key whose change re-checks it
     deadline: float | None = None  # time.monotonic() seconds; None waits forever
     seq: int = -1  # the order of blocking, set by BlockingManager.block()
 
-    def serve(self, state: ServerState) -> Any:
+    def serve(self, state: Any) -> Any:
         """The reply now, or WAIT. May raise CommandError (its text becomes
-        the reply) and may write (a group read moves its group key)."""
+        the reply) and may write (a group read moves its group key). state
+        is the rcp11.state.ServerState; the registry never looks at it."""
         raise NotImplementedError
 
 
@@ -156,7 +164,7 @@ class BlockingManager:
         """Answer every client whose BLOCK timeout passed with a null
         array. now: time.monotonic() seconds."""
         now = time.monotonic() if now is None else now
-        timed_out: list[ClientState] = []
+        timed_out: list[Waiter] = []
         heap = self.deadlines
         while heap and heap[0][0] <= now:
             request = heapq.heappop(heap)[2]
@@ -174,7 +182,7 @@ class BlockingManager:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def unblock(self, client: ClientState, error: bool) -> bool:
+    def unblock(self, client: Waiter, error: bool) -> bool:
         """CLIENT UNBLOCK: end the client's blocked read as a timeout (a
         null reply) or with an -UNBLOCKED error. False if it was not blocked."""
         request = client.blocked
@@ -184,7 +192,7 @@ class BlockingManager:
         client.on_unblocked()
         return True
 
-    def remove(self, client: ClientState) -> None:
+    def remove(self, client: Waiter) -> None:
         """The client disconnected: forget it at once, so messages that
         arrive later go to the next waiter."""
         request = client.blocked
@@ -208,4 +216,4 @@ class BlockingManager:
                     del self._watchers[request.watch]
 
 
-__all__ = ["WAIT", "BlockRequest", "BlockingManager"]
+__all__ = ["WAIT", "BlockRequest", "BlockingManager", "Waiter"]

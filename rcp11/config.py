@@ -62,16 +62,8 @@ class ConfigError(Exception):
         return errors.config_set_failed(self.name, self.reason)
 
     def fatal_message(self) -> str:
-        where = "Reading the configuration"
-        if self.source is None:
-            where += ", at the command line"
-        elif self.source == "<command line>":
-            where += f" from the command line, at argument group {self.line}"
-        else:
-            where += f" file '{self.source}', at line {self.line}"
-        return (
-            f"\n*** FATAL CONFIG FILE ERROR (rcp11 {__version__}) ***\n"
-            f"{where}\n>>> '{self.text or ''}'\n{self.reason}\n"
+        return errors.config_fatal(
+            __version__, self.source, self.line, self.text or "", self.reason
         )
 
     def __str__(self) -> str:
@@ -101,10 +93,10 @@ def parse_memory(text: str) -> int:
     digits = lowered.rstrip("kmgb")
     unit = lowered[len(digits) :]
     if unit not in _UNITS or not digits or not digits.lstrip("-").isdigit():
-        raise ConfigError("argument must be a memory value")
+        raise ConfigError(errors.CONFIG_NOT_MEMORY)
     value = int(digits) * _UNITS[unit]
     if value < 0:
-        raise ConfigError("argument must be a memory value")
+        raise ConfigError(errors.CONFIG_NOT_MEMORY)
     return value
 
 
@@ -215,17 +207,17 @@ def _parse(d: Directive, args: list[str], current: Any) -> Any:
         return _parse_save(args)
     if kind == "bind":
         if not args:
-            raise ConfigError("wrong number of arguments")
+            raise ConfigError(errors.CONFIG_WRONG_ARGS)
         return list(args)
     if kind == "obl":
         return _parse_obl(args, current)
     if len(args) != 1:
-        raise ConfigError("wrong number of arguments")
+        raise ConfigError(errors.CONFIG_WRONG_ARGS)
     text = args[0]
     if kind == "bool":
         lowered = text.lower()
         if lowered not in ("yes", "no"):
-            raise ConfigError("argument must be 'yes' or 'no'")
+            raise ConfigError(errors.CONFIG_NOT_BOOL)
         return lowered == "yes"
     if kind in ("int", "memory", "octal"):
         if kind == "memory":
@@ -234,19 +226,19 @@ def _parse(d: Directive, args: list[str], current: Any) -> Any:
             try:
                 value = int(text, 8 if kind == "octal" else 10)
             except ValueError:
-                raise ConfigError("argument couldn't be parsed into an integer") from None
+                raise ConfigError(errors.CONFIG_NOT_INTEGER) from None
         if not d.low <= value <= d.high:
-            raise ConfigError(f"argument must be between {d.low} and {d.high} inclusive")
+            raise ConfigError(errors.config_out_of_range(d.low, d.high))
         return value
     if kind == "enum":
         lowered = text.lower()
         if lowered not in d.choices:
-            raise ConfigError("argument(s) must be one of the following: " + ", ".join(d.choices))
+            raise ConfigError(errors.config_not_choice(d.choices))
         return lowered
     if kind == "dir":
         path = os.path.abspath(text)
         if not os.path.isdir(path):
-            raise ConfigError(f"No such directory: {text}")
+            raise ConfigError(errors.config_no_directory(text))
         return path
     if d.filename_only:
         problem = filename_problem(d.name, text)
@@ -259,15 +251,15 @@ def _parse_save(args: list[str]) -> list[tuple[int, int]]:
     if len(args) == 1 and args[0] == "":
         return []
     if not args or len(args) % 2:
-        raise ConfigError("Invalid save parameters")
+        raise ConfigError(errors.CONFIG_BAD_SAVE)
     rules = []
     for i in range(0, len(args), 2):
         try:
             seconds, changes = int(args[i]), int(args[i + 1])
         except ValueError:
-            raise ConfigError("Invalid save parameters") from None
+            raise ConfigError(errors.CONFIG_BAD_SAVE) from None
         if seconds < 1 or changes < 0:
-            raise ConfigError("Invalid save parameters")
+            raise ConfigError(errors.CONFIG_BAD_SAVE)
         rules.append((seconds, changes))
     return rules
 
@@ -276,24 +268,20 @@ def _parse_obl(
     args: list[str], current: dict[str, tuple[int, int, int]]
 ) -> dict[str, tuple[int, int, int]]:
     if not args or len(args) % 4:
-        raise ConfigError("Wrong number of arguments in buffer limit configuration.")
+        raise ConfigError(errors.CONFIG_OBL_ARGS)
     result = dict(current)
     for i in range(0, len(args), 4):
         cls = _CLASS_ALIASES.get(args[i].lower())
         if cls is None:
-            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+            raise ConfigError(errors.CONFIG_OBL_CLASS)
         try:
             hard = parse_memory(args[i + 1])
             soft = parse_memory(args[i + 2])
             seconds = int(args[i + 3])
         except (ConfigError, ValueError):
-            raise ConfigError(
-                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
-            ) from None
+            raise ConfigError(errors.CONFIG_OBL_VALUES) from None
         if seconds < 0:
-            raise ConfigError(
-                "Error in hard, soft or soft_seconds setting in buffer limit configuration."
-            )
+            raise ConfigError(errors.CONFIG_OBL_VALUES)
         result[cls] = (hard, soft, seconds)
     return result
 
@@ -442,14 +430,14 @@ class Config:
             name = raw_name.lower()
             d = DIRECTIVES.get(name)
             if d is None:
-                raise ConfigError("Unknown option", raw_name, unknown=True)
+                raise ConfigError(errors.CONFIG_UNKNOWN, raw_name, unknown=True)
             if name in seen:
-                raise ConfigError("duplicate parameter", raw_name)
+                raise ConfigError(errors.CONFIG_DUPLICATE, raw_name)
             seen.add(name)
             if not d.mutable:
-                raise ConfigError("can't set immutable config", raw_name)
+                raise ConfigError(errors.CONFIG_IMMUTABLE, raw_name)
             if d.protected and not protected_ok:
-                raise ConfigError("can't set protected config", raw_name)
+                raise ConfigError(errors.CONFIG_PROTECTED, raw_name)
             try:
                 args = self._args_for_set(d, text)
                 value = _parse(d, args, self._values[name])
@@ -529,7 +517,7 @@ class Config:
             for other, other_path in theirs.items():
                 if same_file(path, other_path):
                     blamed = [n for n in (other, mine, "dir") if n in DIRECTIVES]
-                    return f"{mine} ({path}) can't be the same file as {other}", blamed
+                    return errors.config_same_file(mine, path, other), blamed
         return None
 
     # -- loading -----------------------------------------------------------
@@ -546,7 +534,7 @@ class Config:
                 lines = f.read().splitlines()
         except OSError as exc:
             raise ConfigError(
-                f"Fatal error, can't open config file '{path}': {exc.strerror}",
+                errors.config_cant_open(path, exc.strerror),
                 source=path,
                 line=0,
                 text="",
@@ -558,7 +546,7 @@ class Config:
             tokens = split_args(stripped.encode("utf-8", "surrogateescape"))
             if tokens is None:
                 raise ConfigError(
-                    "Unbalanced quotes in configuration line",
+                    errors.CONFIG_UNBALANCED_QUOTES,
                     source=path,
                     line=number,
                     text=stripped,
@@ -566,7 +554,7 @@ class Config:
             words = [t.decode("utf-8", "surrogateescape") for t in tokens]
             if words[0].lower() == "include" and len(words) == 2:
                 if depth > 16:
-                    raise ConfigError("include nested too deeply", source=path, line=number)
+                    raise ConfigError(errors.CONFIG_INCLUDE_DEPTH, source=path, line=number)
                 target = os.path.join(os.path.dirname(path), words[1])
                 self._load_file(target, depth + 1)
                 continue
@@ -583,7 +571,7 @@ class Config:
                 groups[-1].append(word)
             else:
                 raise ConfigError(
-                    "Bad directive or wrong number of arguments",
+                    errors.CONFIG_BAD_DIRECTIVE,
                     source="<command line>",
                     line=0,
                     text=word,
@@ -600,7 +588,7 @@ class Config:
         d = DIRECTIVES.get(name)
         if d is None or len(words) < 2:
             raise ConfigError(
-                "Bad directive or wrong number of arguments",
+                errors.CONFIG_BAD_DIRECTIVE,
                 name,
                 source=source,
                 line=line,
@@ -626,12 +614,12 @@ class Config:
         stay as they are, changed ones are replaced where they were, and
         directives set away from their default but absent are appended."""
         if self.path is None:
-            raise ConfigError("The server is running without a config file")
+            raise ConfigError(errors.CONFIG_NO_FILE)
         try:
             with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
                 lines = f.read().splitlines()
         except OSError as exc:
-            raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
+            raise ConfigError(errors.config_rewrite_failed(exc.strerror)) from None
         where: dict[str, list[int]] = {}
         in_file: dict[str, Any] = {}
         for index, line in enumerate(lines):
@@ -679,7 +667,7 @@ class Config:
         try:
             replace_atomically(self.path, lambda file: file.write(data), keep_mode=True)
         except OSError as exc:
-            raise ConfigError(f"Rewriting config file: {exc.strerror}") from None
+            raise ConfigError(errors.config_rewrite_failed(exc.strerror)) from None
 
 
 def _copy(value: Any) -> Any:

@@ -27,6 +27,8 @@ import errno
 import fcntl
 import os
 
+from rcp11 import errors
+
 OFFSETS_SUFFIX = ".offsets"
 SNAPSHOT_TEMP_PREFIX = "temp-rcp11-"
 REWRITE_TEMP_PREFIX = "temp-rewriteaof-rcp11-"
@@ -43,23 +45,23 @@ def filename_problem(directive: str, name: str) -> str | None:
     """Why `name` cannot be the value of dbfilename/appendfilename, or None.
     Texts follow redis-server's where it has one."""
     if name == "":
-        return f"{directive} can't be empty"
+        return errors.filename_empty(directive)
     if "/" in name or "\\" in name or name in (".", ".."):
-        return f"{directive} can't be a path, just a filename"
+        return errors.filename_is_path(directive)
     for prefix in TEMP_PREFIXES:
         if name.startswith(prefix):
-            return f"{directive} can't start with '{prefix}' (the server's temporary files)"
+            return errors.filename_temp_prefix(directive, prefix)
     if name == LOCK_NAME:
-        return f"{directive} can't be '{LOCK_NAME}' (the data directory's lock file)"
+        return errors.filename_is_lock(directive, LOCK_NAME)
     return None
 
 
 def names_clash(dbfilename: str, appendfilename: str) -> str | None:
     """Why the snapshot and AOF names cannot go together, or None."""
     if dbfilename == appendfilename:
-        return "dbfilename and appendfilename can't name the same file"
+        return errors.FILENAMES_SAME
     if offsets_name(dbfilename) == appendfilename:
-        return f"dbfilename's offsets file ({offsets_name(dbfilename)}) can't be the appendfilename"
+        return errors.filename_offsets_clash(offsets_name(dbfilename))
     return None
 
 
@@ -111,8 +113,7 @@ def lock_data_dir(directory: str) -> str:
         if exc.errno in (errno.EACCES, errno.EAGAIN):
             who = f"pid {holder.decode('ascii', 'replace')}" if holder else "another process"
             raise DirectoryInUse(
-                f"the data directory {os.path.dirname(path)} is in use by another rcp11 "
-                f"server ({who}, holding {path})"
+                errors.directory_in_use(os.path.dirname(path), who, path)
             ) from None
         raise
     try:

@@ -134,10 +134,18 @@ TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
 BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
 
 
+def quoted_arg(arg: bytes, limit: int | None = None) -> str:
+    """A client's argument as error texts quote it, the same in the server
+    and the module (rl_quote in src/module.c): at most `limit` bytes, cut at
+    a NUL byte (the module's C strings, and redis-server's own %s, end
+    there), invalid UTF-8 replaced as Python's "replace" decoding does, CR
+    and LF as spaces (an error reply is one line)."""
+    shown = arg[:limit].split(b"\0", 1)[0].decode("utf-8", "replace")
+    return shown.replace("\r", " ").replace("\n", " ")
+
+
 def _key_name(key: bytes) -> str:
-    """A key as error texts quote it: at most 128 bytes, invalid UTF-8
-    replaced, CR and LF as spaces (an error reply is one line)."""
-    return key[:128].decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    return quoted_arg(key, 128)
 
 
 def group_not_offset(group: bytes) -> str:
@@ -157,12 +165,30 @@ def syntax_error(problem: str) -> str:
     return f"ERR syntax error, {problem}"
 
 
-def twrite_unknown_option(option: str, entries_follow: bool) -> str:
+ENTRIES_MISSING = syntax_error("ENTRIES is missing")
+NO_ENTRY_AFTER_ENTRIES = syntax_error("no entry after ENTRIES")
+BACKLOG_NEEDS_COUNT = syntax_error("BACKLOG needs a count")
+
+
+def option_twice(option: str) -> str:
+    """An option (its canonical upper-case name) given twice."""
+    return syntax_error(f"{option} given more than once")
+
+
+def option_needs_value(option: str) -> str:
+    return syntax_error(f"{option} needs a value")
+
+
+def twrite_unknown_option(option: bytes, entries_follow: bool) -> str:
     """TWRITE met a word that is not an option. When no ENTRIES comes
     after it, the user most likely forgot ENTRIES (TWRITE s BACKLOG 3 a b):
     say so first."""
-    unknown = f"unknown option '{option}' (expected BACKLOG or ENTRIES)"
+    unknown = f"unknown option '{quoted_arg(option)}' (expected BACKLOG or ENTRIES)"
     return syntax_error(unknown if entries_follow else f"ENTRIES is missing, {unknown}")
+
+
+def tread_unknown_option(option: bytes) -> str:
+    return syntax_error(f"unknown option '{quoted_arg(option)}'")
 
 
 def exec_abort_because(reason: str) -> str:
@@ -465,3 +491,95 @@ def cant_lock(path: str, why: str) -> str:
 
 def cant_write(path: str, why: str) -> str:
     return f"can't write {path}: {why}"
+
+
+# --- directive values refused (ConfigError.reason: CONFIG SET's reply puts it
+# after config_set_failed's prefix, start-up prints it under the FATAL banner)
+
+CONFIG_NOT_MEMORY = "argument must be a memory value"
+CONFIG_WRONG_ARGS = "wrong number of arguments"
+CONFIG_NOT_BOOL = "argument must be 'yes' or 'no'"
+CONFIG_NOT_INTEGER = "argument couldn't be parsed into an integer"
+CONFIG_BAD_SAVE = "Invalid save parameters"
+CONFIG_OBL_ARGS = "Wrong number of arguments in buffer limit configuration."
+CONFIG_OBL_CLASS = "Invalid client class specified in buffer limit configuration."
+CONFIG_OBL_VALUES = "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+CONFIG_UNKNOWN = "Unknown option"
+CONFIG_DUPLICATE = "duplicate parameter"
+CONFIG_IMMUTABLE = "can't set immutable config"
+CONFIG_PROTECTED = "can't set protected config"
+CONFIG_UNBALANCED_QUOTES = "Unbalanced quotes in configuration line"
+CONFIG_INCLUDE_DEPTH = "include nested too deeply"
+CONFIG_BAD_DIRECTIVE = "Bad directive or wrong number of arguments"
+CONFIG_NO_FILE = "The server is running without a config file"
+
+
+def config_out_of_range(low: int, high: int) -> str:
+    return f"argument must be between {low} and {high} inclusive"
+
+
+def config_not_choice(choices: tuple[str, ...]) -> str:
+    return "argument(s) must be one of the following: " + ", ".join(choices)
+
+
+def config_no_directory(path: str) -> str:
+    return f"No such directory: {path}"
+
+
+def config_same_file(directive: str, path: str, other: str) -> str:
+    return f"{directive} ({path}) can't be the same file as {other}"
+
+
+def config_cant_open(path: str, why: str | None) -> str:
+    return f"Fatal error, can't open config file '{path}': {why}"
+
+
+def config_rewrite_failed(why: str | None) -> str:
+    return f"Rewriting config file: {why}"
+
+
+def config_fatal(version: str, source: str | None, line: int | None, text: str, reason: str) -> str:
+    """redis-server's start-up complaint about a directive: the banner, where
+    it was read (None: the command line as a whole; "<command line>": one of
+    its --name groups; else a file and line), the line as written, why."""
+    where = "Reading the configuration"
+    if source is None:
+        where += ", at the command line"
+    elif source == "<command line>":
+        where += f" from the command line, at argument group {line}"
+    else:
+        where += f" file '{source}', at line {line}"
+    return f"\n*** FATAL CONFIG FILE ERROR (rcp11 {version}) ***\n{where}\n>>> '{text}'\n{reason}\n"
+
+
+# --- the data directory's file names (datafiles.py; reasons as above)
+
+
+def filename_empty(directive: str) -> str:
+    return f"{directive} can't be empty"
+
+
+def filename_is_path(directive: str) -> str:
+    return f"{directive} can't be a path, just a filename"
+
+
+def filename_temp_prefix(directive: str, prefix: str) -> str:
+    return f"{directive} can't start with '{prefix}' (the server's temporary files)"
+
+
+def filename_is_lock(directive: str, lock_name: str) -> str:
+    return f"{directive} can't be '{lock_name}' (the data directory's lock file)"
+
+
+FILENAMES_SAME = "dbfilename and appendfilename can't name the same file"
+
+
+def filename_offsets_clash(offsets_name: str) -> str:
+    return f"dbfilename's offsets file ({offsets_name}) can't be the appendfilename"
+
+
+def directory_in_use(directory: str, who: str, lock_path: str) -> str:
+    return (
+        f"the data directory {directory} is in use by another rcp11 server "
+        f"({who}, holding {lock_path})"
+    )

@@ -27,8 +27,9 @@ from rcp11.errors import CommandError
 from rcp11.storage import MAX_OFFSET, Stream, wall_ms
 
 if TYPE_CHECKING:
+    import asyncio
+
     from rcp11.config import Config
-    from rcp11.retention import Retention
 
 
 class PersistenceHooks(Protocol):
@@ -457,6 +458,17 @@ class Keyspace:
 CLIENT_OVERHEAD_BYTES = 3 * 1024
 
 
+class RetentionHooks(Protocol):
+    """What the server asks of retention (rcp11/retention.py's Retention,
+    which sits above this module: it reads and evicts through the state)."""
+
+    def cron(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """One bounded step from the server cron."""
+
+    def cancel(self) -> None:
+        """Drop a step scheduled to continue (at shutdown)."""
+
+
 class ServerState:
     """Everything server-wide. One instance per running server."""
 
@@ -471,7 +483,7 @@ class ServerState:
         # Wired in by start-up once the engine exists (it needs this state).
         self.persistence: PersistenceHooks = NullPersistence()
         # Wired in by start-up (rcp11/retention.py); None runs no retention.
-        self.retention: Retention | None = None
+        self.retention: RetentionHooks | None = None
         # The streams-oldest policy's index of streams by oldest append time
         # (rcp11/retention.py: OldestIndex), made by its first eviction.
         self.oldest_index: Any = None

@@ -523,26 +523,73 @@ static void rl_apply_config(mn_stream *s) {
  * Small helpers: errors, parsing, keys
  * --------------------------------------------------------------------- */
 
+/* How many bytes of p[0..len) form one valid UTF-8 character; 0 when the
+ * first byte starts none. Sets *bad to the length of the maximal invalid
+ * subpart otherwise (the lead byte and the continuation bytes that were
+ * still allowed after it): Unicode's "maximal subpart" practice, which
+ * Python's "replace" decoding follows, so one U+FFFD stands for it.
+ *
+ *     lead      2nd byte   3rd, 4th     what the narrower ranges exclude
+ *     00..7F    -          -
+ *     C2..DF    80..BF     -            C0, C1: overlong 2-byte forms
+ *     E0        A0..BF     80..BF       overlong 3-byte forms
+ *     E1..EC    80..BF     80..BF
+ *     ED        80..9F     80..BF       the surrogates D800..DFFF
+ *     EE..EF    80..BF     80..BF
+ *     F0        90..BF     80..BF x2    overlong 4-byte forms
+ *     F1..F3    80..BF     80..BF x2
+ *     F4        80..8F     80..BF x2    above U+10FFFF
+ */
+static size_t rl_utf8_char(const unsigned char *p, size_t len, size_t *bad) {
+    unsigned char c = p[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        *bad = 1;
+        return 0;
+    }
+    for (size_t k = 1; k < n; k++) {
+        if (k >= len || p[k] < lo || p[k] > hi) {
+            *bad = k;
+            return 0;
+        }
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return n;
+}
+
 /* Copy up to `limit` bytes of a client-given name into out (size outsize)
- * for an error message: valid UTF-8 is kept, each invalid byte becomes
- * U+FFFD as Python's "replace" decoding does, and CR/LF, which cannot
- * appear in an error reply, become spaces. */
+ * for an error message, as the server's errors.quoted_arg() does: valid
+ * UTF-8 is kept, each maximal invalid subpart becomes one U+FFFD, CR/LF,
+ * which cannot appear in an error reply, become spaces, and a NUL byte
+ * ends the name (an error reply is a C string here). Each input byte
+ * yields at most 3 output bytes. */
 static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
+    const unsigned char *u = (const unsigned char *)p;
     size_t o = 0;
     if (len > limit) len = limit;
-    for (size_t i = 0; i < len && o + 4 < outsize;) {
-        unsigned char c = (unsigned char)p[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int valid = n > 0 && i + n <= len;
-        for (size_t k = 1; valid && k < n; k++)
-            if (((unsigned char)p[i + k] >> 6) != 2) valid = 0;
-        if (!valid) {
+    for (size_t i = 0; i < len && u[i] != '\0' && o + 4 < outsize;) {
+        size_t bad = 0;
+        size_t n = rl_utf8_char(u + i, len - i, &bad);
+        if (n == 0) {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;
-            i++;
+            i += bad;
             continue;
         }
-        if (n == 1 && (c == '\r' || c == '\n')) {
+        if (n == 1 && (u[i] == '\r' || u[i] == '\n')) {
             out[o++] = ' ';
         } else {
             memcpy(out + o, p + i, n);
@@ -1043,8 +1090,15 @@ static int rl_twrite_options(RedisModuleCtx *ctx, RedisModuleString **argv, int 
             i += 2;
             continue;
         }
-        rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX,
-                        " (expected BACKLOG or ENTRIES)");
+        /* No ENTRIES after the word: most likely it was forgotten
+         * (TWRITE s BACKLOG 3 a b), so the error says that first. */
+        int entries_follow = 0;
+        for (int k = i + 1; k < argc && !entries_follow; k++)
+            entries_follow = rl_arg_is(argv[k], "ENTRIES");
+        rl_reply_quoted(ctx,
+                        entries_follow ? "ERR syntax error, unknown option "
+                                       : "ERR syntax error, ENTRIES is missing, unknown option ",
+                        argv[i], SIZE_MAX, " (expected BACKLOG or ENTRIES)");
         return REDISMODULE_ERR;
     }
     if (i >= argc) {

@@ -12,12 +12,14 @@ each name with one meaning:
   stream_server    per test module, twice: rcp11-server ("rcp11") and
                    redis-server with the rcp11 module ("module")
   redis_reference  per session: a plain redis-server 7 to compare with
+  msrv             per test module: redis-server with the rcp11 module
 
 redis-py clients of the shared servers; each flushes the database first:
 
   shared_client, shared_client3    RESP2, RESP3 clients of shared_server
   shared_client_resp               the test runs twice: RESP2 and RESP3
   stream_client, stream_client3, stream_client_resp   the same, stream_server
+  msrv_client                      msrv's, its configuration restored after
 """
 
 from __future__ import annotations
@@ -729,6 +731,31 @@ def msrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisModuleServer
     server.stop()
 
 
+# What a test of the module may CONFIG SET on msrv; msrv_client puts it back.
+_MSRV_RESTORED = ("maxmemory", "notify-keyspace-events", "rcp11.*")
+
+
+@pytest.fixture
+def msrv_client(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
+    """A client of msrv, the database flushed first; the configuration the
+    test changed (maxmemory, notify-keyspace-events, the module's own
+    directives) is set back afterwards, so the next test starts from the
+    same server."""
+    client = msrv.client()
+    client.flushall()
+    before: dict[str, Any] = {}
+    for pattern in _MSRV_RESTORED:
+        before.update(client.config_get(pattern))
+    yield client
+    after: dict[str, Any] = {}
+    for pattern in _MSRV_RESTORED:
+        after.update(client.config_get(pattern))
+    for name, value in before.items():
+        if after.get(name) != value:
+            client.config_set(name, value)
+    client.close()
+
+
 @pytest.fixture
 def module_factory(tmp_path: Path) -> Iterator[Callable[..., RedisModuleServer]]:
     """Start redis-servers with the module: module_factory(appendonly="yes",
@@ -912,6 +939,18 @@ def local_spark(app: str, master: str = "local[2,2]") -> Any:
     _start_callback_server(session)
     register(session)
     return session
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The test file's SparkSession, rcp11 registered: here a local one
+    (local_spark). A file that needs another master or other settings
+    overrides it with its own `spark` (the same meaning: that file's
+    session), as test_spark_cluster.py, test_spark_example.py and
+    test_spark_recovery.py do."""
+    session = local_spark(f"rcp11-{request.module.__name__}")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from typing import Any
 import hiredis
 import pytest
 from conftest import dispatch_read
+from helpers_dispatch import Client, RecordingPersistence, recording_state, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,60 +17,13 @@ from rcp11.commands import BLOCKED, COMMANDS, execute, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
 from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
-from rcp11.state import ClientState, NullPersistence, ServerState
+from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
-
-
-class RecordingPersistence(NullPersistence):
-    """Remembers what was propagated and lets a test refuse writes."""
-
-    aof_state = "on"  # it logs, like an AOF
-
-    def __init__(self) -> None:
-        self.log: list[list[bytes]] = []
-        self.refuse: str | None = None
-        self.reserved: list[tuple[bytes, int]] = []
-
-    def propagate(self, argv: list[bytes]) -> None:
-        self.log.append(list(argv))
-
-    def propagate_encoded(self, data: bytes) -> None:
-        reader = hiredis.Reader()
-        reader.feed(data)
-        while (argv := reader.gets()) is not False:
-            self.log.append(argv)
-
-    def write_refused(self) -> str | None:
-        return self.refuse
-
-    def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
-        self.reserved.append((key, new_next_offset))
-
-
-class Client(ClientState):
-    """A ClientState whose late replies (blocking) land in a list."""
-
-    def __init__(self, resp: int = 2) -> None:
-        super().__init__(resp=resp, authenticated=True)
-        self.received: list[Any] = []
-        self.unblocked = 0
-        self.send = self.received.append  # type: ignore[method-assign]
-        self.on_unblocked = self._count_unblock  # type: ignore[method-assign]
-
-    def _count_unblock(self) -> None:
-        self.unblocked += 1
 
 
 @pytest.fixture
 def state() -> ServerState:
-    st = ServerState(Config())
-    st.persistence = RecordingPersistence()
-    return st
-
-
-def run(state: ServerState, client: ClientState, *args: Any) -> Any:
-    argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-    return execute(state, client, argv)
+    return recording_state()
 
 
 def wire(reply: Any, resp3: bool = False) -> bytes:
@@ -399,7 +353,6 @@ def _observable(state: ServerState, client: ClientState) -> tuple[Any, ...]:
 
 def _decoded(reply: Any) -> Any:
     """A reply value as dispatch_read() returns it (through the wire)."""
-    import hiredis
 
     reader = hiredis.Reader(replyError=Error)
     reader.feed(wire(reply))

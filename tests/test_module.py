@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from conftest import (
-    RedisModuleServer,
     free_port,
     in_thread,
     module_path,
@@ -28,15 +26,6 @@ from conftest import (
     wait_blocked,
     wait_for,
 )
-
-
-@pytest.fixture
-def r(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
-    client = msrv.client()
-    client.flushall()
-    client.config_set("maxmemory", 0)
-    yield client
-    client.close()
 
 
 def used_memory(client: redis.Redis) -> int:
@@ -62,11 +51,11 @@ def test_module_path_prints_the_built_module() -> None:
     assert helped.returncode == 0 and "--loadmodule" in helped.stdout
 
 
-def test_redis_lists_the_module_and_its_type(r: redis.Redis) -> None:
-    names = [m.get(b"name", m.get("name")) for m in r.module_list()]
+def test_redis_lists_the_module_and_its_type(msrv_client: redis.Redis) -> None:
+    names = [m.get(b"name", m.get("name")) for m in msrv_client.module_list()]
     assert names in ([b"rcp11"], ["rcp11"])
-    tw(r, "s", "x")
-    assert r.type("s") == b"rcp11-log"
+    tw(msrv_client, "s", "x")
+    assert msrv_client.type("s") == b"rcp11-log"
 
 
 def test_module_refuses_arguments(tmp_path: Path) -> None:
@@ -84,74 +73,74 @@ def test_module_refuses_arguments(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- memory
 
 
-def test_used_memory_and_memory_usage_see_the_streams(r: redis.Redis) -> None:
-    before = used_memory(r)
+def test_used_memory_and_memory_usage_see_the_streams(msrv_client: redis.Redis) -> None:
+    before = used_memory(msrv_client)
     payload = b"x" * 1000
     for n in range(20):
-        tw(r, f"s{n}", *[payload] * 1000)  # 20 MB of payload
-    grown = used_memory(r) - before
+        tw(msrv_client, f"s{n}", *[payload] * 1000)  # 20 MB of payload
+    grown = used_memory(msrv_client) - before
     assert grown > 20_000_000
-    usage = r.memory_usage("s0")
+    usage = msrv_client.memory_usage("s0")
     assert 1_000_000 < usage < 1_200_000
-    r.flushall()
-    assert used_memory(r) - before < 2_000_000
+    msrv_client.flushall()
+    assert used_memory(msrv_client) - before < 2_000_000
 
 
-def test_nodes_end_where_their_blob_fills_an_allocator_size_class(r: redis.Redis) -> None:
+def test_nodes_end_where_their_blob_fills_an_allocator_size_class(msrv_client: redis.Redis) -> None:
     # 1000 messages of 100 bytes would ask jemalloc for 100,000 bytes and get
     # its next class, 114,688. The module caps a node at the class below,
     # 98,304 bytes: 983 such messages, and the blob wastes nothing.
     for _ in range(100):
-        tw(r, "s", *[b"m" * 100] * 100)
-    info = stream_info(r)
+        tw(msrv_client, "s", *[b"m" * 100] * 100)
+    info = stream_info(msrv_client)
     assert info["stream_nodes"] == 11  # 10 x 983 messages, and 170 in the active node
-    assert tr(r, "s", 9829, 2) == [b"m" * 100] * 2
+    assert tr(msrv_client, "s", 9829, 2) == [b"m" * 100] * 2
     # Small messages: 1000 of them take far less than a class step's
     # rounding would matter for; nodes end at stream-node-max-entries.
-    tw(r, "small", *[b"x"] * 3000)
-    assert stream_info(r)["stream_nodes"] == 11 + 3
+    tw(msrv_client, "small", *[b"x"] * 3000)
+    assert stream_info(msrv_client)["stream_nodes"] == 11 + 3
 
 
-def test_maxmemory_refuses_writes_with_oom_and_still_reads(r: redis.Redis) -> None:
-    tw(r, "s", "kept")
-    r.config_set("maxmemory", used_memory(r) + 1_000_000)
+def test_maxmemory_refuses_writes_with_oom_and_still_reads(msrv_client: redis.Redis) -> None:
+    tw(msrv_client, "s", "kept")
+    msrv_client.config_set("maxmemory", used_memory(msrv_client) + 1_000_000)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         for _ in range(100):
-            tw(r, "s", *[b"y" * 10_000] * 10)
-    assert tr(r, "s", 0, 1) == [b"kept"]
-    assert r.execute_command("TEVICT", "s", 0) == 1  # eviction frees, so it is allowed
-    r.config_set("maxmemory", 0)
-    assert tw(r, "s", "again") > 0
+            tw(msrv_client, "s", *[b"y" * 10_000] * 10)
+    assert tr(msrv_client, "s", 0, 1) == [b"kept"]
+    assert msrv_client.execute_command("TEVICT", "s", 0) == 1  # eviction frees, so it is allowed
+    msrv_client.config_set("maxmemory", 0)
+    assert tw(msrv_client, "s", "again") > 0
 
 
 # ---------------------------------------------------------------- INFO and configs
 
 
-def test_info_section_totals_follow_every_change(r: redis.Redis) -> None:
-    tw(r, "a", "x", "yy")
-    tw(r, "b", "zzz")
-    info = stream_info(r)
+def test_info_section_totals_follow_every_change(msrv_client: redis.Redis) -> None:
+    tw(msrv_client, "a", "x", "yy")
+    tw(msrv_client, "b", "zzz")
+    info = stream_info(msrv_client)
     assert (info["streams"], info["stream_messages"], info["stream_payload_bytes"]) == (2, 3, 6)
-    r.execute_command("TEVICT", "a", 0)
-    assert stream_info(r)["stream_messages"] == 2
-    r.delete("b")
-    info = stream_info(r)
+    msrv_client.execute_command("TEVICT", "a", 0)
+    assert stream_info(msrv_client)["stream_messages"] == 2
+    msrv_client.delete("b")
+    info = stream_info(msrv_client)
     assert (info["streams"], info["stream_messages"], info["stream_payload_bytes"]) == (1, 1, 2)
     # A big stream freed on Redis's lazy-free thread is subtracted too.
-    tw(r, "big", *[b"z" * 100] * 100_000)
-    r.execute_command("CONFIG", "SET", "rcp11.stream-node-max-entries", 100)
-    tw(r, "many-nodes", *[b"q"] * 10_000)
-    r.unlink("big", "many-nodes")
-    r.flushall("ASYNC")
-    wait_for(lambda: stream_info(r)["streams"] == 0)
-    info = stream_info(r)
+    tw(msrv_client, "big", *[b"z" * 100] * 100_000)
+    msrv_client.execute_command("CONFIG", "SET", "rcp11.stream-node-max-entries", 100)
+    tw(msrv_client, "many-nodes", *[b"q"] * 10_000)
+    msrv_client.unlink("big", "many-nodes")
+    msrv_client.flushall("ASYNC")
+    wait_for(lambda: stream_info(msrv_client)["streams"] == 0)
+    info = stream_info(msrv_client)
     assert (info["streams"], info["stream_messages"], info["stream_nodes"]) == (0, 0, 0)
     assert info["stream_memory_bytes"] == 0
-    r.execute_command("CONFIG", "SET", "rcp11.stream-node-max-entries", 1000)
+    msrv_client.execute_command("CONFIG", "SET", "rcp11.stream-node-max-entries", 1000)
 
 
-def test_configs_reach_new_and_existing_streams(r: redis.Redis) -> None:
-    assert r.config_get("rcp11.*") == {
+def test_configs_reach_new_and_existing_streams(msrv_client: redis.Redis) -> None:
+    assert msrv_client.config_get("rcp11.*") == {
         "rcp11.stream-node-max-entries": "1000",
         "rcp11.stream-compression": "no",
         "rcp11.stream-compression-level": "6",
@@ -159,23 +148,23 @@ def test_configs_reach_new_and_existing_streams(r: redis.Redis) -> None:
         "rcp11.stream-retention-ms": "0",
         "rcp11.stream-retention-bytes": "0",
     }
-    tw(r, "old", *[b"line %d of a log that compresses" % n for n in range(3000)])
-    assert stream_info(r)["stream_compressed_nodes"] == 0
-    r.config_set("rcp11.stream-node-max-entries", 100)
-    r.config_set("rcp11.stream-compression", "zlib")
-    tw(r, "old", *[b"line %d of a log that compresses" % n for n in range(1000)])
-    info = stream_info(r)
+    tw(msrv_client, "old", *[b"line %d of a log that compresses" % n for n in range(3000)])
+    assert stream_info(msrv_client)["stream_compressed_nodes"] == 0
+    msrv_client.config_set("rcp11.stream-node-max-entries", 100)
+    msrv_client.config_set("rcp11.stream-compression", "zlib")
+    tw(msrv_client, "old", *[b"line %d of a log that compresses" % n for n in range(1000)])
+    info = stream_info(msrv_client)
     assert info["stream_compressed_nodes"] >= 9
     assert info["stream_node_max_entries"] == 100 and info["stream_compression"] == "zlib"
-    assert tr(r, "old", 3500, 2) == [b"line 500 of a log that compresses"] * 1 + [
+    assert tr(msrv_client, "old", 3500, 2) == [b"line 500 of a log that compresses"] * 1 + [
         b"line 501 of a log that compresses"
     ]
     with pytest.raises(redis.ResponseError, match="between 1 and 1000000"):
-        r.config_set("rcp11.stream-node-max-entries", 0)
+        msrv_client.config_set("rcp11.stream-node-max-entries", 0)
     with pytest.raises(redis.ResponseError):
-        r.config_set("rcp11.stream-compression", "lz4")
-    r.config_set("rcp11.stream-node-max-entries", 1000)
-    r.config_set("rcp11.stream-compression", "no")
+        msrv_client.config_set("rcp11.stream-compression", "lz4")
+    msrv_client.config_set("rcp11.stream-node-max-entries", 1000)
+    msrv_client.config_set("rcp11.stream-compression", "no")
 
 
 def test_configs_from_the_command_line(module_factory: Any) -> None:
@@ -192,9 +181,11 @@ def test_configs_from_the_command_line(module_factory: Any) -> None:
 # ---------------------------------------------------------------- keys and commands
 
 
-def test_command_getkeys_names_the_group_key(r: redis.Redis) -> None:
+def test_command_getkeys_names_the_group_key(msrv_client: redis.Redis) -> None:
     def keys(*argv: Any) -> list[str]:
-        return [k.decode() if isinstance(k, bytes) else k for k in r.command_getkeys(*argv)]
+        return [
+            k.decode() if isinstance(k, bytes) else k for k in msrv_client.command_getkeys(*argv)
+        ]
 
     assert keys("TWRITE", "s", "x") == ["s"]
     assert keys("TREAD", "s", 0, 1) == ["s"]
@@ -202,52 +193,54 @@ def test_command_getkeys_names_the_group_key(r: redis.Redis) -> None:
     assert keys("TREAD", "s", 0, 1, "GROUPNEW", "g", "WITHINFO") == ["s", "g"]
     assert keys("TEVICT", "s", 5) == ["s"]
     assert keys("TCONCAT", "d", "a", "b") == ["d", "a", "b"]
-    flags = r.command()["tread"]["flags"]
+    flags = msrv_client.command()["tread"]["flags"]
     assert {"movablekeys", "blocking", "readonly"} <= {str(f) for f in flags}
 
 
-def test_group_read_on_a_key_with_a_ttl_keeps_readers_going(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b")
-    r.set("g", 1, px=60_000)
-    assert tr(r, "s", 0, 5, "GROUP", "g") == [b"b"]
-    assert r.get("g") == b"2" and r.ttl("g") == -1  # written as SET writes it
+def test_group_read_on_a_key_with_a_ttl_keeps_readers_going(msrv_client: redis.Redis) -> None:
+    tw(msrv_client, "s", "a", "b")
+    msrv_client.set("g", 1, px=60_000)
+    assert tr(msrv_client, "s", 0, 5, "GROUP", "g") == [b"b"]
+    assert msrv_client.get("g") == b"2" and msrv_client.ttl("g") == -1  # written as SET writes it
 
 
-def test_rename_copy_and_object_of_a_stream(r: redis.Redis) -> None:
-    tw(r, "s", "a", "b", "c")
-    r.execute_command("TEVICT", "s", 0)
-    assert r.copy("s", "t") is True
-    assert r.rename("s", "u") is True
+def test_rename_copy_and_object_of_a_stream(msrv_client: redis.Redis) -> None:
+    tw(msrv_client, "s", "a", "b", "c")
+    msrv_client.execute_command("TEVICT", "s", 0)
+    assert msrv_client.copy("s", "t") is True
+    assert msrv_client.rename("s", "u") is True
     for key in ("t", "u"):
-        assert tr(r, key, 0, 5, "WITHINFO") == [[1, 2, 0, 3], None, b"b", b"c"]
-    tw(r, "t", "d")
-    assert tr(r, "u", 3, 5) == []  # a copy, not a shared value
-    assert stream_info(r)["streams"] == 2
+        assert tr(msrv_client, key, 0, 5, "WITHINFO") == [[1, 2, 0, 3], None, b"b", b"c"]
+    tw(msrv_client, "t", "d")
+    assert tr(msrv_client, "u", 3, 5) == []  # a copy, not a shared value
+    assert stream_info(msrv_client)["streams"] == 2
 
 
-def test_blocked_reader_of_a_renamed_away_key_waits_for_the_new_one(r: redis.Redis) -> None:
-    reader = r.connection_pool.connection_kwargs["port"]
+def test_blocked_reader_of_a_renamed_away_key_waits_for_the_new_one(
+    msrv_client: redis.Redis,
+) -> None:
+    reader = msrv_client.connection_pool.connection_kwargs["port"]
     client = redis.Redis(port=reader)
-    tw(r, "s", "a")
+    tw(msrv_client, "s", "a")
     try:
         thread, box = in_thread(lambda: tr(client, "s", 1, 5, "BLOCK", 5000))
-        wait_blocked(r, 1)
-        r.rename("s", "elsewhere")
-        tw(r, "s", "x", "y")  # a new stream: offset 1 is "y"
+        wait_blocked(msrv_client, 1)
+        msrv_client.rename("s", "elsewhere")
+        tw(msrv_client, "s", "x", "y")  # a new stream: offset 1 is "y"
         thread.join(10)
         assert box.get("reply") == [b"y"]
     finally:
         client.close()
 
 
-def test_keyspace_notifications_for_module_commands(r: redis.Redis) -> None:
-    r.config_set("notify-keyspace-events", "KEA")
-    pubsub = r.pubsub()
+def test_keyspace_notifications_for_module_commands(msrv_client: redis.Redis) -> None:
+    msrv_client.config_set("notify-keyspace-events", "KEA")
+    pubsub = msrv_client.pubsub()
     pubsub.psubscribe("__keyevent@0__:*")
     pubsub.get_message(timeout=5)
-    tw(r, "s", "a", "b")
-    r.execute_command("TEVICT", "s", 0)
-    tr(r, "s", 0, 1, "GROUP", "g")
+    tw(msrv_client, "s", "a", "b")
+    msrv_client.execute_command("TEVICT", "s", 0)
+    tr(msrv_client, "s", 0, 1, "GROUP", "g")
     events = []
     while len(events) < 3:
         message = pubsub.get_message(timeout=5)
@@ -256,4 +249,4 @@ def test_keyspace_notifications_for_module_commands(r: redis.Redis) -> None:
             events.append((message["channel"].split(b":")[-1], message["data"]))
     assert events == [(b"twrite", b"s"), (b"tevict", b"s"), (b"set", b"g")]
     pubsub.close()
-    r.config_set("notify-keyspace-events", "")
+    msrv_client.config_set("notify-keyspace-events", "")

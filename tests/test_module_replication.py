@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisModuleServer, in_thread, tr, tw, wait_blocked, wait_for
-from test_module_persistence import populate, state_of
+from helpers_module import populate, state_of
 
 READONLY = "You can't write against a read only replica."
 

@@ -18,18 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, local_spark
+from conftest import ServerProcess
+from helpers_spark import (
+    failing_once,
+    fill,
+    parquet_rows,
+    reader,
+    rows,
+    run_available_now,
+    stream_reader,
+    to_parquet,
+)
 
 from rcp11.client import Client
 
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_spark("rcp11-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture
@@ -40,62 +43,12 @@ def client(shared_server: ServerProcess) -> Iterator[Client]:
     c.close()
 
 
-def reader(spark: Any, shared_server: ServerProcess, **options: object) -> Any:
-    read = spark.read.format("rcp11").option("port", shared_server.port)
-    for name, value in options.items():
-        read = read.option(name, str(value))
-    return read
-
-
-def stream_reader(spark: Any, shared_server: ServerProcess, **options: object) -> Any:
-    read = spark.readStream.format("rcp11").option("port", shared_server.port)
-    for name, value in options.items():
-        read = read.option(name, str(value))
-    return read
-
-
-def rows(df: Any) -> list[tuple[str, int, bytes]]:
-    return [(row.stream, row.offset, bytes(row.value)) for row in df.collect()]
-
-
 def messages(client: Client, key: str) -> list[bytes]:
     return [m for m in client.tread(key, 0, 1_000_000) if m is not None]
 
 
 def sink_keys(client: Client) -> list[bytes]:
     return sorted(client.keys("rcp11-sink:*"))
-
-
-def fill(client: Client, key: str, count: int, prefix: str | None = None) -> None:
-    prefix = prefix if prefix is not None else key
-    client.twrite(key, *[f"{prefix}{i}".encode() for i in range(count)])
-
-
-def run_available_now(df_writer: Any, timeout: float = 120) -> Any:
-    """Start with Trigger.AvailableNow and wait; a failure is left in
-    query.exception() for the test to look at."""
-    from pyspark.errors import StreamingQueryException
-
-    query = df_writer.trigger(availableNow=True).start()
-    try:
-        query.awaitTermination(timeout)
-    except StreamingQueryException:
-        pass
-    return query
-
-
-def to_parquet(df: Any, tmp: Path, name: str = "out") -> Any:
-    return (
-        df.writeStream.format("parquet")
-        .option("path", str(tmp / name))
-        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
-    )
-
-
-def parquet_rows(spark: Any, tmp: Path, name: str = "out") -> list[tuple[str, int, bytes]]:
-    if not (tmp / name).exists():
-        return []
-    return sorted(rows(spark.read.parquet(str(tmp / name))))
 
 
 def last_offsets(checkpoint: Path) -> dict[str, int]:
@@ -554,23 +507,6 @@ def test_batch_writes_inside_foreach_batch_leave_nothing_behind(
 # ---------------------------------------------------------------------------
 # Exactly once
 # ---------------------------------------------------------------------------
-
-
-def failing_once() -> Any:
-    """A mapInArrow function: partition 0's first attempt dies after passing
-    on two batches. Made here so it travels by value (executors cannot
-    import this test module)."""
-
-    def fail_first_attempt(batches: Iterator[Any]) -> Iterator[Any]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        for index, batch in enumerate(batches):
-            yield batch
-            if index == 1 and context.partitionId() == 0 and context.attemptNumber() == 0:
-                raise RuntimeError("failing on purpose, once")
-
-    return fail_first_attempt
 
 
 def staged_total(client: Client) -> int:

@@ -72,7 +72,9 @@ def http_json(url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Spark's own standalone cluster (a Master and a Worker), not a Redis
+    Cluster (the `cluster` fixture of the module's tests)."""
     workdir = tmp_path_factory.mktemp("cluster")
     hiding = workdir / "hiding"
     hiding.mkdir()
@@ -118,7 +120,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def spark(cluster: dict[str, Any]) -> Iterator[Any]:
+def spark(spark_cluster: dict[str, Any]) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     # PySpark sends this with every Python function it runs on executors.
@@ -126,14 +128,14 @@ def spark(cluster: dict[str, Any]) -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
         SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master(cluster["url"])
+        .master(spark_cluster["url"])
         .appName("rcp11-cluster-test")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.executor.memory", "512m")
         .config("spark.cores.max", "2")
-        .config("spark.executorEnv.PYTHONPATH", cluster["hiding"])
+        .config("spark.executorEnv.PYTHONPATH", spark_cluster["hiding"])
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("OFF")

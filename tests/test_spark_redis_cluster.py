@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ModuleCluster, RedisModuleServer, local_spark, require, wait_for
+from conftest import ModuleCluster, RedisModuleServer, require, wait_for
+from helpers_spark import failing_once
 from redis.crc import key_slot
-from test_spark import failing_once
 
 from rcp11.client import ClusterClient
 from rcp11.spark.cluster import Router
@@ -50,13 +50,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleCluster]
     finally:
         for srv in started:
             srv.kill9()
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_spark("rcp11-redis-cluster")
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import RedisServer, ServerProcess, wait_for
-from test_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
-from test_spark import spark as spark  # noqa: F401 - the module's SparkSession fixture
+from helpers_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
 
 from rcp11.client import Client
 from rcp11.spark.options import OptionError, parse_read_options

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 import redis
 from conftest import ServerProcess, in_thread, require, tr, tw, wait_blocked
-from test_dispatch import Client, RecordingPersistence, run
+from helpers_dispatch import Client, recording_state, run
 
 from rcp11 import errors
 from rcp11.commands import streams
-from rcp11.config import Config
 from rcp11.resp import Error
 from rcp11.state import ServerState
 
@@ -224,9 +223,7 @@ def test_oom_refuses_and_changes_nothing(
 def state() -> ServerState:
     """A server without network, as in test_dispatch: what TCONCAT propagates
     and reserves is recorded."""
-    st = ServerState(Config())
-    st.persistence = RecordingPersistence()
-    return st
+    return recording_state()
 
 
 def test_reserves_the_whole_append_and_logs_the_command(state: ServerState) -> None:

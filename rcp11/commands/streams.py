@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.args import parse_int, text
+from rcp11.commands.args import parse_int
 from rcp11.commands.table import KeySpec, command
 from rcp11.commands.tread import lookup_stream
 from rcp11.errors import CommandError
@@ -76,26 +76,26 @@ def _twrite_options(argv: list[bytes]) -> tuple[list[bytes], int | None]:
     i = 2
     while True:
         if i >= len(argv):
-            raise CommandError(errors.syntax_error("ENTRIES is missing"))
+            raise CommandError(errors.ENTRIES_MISSING)
         option = argv[i].upper()
         if option == b"ENTRIES":
             i += 1
             break
         if option == b"BACKLOG":
             if backlog is not None:
-                raise CommandError(errors.syntax_error("BACKLOG given more than once"))
+                raise CommandError(errors.option_twice("BACKLOG"))
             if i + 1 >= len(argv):
-                raise CommandError(errors.syntax_error("BACKLOG needs a count"))
+                raise CommandError(errors.BACKLOG_NEEDS_COUNT)
             backlog = parse_int(argv[i + 1], errors.BACKLOG_COUNT)
             if backlog < 0:
                 raise CommandError(errors.BACKLOG_COUNT)
             i += 2
             continue
         entries_follow = any(arg.upper() == b"ENTRIES" for arg in argv[i + 1 :])
-        raise CommandError(errors.twrite_unknown_option(text(argv[i]), entries_follow))
+        raise CommandError(errors.twrite_unknown_option(argv[i], entries_follow))
     entries = argv[i:]
     if not entries:
-        raise CommandError(errors.syntax_error("no entry after ENTRIES"))
+        raise CommandError(errors.NO_ENTRY_AFTER_ENTRIES)
     return entries, backlog
 
 

@@ -103,6 +103,7 @@ class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
     past the group's position)."""
 
+    client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
     withinfo: bool = False
@@ -150,16 +151,16 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
     while i < len(argv):
         option = argv[i].upper()
         if option in seen:
-            raise CommandError(errors.syntax_error(f"{text(option)} given more than once"))
+            raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
         if option == b"WITHINFO":
             withinfo = True
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
-            raise CommandError(errors.syntax_error(f"unknown option '{text(argv[i])}'"))
+            raise CommandError(errors.tread_unknown_option(argv[i]))
         if i + 1 >= len(argv):
-            raise CommandError(errors.syntax_error(f"{text(option)} needs a value"))
+            raise CommandError(errors.option_needs_value(text(option)))
         value = argv[i + 1]
         i += 2
         if option == b"BLOCK":

@@ -17,15 +17,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from rcp11.datafiles import REWRITE_TEMP_PREFIX, SNAPSHOT_TEMP_PREFIX
 from rcp11.files import fsync_dir, write_all
 from rcp11.persistence.aof_writer import close_in_background
+from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import CrcWriter, write_snapshot, write_snapshot_file
-
-if TYPE_CHECKING:
-    from rcp11.persistence.engine import Persistence
 
 log = logging.getLogger("rcp11.persistence")
 
@@ -65,7 +62,7 @@ class Children:
     """The child (at most one) of a Persistence engine, and the rewrite's
     status fields of INFO persistence."""
 
-    def __init__(self, engine: Persistence) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.child: Child | None = None
         self.latest_fork_usec = 0

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from rcp11 import errors
@@ -36,13 +35,12 @@ from rcp11.persistence import loader
 from rcp11.persistence.aof_format import RAISE_NEXT
 from rcp11.persistence.aof_writer import AofWriter
 from rcp11.persistence.children import Children
+from rcp11.persistence.parts import Replay
 from rcp11.persistence.reservations import Deletions, OffsetReservations
 from rcp11.persistence.saves import Saves
-from rcp11.state import ClientState, ServerState
+from rcp11.state import ServerState
 
 log = logging.getLogger("rcp11.persistence")
-
-Replay = Callable[[ServerState, ClientState, list[bytes]], Any]
 
 
 class Persistence:

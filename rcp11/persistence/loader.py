@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rcp11.datafiles import REWRITE_TEMP_PREFIX
 from rcp11.errors import PersistenceError
@@ -26,17 +26,15 @@ from rcp11.persistence.aof_format import (
     iter_aof_commands,
     parse_append_time,
 )
+from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import SNAP_MAGIC, CrcReader, read_snapshot, write_snapshot_file
 from rcp11.resp import Error
 from rcp11.state import ClientState, ServerState
 
-if TYPE_CHECKING:
-    from rcp11.persistence.engine import Persistence
-
 log = logging.getLogger("rcp11.persistence")
 
 
-def load_files(engine: Persistence) -> list[tuple[bytes, int]]:
+def load_files(engine: Engine) -> list[tuple[bytes, int]]:
     """Load the offsets file, then the AOF or the snapshot, then raise every
     reserved stream to its mark. Returns the raises (key, mark), which the
     AOF must log. Raises PersistenceError. Runs with state.loading set."""
@@ -70,7 +68,7 @@ def load_snapshot_file(state: ServerState, path: str) -> list[bytes]:
     return keys
 
 
-def load_aof(engine: Persistence) -> None:
+def load_aof(engine: Engine) -> None:
     """Replay the AOF; a torn tail is cut off (aof-load-truncated) or
     refuses the start."""
     path = engine.aof.path
@@ -163,7 +161,7 @@ def _append_time(text: bytes, path: str, at: int, current: int | None) -> int | 
     return current if ms is None else ms
 
 
-def _cut_torn_tail(engine: Persistence, path: str, size: int, torn_at: int, cut: int) -> None:
+def _cut_torn_tail(engine: Engine, path: str, size: int, torn_at: int, cut: int) -> None:
     if not engine.yes("aof-load-truncated"):
         raise PersistenceError(
             f"{path}: unexpected end of file at byte offset {torn_at} "
@@ -223,7 +221,7 @@ def raise_stream(state: ServerState, key: bytes, mark: int) -> bool:
     return False
 
 
-def _mark_streams_after_torn_header(engine: Persistence) -> None:
+def _mark_streams_after_torn_header(engine: Engine) -> None:
     """The offsets file was cut inside its header, so no mark is known. A
     crash while creating it leaves that, and then no stream has reserved
     anything yet; but a damaged file looks the same, so, as for a torn last
@@ -254,7 +252,7 @@ def _mark_streams_after_torn_header(engine: Persistence) -> None:
         ) from exc
 
 
-def _apply_reservations(engine: Persistence) -> list[tuple[bytes, int]]:
+def _apply_reservations(engine: Engine) -> list[tuple[bytes, int]]:
     """Raise every reserved stream to its mark. Returns the raises, for the
     AOF."""
     state = engine.state
@@ -292,7 +290,7 @@ def _apply_reservations(engine: Persistence) -> list[tuple[bytes, int]]:
     return raised
 
 
-def write_aof_base(engine: Persistence) -> None:
+def write_aof_base(engine: Engine) -> None:
     """The first start with the AOF on: its base must hold what the
     snapshot had before anything is appended to it."""
     path = engine.aof.path

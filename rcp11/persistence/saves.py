@@ -9,14 +9,11 @@ import contextlib
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
 
 from rcp11.datafiles import SNAPSHOT_TEMP_PREFIX
 from rcp11.persistence.children import Child
+from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import write_snapshot_file
-
-if TYPE_CHECKING:
-    from rcp11.persistence.engine import Persistence
 
 log = logging.getLogger("rcp11.persistence")
 
@@ -24,7 +21,7 @@ log = logging.getLogger("rcp11.persistence")
 class Saves:
     """The snapshot status fields of INFO persistence, and taking one."""
 
-    def __init__(self, engine: Persistence) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.lastsave = int(time.time())
         self.last_status = "ok"  # rdb_last_bgsave_status

@@ -23,16 +23,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rcp11.spark.ship import VENDOR_DIR
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rcp11.spark.datasource import RCP11DataSource
 
 __all__ = ["RCP11DataSource", "register"]
-
-# Inside the shipped zip, redis-py sits here, off sys.path: an executor's own
-# redis-py (and its hiredis) wins; this one is used only when there is none.
-VENDOR_DIR = "_vendor"
 
 
 def _use_shipped_redis() -> None:

@@ -16,7 +16,12 @@ import zipfile
 from pathlib import Path
 
 import rcp11
-from rcp11.spark import VENDOR_DIR
+
+# Inside the shipped zip, redis-py sits here, off sys.path: an executor's own
+# redis-py (and its hiredis) wins; this one is used only when there is none
+# (rcp11/spark/__init__.py). Defined here, below the package's face, which
+# imports it.
+VENDOR_DIR = "_vendor"
 
 # What an executor needs to read and write: the client, the error texts,
 # the data source. Nothing here imports rcp11's server side or its C core.

@@ -10,49 +10,18 @@ from typing import Any
 
 import pytest
 from conftest import persistence_in_process
+from helpers_dispatch import Client, recording_state, run
 
 from rcp11 import errors
-from rcp11.commands import BLOCKED, execute, serve_ready
-from rcp11.config import Config
+from rcp11.commands import BLOCKED, serve_ready
 from rcp11.resp import Error, Raw
-from rcp11.state import ClientState, NullPersistence, ServerState
+from rcp11.state import ServerState
 from rcp11.storage import Stream
-
-
-class Log(NullPersistence):
-    """Keeps what was propagated; refuses writes when told to."""
-
-    aof_state = "on"
-
-    def __init__(self) -> None:
-        self.log: list[list[bytes]] = []
-        self.refuse: str | None = None
-
-    def propagate(self, argv: list[bytes]) -> None:
-        self.log.append(list(argv))
-
-    def write_refused(self) -> str | None:
-        return self.refuse
-
-
-class Client(ClientState):
-    """Late replies (a blocked read served) land in `received`."""
-
-    def __init__(self) -> None:
-        super().__init__(authenticated=True)
-        self.received: list[Any] = []
-        self.send = self.received.append  # type: ignore[method-assign]
 
 
 @pytest.fixture
 def state() -> ServerState:
-    st = ServerState(Config())
-    st.persistence = Log()
-    return st
-
-
-def run(state: ServerState, client: ClientState, *args: Any) -> Any:
-    return execute(state, client, [a if isinstance(a, bytes) else str(a).encode() for a in args])
+    return recording_state()
 
 
 def test_a_group_read_that_turns_a_key_into_a_string_wakes_readers_of_that_key(
