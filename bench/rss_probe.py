@@ -10,6 +10,12 @@ own accounting (sum of memory_bytes), then RSS above the start after
 evicting everything, and after glibc's malloc_trim(0) with its duration.
 Runs as a script (not `-m`) so that a build of rcp11 on PYTHONPATH is the
 one measured: that is how the before/after figures were taken.
+
+    python bench/rss_probe.py --server quick    (or full, smoke)
+
+runs only the memory row of the Redis suite (bench/redis_suite.py: RSS
+growth of a fresh rcp11-server over the growth of INFO streams'
+stream_memory_bytes, beside redis-server) and prints its table and figures.
 """
 
 from __future__ import annotations
@@ -69,5 +75,27 @@ def main(case: dict[str, int]) -> dict[str, float]:
     }
 
 
+def server_row(mode: str) -> None:
+    """The Redis suite's memory row alone, without the noisy throughput rows."""
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import Context
+    from bench.redis_suite import _memory
+    from bench.report import SuiteReport
+    from bench.servers import server_pool
+
+    report = SuiteReport("memory", "memory row")
+    with server_pool() as pool, tempfile.TemporaryDirectory() as plots:
+        _memory(Context(mode, pool, Path(plots)), report, lambda m: print(m, file=sys.stderr))
+    for table in report.tables:
+        print(table.markdown())
+    print(json.dumps({"data": report.data, "errors": report.errors}))
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    if sys.argv[1] == "--server":
+        sys.path.insert(0, str(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        server_row(sys.argv[2] if len(sys.argv) > 2 else "quick")
+    else:
+        print(json.dumps(main(json.loads(sys.argv[1]))))
