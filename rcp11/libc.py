@@ -1,6 +1,7 @@
 """The few C library calls Python does not offer: fallocate() (the AOF's
-disk-space reservation) and malloc_trim() (giving freed memory back to the
-system). Loaded once; None where the C library lacks them (not glibc)."""
+disk-space reservation), malloc_trim() (giving freed memory back to the
+system) and mallopt() (how malloc gets memory for large buffers). Loaded
+once; None where the C library lacks them (not glibc)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,25 @@ def malloc_trim() -> bool:
     trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
+
+
+# glibc's mallopt() parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
+    """mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD); True when
+    both were taken (False where unavailable: not glibc)."""
+    lib = libc()
+    if lib is None:
+        return False
+    try:
+        mallopt = lib.mallopt
+    except AttributeError:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    )
