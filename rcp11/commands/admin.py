@@ -162,7 +162,7 @@ def memory_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         "USAGE <key> [SAMPLES <count>]",
         "    Return memory in bytes used by <key> and its value.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ]
 
 
@@ -212,7 +212,7 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
             "    Return the number of references of the value associated with the specified",
             "    <key>.",
             "HELP",
-            "    Print this help.",
+            "    Prints this help.",
         ]
     value = state.keyspace.get(argv[2])
     if value is None:
@@ -270,7 +270,7 @@ def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         "REWRITE",
         "    Rewrite the configuration file.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ]
 
 
