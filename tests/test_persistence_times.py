@@ -242,6 +242,21 @@ def test_an_annotation_line_ends_at_its_lf_and_loses_no_date(
     assert path.read_bytes().startswith(b"".join(records))  # nothing was cut
 
 
+def test_a_date_of_2_63_minus_1_leaves_the_stream_evictable_by_streams_oldest(
+    tmp_path: Path,
+) -> None:
+    # 2^63-1 is the core's "no message" time: a stream whose messages got
+    # it was never the oldest, and writes were refused with -OOM instead.
+    write_aof(tmp_path, b"#RCP11-MS:%d\r\n" % (2**63 - 1), twrite(b"s", b"ENTRIES", b"a", b"b"))
+    state, _ = open_state(tmp_path)
+    assert state.keyspace.get(b"s").oldest_append_ms == 2**63 - 2
+    state.config.set("maxmemory-policy", "streams-oldest")
+    state.config.set("maxmemory", "1")
+    client = ClientState(authenticated=True)
+    execute(state, client, [b"TWRITE", b"t", b"c"])
+    assert state.keyspace.get(b"s").length == 0  # evicted, as every stream's nodes
+
+
 def test_a_line_too_long_for_an_annotation_is_corrupt(tmp_path: Path) -> None:
     write_aof(tmp_path, twrite(b"s", b"a"), b"#" + b"x" * 300 + b"\r\n")
     with pytest.raises(PersistenceError, match="annotation line too long"):
