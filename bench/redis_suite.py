@@ -99,8 +99,12 @@ def _interleaved(
         for i, (srv, command) in enumerate(runs):
             busy_before, wait_before = srv.sched_seconds()
             calls_before = srv.syscalls()
+            kernel_before = srv.kernel_seconds()
             line = redis_benchmark(srv.port, command, requests, CLIENTS, pipeline)
             busy_after, wait_after = srv.sched_seconds()
+            line.server_kernel_us_per_request = (
+                1e6 * (srv.kernel_seconds() - kernel_before) / requests
+            )
             line.server_syscalls_per_request = (srv.syscalls() - calls_before) / requests
             line.server_cpu_pct = 100.0 * (busy_after - busy_before) / line.wall
             line.server_wait_pct = 100.0 * (wait_after - wait_before) / line.wall
@@ -126,6 +130,19 @@ def _us_per_request(lines: list[BenchLine]) -> float:
     return statistics.median(line.server_us_per_request for line in lines)
 
 
+def _kernel_us(lines: list[BenchLine]) -> float:
+    """Median server CPU microseconds per request spent in the kernel."""
+    return statistics.median(line.server_kernel_us_per_request for line in lines)
+
+
+def _kernel_ceiling(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> float:
+    """The ratio rcp11 would reach if its own code cost nothing and only
+    its kernel time per request were left (both servers CPU-bound): what
+    the system calls alone allow."""
+    kernel = _kernel_us(rcp_lines)
+    return _us_per_request(red_lines) / kernel if kernel > 0 else float("inf")
+
+
 def _syscalls(lines: list[BenchLine]) -> float:
     """Median read/write system calls of the server per request."""
     return statistics.median(line.server_syscalls_per_request for line in lines)
@@ -138,9 +155,11 @@ def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> str:
         statistics.median(line.server_cpu_pct for line in rcp_lines),
         statistics.median(line.loadgen_cpu_pct for line in rcp_lines),
         statistics.median(line.server_wait_pct for line in rcp_lines),
-        f"server CPU {rcp_us:.1f} us/request (redis-server {red_us:.1f}), "
+        f"server CPU {rcp_us:.1f} us/request, {_kernel_us(rcp_lines):.1f} of it in the kernel "
+        f"(redis-server {red_us:.1f}, {_kernel_us(red_lines):.1f} in the kernel), "
         f"{_syscalls(rcp_lines):.2f} read/write syscalls per request "
-        f"(redis-server {_syscalls(red_lines):.2f})",
+        f"(redis-server {_syscalls(red_lines):.2f}); ratio if rcp11's own code cost nothing: "
+        f"{_kernel_ceiling(rcp_lines, red_lines):.2f}x",
     )
 
 
@@ -163,6 +182,7 @@ def _throughput(
             "redis-benchmark CPU (rcp11 / redis runs)",
             "server CPU (rcp11 / redis)",
             "server CPU us/request (rcp11 / redis)",
+            "of it in the kernel, us (rcp11 / redis)",
             "server read/write syscalls per request (rcp11 / redis)",
         ],
     )
@@ -185,6 +205,11 @@ def _throughput(
         "request = the server's CPU time over a run (all its threads, /proc schedstat) / "
         "the run's requests: what a request costs the server, whatever the machine's "
         "load; the lane suite below splits rcp11's figure between the C lane and the rest. "
+        "Kernel us per request: the server's stime (/proc/PID/stat) over the run / requests; on "
+        "loopback a sender's system calls also run the receiver's TCP processing, so this "
+        "is what moving the bytes costs the server. 'Ratio if rcp11's own code cost "
+        "nothing' = redis-server's CPU per request / rcp11's kernel time per request: the "
+        "ratio no user-space speed-up can pass while both servers are CPU-bound. "
         "Syscalls per request = growth of syscr + syscw in /proc/PID/io (read, recv, write, "
         "send... of the whole process) / requests: fewer than one means pipelined requests "
         "shared a read and a write."
@@ -234,6 +259,7 @@ def _throughput(
             f"{_cpu(rcp_lines)} / {_cpu(red_lines)}",
             f"{_server_cpu(rcp_lines)} / {_server_cpu(red_lines)}",
             f"{_us_per_request(rcp_lines):.1f} / {_us_per_request(red_lines):.1f}",
+            f"{_kernel_us(rcp_lines):.1f} / {_kernel_us(red_lines):.1f}",
             f"{_syscalls(rcp_lines):.2f} / {_syscalls(red_lines):.2f}",
         )
         report.data[key] = {
@@ -246,6 +272,9 @@ def _throughput(
             "redis_server_us_per_request": _us_per_request(red_lines),
             "rcp11_syscalls_per_request": _syscalls(rcp_lines),
             "redis_syscalls_per_request": _syscalls(red_lines),
+            "rcp11_kernel_us_per_request": _kernel_us(rcp_lines),
+            "redis_kernel_us_per_request": _kernel_us(red_lines),
+            "kernel_ceiling": _kernel_ceiling(rcp_lines, red_lines),
             "bound": bound,
         }
         log(f"  rcp11 {num(a)} / redis {num(b)} entries/s = {a / b:.2f}x")

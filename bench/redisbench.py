@@ -29,6 +29,7 @@ class BenchLine:
     server_cpu_pct: float = 0.0
     server_wait_pct: float = 0.0  # runnable but waiting for a core
     server_us_per_request: float = 0.0
+    server_kernel_us_per_request: float = 0.0
     server_syscalls_per_request: float = 0.0
 
     @property

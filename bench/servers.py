@@ -169,6 +169,16 @@ class Server:
             fields = dict(line.split(":", 1) for line in f)
         return int(fields["syscr"]) + int(fields["syscw"])
 
+    def kernel_seconds(self) -> float:
+        """Seconds all threads spent in the kernel so far (stime of
+        /proc/PID/stat, in clock ticks: 10 ms, fine over runs of seconds).
+        On loopback the sender's system calls also run the receiving side's
+        TCP processing, so this is most of what moving the bytes costs."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # After "pid (comm)": state is field 3, utime 14 and stime 15.
+        return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
     def sched_seconds(self) -> tuple[float, float]:
         """(seconds on a CPU by all threads, seconds the main thread was
         runnable but waiting for a CPU).

@@ -1,6 +1,8 @@
 """The few C library calls Python does not offer: fallocate() (the AOF's
-disk-space reservation) and malloc_trim() (giving freed memory back to the
-system). Loaded once; None where the C library lacks them (not glibc)."""
+disk-space reservation), malloc_trim() (giving freed memory back to the
+system), mallopt() (how malloc gets memory for large buffers) and
+mallinfo2() (the allocator's statistics, MEMORY MALLOC-STATS). Loaded
+once; None where the C library lacks them (not glibc)."""
 
 from __future__ import annotations
 
@@ -50,3 +52,74 @@ def malloc_trim() -> bool:
     trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
+
+
+# glibc's mallopt() parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
+    """mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD); True when
+    both were taken (False where unavailable: not glibc)."""
+    lib = libc()
+    if lib is None:
+        return False
+    try:
+        mallopt = lib.mallopt
+    except AttributeError:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    )
+
+
+class _Mallinfo2(ctypes.Structure):
+    """glibc's struct mallinfo2 (2.33 and later): every field a size_t."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",  # bytes taken from the system with brk, all arenas
+            "ordblks",  # free chunks
+            "smblks",  # free fastbin chunks
+            "hblks",  # chunks served by mmap
+            "hblkhd",  # bytes in those mmap'd chunks
+            "usmblks",  # always 0
+            "fsmblks",  # bytes in free fastbin chunks
+            "uordblks",  # bytes in use
+            "fordblks",  # bytes free
+            "keepcost",  # free bytes at the top of the heap malloc_trim can release
+        )
+    ]
+
+
+def mallinfo() -> dict[str, int] | None:
+    """glibc's mallinfo2(), its fields by name; None where the C library has
+    none (not glibc, or glibc before 2.33, whose int fields wrap at 2 GB)."""
+    lib = libc()
+    if lib is None:
+        return None
+    try:
+        call = lib.mallinfo2
+    except AttributeError:
+        return None
+    call.argtypes = []
+    call.restype = _Mallinfo2
+    info = call()
+    return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
+
+
+def libc_version() -> str | None:
+    """glibc's version ("2.36"), or None where the C library is not glibc."""
+    lib = libc()
+    try:
+        get = lib.gnu_get_libc_version
+    except AttributeError:
+        return None
+    get.argtypes = []
+    get.restype = ctypes.c_char_p
+    version: bytes = get()
+    return version.decode()

@@ -79,6 +79,18 @@ TRIM_AFTER_FREED = 16 * 1024 * 1024
 # per GB), so a workload that frees a little all the time does not pay it
 # on every tick.
 TRIM_INTERVAL_SECONDS = 1.0
+# Replies to pipelined reads are buffers of hundreds of KB (32 x TREAD 100
+# of 100-byte messages: 340 KB), made and freed for every batch. glibc
+# mmap()s each buffer over its threshold (128 KB until it adapts) and trims
+# the heap's top once that much is free, so every reply was written into
+# fresh pages: 2.5 page faults per TREAD, twice redis-server's kernel time
+# per request (bench/redis_suite.py's kernel column). Buffers below this
+# come from the heap and are reused ...
+MALLOC_MMAP_THRESHOLD = 32 * 1024 * 1024
+# ... and the heap's top is given back on its own only past this much free
+# (50 clients' pipelines in flight reach tens of MB); larger drops are the
+# cron's malloc_trim (TRIM_AFTER_FREED above).
+MALLOC_TRIM_THRESHOLD = 64 * 1024 * 1024
 # Descriptors the server needs besides client sockets: listeners, log, AOF,
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32

@@ -301,7 +301,7 @@
 #define RL_QUOTE_MAX 128
 
 /* Error texts: the contract's, worded as the Python server words them
- * (rcp11/errors.py). */
+ * (rcp11/errors/). */
 #define RL_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
 #define RL_ERR_OVERFLOW "ERR stream offset would exceed 2^63-1"
 #define RL_ERR_OFFSET "ERR offset is not an integer or out of range"

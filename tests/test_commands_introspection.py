@@ -325,3 +325,78 @@ def test_memory_usage_grows_with_the_stream(shared_client: redis.Redis) -> None:
     assert shared_client.memory_usage("s") > small + 200 * 100 / 2
     assert shared_client.memory_usage("nokey") is None
     assert shared_client.object("encoding", "nokey") is None
+
+
+# ------------------------------------------------ MEMORY MALLOC-STATS, PURGE
+
+
+def _malloc_stats(text: str) -> dict[str, int]:
+    """MEMORY MALLOC-STATS's name:value lines (the banner lines skipped)."""
+    return {
+        name: int(value)
+        for name, _, value in (line.partition(":") for line in text.splitlines())
+        if value.isdigit()
+    }
+
+
+def test_memory_malloc_stats_reports_the_allocator_and_the_core(
+    shared_client: redis.Redis, shared_client3: redis.Redis
+) -> None:
+    tw(shared_client, "s", *[b"z" * 1000] * 2000)
+    text = shared_client.execute_command("MEMORY", "MALLOC-STATS").decode()
+    assert text.startswith("___ Begin glibc ") and text.endswith(
+        "___ End glibc malloc statistics ___\n"
+    )
+    stats = _malloc_stats(text)
+    assert set(stats) == {
+        "arena_bytes",
+        "in_use_bytes",
+        "free_bytes",
+        "releasable_bytes",
+        "mmap_bytes",
+        "mmap_chunks",
+        "stream_memory_bytes",
+    }
+    # The core's accounting is INFO's, and holds the 2 MB just written.
+    streams = shared_client.info("streams")["stream_memory_bytes"]
+    assert stats["stream_memory_bytes"] == streams >= 2_000_000
+    # glibc's own figures: what is in use holds the stream, the heap holds
+    # what is in use and free.
+    assert stats["in_use_bytes"] + stats["mmap_bytes"] >= 2_000_000
+    assert stats["arena_bytes"] == stats["in_use_bytes"] + stats["free_bytes"]
+    # RESP3: a verbatim string ("txt"), as redis-server answers it.
+    reply = shared_client3.execute_command("MEMORY", "MALLOC-STATS")
+    assert "stream_memory_bytes:" in (reply if isinstance(reply, str) else reply.decode())
+
+
+def test_memory_malloc_stats_and_purge_answer_as_redis(
+    shared_server: ServerProcess, redis_reference: ServerProcess
+) -> None:
+    for server in (shared_server, redis_reference):
+        assert server.command_bytes("MEMORY", "MALLOC-STATS").startswith(b"$")
+        assert server.command_bytes("MEMORY", "PURGE") == b"+OK\r\n"
+        for sub in ("PURGE", "MALLOC-STATS"):
+            assert server.command_bytes("MEMORY", sub, "x") == (
+                f"-ERR wrong number of arguments for 'memory|{sub.lower()}' command\r\n".encode()
+            )
+    help_lines = shared_server.command("MEMORY", "HELP")
+    assert b"MALLOC-STATS" in help_lines and b"PURGE" in help_lines
+
+
+def test_memory_purge_gives_the_freed_top_of_the_heap_back(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # glibc trims the heap by itself past a threshold: raised out of reach
+    # here, so what is freed stays until someone trims. Less is freed than
+    # the cron's own trim waits for (TRIM_AFTER_FREED, 16 MB).
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 40))
+    client = server_factory().client()
+    # Strings of 2000 bytes live on the heap (below glibc's mmap threshold).
+    client.mset({f"k{i}": b"v" * 2000 for i in range(4000)})
+    client.flushall()
+    before = _malloc_stats(client.execute_command("MEMORY", "MALLOC-STATS").decode())
+    assert before["releasable_bytes"] > 4_000_000
+    assert client.execute_command("MEMORY", "PURGE") == b"OK"
+    after = _malloc_stats(client.execute_command("MEMORY", "MALLOC-STATS").decode())
+    assert after["releasable_bytes"] < 1_000_000
+    assert after["arena_bytes"] < before["arena_bytes"] - 4_000_000

@@ -17,6 +17,7 @@ from rcp11.commands.core import BLOCKED
 from rcp11.commands.info import rss_bytes
 from rcp11.commands.table import command
 from rcp11.errors import CommandError
+from rcp11.libc import libc_version, mallinfo, malloc_trim
 from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
@@ -114,7 +115,9 @@ def shutdown_command(state: ServerState, client: ClientState, argv: list[bytes])
 @command("memory", -2, "readonly", summary="Memory introspection", group="server")
 def memory_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     sub = check_subcommand(
-        "memory", {"usage": -3, "stats": 2, "doctor": 2, "help": 2, "malloc-stats": 2}, argv
+        "memory",
+        {"usage": -3, "stats": 2, "doctor": 2, "help": 2, "malloc-stats": 2, "purge": 2},
+        argv,
     )
     if sub == "usage":
         if len(argv) not in (3, 5) or (len(argv) == 5 and argv[3].lower() != b"samples"):
@@ -140,18 +143,51 @@ def memory_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if sub == "doctor":
         return Verbatim("txt", "Hi Sam, I can't find any memory issue in your instance.")
     if sub == "malloc-stats":
-        return Verbatim("txt", "Stats not supported for the current allocator")
+        return Verbatim("txt", _malloc_stats(state))
+    if sub == "purge":
+        # redis-server purges jemalloc's dirty pages; glibc's equivalent is
+        # malloc_trim(0). OK either way, as redis-server built without jemalloc.
+        malloc_trim()
+        return OK
     return [
         "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value.",
-        "STATS",
-        "    Return information about the memory usage of the server.",
         "DOCTOR",
         "    Return memory problems reports.",
+        "MALLOC-STATS",
+        "    Return internal statistics report from the memory allocator.",
+        "PURGE",
+        "    Attempt to purge dirty pages for reclamation by the allocator.",
+        "STATS",
+        "    Return information about the memory usage of the server.",
+        "USAGE <key> [SAMPLES <count>]",
+        "    Return memory in bytes used by <key> and its value.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ]
+
+
+# MEMORY MALLOC-STATS's lines: (name shown, mallinfo2 field), all in bytes.
+_MALLINFO_LINES = (
+    ("arena_bytes", "arena"),  # taken from the system with brk, all arenas
+    ("in_use_bytes", "uordblks"),
+    ("free_bytes", "fordblks"),
+    ("releasable_bytes", "keepcost"),  # what MEMORY PURGE can give back at once
+    ("mmap_bytes", "hblkhd"),  # large blocks mapped one by one
+)
+
+
+def _malloc_stats(state: ServerState) -> str:
+    """glibc's statistics (redis-server prints jemalloc's) beside the storage
+    core's own accounting; one "name:value" line each, as INFO writes them."""
+    info = mallinfo()
+    if info is None:
+        return "Stats not supported for the current allocator"
+    streams = sum(v.memory_bytes for v in state.keyspace.data.values() if not isinstance(v, bytes))
+    lines = [f"___ Begin glibc {libc_version()} malloc statistics ___"]
+    lines += [f"{name}:{info[field]}" for name, field in _MALLINFO_LINES]
+    lines += [f"mmap_chunks:{info['hblks']}", f"stream_memory_bytes:{streams}"]
+    lines.append("___ End glibc malloc statistics ___")
+    return "\n".join(lines) + "\n"
 
 
 def _string_encoding(value: bytes) -> str:
@@ -176,7 +212,7 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
             "    Return the number of references of the value associated with the specified",
             "    <key>.",
             "HELP",
-            "    Print this help.",
+            "    Prints this help.",
         ]
     value = state.keyspace.get(argv[2])
     if value is None:
@@ -234,7 +270,7 @@ def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         "REWRITE",
         "    Rewrite the configuration file.",
         "HELP",
-        "    Print this help.",
+        "    Prints this help.",
     ]
 
 

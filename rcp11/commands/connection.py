@@ -296,7 +296,7 @@ _CLIENT_HELP = [
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
     "HELP",
-    "    Print this help.",
+    "    Prints this help.",
 ]
 
 # CLIENT subcommand -> arity (Redis style, the two words count).

@@ -134,7 +134,7 @@ _HELP = [
     "GETKEYS <full-command>",
     "    Return the keys from a full command.",
     "HELP",
-    "    Print this help.",
+    "    Prints this help.",
 ]
 
 

@@ -15,7 +15,8 @@ import sys
 from rcp11 import __version__
 from rcp11.commands import execute, rename_command, serve_ready
 from rcp11.config import Config, ConfigError
-from rcp11.limits import RESERVED_FDS
+from rcp11.libc import tune_malloc
+from rcp11.limits import MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD, RESERVED_FDS
 from rcp11.logs import VERBOSE, setup_logging
 from rcp11.persistence import Persistence, PersistenceError
 from rcp11.retention import Retention
@@ -166,6 +167,8 @@ def run(config: Config) -> int:
             "specify a config file use rcp11-server /path/to/redis.conf"
         )
     adjust_open_files_limit(config)
+    # Reply buffers from the heap, reused, not fresh mmap()s (limits.py).
+    tune_malloc(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)
     # Relative pidfile and logfile paths mean the directory the server was
     # started from, not `dir`.
     pidfile = os.path.abspath(config.get("pidfile")) if config.get("pidfile") else ""

@@ -25,7 +25,9 @@ VENDOR_DIR = "_vendor"
 
 # What an executor needs to read and write: the client, the error texts,
 # the data source. Nothing here imports rcp11's server side or its C core.
-CLIENT_MODULES = ("__init__.py", "client.py", "errors.py")
+# Packages go whole (every .py in them), so a room added to one ships too.
+CLIENT_MODULES = ("__init__.py", "client.py")
+CLIENT_PACKAGES = ("errors", "spark")
 
 _built: dict[str, str] = {}
 
@@ -34,7 +36,8 @@ def _files() -> list[tuple[str, Path]]:
     """(name inside the zip, file on disk), sorted."""
     package = Path(rcp11.__file__).parent
     files = [(f"rcp11/{name}", package / name) for name in CLIENT_MODULES]
-    files += [(f"rcp11/spark/{p.name}", p) for p in sorted((package / "spark").glob("*.py"))]
+    for sub in CLIENT_PACKAGES:
+        files += [(f"rcp11/{sub}/{p.name}", p) for p in sorted((package / sub).glob("*.py"))]
     try:
         import redis
     except ImportError:  # pragma: no cover - redis-py is a dependency of rcp11

@@ -1,0 +1,71 @@
+"""The stream commands' texts (TWRITE, TREAD, TSEEK, TCONCAT, consumer
+groups): rcp11's own commands, so worded here, in the style of Redis's
+errors, saying what is wrong and where.
+"""
+
+from rcp11.errors.wire import quoted_arg
+
+OFFSET_OVERFLOW = "ERR stream offset would exceed 2^63-1"
+TSEEK_TIME = "ERR time is not an integer or out of range"
+GROUP_IS_KEY = "ERR the group key must be a different key than the stream key"
+GROUP_AND_GROUPNEW = "ERR GROUP and GROUPNEW cannot be used together"
+NEGATIVE_COUNT = "ERR count must be >= 0"
+NEGATIVE_TIMEOUT = "ERR timeout is negative"
+TREAD_OFFSET = "ERR offset is not an integer or out of range"
+TREAD_COUNT = "ERR count is not an integer or out of range"
+TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
+BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
+
+
+def _key_name(key: bytes) -> str:
+    return quoted_arg(key, 128)
+
+
+def group_not_offset(group: bytes) -> str:
+    return f"ERR group key '{_key_name(group)}' does not hold a valid offset (an integer >= 0)"
+
+
+def tconcat_source_is_destination(key: bytes) -> str:
+    return f"ERR source key '{_key_name(key)}' is the destination key"
+
+
+def tconcat_source_twice(key: bytes) -> str:
+    return f"ERR source key '{_key_name(key)}' is given more than once"
+
+
+def syntax_error(problem: str) -> str:
+    """A syntax error that says what is wrong (TWRITE, TREAD)."""
+    return f"ERR syntax error, {problem}"
+
+
+ENTRIES_MISSING = syntax_error("ENTRIES is missing")
+NO_ENTRY_AFTER_ENTRIES = syntax_error("no entry after ENTRIES")
+BACKLOG_NEEDS_COUNT = syntax_error("BACKLOG needs a count")
+
+
+def option_twice(option: str) -> str:
+    """An option (its canonical upper-case name) given twice."""
+    return syntax_error(f"{option} given more than once")
+
+
+def option_needs_value(option: str) -> str:
+    return syntax_error(f"{option} needs a value")
+
+
+def twrite_unknown_option(option: bytes, entries_follow: bool) -> str:
+    """TWRITE met a word that is not an option. When no ENTRIES comes
+    after it, the user most likely forgot ENTRIES (TWRITE s BACKLOG 3 a b):
+    say so first."""
+    unknown = f"unknown option '{quoted_arg(option)}' (expected BACKLOG or ENTRIES)"
+    return syntax_error(unknown if entries_follow else f"ENTRIES is missing, {unknown}")
+
+
+def tread_unknown_option(option: bytes) -> str:
+    return syntax_error(f"unknown option '{quoted_arg(option)}'")
+
+
+def tconcat_too_many(limit: int) -> str:
+    return (
+        f"ERR TCONCAT would append more than {limit} messages at once; "
+        "concatenate fewer sources per call"
+    )
