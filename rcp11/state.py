@@ -305,6 +305,11 @@ class Keyspace:
         # Bumped by every change (touch() and set_expire()): dispatch compares
         # it around a handler that raised (see commands.core.call).
         self.changes = 0
+        # The part of `changes` that expiries made: a key a handler found
+        # expired is deleted and logged (DEL) by the keyspace, not by the
+        # handler, so a handler that then refuses the command changed nothing.
+        self.expiry_changes = 0
+        self.expiry_logged = 0  # the part of state.dirty those DELs made
         # Keys touched since the streams-oldest index last looked (None:
         # nobody keeps one). rcp11/retention.py's OldestIndex turns it on.
         self.changed: dict[bytes, None] | None = None
@@ -427,9 +432,13 @@ class Keyspace:
             self._expire(key)
 
     def _expire(self, key: bytes) -> None:
+        before = self.changes
         self.delete(key)
+        self.expiry_changes += self.changes - before
         self._state.stats.expired_keys += 1
+        dirty = self._state.dirty
         self._state.propagate([b"DEL", key])
+        self.expiry_logged += self._state.dirty - dirty
 
     def expire_due(self, now_ms: float | None = None, limit: int = 1000) -> int:
         """Delete up to `limit` keys whose deadline passed (server cron).

@@ -612,9 +612,10 @@ static void mn_node_stamp(mn_node *n, uint32_t i, int64_t t) {
     n->last_ms = t;
 }
 
-/* The caller's time, or the wall clock for MN_NOW (any negative value). */
+/* The caller's time, or the wall clock for MN_NOW (any negative value),
+ * at most MN_TIME_MAX. */
 static int64_t mn_now_ms(int64_t now_ms) {
-    if (now_ms >= 0) return now_ms;
+    if (now_ms >= 0) return now_ms > MN_TIME_MAX ? MN_TIME_MAX : now_ms;
     struct timespec ts;
     if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0;
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -2079,7 +2080,7 @@ static int mn_parse_node_frame(const unsigned char *p, size_t len, mn_node_view 
             if (t < prev) return MN_ERR_CORRUPT;
             prev = t;
         }
-        if (v->last_ms < prev) return MN_ERR_CORRUPT;
+        if (v->last_ms < prev || v->last_ms > MN_TIME_MAX) return MN_ERR_CORRUPT;
     }
     return MN_OK;
 }
@@ -2164,7 +2165,9 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
     /* A version 2 stream has no times: its messages count as appended now
      * (see SERIALIZATION). */
     int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40) : mn_now_ms(now_ms);
-    if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0) return NULL;
+    if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0 ||
+        clock > MN_TIME_MAX)
+        return NULL;
     if (next > MN_OFFSET_END || first > next) return NULL;
     if (max_entries < 1 || max_entries > MN_MAX_MAX_ENTRIES) return NULL;
     if ((nodes == 0) != (first == next)) return NULL;

@@ -57,6 +57,12 @@
  * so an empty stream is never the oldest. */
 #define MN_TIME_NONE 9223372036854775807
 
+/* The latest append time a message can get: an append at a later time (an
+ * AOF annotation or a replicated time says anything up to 2^63-1) counts
+ * at this one, and a blob holding a later time is corrupt, so that a
+ * stream holding a message never reads as empty (MN_TIME_NONE). */
+#define MN_TIME_MAX 9223372036854775806
+
 /* Compression depth: the newest 0..MN_MAX_COMPRESSION_DEPTH sealed nodes
  * stay raw (a 16-bit header field: 65M messages of 1000-message nodes). */
 #define MN_MAX_COMPRESSION_DEPTH 65535

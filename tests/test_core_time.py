@@ -3,6 +3,8 @@ rcp11.storage, and loading dumps of the format before the time index."""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from core_recipes import RECIPES, unpack_blobs
 from rcp11.storage import (
     FORMAT_VERSION,
     TIME_CHECKPOINT_EVERY,
+    CorruptDataError,
     InvalidArgumentError,
     Stream,
     wall_ms,
@@ -76,8 +79,8 @@ def test_clock_is_monotonic_per_stream() -> None:
     assert before <= s.last_append_ms <= wall_ms()
     s.append([b"negative"], now_ms=-5)  # MN_NOW too
     assert before <= s.last_append_ms <= wall_ms()
-    s.append([b"huge"], now_ms=2**70)  # clamped to int64
-    assert s.last_append_ms == 2**63 - 1
+    s.append([b"huge"], now_ms=2**70)  # clamped to the latest time a message can have
+    assert s.last_append_ms == 2**63 - 2
 
 
 def test_times_survive_dump_and_load() -> None:
@@ -145,6 +148,36 @@ def test_oldest_node_for_a_maxmemory_policy() -> None:
     ev = s.evict_oldest_node()  # the active node too
     assert ev.messages == 5 and s.length == 0
     assert s.evict_oldest_node().nodes == 0 and s.oldest_node_memory == 0
+
+
+def test_a_message_never_gets_the_time_that_means_no_message() -> None:
+    # oldest_append_ms's "no message" is 2^63-1: a message appended at that
+    # time (an AOF date or a replicated time may say it) counts one before,
+    # or streams-oldest would take a stream holding it for an empty one.
+    s = Stream(max_entries=4)
+    s.append([b"a", b"b"], now_ms=2**63 - 1)
+    assert s.oldest_append_ms == s.last_append_ms == 2**63 - 2
+    assert s.seek_time(2**63 - 2) == 0
+    assert s.evict_oldest_node().messages == 2 and s.oldest_append_ms is None
+
+
+def _with_time(blob: bytes, at: int, ms: int) -> bytes:
+    """blob with the 8 bytes at `at` set to ms and its CRC32 made right."""
+    body = blob[:at] + struct.pack("<q", ms) + blob[at + 8 : -4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_blobs_holding_the_time_that_means_no_message_are_corrupt() -> None:
+    header, node = Stream.load(timed(3).dump()).dump()
+    late = 2**63 - 1
+    with pytest.raises(CorruptDataError):
+        Stream.load([_with_time(header, 40, late), node])  # the stream's clock
+    with pytest.raises(CorruptDataError):
+        Stream.load([_with_time(header, 40, late), _with_time(node, 28, late)])
+    live = Stream(max_entries=4)
+    with pytest.raises(CorruptDataError):
+        live.append_node_blob(_with_time(node, 28, late))  # a node's last time
+    assert live.next_offset == 0 and live.oldest_append_ms is None
 
 
 def test_time_index_costs_little_memory() -> None:

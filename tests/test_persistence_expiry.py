@@ -17,8 +17,10 @@ import pytest
 import redis
 from conftest import persistence_in_process, tr, tw, wait_for
 
+from rcp11 import errors
 from rcp11.commands import execute
 from rcp11.persistence import Persistence, encode_command
+from rcp11.resp import Error
 from rcp11.state import ClientState, ServerState
 
 # ---------------------------------------------------------------------------
@@ -132,6 +134,34 @@ def test_ttl_commands_replayed_after_their_deadline_keep_the_ttl(tmp_path: Path)
     assert all(encode_command([b"DEL", key]) in logged for key in keys)
     again, _ = load(tmp_path)
     assert len(again.keyspace) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["RENAME", "s", "t"], "ERR no such key"),
+        (["RENAMENX", "s", "t"], "ERR no such key"),
+        (["TREAD", "s", 0, 1, "GROUP", "s"], errors.GROUP_IS_KEY),
+    ],
+    ids=["rename", "renamenx", "tread-group-is-key"],
+)
+def test_a_command_refused_on_a_key_it_found_expired_answers_its_own_error(
+    tmp_path: Path, argv: list[str | int], error: str
+) -> None:
+    # Finding the key expired deletes it (logged as DEL by the keyspace):
+    # that is no change made by the command, whose error stays the plain
+    # one, with nothing but the DEL logged.
+    state, persistence = load(tmp_path)
+    run(state, persistence, "TWRITE", "s", "a")
+    run(state, persistence, "SET", "t", "x")
+    deadline = int(time.time() * 1000) + 5
+    run(state, persistence, "PEXPIREAT", "s", deadline)
+    wait_for(lambda: time.time() * 1000 > deadline + 1)
+    size = (tmp_path / "appendonly.aof").stat().st_size
+    reply = run(state, persistence, *argv)
+    assert isinstance(reply, Error) and reply.message == error
+    assert (tmp_path / "appendonly.aof").read_bytes()[size:] == encode_command([b"DEL", b"s"])
+    assert state.stats.expired_keys == 1
 
 
 def test_ttl_survives_a_restart_before_its_deadline(tmp_path: Path) -> None:

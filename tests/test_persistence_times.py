@@ -219,6 +219,44 @@ def test_a_torn_date_at_the_end_is_a_torn_tail(tmp_path: Path) -> None:
     assert path.read_bytes().count(b"#RCP11-MS:") == 2
 
 
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [b"#TS:1700000001\n", b"#RCP11-MS:%d\r\n"],  # another tool's LF line before ours
+        [b"#RCP11-MS:%d\n"],  # ours ended by a bare LF, as Redis's loader reads lines
+        [b"#note\n", b"#RCP11-MS:%d\n", b"#TS:1700000001\r\n"],
+    ],
+    ids=["lf-line-then-date", "date-ended-by-lf", "mixed"],
+)
+def test_an_annotation_line_ends_at_its_lf_and_loses_no_date(
+    tmp_path: Path, lines: list[bytes]
+) -> None:
+    # A line ended by a bare LF must not swallow the next line (the date
+    # would be skipped with it and the write replayed at replay time).
+    t = 1_700_000_000_000
+    records = [line % t if b"%d" in line else line for line in lines]
+    path = write_aof(tmp_path, *records, twrite(b"s", b"a"), twrite(b"s", b"b"))
+    state, _ = open_state(tmp_path)
+    stream = state.keyspace.get(b"s")
+    assert stream.next_offset == 2 and stream.last_append_ms == t
+    assert path.read_bytes().startswith(b"".join(records))  # nothing was cut
+
+
+def test_a_date_of_2_63_minus_1_leaves_the_stream_evictable_by_streams_oldest(
+    tmp_path: Path,
+) -> None:
+    # 2^63-1 is the core's "no message" time: a stream whose messages got
+    # it was never the oldest, and writes were refused with -OOM instead.
+    write_aof(tmp_path, b"#RCP11-MS:%d\r\n" % (2**63 - 1), twrite(b"s", b"ENTRIES", b"a", b"b"))
+    state, _ = open_state(tmp_path)
+    assert state.keyspace.get(b"s").oldest_append_ms == 2**63 - 2
+    state.config.set("maxmemory-policy", "streams-oldest")
+    state.config.set("maxmemory", "1")
+    client = ClientState(authenticated=True)
+    execute(state, client, [b"TWRITE", b"t", b"c"])
+    assert state.keyspace.get(b"s").length == 0  # evicted, as every stream's nodes
+
+
 def test_a_line_too_long_for_an_annotation_is_corrupt(tmp_path: Path) -> None:
     write_aof(tmp_path, twrite(b"s", b"a"), b"#" + b"x" * 300 + b"\r\n")
     with pytest.raises(PersistenceError, match="annotation line too long"):

@@ -198,8 +198,8 @@ def call(
         if len(sub) < 20 and sub.replace(b"-", b"").isalnum():
             client.last_command = f"{name}|{sub.decode()}"
     keyspace = state.keyspace
-    changes = keyspace.changes + MUTATIONS.ticks
-    logged = state.dirty
+    changes = keyspace.changes - keyspace.expiry_changes + MUTATIONS.ticks
+    logged = state.dirty - keyspace.expiry_logged
     started = perf_counter_ns()
     try:
         reply = (cmd.handler if run is None else run)(state, client, argv)
@@ -209,8 +209,9 @@ def call(
         else:
             log.exception("command %r failed", name)
             problem = errors.internal_error(name, exc)
-        if keyspace.changes + MUTATIONS.ticks != changes:
-            problem = _keep_change(state, name, argv, state.dirty != logged, problem)
+        if keyspace.changes - keyspace.expiry_changes + MUTATIONS.ticks != changes:
+            handler_logged = state.dirty - keyspace.expiry_logged != logged
+            problem = _keep_change(state, name, argv, handler_logged, problem)
         reply = Error(problem)
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)

@@ -77,12 +77,16 @@ def _parse_command(buf: bytes, pos: int) -> tuple[list[bytes], int]:
     Raises _Incomplete or ValueError (with a relative description)."""
     size = len(buf)
     if buf[pos] == 35:  # '#': an annotation line
-        newline = buf.find(b"\r\n", pos, pos + ANNOTATION_MAX_BYTES)
+        # It ends at its LF, as Redis's loader reads it (fgets): a bare-LF
+        # line of another tool must not swallow the CRLF line after it (a
+        # date would be lost). This package writes CRLF.
+        newline = buf.find(b"\n", pos, pos + ANNOTATION_MAX_BYTES)
         if newline < 0:
             if size - pos < ANNOTATION_MAX_BYTES:
                 raise _Incomplete
             raise ValueError("annotation line too long")
-        return [ANNOTATION, buf[pos + 1 : newline]], newline + 2
+        text_end = newline - 1 if buf[newline - 1] == 13 else newline  # '\r'
+        return [ANNOTATION, buf[pos + 1 : text_end]], newline + 1
     if buf[pos] != 42:  # '*'
         raise ValueError(f"expected '*', got {bytes([buf[pos]])!r}")
     newline = buf.find(b"\r\n", pos, pos + 24)
