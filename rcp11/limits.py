@@ -30,7 +30,7 @@ INT_MAX = 2**31 - 1
 
 assert MAX_OFFSET == INT64_MAX, "offsets are RESP integers: the core's ceiling is 2^63-1"
 
-# --- requests (rcp11/resp.py; Redis's networking.c values) ------------------
+# --- requests (rcp11/resp/; Redis's networking.c values) ------------------
 
 # An inline command, or a count line, longer than this without its newline
 # is refused instead of buffered forever.

@@ -5,6 +5,7 @@ quietly instead of with a BrokenPipeError traceback."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -59,3 +60,20 @@ def test_rcp11_version() -> None:
     done = subprocess.run(PROGRAMS["rcp11"] + ["--version"], capture_output=True, timeout=60)
     assert done.returncode == 0
     assert done.stdout.decode().strip() == f"rcp11 {__version__}"
+
+
+def test_every_package_is_installed_by_pip_install() -> None:
+    # `pip install .` (the README's quick start) installs only the packages
+    # pyproject.toml lists; the tests run from an editable install, which
+    # finds any folder, so a package missing from the list breaks only a
+    # user's install (rcp11.errors and rcp11.resp once were).
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = re.findall(r'"(rcp11[a-z_.]*)"', (root / "pyproject.toml").read_text())
+    packages = {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "rcp11").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert packages <= set(listed), sorted(packages - set(listed))

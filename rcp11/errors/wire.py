@@ -3,7 +3,7 @@
 The texts that do not belong to one command: the dispatcher's (unknown
 command, wrong arity, internal errors), the ones every write can meet
 (WRONGTYPE, OOM, MISCONF), the generic syntax and integer errors, how an
-argument is quoted inside an error, and resp.py's protocol errors. Worded
+argument is quoted inside an error, and rcp11/resp's protocol errors. Worded
 as redis-server 7 words them; each text carries its error code.
 """
 
@@ -80,7 +80,7 @@ def failed_after_change(command: str, problem: str, logged: bool) -> str:
     return f"{problem} (raised after '{command}' changed data; {outcome})"
 
 
-# --- request framing (resp.py; the server adds "ERR " and closes the connection)
+# --- request framing (rcp11/resp; the server adds "ERR " and closes the connection)
 
 PROTO_INVALID_BULK_LENGTH = "Protocol error: invalid bulk length"
 PROTO_INVALID_MULTIBULK_LENGTH = "Protocol error: invalid multibulk length"
