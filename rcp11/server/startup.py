@@ -222,25 +222,36 @@ def run(config: Config) -> int:
     # must shut down cleanly (save, AOF flush), not kill the process.
     for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
         loop.add_signal_handler(signum, server.on_signal, name)
-    try:
-        loop.run_until_complete(server.serve())
-    except SystemExit as exc:
-        log.warning("%s", exc)
-        _remove_pidfile(pidfile)
-        loop.close()
-        return 1
-    server.start_cron()
-    if config.get("port"):
-        log.info("Ready to accept connections tcp")
-    if server.unix_path:
-        log.info("Ready to accept connections unix")
+    failed: list[SystemExit] = []
+
+    async def start() -> None:
+        try:
+            await server.serve()
+        except SystemExit as exc:
+            failed.append(exc)
+            loop.stop()
+            return
+        server.start_cron()
+        if config.get("port"):
+            log.info("Ready to accept connections tcp")
+        if server.unix_path:
+            log.info("Ready to accept connections unix")
+
+    # The listeners start inside run_forever(), never in a run of their own:
+    # uvloop sets signals aside while the loop is stopped, so a SIGINT sent
+    # by a client that saw the server answer between two runs was lost.
+    starting = loop.create_task(start())
     try:
         loop.run_forever()
     finally:
+        if failed:
+            log.warning("%s", failed[0])
         _remove_pidfile(pidfile)
-        log.warning("rcp11 is now ready to exit, bye bye...")
+        if not failed:
+            log.warning("rcp11 is now ready to exit, bye bye...")
         loop.close()
-    return server.exit_code
+    del starting
+    return 1 if failed else server.exit_code
 
 
 def _remove_pidfile(path: str) -> None:
