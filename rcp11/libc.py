@@ -24,32 +24,38 @@ def libc() -> Any:
     return _LIBC[0]
 
 
+def _function(name: str, argtypes: list[Any], restype: Any = ctypes.c_int) -> Any:
+    """The C library's function `name` with its signature set, or None where
+    the library or the function is missing (not glibc, an older glibc)."""
+    lib = libc()
+    func = getattr(lib, name, None) if lib is not None else None
+    if func is not None:
+        func.argtypes = argtypes
+        func.restype = restype
+    return func
+
+
 def fallocate_keep_size(fd: int, offset: int, length: int) -> int:
     """fallocate(FALLOC_FL_KEEP_SIZE); 0 or an errno."""
+    fallocate = _function(
+        "fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    )
+    if fallocate is None:
+        return errno.EOPNOTSUPP
     try:
-        lib = libc()
-        if lib is None:
-            return errno.EOPNOTSUPP
-        fallocate = lib.fallocate
-        fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-        if fallocate(fd, 1, ctypes.c_longlong(offset), ctypes.c_longlong(length)) == 0:
+        if fallocate(fd, 1, offset, length) == 0:
             return 0
         return ctypes.get_errno() or errno.EIO
-    except (AttributeError, OSError):
+    except OSError:
         return errno.EOPNOTSUPP
 
 
 def malloc_trim() -> bool:
     """glibc's malloc_trim(0): return the free memory at the top of the heap
     and the free pages inside it to the system. False where unavailable."""
-    lib = libc()
-    if lib is None:
+    trim = _function("malloc_trim", [ctypes.c_size_t])
+    if trim is None:
         return False
-    try:
-        trim = lib.malloc_trim
-    except AttributeError:
-        return False
-    trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
 
@@ -62,15 +68,9 @@ _M_MMAP_THRESHOLD = -3
 def tune_malloc(mmap_threshold: int, trim_threshold: int) -> bool:
     """mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD); True when
     both were taken (False where unavailable: not glibc)."""
-    lib = libc()
-    if lib is None:
+    mallopt = _function("mallopt", [ctypes.c_int, ctypes.c_int])
+    if mallopt is None:
         return False
-    try:
-        mallopt = lib.mallopt
-    except AttributeError:
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
         mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     )
@@ -99,27 +99,14 @@ class _Mallinfo2(ctypes.Structure):
 def mallinfo() -> dict[str, int] | None:
     """glibc's mallinfo2(), its fields by name; None where the C library has
     none (not glibc, or glibc before 2.33, whose int fields wrap at 2 GB)."""
-    lib = libc()
-    if lib is None:
+    call = _function("mallinfo2", [], _Mallinfo2)
+    if call is None:
         return None
-    try:
-        call = lib.mallinfo2
-    except AttributeError:
-        return None
-    call.argtypes = []
-    call.restype = _Mallinfo2
     info = call()
     return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
 
 
 def libc_version() -> str | None:
     """glibc's version ("2.36"), or None where the C library is not glibc."""
-    lib = libc()
-    try:
-        get = lib.gnu_get_libc_version
-    except AttributeError:
-        return None
-    get.argtypes = []
-    get.restype = ctypes.c_char_p
-    version: bytes = get()
-    return version.decode()
+    get = _function("gnu_get_libc_version", [], ctypes.c_char_p)
+    return None if get is None else get().decode()
