@@ -345,11 +345,12 @@ class Keyspace:
             charges[key] = now
         self._unmeasured.clear()
 
-    def touch(self, key: bytes) -> None:
+    def touch(self, key: bytes, signal_watchers: bool = True) -> None:
         """key changed (every write calls this, directly or through set,
         delete and rename): WATCHers see it, readers blocked on it (or on it
-        as their group key) are re-checked after the command, and a stream
-        is re-measured when memory is next read."""
+        as their group key, unless signal_watchers is False: see
+        BlockingManager.signal_key) are re-checked after the command, and a
+        stream is re-measured when memory is next read."""
         # Called by every write, so it does no C call, and the WATCH and
         # blocking lookups are skipped while nobody watches or waits.
         self.changes += 1
@@ -363,11 +364,13 @@ class Keyspace:
                 for client in watchers:
                     client.dirty_cas = True
         if self._blocking.waiting:
-            self._blocking.signal_key(key)
+            self._blocking.signal_key(key, signal_watchers)
 
-    def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
+    def set(
+        self, key: bytes, value: Any, keep_ttl: bool = False, signal_watchers: bool = True
+    ) -> None:
         """Store value under key; like Redis's SET it drops the key's expiry
-        unless keep_ttl."""
+        unless keep_ttl. signal_watchers: as for touch()."""
         old = self.data.get(key)
         if old is not None:
             self._uncharge(key, old)
@@ -380,7 +383,7 @@ class Keyspace:
         self._used_bytes += charged
         if not isinstance(value, bytes):
             self._stream_bytes[key] = charged
-        self.touch(key)
+        self.touch(key, signal_watchers)
 
     def delete(self, key: bytes) -> bool:
         if key not in self.data:

@@ -31,7 +31,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors, retention
-from rcp11.blocking import WAIT, BlockRequest
+from rcp11.blocking import BlockRequest
 from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_original
 from rcp11.errors import CommandError
 from rcp11.limits import ERROR_STATS_KINDS
@@ -280,18 +280,12 @@ def feed_monitors(state: ServerState, client: ClientState, cmd: Command, argv: l
 
 def serve_ready(state: ServerState) -> None:
     """Serve the clients blocked on keys the last command changed, in the
-    order they blocked (across keys: BlockingManager.ready_requests), each through check() and call() like any command:
-    a served group read obeys MISCONF, is logged even if it raises half
-    way, and wakes readers of the group key it moved. A request with
-    nothing to answer yet keeps its place."""
-    blocking = state.blocking
-    served: list[ClientState] = []
-    for request in blocking.ready_requests():
-        reply = _serve(state, request)
-        if reply is WAIT:
-            continue
-        blocking.finish(request, reply)
-        served.append(request.client)
+    order they blocked (across keys: BlockingManager.serve), each through
+    check() and call() like any command: a served group read obeys
+    MISCONF, is logged even if it raises half way, and wakes readers
+    waiting on the group key it moved. A request with nothing to answer
+    yet keeps its place."""
+    served = state.blocking.serve(state, lambda request: _serve(state, request))
     # Resuming pipelines last: a resumed client may run commands that
     # block or wake others again, which must not happen mid-iteration.
     for client in served:

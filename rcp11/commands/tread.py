@@ -93,21 +93,48 @@ def group_default_start(stream: Stream | None, group_new: bool) -> int:
 
 
 def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
+    """A group read moves its group (or recreates a deleted one).
+
+    The readers blocked in the group are not signalled (rcp11/blocking.py):
+    a group read only moves the group forward, which can only make them
+    wait longer, or recreates a group whose deletion already signalled
+    them all. Readers waiting on the group key itself as a stream are."""
     value = b"%d" % offset
-    state.keyspace.set(group, value)
+    state.keyspace.set(group, value, signal_watchers=False)
     state.propagate([b"SET", group, value])
 
 
 @dataclass(eq=False)
 class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
-    past the group's position)."""
+    past the group's position).
+
+    Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
+    for, ranked by that offset (a write reaching offset N serves every
+    plain reader waiting below N, and none above it); a group reader's is
+    its group, whose readers on one stream are served in the order they
+    blocked until one has to wait."""
 
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+
+    def __post_init__(self) -> None:
+        if self.watch is None:
+            self.lane = ("offset", self.start)
+            self.rank = self.start
+        else:
+            self.lane = ("group", self.watch)
+
+    def reached(self, state: ServerState) -> bool:
+        # data, not get(): changes nothing, also not an expiry. A key that
+        # expired but is still there looks reached; serve() then waits.
+        value = state.keyspace.data.get(self.key)
+        if value is None:
+            return False
+        return type(value) is bytes or value.next_offset > self.start
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
