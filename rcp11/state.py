@@ -185,8 +185,12 @@ class ClientState:
     created_at: float = field(default_factory=time.time)
     last_interaction: float = field(default_factory=time.time)
     last_command: str = "NULL"
-    # MULTI/EXEC: queued is None outside a transaction.
+    # MULTI/EXEC: queued is None outside a transaction. Whether a queued
+    # command may write a key / grow memory, noted as it is queued, so EXEC's
+    # check does not look at every queued command again.
     queued: list[list[bytes]] | None = None
+    queued_write: bool = False
+    queued_denyoom: bool = False
     multi_error: bool = False
     watched: set[bytes] = field(default_factory=set)
     dirty_cas: bool = False
@@ -203,6 +207,18 @@ class ClientState:
     send: Callable[[Any], None] = lambda reply: None
     close: Callable[[], None] = lambda: None
     on_unblocked: Callable[[], None] = lambda: None
+    # Filled by the server too, for a command that builds its reply in
+    # parts (EXEC): output_room() is how many bytes of reply the client may
+    # still be given before it passes its hard output limit (None: it has
+    # none); output_overflow(n) closes it at once, n bytes over, as Redis's
+    # closeClientOnOutputBufferLimitReached() does from addReply.
+    output_room: Callable[[], int | None] = lambda: None
+    output_overflow: Callable[[int], None] = lambda pending: None
+    # Set when the client passed its output limit and is being closed:
+    # nothing built for it from then on would be sent, so commands still
+    # run for what they change, but build no reply (Redis drops the
+    # replies of a client marked CLOSE_ASAP).
+    output_dropped: bool = False
     # Counters for CLIENT LIST / INFO.
     query_buffer_len: int = 0
     output_buffer_len: int = 0

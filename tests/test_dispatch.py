@@ -16,9 +16,9 @@ from rcp11 import errors
 from rcp11.commands import BLOCKED, COMMANDS, execute, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
-from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
+from rcp11.resp import NULL_ARRAY, QUEUED, Error, encode
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import MUTATIONS
+from rcp11.storage import MUTATIONS, Stream
 
 
 @pytest.fixture
@@ -66,9 +66,7 @@ def test_queued_commands_answer_queued_and_exec_runs_them_in_order(state: Server
     assert run(state, c, "MULTI") == "OK"
     assert run(state, c, "TWRITE", "s", "a") is QUEUED
     assert run(state, c, "TREAD", "s", "0", "10") is QUEUED
-    replies = run(state, c, "EXEC")
-    assert replies[0] == 0
-    assert wire(replies[1]) == b"*1\r\n$1\r\na\r\n"
+    assert wire(run(state, c, "EXEC")) == b"*2\r\n:0\r\n*1\r\n$1\r\na\r\n"
     assert state.persistence.log == [[b"MULTI"], [b"TWRITE", b"s", b"a"], [b"EXEC"]]
 
 
@@ -77,7 +75,7 @@ def test_exec_that_changes_nothing_propagates_nothing(state: ServerState) -> Non
     run(state, c, "MULTI")
     run(state, c, "GET", "x")
     run(state, c, "TREAD", "s", "0", "1")
-    assert run(state, c, "EXEC") == [None, Raw(b"*0\r\n")]
+    assert wire(run(state, c, "EXEC")) == b"*2\r\n$-1\r\n*0\r\n"
     assert state.persistence.log == []
 
 
@@ -103,7 +101,7 @@ def test_watch_makes_exec_return_null_array_when_key_changed(state: ServerState)
     # EXEC forgot the watch: the next transaction runs.
     run(state, c, "MULTI")
     run(state, c, "SET", "a", "1")
-    assert run(state, c, "EXEC") == ["OK"]
+    assert wire(run(state, c, "EXEC")) == b"*1\r\n+OK\r\n"
 
 
 def test_misconf_refuses_writes_but_not_reads(state: ServerState) -> None:
@@ -235,7 +233,7 @@ def test_blocking_inside_multi_does_not_block(state: ServerState) -> None:
     c = Client()
     run(state, c, "MULTI")
     run(state, c, "TREAD", "s", "0", "1", "BLOCK", "0")
-    assert run(state, c, "EXEC") == [Raw(b"*0\r\n")]
+    assert wire(run(state, c, "EXEC")) == b"*1\r\n*0\r\n"
     assert c.blocked is None
 
 
@@ -449,3 +447,36 @@ def test_the_lane_steps_aside_when_one_by_one_could_differ(state: ServerState) -
     assert [r.message for r in replies] == [errors.OOM] * 2
     state.config.set("maxmemory", "0")
     assert dispatch_read(state, c, pipeline) == [7, 8]
+
+
+def test_exec_past_the_output_limit_runs_its_writes_and_builds_no_more_replies(
+    state: ServerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EXEC holds its replies to the client's output limit as they are
+    built: past it the client is closed (output_overflow), the commands
+    that change data still run, and no more reads are built."""
+    c = Client()
+    overflows: list[int] = []
+    c.output_room = lambda: 2_500_000  # type: ignore[method-assign]
+    c.output_overflow = overflows.append  # type: ignore[method-assign]
+    run(state, c, "TWRITE", "big", "ENTRIES", *[b"m" * 1000] * 1000)
+    built: list[int] = []
+    read_resp = Stream.read_resp
+
+    def counting(self: Stream, start: int, count: int, *args: Any) -> bytes:
+        built.append(count)
+        return read_resp(self, start, count, *args)
+
+    monkeypatch.setattr(Stream, "read_resp", counting)
+    run(state, c, "MULTI")
+    for _ in range(1000):
+        run(state, c, "TREAD", "big", 0, 1000)
+    run(state, c, "TWRITE", "after", "x")
+    run(state, c, "TREAD", "big", 0, 7, "GROUP", "g")
+    run(state, c, "EXEC")
+    assert len(built) == 3  # the third 1 MB reply took it past 2.5 MB
+    assert len(overflows) == 1 and overflows[0] > 2_500_000
+    assert c.output_dropped
+    assert state.keyspace.get(b"g") == b"7"
+    assert state.keyspace.get(b"after").next_offset == 1
+    assert [b"MULTI"] in state.persistence.log and [b"EXEC"] in state.persistence.log

@@ -299,6 +299,34 @@ def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory)
     assert writer.execute_command("TREAD", "big", "0", "2") == [b"z" * 1000] * 2
 
 
+@pytest.mark.slow
+def test_transaction_past_the_hard_limit_is_closed_without_building_the_rest(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """Issue 23: one EXEC of 1000 `TREAD big 0 1000` (1 MB replies each)
+    from a client that never reads built every reply after the client was
+    past its output limit (5 s and 1.9 GB of RSS, other clients stopped).
+    The client is closed once its replies pass the hard limit, as Redis's
+    addReply closes it; the rest of the transaction still runs (it is
+    atomic) but builds no reply: the write and the group read queued after
+    the reads happen."""
+    srv = server_factory(client_output_buffer_limit="normal 10mb 5mb 10")
+    srv.client().execute_command("TWRITE", "big", "ENTRIES", *[b"m" * 1000] * 1000)
+    rss_before = status_kb(srv, "VmRSS")
+    sock = attacker(srv)
+    body = mbulk(b"MULTI") + mbulk(b"TREAD", b"big", b"0", b"1000") * 1000
+    body += mbulk(b"TWRITE", b"after", b"x") + mbulk(b"TREAD", b"big", b"0", b"7", b"GROUP", b"g")
+    send_in_background(sock, body + mbulk(b"EXEC"))
+    closed = "scheduled to be closed ASAP for overcoming of output buffer limits"
+    assert pings_during(srv, lambda: closed in srv.output()) >= 1
+    assert "hard limit" in srv.output()
+    assert received_until_closed(sock) < 12 * 2**20
+    assert (status_kb(srv, "VmHWM") - rss_before) * 1024 < RSS_BOUND  # was 1.9 GB
+    client = srv.client()
+    assert wait_for(lambda: client.execute_command("TREAD", "after", "0", "1") == [b"x"])
+    assert client.get("g") == b"7"
+
+
 def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
     shared_client: redis.Redis, shared_server: ServerProcess
 ) -> None:

@@ -79,6 +79,10 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
         return _reject(state, client, cmd, refusal)
     if client.queued is not None and not cmd.not_queued:
         client.queued.append(argv)
+        if not client.queued_write and cmd.writes_keys(argv):
+            client.queued_write = True
+        if cmd.denyoom:
+            client.queued_denyoom = True
         return QUEUED
     reply = call(state, client, cmd, argv)
     if state.blocking.ready:
@@ -101,9 +105,10 @@ def check(state: ServerState, client: ClientState, cmd: Command, argv: list[byte
     if client.queued is not None and cmd.no_multi:
         return errors.NOT_IN_TRANSACTION
     if cmd.runs_transaction:
-        queued = [(lookup_original(q[0]), q) for q in client.queued or ()]
-        write = any(c is not None and c.writes_keys(q) for c, q in queued)
-        denyoom = any(c is not None and c.denyoom for c, _ in queued)
+        # What its queued commands do, noted as they were queued.
+        queued = client.queued is not None
+        write = queued and client.queued_write
+        denyoom = queued and client.queued_denyoom
     else:
         write = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
         denyoom = cmd.denyoom

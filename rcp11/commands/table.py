@@ -144,6 +144,15 @@ class Command:
             found += spec.keys(argv)
         return found
 
+    def changes_nothing(self, argv: list[bytes]) -> bool:
+        """Whether this call only reads: a readonly command, or a call of a
+        command whose key specs write some keys that writes none (TREAD
+        without GROUP). Running it for a client that will see no reply
+        changes nothing anyone can see."""
+        if "readonly" in self.flags:
+            return True
+        return self.writes_some_keys and not self.writes_keys(argv)
+
     def writes_keys(self, argv: list[bytes]) -> bool:
         """Whether this call may change a key: a write command, or one of
         the calls of a command whose key specs write some keys."""

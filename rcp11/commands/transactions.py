@@ -8,7 +8,7 @@ from rcp11 import errors
 from rcp11.commands.core import call, end_transaction, unwatch_all
 from rcp11.commands.table import command, lookup_original
 from rcp11.errors import CommandError
-from rcp11.resp import NULL_ARRAY, OK
+from rcp11.resp import NULL_ARRAY, OK, Parts, array_header, encode
 from rcp11.state import ClientState, ServerState
 
 
@@ -19,6 +19,7 @@ def multi_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if client.queued is not None:
         raise CommandError(errors.NESTED_MULTI)
     client.queued = []
+    client.queued_write = client.queued_denyoom = False
     client.multi_error = False
     return OK
 
@@ -55,15 +56,34 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     # Everything the transaction propagates goes to the log between MULTI
     # and EXEC, so a replay applies it all or nothing; a transaction that
     # changed nothing logs nothing. Blocking commands answer at once.
-    replies = []
+    # Each reply is encoded as its command runs and held to the client's
+    # output limit (Redis's addReply checks it the same way): a client past
+    # it is closed, and the rest of the transaction runs for what it changes
+    # without building replies nobody will read.
+    resp3 = client.resp == 3
+    replies: list[bytes] = []
+    size = 0
+    room = client.output_room()
     denied, client.deny_blocking = client.deny_blocking, True
     try:
         with state.transaction_log():
             for cmd, cmd_argv in zip(commands, queued, strict=True):
-                replies.append(call(state, client, cmd, cmd_argv))  # type: ignore[arg-type]
+                if client.output_dropped:
+                    if not cmd.changes_nothing(cmd_argv):  # type: ignore[union-attr]
+                        call(state, client, cmd, cmd_argv)  # type: ignore[arg-type]
+                    continue
+                data = encode(call(state, client, cmd, cmd_argv), resp3)  # type: ignore[arg-type]
+                replies.append(data)
+                size += len(data)
+                if room is not None and size > room:
+                    client.output_overflow(size)
+                    client.output_dropped = True
     finally:
         client.deny_blocking = denied
-    return replies
+    if client.output_dropped:
+        return NULL_ARRAY  # never sent
+    header = array_header(len(replies))
+    return Parts([header, *replies], len(header) + size)
 
 
 @command("watch", -2, "noscript loading stale fast", summary="Watch keys", group="transactions")

@@ -41,10 +41,12 @@ def stream_reply(
     withinfo: bool,
     resp3: bool,
     next_offset: int | None = None,
+    build: bool = True,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it."""
+    next_offset: the stream's, when the caller already has it. build=False:
+    only the count (the reply would be dropped, ClientState.output_dropped)."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
     n = min(count, next_offset - start) if start < next_offset else 0
@@ -56,7 +58,7 @@ def stream_reply(
         head = array_header(n + 1) + encode(info, resp3)
     else:
         head = array_header(n)
-    if n <= 0:
+    if n <= 0 or not build:
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
@@ -285,7 +287,9 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = stream_reply(
+            stream, start, count, withinfo, resp3, next_offset, build=not client.output_dropped
+        )
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n

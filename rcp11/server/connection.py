@@ -112,6 +112,8 @@ class Connection(asyncio.Protocol):
         client.send = self.send
         client.close = self.close_soon
         client.on_unblocked = self.on_unblocked
+        client.output_room = self.output_room
+        client.output_overflow = self.output_overflow
         self.client = client
         sock = transport.get_extra_info("socket")
         if sock is not None and self.unix_path is None:
@@ -359,6 +361,22 @@ class Connection(asyncio.Protocol):
         self.out_bytes += len(data)
         self.server.want_flush(self)
 
+    def output_room(self) -> int | None:
+        """Bytes of reply the client may still be given before it passes
+        its hard output limit (ClientState.output_room); None: no limit."""
+        hard = self.server.output_limits[0]
+        if not hard or self.transport is None:
+            return None
+        return hard - self.transport.get_write_buffer_size() - self.out_bytes
+
+    def output_overflow(self, extra: int) -> None:
+        """extra bytes of reply, not queued here, took the client past its
+        hard output limit: close it at once (ClientState.output_overflow)."""
+        pending = extra + self.out_bytes
+        if self.transport is not None:
+            pending += self.transport.get_write_buffer_size()
+        self.client_over_limit(f"hard limit {self.server.output_limits[0]}", pending)
+
     def close_soon(self) -> None:
         """Close once the output queued so far is written (CLIENT KILL)."""
         if self.client is not None:
@@ -434,6 +452,7 @@ class Connection(asyncio.Protocol):
         client = self.client
         if client is not None:
             client.output_buffer_len = pending
+            client.output_dropped = True
             log.warning(
                 "Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
                 client_line(client, time.time()),
