@@ -353,12 +353,18 @@ class Keyspace:
         return self._used_bytes
 
     def _measure(self) -> None:
+        # Run before every command that may grow memory while maxmemory is
+        # set (core.write_refusal): _charge() written out for a stream, the
+        # only kind touch() leaves unmeasured.
         charges = self._stream_bytes
         data = self.data
+        used = self._used_bytes
+        overhead = self.KEY_OVERHEAD
         for key in self._unmeasured:
-            now = self._charge(key, data[key])
-            self._used_bytes += now - charges[key]
+            now = data[key].memory_bytes + len(key) + overhead
+            used += now - charges[key]
             charges[key] = now
+        self._used_bytes = used
         self._unmeasured.clear()
 
     def touch(self, key: bytes, signal_watchers: bool = True) -> None:

@@ -19,7 +19,7 @@
  * cannot, it stops and returns how many bytes it consumed, and Python
  * parses and runs the rest (rcp11/commands/lane.py decides, once per call,
  * what no request can change: MULTI, MONITOR, AUTH, rename-command,
- * loading, RESP3, MISCONF, maxmemory).
+ * loading, RESP3, MISCONF; and how much memory maxmemory leaves).
  *
  * WHAT IT RUNS
  * ============
@@ -105,6 +105,15 @@
  * end of the reservation). Each key gets a write_limit: a TWRITE whose next
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
+ *
+ * With maxmemory, the general path refuses a TWRITE (or evicts, under
+ * streams-oldest) when the used memory before it is over the limit. The
+ * caller passes memory_room, the limit minus the used memory when the run
+ * starts; the lane adds up what its TWRITEs (and their BACKLOG evictions)
+ * change in each stream's memory (mn_memory_bytes, which is exactly what
+ * the general path counts for a stream) and stops before the TWRITE that
+ * finds it over the room. No new key is created here (the resolver
+ * refuses missing keys), so nothing else in the used memory moves.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -148,6 +157,7 @@ void lane_call_reset(lane_call *call) {
     call->twrite_calls = call->twrite_usec = 0;
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
+    call->memory_grown = 0;
     call->append_ms = -1;
     call->nkeys = 0;
 }
@@ -376,6 +386,10 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         call->stop = LANE_STOP_KEY;
         return -1;
     }
+    if (call->memory_limited && call->memory_grown > call->memory_room) {
+        call->stop = LANE_STOP_BUDGET; /* the general path refuses it, or evicts first */
+        return -1;
+    }
     uint64_t next = mn_next_offset(k->stream);
     uint64_t new_next = next + n;
     if (new_next - 1 > (uint64_t)LANE_INT64_MAX || new_next < next) return -1;
@@ -392,6 +406,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
     uint64_t started = now_ns();
     if (call->append_ms < 0) call->append_ms = wall_ms();
+    int64_t memory_before = (int64_t)mn_memory_bytes(k->stream);
     int64_t first;
     if (n == 1) {
         first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
@@ -418,6 +433,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         int64_t evicted = mn_evict_keep(k->stream, (uint64_t)backlog);
         if (evicted > 0) call->messages_evicted += (uint64_t)evicted;
     }
+    call->memory_grown += (int64_t)mn_memory_bytes(k->stream) - memory_before;
     buf_add_int(&call->reply, ':', first); /* reserved above: cannot fail */
     if (call->log_writes) buf_add(&call->aof, req, req_len);
     call->twrite_usec += (now_ns() - started) / 1000;
@@ -526,7 +542,7 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
  * --------------------------------------------------------------------- */
 
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room) {
+                size_t aof_room, int64_t memory_room) {
     size_t pos = 0;
     uint64_t ran = 0;
     lane_call_reset(call);
@@ -534,6 +550,8 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
     call->writes = (flags & LANE_WRITES) != 0;
     call->log_writes = (flags & LANE_LOG_WRITES) != 0;
     call->aof_room = aof_room;
+    call->memory_limited = (flags & LANE_MEMORY_ROOM) != 0;
+    call->memory_room = memory_room;
     while (pos < len) {
         if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
             call->stop = LANE_STOP_BUDGET;

@@ -60,6 +60,8 @@ typedef struct lane_call {
     int writes;                  /* 0: TWRITE stops the lane (MISCONF, maxmemory...) */
     int log_writes;              /* 1: copy each TWRITE request to aof */
     size_t aof_room;             /* aof.len may reach this before a TWRITE */
+    int memory_limited;          /* 1: maxmemory is set (memory_room applies) */
+    int64_t memory_room;         /* used memory may grow by this before a TWRITE */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
@@ -67,6 +69,7 @@ typedef struct lane_call {
     int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    int64_t memory_grown;        /* what the run's TWRITEs added to the streams' memory */
     /* The append time (unix ms) of every TWRITE of the run: the wall clock
      * read once, at the first (-1: none ran). Python dates the run's AOF
      * bytes with it, so a replay appends them at the same time. */
@@ -90,13 +93,14 @@ void lane_call_free(lane_call *call);
 /* lane_run() flags. */
 #define LANE_WRITES 1         /* TWRITE may run */
 #define LANE_LOG_WRITES 2     /* and its request is copied to aof */
+#define LANE_MEMORY_ROOM 4    /* maxmemory: a TWRITE runs while memory_grown <= memory_room */
 
 /* Run the requests at the start of buf[0..len) while the lane can run them
  * exactly as the Python general path would; returns how many bytes it
- * consumed (whole requests only). reply_mark, flags and aof_room set the
- * fields of the same names. */
+ * consumed (whole requests only). reply_mark, flags, aof_room and
+ * memory_room set the fields of the same names. */
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room);
+                size_t aof_room, int64_t memory_room);
 
 /* CDEF-END */
 

@@ -46,6 +46,7 @@ _KEY_READ: int = lib.LANE_KEY_READ
 _KEY_WRITE: int = lib.LANE_KEY_WRITE
 _WRITES: int = lib.LANE_WRITES
 _LOG_WRITES: int = lib.LANE_LOG_WRITES
+_MEMORY_ROOM: int = lib.LANE_MEMORY_ROOM
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
@@ -144,19 +145,26 @@ def run_lane(
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
-    writes = not (state.writes_refused or config.get("maxmemory") or persistence.write_refused())
+    writes = not (state.writes_refused or persistence.write_refused())
     flags = 0
     room = 0
+    memory_room = 0
     if writes:
         flags = _WRITES
         if persistence.aof_state != "off":
             flags |= _LOG_WRITES
             room = persistence.aof_room()
+        limit = config.get("maxmemory")
+        if limit:
+            # What the general path's OOM check allows (core.write_refusal):
+            # the lane stops before the TWRITE that finds memory over it.
+            flags |= _MEMORY_ROOM
+            memory_room = int(limit) - state.used_memory()
     _state = state
     _resolved.clear()
     try:
         # bytes go to `const char *` as they are: no copy, no from_buffer.
-        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room)
+        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room, memory_room)
     finally:
         _state = None
     if not consumed:
