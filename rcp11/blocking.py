@@ -107,6 +107,9 @@ class BlockRequest:
     # For a ranked lane: the rank of the key it waits for (reached()).
     # Requests of one key and one rank must share a lane.
     rank: int | None = None
+    # Serving it may change a key (a group read moves its group): it is
+    # then refused like a write while writes are (MISCONF).
+    writes: bool = False
     seq: int = -1  # the order of blocking, set by BlockingManager.block()
 
     def serve(self, state: Any) -> Any:
@@ -301,9 +304,11 @@ class BlockingManager:
                     continue
                 return served
             seq, lane = heapq.heappop(this.heap)
-            if not lane.requests or lane.head().seq != seq:
+            if not lane.requests:
                 continue  # cannot happen: lanes lose requests only here
             request = lane.head()
+            if request.seq != seq:
+                continue  # cannot happen either
             this.cursor = seq
             reply = serve_one(request)
             if reply is WAIT:

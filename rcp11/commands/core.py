@@ -90,10 +90,17 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return reply
 
 
-def check(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> str | None:
+def check(
+    state: ServerState,
+    client: ClientState,
+    cmd: Command,
+    argv: list[bytes],
+    writes: bool | None = None,
+) -> str | None:
     """Why cmd may not run for client now (the error reply's text), or
     None. The one refusal function of every dispatch path; while the files
-    load only the arity is checked."""
+    load only the arity is checked. writes: whether this call writes, when
+    the caller knows (a blocked request served), else read from argv."""
     arity = cmd.arity
     argc = len(argv)
     if argc != arity and (arity > 0 or argc < -arity):
@@ -110,7 +117,9 @@ def check(state: ServerState, client: ClientState, cmd: Command, argv: list[byte
         write = queued and client.queued_write
         denyoom = queued and client.queued_denyoom
     else:
-        write = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
+        if writes is None:
+            writes = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
+        write = writes
         denyoom = cmd.denyoom
     if write or denyoom:
         return write_refusal(state, write, denyoom)
@@ -302,7 +311,7 @@ def _serve(state: ServerState, request: BlockRequest) -> Any:
     cmd = lookup_original(argv[0])
     if cmd is None:  # the command table never loses a row
         raise RuntimeError(f"blocked command {show_arg(argv[0])} has no row")
-    refusal = check(state, client, cmd, argv)
+    refusal = check(state, client, cmd, argv, request.writes)
     if refusal is not None:
         count_error(state, refusal)
         return Error(refusal)

@@ -129,6 +129,7 @@ class TreadWait(BlockRequest):
             self.rank = self.start
         else:
             self.lane = ("group", self.watch)
+            self.writes = True
 
     def reached(self, state: ServerState) -> bool:
         # data, not get(): changes nothing, also not an expiry. A key that

@@ -391,8 +391,11 @@ class Connection(asyncio.Protocol):
 
     def _resume(self) -> None:
         client = self.client
-        if client is not None and client.blocked is None and not client.closing:
-            self.process()
+        if client is None or client.blocked is not None or client.closing:
+            return
+        parser = self.parser
+        if self.backlog is not None or (parser is not None and not parser.idle()):
+            self.process()  # its pipeline went on behind the blocked read
 
     # -- output ----------------------------------------------------------------
 
