@@ -185,10 +185,13 @@ class ClientState:
     created_at: float = field(default_factory=time.time)
     last_interaction: float = field(default_factory=time.time)
     last_command: str = "NULL"
-    # MULTI/EXEC: queued is None outside a transaction. Whether a queued
-    # command may write a key / grow memory, noted as it is queued, so EXEC's
-    # check does not look at every queued command again.
-    queued: list[list[bytes]] | None = None
+    # MULTI/EXEC: queued is None outside a transaction; inside, each queued
+    # command as (its row in the command table, argv, and for a command the
+    # C lane runs its request encoded, which EXEC hands to the lane).
+    # Whether a queued command may write a key / grow memory, noted as it is
+    # queued, so EXEC's check does not look at every queued command again.
+    queued: list[tuple[Any, list[bytes], bytes | None]] | None = None
+    queued_outside_lane: list[int] = field(default_factory=list)  # their indexes in queued
     queued_write: bool = False
     queued_denyoom: bool = False
     multi_error: bool = False
@@ -613,16 +616,30 @@ class ServerState:
         appended messages passes their append time (write_time()), which
         the AOF dates it with so that a replay gives them the same."""
         if not self.loading:
-            if append_ms is not None:
-                self.persistence.date_writes(append_ms)
-            transaction = self._transaction
-            if transaction is not None and not transaction.opened:
-                transaction.opened = True
-                self.persistence.propagate([b"MULTI"])
+            self._before_logging(append_ms)
             self.persistence.propagate(argv)
         # Counted once logged: dispatch reads `dirty` to know whether a
         # handler that raised had logged its change.
         self.dirty += 1
+
+    def propagate_encoded(self, data: bytes, append_ms: int) -> None:
+        """Log write requests already in their AOF form (the C lane's
+        TWRITEs, copied verbatim), appended at append_ms, inside a
+        transaction's MULTI ... EXEC as propagate() logs them. The caller
+        counts them in `dirty`."""
+        if not self.loading:
+            self._before_logging(append_ms)
+            self.persistence.propagate_encoded(data)
+
+    def _before_logging(self, append_ms: int | None) -> None:
+        """The writes logged next: dated (when they appended messages), and
+        inside a transaction after its MULTI, logged on the first of them."""
+        if append_ms is not None:
+            self.persistence.date_writes(append_ms)
+        transaction = self._transaction
+        if transaction is not None and not transaction.opened:
+            transaction.opened = True
+            self.persistence.propagate([b"MULTI"])
 
     @property
     def in_transaction_log(self) -> bool:

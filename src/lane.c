@@ -106,6 +106,14 @@
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
  *
+ * EXEC runs its queued TWRITEs and TREADs through the lane too
+ * (rcp11/commands/lane.py run_queued): they are encoded canonically and run
+ * here as a read is, with LANE_FIXED_TIME giving every TWRITE the
+ * transaction's one append time, as the general path does inside EXEC.
+ * Whatever the lane stops before, the general path runs, so a stop is never
+ * wrong there either (EXEC refuses for MISCONF and OOM as a whole, before
+ * any command runs; a stop for memory or MISCONF is then only slower).
+ *
  * With maxmemory, the general path refuses a TWRITE (or evicts, under
  * streams-oldest) when the used memory before it is over the limit. The
  * caller passes memory_room, the limit minus the used memory when the run
@@ -405,7 +413,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     if (buf_reserve(&call->reply, 32)) return -1;
     if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
     uint64_t started = now_ns();
-    if (call->append_ms < 0) call->append_ms = wall_ms();
+    if (call->append_ms < 0) call->append_ms = call->fixed_time ? call->fixed_ms : wall_ms();
     int64_t memory_before = (int64_t)mn_memory_bytes(k->stream);
     int64_t first;
     if (n == 1) {
@@ -552,6 +560,7 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
     call->aof_room = aof_room;
     call->memory_limited = (flags & LANE_MEMORY_ROOM) != 0;
     call->memory_room = memory_room;
+    call->fixed_time = (flags & LANE_FIXED_TIME) != 0;
     while (pos < len) {
         if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
             call->stop = LANE_STOP_BUDGET;

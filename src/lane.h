@@ -62,6 +62,8 @@ typedef struct lane_call {
     size_t aof_room;             /* aof.len may reach this before a TWRITE */
     int memory_limited;          /* 1: maxmemory is set (memory_room applies) */
     int64_t memory_room;         /* used memory may grow by this before a TWRITE */
+    int fixed_time;              /* 1: TWRITEs append at fixed_ms (LANE_FIXED_TIME) */
+    int64_t fixed_ms;            /* set by the caller: a transaction's one append time */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
@@ -94,6 +96,7 @@ void lane_call_free(lane_call *call);
 #define LANE_WRITES 1         /* TWRITE may run */
 #define LANE_LOG_WRITES 2     /* and its request is copied to aof */
 #define LANE_MEMORY_ROOM 4    /* maxmemory: a TWRITE runs while memory_grown <= memory_room */
+#define LANE_FIXED_TIME 8     /* TWRITEs append at fixed_ms (set before the call), not the clock */
 
 /* Run the requests at the start of buf[0..len) while the lane can run them
  * exactly as the Python general path would; returns how many bytes it

@@ -36,7 +36,7 @@ from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_o
 from rcp11.errors import CommandError
 from rcp11.limits import ERROR_STATS_KINDS
 from rcp11.logs import show_arg
-from rcp11.resp import QUEUED, Error, SimpleString
+from rcp11.resp import QUEUED, Error, SimpleString, encode_command
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
 
@@ -78,7 +78,14 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
             refusal = errors.exec_abort_because(refusal)
         return _reject(state, client, cmd, refusal)
     if client.queued is not None and not cmd.not_queued:
-        client.queued.append(argv)
+        # By its own name (argv[0] was renamed back above). A request the
+        # lane may run is encoded now, while the client takes turns, not
+        # when EXEC runs them all at once.
+        if cmd.in_lane:
+            client.queued.append((cmd, argv, encode_command(argv)))
+        else:
+            client.queued_outside_lane.append(len(client.queued))
+            client.queued.append((cmd, argv, None))
         if not client.queued_write and cmd.writes_keys(argv):
             client.queued_write = True
         if cmd.denyoom:
@@ -334,6 +341,7 @@ def end_transaction(state: ServerState, client: ClientState) -> None:
     """Leave MULTI: drop the queue and the WATCHes (EXEC, DISCARD, a
     refused EXEC, RESET)."""
     client.queued = None
+    client.queued_outside_lane = []
     client.multi_error = False
     unwatch_all(state, client)
 

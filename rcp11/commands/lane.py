@@ -47,6 +47,9 @@ _KEY_WRITE: int = lib.LANE_KEY_WRITE
 _WRITES: int = lib.LANE_WRITES
 _LOG_WRITES: int = lib.LANE_LOG_WRITES
 _MEMORY_ROOM: int = lib.LANE_MEMORY_ROOM
+_FIXED_TIME: int = lib.LANE_FIXED_TIME
+# No limit of its own: lengths and replies bounded elsewhere.
+_ANY_SIZE = 2**62
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
@@ -89,17 +92,61 @@ def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_o
     return allowed
 
 
-def lane_open(state: ServerState, client: ClientState) -> bool:
-    """Whether the lane may run anything for client now."""
+def lane_open(state: ServerState, client: ClientState, in_exec: bool = False) -> bool:
+    """Whether the lane may run anything for client now. in_exec: for the
+    transaction EXEC is running, whose woken readers are served after it
+    anyway (between the commands of a read, they must be served first)."""
     return not (
         state.loading
         or client.queued is not None
         or state.monitors
         or RENAMED
         or client.resp != 2
-        or state.blocking.ready
+        or (state.blocking.ready and not in_exec)
         or (not client.authenticated and requirepass_set(state))
     )
+
+
+# How many queued commands EXEC hands to the lane at most per call: a
+# window that the lane stops early in is joined again from there, so it is
+# kept short.
+EXEC_WINDOW = 256
+
+
+def run_queued(
+    state: ServerState, client: ClientState, data: bytes, mark: int | None
+) -> tuple[int, bytes]:
+    """EXEC's share of the lane: run what the lane can of these queued
+    TWRITEs and TREADs (data: their requests, encoded), from the first,
+    inside the transaction being run (their append time is the
+    transaction's, the AOF gets them between its MULTI and EXEC), stopping
+    once their replies passed mark bytes (None: no mark). Returns how many
+    ran and their replies; the general path runs the rest."""
+    global _state
+    call = _call
+    if call.max_bulk_len != _ANY_SIZE:
+        # Every queued argument was within the limits when it was parsed.
+        call.max_bulk_len = call.max_multibulk_len = _ANY_SIZE
+        _limits[0] = (_ANY_SIZE, _ANY_SIZE)
+    flags = _FIXED_TIME
+    room = 0
+    if not (state.writes_refused or state.persistence.write_refused()):
+        flags |= _WRITES
+        if state.persistence.aof_state != "off":
+            flags |= _LOG_WRITES
+            room = state.persistence.aof_room()
+    call.fixed_ms = state.write_time()
+    _state = state
+    _resolved.clear()
+    try:
+        reply_mark = _ANY_SIZE if mark is None else max(mark, 0)
+        consumed = lib.lane_run(call, data, len(data), reply_mark, flags, room, 0)
+    finally:
+        _state = None
+    if not consumed:
+        return 0, b""
+    _account(state, client, call)
+    return call.twrite_calls + call.tread_calls, ffi.unpack(call.reply.data, call.reply.len)
 
 
 def run_lane(
@@ -198,8 +245,7 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
         state.dirty += writes
         if call.aof.len:
             try:
-                state.persistence.date_writes(call.append_ms)
-                state.persistence.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len))
+                state.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len), call.append_ms)
             except Exception:
                 # Appended, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
@@ -221,4 +267,4 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
     client.last_command = "twrite" if call.last_command == 1 else "tread"
 
 
-__all__ = ["lane_open", "run_lane"]
+__all__ = ["EXEC_WINDOW", "lane_open", "run_lane", "run_queued"]
