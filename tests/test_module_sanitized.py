@@ -28,6 +28,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 # double the run).
 SELECTED = [
     "tests/test_streams.py",
+    "tests/test_streams_errors.py",
     "tests/test_groups_blocking.py",
     "tests/test_protocol.py",
     "tests/test_commands_introspection.py",
