@@ -1,8 +1,10 @@
-"""python -m bench [--quick|--smoke] [--suite kafka,redis,...] [--out BENCHMARKS.md]
+"""python -m bench [--quick|--smoke] [--suite kafka,redis,...] [--out BENCHMARKS.md] [--update]
 
 Starts every server it needs (rcp11 and Debian's redis-server) on free
 ports in temp directories, runs the suites, kills the servers (also on
 error or Ctrl-C) and writes the page plus PNG plots and a JSON record.
+With --update, only the sections (and goal rows) of the suites run are
+replaced in the existing page; each says when and on what machine it ran.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Context
-from bench.report import SuiteReport, environment, write_page
+from bench.report import SuiteReport, environment, update_page, write_page
 from bench.servers import REPO, server_pool
 
 OWN_SUITES = {
@@ -64,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="markdown page to write (default: BENCHMARKS.md at the repository root for a "
         "full run, bench/results/quick.md or smoke.md otherwise)",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the sections and goal rows of the suites run in the existing page "
+        "(the rest keeps its figures); each updated section names its date and machine",
     )
     parser.add_argument(
         "--plots",
@@ -222,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     total = time.monotonic() - started
     load = os.getloadavg()
     env["load average at end"] = f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
-    write_page(args.out, args.mode, env, reports, total)
+    if args.update and args.out.exists():
+        update_page(args.out, env, reports)
+    else:
+        write_page(args.out, args.mode, env, reports, total)
     if args.out == (REPO / "BENCHMARKS.md").resolve():
         json_path = REPO / "bench" / "results" / f"{args.mode}.json"
     else:

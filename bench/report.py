@@ -232,6 +232,59 @@ def write_page(
     out.write_text("\n".join(lines))
 
 
+def update_page(out: Path, env: dict[str, str], suites: list[SuiteReport]) -> None:
+    """Replace, in an existing page, the sections of these suites (a new
+    one is added at the end) and their rows of the goals table (rows whose
+    goal starts with the same "Name:" as one of theirs); everything else
+    keeps the figures of the run that wrote it. Each section says when,
+    where and at which commit it was measured."""
+    text = out.read_text()
+    machine = (
+        f"_Updated on its own by `python -m bench --suite {{name}} --update`: {env['date (UTC)']} "
+        f"UTC, {env['CPU']}, {env['RAM']} RAM, load average {env['load average at start']} at "
+        f"start and {env.get('load average at end', '?')} at end, rcp11 commit "
+        f"{env['rcp11 commit']}, redis-server {env['redis-server']}._"
+    )
+    for suite in suites:
+        section = suite.markdown(out.parent).rstrip("\n")
+        head, _, body = section.partition("\n")
+        section = f"{head}\n\n{machine.format(name=suite.name)}\n{body}\n"
+        text = _replace_section(text, suite.title, section)
+        text = _replace_goals(text, suite.goals)
+    out.write_text(text)
+
+
+def _replace_section(text: str, title: str, section: str) -> str:
+    start = text.find(f"\n## {title}\n")
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + 1)
+    return text[: start + 1] + section + ("" if end < 0 else text[end:])
+
+
+def _replace_goals(text: str, goals: list[tuple[str, str, str, bool, str]]) -> str:
+    if not goals:
+        return text
+    prefixes = {what.split(":", 1)[0] + ":" for what, *_ in goals}
+    rows = [
+        f"| {w} | {m} | {t} | {verdict(ok)} | {b.replace('|', '/') or '-'} |"
+        for w, m, t, ok, b in goals
+    ]
+    lines = text.split("\n")
+    try:
+        first = lines.index("## Goals at a glance")
+    except ValueError:
+        return text
+    table = first + 4  # heading, blank, header, rule
+    end = table
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    kept = [
+        line for line in lines[table:end] if not any(line.startswith(f"| {p}") for p in prefixes)
+    ]
+    return "\n".join(lines[:table] + kept + rows + lines[end:])
+
+
 def _anchor(title: str) -> str:
     keep = [c for c in title.lower() if c.isalnum() or c in " -"]
     return "".join(keep).replace(" ", "-")

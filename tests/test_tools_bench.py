@@ -253,3 +253,46 @@ def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
     assert "rcp11 / redis" in report
     assert "streams-oldest" in report and "| 100 |" in report and "writes/s" in report
+
+
+def test_update_replaces_only_the_suites_run(tmp_path: Path) -> None:
+    """--update: the sections and goal rows of the suites run are replaced
+    (a new suite is added), each saying when and where it ran; every other
+    section and goal row keeps its figures."""
+    from bench.report import SuiteReport, Table, update_page
+
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# rcp11 benchmarks\n\n## Goals at a glance\n\n"
+        "| goal | measured | target | verdict | CPU |\n|---|---|---|---|---|\n"
+        "| Kafka suite: 1 producer | 3 | >= 2 | met | - |\n"
+        "| Attacks: old row | 900 ms | < 50 ms | **missed** | - |\n\n"
+        "## Suite 1: the Kafka benchmark\n\nkafka figures\n\n"
+        "## Suite: attacks\n\nold attack figures\n\n"
+        "## Suite 4: zlib\n\nzlib figures\n"
+    )
+    env = {
+        "date (UTC)": "2026-01-02 03:04",
+        "CPU": "Some CPU, 2 cores",
+        "RAM": "24 GiB",
+        "load average at start": "0.1 / 0.2 / 0.3",
+        "load average at end": "0.4 / 0.5 / 0.6",
+        "rcp11 commit": "abc1234",
+        "redis-server": "7.0.15",
+    }
+    attacks = SuiteReport("attacks", "Suite: attacks")
+    table = Table("PING", ["attack", "worst"])
+    table.add("one", "12.0")
+    attacks.tables.append(table)
+    attacks.goal("Attacks: worst PING", "12.0 ms", "< 50 ms", True)
+    new = SuiteReport("new", "Suite: new one", intro="new figures")
+    update_page(page, env, [attacks, new])
+    text = page.read_text()
+    assert "old attack figures" not in text and "| one | 12.0 |" in text
+    assert "kafka figures" in text and "zlib figures" in text
+    assert text.index("## Suite: attacks") < text.index("## Suite 4: zlib")
+    assert text.rstrip().endswith("_Suite time: 0 s._") and "new figures" in text
+    assert "2026-01-02 03:04 UTC, Some CPU, 2 cores" in text and "abc1234" in text
+    glance = text.split("## Suite 1")[0]
+    assert "Attacks: old row" not in glance and "| Attacks: worst PING | 12.0 ms |" in glance
+    assert "| Kafka suite: 1 producer | 3 |" in glance
