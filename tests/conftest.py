@@ -1040,7 +1040,7 @@ def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True)
     lane first (unless lane=False), then the parser and run_pipeline() for
     the rest. Returns the reply bytes; a protocol error ends it as it ends
     the connection."""
-    from rcp11.commands import Stop, protocol_error_reply, run_lane, run_pipeline
+    from rcp11.commands import Stop, protocol_error_reply, run_buffered, run_lane, run_pipeline
     from rcp11.errors import ProtocolError
     from rcp11.resp import RequestParser
 
@@ -1051,19 +1051,30 @@ def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True)
     for data in chunks:
         if client.closing:
             break
-        if lane and client.blocked is None:
-            consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
-            data = data[consumed:]
-            if not data:
-                continue
+        commands: list[list[bytes]] | None = None
         try:
-            if client.blocked is not None:
+            if lane and client.blocked is None:
+                consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
+                if consumed == len(data):
+                    continue
+                if consumed:
+                    parser.feed(data[consumed:])  # the lane gets another go at it below
+                else:
+                    commands = parser.take(data)
+            elif client.blocked is not None:
                 parser.feed(data)
                 continue
-            commands: list[list[bytes]] | None = parser.take(data)
+            else:
+                commands = parser.take(data)
             index = 0
             while True:
                 if not commands:
+                    if lane:
+                        consumed, out_bytes = run_buffered(
+                            state, client, parser, out, out_bytes, mark
+                        )
+                        if consumed:
+                            continue
                     commands, index = parser.drain(), 0
                     if not commands:
                         break

@@ -164,7 +164,6 @@ def run_lane(
     the parser), appending the replies to out (out_bytes: what
     out holds; mark: as for run_pipeline). Returns (bytes of data
     consumed, out_bytes now)."""
-    global _state
     if (
         type(data) is not bytes
         or out_bytes > mark
@@ -184,24 +183,79 @@ def run_lane(
         data = carried + data
     if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
         return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
+    consumed = _run(state, client, parser, data, len(data), mark - out_bytes)
+    if not consumed:
+        return 0, out_bytes
+    reply = ffi.unpack(_call.reply.data, _call.reply.len)
+    out.append(reply)
+    out_bytes += len(reply)
+    if consumed < len(carried):  # requests the parser held whole, not this read
+        parser.skip(consumed)
+        return 0, out_bytes
+    if carried:
+        parser.skip(len(carried))
+    return consumed - len(carried), out_bytes
+
+
+def run_buffered(
+    state: ServerState,
+    client: ClientState,
+    parser: RequestParser,
+    out: list[bytes],
+    out_bytes: int,
+    mark: int,
+) -> tuple[int, int]:
+    """Run what the lane can of the requests `parser` holds unparsed (the
+    rest of a read the lane stopped in for its budget, or a pipeline that
+    waited for its turn), in place, as run_lane() runs a read; the parser
+    drops what ran. Returns (bytes consumed, out_bytes now)."""
+    if out_bytes > mark or parser.unauthenticated or not lane_open(state, client):
+        return 0, out_bytes
+    buffered = parser.raw()
+    if buffered is None:
+        return 0, out_bytes
+    buf, start = buffered
+    size = len(buf) - start
+    if size < _MIN_READ:
+        return 0, out_bytes
+    consumed = _run(state, client, parser, ffi.from_buffer(buf) + start, size, mark - out_bytes)
+    if not consumed:
+        return 0, out_bytes
+    reply = ffi.unpack(_call.reply.data, _call.reply.len)
+    out.append(reply)
+    parser.skip(consumed)
+    return consumed, out_bytes + len(reply)
+
+
+def _run(
+    state: ServerState,
+    client: ClientState,
+    parser: RequestParser,
+    data: Any,
+    size: int,
+    budget: int,
+) -> int:
+    """lane_run() over size bytes at data (bytes, or a pointer into them)
+    with the parser's limits, what MISCONF, the AOF and maxmemory allow,
+    and budget bytes of reply; accounts for what ran. Returns the bytes
+    consumed."""
+    global _state
     call = _call
     persistence = state.persistence
-    config = state.config
     limits = (parser.max_bulk_len, parser.max_multibulk_len)
     if limits != _limits[0]:
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
-    writes = not (state.writes_refused or persistence.write_refused())
     flags = 0
     room = 0
     memory_room = 0
-    if writes:
+    if not (state.writes_refused or persistence.write_refused()):
         flags = _WRITES
         if persistence.aof_state != "off":
             flags |= _LOG_WRITES
             room = persistence.aof_room()
-        limit = config.get("maxmemory")
+        limit = state.config.get("maxmemory")
         if limit:
             # What the general path's OOM check allows (core.write_refusal):
             # the lane stops before the TWRITE that finds memory over it.
@@ -210,22 +264,13 @@ def run_lane(
     _state = state
     _resolved.clear()
     try:
-        # bytes go to `const char *` as they are: no copy, no from_buffer.
-        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room, memory_room)
+        # bytes (or a pointer into them) go to `const char *`: no copy.
+        consumed = lib.lane_run(call, data, size, budget, flags, room, memory_room)
     finally:
         _state = None
-    if not consumed:
-        return 0, out_bytes
-    reply = ffi.unpack(call.reply.data, call.reply.len)
-    out.append(reply)
-    _account(state, client, call)
-    out_bytes += len(reply)
-    if consumed < len(carried):  # requests the parser held whole, not this read
-        parser.skip(consumed)
-        return 0, out_bytes
-    if carried:
-        parser.skip(len(carried))
-    return consumed - len(carried), out_bytes
+    if consumed:
+        _account(state, client, call)
+    return consumed
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:
@@ -267,4 +312,4 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
     client.last_command = "twrite" if call.last_command == 1 else "tread"
 
 
-__all__ = ["EXEC_WINDOW", "lane_open", "run_lane", "run_queued"]
+__all__ = ["EXEC_WINDOW", "lane_open", "run_buffered", "run_lane", "run_queued"]

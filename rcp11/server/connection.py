@@ -23,6 +23,7 @@ from rcp11.commands import (
     client_line,
     late_reply,
     protocol_error_reply,
+    run_buffered,
     run_lane,
     run_pipeline,
 )
@@ -156,7 +157,16 @@ class Connection(asyncio.Protocol):
                 if consumed == len(data):
                     client.query_buffer_len = parser.buffered()  # type: ignore[union-attr]
                     return
-                data = data[consumed:]
+                # The rest waits in the parser: process() gives the lane
+                # another go at it (it stopped for its budget, or at a
+                # request it leaves to the general path).
+                try:
+                    parser.feed(data[consumed:])  # type: ignore[union-attr]
+                except QueryBufferLimitError:
+                    self.query_buffer_over_limit()
+                    return
+                self.process()
+                return
         try:
             if runnable:
                 commands = parser.take(data)  # type: ignore[union-attr]
@@ -167,16 +177,22 @@ class Connection(asyncio.Protocol):
         except ProtocolError:
             pass  # the parser keeps it: process() gets it from drain()
         except QueryBufferLimitError:
-            log.warning(
-                "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
-                client.id,
-                client.addr,
-                parser.buffered(),  # type: ignore[union-attr]
-            )
-            self.abort()
+            self.query_buffer_over_limit()
             return
         if runnable:
             self.process(commands)
+
+    def query_buffer_over_limit(self) -> None:
+        client, parser = self.client, self.parser
+        if client is None or parser is None:
+            return
+        log.warning(
+            "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
+            client.id,
+            client.addr,
+            parser.buffered(),
+        )
+        self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -251,6 +267,18 @@ class Connection(asyncio.Protocol):
                 if commands is None:
                     if ran and perf_counter() > deadline:
                         break  # the rest is parsed on the client's next turn
+                    # What the parser holds goes to the C lane first, as a
+                    # read does (data_received): a long pipeline runs there
+                    # across its turns, not only in its first read.
+                    consumed, out_bytes = run_buffered(state, client, parser, out, out_bytes, mark)
+                    if consumed:
+                        ran = True
+                        if out_bytes > mark:
+                            self.out_bytes = out_bytes
+                            if not self.may_go_on(base + out_bytes, False):
+                                break  # closed, or held until its output drains
+                            mark = self.output_mark - base
+                        continue
                     commands = parser.drain()
                     index = 0
                 if not commands:
