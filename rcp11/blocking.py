@@ -46,6 +46,13 @@ TREAD moves a group key without signalling the group's readers
 waiting on that key itself. Without this, each of 1000 served group reads
 re-signalled the 999 others: a million checks for one write.
 
+A new way for waiters to become servable (say acknowledged group reads
+whose leases run out and whose messages are handed out again, without the
+stream growing) needs only its signal: whatever expires the lease calls
+signal_key() on the group key, and the lanes watching it look at their
+first requests. A new kind of wait needs its lane: requests that are
+servable together, FIFO; one that has to wait stops the lane.
+
 This module knows no command. The server cron calls expire() for timeouts;
 a disconnect calls remove(). ServerState owns one BlockingManager from its
 construction: blocking is always there, so nothing tests whether it is.
