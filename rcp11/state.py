@@ -217,6 +217,9 @@ class ClientState:
     # closeClientOnOutputBufferLimitReached() does from addReply.
     output_room: Callable[[], int | None] = lambda: None
     output_overflow: Callable[[int], None] = lambda pending: None
+    # Reply bytes built for the client but not queued yet (EXEC's, while it
+    # runs): output_room() counts them.
+    output_building: int = 0
     # Set when the client passed its output limit and is being closed:
     # nothing built for it from then on would be sent, so commands still
     # run for what they change, but build no reply (Redis drops the

@@ -117,6 +117,11 @@ _ERRORS: dict[int, tuple[type[StorageError], str]] = {
 }
 
 
+# read_resp_capped(): no cap, and where the core says how big a refused reply was.
+_NO_CAP = 2**64 - 1
+_needed = ffi.new("uint64_t *")
+
+
 def _error(rc: int) -> StorageError:
     cls, message = _ERRORS.get(rc, (StorageError, f"storage error {rc}"))
     return cls(message, rc)
@@ -543,11 +548,33 @@ class Stream:
         one C call that formats straight from the nodes, then one copy
         (joining a header afterwards would copy the reply a second time).
         """
+        reply = self.read_resp_capped(start, count, resp3, prefix, None)
+        assert isinstance(reply, bytes)
+        return reply
+
+    def read_resp_capped(
+        self, start: int, count: int, resp3: bool, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """read_resp(), unless the reply would be over cap bytes (None: no
+        cap): then its size, and nothing is built."""
         if start < 0 or count < 0:
             raise _range_error(start, count, self._next)
         buf = _scratch_buffer()
+        needed = _needed
         try:
-            rc = lib.mn_read_resp_prefixed(self._s, start, count, resp3, prefix, len(prefix), buf)
+            rc = lib.mn_read_resp_capped(
+                self._s,
+                start,
+                count,
+                resp3,
+                prefix,
+                len(prefix),
+                _NO_CAP if cap is None else max(cap, 0),
+                needed,
+                buf,
+            )
+            if rc == lib.MN_ERR_CAP:
+                return int(needed[0])
             if rc:
                 raise (
                     _range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else _error(rc)

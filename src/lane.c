@@ -100,7 +100,9 @@
  *
  * The caller bounds each run: max_commands requests (the pipeline reads
  * the clock between turns), reply_mark bytes of reply (output limits are
- * looked at between commands), and aof_room bytes of AOF (the AOF's disk
+ * looked at between commands; a TREAD whose reply would pass the mark is
+ * left to the general path, which refuses a reply over the client's hard
+ * limit without building it), and aof_room bytes of AOF (the AOF's disk
  * space is reserved ahead; the general path asks again when it nears the
  * end of the reservation). Each key gets a write_limit: a TWRITE whose next
  * offset would pass it (an offset reservation must be written first, or
@@ -534,9 +536,16 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
-    } else if (mn_read_resp_prefixed(k->stream, start, n, MN_NULL_RESP2, h.data, h.len,
-                                     &call->reply) != MN_OK) {
-        return -1; /* nothing appended; Python answers (or fails) the same read */
+    } else {
+        /* A reply that would take the run past reply_mark is not built
+         * here: the general path holds it to the client's hard output
+         * limit (one TREAD of a million messages must not be built for a
+         * client it will close). */
+        uint64_t room = call->reply_mark > call->reply.len ? call->reply_mark - call->reply.len : 0;
+        int rc = mn_read_resp_capped(k->stream, start, n, MN_NULL_RESP2, h.data, h.len, room, NULL,
+                                     &call->reply);
+        if (rc == MN_ERR_CAP) call->stop = LANE_STOP_BUDGET;
+        if (rc != MN_OK) return -1; /* nothing appended; Python answers (or fails) the same read */
     }
     call->tread_usec += (now_ns() - started) / 1000;
     call->tread_calls++;

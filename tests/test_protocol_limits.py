@@ -327,6 +327,32 @@ def test_transaction_past_the_hard_limit_is_closed_without_building_the_rest(
     assert client.get("g") == b"7"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", ["pipeline", "transaction"])
+def test_one_read_over_the_hard_limit_is_not_built(
+    server_factory: Callable[..., ServerProcess], inside: str
+) -> None:
+    """One TREAD whose reply (96 MB) is over the 10 MB hard limit closes
+    the client without the server building it: it is sized from the
+    nodes first (issue 23: building replies for a client past its limit
+    stalled the server). Alone, or inside a transaction."""
+    srv = server_factory(client_output_buffer_limit="normal 10mb 5mb 10")
+    writer = srv.client()
+    for _ in range(64):
+        writer.execute_command("TWRITE", "big", "ENTRIES", *[b"m" * 1500] * 1000)
+    rss_before = status_kb(srv, "VmRSS")
+    request = mbulk(b"TREAD", b"big", b"0", b"64000")
+    if inside == "transaction":
+        request = mbulk(b"MULTI") + request + mbulk(b"EXEC")
+    with srv.raw(rcvbuf=4096) as reader:
+        reader.send(request)
+        received = reader.read_until_closed()
+    assert len(received) < 12 * 2**20
+    assert wait_for(lambda: "output buffer limits" in srv.output())
+    assert (status_kb(srv, "VmHWM") - rss_before) * 1024 < RSS_BOUND  # the reply is 96 MB
+    assert writer.execute_command("TREAD", "big", "0", "1") == [b"m" * 1500]
+
+
 def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(
     shared_client: redis.Redis, shared_server: ServerProcess
 ) -> None:

@@ -113,11 +113,13 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
                     i += 1
                 replies.append(data)
                 size += len(data)
-                if room is not None and size > room:
-                    client.output_overflow(size)
+                client.output_building = size
+                if room is not None and size > room and not client.output_dropped:
+                    client.output_overflow(0)  # what it holds is output_building
                     client.output_dropped = True
     finally:
         client.deny_blocking = denied
+        client.output_building = 0
     if client.output_dropped:
         return NULL_ARRAY  # never sent
     header = array_header(total)

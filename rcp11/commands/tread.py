@@ -41,15 +41,59 @@ def stream_reply(
     withinfo: bool,
     resp3: bool,
     next_offset: int | None = None,
-    build: bool = True,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it. build=False:
-    only the count (the reply would be dropped, ClientState.output_dropped)."""
+    next_offset: the stream's, when the caller already has it."""
+    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, None)
+    assert type(reply) is Raw
+    return reply, n
+
+
+def reply_for(
+    client: ClientState,
+    stream: Stream | None,
+    start: int,
+    count: int,
+    withinfo: bool,
+    next_offset: int,
+) -> tuple[Raw, int]:
+    """stream_reply() for client, held to its output limit as Redis's
+    addReply holds a reply: a reply that would take it past its hard limit
+    closes it and is not built, nor is any once it is being closed
+    (ClientState.output_dropped). The count is the read's either way: a
+    group read still moves its group."""
+    if client.output_dropped:
+        return Raw(b""), _span(start, count, next_offset)  # never sent
+    room = client.output_room()
+    resp3 = client.resp == 3
+    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, room)
+    if type(reply) is int:
+        client.output_overflow(reply)
+        client.output_dropped = True
+        return Raw(b""), n  # never sent
+    return reply, n  # type: ignore[return-value]
+
+
+def _span(start: int, count: int, next_offset: int) -> int:
+    """How many offsets a read of count from start holds (nulls included)."""
+    return min(count, next_offset - start) if start < next_offset else 0
+
+
+def _stream_reply(
+    stream: Stream | None,
+    start: int,
+    count: int,
+    withinfo: bool,
+    resp3: bool,
+    next_offset: int | None,
+    cap: int | None,
+) -> tuple[Raw | int, int]:
+    """stream_reply(), or when the reply would be over cap bytes (None: no
+    cap) its size instead, unbuilt."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
-    n = min(count, next_offset - start) if start < next_offset else 0
+    n = _span(start, count, next_offset)
     if withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
@@ -58,11 +102,12 @@ def stream_reply(
         head = array_header(n + 1) + encode(info, resp3)
     else:
         head = array_header(n)
-    if n <= 0 or not build:
+    if n <= 0:
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
+    body = stream.read_resp_capped(start, n, resp3, head, cap)  # type: ignore[union-attr]
+    return (Raw(body) if type(body) is bytes else body), n
 
 
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
@@ -157,8 +202,7 @@ class TreadWait(BlockRequest):
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        resp3 = self.client.resp == 3
-        reply, n = stream_reply(stream, start, self.count, self.withinfo, resp3, next_offset)
+        reply, n = reply_for(self.client, stream, start, self.count, self.withinfo, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -268,13 +312,12 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
-    resp3 = client.resp == 3
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
         if start >= next_offset and may_block:
             request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -288,9 +331,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(
-            stream, start, count, withinfo, resp3, next_offset, build=not client.output_dropped
-        )
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
@@ -309,6 +350,7 @@ __all__ = [
     "group_default_start",
     "group_position",
     "lookup_stream",
+    "reply_for",
     "set_group_position",
     "stream_reply",
     "tread_keys",

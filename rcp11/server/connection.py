@@ -393,9 +393,10 @@ class Connection(asyncio.Protocol):
         """Bytes of reply the client may still be given before it passes
         its hard output limit (ClientState.output_room); None: no limit."""
         hard = self.server.output_limits[0]
-        if not hard or self.transport is None:
+        if not hard or self.transport is None or self.client is None:
             return None
-        return hard - self.transport.get_write_buffer_size() - self.out_bytes
+        pending = self.transport.get_write_buffer_size() + self.out_bytes
+        return hard - pending - self.client.output_building
 
     def output_overflow(self, extra: int) -> None:
         """extra bytes of reply, not queued here, took the client past its
@@ -403,6 +404,8 @@ class Connection(asyncio.Protocol):
         pending = extra + self.out_bytes
         if self.transport is not None:
             pending += self.transport.get_write_buffer_size()
+        if self.client is not None:
+            pending += self.client.output_building
         self.client_over_limit(f"hard limit {self.server.output_limits[0]}", pending)
 
     def close_soon(self) -> None:

@@ -149,6 +149,18 @@ static void test_tread(lane_call *call) {
                          "*1\r\n*4\r\n:1\r\n:2\r\n:0\r\n:0\r\n"
                          "*0\r\n"));
     CHECK(call->tread_calls == 4 && call->messages_read == 4 && call->aof.len == 0);
+    /* A read whose reply would take the run past reply_mark is not built:
+     * the lane stops before it (the general path holds it to the client's
+     * hard limit). Its reply, "*3\r\n" and three "$1\r\nx\r\n", is 25 bytes. */
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+    n = req(buf, 4, a);
+    call->reply_mark = 24;
+    CHECK(run_lane(call, buf, n) == 0 && call->stop == LANE_STOP_BUDGET && call->reply.len == 0);
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+    call->reply_mark = 25;
+    CHECK(run_lane(call, buf, n) == n && call->reply.len == 25);
 }
 
 /* TREAD ... BLOCK: run when it answers at once (the same reply as without
