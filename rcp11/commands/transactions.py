@@ -42,10 +42,6 @@ def discard_command(state: ServerState, client: ClientState, argv: list[bytes]) 
     return OK
 
 
-# A queued command's request, encoded when it was queued (lane commands).
-_request = operator.itemgetter(2)
-
-
 @command("exec", 1, "noscript loading stale", summary="Run a transaction", group="transactions")
 def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     queued = client.queued
@@ -59,71 +55,108 @@ def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
         return NULL_ARRAY
     # MISCONF and OOM were checked for all of them when EXEC itself was
     # (core.check).
-    outside_lane = client.queued_outside_lane
+    run = _Run(state, client, queued, client.queued_outside_lane)
     end_transaction(state, client)
     # Everything the transaction propagates goes to the log between MULTI
     # and EXEC, so a replay applies it all or nothing; a transaction that
     # changed nothing logs nothing. Blocking commands answer at once.
-    # Each reply is encoded as its command runs and held to the client's
-    # output limit (Redis's addReply checks it the same way): a client past
-    # it is closed, and the rest of the transaction runs for what it changes
-    # without building replies nobody will read.
-    resp3 = client.resp == 3
-    replies: list[bytes] = []
-    size = 0
-    room = client.output_room()
-    # Runs of queued TWRITEs and TREADs go through the C lane (lane.py
-    # run_queued): 100k of them took 1.1 s on the general path, every
-    # other client waiting. Where the lane stops, the general path runs the
-    # command; after a run of none the lane is left alone for a while
-    # (doubling), so a transaction it cannot help costs no more.
-    lane = lane_open(state, client, in_exec=True)
-    lane_from = 0
-    backoff = 1
-    total = len(queued)
-    i = 0
     denied, client.deny_blocking = client.deny_blocking, True
     try:
         with state.transaction_log():
-            while i < total:
-                cmd, cmd_argv, _ = queued[i]
-                if client.output_dropped:
-                    if not cmd.changes_nothing(cmd_argv):
-                        call(state, client, cmd, cmd_argv)
-                    i += 1
-                    continue
-                ran = 0
-                if lane and i >= lane_from and cmd.in_lane:
-                    end = min(i + EXEC_WINDOW, total)
-                    after = bisect.bisect_left(outside_lane, i)  # where this run of them ends
-                    if after < len(outside_lane):
-                        end = min(end, outside_lane[after])
-                    mark = None if room is None else room - size
-                    requests = b"".join(map(_request, queued[i:end]))
-                    ran, data = run_queued(state, client, requests, mark)
-                    if ran:
-                        backoff = 1
-                    else:
-                        lane_from = i + backoff
-                        backoff = min(2 * backoff, EXEC_WINDOW)
-                if ran:
-                    i += ran
-                else:
-                    data = encode(call(state, client, cmd, cmd_argv), resp3)
-                    i += 1
-                replies.append(data)
-                size += len(data)
-                client.output_building = size
-                if room is not None and size > room and not client.output_dropped:
-                    client.output_overflow(0)  # what it holds is output_building
-                    client.output_dropped = True
+            run.run()
     finally:
         client.deny_blocking = denied
         client.output_building = 0
     if client.output_dropped:
         return NULL_ARRAY  # never sent
-    header = array_header(total)
-    return Parts([header, *replies], len(header) + size)
+    header = array_header(len(queued))
+    return Parts([header, *run.replies], len(header) + run.size)
+
+
+# A queued command's request, encoded when it was queued (lane commands).
+_request = operator.itemgetter(2)
+
+
+class _Run:
+    """One EXEC running its queued commands.
+
+    Each reply is encoded as its command runs and held to the client's
+    output limit (Redis's addReply checks it the same way): a client past
+    it is closed, and the rest of the transaction runs for what it changes
+    without building replies nobody will read.
+
+    Runs of queued TWRITEs and TREADs go through the C lane (lane.py
+    run_queued): 100k of them took 1.1 s on the general path, every other
+    client waiting. Where the lane stops, the general path runs the command;
+    after a run of none the lane is left alone for a doubling number of
+    commands, so a transaction it cannot help costs no more."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        client: ClientState,
+        queued: list[tuple[Any, list[bytes], bytes | None]],
+        outside_lane: list[int],
+    ) -> None:
+        self.state = state
+        self.client = client
+        self.queued = queued
+        self.outside_lane = outside_lane  # indexes of the commands the lane does not run
+        self.replies: list[bytes] = []
+        self.size = 0
+        self.room = client.output_room()
+        self.lane = False  # run() asks, once the client left MULTI
+        self.lane_from = 0
+        self.backoff = 1
+
+    def run(self) -> None:
+        state, client, queued = self.state, self.client, self.queued
+        resp3 = client.resp == 3
+        self.lane = lane_open(state, client, in_exec=True)
+        i = 0
+        while i < len(queued):
+            cmd, argv, _ = queued[i]
+            if client.output_dropped:
+                if not cmd.changes_nothing(argv):
+                    call(state, client, cmd, argv)
+                i += 1
+                continue
+            ran, data = self._in_lane(i) if cmd.in_lane else (0, b"")
+            if ran:
+                i += ran
+            else:
+                data = encode(call(state, client, cmd, argv), resp3)
+                i += 1
+            self._hold(data)
+
+    def _in_lane(self, i: int) -> tuple[int, bytes]:
+        """The lane's go at the run of lane commands from i: how many ran,
+        their replies."""
+        if not self.lane or i < self.lane_from:
+            return 0, b""
+        end = min(i + EXEC_WINDOW, len(self.queued))
+        after = bisect.bisect_left(self.outside_lane, i)  # where this run ends
+        if after < len(self.outside_lane):
+            end = min(end, self.outside_lane[after])
+        mark = None if self.room is None else self.room - self.size
+        requests = b"".join(map(_request, self.queued[i:end]))
+        ran, data = run_queued(self.state, self.client, requests, mark)
+        if ran:
+            self.backoff = 1
+        else:
+            self.lane_from = i + self.backoff
+            self.backoff = min(2 * self.backoff, EXEC_WINDOW)
+        return ran, data
+
+    def _hold(self, data: bytes) -> None:
+        """Keep replies, and close the client once they pass its limit."""
+        client = self.client
+        self.replies.append(data)
+        self.size += len(data)
+        client.output_building = self.size
+        if self.room is not None and self.size > self.room and not client.output_dropped:
+            client.output_overflow(0)  # what it holds is output_building
+            client.output_dropped = True
 
 
 @command("watch", -2, "noscript loading stale fast", summary="Watch keys", group="transactions")
