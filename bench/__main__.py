@@ -239,14 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         json_path = args.out.with_suffix(".json")
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "mode": args.mode,
-        "environment": env,
-        "seconds": total,
-        "suites": {
-            r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports
-        },
-    }
+    suites = {r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports}
+    if args.update and json_path.exists():
+        # The other suites' figures stay; each updated one keeps its own run's facts.
+        record = json.loads(json_path.read_text())
+        for suite in suites.values():
+            suite["environment"] = env
+        record.setdefault("suites", {}).update(suites)
+    else:
+        record = {"mode": args.mode, "environment": env, "seconds": total, "suites": suites}
     json_path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     errors = sum(len(r.errors) for r in reports)
     print(f"wrote {args.out} ({total:.0f} s, {errors} error(s)); raw figures in {json_path}")
