@@ -213,6 +213,8 @@ class RequestParser:
         otherwise."""
         if self._ready or self._args is not None or self._error is not None:
             return None
+        if self._need and self.buffered() < self._need:
+            return None  # a big request still arriving: not copied again per read
         self._fill()
         if self._pos >= len(self._buf):
             return None
