@@ -252,6 +252,7 @@
 #include <string.h>
 
 #include "macronode.h"
+#include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -262,8 +263,10 @@
 /* The data type's name is written into every RDB file holding a stream:
  * never change it. Redis requires exactly 9 characters. */
 #define RL_TYPE_NAME "rcp11-log"
-/* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
-#define RL_ENCVER 1
+/* Encoding version of rl_rdb_save()'s layout: 2 adds the stream's offset
+ * reservation mark after the nodes (module_reserve.c). rl_rdb_load() reads
+ * 1 and 2 and refuses others. */
+#define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
@@ -326,6 +329,7 @@
 
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
+RCP11_MODULE_API_RESERVE(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -341,6 +345,7 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
         RedisModule_##name == NULL)                                                        \
         return #name;
     RCP11_MODULE_API(RL_LOOKUP_API)
+    RCP11_MODULE_API_RESERVE(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
     return NULL;
 }
@@ -480,6 +485,16 @@ static void rl_apply_config(mn_stream *s);
 static mn_stream *rl_stream_new(void) {
     mn_stream *s = mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
     if (s != NULL) rl_apply_config(s);
+    return s;
+}
+
+/* A new stream stored at an empty key opened for writing, counted in INFO
+ * (module_reserve.c brings a lost stream back at its mark this way). */
+mn_stream *rl_stream_create(RedisModuleKey *key) {
+    mn_stream *s = rl_stream_new();
+    if (s == NULL) return NULL;
+    RedisModule_ModuleTypeSetValue(key, rl_type, s);
+    rl_account_new(s);
     return s;
 }
 
@@ -655,7 +670,7 @@ static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *ou
 
 /* The stream at an opened key: *s is NULL for an empty key. Returns 0 when
  * the key holds something else. */
-static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
+int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
     int type = RedisModule_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_EMPTY) {
         *s = NULL;
@@ -1116,6 +1131,7 @@ typedef struct rl_appended {
     int64_t clock_before;   /* the stream's clock before (0: new stream) */
     uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
     uint64_t first_after;   /* ... and after it */
+    mn_stream *stream;      /* the stream written */
 } rl_appended;
 
 /* at_ms for rl_append_entries(): the stream's own clock (its newest append
@@ -1184,7 +1200,9 @@ static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, name, s);
     }
+    out->stream = s;
     out->first = first;
     out->at_ms = mn_last_append_ms(s);
     out->first_before = mn_first_offset(s);
@@ -1206,6 +1224,10 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
+    /* No offset is handed out twice: the reservation covering them must be
+     * confirmed first (module_reserve.c); else the client waits, and this
+     * command runs again once it is. */
+    if (!rl_resv_admit(ctx, argv[1], n, rl_twrite)) return REDISMODULE_OK;
     /* A plain TWRITE from this server's primary or from the AOF is one
      * whose messages got the stream's clock there (below): so here too. */
     int64_t at_ms = RL_AT_STREAM_CLOCK;
@@ -1215,6 +1237,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     rl_appended a;
     if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
         return REDISMODULE_OK;
+    rl_resv_wrote(ctx, argv[1], a.stream);
     /* Replicas and the AOF must append at the time the messages got here.
      * When that is the stream's clock as it was (writes within one
      * millisecond, the common case at high rates), the command goes
@@ -1505,6 +1528,22 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (len > RL_OFFSET_END - dst_next - adding) overflow = 1;
         else adding += len;
     }
+    if (!wrongtype && !overflow && adding > 0) {
+        /* Offsets are handed out: the reservation must be confirmed first
+         * (module_reserve.c), which may also raise or bring back dst. */
+        if (!rl_resv_admit(ctx, argv[1], adding, rl_tconcat)) {
+            for (int i = 1; i < argc; i++)
+                if (keys[i]) RedisModule_CloseKey(keys[i]);
+            RedisModule_Free(keys);
+            RedisModule_Free(streams);
+            return REDISMODULE_OK;
+        }
+        RedisModule_CloseKey(keys[1]);
+        keys[1] = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+        rl_stream_of(keys[1], &streams[1]);
+        dst_next = streams[1] ? mn_next_offset(streams[1]) : 0;
+        overflow = adding > RL_OFFSET_END - dst_next;
+    }
     int rc = MN_OK;
     if (!wrongtype && !overflow) {
         mn_stream *dst = streams[1];
@@ -1523,8 +1562,10 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (created) {
             RedisModule_ModuleTypeSetValue(keys[1], rl_type, dst);
             rl_total_add(&rl_totals.streams, 1);
+            rl_resv_created(ctx, argv[1], dst);
         }
         rl_account(dst, &before);
+        if (adding > 0) rl_resv_wrote(ctx, argv[1], dst);
         if (mn_compress_pending(dst)) rl_house.dirty = 1; /* moved nodes to conform */
         for (int i = 2; i < argc; i++)
             if (streams[i]) RedisModule_DeleteKey(keys[i]);
@@ -1597,6 +1638,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         s = rl_stream_new();
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_account_new(s);
+        rl_resv_created(ctx, argv[1], s);
     }
     if (target > mn_next_offset(s)) mn_raise_next_offset(s, target);
     RedisModule_CloseKey(key);
@@ -1635,6 +1677,7 @@ static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, argv[1], s);
     }
     rl_account(s, &before);
     if (mn_compress_pending(s)) rl_house.dirty = 1;
@@ -1788,10 +1831,11 @@ static void rl_rdb_save(RedisModuleIO *io, void *value) {
         RedisModule_SaveStringBuffer(io, b.data, b.len);
     }
     mn_buf_free(&b);
+    rl_resv_rdb_save(io, s); /* encoding version 2: the reservation mark */
 }
 
 static void *rl_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver != RL_ENCVER) {
+    if (encver < 1 || encver > RL_ENCVER) {
         RedisModule_LogIOError(io, "warning",
                                "rcp11: stream encoding version %d is not %d (a newer module?)",
                                encver, RL_ENCVER);
@@ -1827,6 +1871,10 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     int rc = mn_load_finish(s);
     if (rc != MN_OK) {
         RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
+        mn_stream_free(s);
+        return NULL;
+    }
+    if (rl_resv_rdb_load(io, s, encver) != REDISMODULE_OK) {
         mn_stream_free(s);
         return NULL;
     }
@@ -1885,6 +1933,7 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
     } else if (end > nodes_end || nodes_end == 0) {
         rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
     }
+    rl_resv_aof_rewrite(aof, key, s);
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
@@ -2002,6 +2051,7 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "retention_evicted_bytes", rl_retention.bytes);
     RedisModule_InfoAddFieldULongLong(ctx, "retention_runs", rl_retention.runs);
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
+    rl_resv_info(ctx);
 }
 
 static long long rl_get_numeric(const char *name, void *privdata) {
@@ -2062,6 +2112,7 @@ static int rl_register_configs(RedisModuleCtx *ctx) {
                                           rl_set_numeric, NULL,
                                           &rl_config.retention_bytes) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    if (rl_resv_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     return RedisModule_LoadConfigs(ctx);
 }
 
@@ -2197,6 +2248,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     methods.free = rl_free;
     methods.free_effort = rl_free_effort;
     methods.copy = rl_copy;
+    methods.unlink2 = rl_resv_unlink;
     rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
     if (rl_type == NULL) return REDISMODULE_ERR;
     /* Corrupt or short RDB input comes back as an error to check, not an
@@ -2206,6 +2258,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);
     mn_buf_init(&rl_read_buf);

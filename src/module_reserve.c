@@ -1,0 +1,1998 @@
+/* module_reserve.c -- no offset is ever handed out twice, inside Redis.
+ *
+ * THE PROMISE
+ * ===========
+ *
+ * docs/PROTOCOL.md promises that an offset, once returned to a writer, is
+ * never returned for another message of that stream: not after kill -9,
+ * not after an AOF that lost its tail (appendfsync everysec and a power
+ * loss), not after a failover to a replica that had not received the last
+ * writes. rcp11-server keeps it with a reservations file (rcp11/persistence/
+ * reservations.py). Inside Redis the data may live on other machines, so
+ * the same idea is applied twice: a stream's offsets are reserved ahead of
+ * use, and a reservation must be durable here AND applied by every online
+ * replica before an offset in it is handed out.
+ *
+ * Each stream carries (in the core's embedder block, rv_state):
+ *
+ *     next <= confirmed <= mark
+ *
+ *   mark       the highest reservation made (primary) or received (replica)
+ *   confirmed  offsets below it are reserved in this node's offsets file,
+ *              fsynced, and acknowledged by every online replica (their
+ *              replication offset is past the RCP11.RESERVE that made it)
+ *
+ * A primary hands out offsets below `confirmed` only. A write that needs
+ * more makes a reservation (mark = what it needs + a step sized by the
+ * write rate, doubled while reservations come less than a second apart):
+ *
+ *   1. append LIVE(db, key, mark) to the offsets file (write(2); a full
+ *      disk refuses the write with -MISCONF before anything happened);
+ *   2. propagate RCP11.RESERVE key mark to the AOF and the replicas, which
+ *      raise their copy of the mark (and write it to their own file);
+ *   3. wait, the client blocked, until the before-sleep hook has fsynced
+ *      the file and the replicas' acknowledged offset passed the reservation;
+ *      then run the command again (rerun), which now finds it confirmed.
+ *
+ * A write also reserves ahead, before it needs to (rl_resv_wrote): when
+ * the next offset comes within half a step of the mark, so that at a
+ * steady rate no write ever waits -- only a stream's first write and bursts
+ * do, for one round trip to the replicas. With no replica online (and
+ * rcp11.reservation-min-replicas 0) nothing is waited for: the reservation
+ * is confirmed at once and the hook fsyncs the file before any reply of
+ * the event-loop turn is sent (Redis writes replies after the hook); a
+ * reservation made after the hook, or for a client whose earlier reply is
+ * still being written (its write handler could send this reply before the
+ * hook), is fsynced inline.
+ *
+ *   TWRITE k x ──> admit: next+1 <= confirmed? ── yes ──> append, reply
+ *                      │ no
+ *                      v
+ *                  LIVE(k, m) to the file, RCP11.RESERVE k m to replicas
+ *                      │
+ *                      v
+ *       block ··· hook: fsync; INFO replication: every online replica's
+ *                 ack >= offset after RESERVE? ── no ──> REPLCONF GETACK,
+ *                      │ yes                              wait (timeout:
+ *                      v                                  -NOREPLICAS)
+ *                  rerun TWRITE: append, reply
+ *
+ * Redis 7.0 has no module call that asks replicas for an acknowledgement,
+ * so the hook sends REPLCONF GETACK * to the replicas only (RM_Replicate
+ * with "A"), as WAIT does, and reads their acknowledged offsets from INFO
+ * replication. The hook is REDISMODULE_EVENT_EVENTLOOP before-sleep: in
+ * Redis 7.0 it runs after the commands of a turn and before blocked module
+ * clients are served, the AOF is written and replies are sent.
+ *
+ * When the replicas do not acknowledge within rcp11.reservation-timeout-ms,
+ * rcp11.reservation-on-timeout decides: `refuse` (the default) answers
+ * -NOREPLICAS and writes nothing, as min-replicas-to-write would; `write`
+ * runs the write anyway (counted in INFO): a failover in that window may
+ * hand those offsets out again. Inside MULTI/EXEC, Lua or RM_Call a client
+ * cannot block: a write that needs an unconfirmed reservation (a stream's
+ * first write, a burst past the reserve ahead) gets the choice at once,
+ * from rcp11.reservation-in-multi: `write` (the default, so that
+ * transactions keep working: the Spark sink's commit is one) or `refuse`
+ * (-NOREPLICAS; the reservation is still sent, so a retry passes).
+ * Replicas not online (in a full sync, disconnected) are not waited for;
+ * rcp11.reservation-min-replicas refuses writes while fewer are online.
+ *
+ * RECOVERY: RAISE TO THE MARK
+ * ===========================
+ *
+ * A node that may hand out offsets again after losing some raises each
+ * stream to its mark before its first write, so that a gap of nulls
+ * replaces reuse:
+ *
+ *   - at start-up: marks come from the offsets file (what this node
+ *     reserved, fsynced) and from the loaded RDB/AOF (RCP11.RESERVE, the
+ *     mark saved in RDB values: what it received); the higher wins. A
+ *     stream the files lost altogether comes back empty at its mark when
+ *     it is next written. After a clean SHUTDOWN of a primary the file
+ *     holds each stream's next offset exactly (tight), so a clean restart
+ *     leaves no gap.
+ *   - at promotion (ROLE_CHANGED now-master): the marks it received.
+ *
+ * Both bump rv.epoch; a stream whose epoch is older is raised by the
+ * first write that touches it (rv_catch_up), which propagates
+ * RCP11.SKIPTO key mark ahead of the write, so replicas and the AOF hold
+ * the raise before anything written after it. A stream nobody writes is
+ * never raised: it hands nothing out. Keys whose stream is gone keep their
+ * mark in rv_missing (a replica that got RCP11.RESERVE before the stream
+ * was created, a file mark after a crash): a stream created there by a
+ * primary after the epoch changed starts at that mark.
+ *
+ * THE OFFSETS FILE (rcp11.offsets-file, in Redis's `dir`)
+ * ======================================================
+ *
+ *   header  "RCP11OFF" | u32 version 1 | u32 0                  16 bytes
+ *   batch   u32 payload length | u32 crc32(payload) | payload   repeated
+ *
+ *   record in a payload (little-endian)
+ *   kind 1 LIVE     u32 db | u32 key length | key | u64 mark
+ *   kind 2 DELETED  u32 db | u32 key length | key     the live mark of the
+ *                                                     key becomes a deleted mark
+ *   kind 3 DELMARK  u32 db | u32 key length | key | u64 mark  (rewrites)
+ *   kind 4 FLUSH    i32 db (-1: all)                 every live mark of db
+ *                                                     becomes a deleted mark
+ *   kind 5 CLEAN    u8 tight                         a clean shutdown; only
+ *                                                     as the last record
+ *
+ * Folding the records gives per key a live mark (a stream is there) and a
+ * deleted mark (a stream was deleted there; should an older AOF bring it
+ * back, it goes up to that mark). At start-up a live mark raises the stream
+ * or, the key being empty, becomes the mark of a stream created there
+ * later; a deleted mark only raises a stream the files brought back, so a
+ * key deleted before a crash stays deleted and a new stream there starts
+ * at 0. Deletions come from the data type's unlink2 callback (DEL, UNLINK,
+ * expiry, eviction, overwrite, RENAME and MOVE sources, TCONCAT sources)
+ * and the FLUSHDB event; they are written with the next batch, not
+ * fsynced: a lost one costs a gap, never a reuse. A torn last batch is
+ * dropped and every mark raised by RV_TORN_MARGIN (a file damaged at its
+ * end looks the same as one torn by a crash); damage before the last batch
+ * fails the module's load with the reason, as a corrupt RDB does. The file
+ * is rewritten from its fold at start-up and when it grows (temp file,
+ * fsync, rename, fsync of the directory), and from the keyspace at a clean
+ * SHUTDOWN. A lock (flock) keeps a second server off it. If `dir` changes
+ * (CONFIG SET dir) the file follows at its next write.
+ *
+ * READ-COMMITTED (rcp11.read-committed yes)
+ * =========================================
+ *
+ * TREAD and blocked readers on a primary see only offsets that every online
+ * replica acknowledged, so a reader never sees a message a failover could
+ * take back. Each event-loop turn is numbered (rc.seq); a write notes
+ * (turn, next offset) in its stream (two checkpoints kept), the hook pairs
+ * each turn that wrote with the replication offset after it, and once the
+ * replicas' acknowledged offset passes that, the turn's checkpoints become
+ * the streams' `committed` ends and readers waiting for them are signalled.
+ * The cost is a round trip to the replicas per read of fresh data
+ * (bench/module_bench.py measures it). Replicas answer reads from what
+ * they have: read committed data from the primary.
+ */
+
+/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, flock). */
+#define _GNU_SOURCE
+
+#include "module_reserve.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* ------------------------------------------------------------------------
+ * Constants
+ * --------------------------------------------------------------------- */
+
+#define RV_OFFSET_END ((uint64_t)1 << 63)
+/* Reservation steps, as rcp11-server's (rcp11/limits.py): a stream's step
+ * doubles while its reservations come less than RV_PACE_FAST_MS apart and
+ * halves after RV_PACE_SLOW_MS without one. A failover or crash leaves a
+ * gap of at most about one step. */
+#define RV_STEP_MIN 1024
+#define RV_STEP_MAX ((uint64_t)1 << 22)
+#define RV_PACE_FAST_MS 1000
+#define RV_PACE_SLOW_MS 10000
+/* How far every mark goes up when the file's last batch is cut short:
+ * more than one reservation can move a mark (a command's entries, <= the
+ * query buffer limit of 1 GB, plus RV_STEP_MAX). */
+#define RV_TORN_MARGIN ((uint64_t)1 << 30)
+/* While writers wait, the hook runs at least this often (a timer). */
+#define RV_TICK_MS 10
+/* REPLCONF GETACK goes out when a new reservation or write waits and the
+ * last one was answered, else again after this long. */
+#define RV_GETACK_RETRY_MS 100
+/* The file is rewritten from its fold once it grew by this much and by
+ * more than its size after the last rewrite. */
+#define RV_COMPACT_MIN_BYTES (1024 * 1024)
+/* Read-committed turns waiting for their acknowledgement (a ring). */
+#define RV_RC_TURNS 256
+
+#define RV_FILE_MAGIC "RCP11OFF"
+#define RV_FILE_VERSION 1
+#define RV_HEADER_BYTES 16
+#define RV_BATCH_HEADER 8
+#define RV_DEFAULT_FILE "rcp11-offsets.dat"
+
+enum { RV_LIVE = 1, RV_DELETED = 2, RV_DELMARK = 3, RV_FLUSH = 4, RV_CLEAN = 5 };
+
+/* Why a blocked writer is let go. */
+enum { RV_WAITING = 0, RV_GO, RV_REFUSE_TIMEOUT, RV_REFUSE_ROLE, RV_REFUSE_FILE };
+
+#define RV_ERR_NOREPLICAS                                                                      \
+    "NOREPLICAS the replicas did not acknowledge the offset reservation in time "              \
+    "(rcp11.reservation-timeout-ms); nothing was written"
+#define RV_ERR_NOREPLICAS_NOW                                                                  \
+    "NOREPLICAS the offset reservation is not acknowledged by the replicas yet and a "         \
+    "transaction or script cannot wait; nothing was written, retry"
+#define RV_ERR_READONLY "READONLY You can't write against a read only replica."
+
+/* ------------------------------------------------------------------------
+ * Per-stream state, kept in the core's embedder block
+ * --------------------------------------------------------------------- */
+
+typedef struct rv_state {
+    uint64_t mark;      /* highest reservation made or received */
+    uint64_t confirmed; /* offsets below are durable and acknowledged */
+    uint64_t id;        /* identity for in-flight confirmations, 0: none yet */
+    uint64_t epoch;     /* rv.epoch when last caught up (0: loaded at start-up) */
+    uint64_t step;      /* reservation size, 0: RV_STEP_MIN */
+    int64_t last_ms;    /* when the last reservation was made */
+    uint64_t committed; /* read-committed: offsets below are acknowledged */
+    uint64_t rc_epoch;  /* rv.rc_epoch `committed` belongs to */
+    uint64_t ck_seq[2]; /* checkpoints: turn (0: empty) ... */
+    uint64_t ck_next[2];/* ... and the next offset after it */
+} rv_state;
+
+/* A stream's state, allocated by the core on first use (main thread). */
+static rv_state *rv_of(mn_stream *s) { return mn_embedder_state(s, sizeof(rv_state)); }
+
+/* The same without allocating (a fork child saving): zero state if none. */
+static const rv_state *rv_peek(mn_stream *s) {
+    static const rv_state none;
+    const rv_state *st = mn_embedder_state(s, 0);
+    return st ? st : &none;
+}
+
+/* ------------------------------------------------------------------------
+ * Module state
+ * --------------------------------------------------------------------- */
+
+static struct {
+    /* configs */
+    long long timeout_ms;   /* rcp11.reservation-timeout-ms */
+    long long min_replicas; /* rcp11.reservation-min-replicas */
+    int on_timeout;         /* rcp11.reservation-on-timeout: 0 refuse, 1 write */
+    int in_multi;           /* rcp11.reservation-in-multi: 0 refuse, 1 write */
+    int read_committed;     /* rcp11.read-committed */
+    RedisModuleString *file_name; /* rcp11.offsets-file */
+
+    uint64_t epoch;    /* bumped at start-up recovery and at each promotion */
+    uint64_t rc_epoch; /* bumped at each promotion */
+    uint64_t next_id;
+    int recovered;     /* start-up recovery done (first before-sleep) */
+    int after_hook;    /* the before-sleep hook ran in this event-loop turn */
+    int loading;       /* Redis is loading a file or a full sync */
+    int rerunning;     /* a blocked writer's command runs again */
+    int timer;         /* a tick timer is pending */
+    long long replicas_online;
+    long long getack_target; /* replication offset the last GETACK asked for */
+    long long getack_ms;
+
+    /* INFO */
+    uint64_t reservations, fsyncs, waits, refused, unconfirmed, raised, getacks;
+} rv = {.timeout_ms = 1000, .in_multi = 1, .rc_epoch = 1, .getack_target = -1};
+
+/* Keys without a stream that have a mark: "<db u32><name>" -> rv_state. */
+static RedisModuleDict *rv_missing;
+
+/* Reservations propagated and not yet known applied by the replicas. */
+typedef struct rv_flight {
+    struct rv_flight *next;
+    RedisModuleString *key;
+    int db;
+    uint64_t id, mark;
+    long long target; /* replication offset after it, -1: not read yet */
+} rv_flight;
+static rv_flight *rv_flights, **rv_flights_tail = &rv_flights;
+
+/* Writers blocked until their reservation is confirmed (in block order). */
+typedef struct rv_waiter {
+    struct rv_waiter *prev, *next;
+    RedisModuleBlockedClient *bc;
+    RedisModuleString *key;
+    int db;
+    int listed;
+    int verdict;
+    uint64_t n;
+    int64_t deadline_ms;
+    RedisModuleCmdFunc rerun;
+} rv_waiter;
+static rv_waiter *rv_waiters_head, *rv_waiters_tail;
+static uint64_t rv_waiting;
+
+/* Read-committed turns: writes of turn `seq` are acknowledged once the
+ * replicas' offset passes `target`. */
+static struct {
+    uint64_t seq;       /* the current turn (writes now belong to it) */
+    int dirty;          /* the current turn wrote */
+    uint64_t acked_seq; /* every turn up to it is acknowledged */
+    struct {
+        uint64_t seq;
+        long long target;
+    } turns[RV_RC_TURNS];
+    unsigned head, count;
+    RedisModuleDict *signal; /* "<db><key>" of readers to wake on progress */
+} rc = {1, 0, 0, {{0, 0}}, 0, 0, NULL};
+
+/* The offsets file. */
+static struct {
+    int fd;
+    char *path;
+    dev_t dir_dev;
+    ino_t dir_ino;
+    unsigned char *buf; /* records not yet written */
+    size_t len, cap;
+    uint64_t size;      /* bytes in the file */
+    uint64_t base_size; /* its size after the last rewrite */
+    int pending_live;   /* a reservation is not fsynced yet */
+    int urgent;         /* a reply waits for that fsync */
+    int failing;        /* the last write failed: reservations are refused */
+    char error[160];
+    RedisModuleDict *fold; /* the file's marks, until start-up recovery */
+    int clean, tight;
+} rv_file = {.fd = -1};
+
+/* A folded key: its live and deleted marks. */
+typedef struct rv_marks {
+    uint64_t live, deleted;
+    int has_live, has_deleted;
+} rv_marks;
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * --------------------------------------------------------------------- */
+
+static int64_t rv_now_ms(void) { return RedisModule_Milliseconds(); }
+
+static uint64_t rv_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static uint64_t rv_add_sat(uint64_t a, uint64_t b) {
+    return b >= RV_OFFSET_END - a ? RV_OFFSET_END : a + b;
+}
+
+/* The mark as it stands: never below the next offset (an old RDB, a
+ * SKIPTO past it). */
+static uint64_t rv_mark(mn_stream *s) { return rv_max(rv_peek(s)->mark, mn_next_offset(s)); }
+
+/* "<db u32 LE><name>": the key of rv_missing, rc.signal and the fold. */
+static char *rv_dict_key(int db, const char *name, size_t len, size_t *out_len) {
+    char *k = RedisModule_Alloc(len + 4);
+    uint32_t d = (uint32_t)db;
+    k[0] = (char)(d & 0xff);
+    k[1] = (char)((d >> 8) & 0xff);
+    k[2] = (char)((d >> 16) & 0xff);
+    k[3] = (char)((d >> 24) & 0xff);
+    memcpy(k + 4, name, len);
+    *out_len = len + 4;
+    return k;
+}
+
+static int rv_dict_key_db(const unsigned char *k) {
+    return (int)((uint32_t)k[0] | (uint32_t)k[1] << 8 | (uint32_t)k[2] << 16 |
+                 (uint32_t)k[3] << 24);
+}
+
+static char *rv_dict_key_of(int db, RedisModuleString *name, size_t *out_len) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(name, &len);
+    return rv_dict_key(db, p, len, out_len);
+}
+
+/* The mark of a missing key; created (zero, this epoch) when asked to. */
+static rv_state *rv_missing_get(int db, RedisModuleString *name, int create) {
+    size_t klen;
+    char *k = rv_dict_key_of(db, name, &klen);
+    int nokey;
+    rv_state *st = RedisModule_DictGetC(rv_missing, k, klen, &nokey);
+    if ((nokey || st == NULL) && create) {
+        st = RedisModule_Calloc(1, sizeof(*st));
+        st->epoch = rv.epoch;
+        RedisModule_DictSetC(rv_missing, k, klen, st);
+    } else if (nokey) {
+        st = NULL;
+    }
+    RedisModule_Free(k);
+    return st;
+}
+
+static void rv_missing_del(int db, RedisModuleString *name) {
+    size_t klen;
+    char *k = rv_dict_key_of(db, name, &klen);
+    rv_state *st = NULL;
+    if (RedisModule_DictDelC(rv_missing, k, klen, &st) == REDISMODULE_OK && st != NULL)
+        RedisModule_Free(st);
+    RedisModule_Free(k);
+}
+
+/* Drop every missing-key mark of db (-1: all). */
+static void rv_missing_flush(int db) {
+    for (;;) {
+        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rv_missing, "^", NULL, 0);
+        size_t klen;
+        void *value;
+        char *k = NULL;
+        char *found = NULL;
+        size_t found_len = 0;
+        while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+            if (db == -1 || rv_dict_key_db((unsigned char *)k) == db) {
+                found = RedisModule_Alloc(klen);
+                memcpy(found, k, klen);
+                found_len = klen;
+                break;
+            }
+        }
+        RedisModule_DictIteratorStop(it);
+        if (found == NULL) return;
+        rv_state *st = NULL;
+        RedisModule_DictDelC(rv_missing, found, found_len, &st);
+        if (st) RedisModule_Free(st);
+        RedisModule_Free(found);
+    }
+}
+
+/* Whether nothing needs acknowledging: no replica online, none required. */
+static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replicas == 0; }
+
+static void rv_replicate_offset(RedisModuleCtx *ctx, const char *command, RedisModuleString *key,
+                                uint64_t offset) {
+    char digits[24];
+    snprintf(digits, sizeof(digits), "%llu", (unsigned long long)offset);
+    RedisModule_Replicate(ctx, command, "sc", key, digits);
+}
+
+/* ------------------------------------------------------------------------
+ * The offsets file: encoding
+ * --------------------------------------------------------------------- */
+
+static void rv_put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void rv_put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t rv_get32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rv_get64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void rv_buf_reserve(size_t more) {
+    if (rv_file.len + more <= rv_file.cap) return;
+    size_t cap = rv_file.cap ? rv_file.cap : 256;
+    while (cap < rv_file.len + more) cap *= 2;
+    rv_file.buf = RedisModule_Realloc(rv_file.buf, cap);
+    rv_file.cap = cap;
+}
+
+/* Append one record to the pending buffer. */
+static void rv_buf_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
+    rv_buf_reserve(1 + 4 + 4 + klen + 8);
+    if (kind == RV_LIVE) rv_file.pending_live = 1;
+    unsigned char *p = rv_file.buf + rv_file.len;
+    *p++ = (unsigned char)kind;
+    if (kind == RV_FLUSH) {
+        rv_put32(p, (uint32_t)db);
+        rv_file.len += 5;
+        return;
+    }
+    if (kind == RV_CLEAN) {
+        *p = (unsigned char)mark;
+        rv_file.len += 2;
+        return;
+    }
+    rv_put32(p, (uint32_t)db);
+    rv_put32(p + 4, (uint32_t)klen);
+    memcpy(p + 8, key, klen);
+    p += 8 + klen;
+    size_t n = 1 + 8 + klen;
+    if (kind != RV_DELETED) {
+        rv_put64(p, mark);
+        n += 8;
+    }
+    rv_file.len += n;
+}
+
+static int rv_write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* A whole file image from a buffer of records: header and one batch. */
+static unsigned char *rv_image(const unsigned char *records, size_t len, size_t *out_len) {
+    unsigned char *img = RedisModule_Alloc(RV_HEADER_BYTES + RV_BATCH_HEADER + len);
+    memcpy(img, RV_FILE_MAGIC, 8);
+    rv_put32(img + 8, RV_FILE_VERSION);
+    rv_put32(img + 12, 0);
+    size_t n = RV_HEADER_BYTES;
+    if (len > 0) {
+        rv_put32(img + n, (uint32_t)len);
+        rv_put32(img + n + 4, (uint32_t)crc32(0L, records, (uInt)len));
+        memcpy(img + n + RV_BATCH_HEADER, records, len);
+        n += RV_BATCH_HEADER + len;
+    }
+    *out_len = n;
+    return img;
+}
+
+/* ------------------------------------------------------------------------
+ * The offsets file: folding its records into marks
+ * --------------------------------------------------------------------- */
+
+static rv_marks *rv_fold_get(RedisModuleDict *fold, int db, const char *key, size_t klen) {
+    size_t dlen;
+    char *k = rv_dict_key(db, key, klen, &dlen);
+    int nokey;
+    rv_marks *m = RedisModule_DictGetC(fold, k, dlen, &nokey);
+    if (nokey || m == NULL) {
+        m = RedisModule_Calloc(1, sizeof(*m));
+        RedisModule_DictSetC(fold, k, dlen, m);
+    }
+    RedisModule_Free(k);
+    return m;
+}
+
+static void rv_marks_delete(rv_marks *m) {
+    if (!m->has_live) return;
+    m->deleted = m->has_deleted ? rv_max(m->deleted, m->live) : m->live;
+    m->has_deleted = 1;
+    m->has_live = 0;
+}
+
+static void rv_fold_free(RedisModuleDict *fold) {
+    if (fold == NULL) return;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+    void *value;
+    while (RedisModule_DictNextC(it, NULL, &value) != NULL) RedisModule_Free(value);
+    RedisModule_DictIteratorStop(it);
+    RedisModule_FreeDict(NULL, fold);
+}
+
+/* Apply one batch's records. Returns 0, or -1 when a record runs past the
+ * batch (a batch whose CRC matched: damage, not a tear). */
+static int rv_fold_batch(RedisModuleDict *fold, const unsigned char *p, size_t len, int *clean,
+                         int *tight) {
+    size_t i = 0;
+    while (i < len) {
+        int kind = p[i++];
+        *clean = 0;
+        if (kind == RV_FLUSH) {
+            if (len - i < 4) return -1;
+            int db = (int)rv_get32(p + i);
+            i += 4;
+            RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+            char *k;
+            void *value;
+            while ((k = RedisModule_DictNextC(it, NULL, &value)) != NULL)
+                if (db == -1 || rv_dict_key_db((unsigned char *)k) == db) rv_marks_delete(value);
+            RedisModule_DictIteratorStop(it);
+            continue;
+        }
+        if (kind == RV_CLEAN) {
+            if (len - i < 1) return -1;
+            *clean = 1;
+            *tight = p[i++] != 0;
+            continue;
+        }
+        if (kind != RV_LIVE && kind != RV_DELETED && kind != RV_DELMARK) return -1;
+        if (len - i < 8) return -1;
+        int db = (int)rv_get32(p + i);
+        uint32_t klen = rv_get32(p + i + 4);
+        i += 8;
+        if (len - i < klen) return -1;
+        const char *key = (const char *)p + i;
+        i += klen;
+        rv_marks *m = rv_fold_get(fold, db, key, klen);
+        if (kind == RV_DELETED) {
+            rv_marks_delete(m);
+            continue;
+        }
+        if (len - i < 8) return -1;
+        uint64_t mark = rv_get64(p + i);
+        i += 8;
+        if (kind == RV_LIVE) {
+            m->live = m->has_live ? rv_max(m->live, mark) : mark;
+            m->has_live = 1;
+        } else {
+            m->deleted = m->has_deleted ? rv_max(m->deleted, mark) : mark;
+            m->has_deleted = 1;
+        }
+    }
+    return 0;
+}
+
+/* Fold a whole file image. Returns the marks (and *clean, *tight, *torn),
+ * or NULL with the reason in err: a bad header, or damage before the last
+ * batch. A last batch cut short or failing its CRC is dropped and every
+ * mark raised by RV_TORN_MARGIN. */
+static RedisModuleDict *rv_fold_image(const unsigned char *data, size_t len, int *clean,
+                                      int *tight, int *torn, char *err, size_t errlen) {
+    *clean = *tight = *torn = 0;
+    if (len < RV_HEADER_BYTES || memcmp(data, RV_FILE_MAGIC, 8) != 0) {
+        snprintf(err, errlen, "not an rcp11 offsets file (bad header)");
+        return NULL;
+    }
+    if (rv_get32(data + 8) != RV_FILE_VERSION) {
+        snprintf(err, errlen, "offsets file version %u is not %d (a newer module?)",
+                 rv_get32(data + 8), RV_FILE_VERSION);
+        return NULL;
+    }
+    RedisModuleDict *fold = RedisModule_CreateDict(NULL);
+    size_t at = RV_HEADER_BYTES;
+    while (at < len) {
+        size_t left = len - at;
+        int last_ok = 1;
+        uint32_t plen = 0;
+        if (left < RV_BATCH_HEADER) {
+            last_ok = 0;
+        } else {
+            plen = rv_get32(data + at);
+            if ((uint64_t)plen > left - RV_BATCH_HEADER) last_ok = 0;
+            else if (rv_get32(data + at + 4) !=
+                     (uint32_t)crc32(0L, data + at + RV_BATCH_HEADER, (uInt)plen))
+                last_ok = -1;
+        }
+        if (last_ok != 1) {
+            /* The batch is cut short or damaged: fine only as the last one. */
+            size_t end = last_ok == 0 ? len : at + RV_BATCH_HEADER + plen;
+            if (end < len) {
+                snprintf(err, errlen, "damaged batch at byte %zu, with more after it", at);
+                rv_fold_free(fold);
+                return NULL;
+            }
+            *torn = 1;
+            break;
+        }
+        if (rv_fold_batch(fold, data + at + RV_BATCH_HEADER, plen, clean, tight) != 0) {
+            snprintf(err, errlen, "malformed record in the batch at byte %zu", at);
+            rv_fold_free(fold);
+            return NULL;
+        }
+        at += RV_BATCH_HEADER + plen;
+    }
+    if (*torn) {
+        *clean = 0;
+        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+        void *value;
+        while (RedisModule_DictNextC(it, NULL, &value) != NULL) {
+            rv_marks *m = value;
+            if (m->has_live) m->live = rv_add_sat(m->live, RV_TORN_MARGIN);
+            if (m->has_deleted) m->deleted = rv_add_sat(m->deleted, RV_TORN_MARGIN);
+        }
+        RedisModule_DictIteratorStop(it);
+    }
+    return fold;
+}
+
+/* The records that rebuild a fold: LIVE and DELMARK per key. */
+static void rv_fold_records(RedisModuleDict *fold) {
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        rv_marks *m = value;
+        int db = rv_dict_key_db((unsigned char *)k);
+        if (m->has_deleted) rv_buf_record(RV_DELMARK, db, k + 4, klen - 4, m->deleted);
+        if (m->has_live) rv_buf_record(RV_LIVE, db, k + 4, klen - 4, m->live);
+    }
+    RedisModule_DictIteratorStop(it);
+}
+
+/* ------------------------------------------------------------------------
+ * The offsets file: opening, writing, syncing, rewriting
+ * --------------------------------------------------------------------- */
+
+static int rv_fsync_dir(void) {
+    int fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static void rv_remember_dir(void) {
+    struct stat st;
+    if (stat(".", &st) == 0) {
+        rv_file.dir_dev = st.st_dev;
+        rv_file.dir_ino = st.st_ino;
+    }
+}
+
+/* Open (creating) the file and lock it. Returns the fd or -1 (err set). */
+static int rv_open_locked(char *err, size_t errlen) {
+    int fd = open(rv_file.path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", rv_file.path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "%s is in use by another server (one file per server: give each "
+                              "its own dir or rcp11.offsets-file)", rv_file.path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Read what the fd holds from byte 0. */
+static unsigned char *rv_read_fd(int fd, size_t *len) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return NULL;
+    size_t n = (size_t)st.st_size;
+    unsigned char *data = RedisModule_Alloc(n ? n : 1);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, data + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            RedisModule_Free(data);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    *len = n;
+    return data;
+}
+
+/* Replace the file by a header and the pending buffer (which is consumed):
+ * temp file, fsync, rename, fsync of the directory, then the new file is
+ * opened and locked. Returns 0 or -1 (err set, the old file kept). */
+static int rv_rewrite(char *err, size_t errlen) {
+    size_t img_len;
+    unsigned char *img = rv_image(rv_file.buf, rv_file.len, &img_len);
+    size_t tlen = strlen(rv_file.path) + 16;
+    char *tmp = RedisModule_Alloc(tlen);
+    snprintf(tmp, tlen, "%s.tmp", rv_file.path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int ok = fd >= 0 && rv_write_all(fd, img, img_len) == 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    ok = ok && rename(tmp, rv_file.path) == 0 && rv_fsync_dir() == 0;
+    if (!ok) {
+        snprintf(err, errlen, "cannot rewrite %s: %s", rv_file.path, strerror(errno));
+        unlink(tmp);
+        RedisModule_Free(tmp);
+        RedisModule_Free(img);
+        return -1;
+    }
+    RedisModule_Free(tmp);
+    RedisModule_Free(img);
+    if (rv_file.fd >= 0) close(rv_file.fd);
+    rv_file.fd = rv_open_locked(err, errlen);
+    if (rv_file.fd < 0) return -1;
+    rv_file.size = rv_file.base_size = img_len;
+    rv_file.len = 0;
+    rv_file.pending_live = 0;
+    rv_remember_dir();
+    return 0;
+}
+
+static void rv_log_file_error(const char *what) {
+    RedisModuleCtx *none = NULL;
+    RedisModule_Log(none, "warning", "rcp11: %s", what);
+}
+
+/* Fold the file as it is plus the pending records, and rewrite it from
+ * that (compaction, or a move to a new `dir`). The old file is read
+ * through its fd, so this works after `dir` changed. */
+static int rv_compact(void) {
+    char err[200];
+    size_t len = 0;
+    unsigned char *data = rv_file.fd >= 0 ? rv_read_fd(rv_file.fd, &len) : NULL;
+    if (data == NULL) return -1;
+    /* The pending records belong after the file's: append them as a batch
+     * of the image before folding. */
+    size_t total = len + (rv_file.len ? RV_BATCH_HEADER + rv_file.len : 0);
+    data = RedisModule_Realloc(data, total ? total : 1);
+    if (rv_file.len) {
+        rv_put32(data + len, (uint32_t)rv_file.len);
+        rv_put32(data + len + 4, (uint32_t)crc32(0L, rv_file.buf, (uInt)rv_file.len));
+        memcpy(data + len + RV_BATCH_HEADER, rv_file.buf, rv_file.len);
+    }
+    int clean, tight, torn;
+    RedisModuleDict *fold = rv_fold_image(data, total, &clean, &tight, &torn, err, sizeof(err));
+    RedisModule_Free(data);
+    if (fold == NULL) {
+        rv_log_file_error(err);
+        return -1;
+    }
+    size_t saved = rv_file.len;
+    int saved_live = rv_file.pending_live;
+    unsigned char *saved_buf = RedisModule_Alloc(saved ? saved : 1);
+    memcpy(saved_buf, rv_file.buf, saved);
+    rv_file.len = 0;
+    rv_fold_records(fold);
+    rv_fold_free(fold);
+    int rc = rv_rewrite(err, sizeof(err));
+    if (rc != 0) {
+        /* Keep the pending records for the old file. */
+        rv_file.len = 0;
+        rv_buf_reserve(saved);
+        memcpy(rv_file.buf, saved_buf, saved);
+        rv_file.len = saved;
+        rv_file.pending_live = saved_live;
+        rv_log_file_error(err);
+    }
+    RedisModule_Free(saved_buf);
+    return rc;
+}
+
+/* Whether the server's `dir` moved since the file was opened. */
+static int rv_dir_moved(void) {
+    struct stat st;
+    if (stat(".", &st) != 0) return 0;
+    return st.st_dev != rv_file.dir_dev || st.st_ino != rv_file.dir_ino;
+}
+
+/* Write the pending records as one batch. 0, or -1 with errno. */
+static int rv_file_write(void) {
+    if (rv_file.len == 0) return 0;
+    if (rv_dir_moved()) return rv_compact() == 0 ? 0 : -1; /* writes them too */
+    size_t n = RV_BATCH_HEADER + rv_file.len;
+    unsigned char *batch = RedisModule_Alloc(n);
+    rv_put32(batch, (uint32_t)rv_file.len);
+    rv_put32(batch + 4, (uint32_t)crc32(0L, rv_file.buf, (uInt)rv_file.len));
+    memcpy(batch + RV_BATCH_HEADER, rv_file.buf, rv_file.len);
+    int rc = rv_write_all(rv_file.fd, batch, n);
+    int saved_errno = errno;
+    RedisModule_Free(batch);
+    if (rc != 0) {
+        /* A partial batch would read as a torn end and hide later ones. */
+        if (ftruncate(rv_file.fd, (off_t)rv_file.size) != 0) { /* nothing more to do */
+        }
+        errno = saved_errno;
+        return -1;
+    }
+    rv_file.size += n;
+    rv_file.len = 0;
+    return 0;
+}
+
+/* fsync when a reservation waits for it (deletion records are written but
+ * not fsynced for their own sake: losing one costs a gap, not a reuse). */
+static int rv_file_fsync(void) {
+    if (!rv_file.pending_live) return 0;
+    if (rv_file_write() != 0) return -1;
+    if (fsync(rv_file.fd) != 0) return -1;
+    rv_file.pending_live = 0;
+    rv.fsyncs++;
+    return 0;
+}
+
+static void rv_file_failed(const char *what) {
+    snprintf(rv_file.error, sizeof(rv_file.error), "%s %s: %s", what, rv_file.path,
+             strerror(errno));
+    if (!rv_file.failing) rv_log_file_error(rv_file.error);
+    rv_file.failing = 1;
+}
+
+/* Record a reservation: written at once (not fsynced), so that a full disk
+ * refuses the write before it happens. 0, or -1 (the record dropped). */
+static int rv_file_reserve(int db, RedisModuleString *key, uint64_t mark) {
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(key, &klen);
+    size_t before = rv_file.len;
+    rv_buf_record(RV_LIVE, db, k, klen, mark);
+    if (rv_file_write() != 0) {
+        rv_file.len = before;
+        rv_file_failed("cannot write");
+        return -1;
+    }
+    rv_file.pending_live = 1;
+    rv_file.failing = 0;
+    return 0;
+}
+
+/* The hook's part: write what is pending, fsync, compact when large. A
+ * failed fsync that replies already depend on stops the server, as Redis
+ * stops when it cannot fsync its AOF under appendfsync always. */
+static void rv_file_sync(void) {
+    if (rv_file.fd < 0) return;
+    if (rv_file_write() != 0) {
+        rv_file_failed("cannot write");
+    } else if (rv_file_fsync() != 0) {
+        rv_file_failed("cannot fsync");
+    } else {
+        rv_file.failing = 0;
+    }
+    if (rv_file.failing && rv_file.urgent) {
+        RedisModule_Log(NULL, "warning",
+                        "rcp11: %s, and offsets reserved in it are about to be sent to clients: "
+                        "exiting so that no offset is ever handed out twice",
+                        rv_file.error);
+        exit(1);
+    }
+    rv_file.urgent = 0;
+    uint64_t grown = rv_file.size - rv_file.base_size;
+    if (!rv_file.failing && grown > RV_COMPACT_MIN_BYTES && grown > rv_file.base_size)
+        rv_compact();
+}
+
+/* Open the file at load and fold it for the start-up recovery. */
+static int rv_file_open(RedisModuleCtx *ctx) {
+    size_t plen;
+    const char *p = RedisModule_StringPtrLen(rv.file_name, &plen);
+    rv_file.path = RedisModule_Alloc(plen + 1);
+    memcpy(rv_file.path, p, plen);
+    rv_file.path[plen] = '\0';
+    char err[256];
+    rv_file.fd = rv_open_locked(err, sizeof(err));
+    if (rv_file.fd < 0) {
+        RedisModule_Log(ctx, "warning", "rcp11: %s", err);
+        return REDISMODULE_ERR;
+    }
+    rv_remember_dir();
+    size_t len = 0;
+    unsigned char *data = rv_read_fd(rv_file.fd, &len);
+    if (data == NULL) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot read %s: %s", rv_file.path,
+                        strerror(errno));
+        return REDISMODULE_ERR;
+    }
+    if (len == 0) {
+        /* A new file: write its header (the rewrite fsyncs it and the
+         * directory). */
+        RedisModule_Free(data);
+        rv_file.fold = RedisModule_CreateDict(NULL);
+        if (rv_rewrite(err, sizeof(err)) != 0) {
+            RedisModule_Log(ctx, "warning", "rcp11: %s", err);
+            return REDISMODULE_ERR;
+        }
+        return REDISMODULE_OK;
+    }
+    int torn;
+    rv_file.fold = rv_fold_image(data, len, &rv_file.clean, &rv_file.tight, &torn, err,
+                                 sizeof(err));
+    RedisModule_Free(data);
+    if (rv_file.fold == NULL) {
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: offsets file %s: %s. Refusing to start: without it offsets "
+                        "could be handed out twice. Move the file away to start anyway (the "
+                        "marks saved in the RDB/AOF are used then).",
+                        rv_file.path, err);
+        return REDISMODULE_ERR;
+    }
+    if (torn)
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: offsets file %s: the last batch is cut short; every "
+                        "reservation is raised by %llu so that no offset it may have covered "
+                        "is handed out again",
+                        rv_file.path, (unsigned long long)RV_TORN_MARGIN);
+    rv_file.size = rv_file.base_size = len;
+    return REDISMODULE_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Replicas: how many are online, what they acknowledged
+ * --------------------------------------------------------------------- */
+
+typedef struct rv_repl {
+    long long offset;  /* master_repl_offset */
+    long long online;  /* replicas in state online */
+    long long min_ack; /* the lowest offset they acknowledged */
+} rv_repl;
+
+/* "key=value" in a comma-separated INFO value. */
+static const char *rv_info_item(const char *line, const char *key) {
+    size_t klen = strlen(key);
+    for (const char *p = line; p && *p;) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') return p + klen + 1;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    return NULL;
+}
+
+static void rv_read_repl(rv_repl *r) {
+    RedisModuleServerInfoData *info = RedisModule_GetServerInfo(NULL, "replication");
+    const char *v = RedisModule_ServerInfoGetFieldC(info, "master_repl_offset");
+    r->offset = v ? strtoll(v, NULL, 10) : 0;
+    r->online = 0;
+    r->min_ack = LLONG_MAX;
+    for (int i = 0;; i++) {
+        char field[24];
+        snprintf(field, sizeof(field), "slave%d", i);
+        const char *line = RedisModule_ServerInfoGetFieldC(info, field);
+        if (line == NULL) break;
+        const char *state = rv_info_item(line, "state");
+        const char *offset = rv_info_item(line, "offset");
+        if (state == NULL || strncmp(state, "online,", 7) != 0 || offset == NULL) continue;
+        long long ack = strtoll(offset, NULL, 10);
+        r->online++;
+        if (ack < r->min_ack) r->min_ack = ack;
+    }
+    RedisModule_FreeServerInfo(NULL, info);
+}
+
+/* The replication offset everything up to which counts as acknowledged:
+ * LLONG_MAX with no replica to wait for, -1 while fewer than
+ * rcp11.reservation-min-replicas are online. */
+static long long rv_acked(const rv_repl *r) {
+    if (r->online < rv.min_replicas) return -1;
+    if (r->online == 0) return LLONG_MAX;
+    return r->min_ack;
+}
+
+static void rv_on_replica_change(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
+                                 void *data) {
+    (void)ctx;
+    (void)eid;
+    (void)data;
+    if (subevent == REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE) rv.replicas_online++;
+    else if (rv.replicas_online > 0) rv.replicas_online--;
+}
+
+/* ------------------------------------------------------------------------
+ * Reserving, confirming, catching up
+ * --------------------------------------------------------------------- */
+
+/* Reserve so that offsets below need may be handed out: a new mark, in
+ * the file (written) and in the replication stream. 0 when the file
+ * refused it (nothing changed). */
+static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_state *st,
+                      uint64_t need, uint64_t n) {
+    int64_t now = rv_now_ms();
+    uint64_t step = st->step ? st->step : RV_STEP_MIN;
+    if (st->last_ms != 0 && now - st->last_ms < RV_PACE_FAST_MS)
+        step = step * 2 < RV_STEP_MAX ? step * 2 : RV_STEP_MAX;
+    else if (st->last_ms != 0 && now - st->last_ms > RV_PACE_SLOW_MS)
+        step = step / 2 > RV_STEP_MIN ? step / 2 : RV_STEP_MIN;
+    uint64_t ahead = n > step / 2 ? 2 * n : step;
+    uint64_t mark = rv_max(rv_add_sat(need, ahead), st->mark);
+    if (rv_file_reserve(db, key, mark) != 0) return 0;
+    st->mark = mark;
+    st->step = step;
+    st->last_ms = now;
+    if (st->id == 0) st->id = ++rv.next_id;
+    rv_replicate_offset(ctx, "RCP11.RESERVE", key, mark);
+    rv.reservations++;
+    rv_flight *f = RedisModule_Calloc(1, sizeof(*f));
+    f->key = RedisModule_CreateStringFromString(NULL, key);
+    f->db = db;
+    f->id = st->id;
+    f->mark = mark;
+    f->target = -1;
+    *rv_flights_tail = f;
+    rv_flights_tail = &f->next;
+    return 1;
+}
+
+static void rv_flight_free(rv_flight *f) {
+    RedisModule_FreeString(NULL, f->key);
+    RedisModule_Free(f);
+}
+
+static void rv_flights_clear(void) {
+    while (rv_flights) {
+        rv_flight *f = rv_flights;
+        rv_flights = f->next;
+        rv_flight_free(f);
+    }
+    rv_flights_tail = &rv_flights;
+}
+
+/* A reservation is applied everywhere it must be: raise `confirmed` of the
+ * stream (or missing key) it was made for, if that is still the one. */
+static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f) {
+    if (RedisModule_SelectDb(ctx, f->db) != REDISMODULE_OK) return;
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, f->key, REDISMODULE_READ);
+    mn_stream *s;
+    if (rl_stream_of(key, &s)) {
+        rv_state *st = s ? rv_of(s) : rv_missing_get(f->db, f->key, 0);
+        if (st != NULL && st->id == f->id && f->mark > st->confirmed)
+            st->confirmed = f->mark < st->mark ? f->mark : st->mark;
+    }
+    RedisModule_CloseKey(key);
+}
+
+/* A primary's first write to a stream after start-up or a promotion
+ * raises it to its mark (see RECOVERY), ahead of the write in the
+ * replication stream. Nothing beyond the next offset is confirmed yet in
+ * this role. */
+static void rv_catch_up(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) {
+    rv_state *st = rv_of(s);
+    st->epoch = rv.epoch;
+    uint64_t next = mn_next_offset(s);
+    if (st->mark > next) {
+        mn_raise_next_offset(s, st->mark);
+        rv_replicate_offset(ctx, "RCP11.SKIPTO", key, st->mark);
+        RedisModule_SignalModifiedKey(ctx, key);
+        rv.raised++;
+        next = st->mark;
+    }
+    st->mark = next;
+    st->confirmed = next;
+}
+
+/* Whether the reply of the running command could reach the client before
+ * the hook fsyncs: after the hook in this turn, or when the client still
+ * has output from an earlier turn (Redis then installed a write handler,
+ * which may send in this turn's event processing). */
+static int rv_reply_may_leave_now(RedisModuleCtx *ctx) {
+    if (rv.after_hook) return 1;
+    unsigned long long id = RedisModule_GetClientId(ctx);
+    if (id == 0) return 0;
+    RedisModuleCallReply *r = RedisModule_Call(ctx, "CLIENT", "ccl", "LIST", "ID", (long long)id);
+    int early = 0;
+    if (r != NULL && RedisModule_CallReplyType(r) == REDISMODULE_REPLY_STRING) {
+        size_t len;
+        const char *p = RedisModule_CallReplyStringPtr(r, &len);
+        for (size_t i = 0; i + 7 < len; i++) {
+            if (memcmp(p + i, " events=", 8) != 0) continue;
+            for (size_t j = i + 8; j < len && p[j] != ' ' && p[j] != '\n'; j++)
+                if (p[j] == 'w') early = 1;
+            break;
+        }
+    }
+    if (r != NULL) RedisModule_FreeCallReply(r);
+    return early;
+}
+
+/* ------------------------------------------------------------------------
+ * Blocked writers
+ * --------------------------------------------------------------------- */
+
+static void rv_waiter_unlink(rv_waiter *w) {
+    if (!w->listed) return;
+    if (w->prev) w->prev->next = w->next;
+    else rv_waiters_head = w->next;
+    if (w->next) w->next->prev = w->prev;
+    else rv_waiters_tail = w->prev;
+    w->listed = 0;
+    rv_waiting--;
+}
+
+static void rv_waiter_free(RedisModuleCtx *ctx, void *privdata) {
+    (void)ctx;
+    rv_waiter *w = privdata;
+    rv_waiter_unlink(w);
+    RedisModule_FreeString(NULL, w->key);
+    RedisModule_Free(w);
+}
+
+/* Let a blocked writer go with a verdict; its reply callback runs right
+ * after the hook. */
+static void rv_release(rv_waiter *w, int verdict) {
+    w->verdict = verdict;
+    rv_waiter_unlink(w);
+    RedisModule_UnblockClient(w->bc, w);
+}
+
+static int rv_unblocked(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    rv_waiter *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    switch (w->verdict) {
+    case RV_REFUSE_TIMEOUT:
+        rv.refused++;
+        return RedisModule_ReplyWithError(ctx, RV_ERR_NOREPLICAS);
+    case RV_REFUSE_ROLE:
+        return RedisModule_ReplyWithError(ctx, RV_ERR_READONLY);
+    case RV_REFUSE_FILE: {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", rv_file.error);
+        return RedisModule_ReplyWithError(ctx, msg);
+    }
+    default:
+        rv.rerunning = 1;
+        w->rerun(ctx, argv, argc);
+        rv.rerunning = 0;
+        return REDISMODULE_OK;
+    }
+}
+
+static void rv_tick(RedisModuleCtx *ctx, void *data) {
+    (void)ctx;
+    (void)data;
+    rv.timer = 0; /* the hook runs after this event and re-arms if needed */
+}
+
+static void rv_arm_timer(RedisModuleCtx *ctx) {
+    if (rv.timer) return;
+    rv.timer = 1;
+    RedisModule_CreateTimer(ctx, RV_TICK_MS, rv_tick, NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Admission: the write path
+ * --------------------------------------------------------------------- */
+
+/* A write that cannot wait for its reservation's confirmation: inside a
+ * transaction or script (rcp11.reservation-in-multi), or run again after
+ * its wait (rcp11.reservation-on-timeout write let it go unconfirmed). */
+static int rv_cannot_wait(RedisModuleCtx *ctx) {
+    if (rv.rerunning ? rv.on_timeout == 1 : rv.in_multi == 1) {
+        rv.unconfirmed++;
+        return 1;
+    }
+    rv.refused++;
+    RedisModule_ReplyWithError(ctx, RV_ERR_NOREPLICAS_NOW);
+    return 0;
+}
+
+static int rv_reply_misconf(RedisModuleCtx *ctx) {
+    char msg[256];
+    snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", rv_file.error);
+    RedisModule_ReplyWithError(ctx, msg);
+    return 0;
+}
+
+int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
+                  RedisModuleCmdFunc rerun) {
+    int flags = RedisModule_GetContextFlags(ctx);
+    /* The primary's commands and the AOF replay what was admitted there; a
+     * writable replica's own writes stay local (and carry no promise). */
+    if (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) return 1;
+    if (!(flags & REDISMODULE_CTX_FLAGS_MASTER)) return 1;
+    int db = RedisModule_GetSelectedDb(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
+    mn_stream *s;
+    if (!rl_stream_of(key, &s)) {
+        RedisModule_CloseKey(key);
+        return 1; /* the command answers -WRONGTYPE */
+    }
+    rv_state *st;
+    if (s != NULL) {
+        st = rv_of(s);
+        if (st->epoch != rv.epoch) rv_catch_up(ctx, name, s);
+    } else {
+        st = rv_missing_get(db, name, 1);
+        if (st->epoch != rv.epoch) {
+            /* A mark from before the crash or promotion: the stream comes
+             * back empty at it. */
+            s = rl_stream_create(key);
+            if (s == NULL) {
+                RedisModule_CloseKey(key);
+                return 1;
+            }
+            *rv_of(s) = *st;
+            rv_missing_del(db, name);
+            rv_catch_up(ctx, name, s);
+            st = rv_of(s);
+        }
+    }
+    uint64_t next = s ? mn_next_offset(s) : 0;
+    if (n > RV_OFFSET_END - next) {
+        RedisModule_CloseKey(key);
+        return 1; /* the command answers the overflow */
+    }
+    uint64_t need = next + n;
+    if (need <= st->confirmed) {
+        RedisModule_CloseKey(key);
+        return 1;
+    }
+    uint64_t mark = s ? rv_mark(s) : st->mark;
+    if (need > mark && !rv_reserve(ctx, name, db, st, need, n)) {
+        RedisModule_CloseKey(key);
+        return rv_reply_misconf(ctx);
+    }
+    RedisModule_CloseKey(key);
+    if (rv_immediate()) {
+        /* Nothing to wait for but the fsync, before the reply leaves. */
+        if (rv_reply_may_leave_now(ctx)) {
+            if (rv_file_fsync() != 0) {
+                rv_file_failed("cannot fsync");
+                return rv_reply_misconf(ctx);
+            }
+        } else {
+            rv_file.urgent = 1;
+        }
+        st->confirmed = st->mark;
+        return 1;
+    }
+    if ((flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
+                  REDISMODULE_CTX_FLAGS_DENY_BLOCKING)) ||
+        rv.rerunning)
+        return rv_cannot_wait(ctx);
+    rv_waiter *w = RedisModule_Calloc(1, sizeof(*w));
+    w->key = RedisModule_CreateStringFromString(NULL, name);
+    w->db = db;
+    w->n = n;
+    w->rerun = rerun;
+    w->deadline_ms = rv_now_ms() + rv.timeout_ms;
+    w->bc = RedisModule_BlockClient(ctx, rv_unblocked, NULL, rv_waiter_free, 0);
+    w->listed = 1;
+    w->prev = rv_waiters_tail;
+    if (rv_waiters_tail) rv_waiters_tail->next = w;
+    else rv_waiters_head = w;
+    rv_waiters_tail = w;
+    rv_waiting++;
+    rv.waits++;
+    rv_arm_timer(ctx);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Read-committed
+ * --------------------------------------------------------------------- */
+
+static int rv_rc_active(RedisModuleCtx *ctx) {
+    if (!rv.read_committed) return 0;
+    int flags = RedisModule_GetContextFlags(ctx);
+    return (flags & REDISMODULE_CTX_FLAGS_MASTER) &&
+           !(flags & (REDISMODULE_CTX_FLAGS_LOADING | REDISMODULE_CTX_FLAGS_REPLICATED));
+}
+
+/* Move checkpoints whose turn is acknowledged into `committed`. */
+static void rv_ck_advance(rv_state *st) {
+    while (st->ck_seq[0] != 0 && st->ck_seq[0] <= rc.acked_seq) {
+        st->committed = st->ck_next[0];
+        st->ck_seq[0] = st->ck_seq[1];
+        st->ck_next[0] = st->ck_next[1];
+        st->ck_seq[1] = 0;
+    }
+}
+
+static void rv_ck_push(rv_state *st, uint64_t next) {
+    rv_ck_advance(st);
+    uint64_t seq = rc.seq;
+    rc.dirty = 1;
+    if (st->ck_seq[1] == seq || (st->ck_seq[1] == 0 && st->ck_seq[0] == seq)) {
+        st->ck_next[st->ck_seq[1] == seq ? 1 : 0] = next;
+    } else if (st->ck_seq[0] == 0) {
+        st->ck_seq[0] = seq;
+        st->ck_next[0] = next;
+    } else {
+        /* The second slot takes the newest turn (a full second slot is
+         * overwritten: its end then waits for the newer turn). */
+        st->ck_seq[1] = seq;
+        st->ck_next[1] = next;
+    }
+}
+
+/* A stream this primary has not tracked yet (a promotion, the option just
+ * turned on): what it holds must be acknowledged before readers see it. */
+static void rv_rc_adopt(rv_state *st, uint64_t next) {
+    if (st->rc_epoch == rv.rc_epoch) return;
+    st->rc_epoch = rv.rc_epoch;
+    if (st->committed > next) st->committed = next;
+    st->ck_seq[0] = st->ck_seq[1] = 0;
+    if (st->committed < next) rv_ck_push(st, next);
+}
+
+uint64_t rl_resv_readable_next(RedisModuleCtx *ctx, mn_stream *s) {
+    if (s == NULL) return 0;
+    uint64_t next = mn_next_offset(s);
+    if (!rv_rc_active(ctx)) return next;
+    rv_state *st = rv_of(s);
+    if (rv_immediate()) {
+        st->committed = next;
+        st->rc_epoch = rv.rc_epoch;
+        st->ck_seq[0] = st->ck_seq[1] = 0;
+        return next;
+    }
+    rv_rc_adopt(st, next);
+    rv_ck_advance(st);
+    return st->committed < next ? st->committed : next;
+}
+
+void rl_resv_reader_waits(RedisModuleCtx *ctx, RedisModuleString *key) {
+    if (!rv_rc_active(ctx)) return;
+    size_t klen;
+    char *k = rv_dict_key_of(RedisModule_GetSelectedDb(ctx), key, &klen);
+    RedisModule_DictReplaceC(rc.signal, k, klen, NULL);
+    RedisModule_Free(k);
+    rv_arm_timer(ctx);
+}
+
+/* The hook's part: pair the turn that wrote with the replication offset,
+ * move the acknowledged turns on, wake readers. */
+static void rv_rc_hook(RedisModuleCtx *ctx, long long offset, long long acked, int paused) {
+    if (rc.dirty) {
+        if (rc.count == RV_RC_TURNS) {
+            /* Full: the newest entry covers this turn too (later ack). */
+            unsigned last = (rc.head + rc.count - 1) % RV_RC_TURNS;
+            rc.turns[last].seq = rc.seq;
+            rc.turns[last].target = offset;
+        } else {
+            unsigned at = (rc.head + rc.count) % RV_RC_TURNS;
+            rc.turns[at].seq = rc.seq;
+            rc.turns[at].target = offset;
+            rc.count++;
+        }
+        rc.dirty = 0;
+    }
+    rc.seq++;
+    int moved = 0;
+    while (rc.count > 0 && rc.turns[rc.head].target <= acked) {
+        rc.acked_seq = rc.turns[rc.head].seq;
+        rc.head = (rc.head + 1) % RV_RC_TURNS;
+        rc.count--;
+        moved = 1;
+    }
+    if (rc.count == 0 && acked >= 0 && rc.acked_seq < rc.seq - 1) {
+        rc.acked_seq = rc.seq - 1;
+        moved = 1;
+    }
+    if (paused || RedisModule_DictSize(rc.signal) == 0 || !moved) return;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rc.signal, "^", NULL, 0);
+    size_t klen;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, NULL)) != NULL) {
+        if (RedisModule_SelectDb(ctx, rv_dict_key_db((unsigned char *)k)) != REDISMODULE_OK)
+            continue;
+        RedisModuleString *name = RedisModule_CreateString(NULL, k + 4, klen - 4);
+        RedisModule_SignalKeyAsReady(ctx, name);
+        RedisModule_FreeString(NULL, name);
+    }
+    RedisModule_DictIteratorStop(it);
+    RedisModule_FreeDict(NULL, rc.signal);
+    rc.signal = RedisModule_CreateDict(NULL);
+}
+
+static void rv_rc_reset(void) {
+    rc.count = 0;
+    rc.head = 0;
+    rc.dirty = 0;
+    rc.acked_seq = rc.seq;
+    rc.seq++;
+}
+
+/* ------------------------------------------------------------------------
+ * After a write; a stream is created
+ * --------------------------------------------------------------------- */
+
+void rl_resv_wrote(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) {
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (!(flags & REDISMODULE_CTX_FLAGS_MASTER) ||
+        (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
+        return;
+    rv_state *st = rv_of(s);
+    uint64_t next = mn_next_offset(s);
+    /* Reserve ahead: the next reservation is confirmed before it is needed
+     * (one at a time: none while one is in flight). */
+    uint64_t step = st->step ? st->step : RV_STEP_MIN;
+    uint64_t mark = rv_mark(s);
+    if (st->epoch == rv.epoch && st->confirmed >= mark && mark - next < step / 2 &&
+        mark < RV_OFFSET_END && !rv_file.failing)
+        rv_reserve(ctx, key, RedisModule_GetSelectedDb(ctx), st, next, 0);
+    if (!rv.read_committed) return;
+    if (rv_immediate()) {
+        st->committed = next;
+        st->rc_epoch = rv.rc_epoch;
+        st->ck_seq[0] = st->ck_seq[1] = 0;
+        return;
+    }
+    rv_rc_adopt(st, next);
+    rv_ck_push(st, next);
+}
+
+void rl_resv_created(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) {
+    rv_state *st = rv_of(s);
+    st->epoch = rv.epoch;
+    st->rc_epoch = rv.rc_epoch;
+    if (RedisModule_DictSize(rv_missing) == 0) return;
+    int db = RedisModule_GetSelectedDb(ctx);
+    rv_state *m = rv_missing_get(db, key, 0);
+    if (m == NULL) return;
+    /* The key's reservation moves into its stream; a mark from before a
+     * crash or promotion keeps its old epoch, so the first write raises
+     * the stream to it. */
+    uint64_t mark = rv_max(st->mark, m->mark);
+    *st = *m;
+    st->mark = mark;
+    st->rc_epoch = rv.rc_epoch;
+    rv_missing_del(db, key);
+}
+
+/* ------------------------------------------------------------------------
+ * The before-sleep hook
+ * --------------------------------------------------------------------- */
+
+/* Start-up: the file's marks meet the loaded streams (see RECOVERY). */
+static void rv_recover(RedisModuleCtx *ctx) {
+    rv.recovered = 1;
+    RedisModuleDict *fold = rv_file.fold;
+    rv_file.fold = NULL;
+    int exact = rv_file.clean && rv_file.tight;
+    uint64_t streams = 0, missing = 0;
+    if (fold != NULL) {
+        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+        size_t klen;
+        void *value;
+        char *k;
+        while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+            rv_marks *m = value;
+            int db = rv_dict_key_db((unsigned char *)k);
+            if (RedisModule_SelectDb(ctx, db) != REDISMODULE_OK) continue;
+            RedisModuleString *name = RedisModule_CreateString(NULL, k + 4, klen - 4);
+            RedisModuleKey *key = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
+            mn_stream *s;
+            if (rl_stream_of(key, &s) && s != NULL) {
+                rv_state *st = rv_of(s);
+                if (exact && m->has_live) {
+                    st->mark = m->live;
+                } else {
+                    if (m->has_live) st->mark = rv_max(st->mark, m->live);
+                    if (m->has_deleted) st->mark = rv_max(st->mark, m->deleted);
+                }
+                streams++;
+            } else if (s == NULL && m->has_live && RedisModule_KeyType(key) ==
+                                                       REDISMODULE_KEYTYPE_EMPTY) {
+                rv_state *st = rv_missing_get(db, name, 1);
+                st->mark = m->has_deleted ? rv_max(m->live, m->deleted) : m->live;
+                st->epoch = 0; /* a floor: before the epoch bump below */
+                missing++;
+            }
+            RedisModule_CloseKey(key);
+            RedisModule_FreeString(NULL, name);
+        }
+        RedisModule_DictIteratorStop(it);
+        RedisModule_SelectDb(ctx, 0);
+        /* The file starts over from its fold (no clean mark any more). */
+        rv_file.len = 0;
+        rv_fold_records(fold);
+        char err[200];
+        if (rv_rewrite(err, sizeof(err)) != 0) rv_log_file_error(err);
+        rv_fold_free(fold);
+    }
+    rv.epoch++;
+    rv_repl r;
+    rv_read_repl(&r);
+    rv.replicas_online = r.online;
+    if (streams || missing)
+        RedisModule_Log(ctx, "notice",
+                        "rcp11: offsets file %s: %llu streams will continue at their marks, "
+                        "%llu deleted-or-lost keys keep theirs (%s)",
+                        rv_file.path, (unsigned long long)streams, (unsigned long long)missing,
+                        exact ? "after a clean shutdown: no gap" : "a gap of nulls may show");
+}
+
+/* Evaluate the blocked writers: release the confirmed, reserve again for
+ * those whose reservation others used up, time out the rest. */
+static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
+    int64_t now = rv_now_ms();
+    RedisModuleDict *granted = RedisModule_CreateDict(NULL); /* db+key -> offsets let go */
+    rv_waiter *w = rv_waiters_head;
+    while (w != NULL) {
+        rv_waiter *next_w = w->next;
+        if (RedisModule_SelectDb(ctx, w->db) != REDISMODULE_OK) {
+            rv_release(w, RV_REFUSE_TIMEOUT);
+            w = next_w;
+            continue;
+        }
+        size_t klen;
+        char *k = rv_dict_key_of(w->db, w->key, &klen);
+        int nokey;
+        uintptr_t pending = (uintptr_t)RedisModule_DictGetC(granted, k, klen, &nokey);
+        RedisModuleKey *key = RedisModule_OpenKey(ctx, w->key, REDISMODULE_READ);
+        mn_stream *s = NULL;
+        int stream_or_empty = rl_stream_of(key, &s);
+        rv_state *st = s ? rv_of(s) : rv_missing_get(w->db, w->key, 0);
+        uint64_t next = s ? mn_next_offset(s) : 0;
+        uint64_t need = rv_add_sat(rv_add_sat(next, (uint64_t)pending), w->n);
+        int verdict = RV_WAITING;
+        if (!stream_or_empty) {
+            verdict = RV_GO; /* the rerun answers -WRONGTYPE */
+        } else if (st != NULL && need <= st->confirmed && (s == NULL || st->epoch == rv.epoch)) {
+            verdict = RV_GO;
+        } else if (now >= w->deadline_ms) {
+            verdict = rv.on_timeout == 1 ? RV_GO : RV_REFUSE_TIMEOUT;
+        } else if (rv_file.failing) {
+            verdict = RV_REFUSE_FILE;
+        } else if (!paused && st != NULL && (s == NULL || st->epoch == rv.epoch) &&
+                   need > (s ? rv_mark(s) : st->mark)) {
+            /* Others used the reservation up meanwhile: a new one. */
+            if (!rv_reserve(ctx, w->key, w->db, st, need, w->n)) verdict = RV_REFUSE_FILE;
+        }
+        RedisModule_CloseKey(key);
+        if (verdict == RV_GO && paused) verdict = RV_WAITING; /* the rerun would propagate */
+        if (verdict == RV_GO) {
+            RedisModule_DictReplaceC(granted, k, klen, (void *)(pending + (uintptr_t)w->n));
+            rv_release(w, verdict);
+        } else if (verdict != RV_WAITING) {
+            rv_release(w, verdict);
+        }
+        RedisModule_Free(k);
+        w = next_w;
+    }
+    RedisModule_FreeDict(NULL, granted);
+}
+
+static void rv_before_sleep(RedisModuleCtx *ctx) {
+    if (!rv.recovered) rv_recover(ctx);
+    rv_file_sync();
+    rv.after_hook = 1;
+    int primary = RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_MASTER;
+    if (!primary) {
+        /* A replica now: writers waiting here were never admitted. */
+        while (rv_waiters_head) rv_release(rv_waiters_head, RV_REFUSE_ROLE);
+        rv_flights_clear();
+        return;
+    }
+    int rc_work = rv.read_committed && (rc.dirty || rc.count > 0 ||
+                                        RedisModule_DictSize(rc.signal) > 0);
+    if (rv_flights == NULL && rv_waiters_head == NULL && !rc_work) return;
+    int paused = RedisModule_AvoidReplicaTraffic();
+    rv_repl r;
+    rv_read_repl(&r);
+    rv.replicas_online = r.online;
+    long long acked = rv_acked(&r);
+    /* Reservations propagated before now get this offset as their target,
+     * if the file holds them fsynced; those acknowledged are confirmed. */
+    int assigned = 0;
+    for (rv_flight *f = rv_flights; f != NULL; f = f->next) {
+        if (f->target >= 0 || rv_file.failing || rv_file.pending_live) continue;
+        f->target = r.offset;
+        assigned = 1;
+    }
+    while (rv_flights != NULL && rv_flights->target >= 0 && rv_flights->target <= acked) {
+        rv_flight *f = rv_flights;
+        rv_flights = f->next;
+        if (rv_flights == NULL) rv_flights_tail = &rv_flights;
+        rv_confirm(ctx, f);
+        rv_flight_free(f);
+    }
+    if (rv.read_committed) {
+        if (rc.dirty) assigned = 1;
+        rv_rc_hook(ctx, r.offset, acked, paused);
+    }
+    rv_serve_waiters(ctx, paused);
+    RedisModule_SelectDb(ctx, 0);
+    /* Ask the replicas for their offset: as WAIT does, to them only. */
+    int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    int64_t now = rv_now_ms();
+    if (waiting && r.online > 0 && !paused &&
+        ((assigned && r.min_ack >= rv.getack_target) || now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
+        RedisModule_Replicate(ctx, "REPLCONF", "Acc", "GETACK", "*");
+        rv.getack_target = r.offset;
+        rv.getack_ms = now;
+        rv.getacks++;
+    }
+    if (rv_waiters_head != NULL || waiting || RedisModule_DictSize(rc.signal) > 0)
+        rv_arm_timer(ctx);
+}
+
+static void rv_on_eventloop(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
+                            void *data) {
+    (void)eid;
+    (void)data;
+    if (subevent == REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP) rv_before_sleep(ctx);
+    else rv.after_hook = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Other server events
+ * --------------------------------------------------------------------- */
+
+static void rv_on_role(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data) {
+    (void)ctx;
+    (void)eid;
+    (void)data;
+    rv_flights_clear();
+    if (subevent == REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER) {
+        /* Every stream is raised to what it received, at its next write. */
+        rv.epoch++;
+        rv.rc_epoch++;
+        rv_rc_reset();
+        rv_repl r;
+        rv_read_repl(&r);
+        rv.replicas_online = r.online;
+    }
+}
+
+static void rv_on_loading(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
+                          void *data) {
+    (void)ctx;
+    (void)eid;
+    (void)data;
+    rv.loading = subevent != REDISMODULE_SUBEVENT_LOADING_ENDED &&
+                 subevent != REDISMODULE_SUBEVENT_LOADING_FAILED;
+}
+
+static void rv_on_flush(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data) {
+    (void)ctx;
+    (void)eid;
+    const RedisModuleFlushInfo *info = data;
+    if (subevent != REDISMODULE_SUBEVENT_FLUSHDB_END) return;
+    rv_missing_flush(info->dbnum);
+    rv_buf_record(RV_FLUSH, info->dbnum, NULL, 0, 0);
+}
+
+/* Clean shutdown: the file is rewritten from the keyspace. A primary's
+ * marks are the next offsets exactly (nothing beyond was handed out), so a
+ * restart leaves no gap; a replica keeps what it received. */
+typedef struct rv_scan_ctx {
+    int db, tight;
+} rv_scan_ctx;
+
+static void rv_shutdown_key(RedisModuleCtx *ctx, RedisModuleString *keyname, RedisModuleKey *key,
+                            void *privdata) {
+    rv_scan_ctx *sc = privdata;
+    mn_stream *s;
+    RedisModuleKey *own = key == NULL ? RedisModule_OpenKey(ctx, keyname, REDISMODULE_READ) : NULL;
+    int stream = rl_stream_of(key ? key : own, &s) && s != NULL;
+    if (own) RedisModule_CloseKey(own);
+    if (!stream) return;
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(keyname, &klen);
+    rv_buf_record(RV_LIVE, sc->db, k, klen, sc->tight ? mn_next_offset(s) : rv_mark(s));
+}
+
+static void rv_on_shutdown(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
+                           void *data) {
+    (void)eid;
+    (void)subevent;
+    (void)data;
+    if (rv_file.fd < 0 || !rv.recovered) return;
+    rv_scan_ctx sc;
+    sc.tight = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_MASTER) != 0;
+    rv_file.len = 0;
+    RedisModuleScanCursor *cursor = RedisModule_ScanCursorCreate();
+    for (sc.db = 0; RedisModule_SelectDb(ctx, sc.db) == REDISMODULE_OK; sc.db++) {
+        RedisModule_ScanCursorRestart(cursor);
+        while (RedisModule_Scan(ctx, cursor, rv_shutdown_key, &sc)) {
+        }
+    }
+    RedisModule_ScanCursorDestroy(cursor);
+    /* Marks of keys whose stream is gone: floors (a replica: all). */
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rv_missing, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        rv_state *st = value;
+        if (sc.tight && st->epoch == rv.epoch) continue; /* a writer that never wrote */
+        rv_buf_record(RV_LIVE, rv_dict_key_db((unsigned char *)k), k + 4, klen - 4, st->mark);
+    }
+    RedisModule_DictIteratorStop(it);
+    rv_buf_record(RV_CLEAN, 0, NULL, 0, (uint64_t)sc.tight);
+    char err[200];
+    if (rv_rewrite(err, sizeof(err)) != 0) rv_log_file_error(err);
+}
+
+/* ------------------------------------------------------------------------
+ * RCP11.RESERVE key mark (replication stream and AOF only)
+ * --------------------------------------------------------------------- */
+
+static int rv_parse_u64(RedisModuleString *arg, uint64_t max, uint64_t *out) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(arg, &len);
+    if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    if (v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+static int rv_reserve_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (!(flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
+        return RedisModule_ReplyWithError(
+            ctx, "ERR RCP11.RESERVE is internal: only a primary's replication stream and the "
+                 "AOF may send it");
+    uint64_t mark;
+    if (!rv_parse_u64(argv[2], RV_OFFSET_END, &mark))
+        return RedisModule_ReplyWithError(ctx, "ERR mark must be an integer between 0 and 2^63");
+    int db = RedisModule_GetSelectedDb(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
+    mn_stream *s;
+    if (rl_stream_of(key, &s)) {
+        rv_state *st = s ? rv_of(s) : rv_missing_get(db, argv[1], 1);
+        if (mark > st->mark) st->mark = mark;
+    }
+    RedisModule_CloseKey(key);
+    /* A replica keeps what it received in its own file, fsynced by the
+     * hook before its next acknowledgement leaves. */
+    if (!(flags & REDISMODULE_CTX_FLAGS_LOADING) && !rv.loading) {
+        size_t klen;
+        const char *k = RedisModule_StringPtrLen(argv[1], &klen);
+        rv_buf_record(RV_LIVE, db, k, klen, mark);
+    }
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ------------------------------------------------------------------------
+ * RDB, AOF, unlink
+ * --------------------------------------------------------------------- */
+
+void rl_resv_rdb_save(RedisModuleIO *io, mn_stream *s) { RedisModule_SaveUnsigned(io, rv_mark(s)); }
+
+int rl_resv_rdb_load(RedisModuleIO *io, mn_stream *s, int encver) {
+    rv_state *st = rv_of(s);
+    st->epoch = rv.epoch;
+    st->rc_epoch = rv.rc_epoch;
+    if (encver < 2) return REDISMODULE_OK; /* written before marks were saved */
+    uint64_t mark = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io)) return REDISMODULE_ERR;
+    if (mark > RV_OFFSET_END) {
+        RedisModule_LogIOError(io, "warning", "rcp11: stream reservation mark out of range");
+        return REDISMODULE_ERR;
+    }
+    st->mark = mark;
+    return REDISMODULE_OK;
+}
+
+void rl_resv_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, mn_stream *s) {
+    uint64_t mark = rv_peek(s)->mark;
+    if (mark <= mn_next_offset(s)) return;
+    char digits[24];
+    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)mark);
+    RedisModule_EmitAOF(aof, "RCP11.RESERVE", "sb", key, digits, (size_t)len);
+}
+
+void rl_resv_unlink(RedisModuleKeyOptCtx *ctx, const void *value) {
+    (void)value;
+    if (rv.loading || rv_file.fd < 0) return;
+    const RedisModuleString *name = RedisModule_GetKeyNameFromOptCtx(ctx);
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(name, &klen);
+    rv_buf_record(RV_DELETED, RedisModule_GetDbIdFromOptCtx(ctx), k, klen, 0);
+}
+
+/* ------------------------------------------------------------------------
+ * INFO, configs, loading
+ * --------------------------------------------------------------------- */
+
+void rl_resv_info(RedisModuleInfoCtx *ctx) {
+    RedisModule_InfoAddSection(ctx, "reservations");
+    RedisModule_InfoAddFieldULongLong(ctx, "reservations", rv.reservations);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_fsyncs", rv.fsyncs);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_waits", rv.waits);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_waiting_writes", rv_waiting);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_refused_writes", rv.refused);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_unconfirmed_writes", rv.unconfirmed);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_raised_streams", rv.raised);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_getacks", rv.getacks);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_replicas_online",
+                                      (unsigned long long)rv.replicas_online);
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_bytes", rv_file.size);
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_failing", (unsigned long long)rv_file.failing);
+}
+
+static long long rv_get_numeric(const char *name, void *privdata) {
+    (void)name;
+    return *(long long *)privdata;
+}
+
+static int rv_set_numeric(const char *name, long long value, void *privdata,
+                          RedisModuleString **err) {
+    (void)name;
+    (void)err;
+    *(long long *)privdata = value;
+    return REDISMODULE_OK;
+}
+
+static int rv_get_enum(const char *name, void *privdata) {
+    (void)name;
+    return *(int *)privdata;
+}
+
+static int rv_set_enum(const char *name, int value, void *privdata, RedisModuleString **err) {
+    (void)name;
+    (void)err;
+    *(int *)privdata = value;
+    return REDISMODULE_OK;
+}
+
+static int rv_get_bool(const char *name, void *privdata) {
+    (void)name;
+    return *(int *)privdata;
+}
+
+static int rv_set_bool(const char *name, int value, void *privdata, RedisModuleString **err) {
+    (void)name;
+    (void)err;
+    *(int *)privdata = value;
+    return REDISMODULE_OK;
+}
+
+static RedisModuleString *rv_get_string(const char *name, void *privdata) {
+    (void)name;
+    return *(RedisModuleString **)privdata;
+}
+
+static int rv_set_string(const char *name, RedisModuleString *value, void *privdata,
+                         RedisModuleString **err) {
+    (void)name;
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(value, &len);
+    if (len == 0 || memchr(p, '\0', len) != NULL) {
+        *err = RedisModule_CreateString(NULL, "the offsets file needs a name", 29);
+        return REDISMODULE_ERR;
+    }
+    RedisModuleString **slot = privdata;
+    if (*slot) RedisModule_FreeString(NULL, *slot);
+    *slot = RedisModule_CreateStringFromString(NULL, value);
+    return REDISMODULE_OK;
+}
+
+int rl_resv_register_configs(RedisModuleCtx *ctx) {
+    static const char *policy_names[] = {"refuse", "write"};
+    static const int policy_values[] = {0, 1};
+    if (RedisModule_RegisterNumericConfig(ctx, "reservation-timeout-ms", 1000,
+                                          REDISMODULE_CONFIG_DEFAULT, 0, 86400000, rv_get_numeric,
+                                          rv_set_numeric, NULL, &rv.timeout_ms) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterNumericConfig(ctx, "reservation-min-replicas", 0,
+                                          REDISMODULE_CONFIG_DEFAULT, 0, 1000000, rv_get_numeric,
+                                          rv_set_numeric, NULL,
+                                          &rv.min_replicas) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterEnumConfig(ctx, "reservation-on-timeout", 0, REDISMODULE_CONFIG_DEFAULT,
+                                       policy_names, policy_values, 2, rv_get_enum, rv_set_enum,
+                                       NULL, &rv.on_timeout) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterEnumConfig(ctx, "reservation-in-multi", 1, REDISMODULE_CONFIG_DEFAULT,
+                                       policy_names, policy_values, 2, rv_get_enum, rv_set_enum,
+                                       NULL, &rv.in_multi) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterBoolConfig(ctx, "read-committed", 0, REDISMODULE_CONFIG_DEFAULT,
+                                       rv_get_bool, rv_set_bool, NULL,
+                                       &rv.read_committed) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (RedisModule_RegisterStringConfig(ctx, "offsets-file", RV_DEFAULT_FILE,
+                                         REDISMODULE_CONFIG_IMMUTABLE, rv_get_string,
+                                         rv_set_string, NULL, &rv.file_name) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}
+
+static RedisModuleCommandKeySpec rv_reserve_specs[] = {
+    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+
+static const RedisModuleCommandInfoVersion rv_info_version = {
+    1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
+    sizeof(RedisModuleCommandArg)};
+
+int rl_resv_init(RedisModuleCtx *ctx) {
+    rv_missing = RedisModule_CreateDict(NULL);
+    rc.signal = RedisModule_CreateDict(NULL);
+    if (rv.file_name == NULL) rv.file_name = RedisModule_CreateString(NULL, RV_DEFAULT_FILE, strlen(RV_DEFAULT_FILE));
+    if (rv_file_open(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (RedisModule_CreateCommand(ctx, "rcp11.reserve", rv_reserve_command, "write", 1, 1, 1) !=
+        REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    RedisModuleCommandInfo info;
+    memset(&info, 0, sizeof(info));
+    info.version = &rv_info_version;
+    info.summary = "Raise a stream's offset reservation (replication and AOF only)";
+    info.since = "1.0.0";
+    info.arity = 3;
+    info.key_specs = rv_reserve_specs;
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, "rcp11.reserve");
+    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    static const struct {
+        uint64_t id;
+        RedisModuleEventCallback cb;
+    } events[] = {
+        {REDISMODULE_EVENT_EVENTLOOP, rv_on_eventloop},
+        {REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, rv_on_role},
+        {REDISMODULE_EVENT_LOADING, rv_on_loading},
+        {REDISMODULE_EVENT_FLUSHDB, rv_on_flush},
+        {REDISMODULE_EVENT_SHUTDOWN, rv_on_shutdown},
+        {REDISMODULE_EVENT_REPLICA_CHANGE, rv_on_replica_change},
+    };
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        RedisModuleEvent e = {events[i].id, 1};
+        if (RedisModule_SubscribeToServerEvent(ctx, e, events[i].cb) != REDISMODULE_OK) {
+            RedisModule_Log(ctx, "warning", "rcp11: cannot subscribe to server event %llu",
+                            (unsigned long long)events[i].id);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
