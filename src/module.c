@@ -787,11 +787,14 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
  * included): the group key moves by that much. s may be NULL. */
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
                                int withinfo) {
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    /* The end a reader may see (rcp11.read-committed: what the replicas
+     * acknowledged). */
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
+        if (first > next) first = next;
         RedisModule_ReplyWithArray(ctx, (long)(n + 1));
         RedisModule_ReplyWithArray(ctx, 4);
         /* next may be 2^63, which no RESP integer holds: the info reports
@@ -972,7 +975,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
         return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t start = w->start, pos = 0;
     int missing = 0;
     if (w->group) {
@@ -983,6 +986,9 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
     if (start >= next) {
+        /* Written but not acknowledged yet (read-committed): woken again
+         * once it is. */
+        if (s != NULL && start < mn_next_offset(s)) rl_resv_reader_waits(ctx, w->key);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;
     }
@@ -1396,7 +1402,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
+    /* Messages past `next` are written but not acknowledged (read-committed):
+     * a reader blocking for them is woken once they are. */
+    int unacknowledged = s != NULL && next < mn_next_offset(s);
     int flags = RedisModule_GetContextFlags(ctx);
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
@@ -1405,6 +1414,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         uint64_t start = rl_resolve_offset(a.offset, next);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
+            if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
             rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
             w->start = start;
             w->count = a.count;
@@ -1435,6 +1445,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
+        if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
         /* Created now, so a GROUPNEW reader gets what is written next. */
         if (missing) rl_set_group(ctx, a.group, start);
         rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisModuleServer, tr, tw
+from helpers_module import Ledger, messages
 
 OFFSETS_FILE = "rcp11-offsets.dat"
 
@@ -22,42 +23,6 @@ def incr_aof(srv: RedisModuleServer) -> Path:
     manifest = next((srv.dir / "appendonlydir").glob("*.manifest")).read_text()
     names = [line.split()[1] for line in manifest.splitlines() if " type i" in line]
     return srv.dir / "appendonlydir" / names[-1]
-
-
-class Ledger:
-    """Every write a client got a reply for: (key, offset) -> message. A
-    second reply naming the same (key, offset) is an offset handed out
-    twice."""
-
-    def __init__(self) -> None:
-        self.acked: dict[tuple[bytes, int], bytes] = {}
-        self.reused: list[tuple[bytes, int]] = []
-
-    def write(self, client: redis.Redis, key: bytes, messages: list[bytes]) -> None:
-        pipe = client.pipeline(transaction=False)
-        for message in messages:
-            pipe.execute_command("TWRITE", key, message)
-        for offset, message in zip(pipe.execute(), messages, strict=True):
-            if (key, offset) in self.acked:
-                self.reused.append((key, offset))
-            self.acked[(key, offset)] = message
-
-    def check_stored(self, client: redis.Redis) -> int:
-        """Every acknowledged offset holds its message or null (lost in the
-        crash), never another message. Returns how many were lost."""
-        lost = 0
-        for key in {key for key, _ in self.acked}:
-            offsets = sorted(o for k, o in self.acked if k == key)
-            stored = tr(client, key, 0, offsets[-1] + 1)
-            for offset in offsets:
-                found = stored[offset] if offset < len(stored) else None
-                assert found in (None, self.acked[(key, offset)]), (key, offset, found)
-                lost += found is None
-        return lost
-
-
-def messages(tag: str, count: int) -> list[bytes]:
-    return [b"%s-%d" % (tag.encode(), n) for n in range(count)]
 
 
 def cut(path: Path, keep: int) -> None:
