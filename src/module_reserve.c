@@ -102,39 +102,11 @@
  * was created, a file mark after a crash): a stream created there by a
  * primary after the epoch changed starts at that mark.
  *
- * THE OFFSETS FILE (rcp11.offsets-file, in Redis's `dir`)
- * ======================================================
+ * THE OFFSETS FILE
+ * ================
  *
- *   header  "RCP11OFF" | u32 version 1 | u32 0                  16 bytes
- *   batch   u32 payload length | u32 crc32(payload) | payload   repeated
- *
- *   record in a payload (little-endian)
- *   kind 1 LIVE     u32 db | u32 key length | key | u64 mark
- *   kind 2 DELETED  u32 db | u32 key length | key     the live mark of the
- *                                                     key becomes a deleted mark
- *   kind 3 DELMARK  u32 db | u32 key length | key | u64 mark  (rewrites)
- *   kind 4 FLUSH    i32 db (-1: all)                 every live mark of db
- *                                                     becomes a deleted mark
- *   kind 5 CLEAN    u8 tight                         a clean shutdown; only
- *                                                     as the last record
- *
- * Folding the records gives per key a live mark (a stream is there) and a
- * deleted mark (a stream was deleted there; should an older AOF bring it
- * back, it goes up to that mark). At start-up a live mark raises the stream
- * or, the key being empty, becomes the mark of a stream created there
- * later; a deleted mark only raises a stream the files brought back, so a
- * key deleted before a crash stays deleted and a new stream there starts
- * at 0. Deletions come from the data type's unlink2 callback (DEL, UNLINK,
- * expiry, eviction, overwrite, RENAME and MOVE sources, TCONCAT sources)
- * and the FLUSHDB event; they are written with the next batch, not
- * fsynced: a lost one costs a gap, never a reuse. A torn last batch is
- * dropped and every mark raised by RV_TORN_MARGIN (a file damaged at its
- * end looks the same as one torn by a crash); damage before the last batch
- * fails the module's load with the reason, as a corrupt RDB does. The file
- * is rewritten from its fold at start-up and when it grows (temp file,
- * fsync, rename, fsync of the directory), and from the keyspace at a clean
- * SHUTDOWN. A lock (flock) keeps a second server off it. If `dir` changes
- * (CONFIG SET dir) the file follows at its next write.
+ * module_offsets_file.c keeps the marks (format, fold, deletions, torn
+ * ends, compaction, clean shutdowns); this file tells it when.
  *
  * READ-COMMITTED (rcp11.read-committed yes)
  * =========================================
@@ -151,21 +123,14 @@
  * they have: read committed data from the primary.
  */
 
-/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, flock). */
-#define _GNU_SOURCE
-
 #include "module_reserve.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
+
+#include "module_offsets_file.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -180,28 +145,16 @@
 #define RV_STEP_MAX ((uint64_t)1 << 22)
 #define RV_PACE_FAST_MS 1000
 #define RV_PACE_SLOW_MS 10000
-/* How far every mark goes up when the file's last batch is cut short:
- * more than one reservation can move a mark (a command's entries, <= the
- * query buffer limit of 1 GB, plus RV_STEP_MAX). */
-#define RV_TORN_MARGIN ((uint64_t)1 << 30)
 /* While writers wait, the hook runs at least this often (a timer). */
 #define RV_TICK_MS 10
 /* REPLCONF GETACK goes out when a new reservation or write waits and the
  * last one was answered, else again after this long. */
 #define RV_GETACK_RETRY_MS 100
-/* The file is rewritten from its fold once it grew by this much and by
- * more than its size after the last rewrite. */
-#define RV_COMPACT_MIN_BYTES (1024 * 1024)
 /* Read-committed turns waiting for their acknowledgement (a ring). */
 #define RV_RC_TURNS 256
 
-#define RV_FILE_MAGIC "RCP11OFF"
-#define RV_FILE_VERSION 1
-#define RV_HEADER_BYTES 16
-#define RV_BATCH_HEADER 8
 #define RV_DEFAULT_FILE "rcp11-offsets.dat"
 
-enum { RV_LIVE = 1, RV_DELETED = 2, RV_DELMARK = 3, RV_FLUSH = 4, RV_CLEAN = 5 };
 
 /* Why a blocked writer is let go. */
 enum { RV_WAITING = 0, RV_GO, RV_REFUSE_TIMEOUT, RV_REFUSE_ROLE, RV_REFUSE_FILE };
@@ -262,12 +215,13 @@ static struct {
     int loading;       /* Redis is loading a file or a full sync */
     int rerunning;     /* a blocked writer's command runs again */
     int timer;         /* a tick timer is pending */
+    int urgent;        /* a reply of this turn waits for the file's fsync */
     long long replicas_online;
     long long getack_target; /* replication offset the last GETACK asked for */
     long long getack_ms;
 
     /* INFO */
-    uint64_t reservations, fsyncs, waits, refused, unconfirmed, raised, getacks;
+    uint64_t reservations, waits, refused, unconfirmed, raised, getacks;
 } rv = {.timeout_ms = 1000, .in_multi = 1, .rc_epoch = 1, .getack_target = -1};
 
 /* Keys without a stream that have a mark: "<db u32><name>" -> rv_state. */
@@ -312,29 +266,6 @@ static struct {
     RedisModuleDict *signal; /* "<db><key>" of readers to wake on progress */
 } rc = {1, 0, 0, {{0, 0}}, 0, 0, NULL};
 
-/* The offsets file. */
-static struct {
-    int fd;
-    char *path;
-    dev_t dir_dev;
-    ino_t dir_ino;
-    unsigned char *buf; /* records not yet written */
-    size_t len, cap;
-    uint64_t size;      /* bytes in the file */
-    uint64_t base_size; /* its size after the last rewrite */
-    int pending_live;   /* a reservation is not fsynced yet */
-    int urgent;         /* a reply waits for that fsync */
-    int failing;        /* the last write failed: reservations are refused */
-    char error[160];
-    RedisModuleDict *fold; /* the file's marks, until start-up recovery */
-    int clean, tight;
-} rv_file = {.fd = -1};
-
-/* A folded key: its live and deleted marks. */
-typedef struct rv_marks {
-    uint64_t live, deleted;
-    int has_live, has_deleted;
-} rv_marks;
 
 /* ------------------------------------------------------------------------
  * Small helpers
@@ -352,28 +283,10 @@ static uint64_t rv_add_sat(uint64_t a, uint64_t b) {
  * SKIPTO past it). */
 static uint64_t rv_mark(mn_stream *s) { return rv_max(rv_peek(s)->mark, mn_next_offset(s)); }
 
-/* "<db u32 LE><name>": the key of rv_missing, rc.signal and the fold. */
-static char *rv_dict_key(int db, const char *name, size_t len, size_t *out_len) {
-    char *k = RedisModule_Alloc(len + 4);
-    uint32_t d = (uint32_t)db;
-    k[0] = (char)(d & 0xff);
-    k[1] = (char)((d >> 8) & 0xff);
-    k[2] = (char)((d >> 16) & 0xff);
-    k[3] = (char)((d >> 24) & 0xff);
-    memcpy(k + 4, name, len);
-    *out_len = len + 4;
-    return k;
-}
-
-static int rv_dict_key_db(const unsigned char *k) {
-    return (int)((uint32_t)k[0] | (uint32_t)k[1] << 8 | (uint32_t)k[2] << 16 |
-                 (uint32_t)k[3] << 24);
-}
-
 static char *rv_dict_key_of(int db, RedisModuleString *name, size_t *out_len) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(name, &len);
-    return rv_dict_key(db, p, len, out_len);
+    return of_key(db, p, len, out_len);
 }
 
 /* The mark of a missing key; created (zero, this epoch) when asked to. */
@@ -412,7 +325,7 @@ static void rv_missing_flush(int db) {
         char *found = NULL;
         size_t found_len = 0;
         while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-            if (db == -1 || rv_dict_key_db((unsigned char *)k) == db) {
+            if (db == -1 || of_key_db(k) == db) {
                 found = RedisModule_Alloc(klen);
                 memcpy(found, k, klen);
                 found_len = klen;
@@ -436,541 +349,6 @@ static void rv_replicate_offset(RedisModuleCtx *ctx, const char *command, RedisM
     char digits[24];
     snprintf(digits, sizeof(digits), "%llu", (unsigned long long)offset);
     RedisModule_Replicate(ctx, command, "sc", key, digits);
-}
-
-/* ------------------------------------------------------------------------
- * The offsets file: encoding
- * --------------------------------------------------------------------- */
-
-static void rv_put32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void rv_put64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t rv_get32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t rv_get64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static void rv_buf_reserve(size_t more) {
-    if (rv_file.len + more <= rv_file.cap) return;
-    size_t cap = rv_file.cap ? rv_file.cap : 256;
-    while (cap < rv_file.len + more) cap *= 2;
-    rv_file.buf = RedisModule_Realloc(rv_file.buf, cap);
-    rv_file.cap = cap;
-}
-
-/* Append one record to the pending buffer. */
-static void rv_buf_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
-    rv_buf_reserve(1 + 4 + 4 + klen + 8);
-    if (kind == RV_LIVE) rv_file.pending_live = 1;
-    unsigned char *p = rv_file.buf + rv_file.len;
-    *p++ = (unsigned char)kind;
-    if (kind == RV_FLUSH) {
-        rv_put32(p, (uint32_t)db);
-        rv_file.len += 5;
-        return;
-    }
-    if (kind == RV_CLEAN) {
-        *p = (unsigned char)mark;
-        rv_file.len += 2;
-        return;
-    }
-    rv_put32(p, (uint32_t)db);
-    rv_put32(p + 4, (uint32_t)klen);
-    memcpy(p + 8, key, klen);
-    p += 8 + klen;
-    size_t n = 1 + 8 + klen;
-    if (kind != RV_DELETED) {
-        rv_put64(p, mark);
-        n += 8;
-    }
-    rv_file.len += n;
-}
-
-static int rv_write_all(int fd, const unsigned char *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* A whole file image from a buffer of records: header and one batch. */
-static unsigned char *rv_image(const unsigned char *records, size_t len, size_t *out_len) {
-    unsigned char *img = RedisModule_Alloc(RV_HEADER_BYTES + RV_BATCH_HEADER + len);
-    memcpy(img, RV_FILE_MAGIC, 8);
-    rv_put32(img + 8, RV_FILE_VERSION);
-    rv_put32(img + 12, 0);
-    size_t n = RV_HEADER_BYTES;
-    if (len > 0) {
-        rv_put32(img + n, (uint32_t)len);
-        rv_put32(img + n + 4, (uint32_t)crc32(0L, records, (uInt)len));
-        memcpy(img + n + RV_BATCH_HEADER, records, len);
-        n += RV_BATCH_HEADER + len;
-    }
-    *out_len = n;
-    return img;
-}
-
-/* ------------------------------------------------------------------------
- * The offsets file: folding its records into marks
- * --------------------------------------------------------------------- */
-
-static rv_marks *rv_fold_get(RedisModuleDict *fold, int db, const char *key, size_t klen) {
-    size_t dlen;
-    char *k = rv_dict_key(db, key, klen, &dlen);
-    int nokey;
-    rv_marks *m = RedisModule_DictGetC(fold, k, dlen, &nokey);
-    if (nokey || m == NULL) {
-        m = RedisModule_Calloc(1, sizeof(*m));
-        RedisModule_DictSetC(fold, k, dlen, m);
-    }
-    RedisModule_Free(k);
-    return m;
-}
-
-static void rv_marks_delete(rv_marks *m) {
-    if (!m->has_live) return;
-    m->deleted = m->has_deleted ? rv_max(m->deleted, m->live) : m->live;
-    m->has_deleted = 1;
-    m->has_live = 0;
-}
-
-static void rv_fold_free(RedisModuleDict *fold) {
-    if (fold == NULL) return;
-    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-    void *value;
-    while (RedisModule_DictNextC(it, NULL, &value) != NULL) RedisModule_Free(value);
-    RedisModule_DictIteratorStop(it);
-    RedisModule_FreeDict(NULL, fold);
-}
-
-/* Apply one batch's records. Returns 0, or -1 when a record runs past the
- * batch (a batch whose CRC matched: damage, not a tear). */
-static int rv_fold_batch(RedisModuleDict *fold, const unsigned char *p, size_t len, int *clean,
-                         int *tight) {
-    size_t i = 0;
-    while (i < len) {
-        int kind = p[i++];
-        *clean = 0;
-        if (kind == RV_FLUSH) {
-            if (len - i < 4) return -1;
-            int db = (int)rv_get32(p + i);
-            i += 4;
-            RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-            char *k;
-            void *value;
-            while ((k = RedisModule_DictNextC(it, NULL, &value)) != NULL)
-                if (db == -1 || rv_dict_key_db((unsigned char *)k) == db) rv_marks_delete(value);
-            RedisModule_DictIteratorStop(it);
-            continue;
-        }
-        if (kind == RV_CLEAN) {
-            if (len - i < 1) return -1;
-            *clean = 1;
-            *tight = p[i++] != 0;
-            continue;
-        }
-        if (kind != RV_LIVE && kind != RV_DELETED && kind != RV_DELMARK) return -1;
-        if (len - i < 8) return -1;
-        int db = (int)rv_get32(p + i);
-        uint32_t klen = rv_get32(p + i + 4);
-        i += 8;
-        if (len - i < klen) return -1;
-        const char *key = (const char *)p + i;
-        i += klen;
-        rv_marks *m = rv_fold_get(fold, db, key, klen);
-        if (kind == RV_DELETED) {
-            rv_marks_delete(m);
-            continue;
-        }
-        if (len - i < 8) return -1;
-        uint64_t mark = rv_get64(p + i);
-        i += 8;
-        if (kind == RV_LIVE) {
-            m->live = m->has_live ? rv_max(m->live, mark) : mark;
-            m->has_live = 1;
-        } else {
-            m->deleted = m->has_deleted ? rv_max(m->deleted, mark) : mark;
-            m->has_deleted = 1;
-        }
-    }
-    return 0;
-}
-
-/* Fold a whole file image. Returns the marks (and *clean, *tight, *torn),
- * or NULL with the reason in err: a bad header, or damage before the last
- * batch. A last batch cut short or failing its CRC is dropped and every
- * mark raised by RV_TORN_MARGIN. */
-static RedisModuleDict *rv_fold_image(const unsigned char *data, size_t len, int *clean,
-                                      int *tight, int *torn, char *err, size_t errlen) {
-    *clean = *tight = *torn = 0;
-    if (len < RV_HEADER_BYTES || memcmp(data, RV_FILE_MAGIC, 8) != 0) {
-        snprintf(err, errlen, "not an rcp11 offsets file (bad header)");
-        return NULL;
-    }
-    if (rv_get32(data + 8) != RV_FILE_VERSION) {
-        snprintf(err, errlen, "offsets file version %u is not %d (a newer module?)",
-                 rv_get32(data + 8), RV_FILE_VERSION);
-        return NULL;
-    }
-    RedisModuleDict *fold = RedisModule_CreateDict(NULL);
-    size_t at = RV_HEADER_BYTES;
-    while (at < len) {
-        size_t left = len - at;
-        int last_ok = 1;
-        uint32_t plen = 0;
-        if (left < RV_BATCH_HEADER) {
-            last_ok = 0;
-        } else {
-            plen = rv_get32(data + at);
-            if ((uint64_t)plen > left - RV_BATCH_HEADER) last_ok = 0;
-            else if (rv_get32(data + at + 4) !=
-                     (uint32_t)crc32(0L, data + at + RV_BATCH_HEADER, (uInt)plen))
-                last_ok = -1;
-        }
-        if (last_ok != 1) {
-            /* The batch is cut short or damaged: fine only as the last one. */
-            size_t end = last_ok == 0 ? len : at + RV_BATCH_HEADER + plen;
-            if (end < len) {
-                snprintf(err, errlen, "damaged batch at byte %zu, with more after it", at);
-                rv_fold_free(fold);
-                return NULL;
-            }
-            *torn = 1;
-            break;
-        }
-        if (rv_fold_batch(fold, data + at + RV_BATCH_HEADER, plen, clean, tight) != 0) {
-            snprintf(err, errlen, "malformed record in the batch at byte %zu", at);
-            rv_fold_free(fold);
-            return NULL;
-        }
-        at += RV_BATCH_HEADER + plen;
-    }
-    if (*torn) {
-        *clean = 0;
-        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-        void *value;
-        while (RedisModule_DictNextC(it, NULL, &value) != NULL) {
-            rv_marks *m = value;
-            if (m->has_live) m->live = rv_add_sat(m->live, RV_TORN_MARGIN);
-            if (m->has_deleted) m->deleted = rv_add_sat(m->deleted, RV_TORN_MARGIN);
-        }
-        RedisModule_DictIteratorStop(it);
-    }
-    return fold;
-}
-
-/* The records that rebuild a fold: LIVE and DELMARK per key. */
-static void rv_fold_records(RedisModuleDict *fold) {
-    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-    size_t klen;
-    void *value;
-    char *k;
-    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-        rv_marks *m = value;
-        int db = rv_dict_key_db((unsigned char *)k);
-        if (m->has_deleted) rv_buf_record(RV_DELMARK, db, k + 4, klen - 4, m->deleted);
-        if (m->has_live) rv_buf_record(RV_LIVE, db, k + 4, klen - 4, m->live);
-    }
-    RedisModule_DictIteratorStop(it);
-}
-
-/* ------------------------------------------------------------------------
- * The offsets file: opening, writing, syncing, rewriting
- * --------------------------------------------------------------------- */
-
-static int rv_fsync_dir(void) {
-    int fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-static void rv_remember_dir(void) {
-    struct stat st;
-    if (stat(".", &st) == 0) {
-        rv_file.dir_dev = st.st_dev;
-        rv_file.dir_ino = st.st_ino;
-    }
-}
-
-/* Open (creating) the file and lock it. Returns the fd or -1 (err set). */
-static int rv_open_locked(char *err, size_t errlen) {
-    int fd = open(rv_file.path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", rv_file.path, strerror(errno));
-        return -1;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        snprintf(err, errlen, "%s is in use by another server (one file per server: give each "
-                              "its own dir or rcp11.offsets-file)", rv_file.path);
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Read what the fd holds from byte 0. */
-static unsigned char *rv_read_fd(int fd, size_t *len) {
-    struct stat st;
-    if (fstat(fd, &st) != 0) return NULL;
-    size_t n = (size_t)st.st_size;
-    unsigned char *data = RedisModule_Alloc(n ? n : 1);
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, data + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            RedisModule_Free(data);
-            return NULL;
-        }
-        got += (size_t)r;
-    }
-    *len = n;
-    return data;
-}
-
-/* Replace the file by a header and the pending buffer (which is consumed):
- * temp file, fsync, rename, fsync of the directory, then the new file is
- * opened and locked. Returns 0 or -1 (err set, the old file kept). */
-static int rv_rewrite(char *err, size_t errlen) {
-    size_t img_len;
-    unsigned char *img = rv_image(rv_file.buf, rv_file.len, &img_len);
-    size_t tlen = strlen(rv_file.path) + 16;
-    char *tmp = RedisModule_Alloc(tlen);
-    snprintf(tmp, tlen, "%s.tmp", rv_file.path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0 && rv_write_all(fd, img, img_len) == 0 && fsync(fd) == 0;
-    if (fd >= 0) close(fd);
-    ok = ok && rename(tmp, rv_file.path) == 0 && rv_fsync_dir() == 0;
-    if (!ok) {
-        snprintf(err, errlen, "cannot rewrite %s: %s", rv_file.path, strerror(errno));
-        unlink(tmp);
-        RedisModule_Free(tmp);
-        RedisModule_Free(img);
-        return -1;
-    }
-    RedisModule_Free(tmp);
-    RedisModule_Free(img);
-    if (rv_file.fd >= 0) close(rv_file.fd);
-    rv_file.fd = rv_open_locked(err, errlen);
-    if (rv_file.fd < 0) return -1;
-    rv_file.size = rv_file.base_size = img_len;
-    rv_file.len = 0;
-    rv_file.pending_live = 0;
-    rv_remember_dir();
-    return 0;
-}
-
-static void rv_log_file_error(const char *what) {
-    RedisModuleCtx *none = NULL;
-    RedisModule_Log(none, "warning", "rcp11: %s", what);
-}
-
-/* Fold the file as it is plus the pending records, and rewrite it from
- * that (compaction, or a move to a new `dir`). The old file is read
- * through its fd, so this works after `dir` changed. */
-static int rv_compact(void) {
-    char err[200];
-    size_t len = 0;
-    unsigned char *data = rv_file.fd >= 0 ? rv_read_fd(rv_file.fd, &len) : NULL;
-    if (data == NULL) return -1;
-    /* The pending records belong after the file's: append them as a batch
-     * of the image before folding. */
-    size_t total = len + (rv_file.len ? RV_BATCH_HEADER + rv_file.len : 0);
-    data = RedisModule_Realloc(data, total ? total : 1);
-    if (rv_file.len) {
-        rv_put32(data + len, (uint32_t)rv_file.len);
-        rv_put32(data + len + 4, (uint32_t)crc32(0L, rv_file.buf, (uInt)rv_file.len));
-        memcpy(data + len + RV_BATCH_HEADER, rv_file.buf, rv_file.len);
-    }
-    int clean, tight, torn;
-    RedisModuleDict *fold = rv_fold_image(data, total, &clean, &tight, &torn, err, sizeof(err));
-    RedisModule_Free(data);
-    if (fold == NULL) {
-        rv_log_file_error(err);
-        return -1;
-    }
-    size_t saved = rv_file.len;
-    int saved_live = rv_file.pending_live;
-    unsigned char *saved_buf = RedisModule_Alloc(saved ? saved : 1);
-    memcpy(saved_buf, rv_file.buf, saved);
-    rv_file.len = 0;
-    rv_fold_records(fold);
-    rv_fold_free(fold);
-    int rc = rv_rewrite(err, sizeof(err));
-    if (rc != 0) {
-        /* Keep the pending records for the old file. */
-        rv_file.len = 0;
-        rv_buf_reserve(saved);
-        memcpy(rv_file.buf, saved_buf, saved);
-        rv_file.len = saved;
-        rv_file.pending_live = saved_live;
-        rv_log_file_error(err);
-    }
-    RedisModule_Free(saved_buf);
-    return rc;
-}
-
-/* Whether the server's `dir` moved since the file was opened. */
-static int rv_dir_moved(void) {
-    struct stat st;
-    if (stat(".", &st) != 0) return 0;
-    return st.st_dev != rv_file.dir_dev || st.st_ino != rv_file.dir_ino;
-}
-
-/* Write the pending records as one batch. 0, or -1 with errno. */
-static int rv_file_write(void) {
-    if (rv_file.len == 0) return 0;
-    if (rv_dir_moved()) return rv_compact() == 0 ? 0 : -1; /* writes them too */
-    size_t n = RV_BATCH_HEADER + rv_file.len;
-    unsigned char *batch = RedisModule_Alloc(n);
-    rv_put32(batch, (uint32_t)rv_file.len);
-    rv_put32(batch + 4, (uint32_t)crc32(0L, rv_file.buf, (uInt)rv_file.len));
-    memcpy(batch + RV_BATCH_HEADER, rv_file.buf, rv_file.len);
-    int rc = rv_write_all(rv_file.fd, batch, n);
-    int saved_errno = errno;
-    RedisModule_Free(batch);
-    if (rc != 0) {
-        /* A partial batch would read as a torn end and hide later ones. */
-        if (ftruncate(rv_file.fd, (off_t)rv_file.size) != 0) { /* nothing more to do */
-        }
-        errno = saved_errno;
-        return -1;
-    }
-    rv_file.size += n;
-    rv_file.len = 0;
-    return 0;
-}
-
-/* fsync when a reservation waits for it (deletion records are written but
- * not fsynced for their own sake: losing one costs a gap, not a reuse). */
-static int rv_file_fsync(void) {
-    if (!rv_file.pending_live) return 0;
-    if (rv_file_write() != 0) return -1;
-    if (fsync(rv_file.fd) != 0) return -1;
-    rv_file.pending_live = 0;
-    rv.fsyncs++;
-    return 0;
-}
-
-static void rv_file_failed(const char *what) {
-    snprintf(rv_file.error, sizeof(rv_file.error), "%s %s: %s", what, rv_file.path,
-             strerror(errno));
-    if (!rv_file.failing) rv_log_file_error(rv_file.error);
-    rv_file.failing = 1;
-}
-
-/* Record a reservation: written at once (not fsynced), so that a full disk
- * refuses the write before it happens. 0, or -1 (the record dropped). */
-static int rv_file_reserve(int db, RedisModuleString *key, uint64_t mark) {
-    size_t klen;
-    const char *k = RedisModule_StringPtrLen(key, &klen);
-    size_t before = rv_file.len;
-    rv_buf_record(RV_LIVE, db, k, klen, mark);
-    if (rv_file_write() != 0) {
-        rv_file.len = before;
-        rv_file_failed("cannot write");
-        return -1;
-    }
-    rv_file.pending_live = 1;
-    rv_file.failing = 0;
-    return 0;
-}
-
-/* The hook's part: write what is pending, fsync, compact when large. A
- * failed fsync that replies already depend on stops the server, as Redis
- * stops when it cannot fsync its AOF under appendfsync always. */
-static void rv_file_sync(void) {
-    if (rv_file.fd < 0) return;
-    if (rv_file_write() != 0) {
-        rv_file_failed("cannot write");
-    } else if (rv_file_fsync() != 0) {
-        rv_file_failed("cannot fsync");
-    } else {
-        rv_file.failing = 0;
-    }
-    if (rv_file.failing && rv_file.urgent) {
-        RedisModule_Log(NULL, "warning",
-                        "rcp11: %s, and offsets reserved in it are about to be sent to clients: "
-                        "exiting so that no offset is ever handed out twice",
-                        rv_file.error);
-        exit(1);
-    }
-    rv_file.urgent = 0;
-    uint64_t grown = rv_file.size - rv_file.base_size;
-    if (!rv_file.failing && grown > RV_COMPACT_MIN_BYTES && grown > rv_file.base_size)
-        rv_compact();
-}
-
-/* Open the file at load and fold it for the start-up recovery. */
-static int rv_file_open(RedisModuleCtx *ctx) {
-    size_t plen;
-    const char *p = RedisModule_StringPtrLen(rv.file_name, &plen);
-    rv_file.path = RedisModule_Alloc(plen + 1);
-    memcpy(rv_file.path, p, plen);
-    rv_file.path[plen] = '\0';
-    char err[256];
-    rv_file.fd = rv_open_locked(err, sizeof(err));
-    if (rv_file.fd < 0) {
-        RedisModule_Log(ctx, "warning", "rcp11: %s", err);
-        return REDISMODULE_ERR;
-    }
-    rv_remember_dir();
-    size_t len = 0;
-    unsigned char *data = rv_read_fd(rv_file.fd, &len);
-    if (data == NULL) {
-        RedisModule_Log(ctx, "warning", "rcp11: cannot read %s: %s", rv_file.path,
-                        strerror(errno));
-        return REDISMODULE_ERR;
-    }
-    if (len == 0) {
-        /* A new file: write its header (the rewrite fsyncs it and the
-         * directory). */
-        RedisModule_Free(data);
-        rv_file.fold = RedisModule_CreateDict(NULL);
-        if (rv_rewrite(err, sizeof(err)) != 0) {
-            RedisModule_Log(ctx, "warning", "rcp11: %s", err);
-            return REDISMODULE_ERR;
-        }
-        return REDISMODULE_OK;
-    }
-    int torn;
-    rv_file.fold = rv_fold_image(data, len, &rv_file.clean, &rv_file.tight, &torn, err,
-                                 sizeof(err));
-    RedisModule_Free(data);
-    if (rv_file.fold == NULL) {
-        RedisModule_Log(ctx, "warning",
-                        "rcp11: offsets file %s: %s. Refusing to start: without it offsets "
-                        "could be handed out twice. Move the file away to start anyway (the "
-                        "marks saved in the RDB/AOF are used then).",
-                        rv_file.path, err);
-        return REDISMODULE_ERR;
-    }
-    if (torn)
-        RedisModule_Log(ctx, "warning",
-                        "rcp11: offsets file %s: the last batch is cut short; every "
-                        "reservation is raised by %llu so that no offset it may have covered "
-                        "is handed out again",
-                        rv_file.path, (unsigned long long)RV_TORN_MARGIN);
-    rv_file.size = rv_file.base_size = len;
-    return REDISMODULE_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -1050,7 +428,9 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
         step = step / 2 > RV_STEP_MIN ? step / 2 : RV_STEP_MIN;
     uint64_t ahead = n > step / 2 ? 2 * n : step;
     uint64_t mark = rv_max(rv_add_sat(need, ahead), st->mark);
-    if (rv_file_reserve(db, key, mark) != 0) return 0;
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(key, &klen);
+    if (of_reserve(db, k, klen, mark) != 0) return 0;
     st->mark = mark;
     st->step = step;
     st->last_ms = now;
@@ -1179,7 +559,7 @@ static int rv_unblocked(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return RedisModule_ReplyWithError(ctx, RV_ERR_READONLY);
     case RV_REFUSE_FILE: {
         char msg[256];
-        snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", rv_file.error);
+        snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", of_error());
         return RedisModule_ReplyWithError(ctx, msg);
     }
     default:
@@ -1221,7 +601,7 @@ static int rv_cannot_wait(RedisModuleCtx *ctx) {
 
 static int rv_reply_misconf(RedisModuleCtx *ctx) {
     char msg[256];
-    snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", rv_file.error);
+    snprintf(msg, sizeof(msg), "MISCONF rcp11 cannot reserve offsets: %s", of_error());
     RedisModule_ReplyWithError(ctx, msg);
     return 0;
 }
@@ -1279,12 +659,9 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
     if (rv_immediate()) {
         /* Nothing to wait for but the fsync, before the reply leaves. */
         if (rv_reply_may_leave_now(ctx)) {
-            if (rv_file_fsync() != 0) {
-                rv_file_failed("cannot fsync");
-                return rv_reply_misconf(ctx);
-            }
+            if (of_fsync() != 0) return rv_reply_misconf(ctx);
         } else {
-            rv_file.urgent = 1;
+            rv.urgent = 1;
         }
         st->confirmed = st->mark;
         return 1;
@@ -1418,7 +795,7 @@ static void rv_rc_hook(RedisModuleCtx *ctx, long long offset, long long acked, i
     size_t klen;
     char *k;
     while ((k = RedisModule_DictNextC(it, &klen, NULL)) != NULL) {
-        if (RedisModule_SelectDb(ctx, rv_dict_key_db((unsigned char *)k)) != REDISMODULE_OK)
+        if (RedisModule_SelectDb(ctx, of_key_db(k)) != REDISMODULE_OK)
             continue;
         RedisModuleString *name = RedisModule_CreateString(NULL, k + 4, klen - 4);
         RedisModule_SignalKeyAsReady(ctx, name);
@@ -1453,7 +830,7 @@ void rl_resv_wrote(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) {
     uint64_t step = st->step ? st->step : RV_STEP_MIN;
     uint64_t mark = rv_mark(s);
     if (st->epoch == rv.epoch && st->confirmed >= mark && mark - next < step / 2 &&
-        mark < RV_OFFSET_END && !rv_file.failing)
+        mark < RV_OFFSET_END && !of_failing())
         rv_reserve(ctx, key, RedisModule_GetSelectedDb(ctx), st, next, 0);
     if (!rv.read_committed) return;
     if (rv_immediate()) {
@@ -1491,9 +868,9 @@ void rl_resv_created(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) 
 /* Start-up: the file's marks meet the loaded streams (see RECOVERY). */
 static void rv_recover(RedisModuleCtx *ctx) {
     rv.recovered = 1;
-    RedisModuleDict *fold = rv_file.fold;
-    rv_file.fold = NULL;
-    int exact = rv_file.clean && rv_file.tight;
+    int clean, tight;
+    RedisModuleDict *fold = of_take_fold(&clean, &tight);
+    int exact = clean && tight;
     uint64_t streams = 0, missing = 0;
     if (fold != NULL) {
         RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
@@ -1501,8 +878,8 @@ static void rv_recover(RedisModuleCtx *ctx) {
         void *value;
         char *k;
         while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-            rv_marks *m = value;
-            int db = rv_dict_key_db((unsigned char *)k);
+            of_marks *m = value;
+            int db = of_key_db(k);
             if (RedisModule_SelectDb(ctx, db) != REDISMODULE_OK) continue;
             RedisModuleString *name = RedisModule_CreateString(NULL, k + 4, klen - 4);
             RedisModuleKey *key = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
@@ -1529,11 +906,8 @@ static void rv_recover(RedisModuleCtx *ctx) {
         RedisModule_DictIteratorStop(it);
         RedisModule_SelectDb(ctx, 0);
         /* The file starts over from its fold (no clean mark any more). */
-        rv_file.len = 0;
-        rv_fold_records(fold);
-        char err[200];
-        if (rv_rewrite(err, sizeof(err)) != 0) rv_log_file_error(err);
-        rv_fold_free(fold);
+        of_restart(fold);
+        of_fold_free(fold);
     }
     rv.epoch++;
     rv_repl r;
@@ -1543,7 +917,7 @@ static void rv_recover(RedisModuleCtx *ctx) {
         RedisModule_Log(ctx, "notice",
                         "rcp11: offsets file %s: %llu streams will continue at their marks, "
                         "%llu deleted-or-lost keys keep theirs (%s)",
-                        rv_file.path, (unsigned long long)streams, (unsigned long long)missing,
+                        of_path(), (unsigned long long)streams, (unsigned long long)missing,
                         exact ? "after a clean shutdown: no gap" : "a gap of nulls may show");
 }
 
@@ -1577,7 +951,7 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
             verdict = RV_GO;
         } else if (now >= w->deadline_ms) {
             verdict = rv.on_timeout == 1 ? RV_GO : RV_REFUSE_TIMEOUT;
-        } else if (rv_file.failing) {
+        } else if (of_failing()) {
             verdict = RV_REFUSE_FILE;
         } else if (!paused && st != NULL && (s == NULL || st->epoch == rv.epoch) &&
                    need > (s ? rv_mark(s) : st->mark)) {
@@ -1600,7 +974,8 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
 
 static void rv_before_sleep(RedisModuleCtx *ctx) {
     if (!rv.recovered) rv_recover(ctx);
-    rv_file_sync();
+    of_sync(rv.urgent);
+    rv.urgent = 0;
     rv.after_hook = 1;
     int primary = RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_MASTER;
     if (!primary) {
@@ -1621,7 +996,7 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
      * if the file holds them fsynced; those acknowledged are confirmed. */
     int assigned = 0;
     for (rv_flight *f = rv_flights; f != NULL; f = f->next) {
-        if (f->target >= 0 || rv_file.failing || rv_file.pending_live) continue;
+        if (f->target >= 0 || of_failing() || of_pending()) continue;
         f->target = r.offset;
         assigned = 1;
     }
@@ -1695,7 +1070,7 @@ static void rv_on_flush(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sube
     const RedisModuleFlushInfo *info = data;
     if (subevent != REDISMODULE_SUBEVENT_FLUSHDB_END) return;
     rv_missing_flush(info->dbnum);
-    rv_buf_record(RV_FLUSH, info->dbnum, NULL, 0, 0);
+    of_flushed(info->dbnum);
 }
 
 /* Clean shutdown: the file is rewritten from the keyspace. A primary's
@@ -1715,7 +1090,7 @@ static void rv_shutdown_key(RedisModuleCtx *ctx, RedisModuleString *keyname, Red
     if (!stream) return;
     size_t klen;
     const char *k = RedisModule_StringPtrLen(keyname, &klen);
-    rv_buf_record(RV_LIVE, sc->db, k, klen, sc->tight ? mn_next_offset(s) : rv_mark(s));
+    of_clean_mark(sc->db, k, klen, sc->tight ? mn_next_offset(s) : rv_mark(s));
 }
 
 static void rv_on_shutdown(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
@@ -1723,10 +1098,10 @@ static void rv_on_shutdown(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t s
     (void)eid;
     (void)subevent;
     (void)data;
-    if (rv_file.fd < 0 || !rv.recovered) return;
+    if (!of_is_open() || !rv.recovered) return;
     rv_scan_ctx sc;
     sc.tight = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_MASTER) != 0;
-    rv_file.len = 0;
+    of_clean_begin();
     RedisModuleScanCursor *cursor = RedisModule_ScanCursorCreate();
     for (sc.db = 0; RedisModule_SelectDb(ctx, sc.db) == REDISMODULE_OK; sc.db++) {
         RedisModule_ScanCursorRestart(cursor);
@@ -1742,12 +1117,10 @@ static void rv_on_shutdown(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t s
     while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
         rv_state *st = value;
         if (sc.tight && st->epoch == rv.epoch) continue; /* a writer that never wrote */
-        rv_buf_record(RV_LIVE, rv_dict_key_db((unsigned char *)k), k + 4, klen - 4, st->mark);
+        of_clean_mark(of_key_db(k), k + 4, klen - 4, st->mark);
     }
     RedisModule_DictIteratorStop(it);
-    rv_buf_record(RV_CLEAN, 0, NULL, 0, (uint64_t)sc.tight);
-    char err[200];
-    if (rv_rewrite(err, sizeof(err)) != 0) rv_log_file_error(err);
+    of_clean_commit(sc.tight);
 }
 
 /* ------------------------------------------------------------------------
@@ -1793,7 +1166,7 @@ static int rv_reserve_command(RedisModuleCtx *ctx, RedisModuleString **argv, int
     if (!(flags & REDISMODULE_CTX_FLAGS_LOADING) && !rv.loading) {
         size_t klen;
         const char *k = RedisModule_StringPtrLen(argv[1], &klen);
-        rv_buf_record(RV_LIVE, db, k, klen, mark);
+        of_received(db, k, klen, mark);
     }
     RedisModule_ReplicateVerbatim(ctx);
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
@@ -1830,11 +1203,11 @@ void rl_resv_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, mn_stream *
 
 void rl_resv_unlink(RedisModuleKeyOptCtx *ctx, const void *value) {
     (void)value;
-    if (rv.loading || rv_file.fd < 0) return;
+    if (rv.loading) return;
     const RedisModuleString *name = RedisModule_GetKeyNameFromOptCtx(ctx);
     size_t klen;
     const char *k = RedisModule_StringPtrLen(name, &klen);
-    rv_buf_record(RV_DELETED, RedisModule_GetDbIdFromOptCtx(ctx), k, klen, 0);
+    of_deleted(RedisModule_GetDbIdFromOptCtx(ctx), k, klen);
 }
 
 /* ------------------------------------------------------------------------
@@ -1844,7 +1217,7 @@ void rl_resv_unlink(RedisModuleKeyOptCtx *ctx, const void *value) {
 void rl_resv_info(RedisModuleInfoCtx *ctx) {
     RedisModule_InfoAddSection(ctx, "reservations");
     RedisModule_InfoAddFieldULongLong(ctx, "reservations", rv.reservations);
-    RedisModule_InfoAddFieldULongLong(ctx, "reservation_fsyncs", rv.fsyncs);
+    RedisModule_InfoAddFieldULongLong(ctx, "reservation_fsyncs", of_fsyncs());
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_waits", rv.waits);
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_waiting_writes", rv_waiting);
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_refused_writes", rv.refused);
@@ -1853,8 +1226,8 @@ void rl_resv_info(RedisModuleInfoCtx *ctx) {
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_getacks", rv.getacks);
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_replicas_online",
                                       (unsigned long long)rv.replicas_online);
-    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_bytes", rv_file.size);
-    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_failing", (unsigned long long)rv_file.failing);
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_bytes", of_size());
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_failing", (unsigned long long)of_failing());
 }
 
 static long long rv_get_numeric(const char *name, void *privdata) {
@@ -1961,7 +1334,9 @@ int rl_resv_init(RedisModuleCtx *ctx) {
     rv_missing = RedisModule_CreateDict(NULL);
     rc.signal = RedisModule_CreateDict(NULL);
     if (rv.file_name == NULL) rv.file_name = RedisModule_CreateString(NULL, RV_DEFAULT_FILE, strlen(RV_DEFAULT_FILE));
-    if (rv_file_open(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    size_t plen;
+    const char *path = RedisModule_StringPtrLen(rv.file_name, &plen);
+    if (of_open(ctx, path) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_CreateCommand(ctx, "rcp11.reserve", rv_reserve_command, "write", 1, 1, 1) !=
         REDISMODULE_OK)
         return REDISMODULE_ERR;
