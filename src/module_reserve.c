@@ -155,7 +155,6 @@
 
 #define RV_DEFAULT_FILE "rcp11-offsets.dat"
 
-
 /* Why a blocked writer is let go. */
 enum { RV_WAITING = 0, RV_GO, RV_REFUSE_TIMEOUT, RV_REFUSE_ROLE, RV_REFUSE_FILE };
 
@@ -219,6 +218,7 @@ static struct {
     long long replicas_online;
     long long getack_target; /* replication offset the last GETACK asked for */
     long long getack_ms;
+    long long info_ms; /* when the hook last read INFO replication */
 
     /* INFO */
     uint64_t reservations, waits, refused, unconfirmed, raised, getacks;
@@ -265,7 +265,6 @@ static struct {
     unsigned head, count;
     RedisModuleDict *signal; /* "<db><key>" of readers to wake on progress */
 } rc = {1, 0, 0, {{0, 0}}, 0, 0, NULL};
-
 
 /* ------------------------------------------------------------------------
  * Small helpers
@@ -315,30 +314,35 @@ static void rv_missing_del(int db, RedisModuleString *name) {
     RedisModule_Free(k);
 }
 
-/* Drop every missing-key mark of db (-1: all). */
+/* Drop every missing-key mark of db (-1: all): the keys found in one pass,
+ * then deleted. */
 static void rv_missing_flush(int db) {
-    for (;;) {
-        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rv_missing, "^", NULL, 0);
-        size_t klen;
-        void *value;
-        char *k = NULL;
-        char *found = NULL;
-        size_t found_len = 0;
-        while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-            if (db == -1 || of_key_db(k) == db) {
-                found = RedisModule_Alloc(klen);
-                memcpy(found, k, klen);
-                found_len = klen;
-                break;
-            }
+    size_t count = 0, cap = 0;
+    char **keys = NULL;
+    size_t *lens = NULL;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rv_missing, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        if (db != -1 && of_key_db(k) != db) continue;
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            keys = RedisModule_Realloc(keys, cap * sizeof(*keys));
+            lens = RedisModule_Realloc(lens, cap * sizeof(*lens));
         }
-        RedisModule_DictIteratorStop(it);
-        if (found == NULL) return;
-        rv_state *st = NULL;
-        RedisModule_DictDelC(rv_missing, found, found_len, &st);
-        if (st) RedisModule_Free(st);
-        RedisModule_Free(found);
+        keys[count] = RedisModule_Alloc(klen);
+        memcpy(keys[count], k, klen);
+        lens[count++] = klen;
+        RedisModule_Free(value);
     }
+    RedisModule_DictIteratorStop(it);
+    for (size_t i = 0; i < count; i++) {
+        RedisModule_DictDelC(rv_missing, keys[i], lens[i], NULL);
+        RedisModule_Free(keys[i]);
+    }
+    RedisModule_Free(keys);
+    RedisModule_Free(lens);
 }
 
 /* Whether nothing needs acknowledging: no replica online, none required. */
@@ -446,6 +450,13 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     *rv_flights_tail = f;
     rv_flights_tail = &f->next;
     return 1;
+}
+
+/* Whether a reservation waits for its target (the newest is the last). */
+static int rv_flights_unassigned(void) {
+    for (rv_flight *f = rv_flights; f != NULL; f = f->next)
+        if (f->target < 0) return 1;
+    return 0;
 }
 
 static void rv_flight_free(rv_flight *f) {
@@ -987,6 +998,15 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
     int rc_work = rv.read_committed && (rc.dirty || rc.count > 0 ||
                                         RedisModule_DictSize(rc.signal) > 0);
     if (rv_flights == NULL && rv_waiters_head == NULL && !rc_work) return;
+    /* INFO replication costs microseconds: read it for new work at once,
+     * else at most once a millisecond (a stalled replica, busy server). */
+    int64_t now = rv_now_ms();
+    int fresh = rc.dirty || (rv_flights_tail != &rv_flights && rv_flights_unassigned());
+    if (!fresh && now == rv.info_ms) {
+        rv_arm_timer(ctx);
+        return;
+    }
+    rv.info_ms = now;
     int paused = RedisModule_AvoidReplicaTraffic();
     rv_repl r;
     rv_read_repl(&r);
@@ -1015,7 +1035,6 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
     RedisModule_SelectDb(ctx, 0);
     /* Ask the replicas for their offset: as WAIT does, to them only. */
     int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
-    int64_t now = rv_now_ms();
     if (waiting && r.online > 0 && !paused &&
         ((assigned && r.min_ack >= rv.getack_target) || now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
         RedisModule_Replicate(ctx, "REPLCONF", "Acc", "GETACK", "*");
@@ -1090,7 +1109,10 @@ static void rv_shutdown_key(RedisModuleCtx *ctx, RedisModuleString *keyname, Red
     if (!stream) return;
     size_t klen;
     const char *k = RedisModule_StringPtrLen(keyname, &klen);
-    of_clean_mark(sc->db, k, klen, sc->tight ? mn_next_offset(s) : rv_mark(s));
+    /* Exact only where this process caught the stream up: a stream not
+     * written since the start-up or promotion still owes its raise. */
+    int caught_up = rv_peek(s)->epoch == rv.epoch;
+    of_clean_mark(sc->db, k, klen, sc->tight && caught_up ? mn_next_offset(s) : rv_mark(s));
 }
 
 static void rv_on_shutdown(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,

@@ -210,3 +210,26 @@ def test_a_second_server_cannot_share_the_offsets_file(module_factory: Any) -> N
         second.start(timeout=10)
     assert "is in use by another server" in second.output()
     first.client().ping()
+
+
+def test_a_clean_shutdown_after_a_crash_keeps_what_the_crash_owes(module_factory: Any) -> None:
+    # A crash lost acknowledged writes; the server restarts, nobody writes
+    # the stream, then shuts down cleanly: the restart after that must still
+    # continue past every offset handed out before the crash.
+    srv: RedisModuleServer = module_factory(appendonly="yes", appendfsync="everysec")
+    ledger = Ledger()
+    client = srv.client()
+    aof = incr_aof(srv)
+    start = aof.stat().st_size
+    ledger.write(client, b"s", messages("x", 1000))
+    client.close()
+    srv.kill9()
+    cut(aof, start + (aof.stat().st_size - start) // 2)
+    srv.start()
+    srv.stop()  # clean, without a write in between
+    srv.start()
+    client = srv.client()
+    assert ledger.check_stored(client) > 0
+    ledger.write(client, b"s", [b"after"])
+    assert ledger.reused == []
+    client.close()
