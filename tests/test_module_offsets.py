@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisModuleServer, tr, tw
+from conftest import RedisModuleServer, fill, tr, tw
 from helpers_module import Ledger, messages
 
 OFFSETS_FILE = "rcp11-offsets.dat"
@@ -231,5 +231,39 @@ def test_a_clean_shutdown_after_a_crash_keeps_what_the_crash_owes(module_factory
     client = srv.client()
     assert ledger.check_stored(client) > 0
     ledger.write(client, b"s", [b"after"])
+    assert ledger.reused == []
+    client.close()
+
+
+def test_a_full_disk_refuses_new_reservations_and_loses_nothing(
+    small_fs: Path, module_factory: Any
+) -> None:
+    srv: RedisModuleServer = module_factory(dir=small_fs, logfile=small_fs.parent / "redis.log")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"old", messages("a", 10))
+    filler = fill(small_fs)
+    # Each new stream needs a reservation in the file; once the file's last
+    # block is full too, one is refused and nothing of it is written.
+    refused = None
+    for n in range(10_000):
+        try:
+            ledger.write(client, b"new%d" % n, [b"x"])
+        except redis.ResponseError as exc:
+            assert "MISCONF rcp11 cannot reserve offsets: cannot write" in str(exc), exc
+            refused = b"new%d" % n
+            break
+    assert refused is not None and client.exists(refused) == 0
+    # The old stream still has room in its reservation.
+    ledger.write(client, b"old", messages("b", 10))
+    filler.unlink()
+    ledger.write(client, refused, messages("c", 10))
+    assert ledger.check_stored(client) == 0
+    client.close()
+    srv.kill9()  # no persistence: every message is lost, and no offset reused
+    srv.start()
+    client = srv.client()
+    ledger.write(client, refused, [b"after"])
+    ledger.write(client, b"old", [b"after"])
     assert ledger.reused == []
     client.close()
