@@ -49,6 +49,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +88,25 @@ static struct {
     uint64_t size;      /* bytes in the file */
     uint64_t base_size; /* its size after the last rewrite */
     uint64_t fsyncs;
-    int pending_live;   /* a mark is not fsynced yet */
+    /* Generations: every batch written (or rewrite) is one; `synced` says
+     * up to which one the file is fsynced. A mark is durable once synced
+     * reaches the generation it was written in (live_gen for the newest). */
+    uint64_t written, live_gen, synced;
+    int live_buffered;  /* a mark waits in the buffer */
+    int received;       /* ... one from the primary: fsync before acks go */
     int failing;        /* the last write or fsync failed */
     char error[160];
     RedisModuleDict *fold; /* the file's marks, until the start-up recovery */
     int clean, tight;
-} of = {.fd = -1};
+    /* The background fsync (of_thread_main): it fsyncs a duplicate of fd
+     * up to `requested`; `lock` guards fd, written, synced, requested,
+     * fsyncs and bg_errno against it. */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    uint64_t requested;
+    int bg_errno;
+} of = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 /* ------------------------------------------------------------------------
  * Keys of per-key tables
@@ -155,7 +169,7 @@ static void of_buf_reserve(size_t more) {
 /* Append one record to the pending buffer. */
 static void of_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
     of_buf_reserve(1 + 4 + 4 + klen + 8);
-    if (kind == OF_LIVE) of.pending_live = 1;
+    if (kind == OF_LIVE) of.live_buffered = 1;
     unsigned char *p = of.buf + of.len;
     *p++ = (unsigned char)kind;
     if (kind == OF_FLUSH) {
@@ -452,12 +466,16 @@ static int of_rewrite(char *err, size_t errlen) {
     }
     RedisModule_Free(tmp);
     RedisModule_Free(img);
+    pthread_mutex_lock(&of.lock);
     if (of.fd >= 0) close(of.fd);
     of.fd = of_open_locked(err, errlen);
+    of.written++;
+    of.synced = of.live_gen = of.written; /* the rewrite fsynced all of it */
+    pthread_mutex_unlock(&of.lock);
     if (of.fd < 0) return -1;
     of.size = of.base_size = img_len;
     of.len = 0;
-    of.pending_live = 0;
+    of.live_buffered = 0;
     of_remember_dir();
     return 0;
 }
@@ -492,7 +510,7 @@ static int of_compact(void) {
         return -1;
     }
     size_t saved = of.len;
-    int saved_live = of.pending_live;
+    int saved_live = of.live_buffered;
     unsigned char *saved_buf = RedisModule_Alloc(saved ? saved : 1);
     memcpy(saved_buf, of.buf, saved);
     of.len = 0;
@@ -505,7 +523,7 @@ static int of_compact(void) {
         of_buf_reserve(saved);
         memcpy(of.buf, saved_buf, saved);
         of.len = saved;
-        of.pending_live = saved_live;
+        of.live_buffered = saved_live;
         of_log(err);
     }
     RedisModule_Free(saved_buf);
@@ -540,18 +558,77 @@ static int of_write(void) {
     }
     of.size += n;
     of.len = 0;
+    pthread_mutex_lock(&of.lock);
+    of.written++;
+    if (of.live_buffered) of.live_gen = of.written;
+    pthread_mutex_unlock(&of.lock);
+    of.live_buffered = 0;
     return 0;
 }
 
-/* fsync when a reservation waits for it (deletion records are written but
- * not fsynced for their own sake: losing one costs a gap, not a reuse). */
+uint64_t of_synced(void) {
+    pthread_mutex_lock(&of.lock);
+    uint64_t synced = of.synced;
+    pthread_mutex_unlock(&of.lock);
+    return synced;
+}
+
+uint64_t of_live_gen(void) { return of.live_gen; }
+
+int of_pending(void) { return of.live_buffered || of.live_gen > of_synced(); }
+
+/* fsync on this thread, now, when a mark waits for it (deletion records
+ * are written but not fsynced for their own sake: losing one costs a gap,
+ * not a reuse). */
 int of_fsync(void) {
-    if (!of.pending_live) return 0;
+    if (!of_pending()) return 0;
     if (of_write() != 0) return -1;
+    pthread_mutex_lock(&of.lock);
+    uint64_t gen = of.written;
+    pthread_mutex_unlock(&of.lock);
     if (fsync(of.fd) != 0) return -1;
-    of.pending_live = 0;
+    pthread_mutex_lock(&of.lock);
+    if (gen > of.synced) of.synced = gen;
     of.fsyncs++;
+    pthread_mutex_unlock(&of.lock);
+    of.received = 0;
     return 0;
+}
+
+/* Run on the main thread after a background fsync: nothing to do but be
+ * an event, after which the before-sleep hook looks at what is durable. */
+static void of_synced_wakeup(void *user_data) { (void)user_data; }
+
+/* The background fsync: fsyncs a duplicate of the file's descriptor up to
+ * the generation asked for, so that marks made ahead of need are made
+ * durable without stopping the event loop (the main thread may rewrite
+ * the file meanwhile: the duplicate keeps the old one open). When done it
+ * wakes the event loop (EventLoopAddOneShot is the one module call other
+ * threads may make), so that what waited for it goes on. */
+static void *of_thread_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&of.lock);
+    for (;;) {
+        while (of.requested <= of.synced) pthread_cond_wait(&of.wake, &of.lock);
+        int fd = of.fd >= 0 ? dup(of.fd) : -1;
+        uint64_t gen = of.written;
+        pthread_mutex_unlock(&of.lock);
+        int rc = fd >= 0 ? fsync(fd) : -1;
+        int err = errno;
+        if (fd >= 0) close(fd);
+        pthread_mutex_lock(&of.lock);
+        if (rc == 0) {
+            if (gen > of.synced) of.synced = gen;
+            of.fsyncs++;
+        } else {
+            of.bg_errno = err ? err : EIO;
+            of.requested = of.synced; /* asked again by the next hook */
+        }
+        pthread_mutex_unlock(&of.lock);
+        RedisModule_EventLoopAddOneShot(of_synced_wakeup, NULL);
+        pthread_mutex_lock(&of.lock);
+    }
+    return NULL;
 }
 
 static void of_failed(const char *what) {
@@ -566,21 +643,42 @@ int of_reserve(int db, const char *k, size_t klen, uint64_t mark) {
     of_record(OF_LIVE, db, k, klen, mark);
     if (of_write() != 0) {
         of.len = before;
+        of.live_buffered = 0;
         of_failed("cannot write");
         return -1;
     }
-    of.pending_live = 1;
     of.failing = 0;
     return 0;
 }
 
 void of_sync(int urgent) {
     if (of.fd < 0) return;
+    uint64_t synced_before = of.synced;
+    int bg_errno = 0;
+    pthread_mutex_lock(&of.lock);
+    bg_errno = of.bg_errno;
+    of.bg_errno = 0;
+    synced_before = of.synced;
+    pthread_mutex_unlock(&of.lock);
+    if (bg_errno != 0) {
+        errno = bg_errno;
+        of_failed("cannot fsync");
+    }
     if (of_write() != 0) {
         of_failed("cannot write");
-    } else if (of_fsync() != 0) {
-        of_failed("cannot fsync");
-    } else {
+    } else if (urgent || of.received) {
+        /* Replies (or a replica's acknowledgement) leave after this hook:
+         * fsync here. */
+        if (of_fsync() != 0) of_failed("cannot fsync");
+        else of.failing = 0;
+    } else if (of_pending()) {
+        pthread_mutex_lock(&of.lock);
+        if (of.requested < of.written) {
+            of.requested = of.written;
+            pthread_cond_signal(&of.wake);
+        }
+        pthread_mutex_unlock(&of.lock);
+    } else if (bg_errno == 0 && of_synced() > synced_before) {
         of.failing = 0;
     }
     if (of.failing && urgent) {
@@ -593,6 +691,18 @@ void of_sync(int urgent) {
     uint64_t grown = of.size - of.base_size;
     if (!of.failing && grown > OF_COMPACT_MIN_BYTES && grown > of.base_size)
         of_compact();
+}
+
+/* The background fsync thread, started once the file is open. */
+static int of_start_thread(RedisModuleCtx *ctx) {
+    int rc = pthread_create(&of.thread, NULL, of_thread_main, NULL);
+    if (rc != 0) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot start the offsets file's fsync thread: %s",
+                        strerror(rc));
+        return REDISMODULE_ERR;
+    }
+    pthread_detach(of.thread);
+    return REDISMODULE_OK;
 }
 
 int of_open(RedisModuleCtx *ctx, const char *path) {
@@ -622,7 +732,7 @@ int of_open(RedisModuleCtx *ctx, const char *path) {
             RedisModule_Log(ctx, "warning", "rcp11: %s", err);
             return REDISMODULE_ERR;
         }
-        return REDISMODULE_OK;
+        return of_start_thread(ctx);
     }
     int torn;
     of.fold = of_fold_image(data, len, &of.clean, &of.tight, &torn, err,
@@ -643,7 +753,7 @@ int of_open(RedisModuleCtx *ctx, const char *path) {
                         "is handed out again",
                         of.path, (unsigned long long)OF_TORN_MARGIN);
     of.size = of.base_size = len;
-    return REDISMODULE_OK;
+    return of_start_thread(ctx);
 }
 
 /* ------------------------------------------------------------------------
@@ -667,6 +777,7 @@ void of_restart(RedisModuleDict *fold) {
 
 void of_received(int db, const char *key, size_t klen, uint64_t mark) {
     of_record(OF_LIVE, db, key, klen, mark);
+    of.received = 1;
 }
 
 void of_deleted(int db, const char *key, size_t klen) {
@@ -690,9 +801,13 @@ void of_clean_commit(int tight) {
 }
 
 int of_is_open(void) { return of.fd >= 0; }
-int of_pending(void) { return of.pending_live; }
 int of_failing(void) { return of.failing; }
 const char *of_error(void) { return of.error; }
 const char *of_path(void) { return of.path; }
 uint64_t of_size(void) { return of.size; }
-uint64_t of_fsyncs(void) { return of.fsyncs; }
+uint64_t of_fsyncs(void) {
+    pthread_mutex_lock(&of.lock);
+    uint64_t fsyncs = of.fsyncs;
+    pthread_mutex_unlock(&of.lock);
+    return fsyncs;
+}

@@ -43,12 +43,20 @@ void of_received(int db, const char *key, size_t klen, uint64_t mark);
 void of_deleted(int db, const char *key, size_t klen);
 void of_flushed(int db);
 
-/* fsync what a reservation waits for now: 0 or -1. */
+/* fsync what a mark waits for, now, on this thread: 0 or -1. */
 int of_fsync(void);
-/* The before-sleep hook's part: write, fsync, compact when large. urgent:
- * replies about to be sent depend on the fsync; if it fails the server
- * exits, as Redis does when its AOF fsync fails under appendfsync always. */
+/* The before-sleep hook's part: write what waits, fsync, compact when
+ * large. urgent: replies about to be sent depend on the fsync, done here;
+ * if it fails the server exits, as Redis does when its AOF fsync fails
+ * under appendfsync always. Marks from the primary are fsynced here too
+ * (before the replica's acknowledgement is sent). Other marks -- made
+ * ahead of need -- are fsynced by a background thread, so the event loop
+ * does not stop for them. */
 void of_sync(int urgent);
+/* Every write of the file is a generation: marks written so far are in
+ * generation of_live_gen(), durable once of_synced() reaches it. */
+uint64_t of_live_gen(void);
+uint64_t of_synced(void);
 
 /* A clean shutdown rewrites the file from the keyspace: the marks, then a
  * CLEAN record (tight: the marks are the next offsets exactly). */

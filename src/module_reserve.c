@@ -150,6 +150,8 @@
 /* REPLCONF GETACK goes out when a new reservation or write waits and the
  * last one was answered, else again after this long. */
 #define RV_GETACK_RETRY_MS 100
+/* No acknowledgement progress for this long: a stalled replica. */
+#define RV_STALLED_MS 10
 /* Read-committed turns waiting for their acknowledgement (a ring). */
 #define RV_RC_TURNS 256
 
@@ -219,6 +221,8 @@ static struct {
     long long getack_target; /* replication offset the last GETACK asked for */
     long long getack_ms;
     long long info_ms; /* when the hook last read INFO replication */
+    long long progress_ms; /* when the acknowledged offset last moved */
+    long long acked_seen;  /* the acknowledged offset then */
 
     /* INFO */
     uint64_t reservations, waits, refused, unconfirmed, raised, getacks;
@@ -233,6 +237,7 @@ typedef struct rv_flight {
     RedisModuleString *key;
     int db;
     uint64_t id, mark;
+    uint64_t gen;     /* the file's generation holding it (of_live_gen) */
     long long target; /* replication offset after it, -1: not read yet */
 } rv_flight;
 static rv_flight *rv_flights, **rv_flights_tail = &rv_flights;
@@ -257,6 +262,7 @@ static uint64_t rv_waiting;
 static struct {
     uint64_t seq;       /* the current turn (writes now belong to it) */
     int dirty;          /* the current turn wrote */
+    int wanted;         /* a reader found writes not acknowledged yet */
     uint64_t acked_seq; /* every turn up to it is acknowledged */
     struct {
         uint64_t seq;
@@ -264,7 +270,7 @@ static struct {
     } turns[RV_RC_TURNS];
     unsigned head, count;
     RedisModuleDict *signal; /* "<db><key>" of readers to wake on progress */
-} rc = {1, 0, 0, {{0, 0}}, 0, 0, NULL};
+} rc = {.seq = 1};
 
 /* ------------------------------------------------------------------------
  * Small helpers
@@ -446,6 +452,7 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     f->db = db;
     f->id = st->id;
     f->mark = mark;
+    f->gen = of_live_gen();
     f->target = -1;
     *rv_flights_tail = f;
     rv_flights_tail = &f->next;
@@ -760,7 +767,9 @@ uint64_t rl_resv_readable_next(RedisModuleCtx *ctx, mn_stream *s) {
     }
     rv_rc_adopt(st, next);
     rv_ck_advance(st);
-    return st->committed < next ? st->committed : next;
+    if (st->committed >= next) return next;
+    rc.wanted = 1; /* the hook asks the replicas for their offset */
+    return st->committed;
 }
 
 void rl_resv_reader_waits(RedisModuleCtx *ctx, RedisModuleString *key) {
@@ -769,13 +778,16 @@ void rl_resv_reader_waits(RedisModuleCtx *ctx, RedisModuleString *key) {
     char *k = rv_dict_key_of(RedisModule_GetSelectedDb(ctx), key, &klen);
     RedisModule_DictReplaceC(rc.signal, k, klen, NULL);
     RedisModule_Free(k);
+    rc.wanted = 1;
     rv_arm_timer(ctx);
 }
 
-/* The hook's part: pair the turn that wrote with the replication offset,
- * move the acknowledged turns on, wake readers. */
-static void rv_rc_hook(RedisModuleCtx *ctx, long long offset, long long acked, int paused) {
-    if (rc.dirty) {
+/* The hook's part: pair the writes since the last push (when a reader
+ * wants them) with the replication offset after them, move the
+ * acknowledged turns on, wake readers. */
+static void rv_rc_hook(RedisModuleCtx *ctx, long long offset, long long acked, int paused,
+                       int push) {
+    if (push) {
         if (rc.count == RV_RC_TURNS) {
             /* Full: the newest entry covers this turn too (later ack). */
             unsigned last = (rc.head + rc.count - 1) % RV_RC_TURNS;
@@ -788,8 +800,9 @@ static void rv_rc_hook(RedisModuleCtx *ctx, long long offset, long long acked, i
             rc.count++;
         }
         rc.dirty = 0;
+        rc.wanted = 0;
+        rc.seq++;
     }
-    rc.seq++;
     int moved = 0;
     while (rc.count > 0 && rc.turns[rc.head].target <= acked) {
         rc.acked_seq = rc.turns[rc.head].seq;
@@ -995,14 +1008,18 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
         rv_flights_clear();
         return;
     }
-    int rc_work = rv.read_committed && (rc.dirty || rc.count > 0 ||
-                                        RedisModule_DictSize(rc.signal) > 0);
-    if (rv_flights == NULL && rv_waiters_head == NULL && !rc_work) return;
-    /* INFO replication costs microseconds: read it for new work at once,
-     * else at most once a millisecond (a stalled replica, busy server). */
+    /* Read-committed asks the replicas only for writes a reader wants:
+     * writes nobody reads yet cost nothing here. */
+    int rc_want = rv.read_committed && (rc.wanted || RedisModule_DictSize(rc.signal) > 0);
+    int rc_push = rc_want && rc.dirty;
+    int flights_new = rv_flights_unassigned();
+    int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    if (!flights_new && !rc_push && !waiting && rv_waiters_head == NULL) return;
+    /* INFO replication is read for new work, and while an acknowledgement
+     * is awaited; a replica that made no progress for RV_STALLED_MS is
+     * asked at most once a millisecond (a busy server, a stopped replica). */
     int64_t now = rv_now_ms();
-    int fresh = rc.dirty || (rv_flights_tail != &rv_flights && rv_flights_unassigned());
-    if (!fresh && now == rv.info_ms) {
+    if (!flights_new && !rc_push && now - rv.progress_ms > RV_STALLED_MS && now == rv.info_ms) {
         rv_arm_timer(ctx);
         return;
     }
@@ -1012,11 +1029,16 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
     rv_read_repl(&r);
     rv.replicas_online = r.online;
     long long acked = rv_acked(&r);
+    if (acked > rv.acked_seen || !waiting) {
+        rv.acked_seen = acked;
+        rv.progress_ms = now;
+    }
     /* Reservations propagated before now get this offset as their target,
      * if the file holds them fsynced; those acknowledged are confirmed. */
     int assigned = 0;
+    uint64_t synced = of_synced();
     for (rv_flight *f = rv_flights; f != NULL; f = f->next) {
-        if (f->target >= 0 || of_failing() || of_pending()) continue;
+        if (f->target >= 0 || f->gen > synced) continue;
         f->target = r.offset;
         assigned = 1;
     }
@@ -1027,16 +1049,14 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
         rv_confirm(ctx, f);
         rv_flight_free(f);
     }
-    if (rv.read_committed) {
-        if (rc.dirty) assigned = 1;
-        rv_rc_hook(ctx, r.offset, acked, paused);
-    }
+    if (rv.read_committed) rv_rc_hook(ctx, r.offset, acked, paused, rc_push);
     rv_serve_waiters(ctx, paused);
     RedisModule_SelectDb(ctx, 0);
     /* Ask the replicas for their offset: as WAIT does, to them only. */
-    int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
     if (waiting && r.online > 0 && !paused &&
-        ((assigned && r.min_ack >= rv.getack_target) || now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
+        (((assigned || rc_push) && r.min_ack >= rv.getack_target) ||
+         now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
         RedisModule_Replicate(ctx, "REPLCONF", "Acc", "GETACK", "*");
         rv.getack_target = r.offset;
         rv.getack_ms = now;

@@ -188,6 +188,9 @@ typedef int (*RedisModuleConfigSetEnumFunc)(const char *name, int val, void *pri
                                             RedisModuleString **err);
 typedef int (*RedisModuleConfigApplyFunc)(RedisModuleCtx *ctx, void *privdata,
                                           RedisModuleString **err);
+/* A function another thread asks the main thread to run
+ * (EventLoopAddOneShot, 7.0): it wakes the event loop. */
+typedef void (*RedisModuleEventLoopOneShotFunc)(void *user_data);
 typedef int (*RedisModuleConfigGetBoolFunc)(const char *name, void *privdata);
 typedef int (*RedisModuleConfigSetBoolFunc)(const char *name, int val, void *privdata,
                                             RedisModuleString **err);
@@ -421,6 +424,7 @@ typedef struct RedisModuleCommandInfo {
        RedisModuleCmdFunc timeout_callback, RedisModuleFreePrivdataFunc free_privdata,        \
        long long timeout_ms))                                                                  \
     X(int, UnblockClient, (RedisModuleBlockedClient * bc, void *privdata))                     \
+    X(int, EventLoopAddOneShot, (RedisModuleEventLoopOneShotFunc func, void *user_data))       \
     X(void, FreeDict, (RedisModuleCtx * ctx, RedisModuleDict * d))                             \
     X(int, DictReplaceC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))           \
     X(unsigned long long, GetClientId, (RedisModuleCtx * ctx))                                 \
