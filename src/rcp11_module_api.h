@@ -373,6 +373,7 @@ typedef struct RedisModuleCommandInfo {
       (RedisModuleDict * d, const char *op, void *key, size_t keylen))                         \
     X(void *, DictNextC, (RedisModuleDictIter * di, size_t *keylen, void **dataptr))           \
     X(void, DictIteratorStop, (RedisModuleDictIter * di))                                      \
+    X(void, FreeDict, (RedisModuleCtx * ctx, RedisModuleDict * d))                             \
     /* 6.0 */                                                                                  \
     X(RedisModuleBlockedClient *, BlockClientOnKeys,                                           \
       (RedisModuleCtx * ctx, RedisModuleCmdFunc reply_callback,                                \
@@ -399,6 +400,8 @@ typedef struct RedisModuleCommandInfo {
                   void *privdata))                                                             \
     X(int, SubscribeToServerEvent,                                                             \
       (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))       \
+    /* true while clients are paused (CLIENT PAUSE, FAILOVER, CLUSTER FAILOVER) */             \
+    X(int, AvoidReplicaTraffic, (void))                                                        \
     /* 7.0 */                                                                                  \
     X(RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))              \
     X(int, SetCommandInfo, (RedisModuleCommand * command, const RedisModuleCommandInfo *info)) \
@@ -416,8 +419,8 @@ typedef struct RedisModuleCommandInfo {
 
 /* What the offset reservations (module_reserve.c) use besides the above:
  * blocking a writer until its reservation is confirmed, the replicas'
- * acknowledged offsets (INFO replication), the pause check, the unlinked
- * key's name, and its configs. Redis 6.0 / 7.0. */
+ * acknowledged offsets (INFO replication), a wake-up from the fsync thread,
+ * the unlinked key's name, and its configs. Redis 6.0 / 7.0. */
 #define RCP11_MODULE_API_RESERVE(X)                                                            \
     X(RedisModuleBlockedClient *, BlockClient,                                                 \
       (RedisModuleCtx * ctx, RedisModuleCmdFunc reply_callback,                                \
@@ -425,10 +428,8 @@ typedef struct RedisModuleCommandInfo {
        long long timeout_ms))                                                                  \
     X(int, UnblockClient, (RedisModuleBlockedClient * bc, void *privdata))                     \
     X(int, EventLoopAddOneShot, (RedisModuleEventLoopOneShotFunc func, void *user_data))       \
-    X(void, FreeDict, (RedisModuleCtx * ctx, RedisModuleDict * d))                             \
     X(int, DictReplaceC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))           \
     X(unsigned long long, GetClientId, (RedisModuleCtx * ctx))                                 \
-    X(int, AvoidReplicaTraffic, (void))                                                        \
     X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section)) \
     X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))          \
     X(const char *, ServerInfoGetFieldC, (RedisModuleServerInfoData * data, const char *field)) \
