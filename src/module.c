@@ -41,6 +41,8 @@
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
  *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
+ *   rcp11.reserve write                          1: RW UPDATE  (internal,
+ *                                                   module_reserve.c)
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
@@ -142,6 +144,11 @@
  *   RCP11.TWRITEAT, RCP11.NODE              verbatim (a replica's own AOF
  *                                           and its replicas)
  *   retention (the timer, primary only)     TEVICT key <last evicted offset>
+ *   an offset reservation (module_reserve)  RCP11.RESERVE key <mark>, before
+ *                                           the offsets in it are handed out
+ *   a stream raised to its mark             RCP11.SKIPTO key <mark>, before
+ *                                           the write after a start-up or a
+ *                                           promotion
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Appends are replicated with the
@@ -176,16 +183,18 @@
  * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
  * stream as the core's own serialized blobs, written by rl_rdb_save():
  *
- *   +----------------------+---------------------+-------------+-----+
- *   | unsigned: node count | buffer: header blob | buffer: node | ... |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    |
- *   +----------------------+---------------------+-------------+-----+
+ *   +----------------------+---------------------+-------------+-----+----------------+
+ *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
+ *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 1; the
- * type name "rcp11-log" is written into every RDB file, so it never
- * changes. rl_rdb_load() validates every blob with the core's validator
+ * compressed. RL_ENCVER (Redis's per-type encoding version) is 2: version
+ * 2 added the stream's offset reservation mark after the nodes
+ * (module_reserve.c), so that a full sync, DUMP/RESTORE and MIGRATE carry
+ * it; version 1 values (no mark) still load. The type name "rcp11-log" is
+ * written into every RDB file, so it never changes. rl_rdb_load() validates every blob with the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
@@ -207,11 +216,16 @@
  * clock come back exactly.
  * A node blob is checked like an RDB one before it is trusted.
  *
- * Durability is Redis's (docs/MODULE.md): with appendonly yes and
- * appendfsync always a reply leaves only after the AOF write is on disk;
- * with everysec, or with snapshots only, a crash loses the last writes and
- * the restarted server hands their offsets out again; a failover loses what
- * the replica had not received, unless the writer waited with WAIT.
+ * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
+ * mark is past its next offset.
+ *
+ * Durability is Redis's for the data (docs/MODULE.md): with appendonly yes
+ * and appendfsync always a reply leaves only after the AOF write is on
+ * disk; with everysec, or with snapshots only, a crash loses the last
+ * writes; a failover loses what the replica had not received, unless the
+ * writer waited with WAIT. Offsets are the module's own: module_reserve.c
+ * reserves them ahead in its offsets file and on every online replica, so
+ * lost messages read as null and their offsets are never handed out again.
  *
  * RETENTION AND COMPRESSION
  * =========================

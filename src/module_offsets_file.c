@@ -17,6 +17,8 @@
  *                                                     becomes a deleted mark
  *   kind 5 CLEAN    u8 tight                         a clean shutdown; only
  *                                                     as the last record
+ *   kind 6 SWAP     i32 db | i32 db                  SWAPDB: the two databases'
+ *                                                     marks trade places
  *
  * Folding the records gives per key a live mark (a stream is there) and a
  * deleted mark (a stream was deleted there; should an older AOF bring it
@@ -26,7 +28,8 @@
  * key deleted before a crash stays deleted and a new stream there starts
  * at 0. Deletions come from the data type's unlink2 callback (DEL, UNLINK,
  * expiry, eviction, overwrite, RENAME and MOVE sources, TCONCAT sources)
- * and the FLUSHDB event; they are written with the next batch, not
+ * and the FLUSHDB event (SWAPDB moves marks along); they are written with
+ * the next batch, not
  * fsynced: a lost one costs a gap, never a reuse. A torn last batch is
  * dropped and every mark raised by OF_TORN_MARGIN (a file damaged at its
  * end looks the same as one torn by a crash); damage before the last batch
@@ -76,7 +79,7 @@
 #define OF_HEADER_BYTES 16
 #define OF_BATCH_HEADER 8
 
-enum { OF_LIVE = 1, OF_DELETED = 2, OF_DELMARK = 3, OF_FLUSH = 4, OF_CLEAN = 5 };
+enum { OF_LIVE = 1, OF_DELETED = 2, OF_DELMARK = 3, OF_FLUSH = 4, OF_CLEAN = 5, OF_SWAP = 6 };
 
 static struct {
     int fd;
@@ -130,6 +133,45 @@ int of_key_db(const char *k) {
                  (uint32_t)u[3] << 24);
 }
 
+void of_swap_keys(RedisModuleDict *d, int a, int b) {
+    if (a == b) return;
+    size_t count = 0, cap = 0;
+    char **keys = NULL;
+    size_t *lens = NULL;
+    void **values = NULL;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(d, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        int db = of_key_db(k);
+        if (db != a && db != b) continue;
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            keys = RedisModule_Realloc(keys, cap * sizeof(*keys));
+            lens = RedisModule_Realloc(lens, cap * sizeof(*lens));
+            values = RedisModule_Realloc(values, cap * sizeof(*values));
+        }
+        keys[count] = RedisModule_Alloc(klen);
+        memcpy(keys[count], k, klen);
+        lens[count] = klen;
+        values[count++] = value;
+    }
+    RedisModule_DictIteratorStop(it);
+    for (size_t i = 0; i < count; i++) RedisModule_DictDelC(d, keys[i], lens[i], NULL);
+    for (size_t i = 0; i < count; i++) {
+        size_t nlen;
+        int db = of_key_db(keys[i]) == a ? b : a;
+        char *moved = of_key(db, keys[i] + 4, lens[i] - 4, &nlen);
+        RedisModule_DictSetC(d, moved, nlen, values[i]);
+        RedisModule_Free(moved);
+        RedisModule_Free(keys[i]);
+    }
+    RedisModule_Free(keys);
+    RedisModule_Free(lens);
+    RedisModule_Free(values);
+}
+
 static uint64_t of_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 static uint64_t of_add_sat(uint64_t a, uint64_t b) {
@@ -175,6 +217,12 @@ static void of_record(int kind, int db, const char *key, size_t klen, uint64_t m
     if (kind == OF_FLUSH) {
         of_put32(p, (uint32_t)db);
         of.len += 5;
+        return;
+    }
+    if (kind == OF_SWAP) {
+        of_put32(p, (uint32_t)db);
+        of_put32(p + 4, (uint32_t)mark);
+        of.len += 9;
         return;
     }
     if (kind == OF_CLEAN) {
@@ -275,6 +323,13 @@ static int of_fold_batch(RedisModuleDict *fold, const unsigned char *p, size_t l
             while ((k = RedisModule_DictNextC(it, NULL, &value)) != NULL)
                 if (db == -1 || of_key_db(k) == db) of_marks_delete(value);
             RedisModule_DictIteratorStop(it);
+            continue;
+        }
+        if (kind == OF_SWAP) {
+            if (len - i < 8) return -1;
+            int a = (int)of_get32(p + i), b = (int)of_get32(p + i + 4);
+            i += 8;
+            of_swap_keys(fold, a, b);
             continue;
         }
         if (kind == OF_CLEAN) {
@@ -786,6 +841,10 @@ void of_deleted(int db, const char *key, size_t klen) {
 
 void of_flushed(int db) {
     if (of.fd >= 0) of_record(OF_FLUSH, db, NULL, 0, 0);
+}
+
+void of_swapped(int a, int b) {
+    if (of.fd >= 0) of_record(OF_SWAP, a, NULL, 0, (uint64_t)(uint32_t)b);
 }
 
 void of_clean_begin(void) { of.len = 0; }

@@ -42,6 +42,10 @@ void of_received(int db, const char *key, size_t klen, uint64_t mark);
  * the next batch, not fsynced for their own sake. */
 void of_deleted(int db, const char *key, size_t klen);
 void of_flushed(int db);
+/* SWAPDB a b: the two databases' marks trade places. */
+void of_swapped(int a, int b);
+/* The same for a table keyed by of_key (values move, untouched). */
+void of_swap_keys(RedisModuleDict *d, int a, int b);
 
 /* fsync what a mark waits for, now, on this thread: 0 or -1. */
 int of_fsync(void);

@@ -1112,6 +1112,22 @@ static void rv_on_flush(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sube
     of_flushed(info->dbnum);
 }
 
+/* SWAPDB: marks follow the data (streams carry theirs; the per-key tables
+ * are moved), so that a confirmation or a recovery finds its stream. */
+static void rv_on_swapdb(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent,
+                         void *data) {
+    (void)ctx;
+    (void)eid;
+    (void)subevent;
+    const RedisModuleSwapDbInfo *info = data;
+    int a = info->dbnum_first, b = info->dbnum_second;
+    of_swapped(a, b);
+    of_swap_keys(rv_missing, a, b);
+    of_swap_keys(rc.signal, a, b);
+    for (rv_flight *f = rv_flights; f != NULL; f = f->next)
+        if (f->db == a || f->db == b) f->db = f->db == a ? b : a;
+}
+
 /* Clean shutdown: the file is rewritten from the keyspace. A primary's
  * marks are the next offsets exactly (nothing beyond was handed out), so a
  * restart leaves no gap; a replica keeps what it received. */
@@ -1402,6 +1418,7 @@ int rl_resv_init(RedisModuleCtx *ctx) {
         {REDISMODULE_EVENT_FLUSHDB, rv_on_flush},
         {REDISMODULE_EVENT_SHUTDOWN, rv_on_shutdown},
         {REDISMODULE_EVENT_REPLICA_CHANGE, rv_on_replica_change},
+        {REDISMODULE_EVENT_SWAPDB, rv_on_swapdb},
     };
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         RedisModuleEvent e = {events[i].id, 1};

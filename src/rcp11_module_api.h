@@ -69,6 +69,8 @@
  * (subevent 0) and after (subevent 1) FLUSHDB/FLUSHALL and full resyncs. */
 #define REDISMODULE_EVENT_FLUSHDB 2
 #define REDISMODULE_SUBEVENT_FLUSHDB_END 1
+/* SWAPDB: two databases traded places (RedisModuleSwapDbInfo). */
+#define REDISMODULE_EVENT_SWAPDB 11
 /* ROLE_CHANGED: this server became a primary (0) or a replica (1). */
 #define REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED 0
 #define REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER 0
@@ -164,6 +166,13 @@ typedef struct RedisModuleFlushInfo {
     int32_t sync;
     int32_t dbnum; /* -1: every database */
 } RedisModuleFlushInfo;
+
+/* The data of REDISMODULE_EVENT_SWAPDB (dataver 1). */
+typedef struct RedisModuleSwapDbInfo {
+    uint64_t version;
+    int32_t dbnum_first;
+    int32_t dbnum_second;
+} RedisModuleSwapDbInfo;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef int (*RedisModuleNotificationFunc)(RedisModuleCtx *ctx, int type, const char *event,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisModuleServer, fill, tr, tw
-from helpers_module import Ledger, messages
+from helpers_module import Ledger, messages, wait_rewrite_done
 
 OFFSETS_FILE = "rcp11-offsets.dat"
 
@@ -266,4 +266,51 @@ def test_a_full_disk_refuses_new_reservations_and_loses_nothing(
     ledger.write(client, refused, [b"after"])
     ledger.write(client, b"old", [b"after"])
     assert ledger.reused == []
+    client.close()
+
+
+def test_swapdb_moves_the_marks_with_the_streams(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(appendonly="yes", appendfsync="always")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("x", 100))
+    client.swapdb(0, 1)
+    client.close()
+    srv.kill9()
+    srv.start()
+    moved = srv.client(db=1)
+    ledger.write(moved, b"s", [b"after"])  # the stream, now in db 1: past its offsets
+    assert ledger.reused == []
+    fresh = srv.client(db=0)
+    assert tw(fresh, "s", "new") == 0  # db 0 holds no stream s: a new one starts at 0
+    moved.close()
+    fresh.close()
+
+
+@pytest.mark.parametrize("files", ["aof-rewrite", "rdb"])
+def test_without_the_offsets_file_the_saved_marks_stand_in(module_factory: Any, files: str) -> None:
+    # The RDB value and a rewritten AOF carry each stream's mark: a crash
+    # that also lost the offsets file still continues past it.
+    if files == "rdb":
+        srv: RedisModuleServer = module_factory()
+    else:
+        srv = module_factory(appendonly="yes", aof_use_rdb_preamble="no")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("x", 10))
+    if files == "rdb":
+        client.save()
+    else:
+        client.bgrewriteaof()
+        wait_rewrite_done(client)
+        base = next((srv.dir / "appendonlydir").glob("*.base.aof")).read_bytes()
+        assert b"RCP11.RESERVE" in base
+    client.close()
+    srv.kill9()
+    (srv.dir / OFFSETS_FILE).unlink()
+    srv.start()
+    client = srv.client()
+    assert ledger.check_stored(client) == 0
+    # At the mark: the first write reserved its offset and 1024 ahead.
+    assert tw(client, "s", "after") == 1 + 1024
     client.close()
