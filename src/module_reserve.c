@@ -965,7 +965,11 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
         RedisModuleKey *key = RedisModule_OpenKey(ctx, w->key, REDISMODULE_READ);
         mn_stream *s = NULL;
         int stream_or_empty = rl_stream_of(key, &s);
-        rv_state *st = s ? rv_of(s) : rv_missing_get(w->db, w->key, 0);
+        /* A missing key whose mark a flush dropped meanwhile gets one again
+         * (below) rather than waiting for nothing. */
+        rv_state *st = !stream_or_empty ? NULL
+                       : s ? rv_of(s)
+                           : rv_missing_get(w->db, w->key, 1);
         uint64_t next = s ? mn_next_offset(s) : 0;
         uint64_t need = rv_add_sat(rv_add_sat(next, (uint64_t)pending), w->n);
         int verdict = RV_WAITING;
