@@ -30,20 +30,23 @@
  *      disk refuses the write with -MISCONF before anything happened);
  *   2. propagate RCP11.RESERVE key mark to the AOF and the replicas, which
  *      raise their copy of the mark (and write it to their own file);
- *   3. wait, the client blocked, until the before-sleep hook has fsynced
- *      the file and the replicas' acknowledged offset passed the reservation;
- *      then run the command again (rerun), which now finds it confirmed.
+ *   3. wait, the client blocked, until the file is fsynced (by the
+ *      offsets file's background thread) and the replicas' acknowledged
+ *      offset passed the reservation; then run the command again (rerun),
+ *      which now finds it confirmed.
  *
  * A write also reserves ahead, before it needs to (rl_resv_wrote): when
  * the next offset comes within half a step of the mark, so that at a
  * steady rate no write ever waits -- only a stream's first write and bursts
- * do, for one round trip to the replicas. With no replica online (and
- * rcp11.reservation-min-replicas 0) nothing is waited for: the reservation
- * is confirmed at once and the hook fsyncs the file before any reply of
- * the event-loop turn is sent (Redis writes replies after the hook); a
- * reservation made after the hook, or for a client whose earlier reply is
- * still being written (its write handler could send this reply before the
- * hook), is fsynced inline.
+ * do, for an fsync and one round trip to the replicas. With no replica
+ * online (and rcp11.reservation-min-replicas 0) nothing is waited for but
+ * the file: the reservation is confirmed at once and the hook fsyncs the
+ * file before any reply of the event-loop turn is sent (Redis writes
+ * replies after the hook); a reservation made after the hook, or for a
+ * client whose earlier reply is still being written (its write handler
+ * could send this reply before the hook), is fsynced inline. Reservations
+ * made ahead wait for the background fsync, so a steady writer never stops
+ * the event loop for one.
  *
  *   TWRITE k x ──> admit: next+1 <= confirmed? ── yes ──> append, reply
  *                      │ no
@@ -113,14 +116,16 @@
  *
  * TREAD and blocked readers on a primary see only offsets that every online
  * replica acknowledged, so a reader never sees a message a failover could
- * take back. Each event-loop turn is numbered (rc.seq); a write notes
- * (turn, next offset) in its stream (two checkpoints kept), the hook pairs
- * each turn that wrote with the replication offset after it, and once the
- * replicas' acknowledged offset passes that, the turn's checkpoints become
- * the streams' `committed` ends and readers waiting for them are signalled.
- * The cost is a round trip to the replicas per read of fresh data
- * (bench/module_bench.py measures it). Replicas answer reads from what
- * they have: read committed data from the primary.
+ * take back. Writes are numbered by turn (rc.seq); a write notes (turn,
+ * next offset) in its stream (two checkpoints kept). When a reader finds
+ * writes it may not see yet (rc.wanted), the hook pairs the turns written
+ * since with the replication offset after them and asks the replicas for
+ * theirs; once their acknowledged offset passes it, those checkpoints
+ * become the streams' `committed` ends and the readers waiting are
+ * signalled. Writes nobody reads cost nothing; a reader of fresh data pays
+ * a round trip to the replicas (bench/module_bench.py measures it).
+ * Replicas answer reads from what they have: read committed data from the
+ * primary.
  */
 
 #include "module_reserve.h"

@@ -73,8 +73,9 @@ def seed(cluster: ModuleCluster, rc: Any, key: str | None = None) -> int:
 
 def fill(rc: Any, key: str, count: int) -> list[bytes]:
     values = [b"%s-%d" % (key.encode(), i) for i in range(count)]
+    end = rc.tread(key, 0, 0, withinfo=True).next_offset
     # At the stream's end (after a failover: at its reservation mark).
-    assert rc.twrite(key, *values) >= rc.tread(key, 0, 0, withinfo=True).next_offset
+    assert rc.twrite(key, *values) >= end
     return values
 
 
