@@ -42,6 +42,10 @@
  *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
  *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
  *
+ * ACL categories (where the server has the API, Redis 7.2+ and Valkey 8)
+ * follow Redis's stream commands, plus the module's own @rcp11: see
+ * rl_commands. Redis 7.0 has no such API; the load logs that.
+ *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
  * replica (-READONLY, as Redis words it), and "may-replicate" tells Redis
@@ -350,6 +354,7 @@
 
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
+RCP11_MODULE_API_OPTIONAL(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -366,6 +371,11 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
         return #name;
     RCP11_MODULE_API(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
+#define RL_LOOKUP_OPTIONAL(ret, name, params)                                              \
+    if (getapi("RedisModule_" #name, (void *)&RedisModule_##name) != REDISMODULE_OK)      \
+        RedisModule_##name = NULL;
+    RCP11_MODULE_API_OPTIONAL(RL_LOOKUP_OPTIONAL)
+#undef RL_LOOKUP_OPTIONAL
     return NULL;
 }
 
@@ -2195,6 +2205,13 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
+/* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
+ * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
+ * the command has the "fast" flag), plus the module's own category, @rcp11 (Redis 7.4+, Valkey 8),
+ * which plays the part @stream plays for Redis's streams: rcp11 streams are
+ * not in @stream, whose rules mean Redis's own type. A group read moves its
+ * group key yet TREAD is @read: the key spec marks the group key RW, so a
+ * user with read-only key permissions (%R~) cannot move a group. */
 typedef struct rl_command {
     const char *name;
     RedisModuleCmdFunc fn;
@@ -2203,26 +2220,67 @@ typedef struct rl_command {
     int arity;
     const char *summary;
     RedisModuleCommandKeySpec *keys;
+    const char *acl; /* ACL categories, @rcp11 added where the server can */
 } rl_command;
 
 static const rl_command rl_commands[] = {
     {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
-     "Append entries to a stream; returns the offset of the first", rl_twrite_specs},
+     "Append entries to a stream; returns the offset of the first", rl_twrite_specs,
+     "write fast"},
     {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
-     "Read a stream from an offset, or as a member of a group", rl_tread_specs},
+     "Read a stream from an offset, or as a member of a group", rl_tread_specs,
+     "read slow blocking"},
     {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
-     rl_tevict_specs},
+     rl_tevict_specs, "write fast"},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
-     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs,
+     "write slow"},
     {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
-     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
+     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs,
+     "read fast"},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
-     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs, "write fast"},
     {"rcp11.twriteat", rl_twriteat, "write deny-oom", 1, 1, 1, -4,
-     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs},
+     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs,
+     "write fast"},
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
-     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs},
+     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow"},
 };
+
+/* The module's ACL category, when the server can add one (OnLoad only). */
+#define RL_ACL_CATEGORY "rcp11"
+
+/* Put the commands in their ACL categories where the server has the API;
+ * say at load what is missing where it has not (docs/MODULE.md, ACLs). */
+static int rl_set_acl_categories(RedisModuleCtx *ctx) {
+    if (RedisModule_SetCommandACLCategories == NULL) {
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot put module commands in ACL categories "
+                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK are in none, so "
+                        "@read, @write and @rcp11 rules miss them; name the commands in ACL "
+                        "rules instead (docs/MODULE.md, ACLs)");
+        return REDISMODULE_OK;
+    }
+    int own = RedisModule_AddACLCategory != NULL &&
+              RedisModule_AddACLCategory(ctx, RL_ACL_CATEGORY) == REDISMODULE_OK;
+    if (!own)
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot add the ACL category @" RL_ACL_CATEGORY
+                        " (Redis 7.2): the commands are in @read or @write only");
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
+        const rl_command *c = &rl_commands[i];
+        char categories[64];
+        snprintf(categories, sizeof(categories), "%s%s", c->acl, own ? " " RL_ACL_CATEGORY : "");
+        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
+        if (command == NULL ||
+            RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
+            RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s",
+                            c->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
 
 static int rl_create_commands(RedisModuleCtx *ctx) {
     for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
@@ -2295,6 +2353,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS |
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_set_acl_categories(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);

@@ -372,8 +372,17 @@ typedef struct RedisModuleCommandInfo {
        RedisModuleConfigApplyFunc applyfn, void *privdata))                                    \
     X(int, LoadConfigs, (RedisModuleCtx * ctx))
 
+/* Functions the module can do without, looked up the same way: NULL on a
+ * server too old to have them (module.c checks before each use). */
+#define RCP11_MODULE_API_OPTIONAL(X)                                                           \
+    /* Redis 7.2, Valkey 8 */                                                                  \
+    X(int, SetCommandACLCategories, (RedisModuleCommand * command, const char *aclflags))      \
+    /* Redis 7.4, Valkey 8 */                                                                  \
+    X(int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))
+
 #define RCP11_DECLARE_API(ret, name, params) extern ret(*RedisModule_##name) params;
 RCP11_MODULE_API(RCP11_DECLARE_API)
+RCP11_MODULE_API_OPTIONAL(RCP11_DECLARE_API)
 #undef RCP11_DECLARE_API
 
 #endif /* RCP11_MODULE_API_H */

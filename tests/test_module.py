@@ -20,6 +20,7 @@ from conftest import (
     free_port,
     in_thread,
     module_path,
+    module_server_program,
     stream_info,
     tr,
     tw,
@@ -58,9 +59,11 @@ def test_redis_lists_the_module_and_its_type(msrv_client: redis.Redis) -> None:
     assert msrv_client.type("s") == b"rcp11-log"
 
 
+@pytest.mark.module
 def test_module_refuses_arguments(tmp_path: Path) -> None:
+    host = module_server_program()
     done = subprocess.run(
-        ["redis-server", "--port", str(free_port()), "--loadmodule", module_path(), "surprise"],
+        [host, "--port", str(free_port()), "--loadmodule", module_path(), "surprise"],
         capture_output=True,
         text=True,
         timeout=30,

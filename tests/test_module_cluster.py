@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ModuleCluster, in_thread, require, wait_blocked, wait_for
+from conftest import (
+    ModuleCluster,
+    in_thread,
+    module_server_program,
+    require,
+    wait_blocked,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +27,7 @@ STREAMS = 100
 
 @pytest.fixture
 def cluster(module_factory: Any) -> Iterator[ModuleCluster]:
-    require("redis-server")
+    module_server_program()
     require("redis-cli")
     yield ModuleCluster(module_factory)
 
