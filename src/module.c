@@ -1987,31 +1987,58 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
-/* DEBUG DIGEST: the logical content (offsets and messages), so that a
- * replica and its primary digest equal whatever their node layout. */
+/* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
+ * replica and its primary digest equal whatever their node layouts. After
+ * the first readable and the last offset, each item is two elements: a
+ * message is its length and its bytes, a run of null offsets (a gap left by
+ * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
+ * length. A length is never -1, so no message reads as a gap; and a gap
+ * costs two elements whatever its size (walking it offset by offset took
+ * hours for a 2^40 gap, with the server stuck in DEBUG DIGEST). */
+static void rl_digest_gap(RedisModuleDigest *md, uint64_t *gap) {
+    if (*gap == 0) return;
+    RedisModule_DigestAddLongLong(md, -1);
+    RedisModule_DigestAddLongLong(md, (long long)*gap);
+    *gap = 0;
+}
+
 static void rl_digest(RedisModuleDigest *md, void *value) {
     mn_stream *s = value;
     rl_snap before;
     rl_snap_take(s, &before);
-    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
-    RedisModule_DigestAddLongLong(md, (long long)pos);
+    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
+    RedisModule_DigestAddLongLong(md, (long long)first);
     RedisModule_DigestAddLongLong(md, (long long)(end - 1));
+    uint64_t pos = first; /* digested up to here */
+    uint64_t gap = 0;     /* null offsets met and not digested yet */
     uint64_t batch = rl_read_batch(s);
-    while (pos < end) {
-        uint64_t k = end - pos < batch ? end - pos : batch;
-        rl_read_buf.len = 0;
-        if (mn_read_copy(s, pos, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
-        const char *p = rl_read_buf.data;
-        for (uint64_t i = 0; i < k; i++) {
-            if (rl_read_lens[i] < 0) {
-                RedisModule_DigestAddLongLong(md, -1);
-                continue;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        mn_node_info info;
+        mn_node_get_info(node, &info);
+        uint64_t from = info.first > pos ? info.first : pos, to = info.first + info.count;
+        if (to <= from) continue; /* evicted */
+        gap += from - pos;
+        while (from < to) {
+            uint64_t k = to - from < batch ? to - from : batch;
+            rl_read_buf.len = 0;
+            if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+            const char *p = rl_read_buf.data;
+            for (uint64_t i = 0; i < k; i++) {
+                if (rl_read_lens[i] < 0) {
+                    gap++;
+                    continue;
+                }
+                rl_digest_gap(md, &gap);
+                RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
+                RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+                p += rl_read_lens[i];
             }
-            RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
-            p += rl_read_lens[i];
+            from += k;
         }
-        pos += k;
+        pos = to;
     }
+    gap += end > pos ? end - pos : 0;
+    rl_digest_gap(md, &gap);
     RedisModule_DigestEndSequence(md);
     rl_account(s, &before);
     rl_release_scratch();
