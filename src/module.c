@@ -2232,6 +2232,53 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
+/* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
+ * build their hints from it (TWRITE key entry | [BACKLOG count] ENTRIES
+ * entry [entry ...]), the same as rcp11-server's. A KEY argument names
+ * its key spec by index. */
+#define RL_ARG(nm, ty, tok, fl)                                                               \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .token = (tok),  \
+     .flags = (fl)}
+#define RL_KEY_ARG(nm, spec, tok, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = (spec), .token = (tok), \
+     .flags = (fl)}
+#define RL_GROUP_ARG(nm, ty, sub, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .subargs = (sub),  \
+     .flags = (fl)}
+#define RL_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
+#define RL_MULTIPLE REDISMODULE_CMD_ARG_MULTIPLE
+
+static RedisModuleCommandArg rl_twrite_batch[] = {
+    RL_ARG("backlog", INTEGER, "BACKLOG", RL_OPTIONAL),
+    RL_ARG("entry", STRING, "ENTRIES", RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_twrite_forms[] = {
+    RL_ARG("entry", STRING, NULL, 0), RL_GROUP_ARG("entries", BLOCK, rl_twrite_batch, 0), {0}};
+static RedisModuleCommandArg rl_twrite_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_GROUP_ARG("form", ONEOF, rl_twrite_forms, 0), {0}};
+static RedisModuleCommandArg rl_tread_groups[] = {
+    RL_KEY_ARG("groupkey", 1, "GROUP", 0), RL_KEY_ARG("newgroupkey", 2, "GROUPNEW", 0), {0}};
+static RedisModuleCommandArg rl_tread_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0),
+    RL_ARG("offset", INTEGER, NULL, 0),
+    RL_ARG("count", INTEGER, NULL, 0),
+    RL_ARG("milliseconds", INTEGER, "BLOCK", RL_OPTIONAL),
+    RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
+    RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
+    {0}};
+static RedisModuleCommandArg rl_tevict_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_tconcat_docs[] = {
+    RL_KEY_ARG("destination", 0, NULL, 0), RL_KEY_ARG("source", 1, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_tseek_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_skipto_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("next-offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_twriteat_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0),
+    RL_ARG("entry", STRING, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_node_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("node-blob", STRING, NULL, 0), {0}};
+
 /* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
  * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
  * the command has the "fast" flag), plus the module's own category, @rcp11 (Redis 7.4+, Valkey 8),
@@ -2248,30 +2295,35 @@ typedef struct rl_command {
     const char *summary;
     RedisModuleCommandKeySpec *keys;
     const char *acl; /* ACL categories, @rcp11 added where the server can */
+    RedisModuleCommandArg *args;
+    const char *complexity;
 } rl_command;
 
 static const rl_command rl_commands[] = {
     {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
      "Append entries to a stream; returns the offset of the first", rl_twrite_specs,
-     "write fast"},
+     "write fast", rl_twrite_docs, "O(N) for N entries"},
     {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
      "Read a stream from an offset, or as a member of a group", rl_tread_specs,
-     "read slow blocking"},
+     "read slow blocking", rl_tread_docs,
+     "O(log N + M): N nodes in the stream, M offsets returned"},
     {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
-     rl_tevict_specs, "write fast"},
+     rl_tevict_specs, "write fast", rl_tevict_docs, "O(N) for N nodes freed"},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
      "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs,
-     "write slow"},
+     "write slow", rl_tconcat_docs, "O(N) for N nodes in the sources"},
     {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
      "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs,
-     "read fast"},
+     "read fast", rl_tseek_docs, "O(log N) for N nodes"},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
-     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs, "write fast"},
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs, "write fast",
+     rl_skipto_docs, "O(1)"},
     {"rcp11.twriteat", rl_twriteat, "write deny-oom", 1, 1, 1, -4,
      "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs,
-     "write fast"},
+     "write fast", rl_twriteat_docs, "O(N) for N entries"},
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
-     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow"},
+     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow",
+     rl_node_docs, "O(N) for the N bytes of the node"},
 };
 
 /* The module's ACL category, when the server can add one (OnLoad only). */
@@ -2322,6 +2374,8 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
         info.since = "1.0.0";
         info.arity = c->arity;
         info.key_specs = c->keys;
+        info.args = c->args;
+        info.complexity = c->complexity;
         RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
         if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
             RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
