@@ -42,6 +42,7 @@ SELECTED = [
     "tests/test_module_time.py",
     "tests/test_module_append_times.py",
     "tests/test_module_pause.py",
+    "tests/test_module_acl.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 
