@@ -817,7 +817,11 @@ def msrv_client(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
     directives) is set back afterwards, so the next test starts from the
     same server."""
     client = msrv.client()
-    client.flushall()
+    # SYNC: valkey-server flushes in the background by default
+    # (lazyfree-lazy-user-flush yes); and streams an earlier test freed on
+    # the lazy-free thread must be gone from the module's totals too.
+    client.execute_command("FLUSHALL", "SYNC")
+    wait_for(lambda: stream_info(client)["streams"] == 0)
     before: dict[str, Any] = {}
     for pattern in _MSRV_RESTORED:
         before.update(client.config_get(pattern))
@@ -1038,7 +1042,7 @@ def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisS
 
 def _flushed_client(server: ServerProcess, protocol: int) -> Iterator[redis.Redis]:
     client = server.client(protocol=protocol)
-    client.flushall()
+    client.execute_command("FLUSHALL", "SYNC")  # valkey-server's default is ASYNC
     yield client
     client.close()
 
