@@ -2233,7 +2233,7 @@ static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
 /* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
- * build their hints from it (TWRITE key entry | [BACKLOG count] ENTRIES
+ * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
  * entry [entry ...]), the same as rcp11-server's. A KEY argument names
  * its key spec by index. */
 #define RL_ARG(nm, ty, tok, fl)                                                               \
@@ -2281,11 +2281,12 @@ static RedisModuleCommandArg rl_node_docs[] = {
 
 /* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
  * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
- * the command has the "fast" flag), plus the module's own category, @rcp11 (Redis 7.4+, Valkey 8),
- * which plays the part @stream plays for Redis's streams: rcp11 streams are
- * not in @stream, whose rules mean Redis's own type. A group read moves its
- * group key yet TREAD is @read: the key spec marks the group key RW, so a
- * user with read-only key permissions (%R~) cannot move a group. */
+ * the command has the "fast" flag), plus the module's own category @rcp11
+ * (Redis 7.4+, Valkey 8), which plays the part @stream plays for Redis's
+ * streams: rcp11 streams are not in @stream, whose rules mean Redis's own
+ * type. A group read moves its group key yet TREAD is @read: the key spec
+ * marks the group key RW, so a user with read-only key permissions (%R~)
+ * cannot move a group. */
 typedef struct rl_command {
     const char *name;
     RedisModuleCmdFunc fn;
