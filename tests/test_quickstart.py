@@ -232,6 +232,12 @@ def test_python_m_rcp11_server_the_cli_and_the_client(shell: Shell) -> None:
         assert by_verb["consume nums --group g --follow"] == ["1", "2", "3"]
         assert len(by_verb["consume nums --since 10m"]) == 1_000_000
         assert "length: 1000000" in by_verb["info nums"]
+        assert by_verb["streams -l"][1].split() == ["nums", "0", "999999", "1000000", "1000000"]
+        # The follower printed three lines, but its reads moved the group by
+        # whole batches: a group read is the acknowledgement.
+        group, stream, current, end, lag = by_verb["groups nums g"][1].split()
+        assert (group, stream, end) == ("g", "nums", "1000000")
+        assert int(current) >= 3 and int(lag) == 1_000_000 - int(current)
 
         snippet = code_block(README, "## Command line", "python").replace(
             "port=6379", f"port={port}"
