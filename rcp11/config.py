@@ -180,6 +180,11 @@ DIRECTIVES: dict[str, Directive] = {
         # Retention (rcp11/retention.py): 0 is off.
         Directive("stream-retention-ms", "int", 0),
         Directive("stream-retention-bytes", "memory", 0),
+        # The slow log and the latency monitor (rcp11/diagnostics.py), as
+        # redis-server 7 bounds them.
+        Directive("slowlog-log-slower-than", "int", 10000, low=-1),
+        Directive("slowlog-max-len", "int", 128),
+        Directive("latency-monitor-threshold", "int", 0),
         # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
         # start-up, except tls-auth-clients (new handshakes follow it).
         Directive("tls-port", "int", 0, mutable=False, high=65535),
