@@ -39,6 +39,12 @@ def _human(size: float) -> str:
     return f"{size:.2f}P"
 
 
+# The program that runs the server, absolute as redis-server shows it: taken
+# when the server imports this, before it changes into `dir` (a path typed
+# relative, `.venv/bin/rcp11-server`, would then name nothing).
+EXECUTABLE = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else ""
+
+
 def _info_server(state: ServerState) -> dict[str, Any]:
     now = time.time()
     uptime = int(now - state.start_time)
@@ -61,7 +67,7 @@ def _info_server(state: ServerState) -> dict[str, Any]:
         "uptime_in_days": uptime // 86400,
         "hz": hz,
         "configured_hz": hz,
-        "executable": sys.argv[0] if sys.argv else "",
+        "executable": EXECUTABLE,
         "config_file": state.config.path or "",
     }
 
