@@ -167,8 +167,17 @@ def test_rcp11_server_on_the_shipped_config_answers_the_readme_session(shell: Sh
                 timeout=30,
             )
             assert done.stdout.rstrip("\n").splitlines() == lines[at + 1 : end], lines[at]
+        info = subprocess.run(
+            ["redis-cli", "-p", str(port), "INFO", "server"], capture_output=True, text=True
+        ).stdout
+        assert f"executable:{shell.clone}/.venv/bin/rcp11-server\r" in info
     finally:
         stop(server, port)
+    # A clean stop leaves the data (in the checkout: dir ./) and no lock;
+    # git sees none of it.
+    assert (shell.clone / "appendonly.aof").exists()
+    assert not (shell.clone / "rcp11.lock").exists()
+    assert shell.run("git status --porcelain") == ""
 
 
 def test_the_module_loads_into_redis_server_from_module_path(shell: Shell) -> None:
