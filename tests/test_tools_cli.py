@@ -453,6 +453,13 @@ def test_groups_shows_each_groups_lag(rcp11_client: Client, port: str) -> None:
         "s:g2   s       10              10              0",
         "s:new  s       -               10              10",
     ]
+    # A key named as a group that holds no offset is an error, not a row.
+    assert run_cli(port, "groups", "s", "s:not-a-group")[0:1] == (1,)
+    assert (
+        "key 's:not-a-group' holds b'text', not an offset"
+        in run_cli(port, "groups", "s", "s:not-a-group")[2]
+    )
+    assert "key 's' holds a stream" in run_cli(port, "groups", "s", "s")[2]
     # Evicted messages are no lag: nobody can be handed them.
     rcp11_client.tevict("s", 5)
     rows = [

@@ -32,7 +32,7 @@ import redis
 
 from rcp11.cli.args import Since, build_parser, parse_args, parse_since
 from rcp11.cli.connection import connect, explain
-from rcp11.cli.inspection import evict, groups, info, streams
+from rcp11.cli.inspection import NotAGroup, evict, groups, info, streams
 from rcp11.cli.transfer import PROG, Progress, consume, produce, split_messages
 from rcp11.client import Client
 from rcp11.stdio import silence_stdout
@@ -63,6 +63,9 @@ def main(
         return _TEXT_COMMANDS[args.command](args, client, _text(stdout))
     except redis.exceptions.RedisError as exc:
         stderr.write(f"{PROG} {args.command}: {explain(exc, args, client)}\n")
+        return 1
+    except NotAGroup as exc:
+        stderr.write(f"{PROG} {args.command}: {exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130

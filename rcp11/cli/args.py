@@ -131,6 +131,8 @@ def _from(text: str) -> int | str:
     word = _FROM_WORDS.get(text.lower())
     if word is not None:
         return word
+    if text.lower() == "stored":
+        raise argparse.ArgumentTypeError("kcat's '-o stored' is --group GROUPKEY here")
     try:
         return int(text)
     except ValueError:

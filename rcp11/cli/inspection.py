@@ -93,22 +93,46 @@ def group_lag(current: int | None, info: ReadResult) -> int:
     return max(info.next_offset - start, 0)
 
 
+class NotAGroup(Exception):
+    """A key named as a consumer group holds something else."""
+
+
+def _offset(kind: bytes, value: bytes | None) -> int | None | str:
+    """A group key's next offset (None: no such key yet), or why it is none."""
+    if kind == b"none":
+        return None
+    if kind != b"string" or value is None:
+        shown = "a stream" if kind.decode() == STREAM_TYPE else f"a {kind.decode()}"
+        return f"holds {shown}"
+    try:
+        return int(value)
+    except ValueError:
+        return f"holds {value[:40]!r}, not an offset"
+
+
 def groups(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
-    names: list[str] = []
+    named: set[str] = set()
+    names: list[str] = []  # in the order given, a glob's keys sorted
     for name in args.groupkeys:
         if any(c in name for c in _GLOB_CHARACTERS):
             names += _scan(client, name, "string")
         else:
+            named.add(name)
             names.append(name)
     names = list(dict.fromkeys(names))
     info = client.tread(args.key, 0, 0, withinfo=True)
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.type(name)
+    kinds = pipe.execute() if names else []
     values = client.mget(names) if names else []
     rows = []
-    for name, value in zip(names, values, strict=True):
-        try:
-            current = None if value is None else int(value)
-        except ValueError:
-            continue  # a string that is no group's offset (a glob matched it)
+    for name, kind, value in zip(names, kinds, values, strict=True):
+        current = _offset(kind, value)
+        if isinstance(current, str):
+            if name in named:
+                raise NotAGroup(f"key '{name}' {current}: a consumer group's key holds its offset")
+            continue  # a string a glob matched that is no group's offset
         rows.append(
             {
                 "group": name,
