@@ -170,7 +170,7 @@ def test_rcp11_server_on_the_shipped_config_answers_the_readme_session(shell: Sh
         info = subprocess.run(
             ["redis-cli", "-p", str(port), "INFO", "server"], capture_output=True, text=True
         ).stdout
-        assert f"executable:{shell.clone}/.venv/bin/rcp11-server\r" in info
+        assert f"executable:{shell.clone}/.venv/bin/rcp11-server" in info.splitlines()
     finally:
         stop(server, port)
     # A clean stop leaves the data (in the checkout: dir ./) and no lock;
