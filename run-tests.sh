@@ -23,6 +23,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
     dpkg -s libhiredis-dev >/dev/null 2>&1 || need+=(libhiredis-dev)
     command -v openssl >/dev/null || need+=(openssl)
+    # What Redis dashboards scrape (tests/test_tools_operators.py).
+    command -v prometheus-redis-exporter >/dev/null || need+=(prometheus-redis-exporter)
     if [ -z "${VIRTUAL_ENV:-}" ]; then
         # The system Python needs its headers (the C core is compiled
         # against them) and venv with ensurepip.
