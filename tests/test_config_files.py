@@ -7,6 +7,7 @@ refuses the start naming it."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def test_config_file_error_names_line(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text("port 0\n# comment\nappendfsync sometimes\n")
     proc = subprocess.run(
-        ["python", "-m", "rcp11", "server", str(conf)],
+        [sys.executable, "-m", "rcp11", "server", str(conf)],
         capture_output=True,
         text=True,
         timeout=30,
