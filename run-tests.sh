@@ -69,8 +69,8 @@ echo "== ruff"
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
 
-# Bounded: 27 s per harness (loading the committed corpus of fuzz_ops takes
-# ~15 s of it on 2 busy cores); make fuzz runs longer.
+# Bounded: 27 s per harness, from the minimised seeds (they load in about a
+# second and reach every edge the full corpus reached); make fuzz runs longer.
 echo "== C core under libFuzzer (fuzz/core)"
 bash fuzz/core/run.sh 27 --ci
 
