@@ -7,11 +7,11 @@ PYTHON ?= python3
 bench:
 	$(PYTHON) -m bench
 
-# Smaller sizes (< 2 min): writes bench/results/quick.md.
+# Smaller sizes (< 2 min): writes bench/results/quick.md (not in git).
 bench-quick:
 	$(PYTHON) -m bench --quick
 
-# Tiny sizes, checks that every suite runs: writes bench/results/smoke.md.
+# Tiny sizes, checks that every suite runs: writes bench/results/smoke.md (not in git).
 bench-smoke:
 	$(PYTHON) -m bench --smoke
 

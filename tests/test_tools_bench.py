@@ -132,6 +132,7 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         "core_bench.py",
         "persistence_bench.py",
         "lane_bench.py",
+        "Retention and the time index",
     ):
         assert heading in text, heading
     # Issue 11's goals table: every row in the summary, with its target and the
@@ -155,6 +156,8 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         assert f"| {target} |" in row, row
         if "RSS" not in goal:
             assert "% of a core" in row and "generator" in row, row
+    # No temporary path of the run (a suite's --out, a server's directory).
+    assert "/tmp" not in text and str(tmp_path) not in text
     # Every measured row carries a number, and every plot the page links exists.
     assert "| 1 producer |" in text and "| 1 consumer |" in text
     for name in ("kafka_message_size.png", "kafka_stored_curve.png"):
@@ -253,3 +256,42 @@ def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
     assert "rcp11 / redis" in report
     assert "streams-oldest" in report and "| 100 |" in report and "writes/s" in report
+
+
+def test_a_plot_that_fails_costs_the_picture_not_the_figures(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The record is saved before anything is drawn: a suite whose plot
+    cannot be drawn keeps its table and data, and says what failed."""
+    import types
+
+    from bench import __main__ as bench_main
+    from bench.report import SuiteReport, Table, plot_lines, plot_ratios
+
+    drawn = tmp_path / "plots" / "fine.png"
+
+    def run(ctx: object) -> SuiteReport:
+        report = SuiteReport("kafka", "Suite 1: fake")
+        report.data["producer_rps"] = 1234.0
+        table = Table("Throughput", ["clients", "records/s"])
+        table.add(1, "1,234")
+        report.tables.append(table)
+        # No series to draw: that plot fails (as a missing matplotlib would).
+        report.plots.append(plot_ratios(drawn, "fine", [("a", 1.0, 0.9)]))
+        report.plots.append(plot_lines(tmp_path / "plots" / "broken.png", "t", "x", None, "y"))
+        return report
+
+    module = types.ModuleType("fake_own_suite")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_own_suite", module)
+    monkeypatch.setitem(bench_main.OWN_SUITES, "kafka", "fake_own_suite")
+    page = tmp_path / "page.md"
+    assert bench_main.main(["--smoke", "--suite", "kafka", "--out", str(page)]) == 1
+    record = json.loads(page.with_suffix(".json").read_text())
+    suite = record["suites"]["kafka"]
+    assert suite["data"] == {"producer_rps": 1234.0}
+    assert [e.split(":")[0] for e in suite["errors"]] == ["plot broken.png"]
+    text = page.read_text()
+    assert "| 1 | 1,234 |" in text and "plot broken.png" in text
+    assert "plots/fine.png" in text and drawn.read_bytes()[:4] == b"\x89PNG"
+    assert "broken.png)" not in text
