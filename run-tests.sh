@@ -23,6 +23,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
     dpkg -s libhiredis-dev >/dev/null 2>&1 || need+=(libhiredis-dev)
     command -v openssl >/dev/null || need+=(openssl)
+    command -v ss >/dev/null || need+=(iproute2)
     if [ -z "${VIRTUAL_ENV:-}" ]; then
         # The system Python needs its headers (the C core is compiled
         # against them) and venv with ensurepip.

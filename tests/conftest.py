@@ -1034,6 +1034,16 @@ def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any
     return state, persistence
 
 
+def finish_rewrite(persistence: Any, timeout: float = 60.0) -> None:
+    """Tick an in-process Persistence (as the server's cron does) until its
+    background AOF rewrite has ended; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while persistence.info()["aof_rewrite_in_progress"]:
+        assert time.monotonic() < deadline, "the AOF rewrite never finished"
+        time.sleep(0.02)
+        persistence.tick(time.time())
+
+
 def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True) -> bytes:
     """What a connection does with each read, in process (the server's
     Connection.data_received() and process() without the network): the C

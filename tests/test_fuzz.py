@@ -187,6 +187,7 @@ def test_seed_minimising_keeps_every_edge_with_fewer_inputs(tmp_path: Path) -> N
 FUZZ_SECONDS = 15
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_each_fuzzer_runs_clean_for_a_bounded_time() -> None:
     """What CI fuzzes: each target under atheris for FUZZ_SECONDS, after

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import persistence_in_process, tr, tw, wait_for
+from conftest import finish_rewrite, persistence_in_process, tr, tw, wait_for
 
 from rcp11 import errors
 from rcp11.commands import execute
@@ -198,9 +198,7 @@ def test_expired_but_not_deleted_keys_in_a_snapshot_expire_after_loading(
         assert persistence.save() == "OK"
     else:
         persistence.bgrewriteaof()
-        while persistence.info()["aof_rewrite_in_progress"]:
-            time.sleep(0.02)
-            persistence.tick(time.time())
+        finish_rewrite(persistence)
         assert persistence.info()["aof_last_bgrewrite_status"] == "ok"
         assert (tmp_path / "appendonly.aof").read_bytes().startswith(b"RCP11SNAP")
     persistence.shutdown("nosave")

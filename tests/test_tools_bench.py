@@ -101,6 +101,7 @@ def test_unknown_suite_is_refused_by_name() -> None:
     assert "unknown suite(s) nosuch" in result.stderr
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     require("redis-server")
@@ -240,6 +241,7 @@ def test_external_suite_failing_status_is_an_error(
         bench_main.run_external("core", _context(tmp_path, "full"))
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     require("redis-server")
