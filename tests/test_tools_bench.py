@@ -297,3 +297,36 @@ def test_a_plot_that_fails_costs_the_picture_not_the_figures(
     assert "| 1 | 1,234 |" in text and "plot broken.png" in text
     assert "plots/fine.png" in text and drawn.read_bytes()[:4] == b"\x89PNG"
     assert "broken.png)" not in text
+
+
+def _line(server_pct: float, gen_pct: float, us: float, kernel_us: float) -> object:
+    from bench.redisbench import BenchLine
+
+    line = BenchLine(rps=1000.0, p50_ms=0.1, p99_ms=0.2, wall=1.0, loadgen_cpu=gen_pct / 100)
+    line.server_cpu_pct = server_pct
+    line.server_us_per_request = us
+    line.server_kernel_us_per_request = kernel_us
+    line.server_syscalls_per_request = 2.0
+    return line
+
+
+@pytest.mark.parametrize(
+    ("rcp11_pct", "gen_pct", "redis_pct", "shown"),
+    [
+        (99, 12, 98, True),  # both servers CPU-bound
+        (94, 82, 83, False),  # redis-server was not: its rate is not its CPU cost
+        (51, 98, 67, False),  # the load generator set the pace
+        (56, 41, 47, False),  # neither saturated
+    ],
+)
+def test_the_zero_user_time_ratio_is_given_only_where_both_servers_are_cpu_bound(
+    rcp11_pct: float, gen_pct: float, redis_pct: float, shown: bool
+) -> None:
+    from bench.redis_suite import _bound
+
+    rcp = [_line(rcp11_pct, gen_pct, us=57.9, kernel_us=47.3)] * 3
+    red = [_line(redis_pct, gen_pct, us=79.1, kernel_us=56.2)] * 3
+    note = _bound(rcp, red)  # type: ignore[arg-type]
+    assert "47.3 of it in the kernel" in note and "(redis-server 79.1" in note
+    assert ("user-space time at zero and its kernel time as measured, 1.67x" in note) == shown
+    assert "cost nothing" not in note
