@@ -47,10 +47,16 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of a test_spark*.py file runs a local Spark (a JVM, seconds
-    per query): all of them are `slow`, whoever adds the next one."""
+    per query): all of them are `slow`, whoever adds the next one. And they
+    get 900 s, not the default 300: the first of a file starts the session
+    (168 s of set-up on 2 cores at load 20-30), and a timeout that strikes
+    inside a py4j call leaves the JVM gateway, which all Spark tests share,
+    out of step, failing every Spark test after it. A mark of the test's
+    own comes first (closest) and wins."""
     for item in items:
         if item.path.name.startswith("test_spark"):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(900), append=True)
 
 
 # ---------------------------------------------------------------------------

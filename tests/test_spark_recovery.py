@@ -80,7 +80,6 @@ def staging_in_flight(client: Client) -> bool:
     return False
 
 
-@pytest.mark.timeout(600)  # a 240 s wait, Spark start-up and restarts
 def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
     spark: Any, shared_server: ServerProcess, tmp_path: Path
 ) -> None:
