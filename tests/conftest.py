@@ -73,13 +73,16 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of a test_spark*.py file runs a local Spark (a JVM, seconds
-    per query): all of them are `slow`, whoever adds the next one. Every test
-    that starts a server with the module is `module` (the fixtures say so,
-    or the test's own marker); on a host other than redis-server only those
-    run: the rest do not depend on the host."""
+    per query): all of them are `slow`, whoever adds the next one. And they
+    get 900 s, not the default 300: the first of a file starts the session
+    (168 s of set-up on 2 cores at load 20-30), and a timeout that strikes
+    inside a py4j call leaves the JVM gateway, which all Spark tests share,
+    out of step, failing every Spark test after it. A mark of the test's
+    own comes first (closest) and wins."""
     for item in items:
         if item.path.name.startswith("test_spark"):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(900), append=True)
         if uses_module_server(item):
             item.add_marker(pytest.mark.module)
     if module_host() != "redis":
@@ -1147,6 +1150,16 @@ def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any
     state = ServerState(config)
     state.persistence = persistence = Persistence(state, execute)
     return state, persistence
+
+
+def finish_rewrite(persistence: Any, timeout: float = 60.0) -> None:
+    """Tick an in-process Persistence (as the server's cron does) until its
+    background AOF rewrite has ended; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while persistence.info()["aof_rewrite_in_progress"]:
+        assert time.monotonic() < deadline, "the AOF rewrite never finished"
+        time.sleep(0.02)
+        persistence.tick(time.time())
 
 
 def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True) -> bytes:

@@ -59,6 +59,7 @@ def runtime(name: str) -> str:
     return path
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 def test_module_tests_pass_under_asan_and_ubsan(tmp_path: Path) -> None:
     require("redis-server")
     require(os.environ.get("CC", "cc"))
