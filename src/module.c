@@ -41,6 +41,12 @@
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
  *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
+ *   rcp11.reserve write                          1: RW UPDATE  (internal,
+ *                                                   module_reserve.c)
+ *
+ * ACL categories (where the server has the API, Redis 7.2+ and Valkey 8)
+ * follow Redis's stream commands, plus the module's own @rcp11: see
+ * rl_commands. Redis 7.0 has no such API; the load logs that.
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
@@ -142,6 +148,11 @@
  *   RCP11.TWRITEAT, RCP11.NODE              verbatim (a replica's own AOF
  *                                           and its replicas)
  *   retention (the timer, primary only)     TEVICT key <last evicted offset>
+ *   an offset reservation (module_reserve)  RCP11.RESERVE key <mark>, before
+ *                                           the offsets in it are handed out
+ *   a stream raised to its mark             RCP11.SKIPTO key <mark>, before
+ *                                           the write after a start-up or a
+ *                                           promotion
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Appends are replicated with the
@@ -176,16 +187,18 @@
  * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
  * stream as the core's own serialized blobs, written by rl_rdb_save():
  *
- *   +----------------------+---------------------+-------------+-----+
- *   | unsigned: node count | buffer: header blob | buffer: node | ... |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    |
- *   +----------------------+---------------------+-------------+-----+
+ *   +----------------------+---------------------+-------------+-----+----------------+
+ *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
+ *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 1; the
- * type name "rcp11-log" is written into every RDB file, so it never
- * changes. rl_rdb_load() validates every blob with the core's validator
+ * compressed. RL_ENCVER (Redis's per-type encoding version) is 2: version
+ * 2 added the stream's offset reservation mark after the nodes
+ * (module_reserve.c), so that a full sync, DUMP/RESTORE and MIGRATE carry
+ * it; version 1 values (no mark) still load. The type name "rcp11-log" is
+ * written into every RDB file, so it never changes. rl_rdb_load() validates every blob with the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
@@ -207,11 +220,16 @@
  * clock come back exactly.
  * A node blob is checked like an RDB one before it is trusted.
  *
- * Durability is Redis's (docs/MODULE.md): with appendonly yes and
- * appendfsync always a reply leaves only after the AOF write is on disk;
- * with everysec, or with snapshots only, a crash loses the last writes and
- * the restarted server hands their offsets out again; a failover loses what
- * the replica had not received, unless the writer waited with WAIT.
+ * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
+ * mark is past its next offset.
+ *
+ * Durability is Redis's for the data (docs/MODULE.md): with appendonly yes
+ * and appendfsync always a reply leaves only after the AOF write is on
+ * disk; with everysec, or with snapshots only, a crash loses the last
+ * writes; a failover loses what the replica had not received, unless the
+ * writer waited with WAIT. Offsets are the module's own: module_reserve.c
+ * reserves them ahead in its offsets file and on every online replica, so
+ * lost messages read as null and their offsets are never handed out again.
  *
  * RETENTION AND COMPRESSION
  * =========================
@@ -277,6 +295,7 @@
 #include <string.h>
 
 #include "macronode.h"
+#include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -287,8 +306,10 @@
 /* The data type's name is written into every RDB file holding a stream:
  * never change it. Redis requires exactly 9 characters. */
 #define RL_TYPE_NAME "rcp11-log"
-/* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
-#define RL_ENCVER 1
+/* Encoding version of rl_rdb_save()'s layout: 2 adds the stream's offset
+ * reservation mark after the nodes (module_reserve.c). rl_rdb_load() reads
+ * 1 and 2 and refuses others. */
+#define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
@@ -351,6 +372,8 @@
 
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
+RCP11_MODULE_API_RESERVE(RL_DEFINE_API)
+RCP11_MODULE_API_OPTIONAL(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -366,7 +389,13 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
         RedisModule_##name == NULL)                                                        \
         return #name;
     RCP11_MODULE_API(RL_LOOKUP_API)
+    RCP11_MODULE_API_RESERVE(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
+#define RL_LOOKUP_OPTIONAL(ret, name, params)                                              \
+    if (getapi("RedisModule_" #name, (void *)&RedisModule_##name) != REDISMODULE_OK)      \
+        RedisModule_##name = NULL;
+    RCP11_MODULE_API_OPTIONAL(RL_LOOKUP_OPTIONAL)
+#undef RL_LOOKUP_OPTIONAL
     return NULL;
 }
 
@@ -517,6 +546,16 @@ static void rl_apply_config(mn_stream *s);
 static mn_stream *rl_stream_new(void) {
     mn_stream *s = mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
     if (s != NULL) rl_apply_config(s);
+    return s;
+}
+
+/* A new stream stored at an empty key opened for writing, counted in INFO
+ * (module_reserve.c brings a lost stream back at its mark this way). */
+mn_stream *rl_stream_create(RedisModuleKey *key) {
+    mn_stream *s = rl_stream_new();
+    if (s == NULL) return NULL;
+    RedisModule_ModuleTypeSetValue(key, rl_type, s);
+    rl_account_new(s);
     return s;
 }
 
@@ -692,7 +731,7 @@ static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *ou
 
 /* The stream at an opened key: *s is NULL for an empty key. Returns 0 when
  * the key holds something else. */
-static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
+int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
     int type = RedisModule_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_EMPTY) {
         *s = NULL;
@@ -809,11 +848,14 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
  * included): the group key moves by that much. s may be NULL. */
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
                                int withinfo) {
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    /* The end a reader may see (rcp11.read-committed: what the replicas
+     * acknowledged). */
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
+        if (first > next) first = next;
         RedisModule_ReplyWithArray(ctx, (long)(n + 1));
         RedisModule_ReplyWithArray(ctx, 4);
         /* next may be 2^63, which no RESP integer holds: the info reports
@@ -1030,7 +1072,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
         return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t start = w->start, pos = 0;
     int missing = 0;
     if (w->group) {
@@ -1041,6 +1083,9 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
     if (start >= next) {
+        /* Written but not acknowledged yet (read-committed): woken again
+         * once it is. */
+        if (s != NULL && start < mn_next_offset(s)) rl_resv_reader_waits(ctx, w->key);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;
     }
@@ -1195,6 +1240,7 @@ typedef struct rl_appended {
     int64_t clock_before;   /* the stream's clock before (0: new stream) */
     uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
     uint64_t first_after;   /* ... and after it */
+    mn_stream *stream;      /* the stream written */
 } rl_appended;
 
 /* at_ms for rl_append_entries(): the stream's own clock (its newest append
@@ -1263,7 +1309,9 @@ static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, name, s);
     }
+    out->stream = s;
     out->first = first;
     out->at_ms = mn_last_append_ms(s);
     out->first_before = mn_first_offset(s);
@@ -1285,6 +1333,10 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
+    /* No offset is handed out twice: the reservation covering them must be
+     * confirmed first (module_reserve.c); else the client waits, and this
+     * command runs again once it is. */
+    if (!rl_resv_admit(ctx, argv[1], n, rl_twrite)) return REDISMODULE_OK;
     /* A plain TWRITE from this server's primary or from the AOF is one
      * whose messages got the stream's clock there (below): so here too. */
     int64_t at_ms = RL_AT_STREAM_CLOCK;
@@ -1294,6 +1346,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     rl_appended a;
     if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
         return REDISMODULE_OK;
+    rl_resv_wrote(ctx, argv[1], a.stream);
     /* Replicas and the AOF must append at the time the messages got here.
      * When that is the stream's clock as it was (writes within one
      * millisecond, the common case at high rates), the command goes
@@ -1452,7 +1505,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
+    /* Messages past `next` are written but not acknowledged (read-committed):
+     * a reader blocking for them is woken once they are. */
+    int unacknowledged = s != NULL && next < mn_next_offset(s);
     int flags = RedisModule_GetContextFlags(ctx);
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
@@ -1461,6 +1517,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         uint64_t start = rl_resolve_offset(a.offset, next);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
+            if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
             rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
             w->start = start;
             w->count = a.count;
@@ -1491,6 +1548,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
+        if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
         /* Created now, so a GROUPNEW reader gets what is written next. */
         if (missing) rl_set_group(ctx, a.group, start);
         rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
@@ -1621,6 +1679,22 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (len > RL_OFFSET_END - dst_next - adding) overflow = 1;
         else adding += len;
     }
+    if (!wrongtype && !overflow && adding > 0) {
+        /* Offsets are handed out: the reservation must be confirmed first
+         * (module_reserve.c), which may also raise or bring back dst. */
+        if (!rl_resv_admit(ctx, argv[1], adding, rl_tconcat)) {
+            for (int i = 1; i < argc; i++)
+                if (keys[i]) RedisModule_CloseKey(keys[i]);
+            RedisModule_Free(keys);
+            RedisModule_Free(streams);
+            return REDISMODULE_OK;
+        }
+        RedisModule_CloseKey(keys[1]);
+        keys[1] = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+        rl_stream_of(keys[1], &streams[1]);
+        dst_next = streams[1] ? mn_next_offset(streams[1]) : 0;
+        overflow = adding > RL_OFFSET_END - dst_next;
+    }
     int rc = MN_OK;
     if (!wrongtype && !overflow) {
         mn_stream *dst = streams[1];
@@ -1639,8 +1713,10 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (created) {
             RedisModule_ModuleTypeSetValue(keys[1], rl_type, dst);
             rl_total_add(&rl_totals.streams, 1);
+            rl_resv_created(ctx, argv[1], dst);
         }
         rl_account(dst, &before);
+        if (adding > 0) rl_resv_wrote(ctx, argv[1], dst);
         if (mn_compress_pending(dst)) rl_house.dirty = 1; /* moved nodes to conform */
         for (int i = 2; i < argc; i++)
             if (streams[i]) RedisModule_DeleteKey(keys[i]);
@@ -1713,6 +1789,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         s = rl_stream_new();
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_account_new(s);
+        rl_resv_created(ctx, argv[1], s);
     }
     if (target > mn_next_offset(s)) mn_raise_next_offset(s, target);
     RedisModule_CloseKey(key);
@@ -1751,6 +1828,7 @@ static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, argv[1], s);
     }
     rl_account(s, &before);
     if (mn_compress_pending(s)) rl_house.dirty = 1;
@@ -1914,10 +1992,11 @@ static void rl_rdb_save(RedisModuleIO *io, void *value) {
         RedisModule_SaveStringBuffer(io, b.data, b.len);
     }
     mn_buf_free(&b);
+    rl_resv_rdb_save(io, s); /* encoding version 2: the reservation mark */
 }
 
 static void *rl_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver != RL_ENCVER) {
+    if (encver < 1 || encver > RL_ENCVER) {
         RedisModule_LogIOError(io, "warning",
                                "rcp11: stream encoding version %d is not %d (a newer module?)",
                                encver, RL_ENCVER);
@@ -1953,6 +2032,10 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     int rc = mn_load_finish(s);
     if (rc != MN_OK) {
         RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
+        mn_stream_free(s);
+        return NULL;
+    }
+    if (rl_resv_rdb_load(io, s, encver) != REDISMODULE_OK) {
         mn_stream_free(s);
         return NULL;
     }
@@ -2011,35 +2094,63 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
     } else if (end > nodes_end || nodes_end == 0) {
         rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
     }
+    rl_resv_aof_rewrite(aof, key, s);
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
-/* DEBUG DIGEST: the logical content (offsets and messages), so that a
- * replica and its primary digest equal whatever their node layout. */
+/* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
+ * replica and its primary digest equal whatever their node layouts. After
+ * the first readable and the last offset, each item is two elements: a
+ * message is its length and its bytes, a run of null offsets (a gap left by
+ * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
+ * length. A length is never -1, so no message reads as a gap; and a gap
+ * costs two elements whatever its size (walking it offset by offset took
+ * hours for a 2^40 gap, with the server stuck in DEBUG DIGEST). */
+static void rl_digest_gap(RedisModuleDigest *md, uint64_t *gap) {
+    if (*gap == 0) return;
+    RedisModule_DigestAddLongLong(md, -1);
+    RedisModule_DigestAddLongLong(md, (long long)*gap);
+    *gap = 0;
+}
+
 static void rl_digest(RedisModuleDigest *md, void *value) {
     mn_stream *s = value;
     rl_snap before;
     rl_snap_take(s, &before);
-    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
-    RedisModule_DigestAddLongLong(md, (long long)pos);
+    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
+    RedisModule_DigestAddLongLong(md, (long long)first);
     RedisModule_DigestAddLongLong(md, (long long)(end - 1));
+    uint64_t pos = first; /* digested up to here */
+    uint64_t gap = 0;     /* null offsets met and not digested yet */
     uint64_t batch = rl_read_batch(s);
-    while (pos < end) {
-        uint64_t k = end - pos < batch ? end - pos : batch;
-        rl_read_buf.len = 0;
-        if (mn_read_copy(s, pos, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
-        const char *p = rl_read_buf.data;
-        for (uint64_t i = 0; i < k; i++) {
-            if (rl_read_lens[i] < 0) {
-                RedisModule_DigestAddLongLong(md, -1);
-                continue;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        mn_node_info info;
+        mn_node_get_info(node, &info);
+        uint64_t from = info.first > pos ? info.first : pos, to = info.first + info.count;
+        if (to <= from) continue; /* evicted */
+        gap += from - pos;
+        while (from < to) {
+            uint64_t k = to - from < batch ? to - from : batch;
+            rl_read_buf.len = 0;
+            if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+            const char *p = rl_read_buf.data;
+            for (uint64_t i = 0; i < k; i++) {
+                if (rl_read_lens[i] < 0) {
+                    gap++;
+                    continue;
+                }
+                rl_digest_gap(md, &gap);
+                RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
+                RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+                p += rl_read_lens[i];
             }
-            RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
-            p += rl_read_lens[i];
+            from += k;
         }
-        pos += k;
+        pos = to;
     }
+    gap += end > pos ? end - pos : 0;
+    rl_digest_gap(md, &gap);
     RedisModule_DigestEndSequence(md);
     rl_account(s, &before);
     rl_release_scratch();
@@ -2130,6 +2241,7 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_housekeeping_ticks", rl_pause.ticks);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_group_wakes", rl_pause.group_wakes);
+    rl_resv_info(ctx);
 }
 
 static long long rl_get_numeric(const char *name, void *privdata) {
@@ -2190,6 +2302,7 @@ static int rl_register_configs(RedisModuleCtx *ctx) {
                                           rl_set_numeric, NULL,
                                           &rl_config.retention_bytes) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    if (rl_resv_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     return RedisModule_LoadConfigs(ctx);
 }
 
@@ -2233,6 +2346,61 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
+/* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
+ * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
+ * entry [entry ...]), the same as rcp11-server's. A KEY argument names
+ * its key spec by index. */
+#define RL_ARG(nm, ty, tok, fl)                                                               \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .token = (tok),  \
+     .flags = (fl)}
+#define RL_KEY_ARG(nm, spec, tok, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = (spec), .token = (tok), \
+     .flags = (fl)}
+#define RL_GROUP_ARG(nm, ty, sub, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .subargs = (sub),  \
+     .flags = (fl)}
+#define RL_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
+#define RL_MULTIPLE REDISMODULE_CMD_ARG_MULTIPLE
+
+static RedisModuleCommandArg rl_twrite_batch[] = {
+    RL_ARG("backlog", INTEGER, "BACKLOG", RL_OPTIONAL),
+    RL_ARG("entry", STRING, "ENTRIES", RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_twrite_forms[] = {
+    RL_ARG("entry", STRING, NULL, 0), RL_GROUP_ARG("entries", BLOCK, rl_twrite_batch, 0), {0}};
+static RedisModuleCommandArg rl_twrite_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_GROUP_ARG("form", ONEOF, rl_twrite_forms, 0), {0}};
+static RedisModuleCommandArg rl_tread_groups[] = {
+    RL_KEY_ARG("groupkey", 1, "GROUP", 0), RL_KEY_ARG("newgroupkey", 2, "GROUPNEW", 0), {0}};
+static RedisModuleCommandArg rl_tread_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0),
+    RL_ARG("offset", INTEGER, NULL, 0),
+    RL_ARG("count", INTEGER, NULL, 0),
+    RL_ARG("milliseconds", INTEGER, "BLOCK", RL_OPTIONAL),
+    RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
+    RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
+    {0}};
+static RedisModuleCommandArg rl_tevict_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_tconcat_docs[] = {
+    RL_KEY_ARG("destination", 0, NULL, 0), RL_KEY_ARG("source", 1, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_tseek_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_skipto_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("next-offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_twriteat_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0),
+    RL_ARG("entry", STRING, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_node_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("node-blob", STRING, NULL, 0), {0}};
+
+/* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
+ * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
+ * the command has the "fast" flag), plus the module's own category @rcp11
+ * (Redis 7.4+, Valkey 8), which plays the part @stream plays for Redis's
+ * streams: rcp11 streams are not in @stream, whose rules mean Redis's own
+ * type. A group read moves its group key yet TREAD is @read: the key spec
+ * marks the group key RW, so a user with read-only key permissions (%R~)
+ * cannot move a group. */
 typedef struct rl_command {
     const char *name;
     RedisModuleCmdFunc fn;
@@ -2241,26 +2409,72 @@ typedef struct rl_command {
     int arity;
     const char *summary;
     RedisModuleCommandKeySpec *keys;
+    const char *acl; /* ACL categories, @rcp11 added where the server can */
+    RedisModuleCommandArg *args;
+    const char *complexity;
 } rl_command;
 
 static const rl_command rl_commands[] = {
     {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
-     "Append entries to a stream; returns the offset of the first", rl_twrite_specs},
+     "Append entries to a stream; returns the offset of the first", rl_twrite_specs,
+     "write fast", rl_twrite_docs, "O(N) for N entries"},
     {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
-     "Read a stream from an offset, or as a member of a group", rl_tread_specs},
+     "Read a stream from an offset, or as a member of a group", rl_tread_specs,
+     "read slow blocking", rl_tread_docs,
+     "O(log N + M): N nodes in the stream, M offsets returned"},
     {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
-     rl_tevict_specs},
+     rl_tevict_specs, "write fast", rl_tevict_docs, "O(N) for N nodes freed"},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
-     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs,
+     "write slow", rl_tconcat_docs, "O(N) for N nodes in the sources"},
     {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
-     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
+     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs,
+     "read fast", rl_tseek_docs, "O(log N) for N nodes"},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
-     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs, "write fast",
+     rl_skipto_docs, "O(1)"},
     {"rcp11.twriteat", rl_twriteat, "write deny-oom", 1, 1, 1, -4,
-     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs},
+     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs,
+     "write fast", rl_twriteat_docs, "O(N) for N entries"},
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
-     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs},
+     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow",
+     rl_node_docs, "O(N) for the N bytes of the node"},
 };
+
+/* The module's ACL category, when the server can add one (OnLoad only). */
+#define RL_ACL_CATEGORY "rcp11"
+
+/* Put the commands in their ACL categories where the server has the API;
+ * say at load what is missing where it has not (docs/MODULE.md, ACLs). */
+static int rl_set_acl_categories(RedisModuleCtx *ctx) {
+    if (RedisModule_SetCommandACLCategories == NULL) {
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot put module commands in ACL categories "
+                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK are in none, so "
+                        "@read, @write and @rcp11 rules miss them; name the commands in ACL "
+                        "rules instead (docs/MODULE.md, ACLs)");
+        return REDISMODULE_OK;
+    }
+    int own = RedisModule_AddACLCategory != NULL &&
+              RedisModule_AddACLCategory(ctx, RL_ACL_CATEGORY) == REDISMODULE_OK;
+    if (!own)
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot add the ACL category @" RL_ACL_CATEGORY
+                        " (Redis 7.2): the commands are in @read or @write only");
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
+        const rl_command *c = &rl_commands[i];
+        char categories[64];
+        snprintf(categories, sizeof(categories), "%s%s", c->acl, own ? " " RL_ACL_CATEGORY : "");
+        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
+        if (command == NULL ||
+            RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
+            RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s",
+                            c->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
 
 static int rl_create_commands(RedisModuleCtx *ctx) {
     for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
@@ -2275,6 +2489,8 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
         info.since = "1.0.0";
         info.arity = c->arity;
         info.key_specs = c->keys;
+        info.args = c->args;
+        info.complexity = c->complexity;
         RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
         if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
             RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
@@ -2325,6 +2541,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     methods.free = rl_free;
     methods.free_effort = rl_free_effort;
     methods.copy = rl_copy;
+    methods.unlink2 = rl_resv_unlink;
     rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
     if (rl_type == NULL) return REDISMODULE_ERR;
     /* Corrupt or short RDB input comes back as an error to check, not an
@@ -2333,7 +2550,9 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS |
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_set_acl_categories(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);
     rl_pause.wakes = RedisModule_CreateDict(NULL);

@@ -16,14 +16,16 @@ Here is decided, once per read, what no request of the read can change:
 the lane runs nothing during loading, inside MULTI, with MONITOR clients,
 with rename-command, for an unauthenticated client or a RESP3 one, or while
 blocked clients wait to be served; and no TWRITE while writes are refused
-(MISCONF) or maxmemory is set (the OOM check depends on memory each write
-grows). Per key, the resolver below decides (a missing key, a string, a
+(MISCONF), nor, with maxmemory, past what the memory left allows (the lane
+adds up what its writes grow and stops before the one the general path
+would refuse). What the parser holds runs here too (run_buffered), and so
+do the TWRITEs and TREADs EXEC runs (run_queued). Per key, the resolver below decides (a missing key, a string, a
 TTL stop the lane; a waiter or a WATCH stops writes). Afterwards the
 counters the general path keeps are brought up to date, the AOF gets the
 TWRITE requests verbatim, and written keys are touched.
 
 Every request the lane runs is one the general path would have run the same
-way: tests/test_lane_differential.py checks it on random pipelines.
+way: tests/test_dispatch_lane.py checks it on random pipelines.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import hiredis
+
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
 from rcp11.commands.core import command_stats, requirepass_set
-from rcp11.commands.table import RENAMED
+from rcp11.commands.diagnostics import note_slow
+from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
@@ -50,6 +55,7 @@ _MEMORY_ROOM: int = lib.LANE_MEMORY_ROOM
 _FIXED_TIME: int = lib.LANE_FIXED_TIME
 # No limit of its own: lengths and replies bounded elsewhere.
 _ANY_SIZE = 2**62
+_UINT64_MAX = (1 << 64) - 1
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
@@ -59,6 +65,8 @@ _call.resolve = lib.lane_resolve_key
 _call.max_commands = LANE_MAX_COMMANDS
 # The parser limits _call was last given (max_bulk_len, max_multibulk_len).
 _limits: list[tuple[int, int]] = [(-1, -1)]
+# The slow-command threshold _call was last given (ServerState.slow_usec).
+_slow_usec: list[int] = [-1]
 
 # While lane_run() runs: the state it runs on and the keys it resolved
 # (key, stream or None), in the order of _call.keys.
@@ -136,6 +144,7 @@ def run_queued(
             flags |= _LOG_WRITES
             room = state.persistence.aof_room()
     call.fixed_ms = state.write_time()
+    _set_slow_usec(state)
     _state = state
     _resolved.clear()
     try:
@@ -146,6 +155,8 @@ def run_queued(
     if not consumed:
         return 0, b""
     _account(state, client, call)
+    if call.nslow:
+        _note_slow(state, client, call, data)
     return call.twrite_calls + call.tread_calls, ffi.unpack(call.reply.data, call.reply.len)
 
 
@@ -183,7 +194,7 @@ def run_lane(
         data = carried + data
     if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
         return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
-    consumed = _run(state, client, parser, data, len(data), mark - out_bytes)
+    consumed = _run(state, client, parser, data, 0, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
     reply = ffi.unpack(_call.reply.data, _call.reply.len)
@@ -218,7 +229,7 @@ def run_buffered(
     size = len(buf) - start
     if size < _MIN_READ:
         return 0, out_bytes
-    consumed = _run(state, client, parser, ffi.from_buffer(buf) + start, size, mark - out_bytes)
+    consumed = _run(state, client, parser, buf, start, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
     reply = ffi.unpack(_call.reply.data, _call.reply.len)
@@ -231,14 +242,13 @@ def _run(
     state: ServerState,
     client: ClientState,
     parser: RequestParser,
-    data: Any,
-    size: int,
+    data: bytes,
+    start: int,
     budget: int,
 ) -> int:
-    """lane_run() over size bytes at data (bytes, or a pointer into them)
-    with the parser's limits, what MISCONF, the AOF and maxmemory allow,
-    and budget bytes of reply; accounts for what ran. Returns the bytes
-    consumed."""
+    """lane_run() over data[start:] (in place) with the parser's limits,
+    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply;
+    accounts for what ran. Returns the bytes consumed."""
     global _state
     call = _call
     persistence = state.persistence
@@ -247,6 +257,7 @@ def _run(
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
+    _set_slow_usec(state)
     flags = 0
     room = 0
     memory_room = 0
@@ -263,14 +274,37 @@ def _run(
             memory_room = int(limit) - state.used_memory()
     _state = state
     _resolved.clear()
+    # bytes go to `const char *` as they are, no copy; past their start,
+    # through from_buffer, no copy either.
+    at = data if not start else ffi.from_buffer(data) + start
     try:
-        # bytes (or a pointer into them) go to `const char *`: no copy.
-        consumed = lib.lane_run(call, data, size, budget, flags, room, memory_room)
+        consumed = lib.lane_run(call, at, len(data) - start, budget, flags, room, memory_room)
     finally:
         _state = None
     if consumed:
         _account(state, client, call)
+        if call.nslow:
+            _note_slow(state, client, call, data, start)
     return consumed
+
+
+def _set_slow_usec(state: ServerState) -> None:
+    if state.slow_usec != _slow_usec[0]:
+        _call.slow_usec = _slow_usec[0] = min(state.slow_usec, _UINT64_MAX)
+
+
+def _note_slow(
+    state: ServerState, client: ClientState, call: Any, data: bytes, start: int = 0
+) -> None:
+    """The run's slow commands (over data[start:]), as call() notes a slow
+    command (their requests are canonical RESP: hiredis reads them back
+    into arguments)."""
+    for i in range(call.nslow):
+        slow = call.slow[i]
+        reader = hiredis.Reader()
+        reader.feed(data[start + slow.start : start + slow.start + slow.len])
+        argv = reader.gets()
+        note_slow(state, client, lookup_original(argv[0]), argv, slow.usec)
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:
