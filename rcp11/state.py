@@ -519,6 +519,10 @@ class ServerState:
         self.blocking = BlockingManager()
         self.keyspace = Keyspace(self, self.blocking)
         self.clients: dict[int, ClientState] = {}
+        # The process's memory besides the data (the interpreter, buffers):
+        # measured by allocated_memory() (the cron, INFO), counted by
+        # used_memory() against maxmemory as Redis counts all of used_memory.
+        self.process_overhead = 0
         # Clients in MONITOR mode, in the order they asked.
         self.monitors: list[ClientState] = []
         self.stats = Stats()
@@ -568,18 +572,30 @@ class ServerState:
         self.request_shutdown: Callable[[str | None], bool] = lambda mode: True
 
     def used_memory(self) -> int:
-        """What maxmemory is held against: the dataset plus what each
-        connected client costs the server (not the interpreter's own tens of
-        MB, so that a limit is about data). INFO's used_memory is
-        allocated_memory()."""
+        """What maxmemory is held against, as in Redis: INFO's used_memory.
+        The dataset and the clients are counted as they change (a write
+        adds its bytes at once); the rest of the process (the interpreter,
+        buffers) is the share last measured by allocated_memory(), which the
+        cron and INFO call. Measuring the whole heap costs a system call and
+        a walk of malloc's arenas, too much for every write."""
+        return self.data_memory() + self.process_overhead
+
+    def data_memory(self) -> int:
+        """The dataset plus what each connected client costs the server."""
         return self.keyspace.used_bytes + CLIENT_OVERHEAD_BYTES * len(self.clients)
 
     def allocated_memory(self) -> int:
-        """INFO's used_memory: all the process has allocated
-        (rcp11.libc.allocated_bytes), or used_memory() where the system does
-        not say."""
+        """INFO's used_memory, measured now: all the process has allocated
+        (rcp11.libc.allocated_bytes), or the data's share where the system
+        does not say. Remembers the part that is not data, so that
+        used_memory() stays equal to it between measurements."""
+        data = self.data_memory()
         measured = allocated_bytes()
-        return self.used_memory() if measured is None else measured
+        if measured is None:
+            self.process_overhead = 0
+            return data
+        self.process_overhead = max(measured - data, 0)
+        return data + self.process_overhead
 
     def sample_rates(self, now: float) -> None:
         """Feed the instantaneous_* rates (called by the cron)."""
