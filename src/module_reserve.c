@@ -22,7 +22,10 @@
  *              fsynced, and acknowledged by every online replica (their
  *              replication offset is past the RCP11.RESERVE that made it)
  *
- * A primary hands out offsets below `confirmed` only. A write that needs
+ * A primary hands out offsets below `confirmed` only, and only while the
+ * mark is filed under the stream's current key (rv_state.filed): the file
+ * knows marks by key, so a stream that arrived by RENAME, MOVE, RESTORE or
+ * DEBUG RELOAD reserves again under its new name first. A write that needs
  * more makes a reservation (mark = what it needs + a step sized by the
  * write rate, doubled while reservations come less than a second apart):
  *
@@ -188,6 +191,11 @@ typedef struct rv_state {
     uint64_t rc_epoch;  /* rv.rc_epoch `committed` belongs to */
     uint64_t ck_seq[2]; /* checkpoints: turn (0: empty) ... */
     uint64_t ck_next[2];/* ... and the next offset after it */
+    uint64_t filed;     /* rv_name_hash() of the key the mark was reserved
+                         * under (0: none): the offsets file knows marks by
+                         * key, so a stream that arrived under another name
+                         * (RENAME, MOVE, RESTORE, DEBUG RELOAD) reserves
+                         * again before `confirmed` counts */
 } rv_state;
 
 /* A stream's state, allocated by the core on first use (main thread). */
@@ -292,6 +300,28 @@ static uint64_t rv_add_sat(uint64_t a, uint64_t b) {
 /* The mark as it stands: never below the next offset (an old RDB, a
  * SKIPTO past it). */
 static uint64_t rv_mark(mn_stream *s) { return rv_max(rv_peek(s)->mark, mn_next_offset(s)); }
+
+/* The name a mark is filed under in the offsets file, as a 64-bit FNV-1a
+ * hash of the database and the key (never 0, which means "none"). */
+static uint64_t rv_name_hash(int db, RedisModuleString *name) {
+    size_t len;
+    const unsigned char *p = (const unsigned char *)RedisModule_StringPtrLen(name, &len);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    uint32_t d = (uint32_t)db;
+    for (int i = 0; i < 4; i++) h = (h ^ ((d >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h ? h : 1;
+}
+
+/* A stream that arrived at this key by another route than its own writes
+ * (RENAME, MOVE, RESTORE, DEBUG RELOAD: its mark is filed under another
+ * name, or nowhere): what it confirmed there does not count here, and its
+ * next write reserves under this name. Returns whether it was filed here. */
+static int rv_filed_here(rv_state *st, uint64_t name_hash, uint64_t next) {
+    if (st->filed == name_hash) return 1;
+    if (st->confirmed > next) st->confirmed = next;
+    return 0;
+}
 
 static char *rv_dict_key_of(int db, RedisModuleString *name, size_t *out_len) {
     size_t len;
@@ -447,6 +477,7 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     const char *k = RedisModule_StringPtrLen(key, &klen);
     if (of_reserve(db, k, klen, mark) != 0) return 0;
     st->mark = mark;
+    st->filed = rv_name_hash(db, key);
     st->step = step;
     st->last_ms = now;
     if (st->id == 0) st->id = ++rv.next_id;
@@ -669,12 +700,13 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
         return 1; /* the command answers the overflow */
     }
     uint64_t need = next + n;
+    int filed = rv_filed_here(st, rv_name_hash(db, name), next);
     if (need <= st->confirmed) {
         RedisModule_CloseKey(key);
         return 1;
     }
     uint64_t mark = s ? rv_mark(s) : st->mark;
-    if (need > mark && !rv_reserve(ctx, name, db, st, need, n)) {
+    if ((need > mark || !filed) && !rv_reserve(ctx, name, db, st, need, n)) {
         RedisModule_CloseKey(key);
         return rv_reply_misconf(ctx);
     }
@@ -977,6 +1009,7 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
                            : rv_missing_get(w->db, w->key, 1);
         uint64_t next = s ? mn_next_offset(s) : 0;
         uint64_t need = rv_add_sat(rv_add_sat(next, (uint64_t)pending), w->n);
+        int filed = st != NULL && rv_filed_here(st, rv_name_hash(w->db, w->key), next);
         int verdict = RV_WAITING;
         if (!stream_or_empty) {
             verdict = RV_GO; /* the rerun answers -WRONGTYPE */
@@ -987,8 +1020,9 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
         } else if (of_failing()) {
             verdict = RV_REFUSE_FILE;
         } else if (!paused && st != NULL && (s == NULL || st->epoch == rv.epoch) &&
-                   need > (s ? rv_mark(s) : st->mark)) {
-            /* Others used the reservation up meanwhile: a new one. */
+                   (need > (s ? rv_mark(s) : st->mark) || !filed)) {
+            /* Others used the reservation up meanwhile, or the stream at
+             * the key is another one (RENAME, RESTORE): a new one. */
             if (!rv_reserve(ctx, w->key, w->db, st, need, w->n)) verdict = RV_REFUSE_FILE;
         }
         RedisModule_CloseKey(key);

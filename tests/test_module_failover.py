@@ -77,6 +77,33 @@ def test_a_write_waits_until_the_replica_holds_its_reservation(module_factory: A
         client.close()
 
 
+@pytest.mark.parametrize("how", ["RESTORE", "DEBUG RELOAD", "RENAME"])
+def test_a_stream_loaded_or_moved_under_a_replica_takes_writes(
+    module_factory: Any, how: str
+) -> None:
+    # A stream that arrives at a key with a mark of its own (RESTORE's
+    # payload, DEBUG RELOAD's snapshot, RENAME) reserves again under that
+    # key: its writes wait for the replica once, not refused forever.
+    primary_srv, replica_srv = pair(module_factory)
+    client = primary_srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 10))
+    key = b"d"
+    if how == "RESTORE":
+        client.restore(key, 0, client.dump("s"))
+    elif how == "DEBUG RELOAD":
+        client.execute_command("DEBUG", "RELOAD")
+        key = b"s"
+    else:
+        client.rename("s", key)
+    ledger.write(client, key, messages("b", 10))
+    assert ledger.refused == 0
+    replica = replica_srv.client()
+    wait_for(lambda: tr(replica, key, 0, 100) == tr(client, key, 0, 100))
+    client.close()
+    replica.close()
+
+
 def test_no_acknowledgement_in_time_refuses_the_write(module_factory: Any) -> None:
     primary_srv, replica_srv = pair(module_factory, **{"rcp11.reservation-timeout-ms": 300})
     primary, replica = primary_srv.client(), replica_srv.client()
