@@ -80,6 +80,10 @@
  * from rcp11.reservation-in-multi: `write` (the default, so that
  * transactions keep working: the Spark sink's commit is one) or `refuse`
  * (-NOREPLICAS; the reservation is still sent, so a retry passes).
+ * A replica that comes online has not read the reservations confirmed
+ * without it yet (they sit behind everything sent during its sync): until
+ * it acknowledged the offset of its arrival (rv.barrier_*), writes inside
+ * them reserve and wait as new ones do (rv_confirmed_holds).
  * Replicas not online (in a full sync, disconnected) are not waited for;
  * rcp11.reservation-min-replicas refuses writes while fewer are online.
  *
@@ -196,6 +200,8 @@ typedef struct rv_state {
                          * key, so a stream that arrived under another name
                          * (RENAME, MOVE, RESTORE, DEBUG RELOAD) reserves
                          * again before `confirmed` counts */
+    uint64_t solo;      /* rv.online_gen + 1 when confirmed with no replica
+                         * online, 0: the replicas acknowledged it */
 } rv_state;
 
 /* A stream's state, allocated by the core on first use (main thread). */
@@ -231,6 +237,13 @@ static struct {
     int timer;         /* a tick timer is pending */
     int urgent;        /* a reply of this turn waits for the file's fsync */
     long long replicas_online;
+    /* A replica that comes online has not seen what was confirmed without
+     * it: until it acknowledged the replication offset of its arrival
+     * (barrier_target, -1: read at the next hook), those confirmations do
+     * not count (rv_confirmed_holds). */
+    uint64_t online_gen;
+    int barrier_pending;
+    long long barrier_target;
     long long getack_target; /* replication offset the last GETACK asked for */
     long long getack_ms;
     long long info_ms; /* when the hook last read INFO replication */
@@ -313,13 +326,23 @@ static uint64_t rv_name_hash(int db, RedisModuleString *name) {
     return h ? h : 1;
 }
 
-/* A stream that arrived at this key by another route than its own writes
- * (RENAME, MOVE, RESTORE, DEBUG RELOAD: its mark is filed under another
- * name, or nowhere): what it confirmed there does not count here, and its
- * next write reserves under this name. Returns whether it was filed here. */
-static int rv_filed_here(rv_state *st, uint64_t name_hash, uint64_t next) {
-    if (st->filed == name_hash) return 1;
+/* Whether nothing needs acknowledging: no replica online, none required. */
+static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replicas == 0; }
+
+/* Whether the stream's `confirmed` still holds at this key. Not when it
+ * arrived here by another route than its own writes (RENAME, MOVE,
+ * RESTORE, DEBUG RELOAD: its mark is filed under another name, or
+ * nowhere), nor when it was confirmed with no replica online and a replica
+ * came online since that has not acknowledged the offset of its arrival
+ * yet (the reservation may still sit in its output buffer: promoted now,
+ * it would hand those offsets out again). Then `confirmed` drops to the
+ * next offset and the next write reserves anew. */
+static int rv_confirmed_holds(rv_state *st, uint64_t name_hash, uint64_t next) {
+    if (st->filed == name_hash &&
+        (st->solo == 0 || st->solo == rv.online_gen + 1 || !rv.barrier_pending || rv_immediate()))
+        return 1;
     if (st->confirmed > next) st->confirmed = next;
+    st->solo = 0;
     return 0;
 }
 
@@ -386,9 +409,6 @@ static void rv_missing_flush(int db) {
     RedisModule_Free(lens);
 }
 
-/* Whether nothing needs acknowledging: no replica online, none required. */
-static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replicas == 0; }
-
 static void rv_replicate_offset(RedisModuleCtx *ctx, const char *command, RedisModuleString *key,
                                 uint64_t offset) {
     char digits[24];
@@ -452,8 +472,14 @@ static void rv_on_replica_change(RedisModuleCtx *ctx, RedisModuleEvent eid, uint
     (void)ctx;
     (void)eid;
     (void)data;
-    if (subevent == REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE) rv.replicas_online++;
-    else if (rv.replicas_online > 0) rv.replicas_online--;
+    if (subevent == REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE) {
+        rv.replicas_online++;
+        rv.online_gen++;
+        rv.barrier_pending = 1;
+        rv.barrier_target = -1;
+    } else if (rv.replicas_online > 0) {
+        rv.replicas_online--;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -518,14 +544,16 @@ static void rv_flights_clear(void) {
 
 /* A reservation is applied everywhere it must be: raise `confirmed` of the
  * stream (or missing key) it was made for, if that is still the one. */
-static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f) {
+static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f, int solo) {
     if (RedisModule_SelectDb(ctx, f->db) != REDISMODULE_OK) return;
     RedisModuleKey *key = RedisModule_OpenKey(ctx, f->key, REDISMODULE_READ);
     mn_stream *s;
     if (rl_stream_of(key, &s)) {
         rv_state *st = s ? rv_of(s) : rv_missing_get(f->db, f->key, 0);
-        if (st != NULL && st->id == f->id && f->mark > st->confirmed)
+        if (st != NULL && st->id == f->id && f->mark > st->confirmed) {
             st->confirmed = f->mark < st->mark ? f->mark : st->mark;
+            st->solo = solo ? rv.online_gen + 1 : 0;
+        }
     }
     RedisModule_CloseKey(key);
 }
@@ -700,13 +728,13 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
         return 1; /* the command answers the overflow */
     }
     uint64_t need = next + n;
-    int filed = rv_filed_here(st, rv_name_hash(db, name), next);
+    int holds = rv_confirmed_holds(st, rv_name_hash(db, name), next);
     if (need <= st->confirmed) {
         RedisModule_CloseKey(key);
         return 1;
     }
     uint64_t mark = s ? rv_mark(s) : st->mark;
-    if ((need > mark || !filed) && !rv_reserve(ctx, name, db, st, need, n)) {
+    if ((need > mark || !holds) && !rv_reserve(ctx, name, db, st, need, n)) {
         RedisModule_CloseKey(key);
         return rv_reply_misconf(ctx);
     }
@@ -719,6 +747,7 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
             rv.urgent = 1;
         }
         st->confirmed = st->mark;
+        st->solo = rv.online_gen + 1;
         return 1;
     }
     if ((flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
@@ -1009,7 +1038,7 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
                            : rv_missing_get(w->db, w->key, 1);
         uint64_t next = s ? mn_next_offset(s) : 0;
         uint64_t need = rv_add_sat(rv_add_sat(next, (uint64_t)pending), w->n);
-        int filed = st != NULL && rv_filed_here(st, rv_name_hash(w->db, w->key), next);
+        int holds = st != NULL && rv_confirmed_holds(st, rv_name_hash(w->db, w->key), next);
         int verdict = RV_WAITING;
         if (!stream_or_empty) {
             verdict = RV_GO; /* the rerun answers -WRONGTYPE */
@@ -1020,9 +1049,9 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
         } else if (of_failing()) {
             verdict = RV_REFUSE_FILE;
         } else if (!paused && st != NULL && (s == NULL || st->epoch == rv.epoch) &&
-                   (need > (s ? rv_mark(s) : st->mark) || !filed)) {
-            /* Others used the reservation up meanwhile, or the stream at
-             * the key is another one (RENAME, RESTORE): a new one. */
+                   (need > (s ? rv_mark(s) : st->mark) || !holds)) {
+            /* Others used the reservation up meanwhile, or what confirmed
+             * it does not hold here (rv_confirmed_holds): a new one. */
             if (!rv_reserve(ctx, w->key, w->db, st, need, w->n)) verdict = RV_REFUSE_FILE;
         }
         RedisModule_CloseKey(key);
@@ -1056,7 +1085,7 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
     int rc_want = rv.read_committed && (rc.wanted || RedisModule_DictSize(rc.signal) > 0);
     int rc_push = rc_want && rc.dirty;
     int flights_new = rv_flights_unassigned();
-    int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    int waiting = rv_flights != NULL || rv.barrier_pending || (rv.read_committed && rc.count > 0);
     if (!flights_new && !rc_push && !waiting && rv_waiters_head == NULL) return;
     /* INFO replication is read for new work, and while an acknowledgement
      * is awaited; a replica that made no progress for RV_STALLED_MS is
@@ -1089,14 +1118,23 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
         rv_flight *f = rv_flights;
         rv_flights = f->next;
         if (rv_flights == NULL) rv_flights_tail = &rv_flights;
-        rv_confirm(ctx, f);
+        rv_confirm(ctx, f, r.online == 0);
         rv_flight_free(f);
+    }
+    if (rv.barrier_pending) {
+        /* The replicas that came online hold what was sent before: the
+         * confirmations made without them count again. */
+        if (rv.barrier_target < 0) {
+            rv.barrier_target = r.offset;
+            assigned = 1;
+        }
+        if (r.online == 0 || acked >= rv.barrier_target) rv.barrier_pending = 0;
     }
     if (rv.read_committed) rv_rc_hook(ctx, r.offset, acked, paused, rc_push);
     rv_serve_waiters(ctx, paused);
     RedisModule_SelectDb(ctx, 0);
     /* Ask the replicas for their offset: as WAIT does, to them only. */
-    waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    waiting = rv_flights != NULL || rv.barrier_pending || (rv.read_committed && rc.count > 0);
     if (waiting && r.online > 0 && !paused &&
         (((assigned || rc_push) && r.min_ack >= rv.getack_target) ||
          now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
