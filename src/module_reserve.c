@@ -1282,7 +1282,7 @@ static int rv_parse_u64(RedisModuleString *arg, uint64_t max, uint64_t *out) {
     return 1;
 }
 
-static int rv_reserve_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int rl_resv_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     int flags = RedisModule_GetContextFlags(ctx);
     if (!(flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
@@ -1457,18 +1457,6 @@ int rl_resv_register_configs(RedisModuleCtx *ctx) {
     return REDISMODULE_OK;
 }
 
-static RedisModuleCommandKeySpec rv_reserve_specs[] = {
-    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-
-static const RedisModuleCommandInfoVersion rv_info_version = {
-    1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
-    sizeof(RedisModuleCommandArg)};
-
 int rl_resv_init(RedisModuleCtx *ctx) {
     rv_missing = RedisModule_CreateDict(NULL);
     rc.signal = RedisModule_CreateDict(NULL);
@@ -1476,19 +1464,6 @@ int rl_resv_init(RedisModuleCtx *ctx) {
     size_t plen;
     const char *path = RedisModule_StringPtrLen(rv.file_name, &plen);
     if (of_open(ctx, path) != REDISMODULE_OK) return REDISMODULE_ERR;
-    if (RedisModule_CreateCommand(ctx, "rcp11.reserve", rv_reserve_command, "write", 1, 1, 1) !=
-        REDISMODULE_OK)
-        return REDISMODULE_ERR;
-    RedisModuleCommandInfo info;
-    memset(&info, 0, sizeof(info));
-    info.version = &rv_info_version;
-    info.summary = "Raise a stream's offset reservation (replication and AOF only)";
-    info.since = "1.0.0";
-    info.arity = 3;
-    info.key_specs = rv_reserve_specs;
-    RedisModuleCommand *command = RedisModule_GetCommand(ctx, "rcp11.reserve");
-    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK)
-        return REDISMODULE_ERR;
     static const struct {
         uint64_t id;
         RedisModuleEventCallback cb;
