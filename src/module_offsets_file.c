@@ -37,7 +37,12 @@
  * is rewritten from its fold at start-up and when it grows (temp file,
  * fsync, rename, fsync of the directory), and from the keyspace at a clean
  * SHUTDOWN. A lock (flock) keeps a second server off it. If `dir` changes
- * (CONFIG SET dir) the file follows at its next write.
+ * (CONFIG SET dir), or the file is deleted or renamed away under the
+ * server, it is written at its path again at the next write, or by the
+ * hook within OF_CHECK_MS: the marks must be where a restart looks. A file
+ * found there that another running server holds is never taken (writes
+ * that need a reservation answer -MISCONF), and a stopped one's marks are
+ * folded in as floors.
  *
  * Records wait in a buffer: a reservation writes the buffer at once (so a
  * full disk refuses it before anything happens) and the before-sleep hook
@@ -52,6 +57,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +79,9 @@
 /* The file is rewritten from its fold once it grew by this much and by
  * more than its size after the last rewrite. */
 #define OF_COMPACT_MIN_BYTES (1024 * 1024)
+/* How often the before-sleep hook checks that the path still leads to the
+ * file (a stat(2) of each). */
+#define OF_CHECK_MS 100
 
 #define OF_MAGIC "RCP11OFF"
 #define OF_VERSION 1
@@ -101,6 +110,7 @@ static struct {
     char error[160];
     RedisModuleDict *fold; /* the file's marks, until the start-up recovery */
     int clean, tight;
+    long long checked_ms; /* when of_sync last looked at the path */
     /* The background fsync (of_thread_main): it fsyncs a duplicate of fd
      * up to `requested`; `lock` guards fd, written, synced, requested,
      * fsyncs and bg_errno against it. */
@@ -543,6 +553,62 @@ static void of_log(const char *what) {
 /* Fold the file as it is plus the pending records, and rewrite it from
  * that (compaction, or a move to a new `dir`). The old file is read
  * through its fd, so this works after `dir` changed. */
+/* Another file at the path than this server's (its dir changed to one
+ * that holds a file): never one a running server holds (its lock), and a
+ * stopped server's marks are kept, folded into *into as floors. Returns
+ * 0, or -1 with the reason logged. */
+static int of_fold_foreign(RedisModuleDict *into) {
+    int fd = open(of.path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0; /* none */
+    struct stat st, own;
+    if (fstat(fd, &st) != 0 || (of.fd >= 0 && fstat(of.fd, &own) == 0 &&
+                                st.st_dev == own.st_dev && st.st_ino == own.st_ino)) {
+        close(fd);
+        return 0;
+    }
+    char err[PATH_MAX + 200];
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+        snprintf(err, sizeof(err),
+                 "%s is in use by another server (one file per server: give each its own dir or "
+                 "rcp11.offsets-file)", of.path);
+        of_log(err);
+        close(fd);
+        errno = EBUSY;
+        return -1;
+    }
+    size_t len = 0;
+    unsigned char *data = of_read_fd(fd, &len);
+    close(fd);
+    if (data == NULL) return -1;
+    int clean, tight, torn;
+    RedisModuleDict *fold = len ? of_fold_image(data, len, &clean, &tight, &torn, err, sizeof(err))
+                                : RedisModule_CreateDict(NULL);
+    RedisModule_Free(data);
+    if (fold == NULL) {
+        snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                 " (%s, found in place of this server's: not overwritten)", of.path);
+        of_log(err);
+        errno = EINVAL;
+        return -1;
+    }
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        of_marks *m = value;
+        of_marks *mine = of_fold_get(into, of_key_db(k), k + 4, klen - 4);
+        if (m->has_live) mine->live = mine->has_live ? of_max(mine->live, m->live) : m->live;
+        if (m->has_deleted)
+            mine->deleted = mine->has_deleted ? of_max(mine->deleted, m->deleted) : m->deleted;
+        mine->has_live |= m->has_live;
+        mine->has_deleted |= m->has_deleted;
+    }
+    RedisModule_DictIteratorStop(it);
+    of_fold_free(fold);
+    return 0;
+}
+
 static int of_compact(void) {
     char err[200];
     size_t len = 0;
@@ -562,6 +628,12 @@ static int of_compact(void) {
     RedisModule_Free(data);
     if (fold == NULL) {
         of_log(err);
+        return -1;
+    }
+    if (of_fold_foreign(fold) != 0) {
+        int saved_errno = errno;
+        of_fold_free(fold);
+        errno = saved_errno;
         return -1;
     }
     size_t saved = of.len;
@@ -585,17 +657,34 @@ static int of_compact(void) {
     return rc;
 }
 
-/* Whether the server's `dir` moved since the file was opened. */
-static int of_dir_moved(void) {
-    struct stat st;
-    if (stat(".", &st) != 0) return 0;
-    return st.st_dev != of.dir_dev || st.st_ino != of.dir_ino;
+/* Whether the file's path no longer leads to the file this server
+ * writes: `dir` moved (CONFIG SET dir), or the file was deleted or
+ * replaced under it (an operator's rm or mv). Its marks would then be in
+ * a file nobody finds after a crash: the caller writes them to the path
+ * again. */
+static int of_file_moved(void) {
+    struct stat st, own;
+    if (stat(".", &st) == 0 && (st.st_dev != of.dir_dev || st.st_ino != of.dir_ino)) return 1;
+    if (of.fd < 0 || fstat(of.fd, &own) != 0) return 0;
+    if (stat(of.path, &st) != 0) return errno == ENOENT;
+    return st.st_dev != own.st_dev || st.st_ino != own.st_ino;
+}
+
+/* The path leads elsewhere (of_file_moved): write the file there again
+ * from what this server's file holds and the pending records. */
+static int of_follow_path(void) {
+    char msg[PATH_MAX + 128];
+    snprintf(msg, sizeof(msg),
+             "offsets file %s was deleted, replaced or its dir changed: writing it there again",
+             of.path);
+    of_log(msg);
+    return of_compact() == 0 ? 0 : -1;
 }
 
 /* Write the pending records as one batch. 0, or -1 with errno. */
 static int of_write(void) {
     if (of.len == 0) return 0;
-    if (of_dir_moved()) return of_compact() == 0 ? 0 : -1; /* writes them too */
+    if (of_file_moved()) return of_follow_path(); /* writes them too */
     size_t n = OF_BATCH_HEADER + of.len;
     unsigned char *batch = RedisModule_Alloc(n);
     of_put32(batch, (uint32_t)of.len);
@@ -746,6 +835,13 @@ void of_sync(int urgent) {
     uint64_t grown = of.size - of.base_size;
     if (!of.failing && grown > OF_COMPACT_MIN_BYTES && grown > of.base_size)
         of_compact();
+    /* A file deleted or replaced under a server that reserves nothing new
+     * for a while is noticed here too, within OF_CHECK_MS. */
+    long long now = RedisModule_Milliseconds();
+    if (now - of.checked_ms >= OF_CHECK_MS) {
+        of.checked_ms = now;
+        if (of_file_moved() && of_follow_path() != 0) of_failed("cannot rewrite");
+    }
 }
 
 /* The background fsync thread, started once the file is open. */

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisModuleServer, fill, tr, tw
+from conftest import RedisModuleServer, fill, tr, tw, wait_for
 from helpers_module import Ledger, messages, wait_rewrite_done
 
 OFFSETS_FILE = "rcp11-offsets.dat"
@@ -347,3 +347,53 @@ def test_without_the_offsets_file_the_saved_marks_stand_in(module_factory: Any, 
     # At the mark: the first write reserved its offset and 1024 ahead.
     assert tw(client, "s", "after") == 1 + 1024
     client.close()
+
+
+def test_an_offsets_file_deleted_under_a_running_server_is_written_again(
+    module_factory: Any,
+) -> None:
+    # An operator's rm: the marks would live on only in an unlinked file
+    # that no restart finds. The server writes the file at its path again
+    # (within a tenth of a second, or at the next reservation).
+    srv: RedisModuleServer = module_factory(save="")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 10))
+    client.save()
+    path = srv.dir / OFFSETS_FILE
+    path.unlink()
+    wait_for(path.exists)
+    ledger.write(client, b"s", messages("b", 3000))  # reservations past the snapshot's mark
+    path.unlink()
+    ledger.write(client, b"t", messages("b", 10))  # a new stream: reserves at once
+    assert "was deleted, replaced or its dir changed" in srv.log()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    ledger.write(client, b"s", messages("c", 3000))
+    ledger.write(client, b"t", messages("c", 10))
+    assert ledger.reused == []
+    client.close()
+
+
+def test_a_dir_changed_to_another_servers_dir_leaves_its_offsets_file_alone(
+    module_factory: Any,
+) -> None:
+    first: RedisModuleServer = module_factory(save="", enable_protected_configs="yes")
+    second: RedisModuleServer = module_factory(save="")
+    theirs = second.client()
+    tw(theirs, "s", *messages("b", 10))
+    their_file = (second.dir / OFFSETS_FILE).read_bytes()
+    client = first.client()
+    tw(client, "s", *messages("a", 10))
+    client.config_set("dir", str(second.dir))
+    with pytest.raises(redis.ResponseError, match="MISCONF .*Device or resource busy"):
+        tw(client, "new", "x")
+    assert "is in use by another server" in first.log()
+    assert (second.dir / OFFSETS_FILE).read_bytes() == their_file
+    # Back in its own dir, the server writes its own file again.
+    client.config_set("dir", str(first.dir))
+    assert tw(client, "new", "x") == 0
+    assert tw(theirs, "s", "y") == 10
+    client.close()
+    theirs.close()
