@@ -36,7 +36,12 @@
  * fails the module's load with the reason, as a corrupt RDB does. The file
  * is rewritten from its fold at start-up and when it grows (temp file,
  * fsync, rename, fsync of the directory), and from the keyspace at a clean
- * SHUTDOWN. A lock (flock) keeps a second server off it. If `dir` changes
+ * SHUTDOWN. A lock keeps a second server off it: a POSIX record lock
+ * (fcntl), which a fork does not pass on, so a BGSAVE or AOF rewrite child
+ * left running by a kill -9 of its parent does not keep the restarted
+ * server out (an flock, shared with the child, did). Such a lock goes
+ * when the process closes any descriptor of the file: nothing here closes
+ * one of the current file but a rewrite replacing it. If `dir` changes
  * (CONFIG SET dir), or the file is deleted or renamed away under the
  * server, it is written at its path again at the next write, or by the
  * hook within OF_CHECK_MS: the marks must be where a restart looks. A file
@@ -50,7 +55,7 @@
  * the next batch and fsynced only along with a reservation.
  */
 
-/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, flock). */
+/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, fcntl). */
 #define _GNU_SOURCE
 
 #include "module_offsets_file.h"
@@ -62,7 +67,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -115,11 +119,13 @@ static struct {
      * up to `requested`; `lock` guards fd, written, synced, requested,
      * fsyncs and bg_errno against it. */
     pthread_t thread;
+    int bg_fd;   /* the descriptor the thread fsyncs now, -1 */
+    int retired; /* a replaced file's descriptor the thread closes, -1 */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     uint64_t requested;
     int bg_errno;
-} of = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} of = {.fd = -1, .bg_fd = -1, .retired = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 /* ------------------------------------------------------------------------
  * Keys of per-key tables
@@ -473,6 +479,18 @@ static void of_remember_dir(void) {
     }
 }
 
+/* Lock (type F_WRLCK) or test for another process's lock (F_RDLCK, which
+ * a writer's lock conflicts with): 0 when free. */
+static int of_lock(int fd, short type) {
+    struct flock lk;
+    memset(&lk, 0, sizeof(lk));
+    lk.l_type = type;
+    lk.l_whence = SEEK_SET;
+    if (type == F_WRLCK) return fcntl(fd, F_SETLK, &lk);
+    if (fcntl(fd, F_GETLK, &lk) != 0) return -1;
+    return lk.l_type == F_UNLCK ? 0 : -1;
+}
+
 /* Open (creating) the file and lock it. Returns the fd or -1 (err set). */
 static int of_open_locked(char *err, size_t errlen) {
     int fd = open(of.path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -480,7 +498,7 @@ static int of_open_locked(char *err, size_t errlen) {
         snprintf(err, errlen, "cannot open %s: %s", of.path, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (of_lock(fd, F_WRLCK) != 0) {
         snprintf(err, errlen, "%s is in use by another server (one file per server: give each "
                               "its own dir or rcp11.offsets-file)", of.path);
         close(fd);
@@ -532,7 +550,13 @@ static int of_rewrite(char *err, size_t errlen) {
     RedisModule_Free(tmp);
     RedisModule_Free(img);
     pthread_mutex_lock(&of.lock);
-    if (of.fd >= 0) close(of.fd);
+    if (of.fd >= 0 && of.fd == of.bg_fd) {
+        /* The fsync thread is on it: it closes it when done. */
+        if (of.retired >= 0) close(of.retired);
+        of.retired = of.fd;
+    } else if (of.fd >= 0) {
+        close(of.fd);
+    }
     of.fd = of_open_locked(err, errlen);
     of.written++;
     of.synced = of.live_gen = of.written; /* the rewrite fsynced all of it */
@@ -558,16 +582,17 @@ static void of_log(const char *what) {
  * stopped server's marks are kept, folded into *into as floors. Returns
  * 0, or -1 with the reason logged. */
 static int of_fold_foreign(RedisModuleDict *into) {
-    int fd = open(of.path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0; /* none */
+    /* Compared before it is opened: closing a descriptor of this server's
+     * own file would drop its lock. */
     struct stat st, own;
-    if (fstat(fd, &st) != 0 || (of.fd >= 0 && fstat(of.fd, &own) == 0 &&
-                                st.st_dev == own.st_dev && st.st_ino == own.st_ino)) {
-        close(fd);
+    if (stat(of.path, &st) != 0) return 0; /* none */
+    if (of.fd >= 0 && fstat(of.fd, &own) == 0 && st.st_dev == own.st_dev &&
+        st.st_ino == own.st_ino)
         return 0;
-    }
+    int fd = open(of.path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
     char err[PATH_MAX + 200];
-    if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (of_lock(fd, F_RDLCK) != 0) {
         snprintf(err, sizeof(err),
                  "%s is in use by another server (one file per server: give each its own dir or "
                  "rcp11.offsets-file)", of.path);
@@ -743,10 +768,11 @@ int of_fsync(void) {
  * an event, after which the before-sleep hook looks at what is durable. */
 static void of_synced_wakeup(void *user_data) { (void)user_data; }
 
-/* The background fsync: fsyncs a duplicate of the file's descriptor up to
- * the generation asked for, so that marks made ahead of need are made
- * durable without stopping the event loop (the main thread may rewrite
- * the file meanwhile: the duplicate keeps the old one open). When done it
+/* The background fsync: fsyncs the file's descriptor up to the
+ * generation asked for, so that marks made ahead of need are made durable
+ * without stopping the event loop (a rewrite meanwhile leaves the
+ * descriptor it works on open for it: bg_fd, retired; no duplicate is
+ * made, whose close would drop the file's lock). When done it
  * wakes the event loop (EventLoopAddOneShot is the one module call other
  * threads may make), so that what waited for it goes on. */
 static void *of_thread_main(void *arg) {
@@ -754,13 +780,18 @@ static void *of_thread_main(void *arg) {
     pthread_mutex_lock(&of.lock);
     for (;;) {
         while (of.requested <= of.synced) pthread_cond_wait(&of.wake, &of.lock);
-        int fd = of.fd >= 0 ? dup(of.fd) : -1;
+        int fd = of.fd;
+        of.bg_fd = fd;
         uint64_t gen = of.written;
         pthread_mutex_unlock(&of.lock);
         int rc = fd >= 0 ? fsync(fd) : -1;
         int err = errno;
-        if (fd >= 0) close(fd);
         pthread_mutex_lock(&of.lock);
+        of.bg_fd = -1;
+        if (fd >= 0 && of.retired == fd) {
+            close(fd);
+            of.retired = -1;
+        }
         if (rc == 0) {
             if (gen > of.synced) of.synced = gen;
             of.fsyncs++;

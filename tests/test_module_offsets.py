@@ -6,7 +6,10 @@ checked, locked and kept by the module (module_reserve.c, docs/MODULE.md
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -397,3 +400,44 @@ def test_a_dir_changed_to_another_servers_dir_leaves_its_offsets_file_alone(
     assert tw(theirs, "s", "y") == 10
     client.close()
     theirs.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is pid (a BGSAVE's fork)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("fork", ["BGSAVE", "BGREWRITEAOF"])
+def test_a_restart_while_a_killed_servers_fork_still_saves(module_factory: Any, fork: str) -> None:
+    # kill -9 leaves a BGSAVE or AOF rewrite child running; it holds the
+    # parent's descriptors, offsets file included, but not its lock: the
+    # restarted server must start, and hand out no offset twice.
+    srv: RedisModuleServer = module_factory(appendonly="yes", rdb_key_save_delay=100_000)
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 100))
+    for n in range(100):
+        client.set(f"filler{n}", "x")  # with the delay, a fork that saves for 10 s
+    client.execute_command(fork)
+    assert srv.proc is not None
+    wait_for(lambda: children_of(srv.proc.pid) != [])
+    orphans = children_of(srv.proc.pid)
+    srv.kill9()
+    try:
+        srv.start(timeout=10)
+        client = srv.client()
+        ledger.write(client, b"s", messages("b", 10))
+        assert ledger.reused == [] and ledger.check_stored(client) == 0
+        client.close()
+    finally:
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
