@@ -115,6 +115,8 @@ static struct {
     RedisModuleDict *fold; /* the file's marks, until the start-up recovery */
     int clean, tight;
     long long checked_ms; /* when of_sync last looked at the path */
+    uint64_t rewrites;    /* files written whole (of_rewrite): a compaction
+                           * that started before one is stale */
     /* The background fsync (of_thread_main): it fsyncs a duplicate of fd
      * up to `requested`; `lock` guards fd, written, synced, requested,
      * fsyncs and bg_errno against it. */
@@ -216,34 +218,41 @@ static uint64_t of_get64(const unsigned char *p) {
     return v;
 }
 
-static void of_buf_reserve(size_t more) {
-    if (of.len + more <= of.cap) return;
-    size_t cap = of.cap ? of.cap : 256;
-    while (cap < of.len + more) cap *= 2;
-    of.buf = RedisModule_Realloc(of.buf, cap);
-    of.cap = cap;
+/* A growing byte buffer: the pending records (of.buf), or the records a
+ * compaction encodes on its own thread. */
+typedef struct of_bytes {
+    unsigned char *data;
+    size_t len, cap;
+} of_bytes;
+
+static void of_bytes_reserve(of_bytes *b, size_t more) {
+    if (b->len + more <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more) cap *= 2;
+    b->data = RedisModule_Realloc(b->data, cap);
+    b->cap = cap;
 }
 
-/* Append one record to the pending buffer. */
-static void of_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
-    of_buf_reserve(1 + 4 + 4 + klen + 8);
-    if (kind == OF_LIVE) of.live_buffered = 1;
-    unsigned char *p = of.buf + of.len;
+/* Append one record to b. */
+static void of_put_record(of_bytes *b, int kind, int db, const char *key, size_t klen,
+                          uint64_t mark) {
+    of_bytes_reserve(b, 1 + 4 + 4 + klen + 8);
+    unsigned char *p = b->data + b->len;
     *p++ = (unsigned char)kind;
     if (kind == OF_FLUSH) {
         of_put32(p, (uint32_t)db);
-        of.len += 5;
+        b->len += 5;
         return;
     }
     if (kind == OF_SWAP) {
         of_put32(p, (uint32_t)db);
         of_put32(p + 4, (uint32_t)mark);
-        of.len += 9;
+        b->len += 9;
         return;
     }
     if (kind == OF_CLEAN) {
         *p = (unsigned char)mark;
-        of.len += 2;
+        b->len += 2;
         return;
     }
     of_put32(p, (uint32_t)db);
@@ -255,7 +264,24 @@ static void of_record(int kind, int db, const char *key, size_t klen, uint64_t m
         of_put64(p, mark);
         n += 8;
     }
-    of.len += n;
+    b->len += n;
+}
+
+static void of_buf_reserve(size_t more) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_bytes_reserve(&b, more);
+    of.buf = b.data;
+    of.cap = b.cap;
+}
+
+/* Append one record to the pending buffer. */
+static void of_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_put_record(&b, kind, db, key, klen, mark);
+    of.buf = b.data;
+    of.len = b.len;
+    of.cap = b.cap;
+    if (kind == OF_LIVE) of.live_buffered = 1;
 }
 
 static int of_write_all(int fd, const unsigned char *p, size_t n) {
@@ -444,8 +470,19 @@ static RedisModuleDict *of_fold_image(const unsigned char *data, size_t len, int
     return fold;
 }
 
-/* The records that rebuild a fold: LIVE and DELMARK per key. */
-static void of_fold_records(RedisModuleDict *fold) {
+/* The records that rebuild a fold: LIVE and DELMARK per key, into out. */
+static void of_fold_records(RedisModuleDict *fold, of_bytes *out);
+
+/* The same into the pending buffer. */
+static void of_fold_pending(RedisModuleDict *fold) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_fold_records(fold, &b);
+    of.buf = b.data;
+    of.len = b.len;
+    of.cap = b.cap;
+}
+
+static void of_fold_records(RedisModuleDict *fold, of_bytes *out) {
     RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
     size_t klen;
     void *value;
@@ -453,8 +490,8 @@ static void of_fold_records(RedisModuleDict *fold) {
     while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
         of_marks *m = value;
         int db = of_key_db(k);
-        if (m->has_deleted) of_record(OF_DELMARK, db, k + 4, klen - 4, m->deleted);
-        if (m->has_live) of_record(OF_LIVE, db, k + 4, klen - 4, m->live);
+        if (m->has_deleted) of_put_record(out, OF_DELMARK, db, k + 4, klen - 4, m->deleted);
+        if (m->has_live) of_put_record(out, OF_LIVE, db, k + 4, klen - 4, m->live);
     }
     RedisModule_DictIteratorStop(it);
 }
@@ -561,6 +598,7 @@ static int of_rewrite(char *err, size_t errlen) {
     of.written++;
     of.synced = of.live_gen = of.written; /* the rewrite fsynced all of it */
     pthread_mutex_unlock(&of.lock);
+    of.rewrites++;
     if (of.fd < 0) return -1;
     of.size = of.base_size = img_len;
     of.len = 0;
@@ -666,7 +704,7 @@ static int of_compact(void) {
     unsigned char *saved_buf = RedisModule_Alloc(saved ? saved : 1);
     memcpy(saved_buf, of.buf, saved);
     of.len = 0;
-    of_fold_records(fold);
+    of_fold_pending(fold);
     of_fold_free(fold);
     int rc = of_rewrite(err, sizeof(err));
     if (rc != 0) {
@@ -826,6 +864,180 @@ int of_reserve(int db, const char *k, size_t klen, uint64_t mark) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Compaction off the event loop
+ *
+ * Folding and writing a large file stops a server for a long time (156 ms
+ * for 6 MB, 190,000 keys), so of_sync hands it to a thread of its own: the
+ * main thread reads the file (a copy from the page cache) and starts the
+ * job; the thread folds it and writes and fsyncs `<path>.compact` beside
+ * it; the main thread then appends what it wrote to the file meanwhile
+ * (whole batches), fsyncs that, and renames the temporary file over the
+ * file. A job that finds the file rewritten meanwhile (of.rewrites: a
+ * clean shutdown, a moved dir) or the dir changed is dropped; a failed one
+ * is tried again after OF_COMPACT_RETRY_MS.
+ * --------------------------------------------------------------------- */
+
+#define OF_COMPACT_SUFFIX ".compact"
+#define OF_COMPACT_RETRY_MS 10000
+
+static struct {
+    int running;         /* a job is out (main thread) */
+    int dirfd;           /* its dir */
+    char *tmp;           /* its temporary file, relative to dirfd */
+    uint64_t rewrites;   /* of.rewrites when it started */
+    unsigned char *data; /* the file as it was: the thread frees it */
+    size_t len;
+    long long retry_ms;  /* not before then after a failure */
+    /* under of.lock: */
+    int done;
+    int err;             /* errno of a failure, 0 */
+    size_t out_len;      /* bytes the thread wrote */
+    uint64_t installed;  /* INFO */
+} oc = {.dirfd = -1};
+
+static void *of_compact_main(void *arg) {
+    (void)arg;
+    char err[200];
+    int clean, tight, torn, rc = -1, saved_errno = EINVAL;
+    size_t out_len = 0;
+    RedisModuleDict *fold = of_fold_image(oc.data, oc.len, &clean, &tight, &torn, err,
+                                          sizeof(err));
+    RedisModule_Free(oc.data);
+    oc.data = NULL;
+    if (fold != NULL) {
+        of_bytes records = {NULL, 0, 0};
+        of_fold_records(fold, &records);
+        of_fold_free(fold);
+        unsigned char *img = of_image(records.data, records.len, &out_len);
+        RedisModule_Free(records.data);
+        int fd = openat(oc.dirfd, oc.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        rc = fd >= 0 && of_write_all(fd, img, out_len) == 0 && fsync(fd) == 0 ? 0 : -1;
+        saved_errno = errno;
+        if (fd >= 0) close(fd); /* another file than the locked one */
+        RedisModule_Free(img);
+    }
+    pthread_mutex_lock(&of.lock);
+    oc.done = 1;
+    oc.err = rc == 0 ? 0 : (saved_errno ? saved_errno : EIO);
+    oc.out_len = out_len;
+    pthread_mutex_unlock(&of.lock);
+    RedisModule_EventLoopAddOneShot(of_synced_wakeup, NULL);
+    return NULL;
+}
+
+/* Start a job: the file is written (of_write) and its path is its own. */
+static void of_compact_start(void) {
+    size_t len = 0;
+    unsigned char *data = of_read_fd(of.fd, &len);
+    if (data == NULL) return;
+    int dirfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        RedisModule_Free(data);
+        return;
+    }
+    size_t tlen = strlen(of.path) + sizeof(OF_COMPACT_SUFFIX);
+    oc.tmp = RedisModule_Alloc(tlen);
+    snprintf(oc.tmp, tlen, "%s" OF_COMPACT_SUFFIX, of.path);
+    oc.dirfd = dirfd;
+    oc.data = data;
+    oc.len = len;
+    oc.rewrites = of.rewrites;
+    oc.done = 0;
+    oc.running = 1;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, of_compact_main, NULL) != 0) {
+        RedisModule_Free(oc.data);
+        oc.data = NULL;
+        RedisModule_Free(oc.tmp);
+        oc.tmp = NULL;
+        close(oc.dirfd);
+        oc.dirfd = -1;
+        oc.running = 0;
+        of_compact(); /* on this thread, then */
+        return;
+    }
+    pthread_detach(thread);
+}
+
+/* Put a finished job's file in place: the file's newer batches appended,
+ * fsynced, renamed over the file. Returns 0, or -1 with errno. */
+static int of_compact_install(void) {
+    size_t tail = (size_t)(of.size - oc.len);
+    unsigned char *data = NULL;
+    if (tail > 0) {
+        data = RedisModule_Alloc(tail);
+        for (size_t got = 0; got < tail;) {
+            ssize_t r = pread(of.fd, data + got, tail - got, (off_t)(oc.len + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                RedisModule_Free(data);
+                if (r == 0) errno = EIO;
+                return -1;
+            }
+            got += (size_t)r;
+        }
+    }
+    int fd = openat(oc.dirfd, oc.tmp, O_WRONLY | O_APPEND | O_CLOEXEC);
+    int ok = fd >= 0 && (tail == 0 || of_write_all(fd, data, tail) == 0) && fsync(fd) == 0;
+    int saved_errno = errno;
+    if (fd >= 0) close(fd);
+    RedisModule_Free(data);
+    if (!ok || rename(oc.tmp, of.path) != 0 || of_fsync_dir() != 0) {
+        if (ok) saved_errno = errno;
+        errno = saved_errno;
+        return -1;
+    }
+    char err[200];
+    pthread_mutex_lock(&of.lock);
+    if (of.fd >= 0 && of.fd == of.bg_fd) {
+        if (of.retired >= 0) close(of.retired);
+        of.retired = of.fd;
+    } else if (of.fd >= 0) {
+        close(of.fd);
+    }
+    of.fd = of_open_locked(err, sizeof(err));
+    of.written++;
+    of.synced = of.live_gen = of.written; /* all of it is fsynced */
+    pthread_mutex_unlock(&of.lock);
+    if (of.fd < 0) {
+        of_log(err);
+        errno = EIO;
+        return -1;
+    }
+    of.size = of.base_size = oc.out_len + tail;
+    oc.installed++;
+    return 0;
+}
+
+/* A job that is done: install it, or drop it (stale, failed). */
+static void of_compact_finish(void) {
+    pthread_mutex_lock(&of.lock);
+    int done = oc.done, err = oc.err;
+    pthread_mutex_unlock(&of.lock);
+    if (!done) return;
+    oc.running = 0;
+    int installed = 0;
+    if (err == 0 && oc.rewrites == of.rewrites && !of_file_moved()) {
+        if (of_compact_install() == 0) installed = 1;
+        else err = errno;
+    }
+    if (!installed) {
+        unlinkat(oc.dirfd, oc.tmp, 0);
+        if (err != 0) {
+            char msg[PATH_MAX + 100];
+            snprintf(msg, sizeof(msg), "cannot compact the offsets file %s: %s (tried again later)",
+                     of.path, strerror(err));
+            of_log(msg);
+            oc.retry_ms = RedisModule_Milliseconds() + OF_COMPACT_RETRY_MS;
+        }
+    }
+    close(oc.dirfd);
+    oc.dirfd = -1;
+    RedisModule_Free(oc.tmp);
+    oc.tmp = NULL;
+}
+
 void of_sync(int urgent) {
     if (of.fd < 0) return;
     uint64_t synced_before = of.synced;
@@ -863,9 +1075,11 @@ void of_sync(int urgent) {
                         of.error);
         exit(1);
     }
+    if (oc.running) of_compact_finish();
     uint64_t grown = of.size - of.base_size;
-    if (!of.failing && grown > OF_COMPACT_MIN_BYTES && grown > of.base_size)
-        of_compact();
+    if (!oc.running && !of.failing && of.len == 0 && grown > OF_COMPACT_MIN_BYTES &&
+        grown > of.base_size && RedisModule_Milliseconds() >= oc.retry_ms && !of_file_moved())
+        of_compact_start();
     /* A file deleted or replaced under a server that reserves nothing new
      * for a while is noticed here too, within OF_CHECK_MS. */
     long long now = RedisModule_Milliseconds();
@@ -898,6 +1112,11 @@ int of_open(RedisModuleCtx *ctx, const char *path) {
         return REDISMODULE_ERR;
     }
     of_remember_dir();
+    /* A compaction's file left by a crash or a shutdown during one. */
+    char *leftover = RedisModule_Alloc(plen + sizeof(OF_COMPACT_SUFFIX));
+    snprintf(leftover, plen + sizeof(OF_COMPACT_SUFFIX), "%s" OF_COMPACT_SUFFIX, path);
+    unlink(leftover);
+    RedisModule_Free(leftover);
     size_t len = 0;
     unsigned char *data = of_read_fd(of.fd, &len);
     if (data == NULL) {
@@ -953,7 +1172,7 @@ RedisModuleDict *of_take_fold(int *clean, int *tight) {
 void of_restart(RedisModuleDict *fold) {
     char err[200];
     of.len = 0;
-    of_fold_records(fold);
+    of_fold_pending(fold);
     if (of_rewrite(err, sizeof(err)) != 0) of_log(err);
 }
 
@@ -991,6 +1210,8 @@ int of_failing(void) { return of.failing; }
 const char *of_error(void) { return of.error; }
 const char *of_path(void) { return of.path; }
 uint64_t of_size(void) { return of.size; }
+uint64_t of_compactions(void) { return oc.installed; }
+
 uint64_t of_fsyncs(void) {
     pthread_mutex_lock(&of.lock);
     uint64_t fsyncs = of.fsyncs;

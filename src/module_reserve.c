@@ -232,6 +232,13 @@ static struct {
     uint64_t next_id;
     int recovered;     /* start-up recovery done (first before-sleep) */
     int after_hook;    /* the before-sleep hook ran in this event-loop turn */
+    uint64_t turn;     /* event-loop turns (after-sleep events) */
+    /* rv_reply_may_leave_now's answer for one client in this turn: a
+     * client's output state does not change while its commands run, and
+     * asking (CLIENT LIST) costs more than a write. */
+    unsigned long long early_client;
+    uint64_t early_turn;
+    int early;
     int loading;       /* Redis is loading a file or a full sync */
     int rerunning;     /* a blocked writer's command runs again */
     int timer;         /* a tick timer is pending */
@@ -585,6 +592,7 @@ static int rv_reply_may_leave_now(RedisModuleCtx *ctx) {
     if (rv.after_hook) return 1;
     unsigned long long id = RedisModule_GetClientId(ctx);
     if (id == 0) return 0;
+    if (rv.early_turn == rv.turn && rv.early_client == id) return rv.early;
     RedisModuleCallReply *r = RedisModule_Call(ctx, "CLIENT", "ccl", "LIST", "ID", (long long)id);
     int early = 0;
     if (r != NULL && RedisModule_CallReplyType(r) == REDISMODULE_REPLY_STRING) {
@@ -598,6 +606,9 @@ static int rv_reply_may_leave_now(RedisModuleCtx *ctx) {
         }
     }
     if (r != NULL) RedisModule_FreeCallReply(r);
+    rv.early_client = id;
+    rv.early_turn = rv.turn;
+    rv.early = early;
     return early;
 }
 
@@ -1152,7 +1163,10 @@ static void rv_on_eventloop(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t 
     (void)eid;
     (void)data;
     if (subevent == REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP) rv_before_sleep(ctx);
-    else rv.after_hook = 0;
+    else {
+        rv.after_hook = 0;
+        rv.turn++;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -1366,6 +1380,7 @@ void rl_resv_info(RedisModuleInfoCtx *ctx) {
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_replicas_online",
                                       (unsigned long long)rv.replicas_online);
     RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_bytes", of_size());
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_compactions", of_compactions());
     RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_failing", (unsigned long long)of_failing());
 }
 

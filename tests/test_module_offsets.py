@@ -441,3 +441,34 @@ def test_a_restart_while_a_killed_servers_fork_still_saves(module_factory: Any, 
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_the_offsets_file_compacted_on_its_thread_keeps_every_mark(module_factory: Any) -> None:
+    # 60,000 streams fill the file past 1 MB: it is rewritten from its
+    # marks off the event loop while writes go on, and the batches written
+    # meanwhile are kept. No persistence: after kill -9 every stream comes
+    # back empty at its mark.
+    srv: RedisModuleServer = module_factory(save="")
+    client = srv.client()
+    keys = [b"stream:%d" % n for n in range(60_000)]
+    ledger = Ledger()
+    for start in range(0, len(keys), 2000):
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + 2000]:
+                pipe.execute_command("TWRITE", key, key)
+            for key, offset in zip(keys[start : start + 2000], pipe.execute(), strict=True):
+                ledger.record(key, offset, key)
+    wait_for(lambda: client.info("rcp11")["rcp11_offsets_file_compactions"] >= 1)
+    assert not list(srv.dir.glob("*.compact"))
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    for start in range(0, len(keys), 2000):
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + 2000]:
+                pipe.execute_command("TWRITE", key, b"again")
+            for key, offset in zip(keys[start : start + 2000], pipe.execute(), strict=True):
+                ledger.record(key, offset, b"again")
+    assert ledger.reused == []
+    client.close()
