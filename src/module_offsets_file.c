@@ -564,6 +564,23 @@ static unsigned char *of_read_fd(int fd, size_t *len) {
     return data;
 }
 
+/* A new file was renamed into place, fsynced whole: open and lock it in
+ * place of the old one (which the fsync thread closes if it is on it).
+ * of.fd is -1 when it cannot be opened (err set). */
+static void of_reopen(char *err, size_t errlen) {
+    pthread_mutex_lock(&of.lock);
+    if (of.fd >= 0 && of.fd == of.bg_fd) {
+        if (of.retired >= 0) close(of.retired);
+        of.retired = of.fd;
+    } else if (of.fd >= 0) {
+        close(of.fd);
+    }
+    of.fd = of_open_locked(err, errlen);
+    of.written++;
+    of.synced = of.live_gen = of.written;
+    pthread_mutex_unlock(&of.lock);
+}
+
 /* Replace the file by a header and the pending buffer (which is consumed):
  * temp file, fsync, rename, fsync of the directory, then the new file is
  * opened and locked. Returns 0 or -1 (err set, the old file kept). */
@@ -586,18 +603,7 @@ static int of_rewrite(char *err, size_t errlen) {
     }
     RedisModule_Free(tmp);
     RedisModule_Free(img);
-    pthread_mutex_lock(&of.lock);
-    if (of.fd >= 0 && of.fd == of.bg_fd) {
-        /* The fsync thread is on it: it closes it when done. */
-        if (of.retired >= 0) close(of.retired);
-        of.retired = of.fd;
-    } else if (of.fd >= 0) {
-        close(of.fd);
-    }
-    of.fd = of_open_locked(err, errlen);
-    of.written++;
-    of.synced = of.live_gen = of.written; /* the rewrite fsynced all of it */
-    pthread_mutex_unlock(&of.lock);
+    of_reopen(err, errlen);
     of.rewrites++;
     if (of.fd < 0) return -1;
     of.size = of.base_size = img_len;
@@ -989,17 +995,7 @@ static int of_compact_install(void) {
         return -1;
     }
     char err[200];
-    pthread_mutex_lock(&of.lock);
-    if (of.fd >= 0 && of.fd == of.bg_fd) {
-        if (of.retired >= 0) close(of.retired);
-        of.retired = of.fd;
-    } else if (of.fd >= 0) {
-        close(of.fd);
-    }
-    of.fd = of_open_locked(err, sizeof(err));
-    of.written++;
-    of.synced = of.live_gen = of.written; /* all of it is fsynced */
-    pthread_mutex_unlock(&of.lock);
+    of_reopen(err, sizeof(err));
     if (of.fd < 0) {
         of_log(err);
         errno = EIO;
