@@ -63,6 +63,15 @@ def stream_reply(
     return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
 
 
+def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
+    """TREAD ... NONULLS: where the read starts (the first readable offset
+    at or after start, past evicted offsets and crash gaps) and how many
+    offsets it covers (readable ones in a row, at most count)."""
+    if stream is None:
+        return start, 0
+    return stream.readable_run(start, count)
+
+
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
     value = state.keyspace.get(key)
     if isinstance(value, bytes):
@@ -108,6 +117,7 @@ class TreadWait(BlockRequest):
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -121,6 +131,9 @@ class TreadWait(BlockRequest):
             start = (
                 position if position is not None else group_default_start(stream, self.group_new)
             )
+        count = self.count
+        if self.nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset:
             if group is not None and position is None:
                 # The group key was deleted while this reader waited:
@@ -128,7 +141,7 @@ class TreadWait(BlockRequest):
                 set_group_position(state, group, start)
             return WAIT
         resp3 = self.client.resp == 3
-        reply, n = stream_reply(stream, start, self.count, self.withinfo, resp3, next_offset)
+        reply, n = stream_reply(stream, start, count, self.withinfo, resp3, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -139,13 +152,14 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
+def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
     """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+    GROUPNEW?, WITHINFO?, NONULLS?), in any order, each at most once."""
     block_ms: int | None = None
     group: bytes | None = None
     group_new = False
     withinfo = False
+    nonulls = False
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -153,8 +167,9 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO":
-            withinfo = True
+        if option in (b"WITHINFO", b"NONULLS"):
+            withinfo = withinfo or option == b"WITHINFO"
+            nonulls = nonulls or option == b"NONULLS"
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
@@ -172,7 +187,7 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
             group = value
             group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
+    return block_ms, group, group_new, withinfo, nonulls
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -222,6 +237,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -231,9 +247,9 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
+        block_ms, group, group_new, withinfo, nonulls = _tread_options(argv)
     else:
-        block_ms, group, group_new, withinfo = None, None, False, False
+        block_ms, group, group_new, withinfo, nonulls = None, None, False, False, False
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -241,8 +257,13 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     resp3 = client.resp == 3
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
-            request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
+            request = TreadWait(
+                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+            )
             return _block(state, request, block_ms)
         reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
     else:
@@ -250,12 +271,22 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             raise CommandError(errors.GROUP_IS_KEY)
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 # Created now, so a GROUPNEW reader gets what is written next.
                 set_group_position(state, group, start)
             request = TreadWait(
-                client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
+                client,
+                key,
+                argv,
+                watch=group,
+                count=wanted,
+                withinfo=withinfo,
+                group_new=group_new,
+                nonulls=nonulls,
             )
             return _block(state, request, block_ms)
         reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
