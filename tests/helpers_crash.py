@@ -182,7 +182,5 @@ def write_slot(directory, slot) -> None:
 def as_if_rebooted(directory, slot=None) -> None:
     """Make the slot (the one on file, or `slot`: an older one a power loss
     left on disk) one written during another boot."""
-    import dataclasses
-
     slot = slot if slot is not None else read_slot(directory)
-    write_slot(directory, dataclasses.replace(slot, boot=b"an earlier boot!"))
+    write_slot(directory, slot._replace(boot=b"an earlier boot!"))

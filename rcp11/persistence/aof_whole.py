@@ -101,14 +101,9 @@ def slot_for(aof: AofWriter, always: bool) -> AofSlot:
     appendfsync is always (every write fsynced before its reply). Raises
     OSError (reading the file's last bytes)."""
     dev, ino = aof.identity
+    # Positional: this runs after every AOF write.
     return AofSlot(
-        writing=True,
-        boot=current_boot(),
-        dev=dev,
-        ino=ino,
-        length=aof.current_size,
-        tail_crc=aof.tail_crc(),
-        synced=always and aof.all_synced,
+        True, current_boot(), dev, ino, aof.current_size, aof.tail_crc(), always and aof.all_synced
     )
 
 

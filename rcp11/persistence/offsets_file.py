@@ -36,6 +36,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rcp11.errors import PersistenceError
 from rcp11.limits import MAX_OFFSET, TORN_BATCH_MARGIN
@@ -57,6 +58,7 @@ AOF_TAIL_BYTES = 256
 _SLOT = struct.Struct("<16sQQqIB15x")
 _SLOT_WRITING = 1
 _SLOT_SYNCED = 2
+_U64_MASK = 2**64 - 1
 
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
@@ -71,12 +73,12 @@ Record = tuple[bytes, int, bool]  # key, mark, deleted
 _BATCH_SEARCH_BUDGET = 256 << 20
 
 
-@dataclass(frozen=True)
-class AofSlot:
+class AofSlot(NamedTuple):
     """What the offsets file says about the AOF: written during boot `boot`,
     the file (dev, ino) was `length` bytes long and its last bytes had CRC32
     `tail_crc`; `synced`: every write acknowledged so far was fsynced in it
-    (appendfsync always). `writing` False: no AOF is vouched for."""
+    (appendfsync always). `writing` False: no AOF is vouched for. (A named
+    tuple: one is made after every AOF write, and compared with the last.)"""
 
     writing: bool = False
     boot: bytes = b"\0" * 16
@@ -91,15 +93,9 @@ NO_AOF = AofSlot()
 
 
 def encode_slot(slot: AofSlot) -> bytes:
-    flags = (_SLOT_WRITING if slot.writing else 0) | (_SLOT_SYNCED if slot.synced else 0)
-    body = _SLOT.pack(
-        slot.boot[:16],
-        slot.dev & (2**64 - 1),
-        slot.ino & (2**64 - 1),
-        slot.length,
-        slot.tail_crc,
-        flags,
-    )
+    writing, boot, dev, ino, length, tail_crc, synced = slot
+    flags = (_SLOT_WRITING if writing else 0) | (_SLOT_SYNCED if synced else 0)
+    body = _SLOT.pack(boot, dev & _U64_MASK, ino & _U64_MASK, length, tail_crc, flags)
     return body + _U32.pack(zlib.crc32(body))
 
 

@@ -148,8 +148,8 @@ class OffsetReservations:
         loss. Raises OSError."""
         if slot == self.slot:
             return
-        self._open()
         if self._slot_fd < 0:
+            self._open()
             self._slot_fd = os.open(self.path, os.O_WRONLY)
         data = encode_slot(slot)
         if os.pwrite(self._slot_fd, data, SLOT_AT) != len(data):
