@@ -3,6 +3,11 @@
 Starts every server it needs (rcp11 and Debian's redis-server) on free
 ports in temp directories, runs the suites, kills the servers (also on
 error or Ctrl-C) and writes the page plus PNG plots and a JSON record.
+
+The JSON record (bench/results/<mode>.json, or next to --out; not in git:
+the committed record is BENCHMARKS.md and bench/plots/) is written after
+every suite, before anything is drawn: a suite or a plot that fails later
+costs no figure already measured.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Context
-from bench.report import SuiteReport, environment, write_page
+from bench.report import SuiteReport, draw_plots, environment, write_page
 from bench.servers import REPO, server_pool
 
 OWN_SUITES = {
@@ -37,6 +42,7 @@ EXTERNAL_SUITES = {
     "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
     "spark": ("bench.spark_bench", "Spark data source: batch read, streaming sink, latency"),
     "lane": ("bench.lane_bench", "The C lane: server CPU per request, lane vs general path"),
+    "retention": ("bench.retention_bench", "Retention and the time index"),
 }
 ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
 
@@ -191,10 +197,34 @@ def _cli_flags(mode: str, source: str) -> list[str]:
     return flags
 
 
+def record_path(args: argparse.Namespace) -> Path:
+    """Where the run's raw figures go: bench/results/ (git-ignored) for the
+    repository page, else next to --out."""
+    if args.out == (REPO / "BENCHMARKS.md").resolve():
+        return REPO / "bench" / "results" / f"{args.mode}.json"
+    return args.out.with_suffix(".json")
+
+
+def save_record(
+    path: Path, env: dict[str, str], seconds: float, reports: list[SuiteReport]
+) -> None:
+    record = {
+        "mode": env["mode"],
+        "environment": env,
+        "seconds": seconds,
+        "suites": {
+            r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.plots.mkdir(parents=True, exist_ok=True)
+    json_path = record_path(args)
     env = environment()
     env["mode"] = args.mode
     started = time.monotonic()
@@ -217,25 +247,15 @@ def main(argv: list[str] | None = None) -> int:
                 report = SuiteReport(name, title, errors=[f"{type(exc).__name__}: {exc}"])
             report.seconds = time.monotonic() - suite_start
             reports.append(report)
+            save_record(json_path, env, time.monotonic() - started, reports)
             ctx.log(name, f"done in {report.seconds:.0f} s, {len(report.errors)} error(s)")
     total = time.monotonic() - started
     load = os.getloadavg()
     env["load average at end"] = f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
+    save_record(json_path, env, total, reports)
+    draw_plots(reports)
+    save_record(json_path, env, total, reports)  # with any plot that failed
     write_page(args.out, args.mode, env, reports, total)
-    if args.out == (REPO / "BENCHMARKS.md").resolve():
-        json_path = REPO / "bench" / "results" / f"{args.mode}.json"
-    else:
-        json_path = args.out.with_suffix(".json")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "mode": args.mode,
-        "environment": env,
-        "seconds": total,
-        "suites": {
-            r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports
-        },
-    }
-    json_path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     errors = sum(len(r.errors) for r in reports)
     print(f"wrote {args.out} ({total:.0f} s, {errors} error(s)); raw figures in {json_path}")
     return 1 if errors else 0

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec
 
 from bench.servers import REDIS_SERVER, REPO
+
+P = ParamSpec("P")
 
 
 @dataclass
@@ -35,6 +40,15 @@ class Table:
 
 
 @dataclass
+class Plot:
+    """A figure a suite asks for, drawn by `draw_plots` once the run's data
+    is saved: a plotting failure costs the picture, never the measurements."""
+
+    path: Path
+    draw: Callable[[], object]
+
+
+@dataclass
 class SuiteReport:
     """What one suite contributes to BENCHMARKS.md and to the JSON results."""
 
@@ -42,7 +56,7 @@ class SuiteReport:
     title: str
     intro: str = ""
     tables: list[Table] = field(default_factory=list)
-    plots: list[Path] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     markdown_extra: str = ""
     data: dict[str, object] = field(default_factory=dict)
@@ -65,8 +79,8 @@ class SuiteReport:
         for table in self.tables:
             parts.append(table.markdown())
         for plot in self.plots:
-            rel = os.path.relpath(plot, page_dir)
-            parts += [f"![{plot.stem}]({rel})", ""]
+            rel = os.path.relpath(plot.path, page_dir)
+            parts += [f"![{plot.path.stem}]({rel})", ""]
         if self.markdown_extra:
             parts += [self.markdown_extra.strip(), ""]
         if self.errors:
@@ -237,6 +251,35 @@ def _anchor(title: str) -> str:
     return "".join(keep).replace(" ", "-")
 
 
+def draw_plots(suites: list[SuiteReport]) -> None:
+    """Draw every suite's plots; one that fails becomes an error of its
+    suite and leaves the page (which then links only drawn pictures)."""
+    for suite in suites:
+        drawn = []
+        for plot in suite.plots:
+            try:
+                plot.draw()
+            except Exception as exc:  # matplotlib missing or failing: keep the rest
+                suite.errors.append(f"plot {plot.path.name}: {type(exc).__name__}: {exc}")
+            else:
+                drawn.append(plot)
+        suite.plots = drawn
+
+
+def drawn_later(draw: Callable[P, Path]) -> Callable[P, Plot]:
+    """Make a drawing function (its first argument the PNG's path) return a
+    `Plot` that `draw_plots` draws, instead of drawing at once."""
+
+    @functools.wraps(draw)
+    def later(*args: P.args, **kwargs: P.kwargs) -> Plot:
+        path = args[0] if args else kwargs["path"]
+        assert isinstance(path, Path)
+        return Plot(path, functools.partial(draw, *args, **kwargs))
+
+    return later
+
+
+@drawn_later
 def plot_lines(
     path: Path,
     title: str,
@@ -285,6 +328,7 @@ def plot_lines(
     return path
 
 
+@drawn_later
 def plot_ratios(path: Path, title: str, bars: list[tuple[str, float, float]]) -> Path:
     """Horizontal bars of rcp11/redis ratios, each with its goal as a tick."""
     import matplotlib

@@ -1,4 +1,4 @@
-"""Python face of the C storage core (src/macronode.c).
+"""The Python binding of the C storage core (src/macronode.c).
 
 This is the only module that touches cffi's ``ffi``/``lib`` for streams
 (the C lane, rcp11/commands/lane.py, is the one other user: it hands the
@@ -14,9 +14,10 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: not at server start
+    import numpy as np
 
 try:
     from rcp11._macronode import ffi, lib
@@ -375,14 +376,13 @@ class Stream:
     ) -> int:
         """Append messages stored back to back in data; lens[i] is message i's length
         (now_ms as for append())."""
+        import numpy as np  # the bulk loaders' call (bench, tests): the server never makes it
+
         sizes = np.asarray(lens, dtype=np.int64)
         if sizes.ndim != 1 or sizes.size == 0:
             raise InvalidArgumentError("lens must be a non-empty 1-D sequence", lib.MN_ERR_ARG)
         if int(sizes.sum()) != len(data):
             raise InvalidArgumentError("lens do not add up to len(data)", lib.MN_ERR_ARG)
-        return self._append_sizes(data, sizes, now_ms)
-
-    def _append_sizes(self, data: bytes, sizes: np.ndarray, now_ms: int | None = None) -> int:
         ms = _NOW if now_ms is None else _clamp_ms(now_ms)
         if sizes.min() < 0:
             raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
@@ -574,7 +574,7 @@ class Stream:
             raise _range_error(start, count, self.next_offset)
         if count == 0:
             return []
-        lens = np.empty(count, dtype=np.int64)
+        lens = array("q", bytes(8 * count))  # int64 per message, -1: evicted or lost
         buf = ffi.new("mn_buf *")
         try:
             _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))

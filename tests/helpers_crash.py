@@ -119,7 +119,8 @@ def command_boundaries(data: bytes, start: int) -> list[int]:
     """Offsets in an AOF where a complete command starts (after a snapshot
     preamble), read as the server's loader reads it: a kill -9 in the middle
     of a large write leaves the last command half-written, and the loader
-    cuts that tail off (aof-load-truncated), so it holds no boundary."""
+    cuts that tail off (aof-load-truncated), so it holds no boundary. Any
+    other damage (BadBytes) is not what a crash leaves: it fails the test."""
     from rcp11.persistence import TornTail, iter_aof_commands
 
     starts: list[int] = []

@@ -82,6 +82,10 @@ def test_offsets_never_reused_without_aof(server_factory, save: str) -> None:
     assert total > 0
 
 
+# A large TWRITE of which a crash left the first 5,000 of 100,000 bytes.
+TORN_WRITE = b"*3\r\n$6\r\nTWRITE\r\n$6\r\nshared\r\n$100000\r\n" + b"x" * 5000
+
+
 def test_power_loss_with_everysec_never_reuses_offsets(server_factory) -> None:
     """A machine crash may cut the unsynced tail of an everysec AOF. Writes
     in it are lost (they read as null), but their offsets are not handed
@@ -97,18 +101,20 @@ def test_power_loss_with_everysec_never_reuses_offsets(server_factory) -> None:
         srv.kill9()
         writers.join()
         acked.update(writers.acked)
-        # The power loss: the AOF loses a random part of its tail. The kill
-        # may also have cut a large write short: its command is half there.
+        # The power loss: the AOF loses a random part of its tail, at a
+        # command boundary (the kill -9 may already have torn the last
+        # command: no boundary there), and the write it was in the middle
+        # of stays half there. The preamble was fsynced: it stays.
         path = srv.dir / "appendonly.aof"
-        with open(path, "ab") as file:
-            file.write(b"*3\r\n$6\r\nTWRITE\r\n$6\r\nshared\r\n$100000\r\n" + b"x" * 5000)
         data = path.read_bytes()
         start = preamble_end(path)
-        # the preamble was fsynced: it stays
         boundaries = command_boundaries(data, start)
-        if boundaries:
-            cut = boundaries[rng.randrange(len(boundaries) // 2, len(boundaries))]
-            path.write_bytes(data[:cut])
+        cut = (
+            boundaries[rng.randrange(len(boundaries) // 2, len(boundaries))]
+            if boundaries
+            else start
+        )
+        path.write_bytes(data[:cut] + TORN_WRITE)
         srv.start()
         assert_offsets_not_reused(srv.client(), acked, lost_ok=True)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from rcp11.commands import (
     admin,
     connection,
+    diagnostics,
     info,
     introspection,
     keys,
@@ -51,6 +52,7 @@ __all__ = [
     "client_disconnected",
     "client_line",
     "connection",
+    "diagnostics",
     "execute",
     "expire_keys",
     "info",
