@@ -9,7 +9,7 @@
  *
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
- *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -877,6 +877,15 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     return n;
 }
 
+/* TREAD ... NONULLS: start at the first readable offset at or after
+ * *start (past evicted offsets and gaps) and cover only the readable
+ * offsets in a row from there, at most *count. s may be NULL. */
+static void rl_skip_nulls(const mn_stream *s, uint64_t *start, long long *count) {
+    uint64_t run = 0;
+    if (s != NULL) *start = mn_readable_run(s, *start, (uint64_t)*count, &run);
+    *count = (long long)run;
+}
+
 /* ------------------------------------------------------------------------
  * Group keys
  * --------------------------------------------------------------------- */
@@ -955,6 +964,7 @@ typedef struct rl_wait {
     long long count;
     int withinfo;
     int group_new;
+    int nonulls;
     int db;
     rl_group *owner;
     struct rl_wait *prev, *next;
@@ -1082,6 +1092,8 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
+    long long count = w->count;
+    if (w->nonulls) rl_skip_nulls(s, &start, &count);
     if (start >= next) {
         /* Written but not acknowledged yet (read-committed): woken again
          * once it is. */
@@ -1095,7 +1107,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1405,12 +1417,12 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 }
 
 /* ------------------------------------------------------------------------
- * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
  * --------------------------------------------------------------------- */
 
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
-    int block, withinfo, group_new;
+    int block, withinfo, group_new, nonulls;
     RedisModuleString *group;
 } rl_tread_args;
 
@@ -1418,11 +1430,11 @@ typedef struct rl_tread_args {
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW"};
-    int seen[4] = {0, 0, 0, 0};
+    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW", "NONULLS"};
+    int seen[5] = {0, 0, 0, 0, 0};
     for (int i = 4; i < argc;) {
         int opt = -1;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             if (rl_arg_is(argv[i], names[k])) opt = k;
         if (opt < 0) {
             rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
@@ -1435,8 +1447,9 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0) {
-            a->withinfo = 1;
+        if (opt == 0 || opt == 4) {
+            if (opt == 0) a->withinfo = 1;
+            else a->nonulls = 1;
             i++;
             continue;
         }
@@ -1474,7 +1487,7 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS")) {
             i++;
         } else if (rl_arg_is(argv[i], "BLOCK")) {
             i += 2;
@@ -1563,8 +1576,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
                                           REDISMODULE_CTX_FLAGS_LOADING));
+    long long count = a.count;
     if (a.group == NULL) {
         uint64_t start = rl_resolve_offset(a.offset, next);
+        if (a.nonulls) rl_skip_nulls(s, &start, &count);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
             if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
@@ -1572,10 +1587,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->start = start;
             w->count = a.count;
             w->withinfo = a.withinfo;
+            w->nonulls = a.nonulls;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, a.count, a.withinfo);
+        rl_reply_range(ctx, s, start, count, a.withinfo);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1600,6 +1616,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         return REDISMODULE_OK;
     }
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
+    if (a.nonulls) rl_skip_nulls(s, &start, &count);
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
         if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
@@ -1610,10 +1627,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->group_new = a.group_new;
         w->count = a.count;
         w->withinfo = a.withinfo;
+        w->nonulls = a.nonulls;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;
@@ -2434,6 +2452,7 @@ static RedisModuleCommandArg rl_tread_docs[] = {
     RL_ARG("milliseconds", INTEGER, "BLOCK", RL_OPTIONAL),
     RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
     RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
+    RL_ARG("nonulls", PURE_TOKEN, "NONULLS", RL_OPTIONAL),
     {0}};
 static RedisModuleCommandArg rl_tevict_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};

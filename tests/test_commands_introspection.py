@@ -226,7 +226,7 @@ def test_command_introspection(shared_server: ServerProcess) -> None:
 STREAM_USAGES = {
     "twrite": "key <entry | [BACKLOG backlog] ENTRIES entry [entry ...]>",
     "tread": "key offset count [BLOCK milliseconds] [GROUP groupkey | GROUPNEW newgroupkey]"
-    " [WITHINFO]",
+    " [WITHINFO] [NONULLS]",
     "tevict": "key offset",
     "tconcat": "destination source [source ...]",
     "tseek": "key unix-time-ms",

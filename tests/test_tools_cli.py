@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -19,7 +20,9 @@ from conftest import (
     ServerProcess,
     free_port,
     in_thread,
+    start_with_gaps,
     tr,
+    tread_calls,
     wait_blocked,
     wait_for,
 )
@@ -600,3 +603,36 @@ def test_cli_produce_consume_as_in_the_readme(
     )
     assert group.stdout.split() == ["1", "2", "3"]
     assert shared_client.get("g") == b"3"
+
+
+@pytest.mark.slow
+def test_consume_steps_over_a_crash_gap_in_one_request(server_factory: Any) -> None:
+    """The gap a crash may leave (null offsets up to a reservation mark) is
+    stepped over in one TREAD, by a reader that catches up and by one that
+    follows a stream ending in a gap."""
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"s": (3, 200_000, 2), b"ends-in-a-gap": (2, 300_000, 0)})
+    port = str(srv.port)
+    client = srv.client()
+    before = tread_calls(client)
+    result = rcp11("-p", port, "consume", "s", "--offsets", "--batch", "100")
+    assert result.stdout == b"0\ta0\n1\ta1\n2\ta2\n200000\tb0\n200001\tb1\n"
+    assert tread_calls(client) - before <= 3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", port, "consume", "ends-in-a-gap"]
+        + ["--follow", "--offsets", "--batch", "100"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"0\ta0\n"
+        assert proc.stdout.readline() == b"1\ta1\n"
+        wait_blocked(client, 1)  # over the gap, waiting for the next write
+        assert client.execute_command("TWRITE", "ends-in-a-gap", "next") == 300_000
+        assert proc.stdout.readline() == b"300000\tnext\n"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert tread_calls(client) - before <= 6

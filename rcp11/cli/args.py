@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Write the messages of stream KEY to stdout, one per line, starting at --from "
         "(or where consumer group --group left off, or the first message appended since "
         "--since), until caught up; --follow keeps waiting for new messages. Evicted "
-        "offsets are skipped. With --group, reading is acknowledging (see --group).",
+        "offsets, and the gap a crash may leave, are skipped. With --group, reading is "
+        "acknowledging (see --group).",
     )
     _add_key(c)
     starts = c.add_mutually_exclusive_group()

@@ -110,6 +110,15 @@ def _stream_reply(
     return (Raw(body) if type(body) is bytes else body), n
 
 
+def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
+    """TREAD ... NONULLS: where the read starts (the first readable offset
+    at or after start, past evicted offsets and crash gaps) and how many
+    offsets it covers (readable ones in a row, at most count)."""
+    if stream is None:
+        return start, 0
+    return stream.readable_run(start, count)
+
+
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
     value = state.keyspace.get(key)
     if isinstance(value, bytes):
@@ -167,6 +176,7 @@ class TreadWait(BlockRequest):
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
 
     def __post_init__(self) -> None:
         if self.watch is None:
@@ -196,13 +206,16 @@ class TreadWait(BlockRequest):
             start = (
                 position if position is not None else group_default_start(stream, self.group_new)
             )
+        count = self.count
+        if self.nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset:
             if group is not None and position is None:
                 # The group key was deleted while this reader waited:
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        reply, n = reply_for(self.client, stream, start, self.count, self.withinfo, next_offset)
+        reply, n = reply_for(self.client, stream, start, count, self.withinfo, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -213,13 +226,14 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
+def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
     """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+    GROUPNEW?, WITHINFO?, NONULLS?), in any order, each at most once."""
     block_ms: int | None = None
     group: bytes | None = None
     group_new = False
     withinfo = False
+    nonulls = False
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -227,8 +241,9 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO":
-            withinfo = True
+        if option in (b"WITHINFO", b"NONULLS"):
+            withinfo = withinfo or option == b"WITHINFO"
+            nonulls = nonulls or option == b"NONULLS"
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
@@ -246,7 +261,7 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
             group = value
             group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
+    return block_ms, group, group_new, withinfo, nonulls
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -296,6 +311,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -305,17 +321,22 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
+        block_ms, group, group_new, withinfo, nonulls = _tread_options(argv)
     else:
-        block_ms, group, group_new, withinfo = None, None, False, False
+        block_ms, group, group_new, withinfo, nonulls = None, None, False, False, False
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
-            request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
+            request = TreadWait(
+                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+            )
             return _block(state, request, block_ms)
         reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
     else:
@@ -323,12 +344,22 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             raise CommandError(errors.GROUP_IS_KEY)
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 # Created now, so a GROUPNEW reader gets what is written next.
                 set_group_position(state, group, start)
             request = TreadWait(
-                client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
+                client,
+                key,
+                argv,
+                watch=group,
+                count=wanted,
+                withinfo=withinfo,
+                group_new=group_new,
+                nonulls=nonulls,
             )
             return _block(state, request, block_ms)
         reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
