@@ -81,7 +81,7 @@
  * transactions keep working: the Spark sink's commit is one) or `refuse`
  * (-NOREPLICAS; the reservation is still sent, so a retry passes).
  * A replica that comes online has not read the reservations confirmed
- * without it yet (they sit behind everything sent during its sync): until
+ * without it yet (by the file alone, or by the other replicas) (they sit behind everything sent during its sync): until
  * it acknowledged the offset of its arrival (rv.barrier_*), writes inside
  * them reserve and wait as new ones do (rv_confirmed_holds).
  * Replicas not online (in a full sync, disconnected) are not waited for;
@@ -200,8 +200,8 @@ typedef struct rv_state {
                          * key, so a stream that arrived under another name
                          * (RENAME, MOVE, RESTORE, DEBUG RELOAD) reserves
                          * again before `confirmed` counts */
-    uint64_t solo;      /* rv.online_gen + 1 when confirmed with no replica
-                         * online, 0: the replicas acknowledged it */
+    uint64_t confirm_gen; /* rv.online_gen + 1 when `confirmed` was set (0:
+                           * never): by the replicas online then only */
 } rv_state;
 
 /* A stream's state, allocated by the core on first use (main thread). */
@@ -339,17 +339,17 @@ static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replica
 /* Whether the stream's `confirmed` still holds at this key. Not when it
  * arrived here by another route than its own writes (RENAME, MOVE,
  * RESTORE, DEBUG RELOAD: its mark is filed under another name, or
- * nowhere), nor when it was confirmed with no replica online and a replica
- * came online since that has not acknowledged the offset of its arrival
- * yet (the reservation may still sit in its output buffer: promoted now,
- * it would hand those offsets out again). Then `confirmed` drops to the
- * next offset and the next write reserves anew. */
+ * nowhere), nor when a replica came online since it was confirmed (by
+ * the file alone, or by the replicas online then) that has not
+ * acknowledged the offset of its arrival yet (the reservation may still
+ * sit in its output buffer: promoted now, it would hand those offsets out
+ * again). Then `confirmed` drops to the next offset and the next write
+ * reserves anew. */
 static int rv_confirmed_holds(rv_state *st, uint64_t name_hash, uint64_t next) {
     if (st->filed == name_hash &&
-        (st->solo == 0 || st->solo == rv.online_gen + 1 || !rv.barrier_pending || rv_immediate()))
+        (st->confirm_gen == rv.online_gen + 1 || !rv.barrier_pending || rv_immediate()))
         return 1;
     if (st->confirmed > next) st->confirmed = next;
-    st->solo = 0;
     return 0;
 }
 
@@ -551,7 +551,7 @@ static void rv_flights_clear(void) {
 
 /* A reservation is applied everywhere it must be: raise `confirmed` of the
  * stream (or missing key) it was made for, if that is still the one. */
-static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f, int solo) {
+static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f) {
     if (RedisModule_SelectDb(ctx, f->db) != REDISMODULE_OK) return;
     RedisModuleKey *key = RedisModule_OpenKey(ctx, f->key, REDISMODULE_READ);
     mn_stream *s;
@@ -559,7 +559,7 @@ static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f, int solo) {
         rv_state *st = s ? rv_of(s) : rv_missing_get(f->db, f->key, 0);
         if (st != NULL && st->id == f->id && f->mark > st->confirmed) {
             st->confirmed = f->mark < st->mark ? f->mark : st->mark;
-            st->solo = solo ? rv.online_gen + 1 : 0;
+            st->confirm_gen = rv.online_gen + 1;
         }
     }
     RedisModule_CloseKey(key);
@@ -758,7 +758,7 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
             rv.urgent = 1;
         }
         st->confirmed = st->mark;
-        st->solo = rv.online_gen + 1;
+        st->confirm_gen = rv.online_gen + 1;
         return 1;
     }
     if ((flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
@@ -1129,7 +1129,7 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
         rv_flight *f = rv_flights;
         rv_flights = f->next;
         if (rv_flights == NULL) rv_flights_tail = &rv_flights;
-        rv_confirm(ctx, f, r.online == 0);
+        rv_confirm(ctx, f);
         rv_flight_free(f);
     }
     if (rv.barrier_pending) {

@@ -249,14 +249,16 @@ def test_a_full_sync_carries_the_reservation(module_factory: Any) -> None:
     promoted.close()
 
 
+@pytest.mark.parametrize("other_replica", [False, True])
 def test_a_replica_that_just_came_online_holds_what_was_reserved_without_it(
-    module_factory: Any,
+    module_factory: Any, other_replica: bool
 ) -> None:
     # Reservations made while the replica was in its full sync were
-    # confirmed without it; they reach it after the RDB, behind everything
-    # else written meanwhile. Writes inside them while it is online but has
-    # not read that far must wait for it: promoted before it catches up, it
-    # would hand those offsets out again.
+    # confirmed without it (by the file alone, or by another replica);
+    # they reach it after the RDB, behind everything else written
+    # meanwhile. Writes inside them while it is online but has not read
+    # that far must wait for it: promoted before it catches up, it would
+    # hand those offsets out again.
     primary_srv: RedisModuleServer = module_factory(
         repl_diskless_sync="no",
         rdb_key_save_delay=20_000,  # a fork that saves for about a second
@@ -267,17 +269,21 @@ def test_a_replica_that_just_came_online_holds_what_was_reserved_without_it(
     for n in range(40):
         primary.set(f"filler{n}", "x")
     ledger = Ledger()
+    if other_replica:
+        module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
+        wait_for(lambda: replica_online(primary), 30)
     ledger.write(primary, b"k", messages("alone", 10))
     replica_srv: RedisModuleServer = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
-    wait_for(lambda: primary.info("replication").get("slave0", {}).get("state") == "wait_bgsave")
+    syncing = "slave1" if other_replica else "slave0"
+    wait_for(lambda: primary.info("replication").get(syncing, {}).get("state") == "wait_bgsave")
     # During the sync: 40 MB ahead in the replica's stream, then a burst
-    # that reserves (confirmed at once: no replica is online).
+    # that reserves (confirmed without this replica, which is not online).
     with primary.pipeline(transaction=False) as pipe:
         for n in range(40):
             pipe.set(f"big{n}", b"B" * (1 << 20))
         pipe.execute()
     ledger.write(primary, b"k", messages("syncing", 3000))
-    wait_for(lambda: replica_online(primary), 30)
+    wait_for(lambda: primary.info("replication").get(syncing, {}).get("state") == "online", 30)
     with stopped(replica_srv):
         before = set(ledger.acked)
         ledger.write(primary, b"k", messages("online", 5), tolerate_errors=True)
