@@ -274,6 +274,11 @@ typedef struct rv_flight {
     long long target; /* replication offset after it, -1: not read yet */
 } rv_flight;
 static rv_flight *rv_flights, **rv_flights_tail = &rv_flights;
+/* The first flight without a target: the ones after it have none either
+ * (targets go out in order, and the file's generations only grow), so the
+ * hook's work is what changed, not every flight (a replica that stalls
+ * while many streams reserve piles them up). NULL: none. */
+static rv_flight *rv_unassigned;
 
 /* Writers blocked until their reservation is confirmed (in block order). */
 typedef struct rv_waiter {
@@ -525,14 +530,8 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     f->target = -1;
     *rv_flights_tail = f;
     rv_flights_tail = &f->next;
+    if (rv_unassigned == NULL) rv_unassigned = f;
     return 1;
-}
-
-/* Whether a reservation waits for its target (the newest is the last). */
-static int rv_flights_unassigned(void) {
-    for (rv_flight *f = rv_flights; f != NULL; f = f->next)
-        if (f->target < 0) return 1;
-    return 0;
 }
 
 static void rv_flight_free(rv_flight *f) {
@@ -547,6 +546,7 @@ static void rv_flights_clear(void) {
         rv_flight_free(f);
     }
     rv_flights_tail = &rv_flights;
+    rv_unassigned = NULL;
 }
 
 /* A reservation is applied everywhere it must be: raise `confirmed` of the
@@ -1095,7 +1095,7 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
      * writes nobody reads yet cost nothing here. */
     int rc_want = rv.read_committed && (rc.wanted || RedisModule_DictSize(rc.signal) > 0);
     int rc_push = rc_want && rc.dirty;
-    int flights_new = rv_flights_unassigned();
+    int flights_new = rv_unassigned != NULL;
     int waiting = rv_flights != NULL || rv.barrier_pending || (rv.read_committed && rc.count > 0);
     if (!flights_new && !rc_push && !waiting && rv_waiters_head == NULL) return;
     /* INFO replication is read for new work, and while an acknowledgement
@@ -1120,9 +1120,9 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
      * if the file holds them fsynced; those acknowledged are confirmed. */
     int assigned = 0;
     uint64_t synced = of_synced();
-    for (rv_flight *f = rv_flights; f != NULL; f = f->next) {
-        if (f->target >= 0 || f->gen > synced) continue;
-        f->target = r.offset;
+    for (; rv_unassigned != NULL && rv_unassigned->gen <= synced;
+         rv_unassigned = rv_unassigned->next) {
+        rv_unassigned->target = r.offset;
         assigned = 1;
     }
     while (rv_flights != NULL && rv_flights->target >= 0 && rv_flights->target <= acked) {
