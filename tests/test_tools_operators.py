@@ -111,6 +111,25 @@ def test_slowlog_entries_as_redis_shows_them(both: tuple[RawClient, RawClient]) 
     same(both, "SLOWLOG", "LEN")  # the RESET itself, logged after it ran
 
 
+def test_slowlog_hides_passwords_as_redis(both: tuple[RawClient, RawClient]) -> None:
+    """A password given to CONFIG SET (alone or among other directives, in
+    any case), AUTH or HELLO never shows in the slow log: an operator may
+    read it who must not learn the password."""
+    same(both, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+    same(both, "SLOWLOG", "RESET")
+    same(both, "CONFIG", "SET", "requirepass", "s3cret-one")
+    same(both, "AUTH", "s3cret-one")
+    same(both, "CONFIG", "SET", "maxmemory", "0", "REQUIREPASS", "s3cret-two")
+    same(both, "AUTH", "default", "s3cret-two")
+    on_both(both, "HELLO", "2", "AUTH", "default", "s3cret-two")
+    same(both, "CONFIG", "SET", "requirepass", "")
+    mine, real = on_both(both, "SLOWLOG", "GET", "-1")
+    assert b"s3cret" not in mine
+    assert [entry_shape(e) for e in parse_reply(mine)] == [
+        entry_shape(e) for e in parse_reply(real)
+    ]
+
+
 def test_slowlog_bounds_and_thresholds_as_redis(both: tuple[RawClient, RawClient]) -> None:
     same(both, "CONFIG", "SET", "slowlog-log-slower-than", "0")
     same(both, "CONFIG", "SET", "slowlog-max-len", "3")
