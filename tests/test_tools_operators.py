@@ -292,6 +292,33 @@ def test_used_memory_counts_what_the_process_allocated(server_factory: Any) -> N
 
 
 @pytest.mark.slow
+def test_used_memory_falls_back_after_a_big_transaction(server_factory: Any) -> None:
+    """A transaction whose replies were big (64 reads of 1 MB, read by its
+    client) leaves no buffer of their size behind: once the data is gone,
+    used_memory is back near where it started, and a maxmemory set above
+    that lets writes in (it was refused by the 64 MB the C lane kept)."""
+    srv = server_factory()
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "big", "ENTRIES", *[b"x" * 1000] * 1000)
+        before = client.info("memory")["used_memory"]
+        with client.pipeline(transaction=True) as pipe:
+            for _ in range(64):
+                pipe.execute_command("TREAD", "big", 0, 1000)
+            replies = pipe.execute()
+        assert len(replies) == 64 and all(len(r) == 1000 for r in replies)
+        del replies
+        client.delete("big")
+        after = client.info("memory")["used_memory"]
+        assert after < before + 16 * 2**20, (before, after)
+        client.config_set("maxmemory", before + 32 * 2**20)
+        assert client.execute_command("TWRITE", "s", "fits") == 0
+    finally:
+        client.config_set("maxmemory", 0)
+        client.close()
+
+
+@pytest.mark.slow
 def test_redis_cli_bigkeys_and_memkeys(ours: ServerProcess) -> None:
     """--memkeys sizes streams by MEMORY USAGE; --bigkeys knows Redis's own
     types only and counts a stream's size as 0 of an unknown unit ("?")."""
