@@ -295,12 +295,20 @@ class BlockingManager:
                 for lane in lanes:
                     self.ready[lane] = None
 
-    def serve(self, state: Any, serve_one: Callable[[BlockRequest], Any]) -> list[Waiter]:
+    def serve(
+        self,
+        state: Any,
+        serve_one: Callable[[BlockRequest], Any],
+        deadline: float | None = None,
+    ) -> list[Waiter]:
         """Serve what the signals since the last call made servable, in
         passes (module docstring): serve_one(request) answers a request
         (its reply, or WAIT to keep its place). Returns the clients served,
         in order, for the caller to resume (resuming may block or signal
-        again, which must not happen mid-pass)."""
+        again, which must not happen mid-pass). deadline (time.perf_counter()
+        seconds): past it, the lanes not looked at yet stay signalled in
+        `ready` for the next call, so waking thousands of readers does not
+        hold every other client up (the server calls again at once)."""
         served: list[Waiter] = []
         this = _Pass()
         while True:
@@ -324,6 +332,14 @@ class BlockingManager:
             served.append(request.client)
             if lane.requests:
                 heapq.heappush(this.heap, (lane.head().seq, lane))
+            if deadline is not None and time.perf_counter() > deadline:
+                # Signalled again, in the order their first requests
+                # blocked: the next call's pass takes them up from here.
+                for _, left in sorted(this.heap, key=lambda item: item[0]):
+                    self.ready[left] = None
+                for left in this.again:
+                    self.ready[left] = None
+                return served
 
     def _enter_signalled(self, state: Any, this: _Pass) -> None:
         while self.ready:

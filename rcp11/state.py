@@ -530,6 +530,11 @@ class ServerState:
         self.persistence: PersistenceHooks = NullPersistence()
         # Wired in by start-up (rcp11/retention.py); None runs no retention.
         self.retention: RetentionHooks | None = None
+        # How long one wake-up of blocked readers may serve before other
+        # clients get a turn (the server sets limits.SERVE_SECONDS and
+        # serves the rest in the next event-loop iterations); None serves
+        # them all at once (in process, where no loop comes back for them).
+        self.serve_seconds: float | None = None
         # The streams-oldest policy's index of streams by oldest append time
         # (rcp11/retention.py: OldestIndex), made by its first eviction.
         self.oldest_index: Any = None

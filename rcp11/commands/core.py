@@ -92,10 +92,27 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
         if cmd.denyoom:
             client.queued_denyoom = True
         return QUEUED
+    if state.blocking.ready and _meets_waiters(state, cmd, argv):
+        # Readers a write woke are still being served in slices
+        # (serve_ready): a command that could see or change their keys
+        # runs after all of them, as if they had been served at once.
+        serve_ready(state, whole=True)
     reply = call(state, client, cmd, argv)
     if state.blocking.ready:
         serve_ready(state)
     return reply
+
+
+def _meets_waiters(state: ServerState, cmd: Command, argv: list[bytes]) -> bool:
+    """Whether running cmd before the readers left signalled could differ
+    from running it after them: it names a key someone waits on or watches
+    (a stream, a group key), or, naming no key, writes (FLUSHALL), runs a
+    transaction or manages clients (CLIENT UNBLOCK)."""
+    keys = cmd.keys(argv)
+    if not keys:
+        return cmd.write or cmd.runs_transaction or cmd.admin or cmd.container
+    involves = state.blocking.involves
+    return any(involves(key) for key in keys)
 
 
 def check(
@@ -303,14 +320,17 @@ def feed_monitors(state: ServerState, client: ClientState, cmd: Command, argv: l
         monitor.send(reply)
 
 
-def serve_ready(state: ServerState) -> None:
+def serve_ready(state: ServerState, whole: bool = False) -> None:
     """Serve the clients blocked on keys the last command changed, in the
     order they blocked (across keys: BlockingManager.serve), each through
     check() and call() like any command: a served group read obeys
     MISCONF, is logged even if it raises half way, and wakes readers
     waiting on the group key it moved. A request with nothing to answer
-    yet keeps its place."""
-    served = state.blocking.serve(state, lambda request: _serve(state, request))
+    yet keeps its place. For at most state.serve_seconds unless whole: the
+    rest stay signalled for the next call (the server's next iteration)."""
+    budget = None if whole else state.serve_seconds
+    deadline = None if budget is None else time.perf_counter() + budget
+    served = state.blocking.serve(state, lambda request: _serve(state, request), deadline)
     # Resuming pipelines last: a resumed client may run commands that
     # block or wake others again, which must not happen mid-iteration.
     for client in served:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from rcp11 import errors, tls
-from rcp11.commands import client_disconnected, expire_keys
+from rcp11.commands import client_disconnected, expire_keys, serve_ready
 from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
@@ -52,6 +52,7 @@ class Server:
         self._bound_unix: socket.socket | None = None
         self.pending: list[Connection] = []
         self.flush_scheduled = False
+        self.serve_scheduled = False
         self.now = time.time()
         self.block_timer: asyncio.TimerHandle | None = None
         self.block_timer_at = 0.0
@@ -213,7 +214,23 @@ class Server:
             for conn in pending:
                 conn.queued_for_flush = False
                 conn.write_pending()
+        if self.state.blocking.ready and not self.serve_scheduled:
+            # A wake-up that ran out of its slice (state.serve_seconds):
+            # the next iteration serves on, after other clients' turns.
+            self.serve_scheduled = True
+            self.loop.call_soon(self._serve_more)
         self.arm_block_timer()
+
+    def _serve_more(self) -> None:
+        self.serve_scheduled = False
+        try:
+            serve_ready(self.state)
+        except Exception:
+            log.exception("Error serving blocked clients")
+        if self.state.blocking.ready and not self.flush_scheduled:
+            # Nothing served needs a flush, yet readers are left: go on.
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
 
     def _flush_persistence(self) -> bool:
         """The AOF rule before replies leave; False when the writes of this
