@@ -247,6 +247,9 @@ class BlockingManager:
         self._watchers: dict[bytes, dict[_Lane, None]] = {}
         self.ready: dict[bytes | _Lane, None] = {}
         self.deadlines: list[tuple[float, int, BlockRequest]] = []
+        # Clients whose command waits until the signalled lanes are all
+        # served (rcp11/commands/core.py DEFERRED), resumed when they are.
+        self.deferred: dict[Waiter, None] = {}
         self._sequence = itertools.count()
         self.blocked_clients = 0
 
@@ -317,6 +320,10 @@ class BlockingManager:
             if not this.heap:
                 if this.again and this.next_pass():
                     continue
+                if self.deferred:
+                    # Nothing signalled is left: what waited for it runs.
+                    served += self.deferred
+                    self.deferred = {}
                 return served
             seq, lane = heapq.heappop(this.heap)
             if not lane.requests:
@@ -332,7 +339,8 @@ class BlockingManager:
             served.append(request.client)
             if lane.requests:
                 heapq.heappush(this.heap, (lane.head().seq, lane))
-            if deadline is not None and time.perf_counter() > deadline:
+            left = this.heap or this.again or self.ready
+            if left and deadline is not None and time.perf_counter() > deadline:
                 # Signalled again, in the order their first requests
                 # blocked: the next call's pass takes them up from here.
                 for _, left in sorted(this.heap, key=lambda item: item[0]):
@@ -353,6 +361,11 @@ class BlockingManager:
                 if lanes is not None:
                     for lane in lanes.signalled(state):
                         this.enter(lane)
+
+    def defer(self, client: Waiter) -> None:
+        """client's next command waits until the signalled lanes are all
+        served (the next serve() that leaves `ready` empty resumes it)."""
+        self.deferred[client] = None
 
     def finish(self, request: BlockRequest, reply: Any) -> None:
         """Answer a request and forget it (the caller resumes the client)."""

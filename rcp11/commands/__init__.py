@@ -30,6 +30,7 @@ from rcp11.commands.args import parse_int
 from rcp11.commands.connection import client_line
 from rcp11.commands.core import (
     BLOCKED,
+    DEFERRED,
     check,
     client_disconnected,
     execute,
@@ -43,6 +44,7 @@ from rcp11.commands.table import COMMANDS, Command, KeySpec, rename_command
 
 __all__ = [
     "BLOCKED",
+    "DEFERRED",
     "COMMANDS",
     "Command",
     "KeySpec",

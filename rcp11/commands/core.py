@@ -54,6 +54,19 @@ class _Blocked:
 # Returned by execute() when the client now waits; the server sends nothing.
 BLOCKED = _Blocked()
 
+
+class _Deferred:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+# Returned by execute() when the command did not run: it meets readers a
+# wake-up is still serving (serve_ready). The client waits like a blocked
+# one and sends the same command again once they are all served.
+DEFERRED = _Deferred()
+
 Runner = Callable[[ServerState, ClientState, list[bytes]], Any]
 
 
@@ -95,7 +108,12 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     if state.blocking.ready and _meets_waiters(state, cmd, argv):
         # Readers a write woke are still being served in slices
         # (serve_ready): a command that could see or change their keys
-        # runs after all of them, as if they had been served at once.
+        # runs after all of them, as if they had been served at once. In
+        # the server it waits for the slices (other clients go on); without
+        # one (state.serve_seconds None) they are served now.
+        if state.serve_seconds is not None:
+            state.blocking.defer(client)
+            return DEFERRED
         serve_ready(state, whole=True)
     reply = call(state, client, cmd, argv)
     if state.blocking.ready:
@@ -393,6 +411,7 @@ def expire_keys(state: ServerState, now: float | None = None) -> int:
 
 __all__ = [
     "BLOCKED",
+    "DEFERRED",
     "call",
     "check",
     "client_disconnected",
