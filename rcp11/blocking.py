@@ -375,6 +375,12 @@ class BlockingManager:
     def expire(self, now: float | None = None) -> None:
         """Answer every client whose BLOCK timeout passed with a null
         array. now: time.monotonic() seconds."""
+        if self.ready:
+            # A wake-up is under way in slices: a reader it is about to
+            # serve must get its message, not a timeout (served at once, as
+            # the contract has it, it would have). Its end comes within a
+            # few event-loop iterations; the timeouts are answered then.
+            return
         now = time.monotonic() if now is None else now
         timed_out: list[Waiter] = []
         heap = self.deadlines
@@ -407,6 +413,7 @@ class BlockingManager:
     def remove(self, client: Waiter) -> None:
         """The client disconnected: forget it at once, so messages that
         arrive later go to the next waiter."""
+        self.deferred.pop(client, None)
         request = client.blocked
         if isinstance(request, BlockRequest):
             self._forget(request)

@@ -210,6 +210,35 @@ def test_a_big_wake_up_lets_other_clients_run_and_whoever_meets_it_waits_for_it(
     assert state.keyspace.get(b"g") == b"1000"
 
 
+def test_a_reader_whose_timeout_passes_during_a_wake_up_still_gets_its_message(
+    state: ServerState,
+) -> None:
+    """Timeouts wait for a wake-up under way: at once, every reader would
+    have been served before any timeout; slicing must not change that."""
+    state.serve_seconds = 0.0
+    readers = [Client() for _ in range(5)]
+    for reader in readers:
+        assert run(state, reader, "TREAD", "s", 0, 1, "BLOCK", 50, "GROUP", "g") is BLOCKED
+    assert run(state, Client(), "TWRITE", "s", "ENTRIES", *[b"m%d" % i for i in range(5)]) == 0
+    assert 0 < state.blocking.blocked_clients < 5
+    state.blocking.expire(time.monotonic() + 10)  # every BLOCK 50 has run out
+    settle(state)
+    assert [r.received for r in readers] == [[messages(b"m%d" % i)] for i in range(5)]
+
+
+def test_a_client_that_leaves_while_its_command_waits_for_a_wake_up_is_forgotten(
+    state: ServerState,
+) -> None:
+    state.serve_seconds = 0.0
+    block_group_readers(state, 3)
+    assert run(state, Client(), "TWRITE", "s", "ENTRIES", b"a", b"b", b"c") == 0
+    gone = Client()
+    assert run(state, gone, "TREAD", "s", 0, 1, "GROUP", "g") is DEFERRED
+    state.blocking.remove(gone)
+    settle(state)
+    assert gone.unblocked == 0  # a closed connection is not resumed
+
+
 # ------------------------------------------------ against the contract's model
 
 

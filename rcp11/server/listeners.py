@@ -306,7 +306,9 @@ class Server:
         try:
             state.blocking.expire(time.monotonic())
             state.persistence.tick(now)
-            expire_keys(state)
+            if expire_keys(state) and state.blocking.ready:
+                # A deleted group or stream key may let waiting readers go on.
+                serve_ready(state)
             if state.retention is not None:
                 state.retention.cron(self.loop)
             self.client_timeouts(now)
