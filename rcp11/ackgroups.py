@@ -110,11 +110,12 @@ class AckGroup:
             _raise(rc)
         return rc
 
-    def pick(self, now_ms: int, end: int, count: int) -> tuple[int, int, int]:
-        """What a lease read delivers now from a stream whose next offset is
-        `end`: (start, count, deliveries); count 0 when nothing."""
+    def pick(self, now_ms: int, floor: int, end: int, count: int) -> tuple[int, int, int]:
+        """What a lease read delivers now from a stream whose readable
+        offsets are floor..end-1: (start, count, deliveries); count 0 when
+        nothing. Changes nothing: floor() and lease() deliver it."""
         out = _choice()
-        lib.ag_pick(self._g, now_ms, end, count, out)
+        lib.ag_pick(self._g, now_ms, floor, end, count, out)
         return out.start, out.count, out.deliveries
 
     def lease(
@@ -135,10 +136,10 @@ class AckGroup:
 
     # -- inspection -------------------------------------------------------
 
-    def earliest_deadline(self, end: int) -> int | None:
-        """The first moment (unix ms) a lease of a range below `end` runs
-        out, None when none can."""
-        ms = lib.ag_earliest_deadline(self._g, end)
+    def earliest_deadline(self, floor: int, end: int) -> int | None:
+        """The first moment (unix ms) a lease of offsets in floor..end-1
+        runs out, None when none can."""
+        ms = lib.ag_earliest_deadline(self._g, floor, end)
         return None if ms == NO_DEADLINE else ms
 
     def pending_from(self, floor: int, now_ms: int) -> tuple[int, int, int]:

@@ -35,8 +35,9 @@
  * ==========
  *
  *   ag_floor(f)         drop pending offsets < f (evicted), next = max(next, f)
- *   ag_pick(now, end)   the lowest range with deadline <= now starting below
- *                       the stream's end, else [next, end): what to deliver
+ *   ag_pick(now, f, e)  the lowest range with deadline <= now holding offsets
+ *                       in f..e-1 (the stream's readable ones), else from
+ *                       max(next, f) to e: what to deliver (changes nothing)
  *   ag_lease(s, n, ..)  offsets s..s+n-1 become one range (deadline, owner,
  *                       deliveries), whatever they were; next = max(next, s+n)
  *   ag_ack(s, n)        offsets s..s+n-1 stop being pending
@@ -385,8 +386,10 @@ int64_t ag_floor(ag_group *g, uint64_t floor) {
     return (int64_t)dropped;
 }
 
-void ag_pick(ag_group *g, int64_t now_ms, uint64_t end, uint64_t count, ag_choice *out) {
-    out->start = g->next;
+void ag_pick(ag_group *g, int64_t now_ms, uint64_t floor, uint64_t end, uint64_t count,
+             ag_choice *out) {
+    uint64_t from = g->next > floor ? g->next : floor;
+    out->start = from;
     out->count = 0;
     out->deliveries = 0;
     if (count == 0) return;
@@ -394,10 +397,11 @@ void ag_pick(ag_group *g, int64_t now_ms, uint64_t end, uint64_t count, ag_choic
         int64_t seen = AG_NO_DEADLINE;
         for (uint64_t i = 0; i < g->num_ranges; i++) {
             const ag_range *r = &g->ranges[i];
-            if (r->deadline <= now_ms && r->start < end) {
+            uint64_t first = r->start > floor ? r->start : floor;
+            if (r->deadline <= now_ms && first < r->end && first < end) {
                 uint64_t stop = r->end < end ? r->end : end;
-                out->start = r->start;
-                out->count = stop - r->start < count ? stop - r->start : count;
+                out->start = first;
+                out->count = stop - first < count ? stop - first : count;
                 out->deliveries = r->deliveries < UINT32_MAX ? r->deliveries + 1 : UINT32_MAX;
                 return; /* min_deadline stays a valid lower bound */
             }
@@ -405,9 +409,8 @@ void ag_pick(ag_group *g, int64_t now_ms, uint64_t end, uint64_t count, ag_choic
         }
         g->min_deadline = seen;
     }
-    if (g->next < end) {
-        out->start = g->next;
-        out->count = end - g->next < count ? end - g->next : count;
+    if (from < end) {
+        out->count = end - from < count ? end - from : count;
         out->deliveries = 1;
     }
 }
@@ -480,9 +483,9 @@ int64_t ag_ack(ag_group *g, uint64_t start, uint64_t count) {
     return (int64_t)acked;
 }
 
-int64_t ag_earliest_deadline(const ag_group *g, uint64_t end) {
+int64_t ag_earliest_deadline(const ag_group *g, uint64_t floor, uint64_t end) {
     int64_t earliest = AG_NO_DEADLINE;
-    for (uint64_t i = 0; i < g->num_ranges && g->ranges[i].start < end; i++)
+    for (uint64_t i = ag_range_index(g, floor); i < g->num_ranges && g->ranges[i].start < end; i++)
         if (g->ranges[i].deadline < earliest) earliest = g->ranges[i].deadline;
     return earliest;
 }

@@ -88,11 +88,13 @@ void ag_get_totals(const ag_group *g, ag_totals *out);
 int64_t ag_floor(ag_group *g, uint64_t floor);
 
 /* What a lease read at now_ms of at most `count` offsets delivers from a
- * stream whose next offset is `end`: the lowest pending range whose lease
- * ran out (deadline <= now_ms) and that starts below `end`, from its start;
- * else the offsets from the group's next offset. Changes nothing but a
- * cached bound (call ag_lease() to deliver). */
-void ag_pick(ag_group *g, int64_t now_ms, uint64_t end, uint64_t count, ag_choice *out);
+ * stream whose readable offsets are floor..end-1: the lowest pending range
+ * whose lease ran out (deadline <= now_ms) and that holds offsets in
+ * floor..end-1, from its first such offset; else the offsets from the
+ * larger of the group's next offset and `floor`. Changes nothing but a
+ * cached bound: the caller then applies ag_floor(floor) and ag_lease(). */
+void ag_pick(ag_group *g, int64_t now_ms, uint64_t floor, uint64_t end, uint64_t count,
+             ag_choice *out);
 
 /* Lease offsets start..start+count-1 to `owner` until deadline_ms with the
  * delivery count `deliveries` (>= 1), replacing whatever pending state they
@@ -107,10 +109,10 @@ int ag_lease(ag_group *g, uint64_t start, uint64_t count, int64_t deadline_ms,
  * to be split and memory failed (nothing changed). */
 int64_t ag_ack(ag_group *g, uint64_t start, uint64_t count);
 
-/* The earliest lease deadline among the pending ranges that start below
- * `end` (AG_NO_DEADLINE when there is none): when a blocked reader must
- * look again. */
-int64_t ag_earliest_deadline(const ag_group *g, uint64_t end);
+/* The earliest lease deadline among the pending ranges holding offsets in
+ * floor..end-1 (AG_NO_DEADLINE when there is none): when a blocked reader
+ * must look again. */
+int64_t ag_earliest_deadline(const ag_group *g, uint64_t floor, uint64_t end);
 
 /* Pending offsets at or above `floor` (evicted ones left out): returns
  * their number and sets *expired (of those, the ones whose lease ran out

@@ -29,22 +29,25 @@ class Model:
         self.next = max(self.next, f)
         return len(gone)
 
-    def pick(self, now: int, end: int, count: int) -> tuple[int, int, int]:
+    def pick(self, now: int, floor: int, end: int, count: int) -> tuple[int, int, int]:
+        start = max(self.next, floor)
         if count == 0:
-            return self.next, 0, 0
-        expired = sorted(o for o, (d, _, _) in self.pending.items() if d <= now and o < end)
+            return start, 0, 0
+        expired = sorted(
+            o for o, (d, _, _) in self.pending.items() if d <= now and floor <= o < end
+        )
         if expired:
             # The lowest expired offset starts a run of offsets of one
-            # range: the model knows ranges only as runs with equal state.
+            # range: ranges are maximal, so a range is a run of equal state.
             first = expired[0]
             state = self.pending[first]
             n = 0
             while n < count and first + n < end and self.pending.get(first + n) == state:
                 n += 1
             return first, n, state[2] + 1
-        if self.next < end:
-            return self.next, min(end - self.next, count), 1
-        return self.next, 0, 0
+        if start < end:
+            return start, min(end - start, count), 1
+        return start, 0, 0
 
     def lease(self, start: int, count: int, deadline: int, deliveries: int, owner: bytes) -> None:
         for o in range(start, start + count):
@@ -88,7 +91,7 @@ def test_random_operations_match_the_model(seed: int) -> None:
     group = AckGroup(b"jobs", 0)
     model = Model(0)
     now = 1_000
-    end = 0
+    end = first = 0  # the stream's next and first offsets
     owners = [b"", b"w1", b"w2", b"\xff\x00bin"]
     for _ in range(400):
         op = rng.random()
@@ -96,26 +99,33 @@ def test_random_operations_match_the_model(seed: int) -> None:
             end += rng.randrange(0, 30)
             count = rng.randrange(0, 25)
             lease = rng.randrange(1, 50)
-            picked = group.pick(now, end, count)
-            assert picked == model.pick(now, end, count)
+            picked = group.pick(now, first, end, count)
+            assert picked == model.pick(now, first, end, count)
             start, n, deliveries = picked
             if n:
                 owner = rng.choice(owners)
+                # What a lease read does: drop the evicted, then lease.
+                assert group.floor(first) == model.floor(first)
                 group.lease(start, n, now + lease, deliveries, owner)
                 model.lease(start, n, now + lease, deliveries, owner)
         elif op < 0.6:
             start = rng.randrange(0, max(model.next, 1) + 5)
             count = rng.randrange(0, 40)
             assert group.ack(start, count) == model.ack(start, count)
+        elif op < 0.65:
+            first = rng.randrange(first, end + 1)  # the stream evicts
         elif op < 0.7:
             f = rng.randrange(0, model.next + 3)
             assert group.floor(f) == model.floor(f)
             end = max(end, f)
+            first = max(first, min(f, end))
         else:
             now += rng.randrange(0, 30)
         _same(group, model)
-        earliest = min((d for o, (d, _, _) in model.pending.items() if o < end), default=None)
-        assert group.earliest_deadline(end) == earliest
+        earliest = min(
+            (d for o, (d, _, _) in model.pending.items() if first <= o < end), default=None
+        )
+        assert group.earliest_deadline(first, end) == earliest
     # The blob round-trips exactly, totals and owners included.
     copy = AckGroup.load(group.dump())
     _same(copy, model)
@@ -145,13 +155,16 @@ def test_picks_the_lowest_expired_range_before_new_messages() -> None:
     group.lease(0, 10, 100, 1, b"a")
     group.lease(10, 10, 50, 1, b"b")
     group.lease(20, 10, 200, 1, b"c")
-    assert group.pick(40, 100, 100) == (30, 70, 1)  # nothing expired: new messages
-    assert group.pick(60, 100, 5) == (10, 5, 2)  # b's lease ran out first
-    assert group.pick(150, 100, 100) == (0, 10, 2)  # then a's, lower offset first
+    assert group.pick(40, 0, 100, 100) == (30, 70, 1)  # nothing expired: new messages
+    assert group.pick(60, 0, 100, 5) == (10, 5, 2)  # b's lease ran out first
+    assert group.pick(150, 0, 100, 100) == (0, 10, 2)  # then a's, lower offset first
+    # Evicted offsets are never delivered: a's range is cut at the floor.
+    assert group.pick(150, 4, 100, 100) == (4, 6, 2)
+    assert group.pick(150, 40, 100, 100) == (40, 60, 1)
     group.lease(0, 10, 300, 2, b"d")
-    assert group.pick(150, 100, 100) == (10, 10, 2)
+    assert group.pick(150, 0, 100, 100) == (10, 10, 2)
     # A range past the stream's end (the stream was recreated) waits.
-    assert group.pick(150, 5, 100) == (30, 0, 0)
+    assert group.pick(150, 0, 5, 100) == (30, 0, 0)
 
 
 def test_bad_arguments_are_refused_and_change_nothing() -> None:

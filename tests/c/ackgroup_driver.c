@@ -41,8 +41,10 @@ static void random_op(ag_group *g, uint64_t *end, int64_t *now) {
     if (op < 4) {
         *end += rnd(40);
         ag_choice c;
-        ag_pick(g, *now, *end, rnd(30), &c);
+        uint64_t floor = rnd(*end + 1);
+        ag_pick(g, *now, floor, *end, rnd(30), &c);
         if (c.count > 0) {
+            CHECK(ag_floor(g, floor) >= 0);
             const char *o = owners[rnd(4)];
             int rc = ag_lease(g, c.start, c.count, *now + (int64_t)rnd(60) + 1, c.deliveries, o,
                               strlen(o));
