@@ -86,6 +86,9 @@ class BlockingManager:
         self._watchers: dict[bytes, dict[bytes, int]] = {}
         self.ready: dict[bytes, None] = {}
         self.deadlines: list[tuple[float, int, BlockRequest]] = []
+        # Keys to signal at a moment no write marks (a lease that runs out:
+        # its group's blocked readers look again): (monotonic time, seq, key).
+        self.key_wakes: list[tuple[float, int, bytes]] = []
         self._sequence = itertools.count()
         self.blocked_clients = 0
 
@@ -160,10 +163,19 @@ class BlockingManager:
         self._forget(request)
         request.client.send(reply)
 
+    def wake_at(self, key: bytes, when: float) -> None:
+        """Signal key at `when` (time.monotonic() seconds), whether or not
+        anything writes it: expire() does, and then its readers are served."""
+        heapq.heappush(self.key_wakes, (when, next(self._sequence), key))
+
     def expire(self, now: float | None = None) -> None:
         """Answer every client whose BLOCK timeout passed with a null
-        array. now: time.monotonic() seconds."""
+        array, and signal the keys whose wake-up time came (wake_at; the
+        caller then serves the ready keys). now: time.monotonic() seconds."""
         now = time.monotonic() if now is None else now
+        wakes = self.key_wakes
+        while wakes and wakes[0][0] <= now:
+            self.signal_key(heapq.heappop(wakes)[2])
         timed_out: list[Waiter] = []
         heap = self.deadlines
         while heap and heap[0][0] <= now:
@@ -175,12 +187,17 @@ class BlockingManager:
             client.on_unblocked()
 
     def next_deadline(self) -> float | None:
-        """The earliest pending timeout (time.monotonic() seconds), for a
-        server that wants to wake exactly then instead of at its next tick."""
+        """The earliest pending timeout or key wake-up (time.monotonic()
+        seconds), for a server that wants to wake exactly then instead of at
+        its next tick."""
         heap = self.deadlines
         while heap and heap[0][2].client.blocked is not heap[0][2]:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        wakes = self.key_wakes
+        while wakes and wakes[0][2] not in self.waiting:
+            heapq.heappop(wakes)  # nobody waits on that key any more
+        times = [h[0][0] for h in (heap, wakes) if h]
+        return min(times) if times else None
 
     def unblock(self, client: Waiter, error: bool) -> bool:
         """CLIENT UNBLOCK: end the client's blocked read as a timeout (a

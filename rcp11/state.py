@@ -570,7 +570,7 @@ class ServerState:
         depth = int(self.config.get("stream-compression-depth"))
         max_entries = int(self.config.get("stream-node-max-entries"))
         for value in self.keyspace.data.values():
-            if not isinstance(value, bytes):
+            if isinstance(value, Stream):
                 value.set_compression(level)
                 value.set_compression_depth(depth)
                 value.set_max_entries(max_entries)

@@ -251,7 +251,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ackgroup.h"
 #include "macronode.h"
+#include "module_internal.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -266,9 +268,6 @@
 #define RL_ENCVER 1
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
-
-/* 2^63: one past the largest offset, the largest next offset. */
-#define RL_OFFSET_END ((uint64_t)1 << 63)
 
 /* A TREAD reply is copied out of the core in batches sized to about this
  * many payload bytes (at the stream's average message size), so that one
@@ -297,29 +296,6 @@
  * each alone in its class whatever the cap. */
 #define RL_NODE_BYTES_MIN 4096
 #define RL_NODE_BYTES_MAX ((uint64_t)1 << 30)
-/* Error messages quote at most this many bytes of a key name. */
-#define RL_QUOTE_MAX 128
-
-/* Error texts: the contract's, worded as the Python server words them
- * (rcp11/errors/). */
-#define RL_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
-#define RL_ERR_OVERFLOW "ERR stream offset would exceed 2^63-1"
-#define RL_ERR_OFFSET "ERR offset is not an integer or out of range"
-#define RL_ERR_COUNT "ERR count is not an integer or out of range"
-#define RL_ERR_TIMEOUT "ERR timeout is not an integer or out of range"
-#define RL_ERR_NEGATIVE_COUNT "ERR count must be >= 0"
-#define RL_ERR_NEGATIVE_TIMEOUT "ERR timeout is negative"
-#define RL_ERR_GROUP_IS_KEY "ERR the group key must be a different key than the stream key"
-#define RL_ERR_GROUP_AND_GROUPNEW "ERR GROUP and GROUPNEW cannot be used together"
-#define RL_ERR_BACKLOG "ERR BACKLOG count must be an integer >= 0"
-#define RL_ERR_READONLY "READONLY You can't write against a read only replica."
-#define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
-#define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
-#define RL_ERR_TIME "ERR time is not an integer or out of range"
-#define RL_ERR_INTERNAL_FMT                                                                    \
-    "ERR %s is internal: only a primary's replication stream and the AOF may send it"
-#define RL_ERR_NODE "ERR bad stream node blob"
-
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
  * --------------------------------------------------------------------- */
@@ -576,7 +552,7 @@ static size_t rl_utf8_char(const unsigned char *p, size_t len, size_t *bad) {
  * which cannot appear in an error reply, become spaces, and a NUL byte
  * ends the name (an error reply is a C string here). Each input byte
  * yields at most 3 output bytes. */
-static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
+void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
     const unsigned char *u = (const unsigned char *)p;
     size_t o = 0;
     if (len > limit) len = limit;
@@ -601,8 +577,8 @@ static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t 
 }
 
 /* Reply "-<prefix>'<quoted name>'<suffix>". */
-static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
-                           size_t limit, const char *suffix) {
+int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
+                    size_t limit, const char *suffix) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(name, &len);
     size_t quoted_size = (len < limit ? len : limit) * 3 + 8;
@@ -618,7 +594,7 @@ static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisM
 }
 
 /* Whether arg is `word` (upper case ASCII), ignoring case. */
-static int rl_arg_is(const RedisModuleString *arg, const char *word) {
+int rl_arg_is(const RedisModuleString *arg, const char *word) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(arg, &len);
     if (len != strlen(word)) return 0;
@@ -630,7 +606,7 @@ static int rl_arg_is(const RedisModuleString *arg, const char *word) {
     return 1;
 }
 
-static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
+int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
     size_t alen, blen;
     const char *pa = RedisModule_StringPtrLen(a, &alen);
     const char *pb = RedisModule_StringPtrLen(b, &blen);
@@ -639,7 +615,7 @@ static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b
 
 /* A decimal offset as the server writes it: "0" or [1-9][0-9]*, at most
  * max. Returns 1 and sets *out when it is one. */
-static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
+int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
     if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) return 0;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
@@ -655,7 +631,7 @@ static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *ou
 
 /* The stream at an opened key: *s is NULL for an empty key. Returns 0 when
  * the key holds something else. */
-static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
+int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
     int type = RedisModule_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_EMPTY) {
         *s = NULL;
@@ -672,8 +648,8 @@ static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
  * (NULL for a missing key opened READ only, which the API allows everywhere
  * a key goes), *s the stream (NULL for an empty key). When the key holds
  * something else, replies -WRONGTYPE and returns 0. */
-static int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
-                          RedisModuleKey **key, mn_stream **s) {
+int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode, RedisModuleKey **key,
+                   mn_stream **s) {
     *key = RedisModule_OpenKey(ctx, name, mode);
     if (rl_stream_of(*key, s)) return 1;
     RedisModule_CloseKey(*key);
@@ -699,7 +675,7 @@ static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
  * and the loading of old blobs all read it. */
 static int64_t rl_clock_offset_ms;
 
-static int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
+int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
 
 /* at_ms: the append time the messages get at the least (the core raises it
  * to the stream's clock): rl_now_ms() for a client's TWRITE, the primary's
@@ -770,21 +746,22 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
 /* TREAD's reply for offsets start.. (at most count of them), with the
  * WITHINFO header when asked. Returns how many offsets it holds (nulls
  * included): the group key moves by that much. s may be NULL. */
-static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo) {
+uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                           int withinfo, const long long *extra, int nextra) {
     uint64_t next = s ? mn_next_offset(s) : 0;
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
         RedisModule_ReplyWithArray(ctx, (long)(n + 1));
-        RedisModule_ReplyWithArray(ctx, 4);
+        RedisModule_ReplyWithArray(ctx, 4 + nextra);
         /* next may be 2^63, which no RESP integer holds: the info reports
          * the ceiling instead, as the Python server does. */
         RedisModule_ReplyWithLongLong(ctx, (long long)(first < RL_OFFSET_END ? first : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, next == 0 ? -1 : (long long)(next - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)(start < RL_OFFSET_END ? start : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)n);
+        for (int i = 0; i < nextra; i++) RedisModule_ReplyWithLongLong(ctx, extra[i]);
     } else {
         RedisModule_ReplyWithArray(ctx, (long)n);
     }
@@ -796,6 +773,11 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     }
     rl_release_scratch();
     return n;
+}
+
+static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                               int withinfo) {
+    return rl_reply_range_ex(ctx, s, start, count, withinfo, NULL, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -815,8 +797,15 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
         return REDISMODULE_OK;
     }
     if (type != REDISMODULE_KEYTYPE_STRING) {
+        /* An acknowledged group read without LEASE would lose what it
+         * read: say what the key holds. */
+        int acked = ra_holds_group(key);
         RedisModule_CloseKey(key);
-        RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+        if (acked)
+            rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                            " holds an acknowledged group: read it with LEASE");
+        else
+            RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
         return REDISMODULE_ERR;
     }
     size_t len;
@@ -826,16 +815,20 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
     int ok = rl_parse_offset(p, len, RL_OFFSET_END, pos);
     RedisModule_CloseKey(key);
     if (!ok) {
-        rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
-                        " does not hold a valid offset (an integer >= 0)");
+        rl_reply_group_not_offset(ctx, group);
         return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;
 }
 
+void rl_reply_group_not_offset(RedisModuleCtx *ctx, RedisModuleString *group) {
+    rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                    " does not hold a valid offset (an integer >= 0)");
+}
+
 /* Where a group without a group key starts: the oldest readable message,
  * or (GROUPNEW) the next message written. */
-static uint64_t rl_group_default(const mn_stream *s, int group_new) {
+uint64_t rl_group_default(const mn_stream *s, int group_new) {
     if (s == NULL) return 0;
     return group_new ? mn_next_offset(s) : mn_first_offset(s);
 }
@@ -864,22 +857,6 @@ static void rl_set_group(RedisModuleCtx *ctx, RedisModuleString *group, uint64_t
  * "<db as 4 bytes><group key name>", so that a change of the group key can
  * signal the streams they wait on.
  * --------------------------------------------------------------------- */
-
-typedef struct rl_group rl_group;
-
-typedef struct rl_wait {
-    RedisModuleString *key;   /* the stream key (own copy) */
-    RedisModuleString *group; /* the group key (own copy), NULL: plain read */
-    uint64_t start;           /* plain read: absolute start offset */
-    uint64_t fallback;        /* group read: start if the group key vanished */
-    int has_fallback;
-    long long count;
-    int withinfo;
-    int group_new;
-    int db;
-    rl_group *owner;
-    struct rl_wait *prev, *next;
-} rl_wait;
 
 struct rl_group {
     rl_wait *head, *tail;
@@ -942,6 +919,7 @@ static void rl_wait_free(RedisModuleCtx *ctx, void *privdata) {
     rl_group_unlink(w);
     RedisModule_FreeString(NULL, w->key);
     if (w->group) RedisModule_FreeString(NULL, w->group);
+    if (w->consumer) RedisModule_FreeString(NULL, w->consumer);
     RedisModule_Free(w);
     rl_waiting--;
 }
@@ -953,6 +931,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     (void)argv;
     (void)argc;
     rl_wait *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    if (w->lease) return ra_wake(ctx, w);
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
@@ -983,8 +962,8 @@ static int rl_tread_timeout(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     return RedisModule_ReplyWithNullArray(ctx);
 }
 
-static void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
-                     long long block_ms) {
+void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
+              long long block_ms) {
     w->db = RedisModule_GetSelectedDb(ctx);
     w->key = RedisModule_CreateStringFromString(NULL, stream_key);
     if (w->group) {
@@ -1246,7 +1225,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * client may: they run only from the replication link (REPLICATED: sent by
  * this server's primary) or while the server loads its AOF (LOADING: no
  * client command runs then). */
-static int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
+int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
     int flags = RedisModule_GetContextFlags(ctx);
     if (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) return 0;
     char msg[160];
@@ -1276,21 +1255,36 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
  * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
  * --------------------------------------------------------------------- */
 
-typedef struct rl_tread_args {
-    long long offset, count, block_ms;
-    int block, withinfo, group_new;
-    RedisModuleString *group;
-} rl_tread_args;
+/* ACK start count at argv[at]: an acknowledgement before a lease read. */
+static int rl_tread_ack_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int at,
+                               rl_tread_args *a) {
+    const char *refused = NULL;
+    if (at + 2 >= argc) refused = "ERR syntax error, ACK needs a start and a count";
+    else if (RedisModule_StringToLongLong(argv[at + 1], &a->ack_start) != REDISMODULE_OK)
+        refused = RL_ERR_OFFSET;
+    else if (a->ack_start < 0) refused = RL_ERR_NEGATIVE_OFFSET;
+    else if (RedisModule_StringToLongLong(argv[at + 2], &a->ack_count) != REDISMODULE_OK)
+        refused = RL_ERR_COUNT;
+    else if (a->ack_count < 0) refused = RL_ERR_NEGATIVE_COUNT;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
+    a->ack = 1;
+    return REDISMODULE_OK;
+}
 
 /* Options in any order, each at most once. Replies the error and returns
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW"};
-    int seen[4] = {0, 0, 0, 0};
+    static const char *const names[] = {"WITHINFO", "BLOCK",    "GROUP", "GROUPNEW",
+                                        "LEASE",    "CONSUMER", "ACK"};
+    enum { N_OPTIONS = sizeof(names) / sizeof(names[0]) };
+    int seen[N_OPTIONS] = {0};
     for (int i = 4; i < argc;) {
         int opt = -1;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < N_OPTIONS; k++)
             if (rl_arg_is(argv[i], names[k])) opt = k;
         if (opt < 0) {
             rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
@@ -1308,6 +1302,12 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             i++;
             continue;
         }
+        if (opt == 6) {
+            if (rl_tread_ack_option(ctx, argv, argc, i, a) != REDISMODULE_OK)
+                return REDISMODULE_ERR;
+            i += 3;
+            continue;
+        }
         if (i + 1 >= argc) {
             snprintf(msg, sizeof(msg), "ERR syntax error, %s needs a value", names[opt]);
             RedisModule_ReplyWithError(ctx, msg);
@@ -1315,7 +1315,22 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         }
         RedisModuleString *value = argv[i + 1];
         i += 2;
-        if (opt == 1) {
+        if (opt == 4) {
+            if (RedisModule_StringToLongLong(value, &a->lease_ms) != REDISMODULE_OK ||
+                a->lease_ms < 1 || a->lease_ms > AG_MAX_LEASE_MS) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_LEASE);
+                return REDISMODULE_ERR;
+            }
+            a->lease = 1;
+        } else if (opt == 5) {
+            size_t len;
+            RedisModule_StringPtrLen(value, &len);
+            if (len > AG_MAX_OWNER_BYTES) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_CONSUMER_TOO_LONG);
+                return REDISMODULE_ERR;
+            }
+            a->consumer = value;
+        } else if (opt == 1) {
             if (RedisModule_StringToLongLong(value, &a->block_ms) != REDISMODULE_OK) {
                 RedisModule_ReplyWithError(ctx, RL_ERR_TIMEOUT);
                 return REDISMODULE_ERR;
@@ -1334,6 +1349,15 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             a->group_new = opt == 3;
         }
     }
+    /* CONSUMER and ACK belong to a lease read, and a lease to a group. */
+    const char *refused = NULL;
+    if (!a->lease && a->consumer != NULL) refused = RL_ERR_CONSUMER_NEEDS_LEASE;
+    else if (!a->lease && a->ack) refused = RL_ERR_ACK_NEEDS_LEASE;
+    else if (a->lease && a->group == NULL) refused = RL_ERR_LEASE_NEEDS_GROUP;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
     return REDISMODULE_OK;
 }
 
@@ -1344,8 +1368,11 @@ static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     for (int i = 4; i < argc;) {
         if (rl_arg_is(argv[i], "WITHINFO")) {
             i++;
-        } else if (rl_arg_is(argv[i], "BLOCK")) {
+        } else if (rl_arg_is(argv[i], "BLOCK") || rl_arg_is(argv[i], "LEASE") ||
+                   rl_arg_is(argv[i], "CONSUMER")) {
             i += 2;
+        } else if (rl_arg_is(argv[i], "ACK")) {
+            i += 3;
         } else if (rl_arg_is(argv[i], "GROUP") || rl_arg_is(argv[i], "GROUPNEW")) {
             if (i + 1 < argc) RedisModule_KeyAtPos(ctx, i + 1);
             i += 2;
@@ -1403,6 +1430,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_CloseKey(key);
         return RedisModule_ReplyWithError(ctx, RL_ERR_READONLY);
     }
+    if (a.lease) return ra_tread(ctx, argv[1], key, s, &a, may_block);
     int missing;
     uint64_t pos;
     if (rl_group_position(ctx, a.group, &missing, &pos) != REDISMODULE_OK) {
@@ -2073,16 +2101,6 @@ static const RedisModuleCommandInfoVersion rl_info_version = {
     1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
     sizeof(RedisModuleCommandArg)};
 
-/* Key spec: the key at argv[pos]. */
-#define RL_KEY_AT(at, fl)                                                                     \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = (at),    \
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}}
-/* Key spec: the key right after `word`, searched from argv[from] on. */
-#define RL_KEY_AFTER(word, from, fl)                                                          \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD,                        \
-     .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
-     .fk.range = {0, 1, 0}}
-
 static RedisModuleCommandKeySpec rl_twrite_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 static RedisModuleCommandKeySpec rl_tread_specs[] = {
@@ -2134,24 +2152,32 @@ static const rl_command rl_commands[] = {
      "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs},
 };
 
+int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
+                        const char *since, RedisModuleCommandKeySpec *specs) {
+    RedisModuleCommandInfo info;
+    memset(&info, 0, sizeof(info));
+    info.version = &rl_info_version;
+    info.summary = summary;
+    info.since = since;
+    info.arity = arity;
+    info.key_specs = specs;
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
 static int rl_create_commands(RedisModuleCtx *ctx) {
     for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
         const rl_command *c = &rl_commands[i];
         if (RedisModule_CreateCommand(ctx, c->name, c->fn, c->flags, c->firstkey, c->lastkey,
                                       c->keystep) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        RedisModuleCommandInfo info;
-        memset(&info, 0, sizeof(info));
-        info.version = &rl_info_version;
-        info.summary = c->summary;
-        info.since = "1.0.0";
-        info.arity = c->arity;
-        info.key_specs = c->keys;
-        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
-        if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
-            RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
+        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.0.0", c->keys) !=
+            REDISMODULE_OK)
             return REDISMODULE_ERR;
-        }
     }
     return REDISMODULE_OK;
 }
@@ -2205,6 +2231,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS |
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (ra_register(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);

@@ -354,7 +354,12 @@ typedef struct RedisModuleCommandInfo {
                   void *privdata))                                                             \
     X(int, SubscribeToServerEvent,                                                             \
       (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))       \
+    X(int, AvoidReplicaTraffic, (void))                                                        \
     /* 7.0 */                                                                                  \
+    X(int, ReplyWithMap, (RedisModuleCtx * ctx, long len))                                     \
+    X(int, CreateSubcommand,                                                                   \
+      (RedisModuleCommand * parent, const char *name, RedisModuleCmdFunc cmdfunc,             \
+       const char *strflags, int firstkey, int lastkey, int keystep))                         \
     X(RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))              \
     X(int, SetCommandInfo, (RedisModuleCommand * command, const RedisModuleCommandInfo *info)) \
     X(int, RegisterNumericConfig,                                                              \

@@ -17,6 +17,7 @@ from __future__ import annotations
 from rcp11.commands import (
     admin,
     connection,
+    groups,
     info,
     introspection,
     keys,
@@ -53,6 +54,7 @@ __all__ = [
     "connection",
     "execute",
     "expire_keys",
+    "groups",
     "info",
     "info_text",
     "introspection",

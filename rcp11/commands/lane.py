@@ -38,7 +38,7 @@ from rcp11.commands.table import RENAMED
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import MUTATIONS
+from rcp11.storage import MUTATIONS, Stream
 
 log = logging.getLogger("rcp11")
 
@@ -73,7 +73,7 @@ def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_o
     name = ffi.unpack(key, key_len)
     keyspace = state.keyspace  # type: ignore[union-attr]
     value = keyspace.data.get(name)
-    if value is None or type(value) is bytes or name in keyspace.expires:
+    if type(value) is not Stream or name in keyspace.expires:
         _resolved.append((name, None))
         return 0
     _resolved.append((name, value))

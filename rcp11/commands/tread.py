@@ -1,101 +1,41 @@
 """TREAD: reading a stream, blocking, and consumer groups
 (docs/PROTOCOL.md section 3).
 
-The read helpers (stream_reply, group_position, ...) serve both a TREAD that
-answers at once and a blocked one served later (TreadWait.serve), so a woken
-client gets exactly the reply a non-blocking read would have produced at
-that moment.
+The read helpers (stream_reply in reading.py, group_position in groups.py,
+...) serve both a TREAD that answers at once and a blocked one served later
+(TreadWait.serve), so a woken client gets exactly the reply a non-blocking
+read would have produced at that moment. Lease reads (acknowledged groups)
+are groups.py's lease_read() and LeaseWait.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rcp11 import errors
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import parse_int, text
 from rcp11.commands.core import BLOCKED
+from rcp11.commands.groups import (
+    LeaseOptions,
+    group_default_start,
+    group_position,
+    lease_read,
+    parse_consumer,
+    parse_lease,
+    parse_range,
+    set_group_position,
+)
+from rcp11.commands.reading import lookup_stream, stream_reply
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
-from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING
-from rcp11.resp import Raw, array_header, encode
 from rcp11.state import ClientState, ServerState
 
-if TYPE_CHECKING:
-    from rcp11.storage import Stream
-
-# A group key holds a decimal offset written the way Redis writes integers:
-# no sign on positives, no leading zeros.
-_OFFSET_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
-
 _GROUP_OPTIONS = (b"GROUP", b"GROUPNEW")
-
-
-def stream_reply(
-    stream: Stream | None,
-    start: int,
-    count: int,
-    withinfo: bool,
-    resp3: bool,
-    next_offset: int | None = None,
-) -> tuple[Raw, int]:
-    """TREAD's reply for offsets start.. (at most count of them) as Raw
-    RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it."""
-    if next_offset is None:
-        next_offset = stream.next_offset if stream is not None else 0
-    n = min(count, next_offset - start) if start < next_offset else 0
-    if withinfo:
-        first = stream.first_offset if stream is not None else 0
-        # A stream that wrote offset 2^63-1 has next offset 2^63, which no
-        # RESP integer holds: the info reports the ceiling instead.
-        info = [min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n]
-        head = array_header(n + 1) + encode(info, resp3)
-    else:
-        head = array_header(n)
-    if n <= 0:
-        return Raw(head), n
-    # The core writes the header and the messages into one buffer: no
-    # second copy of a large reply to join them.
-    return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
-
-
-def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
-    value = state.keyspace.get(key)
-    if isinstance(value, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    return value
-
-
-def group_position(state: ServerState, group: bytes) -> int | None:
-    """The offset stored in a group key, None when the key is missing."""
-    value = state.keyspace.get(group)
-    if value is None:
-        return None
-    if not isinstance(value, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    # 2^63 is the group position past a stream's last possible message: the
-    # server writes it itself, so it must read it back.
-    if not _OFFSET_RE.fullmatch(value) or int(value) > NEXT_OFFSET_CEILING:
-        raise CommandError(errors.group_not_offset(group))
-    return int(value)
-
-
-def group_default_start(stream: Stream | None, group_new: bool) -> int:
-    """Where a group without a group key starts: the oldest readable
-    message, or (GROUPNEW) the next message written."""
-    if stream is None:
-        return 0
-    return stream.next_offset if group_new else stream.first_offset
-
-
-def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
-    value = b"%d" % offset
-    state.keyspace.set(group, value)
-    state.propagate([b"SET", group, value])
+# Options that take one value; ACK takes two.
+_VALUE_OPTIONS = frozenset({b"BLOCK", b"GROUP", b"GROUPNEW", b"LEASE", b"CONSUMER"})
 
 
 @dataclass(eq=False)
@@ -139,13 +79,24 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
-    """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+@dataclass
+class _Options:
+    """TREAD's options after key offset count."""
+
     block_ms: int | None = None
     group: bytes | None = None
-    group_new = False
-    withinfo = False
+    group_new: bool = False
+    withinfo: bool = False
+    lease: LeaseOptions | None = None
+
+
+def _tread_options(argv: list[bytes]) -> _Options:
+    """TREAD's options, in any order, each at most once; then CONSUMER and
+    ACK need LEASE, and LEASE a group."""
+    options = _Options()
+    lease_ms: int | None = None
+    consumer: bytes | None = None
+    ack: tuple[int, int] | None = None
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -154,25 +105,47 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
         if option == b"WITHINFO":
-            withinfo = True
+            options.withinfo = True
             i += 1
             continue
-        if option not in (b"BLOCK", *_GROUP_OPTIONS):
+        if option == b"ACK":
+            if i + 2 >= len(argv):
+                raise CommandError(errors.ACK_NEEDS_RANGE)
+            ack = parse_range(argv[i + 1], argv[i + 2])
+            i += 3
+            continue
+        if option not in _VALUE_OPTIONS:
             raise CommandError(errors.tread_unknown_option(argv[i]))
         if i + 1 >= len(argv):
             raise CommandError(errors.option_needs_value(text(option)))
         value = argv[i + 1]
         i += 2
         if option == b"BLOCK":
-            block_ms = parse_int(value, errors.TREAD_TIMEOUT)
-            if block_ms < 0:
+            options.block_ms = parse_int(value, errors.TREAD_TIMEOUT)
+            if options.block_ms < 0:
                 raise CommandError(errors.NEGATIVE_TIMEOUT)
+        elif option == b"LEASE":
+            lease_ms = parse_lease(value)
+        elif option == b"CONSUMER":
+            consumer = parse_consumer(value)
         else:
-            if group is not None:
+            if options.group is not None:
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
-            group = value
-            group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
+            options.group = value
+            options.group_new = option == b"GROUPNEW"
+    if lease_ms is None:
+        if consumer is not None:
+            raise CommandError(errors.CONSUMER_NEEDS_LEASE)
+        if ack is not None:
+            raise CommandError(errors.ACK_NEEDS_LEASE)
+    elif options.group is None:
+        raise CommandError(errors.LEASE_NEEDS_GROUP)
+    else:
+        options.lease = LeaseOptions(lease_ms, consumer or b"", ack)
+    return options
+
+
+_NO_OPTIONS = _Options()
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -181,7 +154,7 @@ def tread_keys(argv: list[bytes]) -> list[bytes]:
     writes). Options TREAD would refuse hide no key: the keyword's value
     counts as the group key, as the key specs say."""
     try:
-        group = _tread_options(argv)[1] if len(argv) > 4 else None
+        group = _tread_options(argv).group if len(argv) > 4 else None
     except CommandError:
         found = [argv[i + 1] for i in range(4, len(argv) - 1) if argv[i].upper() in _GROUP_OPTIONS]
         return [argv[1], *found[:1]]
@@ -222,6 +195,18 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "lease", "type": "integer", "token": "LEASE", "flags": ["optional"]},
+        {"name": "consumer", "type": "string", "token": "CONSUMER", "flags": ["optional"]},
+        {
+            "name": "ack",
+            "type": "block",
+            "token": "ACK",
+            "flags": ["optional"],
+            "arguments": [
+                {"name": "start", "type": "integer"},
+                {"name": "count", "type": "integer"},
+            ],
+        },
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -230,10 +215,13 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     count = parse_int(argv[3], _TREAD_COUNT)
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
-    if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
-    else:
-        block_ms, group, group_new, withinfo = None, None, False, False
+    options = _tread_options(argv) if len(argv) > 4 else _NO_OPTIONS
+    block_ms, group, group_new, withinfo = (
+        options.block_ms,
+        options.group,
+        options.group_new,
+        options.withinfo,
+    )
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -248,6 +236,13 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
+        if options.lease is not None:
+            reply = lease_read(
+                state, client, argv, group, count, group_new, options.lease, may_block
+            )
+            if isinstance(reply, BlockRequest):
+                return _block(state, reply, block_ms)
+            return reply
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
         if start >= next_offset and may_block:
@@ -265,7 +260,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     return reply
 
 
-def _block(state: ServerState, request: TreadWait, block_ms: int | None) -> Any:
+def _block(state: ServerState, request: BlockRequest, block_ms: int | None) -> Any:
     if block_ms:
         request.deadline = time.monotonic() + block_ms / 1000
     state.blocking.block(request)

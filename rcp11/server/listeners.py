@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from rcp11 import errors, tls
-from rcp11.commands import client_disconnected, expire_keys
+from rcp11.commands import client_disconnected, expire_keys, serve_ready
 from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
@@ -248,7 +248,7 @@ class Server:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
         tick, so short timeouts are not rounded up to 1/hz."""
         blocking = self.state.blocking
-        if not blocking.deadlines:
+        if not blocking.deadlines and not blocking.key_wakes:
             return
         deadline = blocking.next_deadline()
         if deadline is None:
@@ -263,11 +263,19 @@ class Server:
 
     def _block_timeout(self) -> None:
         self.block_timer = None
-        self.state.blocking.expire(time.monotonic())
+        self._expire_blocked()
         if self.pending and not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
         self.arm_block_timer()
+
+    def _expire_blocked(self) -> None:
+        """BLOCK timeouts, and the readers of keys whose wake-up time came
+        (a lease ran out) served as a write would serve them."""
+        state = self.state
+        state.blocking.expire(time.monotonic())
+        if state.blocking.ready:
+            serve_ready(state)  # their replies wait for the flush, AOF first
 
     # -- connections -----------------------------------------------------------
 
@@ -287,7 +295,7 @@ class Server:
         state = self.state
         now = self.now = time.time()
         try:
-            state.blocking.expire(time.monotonic())
+            self._expire_blocked()
             state.persistence.tick(now)
             expire_keys(state)
             if state.retention is not None:
