@@ -3,6 +3,8 @@
     seq 1 1000000 | rcp11 produce events          # one message per line
     rcp11 consume events --from -10               # the last ten, then exit
     rcp11 consume events --group events:g --follow | ./worker
+    rcp11 consume events --group events:g --ack --follow | ./worker   # at least once
+    rcp11 groups events                           # its groups: lag, pending, consumers
     rcp11 consume events --since 10m              # appended in the last ten minutes
     rcp11 info events
     rcp11 evict events 499
@@ -33,7 +35,8 @@ from typing import BinaryIO, TextIO
 import redis
 
 from rcp11 import __version__
-from rcp11.client import Client, ReadResult
+from rcp11.cli_groups import consume_acked, show_groups
+from rcp11.client import DEFAULT_LEASE_MS, Client, ReadResult
 from rcp11.stdio import silence_stdout
 
 PROG = "rcp11"
@@ -290,6 +293,17 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     progress = Progress(
         "consume", stderr, args.progress or (_isatty(stderr) and not _isatty(stdout))
     )
+    if args.ack:
+        try:
+            return consume_acked(
+                args,
+                client,
+                stdout,
+                lambda result: _format_messages(result, separator, args.offsets),
+                progress,
+            )
+        finally:
+            progress.finish()
     try:
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
@@ -299,7 +313,8 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
                 result = client.tread(args.key, offset, want, block=block, withinfo=True)
             if result is None or result.count == 0:
                 break  # a --block wait ran out, or caught up without blocking
-            written = _write_messages(result, stdout, separator, args.offsets)
+            data, written = _format_messages(result, separator, args.offsets)
+            stdout.write(data)
             stdout.flush()
             progress.add(written)
             if remaining is not None:
@@ -311,7 +326,8 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     return 0
 
 
-def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets: bool) -> int:
+def _format_messages(result: ReadResult, separator: bytes, offsets: bool) -> tuple[bytes, int]:
+    """The messages of a read as written to stdout, and how many."""
     written = 0
     chunks: list[bytes] = []
     for offset, message in result.items():
@@ -320,8 +336,7 @@ def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets
         chunks.append(message)
         chunks.append(separator)
         written += 1
-    out.write(b"".join(chunks))
-    return written
+    return b"".join(chunks), written
 
 
 # ---------------------------------------------------------------------------
@@ -567,6 +582,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_CONSUME_BATCH,
         help=f"messages per TREAD (default {DEFAULT_CONSUME_BATCH})",
     )
+    c.add_argument(
+        "--ack",
+        action="store_true",
+        help="with --group/--groupnew: at least once. Each batch is leased (--lease) and "
+        "acknowledged only once the reader of stdout took it (for a pipe: read it out and "
+        "came back for more, or stayed a moment after the last batch); a batch the reader "
+        "did not take, or of a consumer that dies, is delivered again to the group when "
+        "its lease runs out. Without --ack a group read moves the group at once.",
+    )
+    c.add_argument(
+        "--lease",
+        type=_positive,
+        metavar="MS",
+        default=DEFAULT_LEASE_MS,
+        help=f"with --ack: how long a batch may take before the group gives it to another "
+        f"consumer (default {DEFAULT_LEASE_MS} ms)",
+    )
+    c.add_argument(
+        "--consumer",
+        metavar="NAME",
+        default=None,
+        help="with --ack: the name this consumer leases under (default HOST-PID)",
+    )
     c.add_argument("--offsets", action="store_true", help="prefix each message with OFFSET<TAB>")
     c.add_argument(
         "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
@@ -580,6 +618,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("key", metavar="KEY", help="stream key")
     i.add_argument("--json", action="store_true", help="print one JSON object")
+
+    g = add(
+        "groups",
+        "show a stream's consumer groups",
+        "Show the acknowledged consumer groups of stream KEY (and the groups named with "
+        "--group, plain ones too): next offset, lag (written, never delivered), pending "
+        "(leased, not acknowledged), expired leases, redeliveries and the consumers "
+        "holding leases (TGROUP INFO).",
+    )
+    g.add_argument("key", metavar="KEY", help="stream key")
+    g.add_argument(
+        "--group",
+        action="append",
+        metavar="GROUPKEY",
+        help="also show this group key (plain groups are found only this way); repeatable",
+    )
+    g.add_argument("--json", action="store_true", help="print one JSON object per group")
 
     e = add(
         "evict",
@@ -608,6 +663,8 @@ def main(
         parser.error(
             "--from cannot be combined with --group/--groupnew: the group key holds the offset"
         )
+    if args.command == "consume" and args.ack and not (args.group or args.groupnew):
+        parser.error("--ack needs --group or --groupnew: acknowledgements belong to a group")
     if args.command == "consume" and args.since is not None:
         if args.group or args.groupnew:
             parser.error(
@@ -628,6 +685,8 @@ def main(
         text_out = _text(stdout)
         if args.command == "info":
             return info(args, client, text_out)
+        if args.command == "groups":
+            return show_groups(args, client, text_out, stderr)
         return evict(args, client, text_out)
     except redis.exceptions.RedisError as exc:
         stderr.write(f"{PROG} {args.command}: {_explain(exc, args, client is not None)}\n")

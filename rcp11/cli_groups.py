@@ -1,0 +1,274 @@
+"""The command line's acknowledged consumer groups: `rcp11 consume --group G
+--ack` (at least once) and `rcp11 groups KEY` (a stream's groups: lag,
+pending, consumers).
+
+`consume --ack` reads with LEASE and acknowledges a batch only once it is
+taken: written to stdout, and, when stdout is a pipe, read out of the pipe
+by the program at its other end while that program is still there. Unix
+pipes say no more than that, so:
+
+- batch k is acknowledged once the reader has taken batch k+1 (it came
+  back for more after batch k), in the read that fetches the next batch;
+- the last batch, before waiting for more messages or exiting, once the
+  reader has taken it and is still there a moment later (LAST_BATCH_GRACE_S);
+- a reader that goes away (`| head -1`) leaves its batches unacknowledged:
+  the group delivers them again when their lease runs out.
+
+So a reader that exits after taking lines it did not use (head reads a
+pipe-full at once) does not lose them. Output to a file or a terminal is
+taken when written. A consumer killed or disconnected acknowledges nothing
+after its last confirmed batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import select
+import socket
+import stat
+import struct
+import termios
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, BinaryIO, TextIO
+
+import redis
+
+from rcp11.client import Client, GroupInfo, ReadResult
+
+# How long the reader of a pipe must stay after taking the last batch for
+# that batch to count as used (`head -1` takes a batch and exits at once).
+LAST_BATCH_GRACE_S = 0.2
+# How often a pipe is looked at while its reader drains it.
+_POLL_S = 0.002
+_POLL_MAX_S = 0.05
+# What a group key's TGROUP INFO answers when it belongs to another stream.
+_OTHER_STREAM = "belongs to stream"
+_NO_SUCH_KEY = "no such key"
+
+
+class ReaderGone(Exception):
+    """The program reading stdout closed it: stop, acknowledging nothing more."""
+
+
+class Output:
+    """stdout as consume --ack sees it: how to tell that what was written
+    was taken. A pipe (FIFO) is asked how many bytes it still holds
+    (FIONREAD) and whether its reader is gone (POLLERR); anything else
+    counts as taken when written."""
+
+    def __init__(self, out: BinaryIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out = out
+        self.clock = clock
+        self.fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            fd = out.fileno()
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                self.fd = fd
+
+    @property
+    def is_pipe(self) -> bool:
+        return self.fd is not None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.out.write(data)
+            self.out.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def reader_gone(self) -> bool:
+        if self.fd is None:
+            return False
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+    def _unread(self) -> int:
+        assert self.fd is not None
+        buf = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+        return int(struct.unpack("i", buf)[0])
+
+    def wait_taken(self) -> None:
+        """Until the pipe's reader took everything written (ReaderGone when
+        it went away instead)."""
+        if self.fd is None:
+            return
+        pause = _POLL_S
+        while True:
+            if self.reader_gone():
+                raise ReaderGone
+            if self._unread() == 0:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX_S)
+
+    def confirm_last(self) -> None:
+        """The last batch was taken: count it used if the reader is still
+        there a moment later (ReaderGone otherwise)."""
+        if self.fd is None:
+            return
+        self.wait_taken()
+        deadline = self.clock() + LAST_BATCH_GRACE_S
+        while self.clock() < deadline:
+            if self.reader_gone():
+                raise ReaderGone
+            time.sleep(_POLL_S * 5)
+        if self.reader_gone():
+            raise ReaderGone
+
+
+def default_consumer() -> str:
+    """The consumer name a CLI consumer leases under: host and process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def consume_acked(
+    args: argparse.Namespace,
+    client: Client,
+    stdout: BinaryIO,
+    format_batch: Callable[[ReadResult], tuple[bytes, int]],
+    progress: Any,
+) -> int:
+    """consume --group/--groupnew --ack: lease, write, acknowledge what the
+    reader took. Returns the exit status."""
+    group = args.group or args.groupnew
+    option = {"group": args.group} if args.group else {"groupnew": args.groupnew}
+    consumer = args.consumer if args.consumer is not None else default_consumer()
+    block: int | None = 0 if args.follow else args.block
+    out = Output(stdout)
+    remaining = args.count
+    ack: ReadResult | None = None  # taken, to acknowledge with the next read
+    unconfirmed: ReadResult | None = None  # written, not known to be taken
+    try:
+        while remaining is None or remaining > 0:
+            want = args.batch if remaining is None else min(args.batch, remaining)
+            result = client.tread(
+                args.key, 0, want, lease=args.lease, consumer=consumer, ack=ack, **option
+            )
+            ack = None
+            if result.count == 0 and unconfirmed is not None:
+                # Caught up: before waiting (or leaving), the last batch.
+                out.confirm_last()
+                client.tack(group, unconfirmed.start, unconfirmed.count)
+                unconfirmed = None
+            if result.count == 0 and block is not None:
+                result = client.tread(
+                    args.key, 0, want, block=block, lease=args.lease, consumer=consumer, **option
+                )
+            if result is None or result.count == 0:
+                break  # a --block wait ran out, or caught up without blocking
+            data, written = format_batch(result)
+            out.write(data)
+            if out.is_pipe:
+                out.wait_taken()  # the reader came back for more after `unconfirmed`
+                ack, unconfirmed = unconfirmed, result
+            else:
+                ack = result
+            progress.add(written)
+            if remaining is not None:
+                remaining -= written
+        if unconfirmed is not None:
+            out.confirm_last()
+            ack = unconfirmed
+    except ReaderGone:
+        ack = None  # nothing the reader may not have used is acknowledged
+    finally:
+        if ack is not None:
+            client.tack(group, ack.start, ack.count)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# rcp11 groups KEY
+# ---------------------------------------------------------------------------
+
+
+def stream_groups(client: Client, key: str, named: list[str]) -> dict[str, GroupInfo | None]:
+    """The acknowledged groups of stream `key` (found by SCAN TYPE
+    rcp11-grp) and the groups named (plain or acknowledged; None for one
+    that does not exist), by key."""
+    found: dict[str, GroupInfo | None] = {}
+    wanted = [name.encode() for name in named]
+    scanned = [k for k in client.scan_iter(_type="rcp11-grp", count=1000) if k not in wanted]
+    for name in [*wanted, *sorted(scanned)]:
+        text = name.decode("utf-8", "replace")
+        try:
+            found[text] = client.tgroup_info(key, name)
+        except redis.exceptions.ResponseError as exc:
+            if name not in wanted and _OTHER_STREAM in str(exc):
+                continue  # a group of another stream
+            if name in wanted and str(exc) == _NO_SUCH_KEY:
+                found[text] = None
+                continue
+            raise
+    return found
+
+
+def _when(ms: int) -> str:
+    if not ms:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def show_groups(args: argparse.Namespace, client: Client, stdout: TextIO, stderr: TextIO) -> int:
+    every = stream_groups(client, args.key, args.group or [])
+    groups = {name: info for name, info in every.items() if info is not None}
+    for name in (name for name, info in every.items() if info is None):
+        (stderr if args.json else stdout).write(f"group key '{name}' does not exist\n")
+    if args.json:
+        for name, info in groups.items():
+            fields = {k: v for k, v in vars(info).items() if k != "consumers"}
+            fields["consumers"] = [
+                {**vars(c), "name": c.name.decode("utf-8", "replace")} for c in info.consumers
+            ]
+            stdout.write(json.dumps({"group": name, "stream": args.key, **fields}) + "\n")
+        return 0
+    if not every:
+        stdout.write(f"no acknowledged group reads '{args.key}' (name plain groups with --group)\n")
+        return 0
+    columns = ("GROUP", "MODE", "NEXT", "LAG", "PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS")
+    rows = [
+        (
+            name,
+            info.mode,
+            info.next_offset,
+            info.lag,
+            info.pending,
+            info.expired,
+            info.redelivered,
+            len(info.consumers),
+        )
+        for name, info in groups.items()
+    ]
+    widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
+
+    def line(row: tuple[Any, ...]) -> str:
+        return "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n"
+
+    stdout.write(line(columns))
+    for row, info in zip(rows, groups.values(), strict=True):
+        stdout.write(line(row))
+        for c in info.consumers:
+            stdout.write(
+                f"  consumer {c.name.decode('utf-8', 'replace')}: {c.pending} pending, "
+                f"{c.expired} expired, lease until {_when(c.lease_deadline)}\n"
+            )
+    return 0
+
+
+__all__ = [
+    "LAST_BATCH_GRACE_S",
+    "Output",
+    "ReaderGone",
+    "consume_acked",
+    "default_consumer",
+    "show_groups",
+    "stream_groups",
+]
