@@ -173,6 +173,9 @@ def consume_acked(
             progress.add(written)
             if remaining is not None:
                 remaining -= written
+        if ack is not None:  # no next read will carry it
+            client.tack(group, ack.start, ack.count)
+            ack = None
         if unconfirmed is not None:
             out.confirm_last()
             ack = unconfirmed

@@ -567,7 +567,10 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         lease_ms: int | None = None,
         consumer: Any = None,
     ) -> AsyncIterator[tuple[int, Any]]:
-        """Async version of ``Client.follow_group``."""
+        """Async version of ``Client.follow_group``. Leaving an ``async for``
+        early does not close an async generator: wrap it in
+        ``contextlib.aclosing()`` so that a loop that stops acknowledges what
+        it took."""
         reads = _GroupReads(key, group, new, batch, lease_ms, consumer)
         while True:
             result = await self.tread(*reads.args(), block=block_ms, **reads.options())
