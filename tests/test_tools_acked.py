@@ -98,7 +98,7 @@ def test_a_dead_consumers_batch_goes_to_the_next_one(
     dying.tread("jobs", 0, 4, group="g", lease=200, consumer="dies")
     dying.close()  # its connection drops with the batch unacknowledged
     got = []
-    for offset, message in client.follow_group("jobs", "g", batch=4, lease_ms=60_000):
+    for offset, _ in client.follow_group("jobs", "g", batch=4, lease_ms=60_000):
         got.append(offset)
         if sorted(got) == list(range(10)):
             break
