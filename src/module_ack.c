@@ -350,9 +350,12 @@ int ra_wake(RedisModuleCtx *ctx, rl_wait *w) {
     uint64_t floor = s ? mn_first_offset(s) : 0, end = s ? mn_next_offset(s) : 0;
     ag_choice c;
     ag_pick(o.g, now, floor, end, (uint64_t)w->count, &c);
-    if (c.count == 0) {
-        /* Keep waiting, changing nothing (see module.c's BLOCKING). */
-        ra_arm_timer(ctx, w, o.g, floor, end, now);
+    if (c.count == 0 || RedisModule_AvoidReplicaTraffic()) {
+        /* Keep waiting, changing nothing (see module.c's BLOCKING); while
+         * clients are paused a delivery would replicate RCP11.LEASE, so it
+         * waits for the pause to end (module.c's PAUSES). */
+        if (c.count == 0) ra_arm_timer(ctx, w, o.g, floor, end, now);
+        else rl_defer_wake(w);
         ra_close(&o);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;

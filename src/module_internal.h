@@ -122,6 +122,9 @@ uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, lo
  * summary, version it came with and key specs. Logs what failed. */
 int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
                         const char *since, RedisModuleCommandKeySpec *specs);
+/* A blocked group reader that would write while clients are paused keeps
+ * its place: its stream is signalled again once the pause is over. */
+void rl_defer_wake(rl_wait *w);
 /* Block the client of ctx on stream_key with w (filled by the caller). */
 void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w, long long block_ms);
 
