@@ -30,6 +30,7 @@ OWN_SUITES = {
     "kafkaesque": "bench.kafkaesque_suite",
     "module": "bench.module_bench",
     "zlib": "bench.zlib_suite",
+    "groups": "bench.groups_suite",
 }
 # Suites owned by other parts of the project; run when their module exists.
 EXTERNAL_SUITES = {

@@ -11,6 +11,7 @@ belongs to one thread (the server's event loop).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,19 +65,17 @@ def _raise(rc: int) -> None:
 class AckGroup:
     """An acknowledged group's state (ag_group)."""
 
-    __slots__ = ("__weakref__", "_g")
+    __slots__ = ("__weakref__", "_g", "stream_key")
 
     def __init__(self, stream_key: bytes, next_offset: int) -> None:
         ptr = lib.ag_new(stream_key, len(stream_key), next_offset)
         if ptr == ffi.NULL:
             raise StorageMemoryError("out of memory", lib.AG_ERR_NOMEM)
         self._g = ffi.gc(ptr, lib.ag_free)
+        # The stream it belongs to, fixed for its life (read on every lease).
+        self.stream_key = stream_key
 
     # -- what it holds ----------------------------------------------------
-
-    @property
-    def stream_key(self) -> bytes:
-        return ffi.unpack(lib.ag_stream_name(self._g), lib.ag_stream_name_len(self._g))
 
     @property
     def next_offset(self) -> int:
@@ -114,9 +113,23 @@ class AckGroup:
         """What a lease read delivers now from a stream whose readable
         offsets are floor..end-1: (start, count, deliveries); count 0 when
         nothing. Changes nothing: floor() and lease() deliver it."""
-        out = _choice()
+        out = _scratch()[0]
         lib.ag_pick(self._g, now_ms, floor, end, count, out)
         return out.start, out.count, out.deliveries
+
+    def take(
+        self, now_ms: int, floor: int, end: int, count: int, lease_ms: int, owner: bytes
+    ) -> tuple[int, int, int, int]:
+        """A lease read's delivery in one C call: pick(), then, if it found
+        something, floor(floor) and lease() of it until now_ms + lease_ms.
+        (start, count, deliveries, deadline); count 0: nothing changed."""
+        MUTATIONS.ticks += 1
+        out, deadline = _scratch()
+        rc = lib.ag_take(self._g, now_ms, floor, end, count, lease_ms, owner, len(owner), out,
+                         deadline)  # fmt: skip
+        if rc < 0:
+            _raise(rc)
+        return out.start, out.count, out.deliveries, deadline[0]
 
     def lease(
         self, start: int, count: int, deadline_ms: int, deliveries: int, owner: bytes
@@ -210,14 +223,23 @@ class AckGroup:
             _raise(err[0])
         group = cls.__new__(cls)
         group._g = ffi.gc(ptr, lib.ag_free)
+        group.stream_key = ffi.unpack(lib.ag_stream_name(ptr), lib.ag_stream_name_len(ptr))
         return group
 
     def copy(self) -> AckGroup:
         return AckGroup.load(self.dump())
 
 
-def _choice() -> Any:
-    return ffi.new("ag_choice *")
+# Out-parameters reused between calls, one set per thread (cffi runs C
+# without the GIL): allocating them costs more than a pick.
+_local = threading.local()
+
+
+def _scratch() -> tuple[Any, Any]:
+    found = getattr(_local, "out", None)
+    if found is None:
+        found = _local.out = (ffi.new("ag_choice *"), ffi.new("int64_t *"))
+    return found
 
 
 __all__ = [

@@ -41,6 +41,7 @@
  *   ag_lease(s, n, ..)  offsets s..s+n-1 become one range (deadline, owner,
  *                       deliveries), whatever they were; next = max(next, s+n)
  *   ag_ack(s, n)        offsets s..s+n-1 stop being pending
+ *   ag_take(...)        a lease read in one call: pick, floor, lease
  *
  * Removing a span from the ranges trims the ranges at its two ends and
  * deletes the ones inside (a span strictly inside one range splits it, the
@@ -470,6 +471,23 @@ int ag_lease(ag_group *g, uint64_t start, uint64_t count, int64_t deadline_ms,
     if (deadline_ms < g->min_deadline) g->min_deadline = deadline_ms;
     if (g->next < end) g->next = end;
     return AG_OK;
+}
+
+int ag_take(ag_group *g, int64_t now_ms, uint64_t floor, uint64_t end, uint64_t count,
+            int64_t lease_ms, const char *owner, size_t owner_len, ag_choice *out,
+            int64_t *deadline_ms) {
+    *deadline_ms = 0;
+    ag_pick(g, now_ms, floor, end, count, out);
+    if (out->count == 0) return AG_OK;
+    if (floor > AG_OFFSET_END || lease_ms < 0 || now_ms > INT64_MAX - lease_ms) return AG_ERR_ARG;
+    /* The floor drops only what the lease cannot be (below `floor`), and
+     * never allocates: when the lease then fails, the group keeps a
+     * smaller evicted part and no other change. */
+    ag_floor(g, floor);
+    int rc = ag_lease(g, out->start, out->count, now_ms + lease_ms, out->deliveries, owner,
+                      owner_len);
+    if (rc == AG_OK) *deadline_ms = now_ms + lease_ms;
+    return rc;
 }
 
 int64_t ag_ack(ag_group *g, uint64_t start, uint64_t count) {

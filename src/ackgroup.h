@@ -96,6 +96,15 @@ int64_t ag_floor(ag_group *g, uint64_t floor);
 void ag_pick(ag_group *g, int64_t now_ms, uint64_t floor, uint64_t end, uint64_t count,
              ag_choice *out);
 
+/* A lease read's delivery in one call: ag_pick(); then, when it found
+ * something, ag_floor(floor) and ag_lease() of it to `owner` until
+ * now_ms + lease_ms (*deadline_ms set; 0 when nothing was delivered, and
+ * then nothing changed). AG_OK, or ag_lease()'s errors (then the evicted
+ * part may have been dropped, nothing else changed). */
+int ag_take(ag_group *g, int64_t now_ms, uint64_t floor, uint64_t end, uint64_t count,
+            int64_t lease_ms, const char *owner, size_t owner_len, ag_choice *out,
+            int64_t *deadline_ms);
+
 /* Lease offsets start..start+count-1 to `owner` until deadline_ms with the
  * delivery count `deliveries` (>= 1), replacing whatever pending state they
  * had, and raise the next offset past them. count 0 changes nothing.

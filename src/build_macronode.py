@@ -22,7 +22,7 @@ HEADERS = ("macronode.h", "ackgroup.h", "lane.h")
 _EXTERN_PYTHON = """
 extern "Python" int lane_resolve_key(struct lane_call *call, const char *key,
                                      size_t key_len, mn_stream **stream,
-                                     uint64_t *write_limit);
+                                     ag_group **group, uint64_t *write_limit);
 """
 
 

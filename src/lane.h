@@ -1,4 +1,5 @@
-/* lane.h -- the C lane: TWRITE and TREAD (no GROUP; BLOCK only when it
+/* lane.h -- the C lane: TWRITE and TREAD (no plain GROUP; a lease read of
+ * an acknowledged group when it delivers new messages; BLOCK only when it
  * answers at once) run straight from a connection's read buffer (see the
  * essay at the top of lane.c).
  *
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ackgroup.h"
 #include "macronode.h"
 
 /* CDEF-BEGIN */
@@ -32,20 +34,22 @@
 
 struct lane_call;
 
-/* Asked once per call for each new key: fills *stream and *write_limit
- * (the highest next offset a write may reach without asking Python, e.g.
- * the key's offset reservation mark) and returns LANE_KEY_* bits, or 0
- * (nothing may run on this key: the lane stops before the request). */
+/* Asked once per call for each new key: fills *stream (a stream) or
+ * *group (an acknowledged group) and *write_limit (the highest next offset
+ * a write may reach without asking Python, e.g. the key's offset
+ * reservation mark) and returns LANE_KEY_* bits, or 0 (nothing may run on
+ * this key: the lane stops before the request). */
 typedef int (*lane_resolve_fn)(struct lane_call *call, const char *key, size_t key_len,
-                               mn_stream **stream, uint64_t *write_limit);
+                               mn_stream **stream, ag_group **group, uint64_t *write_limit);
 
 typedef struct lane_key {
     const char *key;        /* into the caller's buffer */
     size_t key_len;
     mn_stream *stream;
+    ag_group *group;
     uint64_t write_limit;
     int allowed;            /* LANE_KEY_* */
-    int written;            /* a TWRITE ran on it: its next offset changed */
+    int written;            /* a TWRITE or a lease ran on it: it changed */
 } lane_key;
 
 typedef struct lane_call {
@@ -67,6 +71,9 @@ typedef struct lane_call {
     int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    /* Changes lease reads logged (a TACK for an ACK, an RCP11.LEASE each):
+     * what they add to the server's dirty counter. */
+    uint64_t group_changes;
     /* The append time (unix ms) of every TWRITE of the run: the wall clock
      * read once, at the first (-1: none ran). Python dates the run's AOF
      * bytes with it, so a replay appends them at the same time. */

@@ -193,47 +193,34 @@ def _store(state: ServerState, group_key: bytes, group: AckGroup) -> None:
         keyspace.set(group_key, group)
 
 
-def _drop_evicted(opened: _Opened, floor: int) -> tuple[bool, int]:
-    """Drop the group's evicted part; whether that changed it, and the
-    floor RCP11.LEASE logs (a group created for a missing key is created at
-    its start by the replay, so that start is logged)."""
-    group = opened.group
-    before = group.next_offset
-    changed = bool(group.floor(floor)) or group.next_offset != before
-    logged = floor if opened.missing_at is None else max(opened.missing_at, floor)
-    return changed, logged
+def _logged_floor(opened: _Opened, floor: int) -> int:
+    """The floor RCP11.LEASE logs: the stream's first offset, except that a
+    group created for a missing key is created by the replay at the floor,
+    so there it is the group's start."""
+    return floor if opened.missing_at is None else max(opened.missing_at, floor)
 
 
-def _deliver(
+def _delivered(
     state: ServerState,
     client: ClientState,
-    stream_key: bytes,
-    group_key: bytes,
+    stream: Stream | None,
+    keys: tuple[bytes, bytes],
     opened: _Opened,
-    pick: tuple[int, int, int],
-    options: LeaseOptions,
-    now: int,
-    changed: bool,
+    floor: int,
+    took: tuple[int, int, int, int],
+    consumer: bytes,
 ) -> Raw:
-    """Deliver what `pick` says (possibly nothing): drop the evicted,
-    lease, store and log the group, and answer the lease read's reply."""
-    stream = lookup_stream(state, stream_key)
-    floor, end = _bounds(stream)
-    start, count, deliveries = pick
-    dropped, logged_floor = _drop_evicted(opened, floor)
-    changed = changed or dropped
-    deadline = 0
-    if count:
-        deadline = now + options.lease_ms
-        opened.group.lease(start, count, deadline, deliveries, options.consumer)
-        changed = True
+    """What a lease read that delivered (take() found something) answers;
+    the group is stored and the lease logged."""
+    stream_key, group_key = keys
+    start, count, deliveries, deadline = took
+    _store(state, group_key, opened.group)
+    lease = (start, count, deadline, deliveries)
+    _log_lease(state, group_key, stream_key, _logged_floor(opened, floor), lease, consumer)
+    end = stream.next_offset if stream is not None else 0
     reply, n = stream_reply(
         stream, start, count, True, client.resp == 3, end, extra=(deliveries, deadline)
     )
-    if changed:
-        _store(state, group_key, opened.group)
-        lease = (start, count, deadline, deliveries)
-        _log_lease(state, group_key, stream_key, logged_floor, lease, options.consumer)
     state.stats.total_messages_read += n
     return reply
 
@@ -242,6 +229,7 @@ def lease_read(
     state: ServerState,
     client: ClientState,
     argv: list[bytes],
+    stream: Stream | None,
     group_key: bytes,
     count: int,
     group_new: bool,
@@ -250,10 +238,10 @@ def lease_read(
 ) -> Any:
     """TREAD key offset count GROUP|GROUPNEW g LEASE ms ...: the reply, or a
     LeaseWait for the caller to register when there is nothing to deliver
-    and the read may block."""
+    and the read may block. stream: what the key argv[1] holds."""
     stream_key = argv[1]
-    stream = lookup_stream(state, stream_key)
-    opened = _open(state, group_key, stream_key, group_default_start(stream, group_new))
+    floor, end = _bounds(stream)
+    opened = _open(state, group_key, stream_key, end if group_new else floor)
     group = opened.group
     changed = opened.new
     if options.ack is not None:
@@ -263,17 +251,20 @@ def lease_read(
             state.propagate([b"TACK", group_key, b"%d" % start, b"%d" % n])
             changed = True
     now = now_ms()
-    floor, end = _bounds(stream)
-    pick = group.pick(now, floor, end, count)
-    if pick[1] or not may_block:
-        return _deliver(state, client, stream_key, group_key, opened, pick, options, now, changed)
+    took = group.take(now, floor, end, count, options.lease_ms, options.consumer)
+    if took[1]:
+        keys = (stream_key, group_key)
+        return _delivered(state, client, stream, keys, opened, floor, took, options.consumer)
     # Nothing to deliver: what changed (the group created, acknowledged, its
-    # evicted part dropped) is kept and logged now, as a read that returns
-    # nothing would; then the reader waits.
-    dropped, logged_floor = _drop_evicted(opened, floor)
-    if changed or dropped:
+    # evicted part dropped) is kept and logged, as GROUP writes its key when
+    # it reads nothing; then the reader waits, or gets the header alone.
+    before = group.next_offset
+    if group.floor(floor) or group.next_offset != before or changed:
         _store(state, group_key, group)
-        _log_lease(state, group_key, stream_key, logged_floor, (group.next_offset, 0, 0, 0), b"")
+        lease = (group.next_offset, 0, 0, 0)
+        _log_lease(state, group_key, stream_key, _logged_floor(opened, floor), lease, b"")
+    if not may_block:
+        return stream_reply(stream, took[0], 0, True, client.resp == 3, end, extra=(0, 0))[0]
     request = LeaseWait(
         client, stream_key, argv, watch=group_key, count=count, group_new=group_new, options=options
     )
@@ -296,18 +287,18 @@ class LeaseWait(BlockRequest):
         group_key = self.watch
         assert group_key is not None
         stream = lookup_stream(state, self.key)
+        floor, end = _bounds(stream)
         opened = _open(state, group_key, self.key, group_default_start(stream, self.group_new))
         now = now_ms()
-        floor, end = _bounds(stream)
-        pick = opened.group.pick(now, floor, end, self.count)
-        if not pick[1]:
+        options = self.options
+        took = opened.group.take(now, floor, end, self.count, options.lease_ms, options.consumer)
+        if not took[1]:
             # Keep waiting, changing nothing (a group key deleted meanwhile
             # is created again only when this reader is served).
             self.wake_for_leases(state, opened.group, floor, end, now)
             return WAIT
-        return _deliver(
-            state, self.client, self.key, group_key, opened, pick, self.options, now, opened.new
-        )
+        keys = (self.key, group_key)
+        return _delivered(state, self.client, stream, keys, opened, floor, took, options.consumer)
 
     def wake_for_leases(
         self, state: ServerState, group: AckGroup, floor: int, end: int, now: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rcp11 import errors
 from rcp11.errors import CommandError
 from rcp11.limits import MAX_OFFSET
-from rcp11.resp import Raw, array_header, encode
+from rcp11.resp import Raw, array_header
 from rcp11.state import ServerState
 from rcp11.storage import Stream
 
@@ -32,8 +32,9 @@ def stream_reply(
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
         # RESP integer holds: the info reports the ceiling instead.
-        info = [min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n, *extra]
-        head = array_header(n + 1) + encode(info, resp3)
+        info = (min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n, *extra)
+        # Integers and arrays are written alike in RESP2 and RESP3.
+        head = b"*%d\r\n*%d\r\n" % (n + 1, len(info)) + b"".join([b":%d\r\n" % v for v in info])
     else:
         head = array_header(n)
     if n <= 0:

@@ -79,27 +79,39 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-@dataclass
 class _Options:
     """TREAD's options after key offset count."""
 
-    block_ms: int | None = None
-    group: bytes | None = None
-    group_new: bool = False
-    withinfo: bool = False
-    lease: LeaseOptions | None = None
+    __slots__ = ("block_ms", "group", "group_new", "lease", "withinfo")
+
+    def __init__(self) -> None:
+        self.block_ms: int | None = None
+        self.group: bytes | None = None
+        self.group_new = False
+        self.withinfo = False
+        self.lease: LeaseOptions | None = None
+
+
+# The argv parsed last and its options: dispatch asks for TREAD's keys
+# (whether a call writes) just before the handler parses the same argv, and
+# a lease read has many options. Held by reference, so no other list can
+# take its identity meanwhile; argv lists are never changed once parsed.
+_parsed: list[Any] = [None, None]
 
 
 def _tread_options(argv: list[bytes]) -> _Options:
     """TREAD's options, in any order, each at most once; then CONSUMER and
     ACK need LEASE, and LEASE a group."""
+    if _parsed[0] is argv:
+        return _parsed[1]  # type: ignore[no-any-return]
     options = _Options()
     lease_ms: int | None = None
     consumer: bytes | None = None
     ack: tuple[int, int] | None = None
     seen: set[bytes] = set()
     i = 4
-    while i < len(argv):
+    n = len(argv)
+    while i < n:
         option = argv[i].upper()
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
@@ -109,30 +121,30 @@ def _tread_options(argv: list[bytes]) -> _Options:
             i += 1
             continue
         if option == b"ACK":
-            if i + 2 >= len(argv):
+            if i + 2 >= n:
                 raise CommandError(errors.ACK_NEEDS_RANGE)
             ack = parse_range(argv[i + 1], argv[i + 2])
             i += 3
             continue
         if option not in _VALUE_OPTIONS:
             raise CommandError(errors.tread_unknown_option(argv[i]))
-        if i + 1 >= len(argv):
+        if i + 1 >= n:
             raise CommandError(errors.option_needs_value(text(option)))
         value = argv[i + 1]
         i += 2
-        if option == b"BLOCK":
-            options.block_ms = parse_int(value, errors.TREAD_TIMEOUT)
-            if options.block_ms < 0:
-                raise CommandError(errors.NEGATIVE_TIMEOUT)
+        if option == b"GROUP" or option == b"GROUPNEW":
+            if options.group is not None:
+                raise CommandError(errors.GROUP_AND_GROUPNEW)
+            options.group = value
+            options.group_new = option == b"GROUPNEW"
         elif option == b"LEASE":
             lease_ms = parse_lease(value)
         elif option == b"CONSUMER":
             consumer = parse_consumer(value)
         else:
-            if options.group is not None:
-                raise CommandError(errors.GROUP_AND_GROUPNEW)
-            options.group = value
-            options.group_new = option == b"GROUPNEW"
+            options.block_ms = parse_int(value, errors.TREAD_TIMEOUT)
+            if options.block_ms < 0:
+                raise CommandError(errors.NEGATIVE_TIMEOUT)
     if lease_ms is None:
         if consumer is not None:
             raise CommandError(errors.CONSUMER_NEEDS_LEASE)
@@ -142,6 +154,7 @@ def _tread_options(argv: list[bytes]) -> _Options:
         raise CommandError(errors.LEASE_NEEDS_GROUP)
     else:
         options.lease = LeaseOptions(lease_ms, consumer or b"", ack)
+    _parsed[0], _parsed[1] = argv, options
     return options
 
 
@@ -238,7 +251,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             raise CommandError(errors.GROUP_IS_KEY)
         if options.lease is not None:
             reply = lease_read(
-                state, client, argv, group, count, group_new, options.lease, may_block
+                state, client, argv, stream, group, count, group_new, options.lease, may_block
             )
             if isinstance(reply, BlockRequest):
                 return _block(state, reply, block_ms)

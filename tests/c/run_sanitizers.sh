@@ -30,15 +30,17 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$out/driver"
 
-# The C lane over the core, both on lane_driver.c's failing allocator (one
-# allocator: the core appends to and frees the lane's buffers).
+# The C lane over the core and the group state, all on lane_driver.c's
+# failing allocator (one allocator: the core appends to and frees the
+# lane's buffers).
 "$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode_lane.o"
 # (alloc_hook.h includes stdlib.h first: the POSIX level is set before it.)
 "$cc" "${flags[@]}" -D_POSIX_C_SOURCE=200809L -include "$here/alloc_hook.h" -c "$src/lane.c" \
     -o "$out/lane.o"
+"$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/ackgroup.c" -o "$out/ackgroup_lane.o"
 "$cc" "${flags[@]}" -c "$here/lane_driver.c" -o "$out/lane_driver.o"
-"$cc" "${flags[@]}" "$out/macronode_lane.o" "$out/lane.o" "$out/lane_driver.o" -lz \
-    -o "$out/lane_driver"
+"$cc" "${flags[@]}" "$out/macronode_lane.o" "$out/ackgroup_lane.o" "$out/lane.o" \
+    "$out/lane_driver.o" -lz -o "$out/lane_driver"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$out/lane_driver"
