@@ -199,3 +199,70 @@ def test_module_failover_loses_nothing(module_factory: Any, consumers: Any) -> N
     check_at_least_once(group, replica_srv.port)
     replica.close()
     primary.close()
+
+
+# ---------------------------------------------------------------- persistence
+
+
+def leased_groups(client: redis.Redis) -> Any:
+    """Two acknowledged groups with pending ranges, owners, a redelivery and
+    an acknowledgement; returns what TGROUP shows of them."""
+    client.execute_command("TWRITE", "jobs", "ENTRIES", *[b"%d" % n for n in range(20)])
+    read = ("TREAD", "jobs", 0, 5, "GROUP")
+    client.execute_command(*read, "jobs:g", "LEASE", 60_000, "CONSUMER", "w1")
+    client.execute_command(*read, "jobs:g", "LEASE", 60_000, "ACK", 0, 2)
+    client.execute_command(*read, "jobs:h", "LEASE", 1, "CONSUMER", "w1")
+    with Client(port=client.connection_pool.connection_kwargs["port"]) as c:
+        wait_for(lambda: c.tgroup_info("jobs", "jobs:h").expired == 5)
+    # Acknowledges 0 and 1, and takes 2..4 again (delivered twice).
+    client.execute_command(*read, "jobs:h", "LEASE", 60_000, "ACK", 0, 2)
+    return groups_shown(client)
+
+
+def groups_shown(client: redis.Redis) -> Any:
+    return [
+        (
+            client.execute_command("TGROUP", "PENDING", "jobs", group, 0, 100),
+            client.execute_command("TGROUP", "INFO", "jobs", group)[
+                :20
+            ],  # not the consumers' map order
+        )
+        for group in ("jobs:g", "jobs:h")
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["save", "bgrewriteaof"])
+def test_groups_survive_snapshots_and_rewritten_aofs(server_factory: Any, how: str) -> None:
+    srv = server_factory(appendonly="yes" if how == "bgrewriteaof" else "no")
+    client = srv.client()
+    before = leased_groups(client)
+    if how == "save":
+        client.save()
+    else:
+        client.bgrewriteaof()
+        wait_for(lambda: not int(client.info("persistence")["aof_rewrite_in_progress"]))
+    client.close()
+    srv.restart()
+    client = srv.client()
+    assert groups_shown(client) == before
+    assert client.type("jobs:g") == b"rcp11-grp"
+    client.close()
+
+
+@pytest.mark.slow
+def test_a_damaged_group_in_a_snapshot_refuses_the_start(server_factory: Any) -> None:
+    srv = server_factory()
+    client = srv.client()
+    leased_groups(client)
+    client.save()
+    client.close()
+    srv.stop()
+    path = srv.dir / "dump.rcp"
+    data = bytearray(path.read_bytes())
+    at = data.index(b"MNAG")  # a group's blob
+    data[at + 20] ^= 0x01
+    path.write_bytes(bytes(data))
+    status, output = srv.run_to_exit()
+    assert status != 0
+    assert "corrupt group" in output and "jobs:" in output
