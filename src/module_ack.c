@@ -238,12 +238,29 @@ static void ra_deliver(RedisModuleCtx *ctx, RedisModuleString *stream, mn_stream
     ra_replicate_lease(ctx, group, stream, ra_logged_floor(o, floor), c, deadline, consumer);
 }
 
-/* The timer that wakes blocked lease readers when a lease runs out: it
- * signals the stream key in its database. */
+/* The timers that wake blocked lease readers when a lease runs out: one
+ * per stream key and deadline, signalling the key in its database. The
+ * soonest one armed for each key is remembered (ra_armed, by
+ * "<db><key>"), so readers that block again and again arm no new timer
+ * while one early enough is pending. */
 typedef struct ra_timer {
     int db;
     RedisModuleString *key;
+    int64_t at; /* the deadline it is set for */
 } ra_timer;
+
+static RedisModuleDict *ra_armed; /* "<db><key>" -> ra_timer, the soonest armed */
+
+static char *ra_timer_name(int db, RedisModuleString *key, size_t *len) {
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(key, &klen);
+    char *name = RedisModule_Alloc(klen + 4);
+    uint32_t d = (uint32_t)db;
+    memcpy(name, &d, 4);
+    memcpy(name + 4, k, klen);
+    *len = klen + 4;
+    return name;
+}
 
 static void ra_timer_fire(RedisModuleCtx *ctx, void *data) {
     ra_timer *t = data;
@@ -253,6 +270,12 @@ static void ra_timer_fire(RedisModuleCtx *ctx, void *data) {
         return;
     }
     if (RedisModule_SelectDb(ctx, t->db) == REDISMODULE_OK) RedisModule_SignalKeyAsReady(ctx, t->key);
+    size_t len;
+    char *name = ra_timer_name(t->db, t->key, &len);
+    int nokey;
+    if (RedisModule_DictGetC(ra_armed, name, len, &nokey) == t)
+        RedisModule_DictDelC(ra_armed, name, len, NULL);
+    RedisModule_Free(name);
     RedisModule_FreeString(NULL, t->key);
     RedisModule_Free(t);
 }
@@ -263,13 +286,24 @@ static void ra_arm_timer(RedisModuleCtx *ctx, rl_wait *w, const ag_group *g, uin
                          uint64_t end, int64_t now) {
     int64_t deadline = ag_earliest_deadline(g, floor, end);
     if (deadline == AG_NO_DEADLINE) return;
-    if (w->timer_at > now && w->timer_at <= deadline) return; /* one is set early enough */
+    if (deadline <= now) deadline = now + 1;
+    size_t len;
+    char *name = ra_timer_name(w->db, w->key, &len);
+    int nokey;
+    ra_timer *armed = RedisModule_DictGetC(ra_armed, name, len, &nokey);
+    if (!nokey && armed != NULL && armed->at <= deadline) {
+        RedisModule_Free(name); /* one is set early enough */
+        return;
+    }
     ra_timer *t = RedisModule_Alloc(sizeof(*t));
     t->db = w->db;
     t->key = RedisModule_CreateStringFromString(NULL, w->key);
-    long long wait = deadline > now ? (long long)(deadline - now) : 1;
-    RedisModule_CreateTimer(ctx, wait, ra_timer_fire, t);
-    w->timer_at = deadline > now ? deadline : now + 1;
+    t->at = deadline;
+    RedisModule_CreateTimer(ctx, (long long)(deadline - now), ra_timer_fire, t);
+    /* The later timer still fires (and signals once); the key now
+     * remembers the sooner one. */
+    RedisModule_DictReplaceC(ra_armed, name, len, t);
+    RedisModule_Free(name);
 }
 
 int ra_tread(RedisModuleCtx *ctx, RedisModuleString *stream_name, RedisModuleKey *key,
@@ -749,6 +783,7 @@ static RedisModuleTypeMethods ra_methods = {
 };
 
 int ra_register(RedisModuleCtx *ctx) {
+    ra_armed = RedisModule_CreateDict(NULL);
     ra_type = RedisModule_CreateDataType(ctx, RA_TYPE_NAME, RA_ENCVER, &ra_methods);
     if (ra_type == NULL) return REDISMODULE_ERR;
     if (RedisModule_CreateCommand(ctx, "tgroup", NULL, "", 0, 0, 0) != REDISMODULE_OK)

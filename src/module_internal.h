@@ -90,13 +90,11 @@ typedef struct rl_wait {
     int db;
     rl_group *owner;
     struct rl_wait *prev, *next;
-    /* A lease read (module_ack.c): its lease, consumer (own copy or NULL),
-     * and when the timer that wakes it for an expiring lease fires (0:
-     * none armed). */
+    /* A lease read (module_ack.c): its lease and consumer (own copy or
+     * NULL). */
     int lease;
     long long lease_ms;
     RedisModuleString *consumer;
-    int64_t timer_at;
 } rl_wait;
 
 /* module.c */

@@ -322,6 +322,7 @@ typedef struct RedisModuleCommandInfo {
     X(RedisModuleDict *, CreateDict, (RedisModuleCtx * ctx))                                   \
     X(void *, DictGetC, (RedisModuleDict * d, void *key, size_t keylen, int *nokey))           \
     X(int, DictSetC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))               \
+    X(int, DictReplaceC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))           \
     X(int, DictDelC, (RedisModuleDict * d, void *key, size_t keylen, void *oldval))            \
     X(uint64_t, DictSize, (RedisModuleDict * d))                                               \
     X(RedisModuleDictIter *, DictIteratorStartC,                                               \

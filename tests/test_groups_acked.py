@@ -347,6 +347,26 @@ def test_a_blocked_lease_reader_is_woken_when_a_lease_runs_out(
     c.close()
 
 
+def test_blocked_lease_readers_get_leases_as_each_runs_out(stream_server: ServerProcess) -> None:
+    c = stream_server.client()
+    c.flushall()
+    tw(c, "jobs", *"abcd")
+    lease(c, "jobs", "g", 2, "LEASE", 200, "CONSUMER", "first")
+    lease(c, "jobs", "g", 2, "LEASE", 600, "CONSUMER", "second")
+    argv = ("TREAD", "jobs", 0, 5, "GROUP", "g", "LEASE", 60_000, "BLOCK", 0)
+    early, late = Reader(stream_server, *argv), Reader(stream_server, *argv)
+    early.start()
+    wait_blocked(c, 1)
+    late.start()
+    wait_blocked(c, 2)
+    # Without a write: the first lease's end wakes both, the first reader
+    # takes it, the second waits on until the second lease ends.
+    assert early.result()[1:] == [b"a", b"b"]
+    assert late.result()[1:] == [b"c", b"d"]
+    assert group_info(c, "jobs", "g")["redelivered"] == 4
+    c.close()
+
+
 def test_blocked_lease_readers_are_served_in_the_order_they_blocked(
     stream_server: ServerProcess,
 ) -> None:
