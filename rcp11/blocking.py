@@ -89,6 +89,7 @@ class BlockingManager:
         # Keys to signal at a moment no write marks (a lease that runs out:
         # its group's blocked readers look again): (monotonic time, seq, key).
         self.key_wakes: list[tuple[float, int, bytes]] = []
+        self._soonest_wakes: dict[bytes, float] = {}  # key -> its soonest wake-up
         self._sequence = itertools.count()
         self.blocked_clients = 0
 
@@ -165,7 +166,12 @@ class BlockingManager:
 
     def wake_at(self, key: bytes, when: float) -> None:
         """Signal key at `when` (time.monotonic() seconds), whether or not
-        anything writes it: expire() does, and then its readers are served."""
+        anything writes it: expire() does, and then its readers are served.
+        A wake-up of the key set for `when` or sooner makes this one moot."""
+        soonest = self._soonest_wakes.get(key)
+        if soonest is not None and soonest <= when and soonest > time.monotonic():
+            return
+        self._soonest_wakes[key] = when
         heapq.heappush(self.key_wakes, (when, next(self._sequence), key))
 
     def expire(self, now: float | None = None) -> None:
@@ -175,7 +181,10 @@ class BlockingManager:
         now = time.monotonic() if now is None else now
         wakes = self.key_wakes
         while wakes and wakes[0][0] <= now:
-            self.signal_key(heapq.heappop(wakes)[2])
+            when, _, key = heapq.heappop(wakes)
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
+            self.signal_key(key)
         timed_out: list[Waiter] = []
         heap = self.deadlines
         while heap and heap[0][0] <= now:
@@ -195,7 +204,9 @@ class BlockingManager:
             heapq.heappop(heap)
         wakes = self.key_wakes
         while wakes and wakes[0][2] not in self.waiting:
-            heapq.heappop(wakes)  # nobody waits on that key any more
+            when, _, key = heapq.heappop(wakes)  # nobody waits on that key any more
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
         times = [h[0][0] for h in (heap, wakes) if h]
         return min(times) if times else None
 
