@@ -39,6 +39,8 @@ SELECTED = [
     "tests/test_module_time.py",
     "tests/test_module_append_times.py",
     "tests/test_module_pause.py",
+    "tests/test_groups_acked.py",
+    "tests/test_module_acked.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 
