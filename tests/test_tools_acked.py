@@ -197,3 +197,30 @@ def test_groups_shows_lag_pending_and_consumers(
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["group"], row["lag"], row["pending"]) == ("acked", 70, 30)
     assert row["consumers"][0]["name"] == "w1"
+
+
+@pytest.mark.slow
+def test_a_consume_ack_killed_mid_batch_loses_nothing(
+    client: Client, stream_server: ServerProcess
+) -> None:
+    client.twrite("nums", *[b"%d" % i for i in range(300)])
+    argv = [sys.executable, "-m", "rcp11", "-p", str(stream_server.port), "consume", "nums"]
+    argv += ["--group", "G", "--ack", "--lease", "300", "--batch", "100"]
+    # Its reader takes one line and then nothing: the consumer is stuck
+    # with its pipe full, mid-batch, when it is killed.
+    proc = subprocess.Popen([*argv, "--follow"], cwd=REPO, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    wait_for(lambda: client.tgroup_info("nums", "G").pending > 0)
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    wait_for(
+        lambda: client.tgroup_info("nums", "G").expired == client.tgroup_info("nums", "G").pending
+    )
+    rest = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=60, check=True)
+    seen = {int(first)} | {int(x) for x in rest.stdout.split()}
+    assert seen == set(range(300))
+    info = client.tgroup_info("nums", "G")
+    assert (info.pending, info.acknowledged) == (0, 300)
+    assert info.redelivered > 0
