@@ -1,6 +1,8 @@
-"""Build recipe for the Redis module rcp11/rcp11.so (src/module.c and
-src/module_ack.c, plus the storage core src/macronode.c and the group state
-src/ackgroup.c, unchanged).
+"""Build recipe for the Redis module rcp11/rcp11.so (src/module.c, with its
+offset reservations src/module_reserve.c and their file
+src/module_offsets_file.c, and its acknowledged groups src/module_ack.c;
+plus the storage core src/macronode.c and the group state src/ackgroup.c,
+unchanged).
 
 setup.py runs it from build_ext, so `pip install .` (and `pip install -e .`)
 ship the module as package data next to the cffi extension; `python -m rcp11
@@ -49,6 +51,8 @@ def build(output: str, build_temp: str, extra_cflags: list[str] | None = None) -
         ("macronode.c", alloc),
         ("ackgroup.c", alloc),
         ("module.c", []),
+        ("module_reserve.c", []),
+        ("module_offsets_file.c", []),
         ("module_ack.c", []),
     ]
     for source, extra in units:

@@ -41,6 +41,8 @@
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
  *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
+ *   rcp11.reserve write                          1: RW UPDATE  (internal,
+ *                                                   module_reserve.c)
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
@@ -143,6 +145,11 @@
  *   RCP11.TWRITEAT, RCP11.NODE              verbatim (a replica's own AOF
  *                                           and its replicas)
  *   retention (the timer, primary only)     TEVICT key <last evicted offset>
+ *   an offset reservation (module_reserve)  RCP11.RESERVE key <mark>, before
+ *                                           the offsets in it are handed out
+ *   a stream raised to its mark             RCP11.SKIPTO key <mark>, before
+ *                                           the write after a start-up or a
+ *                                           promotion
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Appends are replicated with the
@@ -177,16 +184,18 @@
  * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
  * stream as the core's own serialized blobs, written by rl_rdb_save():
  *
- *   +----------------------+---------------------+-------------+-----+
- *   | unsigned: node count | buffer: header blob | buffer: node | ... |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    |
- *   +----------------------+---------------------+-------------+-----+
+ *   +----------------------+---------------------+-------------+-----+----------------+
+ *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
+ *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 1; the
- * type name "rcp11-log" is written into every RDB file, so it never
- * changes. rl_rdb_load() validates every blob with the core's validator
+ * compressed. RL_ENCVER (Redis's per-type encoding version) is 2: version
+ * 2 added the stream's offset reservation mark after the nodes
+ * (module_reserve.c), so that a full sync, DUMP/RESTORE and MIGRATE carry
+ * it; version 1 values (no mark) still load. The type name "rcp11-log" is
+ * written into every RDB file, so it never changes. rl_rdb_load() validates every blob with the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
@@ -208,11 +217,16 @@
  * clock come back exactly.
  * A node blob is checked like an RDB one before it is trusted.
  *
- * Durability is Redis's (docs/MODULE.md): with appendonly yes and
- * appendfsync always a reply leaves only after the AOF write is on disk;
- * with everysec, or with snapshots only, a crash loses the last writes and
- * the restarted server hands their offsets out again; a failover loses what
- * the replica had not received, unless the writer waited with WAIT.
+ * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
+ * mark is past its next offset.
+ *
+ * Durability is Redis's for the data (docs/MODULE.md): with appendonly yes
+ * and appendfsync always a reply leaves only after the AOF write is on
+ * disk; with everysec, or with snapshots only, a crash loses the last
+ * writes; a failover loses what the replica had not received, unless the
+ * writer waited with WAIT. Offsets are the module's own: module_reserve.c
+ * reserves them ahead in its offsets file and on every online replica, so
+ * lost messages read as null and their offsets are never handed out again.
  *
  * RETENTION AND COMPRESSION
  * =========================
@@ -279,6 +293,7 @@
 #include "ackgroup.h"
 #include "macronode.h"
 #include "module_internal.h"
+#include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -289,8 +304,10 @@
 /* The data type's name is written into every RDB file holding a stream:
  * never change it. Redis requires exactly 9 characters. */
 #define RL_TYPE_NAME "rcp11-log"
-/* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
-#define RL_ENCVER 1
+/* Encoding version of rl_rdb_save()'s layout: 2 adds the stream's offset
+ * reservation mark after the nodes (module_reserve.c). rl_rdb_load() reads
+ * 1 and 2 and refuses others. */
+#define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
@@ -327,6 +344,7 @@
 
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
+RCP11_MODULE_API_RESERVE(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -342,6 +360,7 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
         RedisModule_##name == NULL)                                                        \
         return #name;
     RCP11_MODULE_API(RL_LOOKUP_API)
+    RCP11_MODULE_API_RESERVE(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
     return NULL;
 }
@@ -493,6 +512,16 @@ static void rl_apply_config(mn_stream *s);
 static mn_stream *rl_stream_new(void) {
     mn_stream *s = mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
     if (s != NULL) rl_apply_config(s);
+    return s;
+}
+
+/* A new stream stored at an empty key opened for writing, counted in INFO
+ * (module_reserve.c brings a lost stream back at its mark this way). */
+mn_stream *rl_stream_create(RedisModuleKey *key) {
+    mn_stream *s = rl_stream_new();
+    if (s == NULL) return NULL;
+    RedisModule_ModuleTypeSetValue(key, rl_type, s);
+    rl_account_new(s);
     return s;
 }
 
@@ -785,11 +814,14 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
  * included): the group key moves by that much. s may be NULL. */
 uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
                            int withinfo, const long long *extra, int nextra) {
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    /* The end a reader may see (rcp11.read-committed: what the replicas
+     * acknowledged). */
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
+        if (first > next) first = next;
         RedisModule_ReplyWithArray(ctx, (long)(n + 1));
         RedisModule_ReplyWithArray(ctx, 4 + nextra);
         /* next may be 2^63, which no RESP integer holds: the info reports
@@ -1009,7 +1041,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
         return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t start = w->start, pos = 0;
     int missing = 0;
     if (w->group) {
@@ -1020,6 +1052,9 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
     if (start >= next) {
+        /* Written but not acknowledged yet (read-committed): woken again
+         * once it is. */
+        if (s != NULL && start < mn_next_offset(s)) rl_resv_reader_waits(ctx, w->key);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;
     }
@@ -1174,6 +1209,7 @@ typedef struct rl_appended {
     int64_t clock_before;   /* the stream's clock before (0: new stream) */
     uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
     uint64_t first_after;   /* ... and after it */
+    mn_stream *stream;      /* the stream written */
 } rl_appended;
 
 /* at_ms for rl_append_entries(): the stream's own clock (its newest append
@@ -1242,7 +1278,9 @@ static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, name, s);
     }
+    out->stream = s;
     out->first = first;
     out->at_ms = mn_last_append_ms(s);
     out->first_before = mn_first_offset(s);
@@ -1264,6 +1302,10 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
+    /* No offset is handed out twice: the reservation covering them must be
+     * confirmed first (module_reserve.c); else the client waits, and this
+     * command runs again once it is. */
+    if (!rl_resv_admit(ctx, argv[1], n, rl_twrite)) return REDISMODULE_OK;
     /* A plain TWRITE from this server's primary or from the AOF is one
      * whose messages got the stream's clock there (below): so here too. */
     int64_t at_ms = RL_AT_STREAM_CLOCK;
@@ -1273,6 +1315,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     rl_appended a;
     if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
         return REDISMODULE_OK;
+    rl_resv_wrote(ctx, argv[1], a.stream);
     /* Replicas and the AOF must append at the time the messages got here.
      * When that is the stream's clock as it was (writes within one
      * millisecond, the common case at high rates), the command goes
@@ -1479,7 +1522,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
+    /* Messages past `next` are written but not acknowledged (read-committed):
+     * a reader blocking for them is woken once they are. */
+    int unacknowledged = s != NULL && next < mn_next_offset(s);
     int flags = RedisModule_GetContextFlags(ctx);
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
@@ -1488,6 +1534,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         uint64_t start = rl_resolve_offset(a.offset, next);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
+            if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
             rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
             w->start = start;
             w->count = a.count;
@@ -1519,6 +1566,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
+        if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
         /* Created now, so a GROUPNEW reader gets what is written next. */
         if (missing) rl_set_group(ctx, a.group, start);
         rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
@@ -1612,6 +1660,22 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (len > RL_OFFSET_END - dst_next - adding) overflow = 1;
         else adding += len;
     }
+    if (!wrongtype && !overflow && adding > 0) {
+        /* Offsets are handed out: the reservation must be confirmed first
+         * (module_reserve.c), which may also raise or bring back dst. */
+        if (!rl_resv_admit(ctx, argv[1], adding, rl_tconcat)) {
+            for (int i = 1; i < argc; i++)
+                if (keys[i]) RedisModule_CloseKey(keys[i]);
+            RedisModule_Free(keys);
+            RedisModule_Free(streams);
+            return REDISMODULE_OK;
+        }
+        RedisModule_CloseKey(keys[1]);
+        keys[1] = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+        rl_stream_of(keys[1], &streams[1]);
+        dst_next = streams[1] ? mn_next_offset(streams[1]) : 0;
+        overflow = adding > RL_OFFSET_END - dst_next;
+    }
     int rc = MN_OK;
     if (!wrongtype && !overflow) {
         mn_stream *dst = streams[1];
@@ -1630,8 +1694,10 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (created) {
             RedisModule_ModuleTypeSetValue(keys[1], rl_type, dst);
             rl_total_add(&rl_totals.streams, 1);
+            rl_resv_created(ctx, argv[1], dst);
         }
         rl_account(dst, &before);
+        if (adding > 0) rl_resv_wrote(ctx, argv[1], dst);
         if (mn_compress_pending(dst)) rl_house.dirty = 1; /* moved nodes to conform */
         for (int i = 2; i < argc; i++)
             if (streams[i]) RedisModule_DeleteKey(keys[i]);
@@ -1704,6 +1770,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         s = rl_stream_new();
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_account_new(s);
+        rl_resv_created(ctx, argv[1], s);
     }
     if (target > mn_next_offset(s)) mn_raise_next_offset(s, target);
     RedisModule_CloseKey(key);
@@ -1742,6 +1809,7 @@ static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, argv[1], s);
     }
     rl_account(s, &before);
     if (mn_compress_pending(s)) rl_house.dirty = 1;
@@ -1905,10 +1973,11 @@ static void rl_rdb_save(RedisModuleIO *io, void *value) {
         RedisModule_SaveStringBuffer(io, b.data, b.len);
     }
     mn_buf_free(&b);
+    rl_resv_rdb_save(io, s); /* encoding version 2: the reservation mark */
 }
 
 static void *rl_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver != RL_ENCVER) {
+    if (encver < 1 || encver > RL_ENCVER) {
         RedisModule_LogIOError(io, "warning",
                                "rcp11: stream encoding version %d is not %d (a newer module?)",
                                encver, RL_ENCVER);
@@ -1944,6 +2013,10 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     int rc = mn_load_finish(s);
     if (rc != MN_OK) {
         RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
+        mn_stream_free(s);
+        return NULL;
+    }
+    if (rl_resv_rdb_load(io, s, encver) != REDISMODULE_OK) {
         mn_stream_free(s);
         return NULL;
     }
@@ -2002,6 +2075,7 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
     } else if (end > nodes_end || nodes_end == 0) {
         rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
     }
+    rl_resv_aof_rewrite(aof, key, s);
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
@@ -2121,6 +2195,7 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_housekeeping_ticks", rl_pause.ticks);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_group_wakes", rl_pause.group_wakes);
+    rl_resv_info(ctx);
 }
 
 static long long rl_get_numeric(const char *name, void *privdata) {
@@ -2181,6 +2256,7 @@ static int rl_register_configs(RedisModuleCtx *ctx) {
                                           rl_set_numeric, NULL,
                                           &rl_config.retention_bytes) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    if (rl_resv_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     return RedisModule_LoadConfigs(ctx);
 }
 
@@ -2314,6 +2390,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     methods.free = rl_free;
     methods.free_effort = rl_free_effort;
     methods.copy = rl_copy;
+    methods.unlink2 = rl_resv_unlink;
     rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
     if (rl_type == NULL) return REDISMODULE_ERR;
     /* Corrupt or short RDB input comes back as an error to check, not an
@@ -2324,6 +2401,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (ra_register(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);
     rl_pause.wakes = RedisModule_CreateDict(NULL);

@@ -51,6 +51,7 @@
 
 #include "ackgroup.h"
 #include "module_internal.h"
+#include "module_reserve.h"
 
 /* The data type's name is written into every RDB file holding a group:
  * never change it. Redis requires exactly 9 characters. */
@@ -162,6 +163,22 @@ static int ra_materialize(RedisModuleCtx *ctx, RedisModuleString *stream, ra_ope
  * there it is the group's start. */
 static uint64_t ra_logged_floor(const ra_open *o, uint64_t floor) {
     return o->missing && o->base > floor ? o->base : floor;
+}
+
+/* The stream's offsets a lease read may deliver: from its first readable
+ * offset to the end a reader may see (rcp11.read-committed: what every
+ * online replica acknowledged; module_reserve.c). */
+static void ra_bounds(RedisModuleCtx *ctx, mn_stream *s, uint64_t *floor, uint64_t *end) {
+    *end = rl_resv_readable_next(ctx, s);
+    *floor = s ? mn_first_offset(s) : 0;
+    if (*floor > *end) *floor = *end;
+}
+
+/* A lease reader that waits while messages past the readable end exist
+ * (written, not acknowledged by the replicas yet) is woken once they are. */
+static void ra_wait_committed(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s,
+                              uint64_t end) {
+    if (s != NULL && end < mn_next_offset(s)) rl_resv_reader_waits(ctx, key);
 }
 
 /* Store a created group into its key (replacing a plain group's string). */
@@ -326,7 +343,8 @@ int ra_tread(RedisModuleCtx *ctx, RedisModuleString *stream_name, RedisModuleKey
         RedisModule_Replicate(ctx, "TACK", "sll", a->group, a->ack_start, a->ack_count);
         changed = 1;
     }
-    uint64_t floor = s ? mn_first_offset(s) : 0, end = s ? mn_next_offset(s) : 0;
+    uint64_t floor, end;
+    ra_bounds(ctx, s, &floor, &end);
     ag_choice c;
     ag_pick(o.g, now, floor, end, (uint64_t)a->count, &c);
     if (c.count > 0 || !may_block) {
@@ -357,6 +375,7 @@ int ra_tread(RedisModuleCtx *ctx, RedisModuleString *stream_name, RedisModuleKey
     if (a->consumer != NULL) w->consumer = RedisModule_CreateStringFromString(NULL, a->consumer);
     rl_block(ctx, stream_name, w, a->block_ms);
     ra_arm_timer(ctx, w, o.g, floor, end, now);
+    ra_wait_committed(ctx, stream_name, s, end);
     ra_close(&o);
     RedisModule_CloseKey(key);
     return REDISMODULE_OK;
@@ -381,15 +400,20 @@ int ra_wake(RedisModuleCtx *ctx, rl_wait *w) {
         return REDISMODULE_OK;
     }
     int64_t now = rl_now_ms();
-    uint64_t floor = s ? mn_first_offset(s) : 0, end = s ? mn_next_offset(s) : 0;
+    uint64_t floor, end;
+    ra_bounds(ctx, s, &floor, &end);
     ag_choice c;
     ag_pick(o.g, now, floor, end, (uint64_t)w->count, &c);
     if (c.count == 0 || RedisModule_AvoidReplicaTraffic()) {
         /* Keep waiting, changing nothing (see module.c's BLOCKING); while
          * clients are paused a delivery would replicate RCP11.LEASE, so it
          * waits for the pause to end (module.c's PAUSES). */
-        if (c.count == 0) ra_arm_timer(ctx, w, o.g, floor, end, now);
-        else rl_defer_wake(w);
+        if (c.count == 0) {
+            ra_arm_timer(ctx, w, o.g, floor, end, now);
+            ra_wait_committed(ctx, w->key, s, end);
+        } else {
+            rl_defer_wake(w);
+        }
         ra_close(&o);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;

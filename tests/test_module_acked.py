@@ -7,6 +7,8 @@ during CLIENT PAUSE."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,3 +161,32 @@ def test_a_lease_running_out_during_a_pause_is_served_after_it(module_factory: A
     assert state_of(client) == before
     reader.close()
     client.close()
+
+
+@pytest.mark.slow
+def test_lease_reads_see_only_what_replicas_acknowledged_with_read_committed(
+    module_factory: Any,
+) -> None:
+    options = {"rcp11.read-committed": "yes", "repl_diskless_sync_delay": 0}
+    primary_srv = module_factory(**options)
+    replica_srv = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}", **options)
+    primary = primary_srv.client()
+    wait_for(lambda: primary.info("replication").get("slave0", {}).get("state") == "online")
+    tw(primary, "jobs", "a1", "a2")
+    wait_for(lambda: tr(primary, "jobs", 0, 10) == [b"a1", b"a2"])
+    assert replica_srv.proc is not None
+    os.kill(replica_srv.proc.pid, signal.SIGSTOP)  # a replica that lags
+    try:
+        tw(primary, "jobs", "b1")  # written, not acknowledged by the replica
+        got = lease(primary, "jobs", "g", 10, 60_000)
+        assert (got[0][1], got[1:]) == (1, [b"a1", b"a2"])  # last_offset: the acknowledged
+        reader = primary_srv.client()
+        thread, box = in_thread(lambda: lease(reader, "jobs", "g", 10, 60_000, "BLOCK", 10_000))
+        wait_blocked(primary, 1)
+    finally:
+        os.kill(replica_srv.proc.pid, signal.SIGCONT)
+    thread.join(10)
+    assert box["reply"][1:] == [b"b1"]
+    primary.config_set("rcp11.read-committed", "no")
+    reader.close()
+    primary.close()
