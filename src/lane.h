@@ -21,6 +21,10 @@
 /* Keys one lane_run() call may resolve; the next new key stops the lane. */
 #define LANE_MAX_KEYS 16
 
+/* Slow commands one lane_run() call records (SLOWLOG, LATENCY: see
+ * lane_slow); the run stops after the last one it has room for. */
+#define LANE_MAX_SLOW 8
+
 /* What the resolver allows for a key (bits of its return value). */
 #define LANE_KEY_READ 1
 #define LANE_KEY_WRITE 2
@@ -52,12 +56,20 @@ typedef struct lane_key {
     int written;            /* a TWRITE or a lease ran on it: it changed */
 } lane_key;
 
+/* A command that ran at least lane_call.slow_usec: where its request is
+ * in the buffer lane_run() was given, and how long it ran. */
+typedef struct lane_slow {
+    size_t start, len;
+    uint64_t usec;
+} lane_slow;
+
 typedef struct lane_call {
     /* In, set by the caller before lane_run(). */
     lane_resolve_fn resolve;
     uint64_t max_bulk_len;       /* proto-max-bulk-len */
     uint64_t max_multibulk_len;  /* arguments per request */
     uint64_t max_commands;       /* requests to run at most */
+    uint64_t slow_usec;          /* record commands that run this long (UINT64_MAX: none) */
     /* In, set by lane_run() from its arguments (one cffi call, no field
      * sets from Python per read). */
     size_t reply_mark;           /* stop once reply.len passed this */
@@ -74,6 +86,8 @@ typedef struct lane_call {
     /* Changes lease reads logged (a TACK for an ACK, an RCP11.LEASE each):
      * what they add to the server's dirty counter. */
     uint64_t group_changes;
+    size_t nslow;
+    lane_slow slow[LANE_MAX_SLOW];
     /* The append time (unix ms) of every TWRITE of the run: the wall clock
      * read once, at the first (-1: none ran). Python dates the run's AOF
      * bytes with it, so a replay appends them at the same time. */

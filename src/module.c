@@ -44,6 +44,10 @@
  *   rcp11.reserve write                          1: RW UPDATE  (internal,
  *                                                   module_reserve.c)
  *
+ * ACL categories (where the server has the API, Redis 7.2+ and Valkey 8)
+ * follow Redis's stream commands, plus the module's own @rcp11: see
+ * rl_commands. Redis 7.0 has no such API; the load logs that.
+ *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
  * replica (-READONLY, as Redis words it), and "may-replicate" tells Redis
@@ -345,6 +349,7 @@
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
 RCP11_MODULE_API_RESERVE(RL_DEFINE_API)
+RCP11_MODULE_API_OPTIONAL(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -362,6 +367,11 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
     RCP11_MODULE_API(RL_LOOKUP_API)
     RCP11_MODULE_API_RESERVE(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
+#define RL_LOOKUP_OPTIONAL(ret, name, params)                                              \
+    if (getapi("RedisModule_" #name, (void *)&RedisModule_##name) != REDISMODULE_OK)      \
+        RedisModule_##name = NULL;
+    RCP11_MODULE_API_OPTIONAL(RL_LOOKUP_OPTIONAL)
+#undef RL_LOOKUP_OPTIONAL
     return NULL;
 }
 
@@ -2080,31 +2090,58 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
-/* DEBUG DIGEST: the logical content (offsets and messages), so that a
- * replica and its primary digest equal whatever their node layout. */
+/* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
+ * replica and its primary digest equal whatever their node layouts. After
+ * the first readable and the last offset, each item is two elements: a
+ * message is its length and its bytes, a run of null offsets (a gap left by
+ * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
+ * length. A length is never -1, so no message reads as a gap; and a gap
+ * costs two elements whatever its size (walking it offset by offset took
+ * hours for a 2^40 gap, with the server stuck in DEBUG DIGEST). */
+static void rl_digest_gap(RedisModuleDigest *md, uint64_t *gap) {
+    if (*gap == 0) return;
+    RedisModule_DigestAddLongLong(md, -1);
+    RedisModule_DigestAddLongLong(md, (long long)*gap);
+    *gap = 0;
+}
+
 static void rl_digest(RedisModuleDigest *md, void *value) {
     mn_stream *s = value;
     rl_snap before;
     rl_snap_take(s, &before);
-    uint64_t pos = mn_first_offset(s), end = mn_next_offset(s);
-    RedisModule_DigestAddLongLong(md, (long long)pos);
+    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
+    RedisModule_DigestAddLongLong(md, (long long)first);
     RedisModule_DigestAddLongLong(md, (long long)(end - 1));
+    uint64_t pos = first; /* digested up to here */
+    uint64_t gap = 0;     /* null offsets met and not digested yet */
     uint64_t batch = rl_read_batch(s);
-    while (pos < end) {
-        uint64_t k = end - pos < batch ? end - pos : batch;
-        rl_read_buf.len = 0;
-        if (mn_read_copy(s, pos, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
-        const char *p = rl_read_buf.data;
-        for (uint64_t i = 0; i < k; i++) {
-            if (rl_read_lens[i] < 0) {
-                RedisModule_DigestAddLongLong(md, -1);
-                continue;
+    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
+        mn_node_info info;
+        mn_node_get_info(node, &info);
+        uint64_t from = info.first > pos ? info.first : pos, to = info.first + info.count;
+        if (to <= from) continue; /* evicted */
+        gap += from - pos;
+        while (from < to) {
+            uint64_t k = to - from < batch ? to - from : batch;
+            rl_read_buf.len = 0;
+            if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+            const char *p = rl_read_buf.data;
+            for (uint64_t i = 0; i < k; i++) {
+                if (rl_read_lens[i] < 0) {
+                    gap++;
+                    continue;
+                }
+                rl_digest_gap(md, &gap);
+                RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
+                RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+                p += rl_read_lens[i];
             }
-            RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
-            p += rl_read_lens[i];
+            from += k;
         }
-        pos += k;
+        pos = to;
     }
+    gap += end > pos ? end - pos : 0;
+    rl_digest_gap(md, &gap);
     RedisModule_DigestEndSequence(md);
     rl_account(s, &before);
     rl_release_scratch();
@@ -2290,6 +2327,55 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 
+/* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
+ * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
+ * entry [entry ...]), the same as rcp11-server's. A KEY argument names
+ * its key spec by index (RL_ARG and friends: module_internal.h). */
+static RedisModuleCommandArg rl_twrite_batch[] = {
+    RL_ARG("backlog", INTEGER, "BACKLOG", RL_OPTIONAL),
+    RL_ARG("entry", STRING, "ENTRIES", RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_twrite_forms[] = {
+    RL_ARG("entry", STRING, NULL, 0), RL_GROUP_ARG("entries", BLOCK, rl_twrite_batch, 0), {0}};
+static RedisModuleCommandArg rl_twrite_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_GROUP_ARG("form", ONEOF, rl_twrite_forms, 0), {0}};
+static RedisModuleCommandArg rl_tread_groups[] = {
+    RL_KEY_ARG("groupkey", 1, "GROUP", 0), RL_KEY_ARG("newgroupkey", 2, "GROUPNEW", 0), {0}};
+static RedisModuleCommandArg rl_tread_ack[] = {
+    RL_ARG("start", INTEGER, NULL, 0), RL_ARG("count", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_tread_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0),
+    RL_ARG("offset", INTEGER, NULL, 0),
+    RL_ARG("count", INTEGER, NULL, 0),
+    RL_ARG("milliseconds", INTEGER, "BLOCK", RL_OPTIONAL),
+    RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
+    RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
+    RL_ARG("lease", INTEGER, "LEASE", RL_OPTIONAL),
+    RL_ARG("consumer", STRING, "CONSUMER", RL_OPTIONAL),
+    {.name = "ack", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "ACK",
+     .subargs = rl_tread_ack, .flags = RL_OPTIONAL},
+    {0}};
+static RedisModuleCommandArg rl_tevict_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_tconcat_docs[] = {
+    RL_KEY_ARG("destination", 0, NULL, 0), RL_KEY_ARG("source", 1, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_tseek_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_skipto_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("next-offset", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_twriteat_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("unix-time-ms", INTEGER, NULL, 0),
+    RL_ARG("entry", STRING, NULL, RL_MULTIPLE), {0}};
+static RedisModuleCommandArg rl_node_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("node-blob", STRING, NULL, 0), {0}};
+
+/* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
+ * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
+ * the command has the "fast" flag), plus the module's own category @rcp11
+ * (Redis 7.4+, Valkey 8), which plays the part @stream plays for Redis's
+ * streams: rcp11 streams are not in @stream, whose rules mean Redis's own
+ * type. A group read moves its group key yet TREAD is @read: the key spec
+ * marks the group key RW, so a user with read-only key permissions (%R~)
+ * cannot move a group. */
 typedef struct rl_command {
     const char *name;
     RedisModuleCmdFunc fn;
@@ -2298,29 +2384,41 @@ typedef struct rl_command {
     int arity;
     const char *summary;
     RedisModuleCommandKeySpec *keys;
+    const char *acl; /* ACL categories, @rcp11 added where the server can */
+    RedisModuleCommandArg *args;
+    const char *complexity;
 } rl_command;
 
 static const rl_command rl_commands[] = {
     {"twrite", rl_twrite, "write deny-oom fast", 1, 1, 1, -3,
-     "Append entries to a stream; returns the offset of the first", rl_twrite_specs},
+     "Append entries to a stream; returns the offset of the first", rl_twrite_specs,
+     "write fast", rl_twrite_docs, "O(N) for N entries"},
     {"tread", rl_tread, "readonly may-replicate blocking getkeys-api", 1, 1, 1, -4,
-     "Read a stream from an offset, or as a member of a group", rl_tread_specs},
+     "Read a stream from an offset, or as a member of a group", rl_tread_specs,
+     "read slow blocking", rl_tread_docs,
+     "O(log N + M): N nodes in the stream, M offsets returned"},
     {"tevict", rl_tevict, "write fast", 1, 1, 1, 3, "Evict the oldest messages of a stream",
-     rl_tevict_specs},
+     rl_tevict_specs, "write fast", rl_tevict_docs, "O(N) for N nodes freed"},
     {"tconcat", rl_tconcat, "write deny-oom", 1, -1, 1, -3,
-     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs},
+     "Append the readable messages of streams to a stream, then delete them", rl_tconcat_specs,
+     "write slow", rl_tconcat_docs, "O(N) for N nodes in the sources"},
     {"tseek", rl_tseek, "readonly fast", 1, 1, 1, 3,
-     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs},
+     "The offset of the first message appended at or after a unix time in ms", rl_tseek_specs,
+     "read fast", rl_tseek_docs, "O(log N) for N nodes"},
     {"rcp11.skipto", rl_skipto, "write deny-oom", 1, 1, 1, 3,
-     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs},
+     "Raise a stream's next offset (used by AOF rewrites)", rl_skipto_specs, "write fast",
+     rl_skipto_docs, "O(1)"},
     {"rcp11.twriteat", rl_twriteat, "write deny-oom", 1, 1, 1, -4,
-     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs},
+     "TWRITE at the primary's append time (replication and AOF only)", rl_twrite_specs,
+     "write fast", rl_twriteat_docs, "O(N) for N entries"},
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
-     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs},
+     "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow",
+     rl_node_docs, "O(N) for the N bytes of the node"},
 };
 
 int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
-                        const char *since, RedisModuleCommandKeySpec *specs) {
+                        const char *since, RedisModuleCommandKeySpec *specs,
+                        RedisModuleCommandArg *args, const char *complexity) {
     RedisModuleCommandInfo info;
     memset(&info, 0, sizeof(info));
     info.version = &rl_info_version;
@@ -2328,11 +2426,59 @@ int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const 
     info.since = since;
     info.arity = arity;
     info.key_specs = specs;
+    info.args = args;
+    info.complexity = complexity;
     RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
     if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
         RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", name);
         return REDISMODULE_ERR;
     }
+    return REDISMODULE_OK;
+}
+
+/* The module's ACL category, when the server can add one (OnLoad only). */
+#define RL_ACL_CATEGORY "rcp11"
+
+/* What rl_set_acl_categories found: -1 the server cannot set categories,
+ * 0 it can but not add @rcp11, 1 both. */
+static int rl_acl_support = -1;
+
+int rl_set_command_acl(RedisModuleCtx *ctx, const char *name, const char *acl) {
+    if (rl_acl_support < 0) return REDISMODULE_OK;
+    char categories[64];
+    snprintf(categories, sizeof(categories), "%s%s", acl,
+             rl_acl_support ? " " RL_ACL_CATEGORY : "");
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL ||
+        RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
+/* Put the commands in their ACL categories where the server has the API;
+ * say at load what is missing where it has not (docs/MODULE.md, ACLs).
+ * Before ra_register, which files its own commands with rl_set_command_acl. */
+static int rl_set_acl_categories(RedisModuleCtx *ctx) {
+    if (RedisModule_SetCommandACLCategories == NULL) {
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot put module commands in ACL categories "
+                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK, TACK, TGROUP are in "
+                        "none, so @read, @write and @rcp11 rules miss them; name the commands "
+                        "in ACL rules instead (docs/MODULE.md, ACLs)");
+        return REDISMODULE_OK;
+    }
+    int own = RedisModule_AddACLCategory != NULL &&
+              RedisModule_AddACLCategory(ctx, RL_ACL_CATEGORY) == REDISMODULE_OK;
+    if (!own)
+        RedisModule_Log(ctx, "warning",
+                        "rcp11: this server cannot add the ACL category @" RL_ACL_CATEGORY
+                        " (Redis 7.2): the commands are in @read or @write only");
+    rl_acl_support = own;
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++)
+        if (rl_set_command_acl(ctx, rl_commands[i].name, rl_commands[i].acl) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }
 
@@ -2342,8 +2488,8 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
         if (RedisModule_CreateCommand(ctx, c->name, c->fn, c->flags, c->firstkey, c->lastkey,
                                       c->keystep) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.0.0", c->keys) !=
-            REDISMODULE_OK)
+        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.0.0", c->keys, c->args,
+                                c->complexity) != REDISMODULE_OK)
             return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;
@@ -2399,6 +2545,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS |
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_set_acl_categories(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (ra_register(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;

@@ -768,8 +768,28 @@ static RedisModuleCommandKeySpec ra_lease_specs[] = {
 static RedisModuleCommandKeySpec ra_group_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_OW | REDISMODULE_CMD_KEY_UPDATE), {0}};
 
+/* Argument docs (COMMAND DOCS), as rcp11-server's. */
+static RedisModuleCommandArg ra_range_args[] = {
+    RL_ARG("start", INTEGER, NULL, 0), RL_ARG("count", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg ra_tack_docs[] = {
+    RL_KEY_ARG("groupkey", 0, NULL, 0), RL_GROUP_ARG("range", BLOCK, ra_range_args, RL_MULTIPLE),
+    {0}};
+static RedisModuleCommandArg ra_info_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_KEY_ARG("groupkey", 1, NULL, 0), {0}};
+static RedisModuleCommandArg ra_pending_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_KEY_ARG("groupkey", 1, NULL, 0),
+    RL_ARG("offset", INTEGER, NULL, 0), RL_ARG("count", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg ra_lease_docs[] = {
+    RL_KEY_ARG("groupkey", 0, NULL, 0),  RL_KEY_ARG("key", 1, NULL, 0),
+    RL_ARG("floor", INTEGER, NULL, 0),   RL_ARG("start", INTEGER, NULL, 0),
+    RL_ARG("count", INTEGER, NULL, 0),   RL_ARG("deadline-ms", INTEGER, NULL, 0),
+    RL_ARG("deliveries", INTEGER, NULL, 0), RL_ARG("consumer", STRING, NULL, 0), {0}};
+static RedisModuleCommandArg ra_group_docs[] = {
+    RL_KEY_ARG("groupkey", 0, NULL, 0), RL_ARG("group-blob", STRING, NULL, 0), {0}};
+
 /* The commands of this file, created in this order ("tgroup|x": a
- * subcommand of the container "tgroup", created before them). */
+ * subcommand of the container "tgroup", created before them), with their
+ * ACL categories as module.c files its own (rl_command). */
 typedef struct ra_command {
     const char *name;
     RedisModuleCmdFunc fn;
@@ -777,20 +797,29 @@ typedef struct ra_command {
     int firstkey, lastkey, keystep, arity;
     const char *summary;
     RedisModuleCommandKeySpec *specs;
+    const char *acl;
+    RedisModuleCommandArg *args;
+    const char *complexity;
 } ra_command;
 
 static const ra_command ra_commands[] = {
     {"tack", ra_tack, "write fast", 1, 1, 1, -4,
-     "Acknowledge offsets leased by an acknowledged group", ra_tack_specs},
+     "Acknowledge offsets leased by an acknowledged group", ra_tack_specs, "write fast",
+     ra_tack_docs, "O(N log R): N ranges acknowledged, R pending ranges"},
     {"rcp11.lease", ra_lease_command, "write", 1, 2, 1, 9,
-     "Lease offsets of an acknowledged group (replication and AOF only)", ra_lease_specs},
+     "Lease offsets of an acknowledged group (replication and AOF only)", ra_lease_specs,
+     "write fast", ra_lease_docs, "O(log R) for R pending ranges"},
     {"rcp11.group", ra_group_command, "write", 1, 1, 1, 3,
-     "Install a serialized acknowledged group (AOF rewrites only)", ra_group_specs},
+     "Install a serialized acknowledged group (AOF rewrites only)", ra_group_specs, "write slow",
+     ra_group_docs, "O(N) for the N bytes of the group"},
     {"tgroup|info", ra_tgroup_info, "readonly", 2, 3, 1, 4,
-     "Describe a consumer group of a stream", ra_tgroup_specs},
+     "Describe a consumer group of a stream", ra_tgroup_specs, "read slow", ra_info_docs,
+     "O(R + C): R pending ranges, C consumers"},
     {"tgroup|pending", ra_tgroup_pending, "readonly", 2, 3, 1, 6,
-     "List the pending ranges of an acknowledged group", ra_tgroup_specs},
-    {"tgroup|help", ra_tgroup_help, "readonly", 0, 0, 0, 2, "Show TGROUP's subcommands", NULL},
+     "List the pending ranges of an acknowledged group", ra_tgroup_specs, "read slow",
+     ra_pending_docs, "O(log R + M): R pending ranges, M returned"},
+    {"tgroup|help", ra_tgroup_help, "readonly", 0, 0, 0, 2, "Show TGROUP's subcommands", NULL,
+     "slow", NULL, "O(1)"},
 };
 
 /* The data type's callbacks: the group is an ag_group, saved as its blob. */
@@ -825,8 +854,9 @@ int ra_register(RedisModuleCtx *ctx) {
                                                 c->lastkey, c->keystep);
         if (created != REDISMODULE_OK) return REDISMODULE_ERR;
         /* Commands of this file came with version 1.1.0 of the module. */
-        if (c->specs != NULL && rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.1.0",
-                                                    c->specs) != REDISMODULE_OK)
+        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.1.0", c->specs, c->args,
+                                c->complexity) != REDISMODULE_OK ||
+            rl_set_command_acl(ctx, c->name, c->acl) != REDISMODULE_OK)
             return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;

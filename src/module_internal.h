@@ -60,6 +60,19 @@
      .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
      .fk.range = {0, 1, 0}}
 
+/* Argument docs (COMMAND DOCS) for SetCommandInfo. */
+#define RL_ARG(nm, ty, tok, fl)                                                               \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .token = (tok),  \
+     .flags = (fl)}
+#define RL_KEY_ARG(nm, spec, tok, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = (spec), .token = (tok), \
+     .flags = (fl)}
+#define RL_GROUP_ARG(nm, ty, sub, fl)                                                         \
+    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .subargs = (sub),  \
+     .flags = (fl)}
+#define RL_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
+#define RL_MULTIPLE REDISMODULE_CMD_ARG_MULTIPLE
+
 /* TREAD's parsed arguments. */
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
@@ -117,9 +130,15 @@ void rl_reply_group_not_offset(RedisModuleCtx *ctx, RedisModuleString *group);
 uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
                            int withinfo, const long long *extra, int nextra);
 /* SetCommandInfo for the command (or "parent|sub") `name`: its arity,
- * summary, version it came with and key specs. Logs what failed. */
+ * summary, version it came with, key specs, argument docs and complexity.
+ * Logs what failed. */
 int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
-                        const char *since, RedisModuleCommandKeySpec *specs);
+                        const char *since, RedisModuleCommandKeySpec *specs,
+                        RedisModuleCommandArg *args, const char *complexity);
+/* Put the command `name` in the ACL categories `acl` ("write fast"), and
+ * in @rcp11 where the server can add it; nothing where it cannot (Redis
+ * 7.0). After OnLoad has set the categories of module.c's commands. */
+int rl_set_command_acl(RedisModuleCtx *ctx, const char *name, const char *acl);
 /* A blocked group reader that would write while clients are paused keeps
  * its place: its stream is signalled again once the pause is over. */
 void rl_defer_wake(rl_wait *w);

@@ -182,21 +182,36 @@ def test_groups_shows_lag_pending_and_consumers(
     client.tread("jobs", 0, 30, group="acked", lease=60_000, consumer="w1")
     client.tread("other", 0, 1, group="elsewhere", lease=60_000)
     client.tread("jobs", 0, 10, group="plain")
-    done = rcp11(stream_server.port, "groups", "jobs", "--group", "plain", "--group", "nope")
+    # Named groups, plain and acknowledged (globs find both kinds of key).
+    done = rcp11(stream_server.port, "groups", "jobs", "plain", "nope", "ack*")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.decode().splitlines()
-    assert lines[0] == "group key 'nope' does not exist"
-    assert lines[1].split() == [
-        "GROUP", "MODE", "NEXT", "LAG", "PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS"
-    ]  # fmt: skip
-    assert lines[2].split() == ["plain", "plain", "10", "90", "0", "0", "0", "0"]
-    assert lines[3].split() == ["acked", "acknowledged", "30", "70", "30", "0", "0", "1"]
+    assert [line.split() for line in lines[:4]] == [
+        ["GROUP", "STREAM", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+        + ["PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS"],
+        ["plain", "jobs", "10", "100", "90", "-", "-", "-", "-"],
+        ["nope", "jobs", "-", "100", "100", "-", "-", "-", "-"],
+        ["acked", "jobs", "30", "100", "70", "30", "0", "0", "1"],
+    ]
     assert lines[4].startswith("  consumer w1: 30 pending, 0 expired, lease until 20")
-    assert len(lines) == 5  # the group of stream "other" is not shown
+    assert len(lines) == 5
+    # No group named: the acknowledged groups of the stream; the group of
+    # stream "other" is not one of them.
     done = rcp11(stream_server.port, "groups", "jobs", "--json")
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
-    assert (row["group"], row["lag"], row["pending"]) == ("acked", 70, 30)
+    assert (row["group"], row["lag"], row["pending"], row["mode"]) == (
+        "acked",
+        70,
+        30,
+        "acknowledged",
+    )
     assert row["consumers"][0]["name"] == "w1"
+    # Named outright, it is an error.
+    done = rcp11(stream_server.port, "groups", "jobs", "elsewhere")
+    assert done.returncode == 1
+    assert "group key 'elsewhere' belongs to stream 'other'" in done.stderr.decode()
+    done = rcp11(stream_server.port, "groups", "other-stream-without-groups")
+    assert done.stdout.decode().startswith("no acknowledged group reads")
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from __future__ import annotations
 from rcp11.commands import (
     admin,
     connection,
+    diagnostics,
     groups,
     info,
     introspection,
@@ -52,6 +53,7 @@ __all__ = [
     "client_disconnected",
     "client_line",
     "connection",
+    "diagnostics",
     "execute",
     "expire_keys",
     "groups",

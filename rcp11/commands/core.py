@@ -32,6 +32,7 @@ from typing import Any
 
 from rcp11 import errors, retention
 from rcp11.blocking import WAIT, BlockRequest
+from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_original
 from rcp11.errors import CommandError
 from rcp11.limits import ERROR_STATS_KINDS
@@ -216,9 +217,12 @@ def call(
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)
     if first_call:
+        usec = (perf_counter_ns() - started) // 1000
         row[0] += 1
-        row[1] += (perf_counter_ns() - started) // 1000
+        row[1] += usec
         stats.total_commands_processed += 1
+        if usec >= state.slow_usec:
+            note_slow(state, client, cmd, argv, usec)
     if type(reply) is Error:
         row[3] += 1
         count_error(state, reply.message)

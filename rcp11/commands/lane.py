@@ -31,11 +31,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import hiredis
+
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
 from rcp11.ackgroups import AckGroup
 from rcp11.commands.core import command_stats, requirepass_set
-from rcp11.commands.table import RENAMED
+from rcp11.commands.diagnostics import note_slow
+from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
@@ -47,6 +50,7 @@ _KEY_READ: int = lib.LANE_KEY_READ
 _KEY_WRITE: int = lib.LANE_KEY_WRITE
 _WRITES: int = lib.LANE_WRITES
 _LOG_WRITES: int = lib.LANE_LOG_WRITES
+_UINT64_MAX = (1 << 64) - 1
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
@@ -56,6 +60,8 @@ _call.resolve = lib.lane_resolve_key
 _call.max_commands = LANE_MAX_COMMANDS
 # The parser limits _call was last given (max_bulk_len, max_multibulk_len).
 _limits: list[tuple[int, int]] = [(-1, -1)]
+# The slow-command threshold _call was last given (ServerState.slow_usec).
+_slow_usec: list[int] = [-1]
 
 # While lane_run() runs: the state it runs on and the keys it resolved
 # (key, stream or None), in the order of _call.keys.
@@ -153,6 +159,8 @@ def run_lane(
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
+    if state.slow_usec != _slow_usec[0]:
+        call.slow_usec = _slow_usec[0] = min(state.slow_usec, _UINT64_MAX)
     writes = not (state.writes_refused or config.get("maxmemory") or persistence.write_refused())
     flags = 0
     room = 0
@@ -173,6 +181,8 @@ def run_lane(
     reply = ffi.unpack(call.reply.data, call.reply.len)
     out.append(reply)
     _account(state, client, call)
+    if call.nslow:
+        _note_slow(state, client, call, data)
     out_bytes += len(reply)
     if consumed < len(carried):  # requests the parser held whole, not this read
         parser.skip(consumed)
@@ -180,6 +190,17 @@ def run_lane(
     if carried:
         parser.skip(len(carried))
     return consumed - len(carried), out_bytes
+
+
+def _note_slow(state: ServerState, client: ClientState, call: Any, data: bytes) -> None:
+    """The run's slow commands, as call() notes a slow command (their
+    requests are canonical RESP: hiredis reads them back into arguments)."""
+    for i in range(call.nslow):
+        slow = call.slow[i]
+        reader = hiredis.Reader()
+        reader.feed(data[slow.start : slow.start + slow.len])
+        argv = reader.gets()
+        note_slow(state, client, lookup_original(argv[0]), argv, slow.usec)
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:

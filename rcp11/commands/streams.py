@@ -26,11 +26,34 @@ from rcp11.storage import OffsetOverflowError, Stream
     group="stream",
     # Appends (INSERT); BACKLOG also evicts the oldest (DELETE).
     key_specs=(KeySpec(("RW", "INSERT", "DELETE"), index=1),),
+    # TWRITE key entry | TWRITE key [BACKLOG backlog] ENTRIES entry [entry ...]
     arguments=(
         {"name": "key", "type": "key", "key_spec_index": 0},
-        {"name": "backlog", "type": "integer", "token": "BACKLOG", "flags": ["optional"]},
-        {"name": "entries", "type": "pure-token", "token": "ENTRIES"},
-        {"name": "entry", "type": "string", "flags": ["multiple"]},
+        {
+            "name": "form",
+            "type": "oneof",
+            "arguments": [
+                {"name": "entry", "type": "string"},
+                {
+                    "name": "entries",
+                    "type": "block",
+                    "arguments": [
+                        {
+                            "name": "backlog",
+                            "type": "integer",
+                            "token": "BACKLOG",
+                            "flags": ["optional"],
+                        },
+                        {
+                            "name": "entry",
+                            "type": "string",
+                            "token": "ENTRIES",
+                            "flags": ["multiple"],
+                        },
+                    ],
+                },
+            ],
+        },
     ),
 )
 def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:

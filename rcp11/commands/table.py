@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 Handler = Callable[["ServerState", "ClientState", list[bytes]], Any]
 
 # Commands with subcommands (CLIENT LIST shows "cmd=client|list").
-_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
+_CONTAINERS = frozenset({"client", "config", "command", "memory", "object", "slowlog", "latency"})
 
 # Commands a client inside MULTI runs at once instead of queuing.
 _NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})

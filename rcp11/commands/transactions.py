@@ -37,7 +37,13 @@ def discard_command(state: ServerState, client: ClientState, argv: list[bytes]) 
     return OK
 
 
-@command("exec", 1, "noscript loading stale", summary="Run a transaction", group="transactions")
+@command(
+    "exec",
+    1,
+    "noscript loading stale skip_slowlog",
+    summary="Run a transaction",
+    group="transactions",
+)
 def exec_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     queued = client.queued
     if queued is None:

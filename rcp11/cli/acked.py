@@ -1,6 +1,6 @@
 """The command line's acknowledged consumer groups: `rcp11 consume --group G
---ack` (at least once) and `rcp11 groups KEY` (a stream's groups: lag,
-pending, consumers).
+--ack` (at least once), and their rows in `rcp11 groups KEY` (lag,
+pending, expired leases, consumers: TGROUP INFO).
 
 `consume --ack` reads with LEASE and acknowledges a batch only once it is
 taken: written to stdout, and, when stdout is a pipe, read out of the pipe
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import json
 import os
 import select
 import socket
@@ -35,11 +34,11 @@ import termios
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO
 
 import redis
 
-from rcp11.client import Client, GroupInfo, ReadResult
+from rcp11.client import Client, ReadResult
 
 # How long the reader of a pipe must stay after taking the last batch for
 # that batch to count as used (`head -1` takes a batch and exits at once).
@@ -49,7 +48,6 @@ _POLL_S = 0.002
 _POLL_MAX_S = 0.05
 # What a group key's TGROUP INFO answers when it belongs to another stream.
 _OTHER_STREAM = "belongs to stream"
-_NO_SUCH_KEY = "no such key"
 
 
 class ReaderGone(Exception):
@@ -188,29 +186,60 @@ def consume_acked(
 
 
 # ---------------------------------------------------------------------------
-# rcp11 groups KEY
+# rcp11 groups KEY: the rows of acknowledged groups
 # ---------------------------------------------------------------------------
 
+# TYPE's answer for an acknowledged group (docs/PROTOCOL.md section 3).
+ACKED_GROUP_TYPE = "rcp11-grp"
+# The extra columns of `rcp11 groups` when an acknowledged group is shown.
+ACKED_COLUMNS = ("PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS")
 
-def stream_groups(client: Client, key: str, named: list[str]) -> dict[str, GroupInfo | None]:
-    """The acknowledged groups of stream `key` (found by SCAN TYPE
-    rcp11-grp) and the groups named (plain or acknowledged; None for one
-    that does not exist), by key."""
-    found: dict[str, GroupInfo | None] = {}
-    wanted = [name.encode() for name in named]
-    scanned = [k for k in client.scan_iter(_type="rcp11-grp", count=1000) if k not in wanted]
-    for name in [*wanted, *sorted(scanned)]:
-        text = name.decode("utf-8", "replace")
-        try:
-            found[text] = client.tgroup_info(key, name)
-        except redis.exceptions.ResponseError as exc:
-            if name not in wanted and _OTHER_STREAM in str(exc):
-                continue  # a group of another stream
-            if name in wanted and str(exc) == _NO_SUCH_KEY:
-                found[text] = None
-                continue
-            raise
-    return found
+
+def acked_row(client: Client, key: str, name: str, next_offset: int) -> dict[str, Any] | str:
+    """The `rcp11 groups` row of acknowledged group `name` of stream `key`,
+    or why it is none (it belongs to another stream)."""
+    try:
+        group = client.tgroup_info(key, name)
+    except redis.exceptions.ResponseError as exc:
+        if _OTHER_STREAM in str(exc):
+            return str(exc)
+        raise
+    return {
+        "group": name,
+        "stream": key,
+        "current_offset": group.next_offset,
+        "next_offset": next_offset,
+        "lag": group.lag,
+        "mode": group.mode,
+        "pending": group.pending,
+        "expired": group.expired,
+        "redelivered": group.redelivered,
+        "consumers": [
+            {
+                "name": c.name.decode("utf-8", "replace"),
+                "pending": c.pending,
+                "expired": c.expired,
+                "lease_deadline": c.lease_deadline,
+            }
+            for c in group.consumers
+        ],
+    }
+
+
+def acked_cells(row: dict[str, Any]) -> list[Any]:
+    """The extra columns' cells of a row ("-" for a plain group)."""
+    if "pending" not in row:
+        return ["-"] * len(ACKED_COLUMNS)
+    return [row["pending"], row["expired"], row["redelivered"], len(row["consumers"])]
+
+
+def consumer_lines(row: dict[str, Any]) -> list[str]:
+    """The lines under an acknowledged group's row: its consumers' leases."""
+    return [
+        f"  consumer {c['name']}: {c['pending']} pending, {c['expired']} expired, "
+        f"lease until {_when(c['lease_deadline'])}\n"
+        for c in row.get("consumers", ())
+    ]
 
 
 def _when(ms: int) -> str:
@@ -220,58 +249,15 @@ def _when(ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def show_groups(args: argparse.Namespace, client: Client, stdout: TextIO, stderr: TextIO) -> int:
-    every = stream_groups(client, args.key, args.group or [])
-    groups = {name: info for name, info in every.items() if info is not None}
-    for name in (name for name, info in every.items() if info is None):
-        (stderr if args.json else stdout).write(f"group key '{name}' does not exist\n")
-    if args.json:
-        for name, info in groups.items():
-            fields = {k: v for k, v in vars(info).items() if k != "consumers"}
-            fields["consumers"] = [
-                {**vars(c), "name": c.name.decode("utf-8", "replace")} for c in info.consumers
-            ]
-            stdout.write(json.dumps({"group": name, "stream": args.key, **fields}) + "\n")
-        return 0
-    if not every:
-        stdout.write(f"no acknowledged group reads '{args.key}' (name plain groups with --group)\n")
-        return 0
-    columns = ("GROUP", "MODE", "NEXT", "LAG", "PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS")
-    rows = [
-        (
-            name,
-            info.mode,
-            info.next_offset,
-            info.lag,
-            info.pending,
-            info.expired,
-            info.redelivered,
-            len(info.consumers),
-        )
-        for name, info in groups.items()
-    ]
-    widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
-
-    def line(row: tuple[Any, ...]) -> str:
-        return "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n"
-
-    stdout.write(line(columns))
-    for row, info in zip(rows, groups.values(), strict=True):
-        stdout.write(line(row))
-        for c in info.consumers:
-            stdout.write(
-                f"  consumer {c.name.decode('utf-8', 'replace')}: {c.pending} pending, "
-                f"{c.expired} expired, lease until {_when(c.lease_deadline)}\n"
-            )
-    return 0
-
-
 __all__ = [
+    "ACKED_COLUMNS",
+    "ACKED_GROUP_TYPE",
     "LAST_BATCH_GRACE_S",
     "Output",
     "ReaderGone",
+    "acked_cells",
+    "acked_row",
     "consume_acked",
+    "consumer_lines",
     "default_consumer",
-    "show_groups",
-    "stream_groups",
 ]
