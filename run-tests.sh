@@ -25,6 +25,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     command -v openssl >/dev/null || need+=(openssl)
     # What Redis dashboards scrape (tests/test_tools_operators.py).
     command -v prometheus-redis-exporter >/dev/null || need+=(prometheus-redis-exporter)
+    command -v ss >/dev/null || need+=(iproute2)
     if [ -z "${VIRTUAL_ENV:-}" ]; then
         # The system Python needs its headers (the C core is compiled
         # against them) and venv with ensurepip.
@@ -71,8 +72,8 @@ echo "== ruff"
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
 
-# Bounded: 27 s per harness (loading the committed corpus of fuzz_ops takes
-# ~15 s of it on 2 busy cores); make fuzz runs longer.
+# Bounded: 27 s per harness, from the minimised seeds (they load in about a
+# second and reach every edge the full corpus reached); make fuzz runs longer.
 echo "== C core under libFuzzer (fuzz/core)"
 bash fuzz/core/run.sh 27 --ci
 

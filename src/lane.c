@@ -19,7 +19,7 @@
  * cannot, it stops and returns how many bytes it consumed, and Python
  * parses and runs the rest (rcp11/commands/lane.py decides, once per call,
  * what no request can change: MULTI, MONITOR, AUTH, rename-command,
- * loading, RESP3, MISCONF, maxmemory).
+ * loading, RESP3, MISCONF; and how much memory maxmemory leaves).
  *
  * WHAT IT RUNS
  * ============
@@ -100,11 +100,30 @@
  *
  * The caller bounds each run: max_commands requests (the pipeline reads
  * the clock between turns), reply_mark bytes of reply (output limits are
- * looked at between commands), and aof_room bytes of AOF (the AOF's disk
+ * looked at between commands; a TREAD whose reply would pass the mark is
+ * left to the general path, which refuses a reply over the client's hard
+ * limit without building it), and aof_room bytes of AOF (the AOF's disk
  * space is reserved ahead; the general path asks again when it nears the
  * end of the reservation). Each key gets a write_limit: a TWRITE whose next
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
+ *
+ * EXEC runs its queued TWRITEs and TREADs through the lane too
+ * (rcp11/commands/lane.py run_queued): they are encoded canonically and run
+ * here as a read is, with LANE_FIXED_TIME giving every TWRITE the
+ * transaction's one append time, as the general path does inside EXEC.
+ * Whatever the lane stops before, the general path runs, so a stop is never
+ * wrong there either (EXEC refuses for MISCONF and OOM as a whole, before
+ * any command runs; a stop for memory or MISCONF is then only slower).
+ *
+ * With maxmemory, the general path refuses a TWRITE (or evicts, under
+ * streams-oldest) when the used memory before it is over the limit. The
+ * caller passes memory_room, the limit minus the used memory when the run
+ * starts; the lane adds up what its TWRITEs (and their BACKLOG evictions)
+ * change in each stream's memory (mn_memory_bytes, which is exactly what
+ * the general path counts for a stream) and stops before the TWRITE that
+ * finds it over the room. No new key is created here (the resolver
+ * refuses missing keys), so nothing else in the used memory moves.
  *
  * SLOW COMMANDS
  * =============
@@ -160,6 +179,7 @@ void lane_call_reset(lane_call *call) {
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
     call->group_changes = 0;
+    call->memory_grown = 0;
     call->nslow = 0;
     call->append_ms = -1;
     call->nkeys = 0;
@@ -396,6 +416,10 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         call->stop = LANE_STOP_KEY;
         return -1;
     }
+    if (call->memory_limited && call->memory_grown > call->memory_room) {
+        call->stop = LANE_STOP_BUDGET; /* the general path refuses it, or evicts first */
+        return -1;
+    }
     uint64_t next = mn_next_offset(k->stream);
     uint64_t new_next = next + n;
     if (new_next - 1 > (uint64_t)LANE_INT64_MAX || new_next < next) return -1;
@@ -411,7 +435,8 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     if (buf_reserve(&call->reply, 32)) return -1;
     if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
     uint64_t started = now_ns();
-    if (call->append_ms < 0) call->append_ms = wall_ms();
+    if (call->append_ms < 0) call->append_ms = call->fixed_time ? call->fixed_ms : wall_ms();
+    int64_t memory_before = (int64_t)mn_memory_bytes(k->stream);
     int64_t first;
     if (n == 1) {
         first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
@@ -438,6 +463,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         int64_t evicted = mn_evict_keep(k->stream, (uint64_t)backlog);
         if (evicted > 0) call->messages_evicted += (uint64_t)evicted;
     }
+    call->memory_grown += (int64_t)mn_memory_bytes(k->stream) - memory_before;
     buf_add_int(&call->reply, ':', first); /* reserved above: cannot fail */
     if (call->log_writes) buf_add(&call->aof, req, req_len);
     call->twrite_usec += (now_ns() - started) / 1000;
@@ -533,9 +559,16 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
-    } else if (mn_read_resp_prefixed(k->stream, start, n, MN_NULL_RESP2, h.data, h.len,
-                                     &call->reply) != MN_OK) {
-        return -1; /* nothing appended; Python answers (or fails) the same read */
+    } else {
+        /* A reply that would take the run past reply_mark is not built
+         * here: the general path holds it to the client's hard output
+         * limit (one TREAD of a million messages must not be built for a
+         * client it will close). */
+        uint64_t room = call->reply_mark > call->reply.len ? call->reply_mark - call->reply.len : 0;
+        int rc = mn_read_resp_capped(k->stream, start, n, MN_NULL_RESP2, h.data, h.len, room, NULL,
+                                     &call->reply);
+        if (rc == MN_ERR_CAP) call->stop = LANE_STOP_BUDGET;
+        if (rc != MN_OK) return -1; /* nothing appended; Python answers (or fails) the same read */
     }
     call->tread_usec += (now_ns() - started) / 1000;
     call->tread_calls++;
@@ -745,7 +778,7 @@ static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc) {
  * --------------------------------------------------------------------- */
 
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room) {
+                size_t aof_room, int64_t memory_room) {
     size_t pos = 0;
     uint64_t ran = 0;
     lane_call_reset(call);
@@ -753,6 +786,9 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
     call->writes = (flags & LANE_WRITES) != 0;
     call->log_writes = (flags & LANE_LOG_WRITES) != 0;
     call->aof_room = aof_room;
+    call->memory_limited = (flags & LANE_MEMORY_ROOM) != 0;
+    call->memory_room = memory_room;
+    call->fixed_time = (flags & LANE_FIXED_TIME) != 0;
     while (pos < len) {
         if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
             call->stop = LANE_STOP_BUDGET;

@@ -76,6 +76,10 @@ typedef struct lane_call {
     int writes;                  /* 0: TWRITE stops the lane (MISCONF, maxmemory...) */
     int log_writes;              /* 1: copy each TWRITE request to aof */
     size_t aof_room;             /* aof.len may reach this before a TWRITE */
+    int memory_limited;          /* 1: maxmemory is set (memory_room applies) */
+    int64_t memory_room;         /* used memory may grow by this before a TWRITE */
+    int fixed_time;              /* 1: TWRITEs append at fixed_ms (LANE_FIXED_TIME) */
+    int64_t fixed_ms;            /* set by the caller: a transaction's one append time */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
@@ -86,6 +90,7 @@ typedef struct lane_call {
     /* Changes lease reads logged (a TACK for an ACK, an RCP11.LEASE each):
      * what they add to the server's dirty counter. */
     uint64_t group_changes;
+    int64_t memory_grown;        /* what the run's TWRITEs added to the streams' memory */
     size_t nslow;
     lane_slow slow[LANE_MAX_SLOW];
     /* The append time (unix ms) of every TWRITE of the run: the wall clock
@@ -111,13 +116,15 @@ void lane_call_free(lane_call *call);
 /* lane_run() flags. */
 #define LANE_WRITES 1         /* TWRITE may run */
 #define LANE_LOG_WRITES 2     /* and its request is copied to aof */
+#define LANE_MEMORY_ROOM 4    /* maxmemory: a TWRITE runs while memory_grown <= memory_room */
+#define LANE_FIXED_TIME 8     /* TWRITEs append at fixed_ms (set before the call), not the clock */
 
 /* Run the requests at the start of buf[0..len) while the lane can run them
  * exactly as the Python general path would; returns how many bytes it
- * consumed (whole requests only). reply_mark, flags and aof_room set the
- * fields of the same names. */
+ * consumed (whole requests only). reply_mark, flags, aof_room and
+ * memory_room set the fields of the same names. */
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room);
+                size_t aof_room, int64_t memory_room);
 
 /* CDEF-END */
 

@@ -45,6 +45,7 @@
 #define MN_ERR_TOOBIG -3     /* a message or node blob over 4 GB - 1 */
 #define MN_ERR_CORRUPT -4    /* a serialized blob failed validation */
 #define MN_ERR_ARG -5        /* an argument out of its documented range */
+#define MN_ERR_CAP -6        /* a reply over the caller's cap (mn_read_resp_capped) */
 
 /* now_ms argument meaning "the wall clock, read by the core". */
 #define MN_NOW -1
@@ -270,6 +271,13 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
  * appended on error. */
 int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
                           const char *prefix, size_t prefix_len, mn_buf *out);
+/* The same, unless the reply (prefix included) would be over max_len
+ * bytes: then MN_ERR_CAP, its size in *needed (when not NULL), and nothing
+ * is appended or decompressed (the size comes from the nodes' message ends
+ * alone), so a reply over a client's output limit is refused unbuilt. */
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+                        const char *prefix, size_t prefix_len, uint64_t max_len,
+                        uint64_t *needed, mn_buf *out);
 
 /* Same range, for callers that want the messages themselves: appends the
  * payloads back to back to out and writes lens[i] (-1 for null). */

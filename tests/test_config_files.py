@@ -6,7 +6,6 @@ refuses the start naming it."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +116,8 @@ def test_bad_argument_exits(tmp_path: Path) -> None:
 def test_config_file_error_names_line(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text("port 0\n# comment\nappendfsync sometimes\n")
-    proc = subprocess.run(
-        ["python", "-m", "rcp11", "server", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=tmp_path,
-    )
+    # This interpreter, not whatever `python` PATH finds first.
+    proc = run_server(str(conf), cwd=tmp_path, timeout=30)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "line 3" in text and "appendfsync sometimes" in text

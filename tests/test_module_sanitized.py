@@ -31,6 +31,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 # double the run).
 SELECTED = [
     "tests/test_streams.py",
+    "tests/test_streams_errors.py",
     "tests/test_groups_blocking.py",
     "tests/test_protocol.py",
     "tests/test_commands_introspection.py",
@@ -61,6 +62,7 @@ def runtime(name: str) -> str:
     return path
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 def test_module_tests_pass_under_asan_and_ubsan(tmp_path: Path) -> None:
     require("redis-server")
     require(os.environ.get("CC", "cc"))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import persistence_in_process
+from conftest import finish_rewrite, persistence_in_process
 
 from rcp11.persistence import (
     OffsetReservations,
@@ -410,12 +410,7 @@ def test_rewrite_with_a_big_tail_moves_it_in_slices(tmp_path: Path) -> None:
     big = b"x" * 100_000
     for index in range(120):  # 12 MB, more than one slice
         run(state, persistence, b"TWRITE", b"s", big + b"%d" % index)
-    ticks = 0
-    while persistence.info()["aof_rewrite_in_progress"]:
-        time.sleep(0.02)
-        persistence.tick(time.time())
-        ticks += 1
-        assert ticks < 3000
+    finish_rewrite(persistence)
     assert persistence.info()["aof_last_bgrewrite_status"] == "ok"
     run(state, persistence, b"TWRITE", b"s", b"after")
     persistence.shutdown("nosave")
@@ -516,9 +511,7 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
         if step == 200:
             persistence.bgrewriteaof()
         persistence.tick(time.time())
-    while persistence.info()["aof_rewrite_in_progress"]:
-        time.sleep(0.02)
-        persistence.tick(time.time())
+    finish_rewrite(persistence)
     expected = state_view(state)
     # A clean shutdown writes tight reservation marks, so what the next
     # start shows is exactly what the AOF replays (a crash would add a gap
@@ -528,9 +521,7 @@ def test_aof_replay_and_rewrite_reproduce_the_state(tmp_path: Path, seed: int) -
     assert state_view(loaded) == expected
     # And once more after a rewrite of the reloaded data.
     reloaded.bgrewriteaof()
-    while reloaded.info()["aof_rewrite_in_progress"]:
-        time.sleep(0.02)
-        reloaded.tick(time.time())
+    finish_rewrite(reloaded)
     assert reloaded.info()["aof_last_bgrewrite_status"] == "ok"
     reloaded.shutdown("nosave")
     again, _ = aof_state(tmp_path, **settings)

@@ -96,6 +96,7 @@ def check_counts(example: ModuleType, events: int, written: list[dict]) -> None:
     assert sum(got.values()) == events
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_the_cluster_example_runs_the_pipeline_on_a_redis_cluster(
     example: ModuleType, tmp_path: Path

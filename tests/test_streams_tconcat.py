@@ -14,7 +14,7 @@ from helpers_dispatch import Client, recording_state, run
 
 from rcp11 import errors
 from rcp11.commands import streams
-from rcp11.resp import Error
+from rcp11.resp import Error, encode
 from rcp11.state import ServerState
 
 
@@ -279,7 +279,7 @@ def test_inside_multi_exec_replies_in_order(state: ServerState) -> None:
     run(state, c, "TCONCAT", "dst", "a")
     run(state, c, "TWRITE", "dst", "z")
     run(state, c, "SET", "progress", "1")
-    assert run(state, c, "EXEC") == [0, 2, "OK"]
+    assert encode(run(state, c, "EXEC"), False) == b"*3\r\n:0\r\n:2\r\n+OK\r\n"
     assert state.keyspace.data[b"dst"].read(0, 3) == [b"x", b"y", b"z"]
 
 

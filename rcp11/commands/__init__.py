@@ -38,7 +38,7 @@ from rcp11.commands.core import (
     serve_ready,
 )
 from rcp11.commands.info import info_text
-from rcp11.commands.lane import lane_open, run_lane
+from rcp11.commands.lane import lane_open, run_buffered, run_lane
 from rcp11.commands.pipeline import Stop, late_reply, protocol_error_reply, run_pipeline
 from rcp11.commands.table import COMMANDS, Command, KeySpec, rename_command
 
@@ -66,6 +66,7 @@ __all__ = [
     "parse_int",
     "protocol_error_reply",
     "rename_command",
+    "run_buffered",
     "run_lane",
     "run_pipeline",
     "serve_ready",

@@ -22,7 +22,7 @@ from rcp11 import errors
 from rcp11.ackgroups import MAX_LEASE_MS, MAX_OWNER_BYTES, AckGroup
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import check_subcommand, now_ms, parse_int
-from rcp11.commands.reading import lookup_stream, stream_reply
+from rcp11.commands.reading import lookup_stream, reply_for, stream_reply
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.limits import NEXT_OFFSET_CEILING
@@ -71,8 +71,14 @@ def group_default_start(stream: Stream | None, group_new: bool) -> int:
 
 
 def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
+    """A group read moves its group (or recreates a deleted one).
+
+    The readers blocked in the group are not signalled (rcp11/blocking.py):
+    a group read only moves the group forward, which can only make them
+    wait longer, or recreates a group whose deletion already signalled
+    them all. Readers waiting on the group key itself as a stream are."""
     value = b"%d" % offset
-    state.keyspace.set(group, value)
+    state.keyspace.set(group, value, signal_watchers=False)
     state.propagate([b"SET", group, value])
 
 
@@ -185,10 +191,16 @@ def _log_lease(
 
 def _store(state: ServerState, group_key: bytes, group: AckGroup) -> None:
     """Record a change of group: a new group goes into the keyspace (over a
-    plain group key, whose TTL goes with it, as the module's does)."""
+    plain group key, whose TTL goes with it, as the module's does).
+
+    A change of a group in place signals none of the readers blocked in it
+    (rcp11/blocking.py): taking leases, acknowledging and dropping evicted
+    ranges only make them wait longer; a lease taken while they wait sets
+    a wake-up for its deadline instead (_delivered). A new group signals
+    them: plain readers of the key it replaced answer an error."""
     keyspace = state.keyspace
     if keyspace.data.get(group_key) is group:
-        keyspace.touch(group_key)
+        keyspace.touch(group_key, signal_watchers=False)
     else:
         keyspace.set(group_key, group)
 
@@ -217,10 +229,12 @@ def _delivered(
     _store(state, group_key, opened.group)
     lease = (start, count, deadline, deliveries)
     _log_lease(state, group_key, stream_key, _logged_floor(opened, floor), lease, consumer)
+    if state.blocking.involves(group_key):
+        # Readers wait in this group: they look again when this lease runs
+        # out, if no earlier wake-up is set.
+        state.blocking.wake_at(group_key, time.monotonic() + max(deadline - now_ms(), 1) / 1000)
     end = stream.next_offset if stream is not None else 0
-    reply, n = stream_reply(
-        stream, start, count, True, client.resp == 3, end, extra=(deliveries, deadline)
-    )
+    reply, n = reply_for(client, stream, start, count, True, end, extra=(deliveries, deadline))
     state.stats.total_messages_read += n
     return reply
 
@@ -283,6 +297,13 @@ class LeaseWait(BlockRequest):
     options: LeaseOptions = LeaseOptions(1)
     wake_at_ms: int = 0  # the lease expiry a wake-up is set for (0: none)
 
+    def __post_init__(self) -> None:
+        # The lease readers of one group on one stream are one lane
+        # (rcp11/blocking.py): what one of them cannot take (no new
+        # message, no expired lease), none can. Serving moves the group.
+        self.lane = ("lease", self.watch)
+        self.writes = True
+
     def serve(self, state: ServerState) -> Any:
         group_key = self.watch
         assert group_key is not None
@@ -312,7 +333,8 @@ class LeaseWait(BlockRequest):
             return  # a wake-up early enough is set
         self.wake_at_ms = max(deadline, now + 1)
         delay = (self.wake_at_ms - now) / 1000
-        state.blocking.wake_at(self.key, time.monotonic() + delay)
+        assert self.watch is not None
+        state.blocking.wake_at(self.watch, time.monotonic() + delay)
 
 
 # ---------------------------------------------------------------------------

@@ -86,9 +86,8 @@ def _info_clients(state: ServerState) -> dict[str, Any]:
 
 def _info_memory(state: ServerState) -> dict[str, Any]:
     # used_memory: all the process allocated (Redis's meaning: its
-    # allocator's total), the interpreter included; maxmemory is held
-    # against the data (used_memory_dataset and the clients'
-    # buffers: maxmemory_counted), as documented in docs/PROTOCOL.md.
+    # allocator's total), the interpreter included, and what maxmemory is
+    # held against (docs/PROTOCOL.md).
     used = state.allocated_memory()
     peak = state.used_memory_peak(used)
     rss = rss_bytes()
@@ -105,7 +104,6 @@ def _info_memory(state: ServerState) -> dict[str, Any]:
         "maxmemory": maxmemory,
         "maxmemory_human": _human(maxmemory),
         "maxmemory_policy": config_value(state, "maxmemory-policy", "noeviction"),
-        "maxmemory_counted": state.used_memory(),
         "mem_fragmentation_ratio": f"{rss / used:.2f}" if used else "0.00",
         "mem_allocator": "libc",
     }

@@ -28,10 +28,11 @@ from rcp11.commands.groups import (
     parse_range,
     set_group_position,
 )
-from rcp11.commands.reading import lookup_stream, stream_reply
+from rcp11.commands.reading import lookup_stream, reply_for, stream_reply
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import Stream
 
 _GROUP_OPTIONS = (b"GROUP", b"GROUPNEW")
 # Options that take one value; ACK takes two.
@@ -41,13 +42,35 @@ _VALUE_OPTIONS = frozenset({b"BLOCK", b"GROUP", b"GROUPNEW", b"LEASE", b"CONSUME
 @dataclass(eq=False)
 class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
-    past the group's position)."""
+    past the group's position).
+
+    Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
+    for, ranked by that offset (a write reaching offset N serves every
+    plain reader waiting below N, and none above it); a group reader's is
+    its group, whose readers on one stream are served in the order they
+    blocked until one has to wait."""
 
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+
+    def __post_init__(self) -> None:
+        if self.watch is None:
+            self.lane = ("offset", self.start)
+            self.rank = self.start
+        else:
+            self.lane = ("group", self.watch)
+            self.writes = True
+
+    def reached(self, state: ServerState) -> bool:
+        # data, not get(): changes nothing, also not an expiry. A key that
+        # expired but is still there looks reached; serve() then waits.
+        value = state.keyspace.data.get(self.key)
+        if value is None:
+            return False
+        return type(value) is not Stream or value.next_offset > self.start
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -67,8 +90,7 @@ class TreadWait(BlockRequest):
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        resp3 = self.client.resp == 3
-        reply, n = stream_reply(stream, start, self.count, self.withinfo, resp3, next_offset)
+        reply, n = reply_for(self.client, stream, start, self.count, self.withinfo, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -239,13 +261,12 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
-    resp3 = client.resp == 3
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
         if start >= next_offset and may_block:
             request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -266,7 +287,7 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
@@ -285,6 +306,7 @@ __all__ = [
     "group_default_start",
     "group_position",
     "lookup_stream",
+    "reply_for",
     "set_group_position",
     "stream_reply",
     "tread_keys",

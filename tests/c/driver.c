@@ -715,6 +715,19 @@ static void test_resp_lengths(void) {
         src += lens[i];
     }
     CHECK(pos == out.len);
+    /* The capped read: one byte short of the reply refuses it, says its
+     * size and appends nothing; exactly its size builds the same bytes. */
+    size_t whole = out.len;
+    mn_buf capped;
+    mn_buf_init(&capped);
+    uint64_t needed = 0;
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 4, &needed,
+                              &capped) == MN_ERR_CAP);
+    CHECK(needed == whole + 5 && capped.len == 0);
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 5, &needed,
+                              &capped) == MN_OK);
+    CHECK(capped.len == whole + 5 && memcmp(capped.data + 5, out.data, whole) == 0);
+    mn_buf_free(&capped);
     mn_buf_free(&out);
     mn_stream_free(s);
     free(buf);
