@@ -46,12 +46,14 @@ TREAD moves a group key without signalling the group's readers
 waiting on that key itself. Without this, each of 1000 served group reads
 re-signalled the 999 others: a million checks for one write.
 
-A new way for waiters to become servable (say acknowledged group reads
-whose leases run out and whose messages are handed out again, without the
-stream growing) needs only its signal: whatever expires the lease calls
-signal_key() on the group key, and the lanes watching it look at their
-first requests. A new kind of wait needs its lane: requests that are
-servable together, FIFO; one that has to wait stops the lane.
+Time can make waiters servable too: an acknowledged group's lease that
+runs out hands its messages out again without the stream growing. A lease
+reader that has to wait asks wake_at(group key, deadline); expire() then
+signals the group key, and the lanes watching it look at their first
+requests. Lease reads and TACK change their group in place without
+signalling it (they only take or settle leases: rcp11/commands/groups.py
+_store()). A new kind of wait needs its lane: requests that are servable
+together, FIFO; one that has to wait stops the lane.
 
 This module knows no command. The server cron calls expire() for timeouts;
 a disconnect calls remove(). ServerState owns one BlockingManager from its
