@@ -301,21 +301,27 @@ class StreamCommands:
         lease: int | None = None,
         consumer: Any = None,
         ack: tuple[int, int] | ReadResult | None = None,
+        nonulls: bool = False,
     ) -> Any:
         """Read up to ``count`` messages of ``key`` starting at ``offset``.
 
         ``offset < 0`` counts back from the stream's next offset. The reply is
         a list with one element per offset, ``None`` where a message was
-        evicted; with ``withinfo=True`` a ``ReadResult``. ``block=ms`` waits
-        (0 = forever) when nothing exists at ``offset`` yet; a timeout returns
-        ``None``. ``group``/``groupnew`` name a string key holding a consumer
-        group's next offset; ``offset`` is then ignored by the server.
+        evicted (or lost in a crash); with ``withinfo=True`` a ``ReadResult``.
+        ``nonulls=True`` starts at the first readable offset at or after
+        ``offset`` and stops before the next ``None``: a gap is stepped over
+        in one request (``ReadResult.start`` says where the reply starts).
+        ``block=ms`` waits (0 = forever) when nothing exists at ``offset`` yet
+        (with ``nonulls``, nothing readable); a timeout returns ``None``.
+        ``group``/``groupnew`` name a string key holding a consumer group's
+        next offset; ``offset`` is then ignored by the server.
 
         ``lease=ms`` makes it an acknowledged group read: the messages are
         leased to ``consumer`` for that long and come back (a ``ReadResult``
         with ``deliveries``) to the group if not acknowledged in time;
         ``ack=(start, count)`` (or the previous ``ReadResult``) acknowledges
-        a batch first, as ``tack`` does.
+        a batch first, as ``tack`` does. A lease read keeps its nulls (no
+        ``nonulls``): its reply is the range to acknowledge.
         """
         _check_offset("offset", offset)
         _check_offset("count", count)
@@ -332,6 +338,8 @@ class StreamCommands:
             args += ["GROUPNEW", groupnew]
         if withinfo:
             args.append("WITHINFO")
+        if nonulls:
+            args.append("NONULLS")
         if lease is not None:
             args += ["LEASE", _check_offset("lease", lease)]
             if consumer is not None:
@@ -387,7 +395,10 @@ class _GroupReads:
         self.key = key
         self.batch = _check_batch(batch)
         self.group = {"groupnew": group} if new else {"group": group}
-        self.lease = {} if lease_ms is None else {"lease": lease_ms, "consumer": consumer}
+        # A plain group steps over nulls (NONULLS); a lease read keeps them.
+        self.mode = (
+            {"nonulls": True} if lease_ms is None else {"lease": lease_ms, "consumer": consumer}
+        )
         self.ack: ReadResult | None = None
         self.taken = 0  # of the batch being handed out: how many were asked past
 
@@ -395,14 +406,14 @@ class _GroupReads:
         return self.key, 0, self.batch
 
     def options(self) -> dict[str, Any]:
-        options = {"withinfo": True, **self.group, **self.lease}
+        options = {"withinfo": True, **self.group, **self.mode}
         if self.ack is not None:
             options["ack"] = self.ack
             self.ack = None
         return options
 
     def done(self, result: ReadResult) -> None:
-        if self.lease:
+        if "lease" in self.mode:
             self.ack = result
 
 
@@ -443,17 +454,23 @@ class Client(StreamCommands, redis.Redis):
         """Yield ``(offset, message)`` for every message from ``start`` on, forever.
 
         Waits with TREAD BLOCK when caught up. ``start < 0`` begins that many
-        messages before the end. Evicted offsets are skipped, and a reader
-        that fell behind eviction jumps to the oldest readable message.
+        offsets before the end. Evicted offsets and the gap a crash may leave
+        are stepped over in one request each (TREAD ... NONULLS), and a
+        reader that fell behind eviction jumps to the oldest readable message.
         """
         offset = start
         _check_batch(batch)
+        if offset < 0:
+            # Counted from the end once, now: sent again after a BLOCK that
+            # ran out, it would count from the end as it is then, past the
+            # messages written in between.
+            offset = self.tread(key, offset, 0, withinfo=True).start
         while True:
-            result = self.tread(key, offset, batch, block=block_ms, withinfo=True)
+            result = self.tread(key, offset, batch, block=block_ms, withinfo=True, nonulls=True)
             if result is None:
                 continue
             yield from result.items()
-            offset = max(result.end, result.first_offset)
+            offset = result.end
 
     def follow_group(
         self,
@@ -470,7 +487,8 @@ class Client(StreamCommands, redis.Redis):
         Several consumers of one group share the messages: each read moves the
         group past what it returned. A missing group starts at the oldest
         readable message, or with ``new=True`` at the next one written.
-        Evicted offsets are skipped.
+        Evicted offsets and crash gaps are stepped over (the group moves past
+        them in one request).
 
         With ``lease_ms`` the group is acknowledged (at least once): each
         batch is leased to ``consumer`` for ``lease_ms`` and acknowledged
@@ -549,13 +567,17 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         """Async version of ``Client.follow``."""
         offset = start
         _check_batch(batch)
+        if offset < 0:  # counted from the end once (Client.follow)
+            offset = (await self.tread(key, offset, 0, withinfo=True)).start
         while True:
-            result = await self.tread(key, offset, batch, block=block_ms, withinfo=True)
+            result = await self.tread(
+                key, offset, batch, block=block_ms, withinfo=True, nonulls=True
+            )
             if result is None:
                 continue
             for item in result.items():
                 yield item
-            offset = max(result.end, result.first_offset)
+            offset = result.end
 
     async def follow_group(
         self,

@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 9
+EXPECTED_ABI_VERSION = 10
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -582,6 +582,18 @@ class Stream:
             return ffi.unpack(buf.data, buf.len) if buf.len else b""
         finally:
             _release_scratch(buf)
+
+    def readable_run(self, offset: int, count: int) -> tuple[int, int]:
+        """(start, n): the first readable offset at or after `offset`
+        (evicted offsets and crash gaps are not readable) and how many
+        readable offsets follow it without a null between them, at most
+        count. Nothing readable at or after offset: (max(offset,
+        next_offset), 0). What TREAD ... NONULLS reads."""
+        if offset < 0 or count < 0:
+            raise _range_error(offset, count, self._next)
+        run = ffi.new("uint64_t *")
+        start = lib.mn_readable_run(self._s, offset, count, run)
+        return start, run[0]
 
     def read(self, start: int, count: int) -> list[bytes | None]:
         """Messages at offsets start..start+count-1; None for evicted or lost ones."""

@@ -26,8 +26,9 @@
  *
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
- *   TREAD key offset count [WITHINFO]     -> *n bulks (WITHINFO: *n+1, *4 info first)
- *   TREAD key offset count [WITHINFO] BLOCK ms    (options in either order)
+ *   TREAD key offset count [WITHINFO] [NONULLS]
+ *                                         -> *n bulks (WITHINFO: *n+1, *4 info first)
+ *   TREAD key offset count [WITHINFO] [NONULLS] BLOCK ms   (options in any order)
  *                                         -> the same reply, when it answers at once
  *
  * A BLOCK read is two commands in one: a read that answers at once, and a
@@ -474,23 +475,29 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
 }
 
 /* TREAD's options after key offset count, as the general path reads them
- * (any order, each at most once): WITHINFO and BLOCK ms. Returns 0 and
- * sets *withinfo and *block (1 when BLOCK was given with a valid timeout);
+ * (any order, each at most once): WITHINFO, NONULLS and BLOCK ms. Returns 0
+ * and sets *withinfo, *nonulls and *block (1 when BLOCK was given with a
+ * valid timeout);
  * -1 for anything the general path would refuse (an option twice, an
  * unknown one, BLOCK without a value, a timeout that is not a canonical
  * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
  *
- *   args:  TREAD key offset count [WITHINFO] [BLOCK ms]   (either order)
+ *   args:  TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]   (any order)
  *          0     1   2      3     4 ...
  *
  * The timeout's value is not kept: the lane runs a BLOCK read only when it
  * answers at once, and then the general path never looks at it either. */
-static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *block) {
-    *withinfo = *block = 0;
+static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *nonulls,
+                         int *block) {
+    *withinfo = *nonulls = *block = 0;
     for (size_t i = 4; i < argc;) {
         if (word_is(&args[i], "WITHINFO")) {
             if (*withinfo) return -1;
             *withinfo = 1;
+            i++;
+        } else if (word_is(&args[i], "NONULLS")) {
+            if (*nonulls) return -1;
+            *nonulls = 1;
             i++;
         } else if (word_is(&args[i], "BLOCK")) {
             int64_t timeout;
@@ -505,18 +512,19 @@ static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO] [BLOCK ms]. Returns 0 when it ran, -1
- * to stop. A BLOCK read runs only when it answers at once, which is when
- * the general path's (tread_command) does not wait: its start offset is
- * below the stream's next offset. At or past it the general path would
- * block (or, inside MULTI, which never reaches the lane, answer): the lane
- * stops before the request. */
+/* TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]. Returns 0 when
+ * it ran, -1 to stop. A BLOCK read runs only when it answers at once, which
+ * is when the general path's (tread_command) does not wait: its start
+ * offset (with NONULLS, the first readable one at or after it) is below
+ * the stream's next offset. At or past it the general path would block
+ * (or, inside MULTI, which never reaches the lane, answer): the lane stops
+ * before the request. Other options: a lease read, or Python's. */
 static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc);
 
 static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     if (argc < 4) return -1;
-    int withinfo, block;
-    if (argc > 7 || tread_options(args, argc, &withinfo, &block))
+    int withinfo, nonulls, block;
+    if (argc > 8 || tread_options(args, argc, &withinfo, &nonulls, &block))
         return run_lease_read(call, args, argc);
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
@@ -535,12 +543,18 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
         uint64_t back = (uint64_t)0 - (uint64_t)offset;
         start = back >= next ? 0 : next - back;
     }
+    uint64_t n;
+    if (nonulls) {
+        /* Past evicted offsets and crash gaps, up to the next null. */
+        start = mn_readable_run(k->stream, start, (uint64_t)count, &n);
+    } else {
+        n = start < next ? next - start : 0;
+        if ((uint64_t)count < n) n = (uint64_t)count;
+    }
     if (block && start >= next) {
         call->stop = LANE_STOP_WAIT;
         return -1; /* it would wait: Python blocks the client */
     }
-    uint64_t n = start < next ? next - start : 0;
-    if ((uint64_t)count < n) n = (uint64_t)count;
     char head[160];
     mn_buf h = {head, 0, sizeof head};
     /* head has room for two headers and four integers: no allocation. */

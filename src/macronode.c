@@ -1931,6 +1931,27 @@ int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style
     return MN_OK;
 }
 
+uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint64_t *run) {
+    *run = 0;
+    uint64_t pos = offset > s->first ? offset : s->first;
+    if (s->num_nodes == 0 || pos >= s->next) return offset > s->next ? offset : s->next;
+    /* The node holding pos, or the first one after it (pos is in a gap). */
+    const mn_node *node = mn_seek(s, pos);
+    if (node == NULL) node = s->head[0];
+    else if (mn_node_end(node) <= pos) node = node->fwd[0];
+    if (node == NULL) return s->next; /* only a gap up to next: nothing readable */
+    if (pos < node->first) pos = node->first;
+    /* Nodes that follow each other without a hole continue the run; walk
+     * only as far as max asks, so the cost is that of reading it. */
+    uint64_t end = mn_node_end(node);
+    while (end - pos < max && node->fwd[0] != NULL && node->fwd[0]->first == end) {
+        node = node->fwd[0];
+        end = mn_node_end(node);
+    }
+    *run = end - pos < max ? end - pos : max;
+    return pos;
+}
+
 int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
     if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
     int rc = mn_check_range(s, start, n);

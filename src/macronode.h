@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 9
+#define MN_ABI_VERSION 10
 
 /* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
  * write. Loading also accepts the versions listed in macronode.c. */
@@ -278,6 +278,14 @@ int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_sty
 int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
                         const char *prefix, size_t prefix_len, uint64_t max_len,
                         uint64_t *needed, mn_buf *out);
+
+/* Where a read that skips unreadable offsets starts: the first readable
+ * offset at or after `offset` (evicted offsets and gaps left by
+ * mn_raise_next_offset are not), and in *run how many offsets from there
+ * are readable without an unreadable one between them, at most max. When
+ * nothing at or after `offset` is readable: max(offset, next), *run 0.
+ * O(log nodes) plus one step per node the run covers. */
+uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint64_t *run);
 
 /* Same range, for callers that want the messages themselves: appends the
  * payloads back to back to out and writes lens[i] (-1 for null). */

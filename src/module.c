@@ -9,7 +9,7 @@
  *
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
- *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -860,6 +860,15 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     return rl_reply_range_ex(ctx, s, start, count, withinfo, NULL, 0);
 }
 
+/* TREAD ... NONULLS: start at the first readable offset at or after
+ * *start (past evicted offsets and gaps) and cover only the readable
+ * offsets in a row from there, at most *count. s may be NULL. */
+static void rl_skip_nulls(const mn_stream *s, uint64_t *start, long long *count) {
+    uint64_t run = 0;
+    if (s != NULL) *start = mn_readable_run(s, *start, (uint64_t)*count, &run);
+    *count = (long long)run;
+}
+
 /* ------------------------------------------------------------------------
  * Group keys
  * --------------------------------------------------------------------- */
@@ -1062,6 +1071,8 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
+    long long count = w->count;
+    if (w->nonulls) rl_skip_nulls(s, &start, &count);
     if (start >= next) {
         /* Written but not acknowledged yet (read-committed): woken again
          * once it is. */
@@ -1075,7 +1086,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1385,7 +1396,7 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 }
 
 /* ------------------------------------------------------------------------
- * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
  * --------------------------------------------------------------------- */
 
 /* ACK start count at argv[at]: an acknowledgement before a lease read. */
@@ -1412,7 +1423,7 @@ static int rl_tread_ack_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
     static const char *const names[] = {"WITHINFO", "BLOCK",    "GROUP", "GROUPNEW",
-                                        "LEASE",    "CONSUMER", "ACK"};
+                                        "LEASE",    "CONSUMER", "ACK",   "NONULLS"};
     enum { N_OPTIONS = sizeof(names) / sizeof(names[0]) };
     int seen[N_OPTIONS] = {0};
     for (int i = 4; i < argc;) {
@@ -1430,8 +1441,9 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0) {
-            a->withinfo = 1;
+        if (opt == 0 || opt == 7) {
+            if (opt == 0) a->withinfo = 1;
+            else a->nonulls = 1;
             i++;
             continue;
         }
@@ -1487,6 +1499,7 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     if (!a->lease && a->consumer != NULL) refused = RL_ERR_CONSUMER_NEEDS_LEASE;
     else if (!a->lease && a->ack) refused = RL_ERR_ACK_NEEDS_LEASE;
     else if (a->lease && a->group == NULL) refused = RL_ERR_LEASE_NEEDS_GROUP;
+    else if (a->lease && a->nonulls) refused = RL_ERR_NONULLS_LEASE;
     if (refused != NULL) {
         RedisModule_ReplyWithError(ctx, refused);
         return REDISMODULE_ERR;
@@ -1499,7 +1512,7 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS")) {
             i++;
         } else if (rl_arg_is(argv[i], "BLOCK") || rl_arg_is(argv[i], "LEASE") ||
                    rl_arg_is(argv[i], "CONSUMER")) {
@@ -1513,6 +1526,56 @@ static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
             break; /* a syntax error: the command will say so */
         }
     }
+}
+
+/* A group read moves its group key: a write, though TREAD is a read (so
+ * that +@read users read streams). Besides TREAD, the user needs the
+ * permission of RCP11.GROUPMOVE, a command in @write and @rcp11 that is
+ * never run: +@read alone or +@all -@write cannot move groups, +@rcp11
+ * can, and on Redis 7.0 (no categories) a rule names it
+ * (docs/MODULE.md, ACLs). ACL DRYRUN cannot see this check. */
+#define RL_GROUPMOVE "rcp11.groupmove"
+
+static int rl_groupmove(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    return RedisModule_ReplyWithError(
+        ctx, "ERR RCP11.GROUPMOVE is not run: it is the ACL permission a group read "
+             "(TREAD ... GROUP or GROUPNEW) needs to move its group key");
+}
+
+/* Whether the client's user may move the group key (see RL_GROUPMOVE);
+ * when not, replies -NOPERM and logs it in ACL LOG, as Redis refuses. */
+static int rl_may_move_group(RedisModuleCtx *ctx, RedisModuleString *group) {
+    if (RedisModule_GetContextFlags(ctx) &
+        (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING))
+        return 1;
+    RedisModuleString *name = RedisModule_GetCurrentUserName(ctx);
+    if (name == NULL) return 1; /* no client: the server itself */
+    RedisModuleUser *user = RedisModule_GetModuleUserFromUserName(name);
+    int ok = 1;
+    if (user != NULL) {
+        static RedisModuleString *command;
+        if (command == NULL) command = RedisModule_CreateString(NULL, RL_GROUPMOVE, strlen(RL_GROUPMOVE));
+        RedisModuleString *check[2] = {command, group};
+        ok = RedisModule_ACLCheckCommandPermissions(user, check, 2) == REDISMODULE_OK;
+        if (!ok) {
+            RedisModule_ACLAddLogEntry(ctx, user, command, REDISMODULE_ACL_LOG_CMD);
+            size_t len;
+            const char *p = RedisModule_StringPtrLen(name, &len);
+            char quoted[RL_QUOTE_MAX * 3 + 8];
+            rl_quote(p, len, RL_QUOTE_MAX, quoted, sizeof(quoted));
+            char msg[RL_QUOTE_MAX * 3 + 200];
+            snprintf(msg, sizeof(msg),
+                     "NOPERM User %s has no permissions to run the '" RL_GROUPMOVE
+                     "' command, which a group read needs to move its group key",
+                     quoted);
+            RedisModule_ReplyWithError(ctx, msg);
+        }
+        RedisModule_FreeModuleUser(user);
+    }
+    RedisModule_FreeString(NULL, name);
+    return ok;
 }
 
 static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -1541,8 +1604,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
                                           REDISMODULE_CTX_FLAGS_LOADING));
+    long long count = a.count;
     if (a.group == NULL) {
         uint64_t start = rl_resolve_offset(a.offset, next);
+        if (a.nonulls) rl_skip_nulls(s, &start, &count);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
             if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
@@ -1550,10 +1615,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->start = start;
             w->count = a.count;
             w->withinfo = a.withinfo;
+            w->nonulls = a.nonulls;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, a.count, a.withinfo);
+        rl_reply_range(ctx, s, start, count, a.withinfo);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1567,6 +1633,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_CloseKey(key);
         return RedisModule_ReplyWithError(ctx, RL_ERR_READONLY);
     }
+    if (!rl_may_move_group(ctx, a.group)) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
     if (a.lease) return ra_tread(ctx, argv[1], key, s, &a, may_block);
     int missing;
     uint64_t pos;
@@ -1575,6 +1645,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         return REDISMODULE_OK;
     }
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
+    if (a.nonulls) rl_skip_nulls(s, &start, &count);
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
         if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
@@ -1585,10 +1656,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->group_new = a.group_new;
         w->count = a.count;
         w->withinfo = a.withinfo;
+        w->nonulls = a.nonulls;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;
@@ -2364,6 +2436,8 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS), {0}};
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
+static RedisModuleCommandKeySpec rl_update_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE), {0}};
 
 /* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
  * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
@@ -2387,6 +2461,7 @@ static RedisModuleCommandArg rl_tread_docs[] = {
     RL_ARG("milliseconds", INTEGER, "BLOCK", RL_OPTIONAL),
     RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
     RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
+    RL_ARG("nonulls", PURE_TOKEN, "NONULLS", RL_OPTIONAL),
     RL_ARG("lease", INTEGER, "LEASE", RL_OPTIONAL),
     RL_ARG("consumer", STRING, "CONSUMER", RL_OPTIONAL),
     {.name = "ack", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "ACK",
@@ -2405,6 +2480,9 @@ static RedisModuleCommandArg rl_twriteat_docs[] = {
     RL_ARG("entry", STRING, NULL, RL_MULTIPLE), {0}};
 static RedisModuleCommandArg rl_node_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("node-blob", STRING, NULL, 0), {0}};
+static RedisModuleCommandArg rl_reserve_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("mark", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_groupmove_docs[] = {RL_KEY_ARG("groupkey", 0, NULL, 0), {0}};
 
 /* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
  * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
@@ -2452,6 +2530,12 @@ static const rl_command rl_commands[] = {
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
      "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow",
      rl_node_docs, "O(N) for the N bytes of the node"},
+    {"rcp11.reserve", rl_resv_command, "write", 1, 1, 1, 3,
+     "Raise a stream's offset reservation (replication and AOF only)", rl_update_specs,
+     "write fast", rl_reserve_docs, "O(1)"},
+    {RL_GROUPMOVE, rl_groupmove, "write fast", 1, 1, 1, 2,
+     "The ACL permission a group read needs to move its group key (not run)", rl_update_specs,
+     "write fast", rl_groupmove_docs, "O(1)"},
 };
 
 int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,

@@ -47,6 +47,7 @@
 #define RL_ERR_LEASE_NEEDS_GROUP "ERR LEASE needs GROUP or GROUPNEW"
 #define RL_ERR_CONSUMER_NEEDS_LEASE "ERR CONSUMER needs LEASE"
 #define RL_ERR_ACK_NEEDS_LEASE "ERR ACK needs LEASE"
+#define RL_ERR_NONULLS_LEASE "ERR NONULLS cannot be used with LEASE"
 #define RL_ERR_CONSUMER_TOO_LONG "ERR consumer name is longer than 256 bytes"
 #define RL_ERR_NEGATIVE_OFFSET "ERR offset must be >= 0"
 
@@ -76,7 +77,7 @@
 /* TREAD's parsed arguments. */
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
-    int block, withinfo, group_new;
+    int block, withinfo, group_new, nonulls;
     RedisModuleString *group;
     /* LEASE ms [CONSUMER name] [ACK start count]: an acknowledged read */
     int lease;
@@ -100,6 +101,7 @@ typedef struct rl_wait {
     long long count;
     int withinfo;
     int group_new;
+    int nonulls;
     int db;
     rl_group *owner;
     struct rl_wait *prev, *next;

@@ -169,6 +169,29 @@ def tr(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command("TREAD", *args)
 
 
+def start_with_gaps(srv: ServerProcess, streams: dict[bytes, tuple[int, int, int]]) -> None:
+    """Start srv (rcp11-server, appendonly yes, not started yet) on an AOF
+    in which each stream key -> (before, gap_to, after) holds `before`
+    messages (b"a0", ...), then a gap of null offsets up to `gap_to` --
+    the raise record the loader logs when a crash left an AOF it cannot
+    trust -- then `after` messages (b"b0", ...): what a reader meets after
+    a crash."""
+    commands = []
+    for key, (before, gap_to, after) in streams.items():
+        if before:
+            commands.append([b"TWRITE", key, b"ENTRIES", *[b"a%d" % i for i in range(before)]])
+        commands.append([b"RCP11-RAISE-NEXT", key, b"%d" % gap_to])
+        if after:
+            commands.append([b"TWRITE", key, b"ENTRIES", *[b"b%d" % i for i in range(after)]])
+    srv.dir.joinpath("appendonly.aof").write_bytes(b"".join(mbulk(*argv) for argv in commands))
+    srv.start()
+
+
+def tread_calls(client: redis.Redis) -> int:
+    """How many TREADs the server ran so far (INFO commandstats)."""
+    return int(client.info("commandstats").get("cmdstat_tread", {}).get("calls", 0))
+
+
 def read_all(client: redis.Redis, key: Any) -> list[bytes | None]:
     """Every offset of the stream at key, from 0 to its last (nulls included)."""
     info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]

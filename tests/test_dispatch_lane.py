@@ -71,7 +71,9 @@ def tread(draw: Any) -> list[bytes]:
     argv = [draw(tread_name), draw(keys), draw(numbers), draw(numbers)]
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
-            st.sampled_from([[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"bogus"]])
+            st.sampled_from(
+                [[b"WITHINFO"], [b"withinfo"], [b"NONULLS"], [b"GROUP", b"grp"], [b"bogus"]]
+            )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
             | st.just([b"GROUPNEW", b"grp"])
@@ -121,11 +123,12 @@ def good(draw: Any) -> list[bytes]:
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
     if key == b"s" and draw(st.integers(0, 3)) == 0:
         return draw(lease_read(offset, count))
-    options = draw(st.sampled_from([[], [b"WITHINFO"]]))
+    options = draw(st.sampled_from([[], [b"WITHINFO"], [b"NONULLS"], [b"nonulls", b"WITHINFO"]]))
     if draw(st.booleans()):
         # BLOCK: the lane runs it when there is something at offset (most
-        # of these: s starts with four messages, t with one), and hands it
-        # over when it would wait (100, or past t's end): it then blocks
+        # of these: s starts with four messages, t with one, a gap, one
+        # more), and hands it over when it would wait (100, or past t's
+        # end; with NONULLS also inside a gap at the end): it then blocks
         # until a write, a timeout or CLIENT UNBLOCK (other_client).
         timeout = draw(st.sampled_from([b"0", b"1", b"100"]) | numbers | words)
         block = [draw(block_word), timeout]
@@ -161,13 +164,15 @@ def lease_read(draw: Any, offset: bytes, count: bytes) -> list[bytes]:
 @st.composite
 def block_read(draw: Any) -> list[bytes]:
     """A valid BLOCK read near the end of s (four messages at the start) or
-    t (one): with data (the lane runs it) or at / past the tail (it waits
+    t (0, a gap, 3): with data (the lane runs it) or at / past the tail (it waits
     until a write, CLIENT UNBLOCK or, unless BLOCK 0, time passing)."""
     key = draw(st.sampled_from([b"s", b"t"]))
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
     count = draw(st.sampled_from([b"0", b"1", b"3"]))
     block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
     options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    if draw(st.booleans()):
+        options = [*options, b"NONULLS"]
     return [draw(tread_name), key, offset, count, *options]
 
 
@@ -265,6 +270,10 @@ def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
         [b"TREAD", b"s", b"0", b"0", b"GROUP", b"ag", b"LEASE", b"1"],  # an acknowledged group
     ):
         execute(state, setup, argv)
+    # t: a gap after its message (offsets 1 and 2), as a crash leaves one,
+    # then one more: what NONULLS steps over.
+    state.keyspace.get(b"t").raise_next_offset(3)
+    execute(state, setup, [b"TWRITE", b"t", b"two"])
     return state, persistence
 
 
@@ -467,7 +476,7 @@ def test_the_lane_logs_twrite_requests_verbatim(tmp_path: Path) -> None:
     assert replies == b":4\r\n:5\r\n" + info + b"$-1\r\n" * 4 + b"$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
     logged_now = _undated(b"".join(persistence.aof.buf)[logged:])
     assert logged_now == b"".join(map(encode_command, requests[:2]))
-    assert state.stats.commands["twrite"][0] == 2 + 2  # and the setup's two
+    assert state.stats.commands["twrite"][0] == 2 + 3  # and the setup's three
     assert state.stats.total_messages_evicted == 4
 
 
@@ -510,7 +519,8 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
         [b"TREAD", b"s", b"3", b"1", b"WITHINFO", b"BLOCK", b"9223372036854775807"],
         [b"TREAD", b"s", b"1", b"0", b"BLOCK", b"5"],  # count 0: nothing to wait for
         [b"TREAD", b"s", b"-100", b"1", b"BLOCK", b"5"],  # floored at offset 0
-        [b"TREAD", b"t", b"0", b"9", b"BLOCK", b"0"],
+        [b"TREAD", b"t", b"0", b"9", b"BLOCK", b"0"],  # a gap at 1 and 2
+        [b"TREAD", b"t", b"1", b"9", b"NONULLS", b"BLOCK", b"0"],  # over it
     ]
     data = b"".join(map(encode_command, requests))
     seen = []
@@ -532,11 +542,13 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
     assert replies == (
         b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"
         + (b"*2\r\n" + info + b"$1\r\nd\r\n") * 2
-        + b"*0\r\n*1\r\n$1\r\na\r\n*1\r\n$3\r\none\r\n"
+        + b"*0\r\n*1\r\n$1\r\na\r\n"
+        + b"*4\r\n$3\r\none\r\n$-1\r\n$-1\r\n$3\r\ntwo\r\n"
+        + b"*1\r\n$3\r\ntwo\r\n"
     )
     # (and the read of _setup that made the acknowledged group)
     assert observed["commandstats"]["tread"] == (len(requests) + 1, 0, 0)
-    assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 1
+    assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 4 + 1
 
 
 def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:
@@ -691,7 +703,7 @@ def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None
     # The second read's lane run took the fourth request's start from the
     # parser and ran all seven left.
     assert lane._call.twrite_calls == 7
-    assert state.stats.commands["twrite"][0] == 2 + 10
+    assert state.stats.commands["twrite"][0] == 3 + 10  # and the setup's three
 
 
 def test_exec_runs_queued_twrites_in_the_lane_at_the_transactions_time(

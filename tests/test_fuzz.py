@@ -78,6 +78,25 @@ def test_model_groups_hand_out_each_offset_once_in_blocking_order() -> None:
     assert ref.run(2, argvs("TREAD s 0 2 GROUP s")[0]) == Err("ERR")
 
 
+def test_server_and_model_agree_on_nonulls_reads() -> None:
+    got, want = run_both(
+        [
+            (0, "TWRITE k0 BACKLOG 2 ENTRIES a b c d"),
+            (1, "TREAD k0 0 5 NONULLS WITHINFO"),
+            (1, "TREAD k0 0 1 nonulls"),
+            (1, "TREAD k0 9 5 WITHINFO NONULLS"),
+            (2, "TREAD k0 0 9 GROUP g0 NONULLS"),
+            (2, "GET g0"),
+            (0, "TREAD k1 3 2 NONULLS BLOCK 0 WITHINFO"),
+            (2, "TWRITE k1 ENTRIES x y z w"),
+            (1, "TREAD k0 0 1 NONULLS NONULLS"),
+        ]
+    )
+    assert got == want
+    assert [[2, 3, 2, 2], b"c", b"d"] in got
+    assert [[0, 3, 3, 1], b"w"] in got  # the blocked reader, served from offset 3
+
+
 def test_server_and_model_agree_on_a_worked_sequence() -> None:
     got, want = run_both(
         [

@@ -273,6 +273,10 @@ def test_memory_is_per_range_not_per_message(stream_client: redis.Redis) -> None
         (("TREAD", "s", 0, 1, "LEASE", 10), "LEASE needs GROUP or GROUPNEW"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "CONSUMER", "c"), "CONSUMER needs LEASE"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "ACK", 0, 1), "ACK needs LEASE"),
+        (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 9, "NONULLS"),
+         "NONULLS cannot be used with LEASE"),
+        (("TREAD", "s", 0, 1, "nonulls", "GROUPNEW", "g", "LEASE", 9, "BLOCK", 0),
+         "NONULLS cannot be used with LEASE"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 0), "LEASE must be an integer from 1 to "
          "2147483647 (milliseconds)"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 2**31), "LEASE must be an integer from 1 to "

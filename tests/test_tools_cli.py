@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -19,13 +20,16 @@ from conftest import (
     ServerProcess,
     free_port,
     in_thread,
+    start_with_gaps,
     tr,
+    tread_calls,
     wait_blocked,
     wait_for,
 )
 
 from rcp11.cli import Progress, build_parser, split_messages
 from rcp11.cli import main as cli_main
+from rcp11.cli.args import Since, parse_args
 from rcp11.client import Client
 
 
@@ -396,6 +400,13 @@ def test_consume_from_end_gets_only_what_is_written_afterwards(
         (["--list"], "rcp11 streams"),
         (["consume", "s", "--timeout-ms", "100"], "--block MS"),
         (["consume", "s", "-e"], "exits when it has caught up"),
+        (["consume", "-G", "g", "s"], "--group GROUPKEY"),
+        (["consume", "s", "-K:"], "messages have no key"),
+        (["consume", "s", "-J"], "--offsets"),
+        (["consume", "s", "-X", "fetch.wait.max.ms=10"], "no client properties"),
+        (["consume", "s", "--consumer-property", "a=b"], "no client properties"),
+        (["produce", "s", "--producer-property", "acks=all"], "no client properties"),
+        (["consume", "s", "-o", "e@1700000000000"], "no end time"),
     ],
 )
 def test_other_kafka_spellings_name_the_rcp11_option(
@@ -405,6 +416,15 @@ def test_other_kafka_spellings_name_the_rcp11_option(
         cli_main(args)
     assert exit_.value.code == 2
     assert hint in capsys.readouterr().err
+
+
+def test_kcat_offset_at_a_time_is_since() -> None:
+    """kcat's -o s@TS starts at the first message appended at or after TS
+    (unix ms): --since TS."""
+    args = parse_args(["consume", "s", "-o", "s@1700000000000"])
+    assert args.since == Since(unix_ms=1700000000000) and args.from_offset is None
+    with pytest.raises(SystemExit):
+        parse_args(["consume", "s", "-o", "s@1700000000000", "--since", "1h"])
 
 
 def test_a_key_and_a_different_topic_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
@@ -600,3 +620,36 @@ def test_cli_produce_consume_as_in_the_readme(
     )
     assert group.stdout.split() == ["1", "2", "3"]
     assert shared_client.get("g") == b"3"
+
+
+@pytest.mark.slow
+def test_consume_steps_over_a_crash_gap_in_one_request(server_factory: Any) -> None:
+    """The gap a crash may leave (null offsets up to a reservation mark) is
+    stepped over in one TREAD, by a reader that catches up and by one that
+    follows a stream ending in a gap."""
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"s": (3, 200_000, 2), b"ends-in-a-gap": (2, 300_000, 0)})
+    port = str(srv.port)
+    client = srv.client()
+    before = tread_calls(client)
+    result = rcp11("-p", port, "consume", "s", "--offsets", "--batch", "100")
+    assert result.stdout == b"0\ta0\n1\ta1\n2\ta2\n200000\tb0\n200001\tb1\n"
+    assert tread_calls(client) - before <= 3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", port, "consume", "ends-in-a-gap"]
+        + ["--follow", "--offsets", "--batch", "100"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"0\ta0\n"
+        assert proc.stdout.readline() == b"1\ta1\n"
+        wait_blocked(client, 1)  # over the gap, waiting for the next write
+        assert client.execute_command("TWRITE", "ends-in-a-gap", "next") == 300_000
+        assert proc.stdout.readline() == b"300000\tnext\n"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert tread_calls(client) - before <= 6

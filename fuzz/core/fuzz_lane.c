@@ -2,8 +2,8 @@
  * (src/lane.c). Run by fuzz/core/run.sh (harness "lane").
  *
  * The input is a read buffer. Two streams exist: "s" (writable) and "t"
- * (read-only), and "g", an acknowledged group of "s"; other keys are
- * refused. Checked on every input:
+ * (read-only: offset 0 evicted, 1 and 2, a gap, 10 and 11), and "g", an
+ * acknowledged group of "s"; other keys are refused. Checked on every input:
  *   - the lane consumes a prefix made of whole canonical requests: running
  *     it again on exactly that prefix consumes all of it and produces the
  *     same replies and AOF bytes (requests are judged only by their own
@@ -61,6 +61,11 @@ static void setup(lane_call *call) {
     s_stream = mn_stream_new(4, 0);
     t_stream = mn_stream_new(4, 0);
     mn_append(t_stream, "abcdef", (uint32_t[]){1, 2, 3}, 3, MN_NOW);
+    /* A gap (as a crash recovery leaves) and more messages after it, with
+     * the first one evicted: TREAD ... NONULLS steps over both. */
+    mn_raise_next_offset(t_stream, 10);
+    mn_append(t_stream, "ghij", (uint32_t[]){2, 2}, 2, MN_NOW);
+    mn_evict_upto(t_stream, 0);
     lane_call_reset(call);
     call->resolve = resolve;
     call->max_bulk_len = 1 << 20;

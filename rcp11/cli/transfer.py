@@ -216,10 +216,16 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     try:
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
+            # NONULLS: evicted offsets and the gap a crash may leave are
+            # stepped over in one request, not read as pages of nulls.
             if args.group or args.groupnew:
-                result = client.tread(args.key, 0, want, block=block, withinfo=True, **group_option)
+                result = client.tread(
+                    args.key, 0, want, block=block, withinfo=True, nonulls=True, **group_option
+                )
             else:
-                result = client.tread(args.key, offset, want, block=block, withinfo=True)
+                result = client.tread(
+                    args.key, offset, want, block=block, withinfo=True, nonulls=True
+                )
             if result is None or result.count == 0:
                 break  # a --block wait ran out, or caught up without blocking
             data, shown = _format_messages(result, separator, args.offsets)
@@ -228,8 +234,7 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
             progress.add(shown)
             if remaining is not None:
                 remaining -= shown
-            # Jump over an evicted stretch instead of reading it as nulls.
-            offset = max(result.end, result.first_offset)
+            offset = result.end
     finally:
         progress.finish()
     return 0

@@ -94,6 +94,15 @@ def _stream_reply(
     return (Raw(body) if type(body) is bytes else body), n
 
 
+def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
+    """TREAD ... NONULLS: where the read starts (the first readable offset
+    at or after start, past evicted offsets and crash gaps) and how many
+    offsets it covers (readable ones in a row, at most count)."""
+    if stream is None:
+        return start, 0
+    return stream.readable_run(start, count)
+
+
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
     """The stream at key (None when missing); -WRONGTYPE for anything else."""
     value = state.keyspace.get(key)
@@ -102,4 +111,4 @@ def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
     return value
 
 
-__all__ = ["lookup_stream", "reply_for", "stream_reply"]
+__all__ = ["lookup_stream", "readable_part", "reply_for", "stream_reply"]

@@ -28,7 +28,7 @@ from rcp11.commands.groups import (
     parse_range,
     set_group_position,
 )
-from rcp11.commands.reading import lookup_stream, reply_for, stream_reply
+from rcp11.commands.reading import lookup_stream, readable_part, reply_for, stream_reply
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
@@ -45,7 +45,7 @@ class TreadWait(BlockRequest):
     past the group's position).
 
     Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
-    for, ranked by that offset (a write reaching offset N serves every
+    for (and whether it reads NONULLS), ranked by that offset (a write reaching offset N serves every
     plain reader waiting below N, and none above it); a group reader's is
     its group, whose readers on one stream are served in the order they
     blocked until one has to wait."""
@@ -55,11 +55,17 @@ class TreadWait(BlockRequest):
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
 
     def __post_init__(self) -> None:
         if self.watch is None:
-            self.lane = ("offset", self.start)
-            self.rank = self.start
+            # A NONULLS reader waits for a readable offset, a plain one for
+            # its offset to exist: a write that a TEVICT in the same EXEC
+            # evicted serves the plain one (a null) and not the other, so
+            # they wait in lanes of their own, ranked side by side (rank
+            # 2 * offset, + 1 for NONULLS: still monotonic in the offset).
+            self.lane = ("offset", self.start, self.nonulls)
+            self.rank = 2 * self.start + self.nonulls
         else:
             self.lane = ("group", self.watch)
             self.writes = True
@@ -84,13 +90,16 @@ class TreadWait(BlockRequest):
             start = (
                 position if position is not None else group_default_start(stream, self.group_new)
             )
+        count = self.count
+        if self.nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset:
             if group is not None and position is None:
                 # The group key was deleted while this reader waited:
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        reply, n = reply_for(self.client, stream, start, self.count, self.withinfo, next_offset)
+        reply, n = reply_for(self.client, stream, start, count, self.withinfo, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -104,13 +113,14 @@ _TREAD_COUNT = errors.TREAD_COUNT
 class _Options:
     """TREAD's options after key offset count."""
 
-    __slots__ = ("block_ms", "group", "group_new", "lease", "withinfo")
+    __slots__ = ("block_ms", "group", "group_new", "lease", "nonulls", "withinfo")
 
     def __init__(self) -> None:
         self.block_ms: int | None = None
         self.group: bytes | None = None
         self.group_new = False
         self.withinfo = False
+        self.nonulls = False
         self.lease: LeaseOptions | None = None
 
 
@@ -123,7 +133,7 @@ _parsed: list[Any] = [None, None]
 
 def _tread_options(argv: list[bytes]) -> _Options:
     """TREAD's options, in any order, each at most once; then CONSUMER and
-    ACK need LEASE, and LEASE a group."""
+    ACK need LEASE, and LEASE a group (and no NONULLS)."""
     if _parsed[0] is argv:
         return _parsed[1]  # type: ignore[no-any-return]
     options = _Options()
@@ -138,8 +148,11 @@ def _tread_options(argv: list[bytes]) -> _Options:
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO":
-            options.withinfo = True
+        if option == b"WITHINFO" or option == b"NONULLS":
+            if option == b"WITHINFO":
+                options.withinfo = True
+            else:
+                options.nonulls = True
             i += 1
             continue
         if option == b"ACK":
@@ -174,6 +187,11 @@ def _tread_options(argv: list[bytes]) -> _Options:
             raise CommandError(errors.ACK_NEEDS_LEASE)
     elif options.group is None:
         raise CommandError(errors.LEASE_NEEDS_GROUP)
+    elif options.nonulls:
+        # A lease read answers every offset it leases (ReadResult.start and
+        # count are the range to acknowledge); a null stands for a message
+        # evicted or lost in a crash.
+        raise CommandError(errors.NONULLS_LEASE)
     else:
         options.lease = LeaseOptions(lease_ms, consumer or b"", ack)
     _parsed[0], _parsed[1] = argv, options
@@ -230,6 +248,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
         {"name": "lease", "type": "integer", "token": "LEASE", "flags": ["optional"]},
         {"name": "consumer", "type": "string", "token": "CONSUMER", "flags": ["optional"]},
         {
@@ -251,11 +270,12 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     options = _tread_options(argv) if len(argv) > 4 else _NO_OPTIONS
-    block_ms, group, group_new, withinfo = (
+    block_ms, group, group_new, withinfo, nonulls = (
         options.block_ms,
         options.group,
         options.group_new,
         options.withinfo,
+        options.nonulls,
     )
 
     stream = lookup_stream(state, key)
@@ -263,8 +283,13 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
-            request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
+            request = TreadWait(
+                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+            )
             return _block(state, request, block_ms)
         reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
     else:
@@ -279,12 +304,22 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             return reply
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 # Created now, so a GROUPNEW reader gets what is written next.
                 set_group_position(state, group, start)
             request = TreadWait(
-                client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
+                client,
+                key,
+                argv,
+                watch=group,
+                count=wanted,
+                withinfo=withinfo,
+                group_new=group_new,
+                nonulls=nonulls,
             )
             return _block(state, request, block_ms)
         reply, n = reply_for(client, stream, start, count, withinfo, next_offset)

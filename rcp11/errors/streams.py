@@ -18,6 +18,7 @@ BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
 # Acknowledged groups (LEASE, TACK, TGROUP).
 LEASE_TIME = "ERR LEASE must be an integer from 1 to 2147483647 (milliseconds)"
 LEASE_NEEDS_GROUP = "ERR LEASE needs GROUP or GROUPNEW"
+NONULLS_LEASE = "ERR NONULLS cannot be used with LEASE"
 CONSUMER_NEEDS_LEASE = "ERR CONSUMER needs LEASE"
 ACK_NEEDS_LEASE = "ERR ACK needs LEASE"
 CONSUMER_TOO_LONG = "ERR consumer name is longer than 256 bytes"

@@ -33,8 +33,10 @@ from rcp11.errors import CommandError, PersistenceError
 from rcp11.limits import MAX_OFFSET
 from rcp11.persistence import loader
 from rcp11.persistence.aof_format import RAISE_NEXT
+from rcp11.persistence.aof_whole import slot_for
 from rcp11.persistence.aof_writer import AofWriter
 from rcp11.persistence.children import Children
+from rcp11.persistence.offsets_file import NO_AOF, AofSlot
 from rcp11.persistence.parts import Replay
 from rcp11.persistence.reservations import Deletions, OffsetReservations
 from rcp11.persistence.saves import Saves
@@ -69,6 +71,10 @@ class Persistence:
         self.saves = Saves(self)
         self._reservation_error: str | None = None
         self.loading = False
+        # aof.written as of the last flush(): bytes written since by anyone
+        # else (a rewrite's start writes the buffer out) still need the
+        # policy's fsync and the slot before a reply.
+        self._flushed_written = 0
         config.on_change("appendonly", self._on_appendonly_change)
         config.on_change("appendfsync", self._on_appendfsync_change)
         config.on_change("dir", self._on_paths_change)
@@ -133,17 +139,35 @@ class Persistence:
             len(state.keyspace),
             time.monotonic() - started,
         )
-        if self.yes("appendonly"):
-            aof = self.aof
+        aof = self.aof
+        aof_on = self.yes("appendonly")
+        if aof_on:
             if not os.path.exists(aof.path):
                 loader.write_aof_base(self)
-            aof.open()
+            try:
+                aof.open()
+            except OSError as exc:
+                raise PersistenceError(f"{aof.path}: cannot open: {exc.strerror or exc}") from exc
             aof.state = "on"
             for key, mark in raises:
                 aof.append([RAISE_NEXT, key, b"%d" % mark])
             if raises and not aof.flush(force_fsync=True):
                 raise PersistenceError(f"{aof.path}: cannot append: {aof.error}")
             aof.start_fsync_thread()
+        if aof_on or self.reservations.slot.writing:
+            # From now on the slot describes this AOF (or, with the AOF off,
+            # vouches for none: a stale AOF a later start finds must not be
+            # taken as whole), durably before anything is acknowledged.
+            if not self.record_aof():
+                raise PersistenceError(
+                    f"{self.reservations.path}: cannot write: {self._reservation_error}"
+                )
+            try:
+                self.reservations.sync()
+            except OSError as exc:
+                raise PersistenceError(
+                    f"{self.reservations.path}: cannot fsync: {exc.strerror or exc}"
+                ) from exc
         state.dirty = 0
 
     # -- hooks called by the command layer and the server -----------------
@@ -183,11 +207,39 @@ class Persistence:
             # in between must not leave a DEL whose key comes back at its
             # mark (the reverse order only costs a gap).
             reservations.write_best_effort([])
-        if self.aof.buf:
-            ok = self.aof.flush_per_policy() and ok
+        aof = self.aof
+        if aof.state == "on" and (aof.buf or aof.written != self._flushed_written):
+            # Also when the buffer was written out since the last flush by
+            # something else (BGREWRITEAOF, the cron's rewrite): those
+            # writes' replies leave now too, so they get appendfsync's
+            # fsync and the slot like any other.
+            ok = aof.flush_per_policy() and ok
+            self._flushed_written = aof.written
+            # Before the replies: what the AOF now holds, for the next start.
+            ok = self.record_aof() and ok
         if self.deletions:
             self.settle_deletions()
         return ok
+
+    def record_aof(self, final: bool = False) -> bool:
+        """Overwrite the offsets file's AOF slot with what the AOF holds now
+        (aof_whole.py), or with "no AOF" while it is off or failing. final:
+        a clean shutdown's last flush, fsynced whatever appendfsync says.
+        False (writes refused) when the offsets file cannot be written."""
+        aof = self.aof
+        slot: AofSlot = NO_AOF
+        if aof.state == "on" and aof.error is None:
+            always = final or str(self.conf("appendfsync")).lower() == "always"
+            try:
+                slot = slot_for(aof, always)
+            except OSError as exc:
+                log.warning("Cannot read the end of the AOF %s: %s", aof.path, exc.strerror or exc)
+        try:
+            self.reservations.set_slot(slot)
+        except OSError as exc:
+            self._set_reservation_error(exc)
+            return False
+        return True
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         if self.loading:
@@ -283,6 +335,8 @@ class Persistence:
         now = time.time()  # whatever clock the caller uses, save rules use wall time
         self.children.reap()
         self.aof.tick()
+        if self.aof.state == "on":
+            self.record_aof()  # a failed write retried, or still failing
         if self.deletions:
             self.settle_deletions()
         reservations = self.reservations
@@ -316,11 +370,14 @@ class Persistence:
 
     def bgsave(self, schedule: bool = False) -> str:
         children = self.children
-        if children.child is not None:
+        in_exec = self.state.in_transaction_log
+        if children.child is not None or in_exec:
             if children.running("rdb"):
                 raise CommandError(errors.BGSAVE_IN_PROGRESS)
-            if schedule:
-                # Started by the cron once the AOF rewrite is done.
+            if schedule or in_exec:
+                # Started by the cron once the AOF rewrite is done, or
+                # after the EXEC this runs in (a snapshot of the whole
+                # transaction, as Redis schedules it).
                 self.saves.bgsave_scheduled = True
                 return "Background saving scheduled"
             raise CommandError(errors.BGSAVE_CHILD_ACTIVE)
@@ -347,7 +404,11 @@ class Persistence:
         children = self.children
         if children.running("aof"):
             raise CommandError(errors.REWRITE_IN_PROGRESS)
-        if children.child is not None:
+        # Inside EXEC, as in Redis, the rewrite waits for the cron: forked
+        # now, its snapshot would hold the transaction's first commands and
+        # the new file the transaction's log from its middle on (an EXEC
+        # without its MULTI, refused at the next start).
+        if children.child is not None or self.state.in_transaction_log:
             children.schedule_rewrite()
             return "Background append only file rewriting scheduled"
         if not children.start_rewrite():
@@ -369,6 +430,7 @@ class Persistence:
                 durable = True
             else:
                 log.warning("Error flushing the AOF on shutdown: %s", aof.error)
+            self.record_aof(final=True)
         aof.stop_fsync_thread()
         if mode == "save" or (mode != "nosave" and self.save_rules()):
             log.info("Saving the final snapshot before exiting.")
@@ -394,11 +456,13 @@ class Persistence:
             aof.state = "wait_rewrite"
             if children.running("aof"):
                 children.kill()
-            if children.child is None:
+            if children.child is None and not self.state.in_transaction_log:
                 if not children.start_rewrite():
                     children.rewrite_scheduled = True
             else:
-                children.rewrite_scheduled = True
+                # After the running child, or after the EXEC this runs in
+                # (bgrewriteaof() says why).
+                children.schedule_rewrite()
         elif not on and aof.state != "off":
             if aof.state == "on":
                 aof.flush(force_fsync=True)
@@ -406,6 +470,9 @@ class Persistence:
                 children.kill()
             children.rewrite_scheduled = False
             aof.turn_off()
+        # No AOF vouched for until the first file is complete (children.py),
+        # and none once it is off: fsynced before any reply.
+        self.record_aof()
 
     def _on_paths_change(self, *args: Any) -> None:
         """CONFIG SET dir / dbfilename: later snapshots go to the new place,
@@ -440,6 +507,9 @@ class Persistence:
     def _on_appendfsync_change(self, *args: Any) -> None:
         if self.aof.state == "on":
             self.aof.start_fsync_thread()
+            # Leaving `always` takes back "every write is fsynced": durably
+            # before any write is acknowledged without an fsync.
+            self.record_aof()
 
 
 def _resolve_dir(configured: str) -> str:
