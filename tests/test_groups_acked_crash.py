@@ -1,6 +1,6 @@
 """Acknowledged groups lose nothing (issue 21, docs/PROTOCOL.md
 "Acknowledged groups"): consumers killed with SIGKILL in the middle of
-their batches, the server killed with kill -9 and restarted from its AOF,
+their batches or their connections dropped (CLIENT KILL), the server killed with kill -9 and restarted from its AOF,
 and (Redis module) the primary killed and its replica promoted. Every
 message of the stream is processed at least once, and the group counts the
 redeliveries that made up for the dead. The consumers are separate
@@ -26,6 +26,8 @@ from rcp11.client import Client
 
 MESSAGES = 3000
 LEASE_MS = 400
+# Drops every connection but the test's own.
+CUT_OFF_CONSUMERS = ("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 
 
 class Consumers:
@@ -125,7 +127,7 @@ def make_server(kind: str, server_factory: Any, module_factory: Any, **options: 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rcp11", "module"])
-def test_consumers_killed_mid_batch_lose_nothing(
+def test_consumers_killed_or_cut_off_mid_batch_lose_nothing(
     kind: str, server_factory: Any, module_factory: Any, consumers: Any
 ) -> None:
     srv = make_server(kind, server_factory, module_factory)
@@ -134,11 +136,16 @@ def test_consumers_killed_mid_batch_lose_nothing(
     group = consumers(srv.port)
     workers = [group.start() for _ in range(3)]
     rng = random.Random(21)
-    for _ in range(6):
-        # Once each has some batches leased, one is killed in the middle of
-        # its batch and a new one takes its place.
+    for round_ in range(8):
         wait_for(lambda: len(processed(group.directory)) > 0)
         time.sleep(rng.uniform(0.05, 0.2))
+        if round_ % 2:
+            # Every consumer's connection dropped in the middle of a batch:
+            # the consumers live on and reconnect, but the acknowledgement
+            # of that batch (sent with the next read) is lost with it.
+            wait_for(lambda: client.execute_command(*CUT_OFF_CONSUMERS) > 0)
+            continue
+        # One is killed in the middle of its batch; a new one takes its place.
         victim = workers.pop(rng.randrange(len(workers)))
         group.kill9(victim)
         workers.append(group.start())

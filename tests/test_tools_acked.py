@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, ServerProcess, wait_for
 
+from rcp11.cli.acked import acked_row
 from rcp11.client import AsyncClient, Client, GroupInfo, PendingRange, ReadResult
 
 
@@ -180,6 +181,8 @@ def test_groups_shows_lag_pending_and_consumers(
     client.twrite("jobs", *[b"%d" % i for i in range(100)])
     client.twrite("other", b"x")
     client.tread("jobs", 0, 30, group="acked", lease=60_000, consumer="w1")
+    client.tread("jobs", 0, 20, group="acked", lease=60_000, consumer="w2")
+    client.tack("acked", 30, 5)  # w2's oldest pending offset is 35 now
     client.tread("other", 0, 1, group="elsewhere", lease=60_000)
     client.tread("jobs", 0, 10, group="plain")
     # Named groups, plain and acknowledged (globs find both kinds of key).
@@ -191,27 +194,48 @@ def test_groups_shows_lag_pending_and_consumers(
         + ["PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS"],
         ["plain", "jobs", "10", "100", "90", "-", "-", "-", "-"],
         ["nope", "jobs", "-", "100", "100", "-", "-", "-", "-"],
-        ["acked", "jobs", "30", "100", "70", "30", "0", "0", "1"],
+        ["acked", "jobs", "50", "100", "50", "45", "0", "0", "2"],
     ]
-    assert lines[4].startswith("  consumer w1: 30 pending, 0 expired, lease until 20")
-    assert len(lines) == 5
+    # Each consumer's lag: from its oldest pending offset to the stream's end.
+    assert lines[4].startswith("  consumer w1: 30 pending, 0 expired, lag 100 (from offset 0), ")
+    assert lines[5].startswith("  consumer w2: 15 pending, 0 expired, lag 65 (from offset 35), ")
+    assert "lease until 20" in lines[5]
+    assert len(lines) == 6
     # No group named: the acknowledged groups of the stream; the group of
     # stream "other" is not one of them.
     done = rcp11(stream_server.port, "groups", "jobs", "--json")
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["group"], row["lag"], row["pending"], row["mode"]) == (
         "acked",
-        70,
-        30,
+        50,
+        45,
         "acknowledged",
     )
-    assert row["consumers"][0]["name"] == "w1"
+    assert [(c["name"], c["lag"], c["oldest_pending"]) for c in row["consumers"]] == [
+        ("w1", 100, 0),
+        ("w2", 65, 35),
+    ]
     # Named outright, it is an error.
     done = rcp11(stream_server.port, "groups", "jobs", "elsewhere")
     assert done.returncode == 1
     assert "group key 'elsewhere' belongs to stream 'other'" in done.stderr.decode()
     done = rcp11(stream_server.port, "groups", "other-stream-without-groups")
     assert done.stdout.decode().startswith("no acknowledged group reads")
+
+
+def test_groups_finds_each_consumers_oldest_offset_past_a_page_of_ranges(client: Client) -> None:
+    client.twrite("jobs", *[b"%d" % i for i in range(3010)])
+    client.tread("jobs", 0, 3000, group="acked", lease=60_000, consumer="w1")
+    client.tread("jobs", 0, 10, group="acked", lease=60_000, consumer="w2")
+    # Every other offset of w1's acknowledged: 1500 ranges of w1 before w2's.
+    client.execute_command("TACK", "acked", *[x for i in range(1, 3000, 2) for x in (i, 1)])
+    assert client.tgroup_info("jobs", "acked").pending_ranges == 1501
+    row = acked_row(client, "jobs", "acked", 3010)
+    assert isinstance(row, dict)
+    assert [(c["name"], c["lag"], c["oldest_pending"]) for c in row["consumers"]] == [
+        ("w1", 3010, 0),
+        ("w2", 10, 3000),
+    ]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The command line's acknowledged consumer groups: `rcp11 consume --group G
 --ack` (at least once), and their rows in `rcp11 groups KEY` (lag,
-pending, expired leases, consumers: TGROUP INFO).
+pending, expired leases, consumers: TGROUP INFO; each consumer's lag from
+its oldest pending offset: TGROUP PENDING).
 
 `consume --ack` reads with LEASE and acknowledges a batch only once it is
 taken: written to stdout, and, when stdout is a pipe, read out of the pipe
@@ -193,6 +194,10 @@ def consume_acked(
 ACKED_GROUP_TYPE = "rcp11-grp"
 # The extra columns of `rcp11 groups` when an acknowledged group is shown.
 ACKED_COLUMNS = ("PENDING", "EXPIRED", "REDELIVERED", "CONSUMERS")
+# How many pending ranges `rcp11 groups` looks through for the consumers'
+# oldest offsets: a page per TGROUP PENDING, a bounded number of pages.
+_PENDING_PAGE = 1000
+_MAX_PENDING_PAGES = 100
 
 
 def acked_row(client: Client, key: str, name: str, next_offset: int) -> dict[str, Any] | str:
@@ -204,6 +209,7 @@ def acked_row(client: Client, key: str, name: str, next_offset: int) -> dict[str
         if _OTHER_STREAM in str(exc):
             return str(exc)
         raise
+    oldest = _oldest_pending(client, key, name, {c.name for c in group.consumers})
     return {
         "group": name,
         "stream": key,
@@ -220,10 +226,35 @@ def acked_row(client: Client, key: str, name: str, next_offset: int) -> dict[str
                 "pending": c.pending,
                 "expired": c.expired,
                 "lease_deadline": c.lease_deadline,
+                **_member_lag(oldest.get(c.name), next_offset),
             }
             for c in group.consumers
         ],
     }
+
+
+def _member_lag(oldest: int | None, next_offset: int) -> dict[str, int | None]:
+    """A consumer's lag, as Kafka's for a member: from the first offset it
+    has not finished (its oldest pending one) to the stream's end."""
+    if oldest is None:  # past the ranges looked at (_MAX_PENDING_PAGES)
+        return {"oldest_pending": None, "lag": None}
+    return {"oldest_pending": oldest, "lag": max(next_offset - oldest, 0)}
+
+
+def _oldest_pending(client: Client, key: str, name: str, wanted: set[bytes]) -> dict[bytes, int]:
+    """Each consumer's lowest pending offset, from the group's pending
+    ranges in offset order (TGROUP PENDING, a page at a time), until every
+    consumer of `wanted` was seen."""
+    oldest: dict[bytes, int] = {}
+    offset = 0
+    for _ in range(_MAX_PENDING_PAGES):
+        ranges = client.tgroup_pending(key, name, offset, _PENDING_PAGE)
+        for r in ranges:
+            oldest.setdefault(r.consumer, r.start)
+        if len(ranges) < _PENDING_PAGE or wanted <= oldest.keys():
+            break
+        offset = ranges[-1].start + ranges[-1].count
+    return oldest
 
 
 def acked_cells(row: dict[str, Any]) -> list[Any]:
@@ -237,9 +268,15 @@ def consumer_lines(row: dict[str, Any]) -> list[str]:
     """The lines under an acknowledged group's row: its consumers' leases."""
     return [
         f"  consumer {c['name']}: {c['pending']} pending, {c['expired']} expired, "
-        f"lease until {_when(c['lease_deadline'])}\n"
+        f"lag {_lag(c)}, lease until {_when(c['lease_deadline'])}\n"
         for c in row.get("consumers", ())
     ]
+
+
+def _lag(consumer: dict[str, Any]) -> str:
+    if consumer["lag"] is None:
+        return "?"
+    return f"{consumer['lag']} (from offset {consumer['oldest_pending']})"
 
 
 def _when(ms: int) -> str:
