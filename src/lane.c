@@ -721,7 +721,7 @@ static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc) {
         buf_reserve(&call->aof, 512 + args[1].len + 2 * o.group->len + owner_len))
         return -1;
     uint64_t started = now_ns();
-    int64_t now = wall_ms();
+    int64_t now = call->lease_clock_ms ? call->lease_clock_ms : wall_ms();
     int64_t deadline = now + o.lease_ms;
     if (o.ack) {
         int64_t acked = ag_ack(group, (uint64_t)o.ack_start, (uint64_t)o.ack_count);

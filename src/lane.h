@@ -80,6 +80,7 @@ typedef struct lane_call {
     int64_t memory_room;         /* used memory may grow by this before a TWRITE */
     int fixed_time;              /* 1: TWRITEs append at fixed_ms (LANE_FIXED_TIME) */
     int64_t fixed_ms;            /* set by the caller: a transaction's one append time */
+    int64_t lease_clock_ms;      /* 0: lease reads read the wall clock; else their time (tests) */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;

@@ -92,6 +92,7 @@ static void fresh(lane_call *call) {
     write_limit_s = 9223372036854775807ULL;
     resolved = 0;
     lane_call_reset(call);
+    call->lease_clock_ms = 0; /* the wall clock */
     call->resolve = resolve;
     call->max_bulk_len = 512u << 20;
     call->max_multibulk_len = 1024 * 1024;
@@ -419,6 +420,7 @@ static void test_allocation_failures(lane_call *call) {
  * bad options stop the lane before them. */
 static void test_lease_reads(lane_call *call) {
     fresh(call);
+    call->lease_clock_ms = 1700000000000;
     mn_append(stream_s, "abcde", (uint32_t[]){1, 1, 1, 1, 1}, 5, MN_NOW);
     mn_evict_upto(stream_s, 0); /* the group starts below: offset 0 is dropped */
     char buf[1024];
@@ -436,6 +438,8 @@ static void test_lease_reads(lane_call *call) {
     /* The reply's headers, then the AOF: TACK before the second lease. */
     const char *head = "*3\r\n*6\r\n:1\r\n:4\r\n:1\r\n:2\r\n:1\r\n:";
     CHECK(call->reply.len > strlen(head) && memcmp(call->reply.data, head, strlen(head)) == 0);
+    /* The lease clock given (fuzz/core's prefix check): deadline = it + 1000. */
+    CHECK(memcmp(call->reply.data + strlen(head), "1700000001000\r\n", 15) == 0);
     const char *tack = "*4\r\n$4\r\nTACK\r\n$1\r\ng\r\n$1\r\n1\r\n$1\r\n2\r\n";
     CHECK(call->aof.len > strlen(tack));
     const char *second = memmem(call->aof.data, call->aof.len, tack, strlen(tack));
