@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from rcp11.client import Client
 
@@ -38,7 +40,10 @@ def main(argv: list[str]) -> int:
     with open(out_path, "ab", buffering=0) as out:
         while True:
             port = int(Path(port_file).read_text())
-            client = Client(port=port, socket_connect_timeout=1)
+            # No retries of redis-py's own: a dropped connection or a dead
+            # server ends this loop at once (what the batch in hand held is
+            # not acknowledged: its lease runs out), and it reconnects.
+            client = Client(port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
             try:
                 for offset, _ in client.follow_group(
                     key, group, batch=batch, block_ms=200, lease_ms=lease_ms, consumer=name

@@ -24,8 +24,9 @@ from helpers_groups import processed
 
 from rcp11.client import Client
 
-MESSAGES = 3000
-LEASE_MS = 400
+MESSAGES = 1500
+LEASE_MS = 300
+BATCH = 50
 # Drops every connection but the test's own.
 CUT_OFF_CONSUMERS = ("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 
@@ -49,7 +50,7 @@ class Consumers:
         tmp.write_text(str(port))
         tmp.replace(self.port_file)
 
-    def start(self, batch: int = 50, delay_ms: int = 1) -> subprocess.Popen[bytes]:
+    def start(self, batch: int = BATCH, delay_ms: int = 1) -> subprocess.Popen[bytes]:
         out = self.directory / f"{len(self.procs)}.out"
         argv = [
             sys.executable,
@@ -110,14 +111,15 @@ def all_done(port: int) -> bool:
     return info.lag == 0 and info.pending == 0
 
 
-def check_at_least_once(group: Consumers, port: int) -> Any:
+def check_at_least_once(group: Consumers, port: int, uncounted: int = 0) -> Any:
     """None lost; every message processed twice was delivered twice, as
-    the group counted. Returns the group's TGROUP INFO."""
+    the group counted (but for `uncounted` deliveries the group could not
+    see). Returns the group's TGROUP INFO."""
     done = processed(group.directory)
     assert set(done) >= set(range(MESSAGES))
     with Client(port=port) as c:
         info = group_info(c)
-    assert len(done) - len(set(done)) <= info.redelivered
+    assert len(done) - len(set(done)) <= info.redelivered + uncounted
     return info
 
 
@@ -203,7 +205,10 @@ def test_module_failover_loses_nothing(module_factory: Any, consumers: Any) -> N
     replica.execute_command("REPLICAOF", "NO", "ONE")
     group.point_at(replica_srv.port)
     wait_for(lambda: all_done(replica_srv.port), timeout=60)
-    check_at_least_once(group, replica_srv.port)
+    # A lease the primary answered but had not replicated when it died is
+    # unknown to the replica, which delivers those messages as new: at most
+    # the batch each consumer held then goes uncounted (docs/MODULE.md).
+    check_at_least_once(group, replica_srv.port, uncounted=len(group.procs) * BATCH)
     replica.close()
     primary.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, ServerProcess, wait_for
 
+from rcp11.cli import main as cli_main
 from rcp11.cli.acked import acked_row
 from rcp11.client import AsyncClient, Client, GroupInfo, PendingRange, ReadResult
 
@@ -36,6 +38,13 @@ def rcp11(port: int, *args: str, timeout: float = 60) -> subprocess.CompletedPro
         capture_output=True,
         timeout=timeout,
     )
+
+
+def rcp11_here(port: int, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """rcp11() in this process (main() with captured output): no start-up."""
+    out, err = io.BytesIO(), io.StringIO()
+    status = cli_main(["-p", str(port), *args], stdin=io.BytesIO(), stdout=out, stderr=err)
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue().encode())
 
 
 def shell(command: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
@@ -174,7 +183,6 @@ def test_consume_ack_needs_a_group(stream_server: ServerProcess) -> None:
     assert b"--ack needs --group or --groupnew" in done.stderr
 
 
-@pytest.mark.slow
 def test_groups_shows_lag_pending_and_consumers(
     client: Client, stream_server: ServerProcess
 ) -> None:
@@ -186,7 +194,7 @@ def test_groups_shows_lag_pending_and_consumers(
     client.tread("other", 0, 1, group="elsewhere", lease=60_000)
     client.tread("jobs", 0, 10, group="plain")
     # Named groups, plain and acknowledged (globs find both kinds of key).
-    done = rcp11(stream_server.port, "groups", "jobs", "plain", "nope", "ack*")
+    done = rcp11_here(stream_server.port, "groups", "jobs", "plain", "nope", "ack*")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.decode().splitlines()
     assert [line.split() for line in lines[:4]] == [
@@ -203,7 +211,7 @@ def test_groups_shows_lag_pending_and_consumers(
     assert len(lines) == 6
     # No group named: the acknowledged groups of the stream; the group of
     # stream "other" is not one of them.
-    done = rcp11(stream_server.port, "groups", "jobs", "--json")
+    done = rcp11_here(stream_server.port, "groups", "jobs", "--json")
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["group"], row["lag"], row["pending"], row["mode"]) == (
         "acked",
@@ -216,10 +224,10 @@ def test_groups_shows_lag_pending_and_consumers(
         ("w2", 65, 35),
     ]
     # Named outright, it is an error.
-    done = rcp11(stream_server.port, "groups", "jobs", "elsewhere")
+    done = rcp11_here(stream_server.port, "groups", "jobs", "elsewhere")
     assert done.returncode == 1
     assert "group key 'elsewhere' belongs to stream 'other'" in done.stderr.decode()
-    done = rcp11(stream_server.port, "groups", "other-stream-without-groups")
+    done = rcp11_here(stream_server.port, "groups", "other-stream-without-groups")
     assert done.stdout.decode().startswith("no acknowledged group reads")
 
 
