@@ -843,6 +843,10 @@ int ra_register(RedisModuleCtx *ctx) {
         return REDISMODULE_ERR;
     RedisModuleCommand *tgroup = RedisModule_GetCommand(ctx, "tgroup");
     if (tgroup == NULL) return REDISMODULE_ERR;
+    /* COMMAND DOCS of the container, as Redis's own (XINFO) have them. */
+    if (rl_set_command_info(ctx, "tgroup", -2, "A container for acknowledged group commands",
+                            "1.1.0", NULL, NULL, "Depends on subcommand.") != REDISMODULE_OK)
+        return REDISMODULE_ERR;
     for (size_t i = 0; i < sizeof(ra_commands) / sizeof(ra_commands[0]); i++) {
         const ra_command *c = &ra_commands[i];
         int created;

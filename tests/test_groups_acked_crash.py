@@ -21,6 +21,7 @@ import pytest
 import redis
 from conftest import REPO, wait_for
 from helpers_groups import processed
+from helpers_module import first_write
 
 from rcp11.client import Client
 
@@ -193,7 +194,7 @@ def test_module_failover_loses_nothing(module_factory: Any, consumers: Any) -> N
     replica_srv = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
     replica = replica_srv.client()
     wait_for(lambda: replica.info("replication")["master_link_status"] == "up")
-    write_messages(primary)
+    wait_for(lambda: first_write(primary, "jobs", *[b"job %d" % n for n in range(MESSAGES)]))
     assert primary.execute_command("WAIT", 1, 10_000) == 1  # the writes survive failover
     group = consumers(primary_srv.port)
     for _ in range(3):
