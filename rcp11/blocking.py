@@ -46,12 +46,14 @@ TREAD moves a group key without signalling the group's readers
 waiting on that key itself. Without this, each of 1000 served group reads
 re-signalled the 999 others: a million checks for one write.
 
-A new way for waiters to become servable (say acknowledged group reads
-whose leases run out and whose messages are handed out again, without the
-stream growing) needs only its signal: whatever expires the lease calls
-signal_key() on the group key, and the lanes watching it look at their
-first requests. A new kind of wait needs its lane: requests that are
-servable together, FIFO; one that has to wait stops the lane.
+Time can make waiters servable too: an acknowledged group's lease that
+runs out hands its messages out again without the stream growing. A lease
+reader that has to wait asks wake_at(group key, deadline); expire() then
+signals the group key, and the lanes watching it look at their first
+requests. Lease reads and TACK change their group in place without
+signalling it (they only take or settle leases: rcp11/commands/groups.py
+_store()). A new kind of wait needs its lane: requests that are servable
+together, FIFO; one that has to wait stops the lane.
 
 This module knows no command. The server cron calls expire() for timeouts;
 a disconnect calls remove(). ServerState owns one BlockingManager from its
@@ -250,6 +252,10 @@ class BlockingManager:
         # Clients whose command waits until the signalled lanes are all
         # served (rcp11/commands/core.py DEFERRED), resumed when they are.
         self.deferred: dict[Waiter, None] = {}
+        # Keys to signal at a moment no write marks (a lease that runs out:
+        # its group's blocked readers look again): (monotonic time, seq, key).
+        self.key_wakes: list[tuple[float, int, bytes]] = []
+        self._soonest_wakes: dict[bytes, float] = {}  # key -> its soonest wake-up
         self._sequence = itertools.count()
         self.blocked_clients = 0
 
@@ -372,9 +378,21 @@ class BlockingManager:
         self._forget(request)
         request.client.send(reply)
 
+    def wake_at(self, key: bytes, when: float) -> None:
+        """Signal key at `when` (time.monotonic() seconds), whether or not
+        anything writes it: expire() does, and then its readers (and the
+        lanes watching it: a group whose lease runs out) are served.
+        A wake-up of the key set for `when` or sooner makes this one moot."""
+        soonest = self._soonest_wakes.get(key)
+        if soonest is not None and soonest <= when and soonest > time.monotonic():
+            return
+        self._soonest_wakes[key] = when
+        heapq.heappush(self.key_wakes, (when, next(self._sequence), key))
+
     def expire(self, now: float | None = None) -> None:
         """Answer every client whose BLOCK timeout passed with a null
-        array. now: time.monotonic() seconds."""
+        array, and signal the keys whose wake-up time came (wake_at; the
+        caller then serves the ready keys). now: time.monotonic() seconds."""
         if self.ready:
             # A wake-up is under way in slices: a reader it is about to
             # serve must get its message, not a timeout (served at once, as
@@ -382,6 +400,12 @@ class BlockingManager:
             # few event-loop iterations; the timeouts are answered then.
             return
         now = time.monotonic() if now is None else now
+        wakes = self.key_wakes
+        while wakes and wakes[0][0] <= now:
+            when, _, key = heapq.heappop(wakes)
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
+            self.signal_key(key)
         timed_out: list[Waiter] = []
         heap = self.deadlines
         while heap and heap[0][0] <= now:
@@ -393,12 +417,19 @@ class BlockingManager:
             client.on_unblocked()
 
     def next_deadline(self) -> float | None:
-        """The earliest pending timeout (time.monotonic() seconds), for a
-        server that wants to wake exactly then instead of at its next tick."""
+        """The earliest pending timeout or key wake-up (time.monotonic()
+        seconds), for a server that wants to wake exactly then instead of at
+        its next tick."""
         heap = self.deadlines
         while heap and heap[0][2].client.blocked is not heap[0][2]:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        wakes = self.key_wakes
+        while wakes and not self.involves(wakes[0][2]):
+            when, _, key = heapq.heappop(wakes)  # nobody waits on or watches that key any more
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
+        times = [h[0][0] for h in (heap, wakes) if h]
+        return min(times) if times else None
 
     def unblock(self, client: Waiter, error: bool) -> bool:
         """CLIENT UNBLOCK: end the client's blocked read as a timeout (a

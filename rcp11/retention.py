@@ -67,7 +67,7 @@ _COMPRESSION_DIRECTIVES = (
 
 
 def _is_stream(value: Any) -> bool:
-    return not isinstance(value, bytes)
+    return isinstance(value, Stream)
 
 
 class Retention:

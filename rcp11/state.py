@@ -648,7 +648,7 @@ class ServerState:
         depth = int(self.config.get("stream-compression-depth"))
         max_entries = int(self.config.get("stream-node-max-entries"))
         for value in self.keyspace.data.values():
-            if not isinstance(value, bytes):
+            if isinstance(value, Stream):
                 value.set_compression(level)
                 value.set_compression_depth(depth)
                 value.set_max_entries(max_entries)
@@ -672,7 +672,7 @@ class ServerState:
         # handler that raised had logged its change.
         self.dirty += 1
 
-    def propagate_encoded(self, data: bytes, append_ms: int) -> None:
+    def propagate_encoded(self, data: bytes, append_ms: int | None) -> None:
         """Log write requests already in their AOF form (the C lane's
         TWRITEs, copied verbatim), appended at append_ms, inside a
         transaction's MULTI ... EXEC as propagate() logs them. The caller

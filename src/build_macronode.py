@@ -1,9 +1,11 @@
 """cffi recipe for rcp11._macronode (API mode, out of line): the storage
-core (src/macronode.c) and the C lane in front of the Python commands
-(src/lane.c), in one extension so the lane calls the core directly.
+core (src/macronode.c), the state of acknowledged groups (src/ackgroup.c)
+and the C lane in front of the Python commands (src/lane.c), in one
+extension so the lane calls the core directly.
 
-The cdef is read from src/macronode.h and src/lane.h between their CDEF
-markers, so the C headers stay the single description of the API. The
+The cdef is read from src/macronode.h, src/ackgroup.h and src/lane.h
+between their CDEF markers, so the C headers stay the single description
+of the API. The
 lane's key resolver is a Python callback (extern "Python").
 """
 
@@ -13,14 +15,14 @@ import re
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HEADERS = ("macronode.h", "lane.h")
+HEADERS = ("macronode.h", "ackgroup.h", "lane.h")
 
 # The lane asks Python about each new key through this callback (its type
 # is lane_resolve_fn; rcp11/commands/lane.py defines it).
 _EXTERN_PYTHON = """
 extern "Python" int lane_resolve_key(struct lane_call *call, const char *key,
                                      size_t key_len, mn_stream **stream,
-                                     uint64_t *write_limit);
+                                     ag_group **group, uint64_t *write_limit);
 """
 
 
@@ -47,8 +49,11 @@ ffibuilder = FFI()
 ffibuilder.cdef(_cdef_text())
 ffibuilder.set_source(
     "rcp11._macronode",
-    '#include "macronode.h"\n#include "lane.h"',
-    sources=[os.path.relpath(os.path.join(HERE, name)) for name in ("macronode.c", "lane.c")],
+    '#include "macronode.h"\n#include "ackgroup.h"\n#include "lane.h"',
+    sources=[
+        os.path.relpath(os.path.join(HERE, name))
+        for name in ("macronode.c", "ackgroup.c", "lane.c")
+    ],
     include_dirs=[os.path.relpath(HERE)],
     libraries=["z"],
     extra_compile_args=_extra_compile_args(),

@@ -120,7 +120,8 @@
  *     ticks and takes the pass up where it was once the pause is over;
  *   - a blocked group reader woken during a pause (a TWRITE queued in a
  *     MULTI before CLIENT PAUSE, a group key changed there) keeps its place
- *     instead of moving its group key (a SET that replicates); its stream
+ *     instead of moving its group key (a SET that replicates, or for a
+ *     lease reader RCP11.LEASE: module_ack.c does the same); its stream
  *     is signalled again by the first tick after the pause (rl_pause.wakes),
  *     and the readers are served in the order they blocked. Plain readers
  *     write nothing and are served at once, as Redis serves readers of its
@@ -294,7 +295,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ackgroup.h"
 #include "macronode.h"
+#include "module_internal.h"
 #include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
@@ -312,9 +315,6 @@
 #define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
-
-/* 2^63: one past the largest offset, the largest next offset. */
-#define RL_OFFSET_END ((uint64_t)1 << 63)
 
 /* A TREAD reply is copied out of the core in batches sized to about this
  * many payload bytes (at the stream's average message size), so that one
@@ -343,29 +343,6 @@
  * each alone in its class whatever the cap. */
 #define RL_NODE_BYTES_MIN 4096
 #define RL_NODE_BYTES_MAX ((uint64_t)1 << 30)
-/* Error messages quote at most this many bytes of a key name. */
-#define RL_QUOTE_MAX 128
-
-/* Error texts: the contract's, worded as the Python server words them
- * (rcp11/errors/). */
-#define RL_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
-#define RL_ERR_OVERFLOW "ERR stream offset would exceed 2^63-1"
-#define RL_ERR_OFFSET "ERR offset is not an integer or out of range"
-#define RL_ERR_COUNT "ERR count is not an integer or out of range"
-#define RL_ERR_TIMEOUT "ERR timeout is not an integer or out of range"
-#define RL_ERR_NEGATIVE_COUNT "ERR count must be >= 0"
-#define RL_ERR_NEGATIVE_TIMEOUT "ERR timeout is negative"
-#define RL_ERR_GROUP_IS_KEY "ERR the group key must be a different key than the stream key"
-#define RL_ERR_GROUP_AND_GROUPNEW "ERR GROUP and GROUPNEW cannot be used together"
-#define RL_ERR_BACKLOG "ERR BACKLOG count must be an integer >= 0"
-#define RL_ERR_READONLY "READONLY You can't write against a read only replica."
-#define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
-#define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
-#define RL_ERR_TIME "ERR time is not an integer or out of range"
-#define RL_ERR_INTERNAL_FMT                                                                    \
-    "ERR %s is internal: only a primary's replication stream and the AOF may send it"
-#define RL_ERR_NODE "ERR bad stream node blob"
-
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
  * --------------------------------------------------------------------- */
@@ -652,7 +629,7 @@ static size_t rl_utf8_char(const unsigned char *p, size_t len, size_t *bad) {
  * which cannot appear in an error reply, become spaces, and a NUL byte
  * ends the name (an error reply is a C string here). Each input byte
  * yields at most 3 output bytes. */
-static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
+void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
     const unsigned char *u = (const unsigned char *)p;
     size_t o = 0;
     if (len > limit) len = limit;
@@ -677,8 +654,8 @@ static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t 
 }
 
 /* Reply "-<prefix>'<quoted name>'<suffix>". */
-static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
-                           size_t limit, const char *suffix) {
+int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
+                    size_t limit, const char *suffix) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(name, &len);
     size_t quoted_size = (len < limit ? len : limit) * 3 + 8;
@@ -694,7 +671,7 @@ static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisM
 }
 
 /* Whether arg is `word` (upper case ASCII), ignoring case. */
-static int rl_arg_is(const RedisModuleString *arg, const char *word) {
+int rl_arg_is(const RedisModuleString *arg, const char *word) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(arg, &len);
     if (len != strlen(word)) return 0;
@@ -706,7 +683,7 @@ static int rl_arg_is(const RedisModuleString *arg, const char *word) {
     return 1;
 }
 
-static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
+int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
     size_t alen, blen;
     const char *pa = RedisModule_StringPtrLen(a, &alen);
     const char *pb = RedisModule_StringPtrLen(b, &blen);
@@ -715,7 +692,7 @@ static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b
 
 /* A decimal offset as the server writes it: "0" or [1-9][0-9]*, at most
  * max. Returns 1 and sets *out when it is one. */
-static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
+int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
     if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) return 0;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
@@ -748,8 +725,8 @@ int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
  * (NULL for a missing key opened READ only, which the API allows everywhere
  * a key goes), *s the stream (NULL for an empty key). When the key holds
  * something else, replies -WRONGTYPE and returns 0. */
-static int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
-                          RedisModuleKey **key, mn_stream **s) {
+int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode, RedisModuleKey **key,
+                   mn_stream **s) {
     *key = RedisModule_OpenKey(ctx, name, mode);
     if (rl_stream_of(*key, s)) return 1;
     RedisModule_CloseKey(*key);
@@ -775,7 +752,7 @@ static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
  * and the loading of old blobs all read it. */
 static int64_t rl_clock_offset_ms;
 
-static int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
+int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
 
 /* at_ms: the append time the messages get at the least (the core raises it
  * to the stream's clock): rl_now_ms() for a client's TWRITE, the primary's
@@ -846,8 +823,8 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
 /* TREAD's reply for offsets start.. (at most count of them), with the
  * WITHINFO header when asked. Returns how many offsets it holds (nulls
  * included): the group key moves by that much. s may be NULL. */
-static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo) {
+uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                           int withinfo, const long long *extra, int nextra) {
     /* The end a reader may see (rcp11.read-committed: what the replicas
      * acknowledged). */
     uint64_t next = rl_resv_readable_next(ctx, s);
@@ -857,13 +834,14 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
         uint64_t first = s ? mn_first_offset(s) : 0;
         if (first > next) first = next;
         RedisModule_ReplyWithArray(ctx, (long)(n + 1));
-        RedisModule_ReplyWithArray(ctx, 4);
+        RedisModule_ReplyWithArray(ctx, 4 + nextra);
         /* next may be 2^63, which no RESP integer holds: the info reports
          * the ceiling instead, as the Python server does. */
         RedisModule_ReplyWithLongLong(ctx, (long long)(first < RL_OFFSET_END ? first : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, next == 0 ? -1 : (long long)(next - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)(start < RL_OFFSET_END ? start : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)n);
+        for (int i = 0; i < nextra; i++) RedisModule_ReplyWithLongLong(ctx, extra[i]);
     } else {
         RedisModule_ReplyWithArray(ctx, (long)n);
     }
@@ -875,6 +853,11 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     }
     rl_release_scratch();
     return n;
+}
+
+static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                               int withinfo) {
+    return rl_reply_range_ex(ctx, s, start, count, withinfo, NULL, 0);
 }
 
 /* TREAD ... NONULLS: start at the first readable offset at or after
@@ -903,8 +886,15 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
         return REDISMODULE_OK;
     }
     if (type != REDISMODULE_KEYTYPE_STRING) {
+        /* An acknowledged group read without LEASE would lose what it
+         * read: say what the key holds. */
+        int acked = ra_holds_group(key);
         RedisModule_CloseKey(key);
-        RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+        if (acked)
+            rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                            " holds an acknowledged group: read it with LEASE");
+        else
+            RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
         return REDISMODULE_ERR;
     }
     size_t len;
@@ -914,16 +904,20 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
     int ok = rl_parse_offset(p, len, RL_OFFSET_END, pos);
     RedisModule_CloseKey(key);
     if (!ok) {
-        rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
-                        " does not hold a valid offset (an integer >= 0)");
+        rl_reply_group_not_offset(ctx, group);
         return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;
 }
 
+void rl_reply_group_not_offset(RedisModuleCtx *ctx, RedisModuleString *group) {
+    rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                    " does not hold a valid offset (an integer >= 0)");
+}
+
 /* Where a group without a group key starts: the oldest readable message,
  * or (GROUPNEW) the next message written. */
-static uint64_t rl_group_default(const mn_stream *s, int group_new) {
+uint64_t rl_group_default(const mn_stream *s, int group_new) {
     if (s == NULL) return 0;
     return group_new ? mn_next_offset(s) : mn_first_offset(s);
 }
@@ -952,23 +946,6 @@ static void rl_set_group(RedisModuleCtx *ctx, RedisModuleString *group, uint64_t
  * "<db as 4 bytes><group key name>", so that a change of the group key can
  * signal the streams they wait on.
  * --------------------------------------------------------------------- */
-
-typedef struct rl_group rl_group;
-
-typedef struct rl_wait {
-    RedisModuleString *key;   /* the stream key (own copy) */
-    RedisModuleString *group; /* the group key (own copy), NULL: plain read */
-    uint64_t start;           /* plain read: absolute start offset */
-    uint64_t fallback;        /* group read: start if the group key vanished */
-    int has_fallback;
-    long long count;
-    int withinfo;
-    int group_new;
-    int nonulls;
-    int db;
-    rl_group *owner;
-    struct rl_wait *prev, *next;
-} rl_wait;
 
 struct rl_group {
     rl_wait *head, *tail;
@@ -1033,12 +1010,13 @@ static void rl_wait_free(RedisModuleCtx *ctx, void *privdata) {
     rl_group_unlink(w);
     RedisModule_FreeString(NULL, w->key);
     if (w->group) RedisModule_FreeString(NULL, w->group);
+    if (w->consumer) RedisModule_FreeString(NULL, w->consumer);
     RedisModule_Free(w);
     rl_waiting--;
 }
 
 /* Remember to signal w's stream once clients are no longer paused. */
-static void rl_defer_wake(rl_wait *w) {
+void rl_defer_wake(rl_wait *w) {
     size_t len;
     char *k = rl_db_key(w->db, w->key, &len);
     int nokey;
@@ -1078,6 +1056,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     (void)argv;
     (void)argc;
     rl_wait *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    if (w->lease) return ra_wake(ctx, w);
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
@@ -1119,8 +1098,8 @@ static int rl_tread_timeout(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     return RedisModule_ReplyWithNullArray(ctx);
 }
 
-static void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
-                     long long block_ms) {
+void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
+              long long block_ms) {
     w->db = RedisModule_GetSelectedDb(ctx);
     w->key = RedisModule_CreateStringFromString(NULL, stream_key);
     if (w->group) {
@@ -1390,7 +1369,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * client may: they run only from the replication link (REPLICATED: sent by
  * this server's primary) or while the server loads its AOF (LOADING: no
  * client command runs then). */
-static int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
+int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
     int flags = RedisModule_GetContextFlags(ctx);
     if (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) return 0;
     char msg[160];
@@ -1420,21 +1399,36 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
  * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
  * --------------------------------------------------------------------- */
 
-typedef struct rl_tread_args {
-    long long offset, count, block_ms;
-    int block, withinfo, group_new, nonulls;
-    RedisModuleString *group;
-} rl_tread_args;
+/* ACK start count at argv[at]: an acknowledgement before a lease read. */
+static int rl_tread_ack_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int at,
+                               rl_tread_args *a) {
+    const char *refused = NULL;
+    if (at + 2 >= argc) refused = "ERR syntax error, ACK needs a start and a count";
+    else if (RedisModule_StringToLongLong(argv[at + 1], &a->ack_start) != REDISMODULE_OK)
+        refused = RL_ERR_OFFSET;
+    else if (a->ack_start < 0) refused = RL_ERR_NEGATIVE_OFFSET;
+    else if (RedisModule_StringToLongLong(argv[at + 2], &a->ack_count) != REDISMODULE_OK)
+        refused = RL_ERR_COUNT;
+    else if (a->ack_count < 0) refused = RL_ERR_NEGATIVE_COUNT;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
+    a->ack = 1;
+    return REDISMODULE_OK;
+}
 
 /* Options in any order, each at most once. Replies the error and returns
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW", "NONULLS"};
-    int seen[5] = {0, 0, 0, 0, 0};
+    static const char *const names[] = {"WITHINFO", "BLOCK",    "GROUP", "GROUPNEW",
+                                        "LEASE",    "CONSUMER", "ACK",   "NONULLS"};
+    enum { N_OPTIONS = sizeof(names) / sizeof(names[0]) };
+    int seen[N_OPTIONS] = {0};
     for (int i = 4; i < argc;) {
         int opt = -1;
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < N_OPTIONS; k++)
             if (rl_arg_is(argv[i], names[k])) opt = k;
         if (opt < 0) {
             rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
@@ -1447,10 +1441,16 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0 || opt == 4) {
+        if (opt == 0 || opt == 7) {
             if (opt == 0) a->withinfo = 1;
             else a->nonulls = 1;
             i++;
+            continue;
+        }
+        if (opt == 6) {
+            if (rl_tread_ack_option(ctx, argv, argc, i, a) != REDISMODULE_OK)
+                return REDISMODULE_ERR;
+            i += 3;
             continue;
         }
         if (i + 1 >= argc) {
@@ -1460,7 +1460,22 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         }
         RedisModuleString *value = argv[i + 1];
         i += 2;
-        if (opt == 1) {
+        if (opt == 4) {
+            if (RedisModule_StringToLongLong(value, &a->lease_ms) != REDISMODULE_OK ||
+                a->lease_ms < 1 || a->lease_ms > AG_MAX_LEASE_MS) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_LEASE);
+                return REDISMODULE_ERR;
+            }
+            a->lease = 1;
+        } else if (opt == 5) {
+            size_t len;
+            RedisModule_StringPtrLen(value, &len);
+            if (len > AG_MAX_OWNER_BYTES) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_CONSUMER_TOO_LONG);
+                return REDISMODULE_ERR;
+            }
+            a->consumer = value;
+        } else if (opt == 1) {
             if (RedisModule_StringToLongLong(value, &a->block_ms) != REDISMODULE_OK) {
                 RedisModule_ReplyWithError(ctx, RL_ERR_TIMEOUT);
                 return REDISMODULE_ERR;
@@ -1479,6 +1494,16 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             a->group_new = opt == 3;
         }
     }
+    /* CONSUMER and ACK belong to a lease read, and a lease to a group. */
+    const char *refused = NULL;
+    if (!a->lease && a->consumer != NULL) refused = RL_ERR_CONSUMER_NEEDS_LEASE;
+    else if (!a->lease && a->ack) refused = RL_ERR_ACK_NEEDS_LEASE;
+    else if (a->lease && a->group == NULL) refused = RL_ERR_LEASE_NEEDS_GROUP;
+    else if (a->lease && a->nonulls) refused = RL_ERR_NONULLS_LEASE;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
     return REDISMODULE_OK;
 }
 
@@ -1489,8 +1514,11 @@ static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     for (int i = 4; i < argc;) {
         if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS")) {
             i++;
-        } else if (rl_arg_is(argv[i], "BLOCK")) {
+        } else if (rl_arg_is(argv[i], "BLOCK") || rl_arg_is(argv[i], "LEASE") ||
+                   rl_arg_is(argv[i], "CONSUMER")) {
             i += 2;
+        } else if (rl_arg_is(argv[i], "ACK")) {
+            i += 3;
         } else if (rl_arg_is(argv[i], "GROUP") || rl_arg_is(argv[i], "GROUPNEW")) {
             if (i + 1 < argc) RedisModule_KeyAtPos(ctx, i + 1);
             i += 2;
@@ -1609,6 +1637,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
+    if (a.lease) return ra_tread(ctx, argv[1], key, s, &a, may_block);
     int missing;
     uint64_t pos;
     if (rl_group_position(ctx, a.group, &missing, &pos) != REDISMODULE_OK) {
@@ -2386,16 +2415,6 @@ static const RedisModuleCommandInfoVersion rl_info_version = {
     1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
     sizeof(RedisModuleCommandArg)};
 
-/* Key spec: the key at argv[pos]. */
-#define RL_KEY_AT(at, fl)                                                                     \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = (at),    \
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}}
-/* Key spec: the key right after `word`, searched from argv[from] on. */
-#define RL_KEY_AFTER(word, from, fl)                                                          \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD,                        \
-     .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
-     .fk.range = {0, 1, 0}}
-
 static RedisModuleCommandKeySpec rl_twrite_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 static RedisModuleCommandKeySpec rl_tread_specs[] = {
@@ -2423,19 +2442,7 @@ static RedisModuleCommandKeySpec rl_update_specs[] = {
 /* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
  * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
  * entry [entry ...]), the same as rcp11-server's. A KEY argument names
- * its key spec by index. */
-#define RL_ARG(nm, ty, tok, fl)                                                               \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .token = (tok),  \
-     .flags = (fl)}
-#define RL_KEY_ARG(nm, spec, tok, fl)                                                         \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = (spec), .token = (tok), \
-     .flags = (fl)}
-#define RL_GROUP_ARG(nm, ty, sub, fl)                                                         \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .subargs = (sub),  \
-     .flags = (fl)}
-#define RL_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
-#define RL_MULTIPLE REDISMODULE_CMD_ARG_MULTIPLE
-
+ * its key spec by index (RL_ARG and friends: module_internal.h). */
 static RedisModuleCommandArg rl_twrite_batch[] = {
     RL_ARG("backlog", INTEGER, "BACKLOG", RL_OPTIONAL),
     RL_ARG("entry", STRING, "ENTRIES", RL_MULTIPLE), {0}};
@@ -2445,6 +2452,8 @@ static RedisModuleCommandArg rl_twrite_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_GROUP_ARG("form", ONEOF, rl_twrite_forms, 0), {0}};
 static RedisModuleCommandArg rl_tread_groups[] = {
     RL_KEY_ARG("groupkey", 1, "GROUP", 0), RL_KEY_ARG("newgroupkey", 2, "GROUPNEW", 0), {0}};
+static RedisModuleCommandArg rl_tread_ack[] = {
+    RL_ARG("start", INTEGER, NULL, 0), RL_ARG("count", INTEGER, NULL, 0), {0}};
 static RedisModuleCommandArg rl_tread_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0),
     RL_ARG("offset", INTEGER, NULL, 0),
@@ -2453,6 +2462,10 @@ static RedisModuleCommandArg rl_tread_docs[] = {
     RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
     RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
     RL_ARG("nonulls", PURE_TOKEN, "NONULLS", RL_OPTIONAL),
+    RL_ARG("lease", INTEGER, "LEASE", RL_OPTIONAL),
+    RL_ARG("consumer", STRING, "CONSUMER", RL_OPTIONAL),
+    {.name = "ack", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "ACK",
+     .subargs = rl_tread_ack, .flags = RL_OPTIONAL},
     {0}};
 static RedisModuleCommandArg rl_tevict_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};
@@ -2525,18 +2538,57 @@ static const rl_command rl_commands[] = {
      "write fast", rl_groupmove_docs, "O(1)"},
 };
 
+int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
+                        const char *since, RedisModuleCommandKeySpec *specs,
+                        RedisModuleCommandArg *args, const char *complexity) {
+    RedisModuleCommandInfo info;
+    memset(&info, 0, sizeof(info));
+    info.version = &rl_info_version;
+    info.summary = summary;
+    info.since = since;
+    info.arity = arity;
+    info.key_specs = specs;
+    info.args = args;
+    info.complexity = complexity;
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
 /* The module's ACL category, when the server can add one (OnLoad only). */
 #define RL_ACL_CATEGORY "rcp11"
 
+/* What rl_set_acl_categories found: -1 the server cannot set categories,
+ * 0 it can but not add @rcp11, 1 both. */
+static int rl_acl_support = -1;
+
+int rl_set_command_acl(RedisModuleCtx *ctx, const char *name, const char *acl) {
+    if (rl_acl_support < 0) return REDISMODULE_OK;
+    char categories[64];
+    snprintf(categories, sizeof(categories), "%s%s", acl,
+             rl_acl_support ? " " RL_ACL_CATEGORY : "");
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL ||
+        RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
 /* Put the commands in their ACL categories where the server has the API;
- * say at load what is missing where it has not (docs/MODULE.md, ACLs). */
+ * say at load what is missing where it has not (docs/MODULE.md, ACLs).
+ * Before ra_register, which files its own commands with rl_set_command_acl. */
 static int rl_set_acl_categories(RedisModuleCtx *ctx) {
     if (RedisModule_SetCommandACLCategories == NULL) {
         RedisModule_Log(ctx, "warning",
                         "rcp11: this server cannot put module commands in ACL categories "
-                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK are in none, so "
-                        "@read, @write and @rcp11 rules miss them; name the commands in ACL "
-                        "rules instead (docs/MODULE.md, ACLs)");
+                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK, TACK, TGROUP are in "
+                        "none, so @read, @write and @rcp11 rules miss them; name the commands "
+                        "in ACL rules instead (docs/MODULE.md, ACLs)");
         return REDISMODULE_OK;
     }
     int own = RedisModule_AddACLCategory != NULL &&
@@ -2545,18 +2597,10 @@ static int rl_set_acl_categories(RedisModuleCtx *ctx) {
         RedisModule_Log(ctx, "warning",
                         "rcp11: this server cannot add the ACL category @" RL_ACL_CATEGORY
                         " (Redis 7.2): the commands are in @read or @write only");
-    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
-        const rl_command *c = &rl_commands[i];
-        char categories[64];
-        snprintf(categories, sizeof(categories), "%s%s", c->acl, own ? " " RL_ACL_CATEGORY : "");
-        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
-        if (command == NULL ||
-            RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
-            RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s",
-                            c->name);
+    rl_acl_support = own;
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++)
+        if (rl_set_command_acl(ctx, rl_commands[i].name, rl_commands[i].acl) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        }
-    }
     return REDISMODULE_OK;
 }
 
@@ -2566,20 +2610,9 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
         if (RedisModule_CreateCommand(ctx, c->name, c->fn, c->flags, c->firstkey, c->lastkey,
                                       c->keystep) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        RedisModuleCommandInfo info;
-        memset(&info, 0, sizeof(info));
-        info.version = &rl_info_version;
-        info.summary = c->summary;
-        info.since = "1.0.0";
-        info.arity = c->arity;
-        info.key_specs = c->keys;
-        info.args = c->args;
-        info.complexity = c->complexity;
-        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
-        if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
-            RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
+        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.0.0", c->keys, c->args,
+                                c->complexity) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        }
     }
     return REDISMODULE_OK;
 }
@@ -2635,6 +2668,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_set_acl_categories(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (ra_register(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;

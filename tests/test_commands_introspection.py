@@ -226,7 +226,8 @@ def test_command_introspection(shared_server: ServerProcess) -> None:
 STREAM_USAGES = {
     "twrite": "key <entry | [BACKLOG backlog] ENTRIES entry [entry ...]>",
     "tread": "key offset count [BLOCK milliseconds] [GROUP groupkey | GROUPNEW newgroupkey]"
-    " [WITHINFO] [NONULLS]",
+    " [WITHINFO] [NONULLS] [LEASE lease] [CONSUMER consumer] [ACK start count]",
+    "tack": "groupkey start count [start count ...]",
     "tevict": "key offset",
     "tconcat": "destination source [source ...]",
     "tseek": "key unix-time-ms",
@@ -249,6 +250,10 @@ def docs_usage(arguments: list[Any]) -> str:
             text = " | ".join(parts) if kind == "oneof" else " ".join(parts)
             if kind == "oneof" and "optional" not in flags:
                 return f"<{text}>"
+            if "multiple" in flags:
+                text = f"{text} [{text} ...]"
+            if "token" in arg:
+                text = f"{as_str(arg['token'])} {text}"
         elif kind == "pure-token":
             text = as_str(arg["token"])
         else:

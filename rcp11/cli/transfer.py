@@ -11,6 +11,7 @@ from typing import BinaryIO, TextIO
 
 import redis
 
+from rcp11.cli.acked import consume_acked
 from rcp11.client import Client, ReadResult
 
 PROG = "rcp11"
@@ -201,6 +202,17 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     remaining = args.count
     # Messages shown on the terminal itself would be garbled by a progress line.
     progress = Progress("consume", stderr, args.progress or (isatty(stderr) and not isatty(stdout)))
+    if args.ack:
+        try:
+            return consume_acked(
+                args,
+                client,
+                stdout,
+                lambda result: _format_messages(result, separator, args.offsets),
+                progress,
+            )
+        finally:
+            progress.finish()
     try:
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
@@ -216,7 +228,8 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
                 )
             if result is None or result.count == 0:
                 break  # a --block wait ran out, or caught up without blocking
-            shown = _write_messages(result, stdout, separator, args.offsets)
+            data, shown = _format_messages(result, separator, args.offsets)
+            stdout.write(data)
             stdout.flush()
             progress.add(shown)
             if remaining is not None:
@@ -241,7 +254,8 @@ def _start_offset(args: argparse.Namespace, client: Client) -> int:
     return int(args.from_offset)
 
 
-def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets: bool) -> int:
+def _format_messages(result: ReadResult, separator: bytes, offsets: bool) -> tuple[bytes, int]:
+    """The messages of a read as written to stdout, and how many."""
     shown = 0
     chunks: list[bytes] = []
     for offset, message in result.items():
@@ -250,5 +264,4 @@ def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets
         chunks.append(message)
         chunks.append(separator)
         shown += 1
-    out.write(b"".join(chunks))
-    return shown
+    return b"".join(chunks), shown

@@ -37,13 +37,14 @@ import hiredis
 
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
+from rcp11.ackgroups import AckGroup
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import MUTATIONS
+from rcp11.storage import MUTATIONS, Stream
 
 log = logging.getLogger("rcp11")
 
@@ -84,19 +85,27 @@ _MIN_READ = 16
 
 
 @ffi.def_extern()
-def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
-    """lane_resolve_fn: may the lane read / write the stream at key?"""
+def lane_resolve_key(
+    call: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
+) -> int:
+    """lane_resolve_fn: may the lane read / write the stream (or the
+    acknowledged group) at key?"""
     state = _state
     name = ffi.unpack(key, key_len)
     keyspace = state.keyspace  # type: ignore[union-attr]
     value = keyspace.data.get(name)
-    if value is None or type(value) is bytes or name in keyspace.expires:
+    kind = type(value)
+    if (kind is not Stream and kind is not AckGroup) or name in keyspace.expires:
         _resolved.append((name, None))
         return 0
     _resolved.append((name, value))
-    stream_out[0] = value._s
+    writable = not keyspace.watchers.get(name) and not state.blocking.involves(name)  # type: ignore[union-attr]
+    if kind is AckGroup:
+        group_out[0] = value._g  # type: ignore[union-attr]
+        return _KEY_READ | _KEY_WRITE if writable else _KEY_READ
+    stream_out[0] = value._s  # type: ignore[union-attr]
     allowed = _KEY_READ
-    if not keyspace.watchers.get(name) and not state.blocking.involves(name):  # type: ignore[union-attr]
+    if writable:
         allowed |= _KEY_WRITE
         limit = state.persistence.reserved_next_offset(name)  # type: ignore[union-attr]
         limit_out[0] = max(limit, 0)
@@ -329,26 +338,32 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
     """What call() and the handlers would have done for the requests the
     lane ran: log, touch, count."""
     writes = call.twrite_calls
+    changes = writes + call.group_changes
     stats = state.stats
-    if writes:
+    if changes:
         keys = call.keys
         keyspace = state.keyspace
-        for i, (name, stream) in enumerate(_resolved):
+        for i, (name, value) in enumerate(_resolved):
             if keys[i].written:
-                stream._next = lib.mn_next_offset(stream._s)
-                stream._version += 1
+                if type(value) is Stream:
+                    value._next = lib.mn_next_offset(value._s)
+                    value._version += 1
                 keyspace.touch(name)
-        MUTATIONS.ticks += writes
-        state.dirty += writes
+        MUTATIONS.ticks += changes
+        state.dirty += changes
         if call.aof.len:
             try:
-                state.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len), call.append_ms)
+                # A run of lease reads alone logs its TACKs and RCP11.LEASEs
+                # undated (append_ms -1: no TWRITE ran).
+                append_ms = call.append_ms if call.append_ms >= 0 else None
+                state.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len), append_ms)
             except Exception:
-                # Appended, but how much of it is logged is unknown: as
+                # Changed, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
                 # write from now on.
-                log.exception("%d TWRITE of the C lane ran but could not be logged", writes)
+                log.exception("%d changes of the C lane ran but could not be logged", changes)
                 state.writes_refused = errors.UNLOGGED_CHANGE
+    if writes:
         row = stats.commands.get("twrite") or command_stats(state, "twrite")
         row[0] += writes
         row[1] += call.twrite_usec

@@ -265,7 +265,7 @@ class Server:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
         tick, so short timeouts are not rounded up to 1/hz."""
         blocking = self.state.blocking
-        if not blocking.deadlines:
+        if not blocking.deadlines and not blocking.key_wakes:
             return
         deadline = blocking.next_deadline()
         if deadline is None:
@@ -280,11 +280,19 @@ class Server:
 
     def _block_timeout(self) -> None:
         self.block_timer = None
-        self.state.blocking.expire(time.monotonic())
+        self._expire_blocked()
         if self.pending and not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
         self.arm_block_timer()
+
+    def _expire_blocked(self) -> None:
+        """BLOCK timeouts, and the readers of keys whose wake-up time came
+        (a lease ran out) served as a write would serve them."""
+        state = self.state
+        state.blocking.expire(time.monotonic())
+        if state.blocking.ready:
+            serve_ready(state)  # their replies wait for the flush, AOF first
 
     # -- connections -----------------------------------------------------------
 
@@ -304,7 +312,7 @@ class Server:
         state = self.state
         now = self.now = time.time()
         try:
-            state.blocking.expire(time.monotonic())
+            self._expire_blocked()
             state.persistence.tick(now)
             if expire_keys(state) and state.blocking.ready:
                 # A deleted group or stream key may let waiting readers go on.
