@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.json_events import events
-from rcp11.storage import TIME_CHECKPOINT_EVERY, Stream
+from rcp11.storage import Stream
 
 RESULTS = Path(__file__).resolve().parent / "results" / "core.md"
 MESSAGE_BYTES = 100
@@ -75,6 +75,12 @@ NEAR_TAIL = 4_000
 
 def log(message: str) -> None:
     print(f"[core_bench] {message}", file=sys.stderr, flush=True)
+
+
+def time_bytes(s: Stream) -> int:
+    """Bytes a stream spends on its messages' append times: each node's
+    time deltas and its first message's time."""
+    return sum(n.time_width * n.count + 8 for n in s.nodes())
 
 
 def available_ram() -> int:
@@ -224,7 +230,7 @@ def bench_reads(sizes: Sizes, block: bytes, max_messages: int) -> tuple[str, str
                 f"{percentile(seeks, 50):.2f} / {percentile(seeks, 99):.2f}",
             ]
         )
-        index_bytes = sum(8 * -(-n.count // TIME_CHECKPOINT_EVERY) for n in s.nodes())
+        index_bytes = time_bytes(s)
         evict = total // 2
         nodes = s.num_nodes
         started = time.perf_counter()

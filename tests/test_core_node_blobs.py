@@ -15,15 +15,15 @@ def test_byte_cap_ends_nodes_before_the_cap() -> None:
     s = Stream(max_entries=1000)
     assert s.max_node_bytes == 0
     s.set_max_node_bytes(98_304)  # a jemalloc size class: 96 KiB
-    for _ in range(50):
-        s.append([b"x" * 100] * 100)
+    for k in range(50):  # 100 ms apart: a node's time deltas take 2 bytes
+        s.append([b"x" * 100] * 100, now_ms=1_000 + 100 * k)
     counts = [n.count for n in s.nodes()]
     assert counts[:-1] == [983] * 5 and sum(counts) == 5000
     # Sealed nodes hold their bytes and tables, nothing more; the active one
     # was sized ahead to the cap at most.
     sealed = s.nodes()[:-1]
-    assert all(n.memory <= 98_300 + 983 * 4 + 16 * 8 + 300 for n in sealed)
-    assert s.nodes()[-1].memory <= 98_304 + 1000 * 4 + 16 * 8 + 300
+    assert all(n.memory <= 98_300 + 983 * (4 + 2) + 300 for n in sealed)
+    assert s.nodes()[-1].memory <= 98_304 + 1000 * (4 + 2) + 300
     # No cap: back to max_entries for the nodes filled from now on.
     s.set_max_node_bytes(0)
     s.append([b"y" * 100] * 2000)

@@ -13,10 +13,11 @@
  * seed their bytes are made from and their append time -- and the next
  * offset and the stream's clock. Whatever the core does with nodes, chunks
  * and compression, every read must give back exactly the model's bytes and
- * nulls, every counter must match, every node's times must be its
- * messages', a seek by time must land within its documented precision,
- * and the counting allocator must hold exactly what mn_memory_bytes()
- * says. The wall clock the appends use moves forward and, sometimes, back.
+ * nulls, every message's time must be the model's (reads with times, a
+ * node's first and last), a seek by time and retention by age must be
+ * exact to the message, and the counting allocator must hold exactly what
+ * mn_memory_bytes() says. The wall clock the appends use moves forward
+ * (by anything up to 2^62 ms: every time width), and, sometimes, back.
  *
  * INPUT
  * =====
@@ -43,9 +44,6 @@
 #define MAX_BATCH 300            /* messages per append call */
 #define MAX_READ 400             /* offsets per read call */
 #define MAX_OPS 400              /* operations per input */
-/* The time index's documented precision: a seek lands at most 63 messages
- * early (one checkpoint interval). */
-#define MN_TIME_CHECKPOINT_EVERY_TESTED 64
 
 /* ------------------------------------------------------------------------
  * Input decoding
@@ -96,8 +94,6 @@ typedef struct msg {
     uint32_t len;
     uint32_t seed;
     int64_t ms;        /* append time */
-    int64_t hi;        /* the latest time the core may have stored for it:
-                          == ms unless a concatenation copied it */
 } msg;
 
 typedef struct model {
@@ -106,8 +102,6 @@ typedef struct model {
     uint64_t next;
     uint64_t payload;  /* bytes of the readable messages */
     int64_t clock;     /* the stream's clock: newest append time */
-    uint32_t copies;   /* concatenations it went through: each may add
-                          63 messages to a seek's imprecision */
 } model;
 
 typedef struct world {
@@ -127,7 +121,7 @@ static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed, int6
         m->m = realloc(m->m, m->cap * sizeof(msg));
         CHECK(m->m != NULL);
     }
-    m->m[m->len++] = (msg){off, len, seed, ms, ms};
+    m->m[m->len++] = (msg){off, len, seed, ms};
     m->payload += len;
 }
 
@@ -181,7 +175,7 @@ static void check_counters(world *w) {
         CHECK(mn_last_append_ms(s) == m->clock);
         int64_t oldest = mn_oldest_append_ms(s);
         if (model_count(m) == 0) CHECK(oldest == MN_TIME_NONE);
-        else CHECK(oldest >= 0 && oldest <= m->m[m->head].hi);
+        else CHECK(oldest == m->m[m->head].ms);
     }
     CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
 }
@@ -218,7 +212,16 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
     CHECK(pos == out.len);
     mn_buf_free(&out);
 
-    for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
+    static int64_t times[MAX_READ];
+    CHECK(mn_read_times(s, start, n, times) == MN_OK); /* allocates nothing */
+    i = model_lower(m, start);
+    for (uint64_t o = start; o < start + n; o++) {
+        if (i < m->len && m->m[i].off == o) CHECK(times[o - start] == m->m[i++].ms);
+        else CHECK(times[o - start] == -1);
+    }
+
+    for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {
+        int resp3 = style & MN_NULL_RESP3, with_times = style & MN_READ_WITH_TIMES;
         mn_buf_init(&out);
         rc = mn_read_resp_prefixed(s, start, n, style, "*", 1, &out);
         if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
@@ -229,11 +232,12 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         pos = 1;
         i = model_lower(m, start);
         for (uint64_t o = start; o < start + n; o++) {
-            char head[32];
+            char head[48];
             int hl;
             if (i < m->len && m->m[i].off == o) {
                 const msg *g = &m->m[i++];
-                hl = snprintf(head, sizeof head, "$%u\r\n", g->len);
+                hl = snprintf(head, sizeof head, "%s$%u\r\n", with_times && resp3 ? "*2\r\n" : "",
+                              g->len);
                 CHECK(pos + (size_t)hl + g->len + 2 <= out.len);
                 CHECK(memcmp(out.data + pos, head, (size_t)hl) == 0);
                 pos += (size_t)hl;
@@ -242,8 +246,13 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
                 pos += g->len;
                 CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
                 pos += 2;
+                if (with_times) {
+                    hl = snprintf(head, sizeof head, ":%lld\r\n", (long long)g->ms);
+                    CHECK(pos + (size_t)hl <= out.len && memcmp(out.data + pos, head, (size_t)hl) == 0);
+                    pos += (size_t)hl;
+                }
             } else {
-                const char *null = style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
+                const char *null = resp3 ? "_\r\n" : with_times ? "$-1\r\n$-1\r\n" : "$-1\r\n";
                 size_t nl = strlen(null);
                 CHECK(pos + nl <= out.len && memcmp(out.data + pos, null, nl) == 0);
                 pos += nl;
@@ -268,9 +277,9 @@ static void check_nodes(world *w, int k) {
         CHECK(info.count >= 1 && info.first >= end);
         CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
         const msg *g = model_at(m, info.first + info.count - 1);
-        CHECK(g != NULL && g->ms <= info.last_ms && info.last_ms <= g->hi);
+        CHECK(g != NULL && g->ms == info.last_ms);
         g = model_at(m, info.first);
-        CHECK(g == NULL || (g->ms <= info.first_ms && info.first_ms <= g->hi));
+        CHECK(g == NULL || g->ms == info.first_ms);
         CHECK(info.memory > 0 && (!info.compressed || info.zlevel >= 1));
         end = info.first + info.count;
         last = info.last_ms;
@@ -565,15 +574,10 @@ static int64_t in_time(const model *m, input *in) {
 static int op_seek(world *w, int k, input *in) {
     const model *m = &w->m[k];
     int64_t t = in_time(m, in);
-    uint64_t got = mn_seek_time(w->s[k], t);
     /* exact: the first readable message appended at or after t */
     size_t i = m->head;
     while (i < m->len && m->m[i].ms < t) i++;
-    uint64_t exact = i < m->len ? m->m[i].off : m->next;
-    CHECK(got <= exact);
-    size_t j = model_lower(m, got);
-    CHECK(got == m->next || (j < m->len && m->m[j].off == got)); /* a message, readable */
-    CHECK(i - j <= (size_t)(MN_TIME_CHECKPOINT_EVERY_TESTED - 1) * (1 + m->copies));
+    CHECK(mn_seek_time(w->s[k], t) == (i < m->len ? m->m[i].off : m->next));
     return MN_OK;
 }
 
@@ -586,16 +590,17 @@ static int op_retain(world *w, int k, input *in) {
     size_t before = model_count(m);
     int rc;
     uint8_t what = in_u8(in) % 3;
+    int exact = 0; /* retention by age done: a cut inside a node */
     if (what == 0) {
         int64_t cutoff = in_time(m, in);
         rc = mn_evict_older_than(s, cutoff, budget, &ev);
-        /* Nothing unexpired went. */
+        /* Nothing unexpired went; done, every expired message went. */
         for (size_t i = m->head; i < m->len && m->m[i].off < mn_first_offset(s); i++)
             if (m->m[i].off >= before_first) CHECK(m->m[i].ms < cutoff);
-        mn_node_info info;
-        if (rc == 0 && mn_num_nodes(s)) {
-            mn_node_get_info(mn_first_node(s), &info);
-            CHECK(info.last_ms >= cutoff);
+        if (rc == 0) {
+            size_t first = model_lower(m, mn_first_offset(s));
+            CHECK(first == m->len || m->m[first].ms >= cutoff);
+            exact = 1;
         }
     } else if (what == 1) {
         uint64_t limit = in_pick(in, payload + 200);
@@ -613,7 +618,7 @@ static int op_retain(world *w, int k, input *in) {
     CHECK(ev.memory == memory - mn_memory_bytes(s));
     /* Whole nodes: the stream now starts at a node's first offset. */
     mn_node_info info;
-    if (mn_num_nodes(s) && ev.nodes) {
+    if (mn_num_nodes(s) && ev.nodes && !exact) {
         mn_node_get_info(mn_first_node(s), &info);
         CHECK(mn_first_offset(s) == info.first);
     }
@@ -624,9 +629,8 @@ static int op_retain(world *w, int k, input *in) {
 }
 
 /* Concatenate the other stream into stream k: the model moves its
- * messages over, times raised to k's clock; which ones the core copies
- * (their stored time may then be later, up to the time of the message 63
- * further) the model does not know, so it allows that for all. */
+ * messages over, times raised to k's clock (whether the core copies them
+ * or moves their nodes). */
 static int op_concat(world *w, int k) {
     model *d = &w->m[k], *s = &w->m[1 - k];
     int64_t rc = mn_stream_concat(w->s[k], w->s[1 - k]);
@@ -640,18 +644,10 @@ static int op_concat(world *w, int k) {
     size_t n = model_count(s);
     for (size_t i = 0; i < n; i++) {
         const msg *g = &s->m[s->head + i];
-        const msg *later = &s->m[s->head + (i + 63 < n ? i + 63 : n - 1)];
         model_push(d, d->next + i, g->len, g->seed, g->ms > floor ? g->ms : floor);
-        d->m[d->len - 1].hi = later->hi > floor ? later->hi : floor;
     }
     d->next += n;
-    if (n) {
-        const msg *last = &d->m[d->len - 1];
-        int64_t clock = mn_last_append_ms(w->s[k]);
-        CHECK(clock >= (last->ms > floor ? last->ms : floor) && clock <= last->hi);
-        d->clock = clock;
-        d->copies = (d->copies > s->copies ? d->copies : s->copies) + 1;
-    }
+    if (n) d->clock = d->m[d->len - 1].ms;
     model_evict_below(s, s->next);
     return MN_OK;
 }
