@@ -2037,6 +2037,9 @@ int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
     mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
+            /* Up to 2^63 offsets of a stream may read as null: a sum that
+             * would wrap around is too big for any buffer. */
+            if (run.nulls > (UINT64_MAX - size) / null_len) return MN_ERR_TOOBIG;
             size += run.nulls * null_len;
             continue;
         }
