@@ -4,6 +4,7 @@
     rcp11 consume events --from -10               # the last ten, then exit
     rcp11 consume events --group events:g --follow | ./worker
     rcp11 consume events --since 10m              # appended in the last ten minutes
+    rcp11 consume events --times --offsets        # OFFSET<TAB>UNIX-MS<TAB>MESSAGE
     rcp11 info events
     rcp11 evict events 499
 
@@ -282,9 +283,10 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     group_option = {"group": args.group} if args.group else {"groupnew": args.groupnew}
     offset = args.from_offset if args.from_offset is not None else 0
     if args.since is not None:
-        # The first message appended at or after that time (TSEEK may land
-        # a few messages early: docs/PROTOCOL.md section 6).
+        # The first message appended at or after that time (docs/PROTOCOL.md
+        # section 6).
         offset = int(client.execute_command("TSEEK", args.key, args.since.resolve()))
+    reading = {"withinfo": True, "withtimes": args.times}
     remaining = args.count
     # Messages shown on the terminal itself would be garbled by a progress line.
     progress = Progress(
@@ -294,12 +296,12 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
             if args.group or args.groupnew:
-                result = client.tread(args.key, 0, want, block=block, withinfo=True, **group_option)
+                result = client.tread(args.key, 0, want, block=block, **reading, **group_option)
             else:
-                result = client.tread(args.key, offset, want, block=block, withinfo=True)
+                result = client.tread(args.key, offset, want, block=block, **reading)
             if result is None or result.count == 0:
                 break  # a --block wait ran out, or caught up without blocking
-            written = _write_messages(result, stdout, separator, args.offsets)
+            written = _write_messages(result, stdout, separator, args.offsets, args.times)
             stdout.flush()
             progress.add(written)
             if remaining is not None:
@@ -311,12 +313,18 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     return 0
 
 
-def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets: bool) -> int:
+def _write_messages(
+    result: ReadResult, out: BinaryIO, separator: bytes, offsets: bool, times: bool
+) -> int:
     written = 0
     chunks: list[bytes] = []
-    for offset, message in result.items():
+    for index, message in enumerate(result.messages):
+        if message is None:
+            continue  # evicted
         if offsets:
-            chunks.append(b"%d\t" % offset)
+            chunks.append(b"%d\t" % (result.start + index))
+        if times:
+            chunks.append(b"%d\t" % result.times[index])  # type: ignore[index]
         chunks.append(message)
         chunks.append(separator)
         written += 1
@@ -568,6 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"messages per TREAD (default {DEFAULT_CONSUME_BATCH})",
     )
     c.add_argument("--offsets", action="store_true", help="prefix each message with OFFSET<TAB>")
+    c.add_argument(
+        "--times",
+        action="store_true",
+        help="prefix each message with its append time in unix milliseconds and a TAB (after "
+        "the offset with --offsets), as kcat's %%T or Kafka's print.timestamp",
+    )
     c.add_argument(
         "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
     )

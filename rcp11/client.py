@@ -79,6 +79,9 @@ class ReadResult:
     count: int
     """Number of elements in ``messages``."""
     messages: list[Any] = field(default_factory=list)
+    times: list[int | None] | None = None
+    """With ``withtimes``: ``times[i]`` is the append time (unix ms) of
+    ``messages[i]``, ``None`` where it was evicted; else ``None``."""
 
     @property
     def next_offset(self) -> int:
@@ -101,27 +104,69 @@ class ReadResult:
             if message is not None:
                 yield self.start + index, message
 
+    def timed_items(self) -> Iterator[tuple[int, int, Any]]:
+        """(offset, append time in unix ms, message), skipping evicted
+        offsets; only for a read with ``withtimes``."""
+        if self.times is None:
+            raise ValueError("the read did not ask for times: tread(..., withtimes=True)")
+        for index, message in enumerate(self.messages):
+            if message is not None:
+                yield self.start + index, self.times[index], message  # type: ignore[misc]
 
-def parse_tread(response: Any, **_options: Any) -> Any:
+
+def _is_info(element: Any) -> bool:
+    """WITHINFO's array of four integers (a message is never an array, and
+    a WITHTIMES pair in RESP3 has two elements)."""
+    return isinstance(element, (list, tuple)) and len(element) == 4
+
+
+def _split_times(elements: list[Any], count: int) -> tuple[list[Any], list[int | None]]:
+    """A WITHTIMES reply's messages and times: RESP2 gives 2 x count
+    elements (message, time, ...; two nulls when evicted), RESP3 count
+    elements ([message, time] pairs, a null when evicted)."""
+    if len(elements) == 2 * count and count:
+        return list(elements[0::2]), [None if t is None else int(t) for t in elements[1::2]]
+    messages: list[Any] = []
+    times: list[int | None] = []
+    for pair in elements:
+        messages.append(None if pair is None else pair[0])
+        times.append(None if pair is None else int(pair[1]))
+    return messages, times
+
+
+def parse_tread(
+    response: Any, withtimes: bool = False, withinfo: bool = True, **_options: Any
+) -> Any:
     """Response callback for TREAD, the same for RESP2 and RESP3.
 
     A BLOCK timeout (null array) is ``None``. A WITHINFO reply becomes a
-    ``ReadResult``: it is recognised by its first element being an array,
-    which a message never is, so raw ``execute_command("TREAD", ...)``
-    calls parse correctly too. Anything else is the list of messages.
+    ``ReadResult``: it is recognised by its first element being an array of
+    four integers, so raw ``execute_command("TREAD", ...)`` calls parse
+    correctly too. Anything else is the list of messages. ``withtimes``
+    (the client's ``tread(withtimes=True)``, which asks for WITHINFO too so
+    that the count tells RESP2 from RESP3) fills ``ReadResult.times``; with
+    ``withinfo=False`` the result is then a list of ``(message, time)``
+    pairs, ``None`` where a message was evicted.
     """
     if response is None:
         return None
-    if response and isinstance(response[0], (list, tuple)):
-        info = response[0]
-        return ReadResult(
-            first_offset=int(info[0]),
-            last_offset=int(info[1]),
-            start=int(info[2]),
-            count=int(info[3]),
-            messages=list(response[1:]),
-        )
-    return list(response)
+    if not (response and _is_info(response[0])):
+        return list(response)
+    info = response[0]
+    count = int(info[3])
+    messages, times = list(response[1:]), None
+    if withtimes:
+        messages, times = _split_times(messages, count)
+        if not withinfo:
+            return [None if m is None else (m, t) for m, t in zip(messages, times, strict=True)]
+    return ReadResult(
+        first_offset=int(info[0]),
+        last_offset=int(info[1]),
+        start=int(info[2]),
+        count=count,
+        messages=messages,
+        times=times,
+    )
 
 
 def _parse_int(response: Any, **_options: Any) -> Any:
@@ -195,15 +240,19 @@ class StreamCommands:
         group: Any = None,
         groupnew: Any = None,
         withinfo: bool = False,
+        withtimes: bool = False,
     ) -> Any:
         """Read up to ``count`` messages of ``key`` starting at ``offset``.
 
         ``offset < 0`` counts back from the stream's next offset. The reply is
         a list with one element per offset, ``None`` where a message was
-        evicted; with ``withinfo=True`` a ``ReadResult``. ``block=ms`` waits
-        (0 = forever) when nothing exists at ``offset`` yet; a timeout returns
-        ``None``. ``group``/``groupnew`` name a string key holding a consumer
-        group's next offset; ``offset`` is then ignored by the server.
+        evicted; with ``withinfo=True`` a ``ReadResult``. ``withtimes=True``
+        adds each message's append time (unix ms): ``(message, time)`` pairs
+        in the list, ``ReadResult.times`` with ``withinfo``. ``block=ms``
+        waits (0 = forever) when nothing exists at ``offset`` yet; a timeout
+        returns ``None``. ``group``/``groupnew`` name a string key holding a
+        consumer group's next offset; ``offset`` is then ignored by the
+        server.
         """
         _check_offset("offset", offset)
         _check_offset("count", count)
@@ -216,8 +265,11 @@ class StreamCommands:
             args += ["GROUP", group]
         elif groupnew is not None:
             args += ["GROUPNEW", groupnew]
-        if withinfo:
+        if withinfo or withtimes:
             args.append("WITHINFO")
+        if withtimes:
+            args.append("WITHTIMES")
+            return self.execute_command(*args, withtimes=True, withinfo=withinfo)
         return self.execute_command(*args)
 
     def tevict(self, key: Any, offset: int) -> Any:

@@ -26,8 +26,10 @@
  *
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
- *   TREAD key offset count [WITHINFO]     -> *n bulks (WITHINFO: *n+1, *4 info first)
- *   TREAD key offset count [WITHINFO] BLOCK ms    (options in either order)
+ *   TREAD key offset count [WITHINFO] [WITHTIMES]
+ *                                         -> *n bulks (WITHINFO: *n+1, *4 info first;
+ *                                            WITHTIMES: *2n, a bulk and a time each)
+ *   TREAD key offset count [WITHINFO] [WITHTIMES] BLOCK ms   (options in any order)
  *                                         -> the same reply, when it answers at once
  *
  * A BLOCK read is two commands in one: a read that answers at once, and a
@@ -428,23 +430,29 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
 }
 
 /* TREAD's options after key offset count, as the general path reads them
- * (any order, each at most once): WITHINFO and BLOCK ms. Returns 0 and
- * sets *withinfo and *block (1 when BLOCK was given with a valid timeout);
- * -1 for anything the general path would refuse (an option twice, an
- * unknown one, BLOCK without a value, a timeout that is not a canonical
- * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
+ * (any order, each at most once): WITHINFO, WITHTIMES and BLOCK ms.
+ * Returns 0 and sets *withinfo, *withtimes and *block (1 when BLOCK was
+ * given with a valid timeout); -1 for anything the general path would
+ * refuse (an option twice, an unknown one, BLOCK without a value, a
+ * timeout that is not a canonical int64 or is negative) or that the lane
+ * does not run (GROUP, GROUPNEW).
  *
- *   args:  TREAD key offset count [WITHINFO] [BLOCK ms]   (either order)
+ *   args:  TREAD key offset count [WITHINFO] [WITHTIMES] [BLOCK ms]   (any order)
  *          0     1   2      3     4 ...
  *
  * The timeout's value is not kept: the lane runs a BLOCK read only when it
  * answers at once, and then the general path never looks at it either. */
-static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *block) {
-    *withinfo = *block = 0;
+static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *withtimes,
+                         int *block) {
+    *withinfo = *withtimes = *block = 0;
     for (size_t i = 4; i < argc;) {
         if (word_is(&args[i], "WITHINFO")) {
             if (*withinfo) return -1;
             *withinfo = 1;
+            i++;
+        } else if (word_is(&args[i], "WITHTIMES")) {
+            if (*withtimes) return -1;
+            *withtimes = 1;
             i++;
         } else if (word_is(&args[i], "BLOCK")) {
             int64_t timeout;
@@ -459,16 +467,17 @@ static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO] [BLOCK ms]. Returns 0 when it ran, -1
- * to stop. A BLOCK read runs only when it answers at once, which is when
+/* TREAD key offset count [WITHINFO] [WITHTIMES] [BLOCK ms]. Returns 0 when
+ * it ran, -1 to stop. (The lane serves RESP2 only: WITHTIMES is a flat
+ * message, time, message, time ... there.) A BLOCK read runs only when it answers at once, which is when
  * the general path's (tread_command) does not wait: its start offset is
  * below the stream's next offset. At or past it the general path would
  * block (or, inside MULTI, which never reaches the lane, answer): the lane
  * stops before the request. */
 static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
-    if (argc < 4 || argc > 7) return -1;
-    int withinfo, block;
-    if (tread_options(args, argc, &withinfo, &block)) return -1;
+    if (argc < 4 || argc > 8) return -1;
+    int withinfo, withtimes, block;
+    if (tread_options(args, argc, &withinfo, &withtimes, &block)) return -1;
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
     if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
@@ -492,6 +501,10 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     }
     uint64_t n = start < next ? next - start : 0;
     if ((uint64_t)count < n) n = (uint64_t)count;
+    /* Two elements per offset with times: a count past 2^62 offsets (no
+     * reply that large fits in memory) is Python's to refuse. */
+    if (withtimes && n > (uint64_t)LANE_INT64_MAX / 2) return -1;
+    int64_t elements = withtimes ? 2 * (int64_t)n : (int64_t)n;
     char head[160];
     mn_buf h = {head, 0, sizeof head};
     /* head has room for two headers and four integers: no allocation. */
@@ -499,19 +512,20 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
         uint64_t first = mn_first_offset(k->stream);
         if (first > (uint64_t)LANE_INT64_MAX) first = (uint64_t)LANE_INT64_MAX;
         uint64_t shown_start = start > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : start;
-        buf_add_int(&h, '*', (int64_t)n + 1);
+        buf_add_int(&h, '*', elements + 1);
         buf_add_int(&h, '*', 4);
         buf_add_int(&h, ':', (int64_t)first);
         buf_add_int(&h, ':', (int64_t)(next - 1));
         buf_add_int(&h, ':', (int64_t)shown_start);
         buf_add_int(&h, ':', (int64_t)n);
     } else {
-        buf_add_int(&h, '*', (int64_t)n);
+        buf_add_int(&h, '*', elements);
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
-    } else if (mn_read_resp_prefixed(k->stream, start, n, MN_NULL_RESP2, h.data, h.len,
-                                     &call->reply) != MN_OK) {
+    } else if (mn_read_resp_prefixed(k->stream, start, n,
+                                     MN_NULL_RESP2 | (withtimes ? MN_READ_WITH_TIMES : 0), h.data,
+                                     h.len, &call->reply) != MN_OK) {
         return -1; /* nothing appended; Python answers (or fails) the same read */
     }
     call->tread_usec += (now_ns() - started) / 1000;

@@ -9,7 +9,7 @@
  *
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
- *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [WITHTIMES]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -154,12 +154,17 @@
  *
  *   +----------------------+---------------------+-------------+-----+
  *   | unsigned: node count | buffer: header blob | buffer: node | ... |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    |
+ *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    |
  *   +----------------------+---------------------+-------------+-----+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 1; the
+ * compressed and every message keeps its append time (a node's first time
+ * and a delta per message). The blobs carry their own format version, so
+ * RDB files written before the core's format 4 (times of every 64th
+ * message only) load too, with the core's reading of those times; the
+ * layout above did not change. RL_ENCVER (Redis's per-type encoding
+ * version) is 1; the
  * type name "rcp11-log" is written into every RDB file, so it never
  * changes. rl_rdb_load() validates every blob with the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
@@ -168,7 +173,7 @@
  *
  * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits the same
  * blobs as commands, so that append times (which live in the nodes' time
- * tables, not per message) come back exactly:
+ * deltas, not in any command) come back exactly:
  *
  *   RCP11.NODE key <node blob 1>     node by node: offsets, bytes,
  *   RCP11.NODE key <node blob 2>     compression and append times as
@@ -179,9 +184,10 @@
  * except that a stream whose clock is past its nodes' times (its newest
  * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
  * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
- * back too. Offsets, evictions, the next offset, the time index and the
- * clock come back exactly.
- * A node blob is checked like an RDB one before it is trusted.
+ * back too. Offsets, evictions, the next offset, every message's time and
+ * the clock come back exactly. A node blob is checked like an RDB one
+ * before it is trusted; one of format 3 (an AOF rewritten before format 4)
+ * is taken too.
  *
  * Durability is Redis's (docs/MODULE.md): with appendonly yes and
  * appendfsync always a reply leaves only after the AOF write is on disk;
@@ -201,9 +207,9 @@
  *    RedisModule_Scan step over db 0, 1, ... (cursor kept across ticks)
  *      |  for each stream met, while the tick's allowance lasts:
  *      |    configs -> stream (level, depth, node size: O(1) setters)
- *      |    mn_evict_older_than(now - retention-ms)   whole nodes, oldest
- *      |    mn_evict_over_bytes(retention-bytes)      first, the core's
- *      |    mn_compress_step                          conforming scan
+ *      |    mn_evict_older_than(now - retention-ms)   expired messages (whole
+ *      |    mn_evict_over_bytes(retention-bytes)      nodes first), whole nodes,
+ *      |    mn_compress_step                          the core's conforming scan
  *      |    cut? -> Replicate("TEVICT key <last evicted offset>")
  *      v
  *    allowance: RL_TICK_NODES nodes, ~RL_TICK_KEYS keys per tick
@@ -390,6 +396,7 @@ typedef struct rl_snap {
  * TWRITE (grown here). Main thread only. */
 static mn_buf rl_read_buf;
 static int64_t rl_read_lens[RL_READ_BATCH_MAX];
+static int64_t rl_read_times[RL_READ_BATCH_MAX]; /* WITHTIMES, DEBUG DIGEST */
 static char *rl_write_buf;
 static size_t rl_write_cap;
 static uint32_t *rl_write_lens;
@@ -738,29 +745,41 @@ static uint64_t rl_read_batch(const mn_stream *s) {
 }
 
 /* Reply the messages at offsets [start, start + n), a null for each evicted
- * one. The caller checked start + n <= next offset. */
-static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n) {
+ * one. The caller checked start + n <= next offset. With times (WITHTIMES,
+ * the contract's ZRANGE WITHSCORES shape), each message is followed by its
+ * append time in RESP2 (two nulls for an evicted offset) and paired with
+ * it in RESP3 (one null):
+ *
+ *   RESP2   "m1"  :t1  nil  nil  "m3"  :t3      (the caller sent *2n)
+ *   RESP3   ["m1" :t1]  nil  ["m3" :t3]         (the caller sent *n)
+ */
+static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                              int times, int resp3) {
     uint64_t batch = rl_read_batch(s);
+    int per_null = times && !resp3 ? 2 : 1;
     while (n > 0) {
         uint64_t k = n < batch ? n : batch;
         rl_read_buf.len = 0;
         int rc = mn_read_copy(s, start, k, &rl_read_buf, rl_read_lens);
+        if (rc == MN_OK && times) rc = mn_read_times(s, start, k, rl_read_times);
         if (rc != MN_OK) {
             /* Cannot happen for a checked range; the array length is already
              * sent, so keep the reply well-formed. */
             RedisModule_Log(ctx, "warning", "rcp11: read failed (%d) at offset %llu", rc,
                             (unsigned long long)start);
-            for (uint64_t i = 0; i < n; i++) RedisModule_ReplyWithNull(ctx);
+            for (uint64_t i = 0; i < n * per_null; i++) RedisModule_ReplyWithNull(ctx);
             return;
         }
         const char *p = rl_read_buf.data;
         for (uint64_t i = 0; i < k; i++) {
             if (rl_read_lens[i] < 0) {
-                RedisModule_ReplyWithNull(ctx);
-            } else {
-                RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
-                p += rl_read_lens[i];
+                for (int j = 0; j < per_null; j++) RedisModule_ReplyWithNull(ctx);
+                continue;
             }
+            if (times && resp3) RedisModule_ReplyWithArray(ctx, 2);
+            RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
+            if (times) RedisModule_ReplyWithLongLong(ctx, (long long)rl_read_times[i]);
+            p += rl_read_lens[i];
         }
         start += k;
         n -= k;
@@ -768,16 +787,21 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
 }
 
 /* TREAD's reply for offsets start.. (at most count of them), with the
- * WITHINFO header when asked. Returns how many offsets it holds (nulls
- * included): the group key moves by that much. s may be NULL. */
+ * WITHINFO header and the WITHTIMES times when asked. Returns how many
+ * offsets it holds (nulls included): the group key moves by that much. s
+ * may be NULL. */
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo) {
+                               int withinfo, int withtimes) {
     uint64_t next = s ? mn_next_offset(s) : 0;
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
+    int resp3 = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_RESP3) != 0;
+    /* RESP2 times: two elements per offset (n is far below 2^62: a reply
+     * that large could not be built anyway). */
+    long elements = (long)(withtimes && !resp3 ? 2 * n : n);
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
-        RedisModule_ReplyWithArray(ctx, (long)(n + 1));
+        RedisModule_ReplyWithArray(ctx, elements + 1);
         RedisModule_ReplyWithArray(ctx, 4);
         /* next may be 2^63, which no RESP integer holds: the info reports
          * the ceiling instead, as the Python server does. */
@@ -786,12 +810,12 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
         RedisModule_ReplyWithLongLong(ctx, (long long)(start < RL_OFFSET_END ? start : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)n);
     } else {
-        RedisModule_ReplyWithArray(ctx, (long)n);
+        RedisModule_ReplyWithArray(ctx, elements);
     }
     if (n > 0) {
         rl_snap before;
         rl_snap_take(s, &before);
-        rl_reply_messages(ctx, s, start, n);
+        rl_reply_messages(ctx, s, start, n, withtimes, resp3);
         rl_account(s, &before); /* reading a compressed node fills its cache */
     }
     rl_release_scratch();
@@ -875,6 +899,7 @@ typedef struct rl_wait {
     int has_fallback;
     long long count;
     int withinfo;
+    int withtimes;
     int group_new;
     int db;
     rl_group *owner;
@@ -971,7 +996,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo, w->withtimes);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1273,12 +1298,12 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 }
 
 /* ------------------------------------------------------------------------
- * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO]
+ * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [WITHTIMES]
  * --------------------------------------------------------------------- */
 
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
-    int block, withinfo, group_new;
+    int block, withinfo, withtimes, group_new;
     RedisModuleString *group;
 } rl_tread_args;
 
@@ -1286,11 +1311,12 @@ typedef struct rl_tread_args {
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW"};
-    int seen[4] = {0, 0, 0, 0};
+    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW", "WITHTIMES"};
+    enum { RL_NAMES = sizeof names / sizeof names[0] };
+    int seen[RL_NAMES] = {0};
     for (int i = 4; i < argc;) {
         int opt = -1;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < RL_NAMES; k++)
             if (rl_arg_is(argv[i], names[k])) opt = k;
         if (opt < 0) {
             rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
@@ -1303,8 +1329,9 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0) {
-            a->withinfo = 1;
+        if (opt == 0 || opt == 4) {
+            if (opt == 0) a->withinfo = 1;
+            else a->withtimes = 1;
             i++;
             continue;
         }
@@ -1342,7 +1369,7 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "WITHTIMES")) {
             i++;
         } else if (rl_arg_is(argv[i], "BLOCK")) {
             i += 2;
@@ -1386,10 +1413,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->start = start;
             w->count = a.count;
             w->withinfo = a.withinfo;
+            w->withtimes = a.withtimes;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, a.count, a.withinfo);
+        rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1419,10 +1447,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->group_new = a.group_new;
         w->count = a.count;
         w->withinfo = a.withinfo;
+        w->withtimes = a.withtimes;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;
@@ -1553,8 +1582,8 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 
 /* ------------------------------------------------------------------------
  * TSEEK key unix-time-ms: the offset of the first readable message appended
- * at or after that time (the core's time index, mn_seek_time: never later,
- * at most 63 messages earlier), the next offset when none is, 0 for a
+ * at or after that time (the core's per-message times, mn_seek_time: exact
+ * but among messages loaded from format 3), the next offset when none is, 0 for a
  * missing key. Any integer is a time: one before the first message answers
  * the first readable offset.
  * --------------------------------------------------------------------- */
@@ -1609,7 +1638,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * RCP11.NODE key node-blob: append one serialized node (the core's checked
  * blob format, as RDB files hold it) to the stream, creating it if missing.
  * Its messages keep their offsets and append times. What an AOF rewrite
- * without the RDB preamble emits, so a replayed stream keeps its time index.
+ * without the RDB preamble emits, so a replayed stream keeps every time.
  * --------------------------------------------------------------------- */
 
 static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -1889,8 +1918,9 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
-/* DEBUG DIGEST: the logical content (offsets and messages), so that a
- * replica and its primary digest equal whatever their node layout. */
+/* DEBUG DIGEST: the logical content (offsets, messages and their append
+ * times), so that a replica and its primary digest equal whatever their
+ * node layout, and differ when a time was not kept. */
 static void rl_digest(RedisModuleDigest *md, void *value) {
     mn_stream *s = value;
     rl_snap before;
@@ -1903,6 +1933,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
         uint64_t k = end - pos < batch ? end - pos : batch;
         rl_read_buf.len = 0;
         if (mn_read_copy(s, pos, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+        if (mn_read_times(s, pos, k, rl_read_times) != MN_OK) break;
         const char *p = rl_read_buf.data;
         for (uint64_t i = 0; i < k; i++) {
             if (rl_read_lens[i] < 0) {
@@ -1910,6 +1941,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
                 continue;
             }
             RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+            RedisModule_DigestAddLongLong(md, (long long)rl_read_times[i]);
             p += rl_read_lens[i];
         }
         pos += k;

@@ -13,6 +13,7 @@ reader's reply, a WATCH's EXEC).
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -67,7 +68,9 @@ def tread(draw: Any) -> list[bytes]:
     argv = [draw(tread_name), draw(keys), draw(numbers), draw(numbers)]
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
-            st.sampled_from([[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"bogus"]])
+            st.sampled_from(
+                [[b"WITHINFO"], [b"withinfo"], [b"WITHTIMES"], [b"GROUP", b"grp"], [b"bogus"]]
+            )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
             | st.just([b"GROUPNEW", b"grp"])
@@ -115,7 +118,11 @@ def good(draw: Any) -> list[bytes]:
         return [draw(twrite_name), key, *draw(st.sampled_from([[], backlog])), b"ENTRIES", *entries]
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"-1", b"-2", b"100", b"-100"]))
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
-    options = draw(st.sampled_from([[], [b"WITHINFO"]]))
+    options = draw(
+        st.sampled_from(
+            [[], [b"WITHINFO"], [b"WITHTIMES"], [b"withtimes", b"WITHINFO"], [b"WITHTIMES"] * 2]
+        )
+    )
     if draw(st.booleans()):
         # BLOCK: the lane runs it when there is something at offset (most
         # of these: s starts with four messages, t with one), and hands it
@@ -140,7 +147,11 @@ def block_read(draw: Any) -> list[bytes]:
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
     count = draw(st.sampled_from([b"0", b"1", b"3"]))
     block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
-    options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    options = draw(
+        st.sampled_from(
+            [block, [*block, b"WITHINFO"], [b"withinfo", *block], [b"WITHTIMES", *block]]
+        )
+    )
     return [draw(tread_name), key, offset, count, *options]
 
 
@@ -291,6 +302,16 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     }
 
 
+# Append times in replies (TREAD WITHTIMES): the two runs write at different
+# moments. test_withtimes_reads_are_run_by_the_lane compares them exactly.
+_TIMES = re.compile(rb":1\d{12}(?!\d)")
+
+
+def _untimed(reply: bytes) -> bytes:
+    """reply (bytes, or a repr of one) without its append times."""
+    return _TIMES.sub(b":<ms>", reply)
+
+
 def _run(
     directory: Path, aof: bool, lane: bool, chunks: list[bytes], actions: list[Any]
 ) -> tuple[Any, ...]:
@@ -305,13 +326,13 @@ def _run(
             state.blocking.expire(float("inf"))
         elif action is not None and peer.blocked is None:
             peer_replies.append(execute(state, peer, list(action)))
-        replies.append(serve_reads(state, client, [chunk], lane=lane))
+        replies.append(_untimed(serve_reads(state, client, [chunk], lane=lane)))
     return (
         replies,
-        [repr(r) for r in client.received],
+        [_untimed(repr(r).encode()) for r in client.received],
         client.blocked is None,
-        [repr(r) for r in peer_replies],
-        [repr(r) for r in peer.received],
+        [_untimed(repr(r).encode()) for r in peer_replies],
+        [_untimed(repr(r).encode()) for r in peer.received],
         client.last_command,
         _observed(state, persistence),
     )
@@ -427,6 +448,29 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
     )
     assert observed["commandstats"]["tread"] == (len(requests), 0, 0)
     assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 1
+
+
+def test_withtimes_reads_are_run_by_the_lane(tmp_path: Path) -> None:
+    """TREAD ... WITHTIMES (RESP2: message, time, ...) in C, byte for byte
+    the general path's reply over the same streams, times included."""
+    state, _ = _setup(tmp_path, aof=False)
+    execute(state, ClientState(authenticated=True), [b"TEVICT", b"s", b"0"])
+    requests = [
+        [b"TREAD", b"s", b"0", b"3", b"WITHTIMES"],
+        [b"tread", b"s", b"-2", b"5", b"withtimes", b"WITHINFO"],
+        [b"TREAD", b"s", b"1", b"9", b"WITHINFO", b"BLOCK", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"0", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"5", b"1", b"WITHTIMES"],
+    ]
+    data = b"".join(map(encode_command, requests))
+    from rcp11.commands import lane as lane_module
+
+    by_lane = serve_reads(state, Peer(), [data], lane=True)
+    assert lane_module._call.tread_calls == len(requests)  # all ran in C
+    by_python = serve_reads(state, Peer(), [data], lane=False)
+    assert by_lane == by_python
+    s_time = state.keyspace.get(b"s").read_times(1, 1)[0]
+    assert by_lane.startswith(b"*6\r\n$-1\r\n$-1\r\n$1\r\nb\r\n:%d\r\n" % s_time)
 
 
 def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:

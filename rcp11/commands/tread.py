@@ -41,26 +41,30 @@ def stream_reply(
     withinfo: bool,
     resp3: bool,
     next_offset: int | None = None,
+    withtimes: bool = False,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it."""
+    next_offset: the stream's, when the caller already has it. withtimes:
+    each message with its append time (RESP2: two elements per offset,
+    RESP3: a pair; docs/PROTOCOL.md, WITHTIMES)."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
     n = min(count, next_offset - start) if start < next_offset else 0
+    elements = 2 * n if withtimes and not resp3 else n
     if withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
         # RESP integer holds: the info reports the ceiling instead.
         info = [min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n]
-        head = array_header(n + 1) + encode(info, resp3)
+        head = array_header(elements + 1) + encode(info, resp3)
     else:
-        head = array_header(n)
+        head = array_header(elements)
     if n <= 0:
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
+    return Raw(stream.read_resp(start, n, resp3, head, withtimes)), n  # type: ignore[union-attr]
 
 
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
@@ -108,6 +112,7 @@ class TreadWait(BlockRequest):
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    withtimes: bool = False
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -128,7 +133,9 @@ class TreadWait(BlockRequest):
                 set_group_position(state, group, start)
             return WAIT
         resp3 = self.client.resp == 3
-        reply, n = stream_reply(stream, start, self.count, self.withinfo, resp3, next_offset)
+        reply, n = stream_reply(
+            stream, start, self.count, self.withinfo, resp3, next_offset, self.withtimes
+        )
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -139,13 +146,14 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
+def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
     """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+    GROUPNEW?, WITHINFO?, WITHTIMES?), in any order, each at most once."""
     block_ms: int | None = None
     group: bytes | None = None
     group_new = False
     withinfo = False
+    withtimes = False
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -155,6 +163,10 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         seen.add(option)
         if option == b"WITHINFO":
             withinfo = True
+            i += 1
+            continue
+        if option == b"WITHTIMES":
+            withtimes = True
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
@@ -172,7 +184,7 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
             group = value
             group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
+    return block_ms, group, group_new, withinfo, withtimes
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -222,6 +234,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "withtimes", "type": "pure-token", "token": "WITHTIMES", "flags": ["optional"]},
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -231,9 +244,9 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
+        block_ms, group, group_new, withinfo, withtimes = _tread_options(argv)
     else:
-        block_ms, group, group_new, withinfo = None, None, False, False
+        block_ms, group, group_new, withinfo, withtimes = None, None, False, False, False
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -242,9 +255,11 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
         if start >= next_offset and may_block:
-            request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
+            request = TreadWait(
+                client, key, argv, start=start, count=count, withinfo=withinfo, withtimes=withtimes
+            )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset, withtimes)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -255,10 +270,17 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 # Created now, so a GROUPNEW reader gets what is written next.
                 set_group_position(state, group, start)
             request = TreadWait(
-                client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
+                client,
+                key,
+                argv,
+                watch=group,
+                count=count,
+                withinfo=withinfo,
+                group_new=group_new,
+                withtimes=withtimes,
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset, withtimes)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
