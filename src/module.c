@@ -100,6 +100,30 @@
  * DENY_BLOCKING) TREAD never blocks: it reads what is there, as the
  * contract says for transactions (Redis would answer an error instead).
  *
+ * PAUSES
+ * ======
+ *
+ * While clients are paused (CLIENT PAUSE WRITE or ALL, and on a primary
+ * during FAILOVER and CLUSTER FAILOVER, which pause writes until the
+ * replica has caught up) Redis holds back every command that may
+ * replicate, and aborts if anything reaches the AOF or a replica all the
+ * same (7.0: "ASSERTION FAILED ... areClientsPaused()"). Two things in the
+ * module write outside a client command, and both wait while
+ * RedisModule_AvoidReplicaTraffic() says clients are paused:
+ *   - the housekeeping timer (retention's TEVICT, compression) skips its
+ *     ticks and takes the pass up where it was once the pause is over;
+ *   - a blocked group reader woken during a pause (a TWRITE queued in a
+ *     MULTI before CLIENT PAUSE, a group key changed there) keeps its place
+ *     instead of moving its group key (a SET that replicates); its stream
+ *     is signalled again by the first tick after the pause (rl_pause.wakes),
+ *     and the readers are served in the order they blocked. Plain readers
+ *     write nothing and are served at once, as Redis serves readers of its
+ *     own types.
+ * A pause that ends in a failover makes this server a replica, which
+ * neither evicts nor keeps group readers (Redis unblocks them with an
+ * error): the new primary applies retention from then on.
+ * Keyspace-event, flush and config callbacks only signal keys or set flags.
+ *
  * REPLICATION AND THE AOF
  * =======================
  *
@@ -405,6 +429,18 @@ static size_t rl_write_lens_cap;
 /* Set while the module announces its own group-key write: the readers that
  * write concerns are being served right now. */
 static int rl_own_event;
+
+/* Work put off while clients are paused (see PAUSES). Main thread only. */
+typedef struct rl_deferred_wake {
+    int db;
+    RedisModuleString *key; /* the stream key (own copy) */
+} rl_deferred_wake;
+
+static struct {
+    RedisModuleDict *wakes; /* "<db><stream key>" -> rl_deferred_wake */
+    uint64_t ticks;         /* INFO: housekeeping ticks with work that waited */
+    uint64_t group_wakes;   /* INFO: group readers kept waiting */
+} rl_pause;
 
 static int rl_level(void) { return rl_config.compression ? (int)rl_config.level : 0; }
 
@@ -915,20 +951,22 @@ struct rl_group {
 static RedisModuleDict *rl_groups;
 static uint64_t rl_waiting; /* blocked TREADs: the keyspace hook idles at 0 */
 
-static char *rl_group_dict_key(int db, RedisModuleString *group, size_t *len) {
-    size_t glen;
-    const char *g = RedisModule_StringPtrLen(group, &glen);
-    char *k = RedisModule_Alloc(glen + 4);
+/* "<db as 4 bytes><key name>": a key of one database, as rl_groups and
+ * rl_pause.wakes name it. The caller frees it. */
+static char *rl_db_key(int db, RedisModuleString *name, size_t *len) {
+    size_t nlen;
+    const char *n = RedisModule_StringPtrLen(name, &nlen);
+    char *k = RedisModule_Alloc(nlen + 4);
     uint32_t d = (uint32_t)db;
     memcpy(k, &d, 4);
-    memcpy(k + 4, g, glen);
-    *len = glen + 4;
+    memcpy(k + 4, n, nlen);
+    *len = nlen + 4;
     return k;
 }
 
 static void rl_group_link(rl_wait *w) {
     size_t len;
-    char *k = rl_group_dict_key(w->db, w->group, &len);
+    char *k = rl_db_key(w->db, w->group, &len);
     int nokey;
     rl_group *g = RedisModule_DictGetC(rl_groups, k, len, &nokey);
     if (nokey || g == NULL) {
@@ -971,6 +1009,40 @@ static void rl_wait_free(RedisModuleCtx *ctx, void *privdata) {
     rl_waiting--;
 }
 
+/* Remember to signal w's stream once clients are no longer paused. */
+static void rl_defer_wake(rl_wait *w) {
+    size_t len;
+    char *k = rl_db_key(w->db, w->key, &len);
+    int nokey;
+    RedisModule_DictGetC(rl_pause.wakes, k, len, &nokey);
+    if (nokey) {
+        rl_deferred_wake *d = RedisModule_Alloc(sizeof(*d));
+        d->db = w->db;
+        d->key = RedisModule_CreateStringFromString(NULL, w->key);
+        RedisModule_DictSetC(rl_pause.wakes, k, len, d);
+    }
+    RedisModule_Free(k);
+    rl_pause.group_wakes++;
+}
+
+/* Signal the streams whose group readers waited out a pause: Redis serves
+ * them before it next sleeps. */
+static void rl_wake_deferred(RedisModuleCtx *ctx) {
+    if (RedisModule_DictSize(rl_pause.wakes) == 0) return;
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(rl_pause.wakes, "^", NULL, 0);
+    void *value;
+    while (RedisModule_DictNextC(it, NULL, &value) != NULL) {
+        rl_deferred_wake *d = value;
+        if (RedisModule_SelectDb(ctx, d->db) == REDISMODULE_OK)
+            RedisModule_SignalKeyAsReady(ctx, d->key);
+        RedisModule_FreeString(NULL, d->key);
+        RedisModule_Free(d);
+    }
+    RedisModule_DictIteratorStop(it);
+    RedisModule_FreeDict(NULL, rl_pause.wakes);
+    rl_pause.wakes = RedisModule_CreateDict(NULL);
+}
+
 /* Serve a blocked reader if its stream has something at its start offset.
  * Returns REDISMODULE_OK when it replied (also with an error), ERR to keep
  * it waiting. Writes and replicates only when it replies (see BLOCKING). */
@@ -994,6 +1066,12 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     }
     if (start >= next) {
         RedisModule_CloseKey(key);
+        return REDISMODULE_ERR;
+    }
+    if (w->group && RedisModule_AvoidReplicaTraffic()) {
+        /* Serving would move the group key while writes are paused. */
+        RedisModule_CloseKey(key);
+        rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
     uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo, w->withtimes);
@@ -1035,7 +1113,7 @@ static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event
     RedisModule_SignalKeyAsReady(ctx, key);
     if (RedisModule_DictSize(rl_groups) == 0) return REDISMODULE_OK;
     size_t len;
-    char *k = rl_group_dict_key(RedisModule_GetSelectedDb(ctx), key, &len);
+    char *k = rl_db_key(RedisModule_GetSelectedDb(ctx), key, &len);
     int nokey;
     rl_group *g = RedisModule_DictGetC(rl_groups, k, len, &nokey);
     RedisModule_Free(k);
@@ -1793,6 +1871,16 @@ static int rl_house_step(RedisModuleCtx *ctx) {
 
 static void rl_tick(RedisModuleCtx *ctx, void *data) {
     (void)data;
+    if (RedisModule_AvoidReplicaTraffic()) {
+        /* Clients are paused: nothing may reach the AOF or the replicas
+         * (see PAUSES). Look again soon, to resume as the pause ends. */
+        if (rl_house.active || rl_house.dirty || rl_config.retention_ms > 0 ||
+            rl_config.retention_bytes > 0 || RedisModule_DictSize(rl_pause.wakes) > 0)
+            rl_pause.ticks++;
+        RedisModule_CreateTimer(ctx, RL_TICK_MS, rl_tick, NULL);
+        return;
+    }
+    rl_wake_deferred(ctx);
     int going = rl_house_step(ctx);
     RedisModule_CreateTimer(ctx, going ? RL_TICK_MS : RL_IDLE_MS, rl_tick, NULL);
 }
@@ -2034,6 +2122,8 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "retention_evicted_bytes", rl_retention.bytes);
     RedisModule_InfoAddFieldULongLong(ctx, "retention_runs", rl_retention.runs);
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
+    RedisModule_InfoAddFieldULongLong(ctx, "paused_housekeeping_ticks", rl_pause.ticks);
+    RedisModule_InfoAddFieldULongLong(ctx, "paused_group_wakes", rl_pause.group_wakes);
 }
 
 static long long rl_get_numeric(const char *name, void *privdata) {
@@ -2240,6 +2330,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);
+    rl_pause.wakes = RedisModule_CreateDict(NULL);
     mn_buf_init(&rl_read_buf);
     if (RedisModule_SubscribeToKeyspaceEvents(
             ctx,

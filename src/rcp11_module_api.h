@@ -328,6 +328,7 @@ typedef struct RedisModuleCommandInfo {
       (RedisModuleDict * d, const char *op, void *key, size_t keylen))                         \
     X(void *, DictNextC, (RedisModuleDictIter * di, size_t *keylen, void **dataptr))           \
     X(void, DictIteratorStop, (RedisModuleDictIter * di))                                      \
+    X(void, FreeDict, (RedisModuleCtx * ctx, RedisModuleDict * d))                             \
     /* 6.0 */                                                                                  \
     X(RedisModuleBlockedClient *, BlockClientOnKeys,                                           \
       (RedisModuleCtx * ctx, RedisModuleCmdFunc reply_callback,                                \
@@ -354,6 +355,8 @@ typedef struct RedisModuleCommandInfo {
                   void *privdata))                                                             \
     X(int, SubscribeToServerEvent,                                                             \
       (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))       \
+    /* true while clients are paused (CLIENT PAUSE, FAILOVER, CLUSTER FAILOVER) */             \
+    X(int, AvoidReplicaTraffic, (void))                                                        \
     /* 7.0 */                                                                                  \
     X(RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))              \
     X(int, SetCommandInfo, (RedisModuleCommand * command, const RedisModuleCommandInfo *info)) \

@@ -38,6 +38,7 @@ SELECTED = [
     "tests/test_module_replication.py",
     "tests/test_module_time.py",
     "tests/test_module_append_times.py",
+    "tests/test_module_pause.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 

@@ -40,11 +40,12 @@ NODE_TIMEOUT_MS = 3000
 
 def module_path() -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "rcp11", "module-path"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "rcp11", "module-path"], capture_output=True, text=True
     )
     path = done.stdout.strip()
-    if not os.path.isfile(path):
-        raise SystemExit(f"the rcp11 Redis module is not built ({path}): pip install .")
+    if done.returncode != 0 or not os.path.isfile(path):
+        # module-path says what is missing and how to build it.
+        raise SystemExit(done.stderr.strip() or f"the rcp11 Redis module is not built ({path})")
     return path
 
 
