@@ -40,6 +40,10 @@ MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
 FORMAT_VERSION: int = lib.MN_FORMAT_VERSION
 MAX_COMPRESSION_DEPTH: int = lib.MN_MAX_COMPRESSION_DEPTH
 
+# TREAD ... PACKED's length of an offset that has no message (no message is
+# that long: MAX_MESSAGE_BYTES is below it).
+PACKED_MISSING = 0xFFFFFFFF
+
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
@@ -589,6 +593,29 @@ class Stream:
                 out.append(data[pos : pos + size])
                 pos += size
         return out
+
+    def read_packed(self, start: int, count: int, times: bool = False) -> list[bytes]:
+        """TREAD ... PACKED's bulk strings for offsets start..start+count-1:
+        the lengths (little-endian uint32, 0xFFFFFFFF for a missing offset),
+        the messages back to back, and with times their append times
+        (little-endian int64, -1 for a missing offset)."""
+        if start < 0 or count < 0 or start + count > self.next_offset:
+            raise _range_error(start, count, self.next_offset)
+        if count == 0:
+            return [b"", b""] + ([b""] if times else [])
+        lens = np.empty(count, dtype=np.int64)
+        buf = ffi.new("mn_buf *")
+        try:
+            _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))
+            data = ffi.unpack(buf.data, buf.len) if buf.len else b""
+        finally:
+            lib.mn_buf_free(buf)
+        parts = [np.where(lens < 0, PACKED_MISSING, lens).astype("<u4").tobytes(), data]
+        if times:
+            stamps = np.empty(count, dtype=np.int64)
+            _check(lib.mn_read_times(self._s, start, count, ffi.from_buffer("int64_t[]", stamps)))
+            parts.append(stamps.astype("<i8").tobytes())
+        return parts
 
     def read_times(self, start: int, count: int) -> list[int | None]:
         """Append times (unix ms) of offsets start..start+count-1; None for

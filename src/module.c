@@ -10,6 +10,7 @@
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
  *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [WITHTIMES]
+ *           [PACKED]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -822,19 +823,63 @@ static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
     }
 }
 
+/* Little-endian stores for PACKED's bulk strings. */
+static void rl_put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* TREAD ... PACKED (docs/PROTOCOL.md): the messages at [start, start + n)
+ * as bulk strings, the same in RESP2 and RESP3:
+ *
+ *   lengths   n x uint32 LE, 0xFFFFFFFF for an evicted offset
+ *   messages  the messages back to back
+ *   times     (withtimes) n x int64 LE, -1 for an evicted offset
+ *
+ * The caller sent the array header (2 or 3 elements, after WITHINFO's). */
+static void rl_reply_packed(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                            int withtimes) {
+    int parts = withtimes ? 3 : 2;
+    if (n == 0) {
+        for (int i = 0; i < parts; i++) RedisModule_ReplyWithStringBuffer(ctx, "", 0);
+        return;
+    }
+    int64_t *values = RedisModule_Alloc(n * sizeof(int64_t));
+    unsigned char *packed = RedisModule_Alloc(n * sizeof(int64_t));
+    rl_read_buf.len = 0;
+    int rc = mn_read_copy(s, start, n, &rl_read_buf, values);
+    if (rc == MN_OK) {
+        for (uint64_t i = 0; i < n; i++)
+            rl_put_le(packed + 4 * i, values[i] < 0 ? 0xFFFFFFFFu : (uint64_t)values[i], 4);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)packed, n * 4);
+        RedisModule_ReplyWithStringBuffer(ctx, rl_read_buf.data, rl_read_buf.len);
+        parts -= 2;
+    }
+    if (rc == MN_OK && withtimes && (rc = mn_read_times(s, start, n, values)) == MN_OK) {
+        for (uint64_t i = 0; i < n; i++) rl_put_le(packed + 8 * i, (uint64_t)values[i], 8);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)packed, n * 8);
+        parts--;
+    }
+    /* Cannot happen for a checked range but out of memory; the array
+     * length is sent: keep the reply well-formed. */
+    for (; parts > 0; parts--) RedisModule_ReplyWithError(ctx, "ERR out of memory");
+    RedisModule_Free(values);
+    RedisModule_Free(packed);
+}
+
 /* TREAD's reply for offsets start.. (at most count of them), with the
- * WITHINFO header and the WITHTIMES times when asked. Returns how many
- * offsets it holds (nulls included): the group key moves by that much. s
- * may be NULL. */
+ * WITHINFO header, the WITHTIMES times and in the PACKED form when asked.
+ * Returns how many offsets it holds (nulls included): the group key moves
+ * by that much. s may be NULL. */
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo, int withtimes) {
+                               int withinfo, int withtimes, int packed) {
     uint64_t next = s ? mn_next_offset(s) : 0;
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     int resp3 = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_RESP3) != 0;
     /* RESP2 times: two elements per offset (n is far below 2^62: a reply
-     * that large could not be built anyway). */
+     * that large could not be built anyway); PACKED: two or three. */
     long elements = (long)(withtimes && !resp3 ? 2 * n : n);
+    if (packed) elements = withtimes ? 3 : 2;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
         RedisModule_ReplyWithArray(ctx, elements + 1);
@@ -848,7 +893,12 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     } else {
         RedisModule_ReplyWithArray(ctx, elements);
     }
-    if (n > 0) {
+    if (packed) {
+        rl_snap before;
+        if (s) rl_snap_take(s, &before);
+        rl_reply_packed(ctx, s, start, n, withtimes);
+        if (s) rl_account(s, &before);
+    } else if (n > 0) {
         rl_snap before;
         rl_snap_take(s, &before);
         rl_reply_messages(ctx, s, start, n, withtimes, resp3);
@@ -936,6 +986,7 @@ typedef struct rl_wait {
     long long count;
     int withinfo;
     int withtimes;
+    int packed;
     int group_new;
     int db;
     rl_group *owner;
@@ -1074,7 +1125,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo, w->withtimes);
+    uint64_t n = rl_reply_range(ctx, s, start, w->count, w->withinfo, w->withtimes, w->packed);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1377,11 +1428,12 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 
 /* ------------------------------------------------------------------------
  * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [WITHTIMES]
+ *       [PACKED]
  * --------------------------------------------------------------------- */
 
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
-    int block, withinfo, withtimes, group_new;
+    int block, withinfo, withtimes, packed, group_new;
     RedisModuleString *group;
 } rl_tread_args;
 
@@ -1389,7 +1441,8 @@ typedef struct rl_tread_args {
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW", "WITHTIMES"};
+    static const char *const names[] = {"WITHINFO", "BLOCK",     "GROUP",
+                                        "GROUPNEW", "WITHTIMES", "PACKED"};
     enum { RL_NAMES = sizeof names / sizeof names[0] };
     int seen[RL_NAMES] = {0};
     for (int i = 4; i < argc;) {
@@ -1407,9 +1460,10 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0 || opt == 4) {
+        if (opt == 0 || opt >= 4) { /* a word alone */
             if (opt == 0) a->withinfo = 1;
-            else a->withtimes = 1;
+            else if (opt == 4) a->withtimes = 1;
+            else a->packed = 1;
             i++;
             continue;
         }
@@ -1447,7 +1501,8 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "WITHTIMES")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "WITHTIMES") ||
+            rl_arg_is(argv[i], "PACKED")) {
             i++;
         } else if (rl_arg_is(argv[i], "BLOCK")) {
             i += 2;
@@ -1492,10 +1547,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->count = a.count;
             w->withinfo = a.withinfo;
             w->withtimes = a.withtimes;
+            w->packed = a.packed;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes);
+        rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes, a.packed);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1526,10 +1582,11 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->count = a.count;
         w->withinfo = a.withinfo;
         w->withtimes = a.withtimes;
+        w->packed = a.packed;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes);
+    uint64_t n = rl_reply_range(ctx, s, start, a.count, a.withinfo, a.withtimes, a.packed);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;

@@ -7,6 +7,7 @@ old files: test_persistence_times.py, test_module_append_times.py."""
 from __future__ import annotations
 
 import re
+import struct
 import time
 
 import pytest
@@ -173,3 +174,71 @@ def test_tconcat_keeps_each_messages_time(stream_client: redis.Redis) -> None:
     stream_client.execute_command("TCONCAT", "new", "src2")
     assert [t for _, t in pairs(tr(stream_client, "new", 0, 4, "WITHTIMES"))] == [dst_time] * 4
     assert [offset for offset, _, _ in writes] == [0, 1, 2, 3, 4]
+
+
+# -- PACKED ------------------------------------------------------------------
+
+
+def unpack(reply: list, withtimes: bool) -> list[tuple[bytes | None, int | None]]:
+    """A PACKED reply's (lengths, messages[, times]) as (message, time) per
+    offset (time None without WITHTIMES)."""
+    lengths = struct.unpack(f"<{len(reply[0]) // 4}I", reply[0])
+    times = struct.unpack(f"<{len(lengths)}q", reply[2]) if withtimes else (None,) * len(lengths)
+    out, pos = [], 0
+    for length, t in zip(lengths, times, strict=True):
+        if length == 0xFFFFFFFF:
+            assert t in (None, -1)
+            out.append((None, None))
+            continue
+        out.append((reply[1][pos : pos + length], t))
+        pos += length
+    assert pos == len(reply[1])
+    return out
+
+
+def test_packed_replies_are_bulk_strings_in_both_protocols(
+    stream_client: redis.Redis, stream_client3: redis.Redis, stream_server: ServerProcess
+) -> None:
+    tw(stream_client, "s", "a", "", "ccc", "\r\n$-1\r\n")
+    stream_client.execute_command("TEVICT", "s", 0)
+    expected_flat = tr(stream_client, "s", 0, 10, "WITHTIMES")
+    times_by_offset = expected_flat[1::2]
+    for client in (stream_client, stream_client3):
+        reply = tr(client, "s", 0, 10, "PACKED", "WITHTIMES")
+        assert len(reply) == 3
+        assert unpack(reply, True) == [(None, None)] + [
+            (m, t) for m, t in zip(expected_flat[2::2], times_by_offset[1:], strict=True)
+        ]
+        assert unpack(tr(client, "s", 1, 2, "PACKED"), False) == [(b"", None), (b"ccc", None)]
+        info, *rest = tr(client, "s", -2, 10, "WITHINFO", "PACKED")
+        assert info == [1, 3, 2, 2] and unpack(rest, False) == [
+            (b"ccc", None),
+            (b"\r\n$-1\r\n", None),
+        ]
+        assert tr(client, "s", 9, 5, "PACKED") == [b"", b""]  # nothing: empty bulks
+        assert tr(client, "nokey", 0, 5, "PACKED", "WITHTIMES") == [b"", b"", b""]
+    with stream_server.raw() as raw:
+        raw.call("SELECT", 0)
+        assert raw.call("TREAD", "s", 0, 2, "PACKED") == (
+            b"*2\r\n$8\r\n\xff\xff\xff\xff\x00\x00\x00\x00\r\n$0\r\n\r\n"
+        )
+        raw.call("HELLO", 3)
+        assert raw.call("TREAD", "s", 0, 2, "PACKED") == (
+            b"*2\r\n$8\r\n\xff\xff\xff\xff\x00\x00\x00\x00\r\n$0\r\n\r\n"
+        )
+
+
+def test_packed_with_group_and_block(
+    stream_server: ServerProcess, stream_client: redis.Redis
+) -> None:
+    tw(stream_client, "s", "a", "b")
+    reply = tr(stream_client, "s", 0, 1, "GROUP", "g", "PACKED")
+    assert unpack(reply, False) == [(b"a", None)] and stream_client.get("g") == b"1"
+    reader = Reader(stream_server, "TREAD", "s", 2, 5, "PACKED", "BLOCK", 5000, "WITHTIMES")
+    reader.start()
+    wait_blocked(stream_client, 1)
+    tw(stream_client, "s", "woken")
+    ((message, t),) = unpack(reader.result(), True)
+    assert message == b"woken" and t == tr(stream_client, "s", 2, 1, "WITHTIMES")[1]
+    with pytest.raises(redis.ResponseError, match="PACKED given more than once"):
+        tr(stream_client, "s", 0, 1, "PACKED", "packed")

@@ -42,16 +42,21 @@ def stream_reply(
     resp3: bool,
     next_offset: int | None = None,
     withtimes: bool = False,
+    packed: bool = False,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
     next_offset: the stream's, when the caller already has it. withtimes:
     each message with its append time (RESP2: two elements per offset,
-    RESP3: a pair; docs/PROTOCOL.md, WITHTIMES)."""
+    RESP3: a pair; docs/PROTOCOL.md, WITHTIMES). packed: the messages (and
+    times) in two (three) bulk strings, whatever the count (PACKED)."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
     n = min(count, next_offset - start) if start < next_offset else 0
-    elements = 2 * n if withtimes and not resp3 else n
+    if packed:
+        elements = 3 if withtimes else 2
+    else:
+        elements = 2 * n if withtimes and not resp3 else n
     if withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
@@ -60,6 +65,14 @@ def stream_reply(
         head = array_header(elements + 1) + encode(info, resp3)
     else:
         head = array_header(elements)
+    if packed:
+        parts = (
+            stream.read_packed(start, n, withtimes)  # type: ignore[union-attr]
+            if n > 0
+            else [b""] * elements
+        )
+        bulks = [b"$%d\r\n%b\r\n" % (len(part), part) for part in parts]
+        return Raw(head + b"".join(bulks)), max(n, 0)
     if n <= 0:
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
@@ -113,6 +126,7 @@ class TreadWait(BlockRequest):
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
     withtimes: bool = False
+    packed: bool = False
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -134,7 +148,14 @@ class TreadWait(BlockRequest):
             return WAIT
         resp3 = self.client.resp == 3
         reply, n = stream_reply(
-            stream, start, self.count, self.withinfo, resp3, next_offset, self.withtimes
+            stream,
+            start,
+            self.count,
+            self.withinfo,
+            resp3,
+            next_offset,
+            self.withtimes,
+            self.packed,
         )
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
@@ -146,14 +167,26 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
-    """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?, WITHTIMES?), in any order, each at most once."""
+@dataclass
+class _TreadOptions:
+    """TREAD's options after key offset count."""
+
     block_ms: int | None = None
     group: bytes | None = None
-    group_new = False
-    withinfo = False
-    withtimes = False
+    group_new: bool = False
+    withinfo: bool = False
+    withtimes: bool = False
+    packed: bool = False
+
+
+# Options that are a word alone, and the _TreadOptions field each sets.
+_FLAGS = {b"WITHINFO": "withinfo", b"WITHTIMES": "withtimes", b"PACKED": "packed"}
+
+
+def _tread_options(argv: list[bytes]) -> _TreadOptions:
+    """TREAD's options after key offset count, in any order, each at most
+    once."""
+    options = _TreadOptions()
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -161,12 +194,8 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO":
-            withinfo = True
-            i += 1
-            continue
-        if option == b"WITHTIMES":
-            withtimes = True
+        if option in _FLAGS:
+            setattr(options, _FLAGS[option], True)
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
@@ -176,15 +205,15 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         value = argv[i + 1]
         i += 2
         if option == b"BLOCK":
-            block_ms = parse_int(value, errors.TREAD_TIMEOUT)
-            if block_ms < 0:
+            options.block_ms = parse_int(value, errors.TREAD_TIMEOUT)
+            if options.block_ms < 0:
                 raise CommandError(errors.NEGATIVE_TIMEOUT)
         else:
-            if group is not None:
+            if options.group is not None:
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
-            group = value
-            group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo, withtimes
+            options.group = value
+            options.group_new = option == b"GROUPNEW"
+    return options
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -193,7 +222,7 @@ def tread_keys(argv: list[bytes]) -> list[bytes]:
     writes). Options TREAD would refuse hide no key: the keyword's value
     counts as the group key, as the key specs say."""
     try:
-        group = _tread_options(argv)[1] if len(argv) > 4 else None
+        group = _tread_options(argv).group if len(argv) > 4 else None
     except CommandError:
         found = [argv[i + 1] for i in range(4, len(argv) - 1) if argv[i].upper() in _GROUP_OPTIONS]
         return [argv[1], *found[:1]]
@@ -235,6 +264,7 @@ _TREAD_SPECS = (
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
         {"name": "withtimes", "type": "pure-token", "token": "WITHTIMES", "flags": ["optional"]},
+        {"name": "packed", "type": "pure-token", "token": "PACKED", "flags": ["optional"]},
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -243,10 +273,9 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     count = parse_int(argv[3], _TREAD_COUNT)
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
-    if len(argv) > 4:
-        block_ms, group, group_new, withinfo, withtimes = _tread_options(argv)
-    else:
-        block_ms, group, group_new, withinfo, withtimes = None, None, False, False, False
+    options = _tread_options(argv) if len(argv) > 4 else _TreadOptions()
+    block_ms, group, group_new = options.block_ms, options.group, options.group_new
+    withinfo, withtimes, packed = options.withinfo, options.withtimes, options.packed
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -256,10 +285,19 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
         start = offset if offset >= 0 else max(next_offset + offset, 0)
         if start >= next_offset and may_block:
             request = TreadWait(
-                client, key, argv, start=start, count=count, withinfo=withinfo, withtimes=withtimes
+                client,
+                key,
+                argv,
+                start=start,
+                count=count,
+                withinfo=withinfo,
+                withtimes=withtimes,
+                packed=packed,
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset, withtimes)
+        reply, n = stream_reply(
+            stream, start, count, withinfo, resp3, next_offset, withtimes, packed
+        )
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -278,9 +316,12 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 withinfo=withinfo,
                 group_new=group_new,
                 withtimes=withtimes,
+                packed=packed,
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset, withtimes)
+        reply, n = stream_reply(
+            stream, start, count, withinfo, resp3, next_offset, withtimes, packed
+        )
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
