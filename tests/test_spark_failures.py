@@ -7,6 +7,7 @@ test_spark.py and test_spark_recovery.py."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -246,3 +247,89 @@ def test_an_outage_longer_than_retry_timeout_fails_clearly() -> None:
     text = str(info.value)
     assert f"cannot reach the server at 127.0.0.1:{port}" in text
     assert "while planning a micro-batch (retryTimeoutMs)" in text
+
+
+class _OldServer:
+    """A proxy to a real server that answers TREAD ... PACKED as a server
+    from before PACKED does ("unknown option"), and passes everything else
+    through: the shape of a Spark package newer than its server."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._serve, args=(conn, upstream), daemon=True).start()
+
+    def _serve(self, conn: Any, upstream: Any) -> None:
+        import hiredis
+
+        from rcp11.resp import encode_command
+
+        requests, replies = hiredis.Reader(), hiredis.Reader()
+        with conn, upstream:
+            while data := conn.recv(1 << 16):
+                requests.feed(data)
+                while (argv := requests.gets()) is not False:
+                    if any(arg.upper() == b"PACKED" for arg in argv):
+                        self.refused += 1
+                        conn.sendall(b"-ERR syntax error, unknown option 'PACKED'\r\n")
+                        continue
+                    upstream.sendall(encode_command(argv))
+                    raw = b""
+                    while True:
+                        chunk = upstream.recv(1 << 16)
+                        raw += chunk
+                        replies.feed(chunk)
+                        if replies.gets() is not False:
+                            break
+                    conn.sendall(raw)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("times", [False, True])
+def test_a_server_without_packed_reads_are_read_one_element_per_offset(
+    client, shared_server, times
+) -> None:
+    """The source asks for PACKED replies (docs/PROTOCOL.md); a server from
+    before them refuses the option, and the source reads on without it:
+    the same rows."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
+
+    client.twrite("s", *[b"m%d" % i for i in range(250)])
+    client.tevict("s", 9)
+    old = _OldServer(shared_server.port)
+    try:
+        fields = [StructField("offset", LongType()), StructField("value", BinaryType())]
+        if times:
+            fields.append(StructField("timestamp", TimestampType()))
+        projection = Projection.from_schema(StructType(fields))
+        read = parse_read_options({"port": str(old.port), "subscribe": "s", "batchSize": "100"})
+        batches = list(read_range(read, projection, ReadRange("s", 0, 250, 10)))
+    finally:
+        old.close()
+    assert old.refused == 3  # the requests in flight at the first reply
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(10, 250))
+    assert table.column("value").to_pylist() == [b"m%d" % i for i in range(10, 250)]
+    if times:
+        expected = client.tread("s", 10, 240, withtimes=True)
+        stamps = [t // 1000 for t in table.column("timestamp").cast(pa.int64()).to_pylist()]
+        assert stamps == [t for _, t in expected]

@@ -2,9 +2,13 @@
 
 Spark builds it when a DataFrame is defined (``load()``, ``save()``,
 ``start()``) and pickles it to its Python workers. Its constructor checks
-every option (names and values), so a typo fails at ``load()`` with the list
-of known options instead of at the first action. What depends on the side
-(read or write) is checked when Spark asks for a reader or writer.
+every option (names and values, and sets no query of any kind can take),
+so a typo fails at ``load()`` with the list of known options instead of at
+the first action. What depends on the side (read or write) or on the kind
+of query is checked when Spark asks for a reader or writer: PySpark tells
+a Python data source neither at ``load()`` (it only builds it and asks
+for its schema), so a streaming-only mistake (``endingOffsets`` on a
+streaming query) surfaces when the query starts.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from rcp11.spark.options import (
     parse_write_options,
 )
 from rcp11.spark.sink import BatchWriter, StreamWriter
-from rcp11.spark.source import BatchReader, StreamReader
+from rcp11.spark.source import BatchReader, RefusedStreamReader, StreamReader
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -64,9 +68,16 @@ class RCP11DataSource(DataSource):
         _check_side(self.options, "read")
         return BatchReader(parse_read_options(self.options), schema)
 
-    def streamReader(self, schema: StructType) -> StreamReader:
-        _check_side(self.options, "read")
-        return StreamReader(parse_read_options(self.options), schema)
+    def streamReader(self, schema: StructType) -> StreamReader | RefusedStreamReader:
+        try:
+            _check_side(self.options, "read")
+            return StreamReader(parse_read_options(self.options), schema)
+        except ValueError as exc:  # OptionError and the schema's errors
+            # PySpark's streaming runner (4.x) calls reader.stop() in a
+            # `finally` even when creating the reader failed: the user then
+            # gets an UnboundLocalError beside this error. A reader that
+            # raises it from its first call gives the error alone.
+            return RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         _check_side(self.options, "write")

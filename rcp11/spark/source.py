@@ -89,10 +89,10 @@ class LossReport:
         """Offsets [start, end) (end None: from start on) are gone."""
         if end is not None and end <= start:
             return
-        message = errors.spark_data_loss(self.stream, start, end, why)
+        message = errors.spark_data_loss(self.stream, start, end, why, self.fail)
         if self.fail:
             raise DataLossError(message)
-        log.warning("%s; skipped (failOnDataLoss=false)", message)
+        log.warning("%s", message)
 
 
 def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> Iterator[Any]:
@@ -119,13 +119,14 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
         read.batch_size,
         f"reading stream {part.stream!r}",
         relocate,
+        projection.times,
     )
     try:
-        for offset, reply in replies:
+        for offset, reply, packed in replies:
             info = reply[0]
             first, count = int(info[0]), int(info[3])
             report.lost(max(cursor, part.floor), min(max(offset, first), offset + count), "evicted")
-            batch = builder.add(offset, reply[1:])
+            batch = builder.add(offset, reply[1:], count, packed)
             if batch is not None:
                 yield batch
             cursor = offset + count
@@ -143,6 +144,13 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
         if "WRONGTYPE" in str(exc):
             raise OptionError(errors.spark_not_a_stream(part.stream)) from None
         raise
+
+
+def _how(read: ReadOptions) -> str:
+    """Which options set a batch query's start and end (for errors)."""
+    start = read.starting_time.option if read.starting_time else "startingOffsets"
+    end = read.ending_time.option if read.ending_time else "endingOffsets"
+    return f"{start} and {end}, resolved now"
 
 
 def node_of(router: Router, stream: str) -> str:
@@ -180,6 +188,10 @@ class BatchReader(DataSourceReader):
         ranges = []
         for stream, limits in sorted(bounds.items()):
             start = starting[stream]
+            if start > ending[stream]:  # Kafka refuses it too: never 0 rows silently
+                raise OptionError(
+                    errors.spark_start_after_end(stream, start, ending[stream], _how(read))
+                )
             if start < limits.first:
                 LossReport(stream, read.fail_on_data_loss).lost(
                     start, limits.first, "evicted before the query started"
@@ -201,6 +213,24 @@ class BatchReader(DataSourceReader):
 # ---------------------------------------------------------------------------
 
 
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A streaming read whose options (or schema) are wrong for a streaming
+    query: every call Spark makes raises the error, the first one when the
+    query starts."""
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = _refuse
+    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _refuse
+
+    def stop(self) -> None:
+        pass
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("rcp11")``: micro-batches of new offsets."""
 
@@ -213,6 +243,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_trigger = time.monotonic()
         self.router = Router(read.endpoint)
         self._fleet: Fleet | None = None
+        # The streams' next offsets latestOffset() just read: Spark asks
+        # reportLatestOffset() right after it in the same trigger, and
+        # reading them again would cost the planning a round trip.
+        self._latest: dict | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to executors for read(): never with a socket inside.
@@ -255,6 +289,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions() then reads it from its earliest message."""
         read = self.read_options
         bounds = self._bounds()
+        self._latest = {s: b.next for s, b in sorted(bounds.items())}
         if start is None:  # Spark < 4.2 asks without a start: everything there is
             return {s: b.next for s, b in sorted(bounds.items())}
         begins: dict[str, int] = {}
@@ -312,16 +347,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _stream_reset(self, stream: str, begin: int, limits: Bounds | None) -> None:
         """A stream in the checkpoint is gone, or its next offset went below it."""
+        fail = self.read_options.fail_on_data_loss
         if limits is None:
-            message = errors.spark_stream_deleted(stream, begin)
+            message = errors.spark_stream_deleted(stream, begin, fail)
         else:
-            message = errors.spark_stream_recreated(stream, limits.next, begin)
-        if self.read_options.fail_on_data_loss:
+            message = errors.spark_stream_recreated(stream, limits.next, begin, fail)
+        if fail:
             raise DataLossError(message)
-        log.warning("%s; reading on (failOnDataLoss=false)", message)
+        log.warning("%s", message)
 
     def reportLatestOffset(self) -> dict | None:
-        return {s: b.next for s, b in sorted(self._bounds().items())}
+        latest, self._latest = self._latest, None
+        if latest is None:
+            latest = {s: b.next for s, b in sorted(self._bounds().items())}
+        return latest
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         read = self.read_options
