@@ -10,12 +10,16 @@ sides, so that one is robust against other load on a shared machine).
 Memory is `used_memory` growth (Redis's allocator, which the module uses)
 per 100-byte entry on a fresh server. BGSAVE and load are timed on the
 module's streams; replication catch-up is a full sync of a fresh replica.
+Reservations: the latency a replica's acknowledgement adds to writes (a
+stream's first write waits for it, later ones are reserved ahead), and what
+read-committed adds before a reader sees a write.
 Retention is the worst PING of another client while the module's timer
 drops most of the data, beside the same server's PINGs at rest.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -89,6 +93,7 @@ def run(ctx: Context) -> SuiteReport:
         ("memory", _memory),
         ("persistence", _persistence),
         ("replication", _replication),
+        ("reservations", _reservations),
         ("retention", _retention),
     )
     for what, section in sections:
@@ -402,6 +407,12 @@ def _info_field(srv: Server, section: bytes, field: str) -> str:
     raise RuntimeError(f"INFO {section.decode()} has no {field}")
 
 
+def _call_bytes(srv: Server, *command: bytes) -> bytes:
+    reply = srv.call(*command)
+    assert isinstance(reply, bytes)
+    return reply
+
+
 def _wait(condition: Any, timeout: float = 600.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -499,6 +510,161 @@ def _replication(ctx: Context, report: SuiteReport, log: Log) -> None:
         table.add("full sync", f"{took:.2f}", f"{messages * 100 / took / 1e9:.2f}")
         report.data["replication_gb_s"] = messages * 100 / took / 1e9
         log(f"  caught up in {took:.2f} s")
+    finally:
+        ctx.pool.stop(replica)
+        ctx.pool.stop(primary)
+
+
+# ---------------------------------------------------------------- reservations
+
+
+def _sample(samples: int, one: Callable[[], float]) -> np.ndarray:
+    """`samples` latencies (microseconds) of one(), after a few warm-ups."""
+    for _ in range(min(20, samples)):
+        one()
+    return np.array([one() for _ in range(samples)])
+
+
+def _fsync_latency(directory: Path, samples: int) -> np.ndarray:
+    """fsync of a 40-byte append, as the module's offsets file does."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        times = []
+        for _ in range(samples):
+            os.write(fd, b"x" * 40)
+            t0 = time.perf_counter()
+            os.fsync(fd)
+            times.append((time.perf_counter() - t0) * 1e6)
+        return np.array(times)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def _write_latency(
+    port: int, samples: int, key_of: Callable[[int], bytes], command: bytes = b"TWRITE"
+) -> np.ndarray:
+    """Round trips of `TWRITE key <100B>` (or `XADD key * f <100B>`) on one
+    connection."""
+    sock, reader = _connect(port), hiredis.Reader()
+    message = payload(100)
+    count = iter(range(1 << 62))
+    head = [b"*", b"f"] if command == b"XADD" else []
+
+    def one() -> float:
+        request = encode_command(command, key_of(next(count)), *head, message)
+        t0 = time.perf_counter()
+        sock.sendall(request)
+        _read_reply(sock, reader)
+        return (time.perf_counter() - t0) * 1e6
+
+    try:
+        return _sample(samples, one)
+    finally:
+        sock.close()
+
+
+def _visible_latency(port: int, samples: int, key: bytes) -> np.ndarray:
+    """From sending `TWRITE key <100B>` until a reader's `TREAD key <its
+    offset> 1 BLOCK 0`, sent just before on another connection, answers:
+    how long a written message takes to reach a reader."""
+    reader_sock, writer_sock = _connect(port), _connect(port)
+    r_reader, w_reader = hiredis.Reader(), hiredis.Reader()
+    message = payload(100)
+    writer_sock.sendall(encode_command(b"TREAD", key, b"0", b"0", b"WITHINFO"))
+    info = _read_reply(writer_sock, w_reader)
+    assert isinstance(info, list)
+    state = {"next": int(info[0][1]) + 1}
+
+    def one() -> float:
+        reader_sock.sendall(encode_command(b"TREAD", key, state["next"], b"1", b"BLOCK", b"0"))
+        t0 = time.perf_counter()
+        writer_sock.sendall(encode_command(b"TWRITE", key, message))
+        offset = _read_reply(writer_sock, w_reader)
+        _read_reply(reader_sock, r_reader)
+        took = (time.perf_counter() - t0) * 1e6
+        state["next"] = int(offset) + 1  # type: ignore[call-overload]
+        return took
+
+    try:
+        return _sample(samples, one)
+    finally:
+        reader_sock.close()
+        writer_sock.close()
+
+
+def _reservations(ctx: Context, report: SuiteReport, log: Log) -> None:
+    samples = ctx.pick(3000, 1000, 50)
+    table = Table(
+        "Offset reservations and read-committed: latency, one client on loopback",
+        ["what", "A", "A p50 us", "A p99 us", "B", "B p50 us", "B p99 us", "p50 B/A", "p99 B/A"],
+    )
+    table.notes.append(
+        f"{samples} sequential requests per cell on one connection (redis-server 7.0.15 with "
+        "the module, its offsets file fsynced by the module; `existing stream` rows write a "
+        "stream that already took 20,000 messages, so its reservation step has grown to its "
+        "rate, and compare with Redis's own XADD under the same replication). "
+        "A stream's later writes fall "
+        "inside the reservation made ahead (confirmed before it is needed): only a stream's "
+        "first write, and a burst past the reservation, wait for the replica's "
+        "acknowledgement (one REPLCONF GETACK round trip). `visible` is from sending a TWRITE "
+        "until a reader blocked on that offset on another connection gets it: with "
+        "read-committed the reader waits for the replica's acknowledgement of the write."
+    )
+    report.tables.append(table)
+    primary = start_module_server(ctx, repl_diskless_sync_delay="0")
+    replica = start_module_server(ctx)
+    fsync_us = _fsync_latency(Path(primary.dir), 100)
+    table.notes.append(
+        f"fsync of a small append in the servers' directory on this machine: p50 "
+        f"{np.percentile(fsync_us, 50):.0f} us, p99 {np.percentile(fsync_us, 99):.0f} us: a new "
+        "stream's first write waits for one (no replica) or two (the primary's and the "
+        "replica's, each before it acknowledges) and a round trip."
+    )
+    report.data["fsync_p50_us"] = float(np.percentile(fsync_us, 50))
+    try:
+
+        def cells(label: str, a: str, a_us: np.ndarray, b: str, b_us: np.ndarray, key: str) -> None:
+            p50a, p99a = np.percentile(a_us, 50), np.percentile(a_us, 99)
+            p50b, p99b = np.percentile(b_us, 50), np.percentile(b_us, 99)
+            table.add(label, a, f"{p50a:.0f}", f"{p99a:.0f}", b, f"{p50b:.0f}", f"{p99b:.0f}",
+                      f"{p50b / p50a:.2f}", f"{p99b / p99a:.2f}")  # fmt: skip
+            report.data[f"reservation_{key}_p50_ratio"] = p50b / p50a
+            report.data[f"reservation_{key}_p99_ratio"] = p99b / p99a
+            log(f"  {label}: {a} p50 {p50a:.0f} us, {b} p50 {p50b:.0f} us")
+
+        log("reservations: without a replica")
+        batch = [b"ENTRIES", *[payload(100)] * 100]
+        for _ in range(200):  # existing streams: their reservation steps grown to their rate
+            primary.call(b"TWRITE", b"same", *batch)
+            primary.call(b"TWRITE", b"visible", *batch)
+        alone_same = _write_latency(primary.port, samples, lambda n: b"same")
+        alone_xadd = _write_latency(primary.port, samples, lambda n: b"x", b"XADD")
+        alone_new = _write_latency(primary.port, samples, lambda n: b"new-a:%d" % n)
+        alone_visible = _visible_latency(primary.port, samples, b"visible")
+        replica.call(b"REPLICAOF", b"127.0.0.1", primary.port)
+        _wait(lambda: b"state=online" in _call_bytes(primary, b"INFO", b"replication"), 120)
+        log("reservations: with one replica")
+        with_same = _write_latency(primary.port, samples, lambda n: b"same")
+        with_xadd = _write_latency(primary.port, samples, lambda n: b"x", b"XADD")
+        with_new = _write_latency(primary.port, samples, lambda n: b"new-b:%d" % n)
+        with_visible = _visible_latency(primary.port, samples, b"visible")
+        primary.call(b"CONFIG", b"SET", b"rcp11.read-committed", b"yes")
+        committed_same = _write_latency(primary.port, samples, lambda n: b"same")
+        committed_visible = _visible_latency(primary.port, samples, b"visible")
+        cells("TWRITE, an existing stream", "no replica", alone_same, "1 replica", with_same,
+              "write_replica")  # fmt: skip
+        cells("XADD (Redis's stream), for comparison", "no replica", alone_xadd, "1 replica",
+              with_xadd, "xadd_replica")  # fmt: skip
+        cells("first TWRITE of a new stream", "no replica", alone_new, "1 replica", with_new,
+              "new_stream_replica")  # fmt: skip
+        cells("visible to a blocked reader", "no replica", alone_visible, "1 replica",
+              with_visible, "visible_replica")  # fmt: skip
+        cells("TWRITE, an existing stream (1 replica)", "read-committed no", with_same,
+              "read-committed yes", committed_same, "write_read_committed")  # fmt: skip
+        cells("visible to a blocked reader (1 replica)", "read-committed no", with_visible,
+              "read-committed yes", committed_visible, "visible_read_committed")  # fmt: skip
     finally:
         ctx.pool.stop(replica)
         ctx.pool.stop(primary)

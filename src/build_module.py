@@ -1,5 +1,6 @@
-"""Build recipe for the Redis module rcp11/rcp11.so (src/module.c plus the
-storage core src/macronode.c, unchanged).
+"""Build recipe for the Redis module rcp11/rcp11.so (src/module.c, with its
+offset reservations src/module_reserve.c and their file
+src/module_offsets_file.c, plus the storage core src/macronode.c).
 
 setup.py runs it from build_ext, so `pip install .` (and `pip install -e .`)
 ship the module as package data next to the cffi extension; `python -m rcp11
@@ -44,6 +45,8 @@ def build(output: str, build_temp: str, extra_cflags: list[str] | None = None) -
     units = [
         ("macronode.c", ["-include", os.path.join(HERE, "module_alloc.h")]),
         ("module.c", []),
+        ("module_reserve.c", []),
+        ("module_offsets_file.c", []),
     ]
     for source, extra in units:
         obj = os.path.join(build_temp, source.replace(".c", ".module.o"))

@@ -562,6 +562,7 @@ struct mn_stream {
                                 UINT64_MAX until two were seen */
     uint8_t time_width;      /* the width the newest sealed node needed: new
                                 nodes start at it (see TIME INDEX) */
+    void *embedder;          /* the embedder's block (mn_embedder_state) */
 };
 
 /* ------------------------------------------------------------------------
@@ -603,6 +604,11 @@ static uint32_t mn_crc32(const unsigned char *p, size_t len) {
  * --------------------------------------------------------------------- */
 
 int mn_abi_version(void) { return MN_ABI_VERSION; }
+
+void *mn_embedder_state(mn_stream *s, size_t bytes) {
+    if (s->embedder == NULL && bytes > 0) s->embedder = calloc(1, bytes);
+    return s->embedder;
+}
 
 void mn_buf_init(mn_buf *b) {
     b->data = NULL;
@@ -1306,6 +1312,7 @@ void mn_stream_free(mn_stream *s) {
         free(s->cache);
     }
     free(s->head);
+    free(s->embedder);
     free(s);
 }
 

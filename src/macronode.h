@@ -163,6 +163,14 @@ int mn_compression_level(const mn_stream *s);
  * node at `next`. Used to recover offset reservations after a crash. */
 int mn_raise_next_offset(mn_stream *s, uint64_t next);
 
+/* Per-stream state of whoever embeds the core (the Redis module keeps a
+ * stream's offset reservation there): `bytes` zeroed bytes the core
+ * allocates on the first call with bytes > 0, the same block on every call
+ * after that (bytes 0: NULL until then). Freed with the stream; never
+ * serialized, copied or counted in mn_memory_bytes. NULL when the
+ * allocation failed. */
+void *mn_embedder_state(mn_stream *s, size_t bytes);
+
 /* Append n messages stored back to back in buf; lens[i] is the length of
  * message i. Atomic: on error nothing is appended. Returns the offset of the
  * first message (>= 0) or a negative MN_ERR_*. n == 0 is MN_ERR_ARG.

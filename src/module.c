@@ -42,6 +42,8 @@
  *   rcp11.skipto  write deny-oom                 1: RW INSERT
  *   rcp11.twriteat write deny-oom                1: RW INSERT  (internal)
  *   rcp11.node    write deny-oom                 1: RW INSERT  (internal)
+ *   rcp11.reserve write                          1: RW UPDATE  (internal,
+ *                                                   module_reserve.c)
  *
  * TREAD is "readonly" so that replicas serve plain reads. A group read moves
  * its group key, which is a write: TREAD refuses it itself on a read-only
@@ -143,6 +145,11 @@
  *   RCP11.TWRITEAT, RCP11.NODE              verbatim (a replica's own AOF
  *                                           and its replicas)
  *   retention (the timer, primary only)     TEVICT key <last evicted offset>
+ *   an offset reservation (module_reserve)  RCP11.RESERVE key <mark>, before
+ *                                           the offsets in it are handed out
+ *   a stream raised to its mark             RCP11.SKIPTO key <mark>, before
+ *                                           the write after a start-up or a
+ *                                           promotion
  *
  * Cuts are replicated as absolute offsets, so a replica ends exactly where
  * its primary is whatever it held before. Appends are replicated with the
@@ -177,21 +184,23 @@
  * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
  * stream as the core's own serialized blobs, written by rl_rdb_save():
  *
- *   +----------------------+---------------------+-------------+-----+
- *   | unsigned: node count | buffer: header blob | buffer: node | ... |
- *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    |
- *   +----------------------+---------------------+-------------+-----+
+ *   +----------------------+---------------------+-------------+-----+----------------+
+ *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
+ *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
  * compressed and every message keeps its append time (a node's first time
  * and a delta per message). The blobs carry their own format version, so
  * RDB files written before the core's format 4 (times of every 64th
- * message only) load too, with the core's reading of those times; the
- * layout above did not change. RL_ENCVER (Redis's per-type encoding
- * version) is 1; the
- * type name "rcp11-log" is written into every RDB file, so it never
- * changes. rl_rdb_load() validates every blob with the core's validator
+ * message only) load too, with the core's reading of those times.
+ * RL_ENCVER (Redis's per-type encoding version) is 2: version 2 added the
+ * stream's offset reservation mark after the nodes (module_reserve.c), so
+ * that a full sync, DUMP/RESTORE and MIGRATE carry it; version 1 values
+ * (no mark) still load. The type name "rcp11-log" is written into every
+ * RDB file, so it never changes. rl_rdb_load() validates every blob with
+ * the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
@@ -214,11 +223,16 @@
  * before it is trusted; one of format 3 (an AOF rewritten before format 4)
  * is taken too.
  *
- * Durability is Redis's (docs/MODULE.md): with appendonly yes and
- * appendfsync always a reply leaves only after the AOF write is on disk;
- * with everysec, or with snapshots only, a crash loses the last writes and
- * the restarted server hands their offsets out again; a failover loses what
- * the replica had not received, unless the writer waited with WAIT.
+ * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
+ * mark is past its next offset.
+ *
+ * Durability is Redis's for the data (docs/MODULE.md): with appendonly yes
+ * and appendfsync always a reply leaves only after the AOF write is on
+ * disk; with everysec, or with snapshots only, a crash loses the last
+ * writes; a failover loses what the replica had not received, unless the
+ * writer waited with WAIT. Offsets are the module's own: module_reserve.c
+ * reserves them ahead in its offsets file and on every online replica, so
+ * lost messages read as null and their offsets are never handed out again.
  *
  * RETENTION AND COMPRESSION
  * =========================
@@ -283,6 +297,7 @@
 #include <string.h>
 
 #include "macronode.h"
+#include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
  * Constants
@@ -293,8 +308,10 @@
 /* The data type's name is written into every RDB file holding a stream:
  * never change it. Redis requires exactly 9 characters. */
 #define RL_TYPE_NAME "rcp11-log"
-/* Encoding version of rl_rdb_save()'s layout; rl_rdb_load() refuses others. */
-#define RL_ENCVER 1
+/* Encoding version of rl_rdb_save()'s layout: 2 adds the stream's offset
+ * reservation mark after the nodes (module_reserve.c). rl_rdb_load() reads
+ * 1 and 2 and refuses others. */
+#define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
@@ -357,6 +374,7 @@
 
 #define RL_DEFINE_API(ret, name, params) ret(*RedisModule_##name) params = NULL;
 RCP11_MODULE_API(RL_DEFINE_API)
+RCP11_MODULE_API_RESERVE(RL_DEFINE_API)
 #undef RL_DEFINE_API
 
 typedef int (*rl_getapi_fn)(const char *name, void *fnptr);
@@ -372,6 +390,7 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
         RedisModule_##name == NULL)                                                        \
         return #name;
     RCP11_MODULE_API(RL_LOOKUP_API)
+    RCP11_MODULE_API_RESERVE(RL_LOOKUP_API)
 #undef RL_LOOKUP_API
     return NULL;
 }
@@ -524,6 +543,16 @@ static void rl_apply_config(mn_stream *s);
 static mn_stream *rl_stream_new(void) {
     mn_stream *s = mn_stream_new((uint32_t)rl_config.max_entries, rl_level());
     if (s != NULL) rl_apply_config(s);
+    return s;
+}
+
+/* A new stream stored at an empty key opened for writing, counted in INFO
+ * (module_reserve.c brings a lost stream back at its mark this way). */
+mn_stream *rl_stream_create(RedisModuleKey *key) {
+    mn_stream *s = rl_stream_new();
+    if (s == NULL) return NULL;
+    RedisModule_ModuleTypeSetValue(key, rl_type, s);
+    rl_account_new(s);
     return s;
 }
 
@@ -699,7 +728,7 @@ static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *ou
 
 /* The stream at an opened key: *s is NULL for an empty key. Returns 0 when
  * the key holds something else. */
-static int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
+int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
     int type = RedisModule_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_EMPTY) {
         *s = NULL;
@@ -872,7 +901,9 @@ static void rl_reply_packed(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, u
  * by that much. s may be NULL. */
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
                                int withinfo, int withtimes, int packed) {
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    /* The end a reader may see (rcp11.read-committed: what the replicas
+     * acknowledged). */
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
     int resp3 = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_RESP3) != 0;
@@ -882,6 +913,7 @@ static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start
     if (packed) elements = withtimes ? 3 : 2;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
+        if (first > next) first = next;
         RedisModule_ReplyWithArray(ctx, elements + 1);
         RedisModule_ReplyWithArray(ctx, 4);
         /* next may be 2^63, which no RESP integer holds: the info reports
@@ -1105,7 +1137,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
         return REDISMODULE_OK; /* -WRONGTYPE went to the reader */
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t start = w->start, pos = 0;
     int missing = 0;
     if (w->group) {
@@ -1116,6 +1148,9 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         start = !missing ? pos : w->has_fallback ? w->fallback : rl_group_default(s, w->group_new);
     }
     if (start >= next) {
+        /* Written but not acknowledged yet (read-committed): woken again
+         * once it is. */
+        if (s != NULL && start < mn_next_offset(s)) rl_resv_reader_waits(ctx, w->key);
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR;
     }
@@ -1270,6 +1305,7 @@ typedef struct rl_appended {
     int64_t clock_before;   /* the stream's clock before (0: new stream) */
     uint64_t first_before;  /* the stream's first offset before a BACKLOG cut */
     uint64_t first_after;   /* ... and after it */
+    mn_stream *stream;      /* the stream written */
 } rl_appended;
 
 /* at_ms for rl_append_entries(): the stream's own clock (its newest append
@@ -1338,7 +1374,9 @@ static int rl_append_entries(RedisModuleCtx *ctx, RedisModuleString *name,
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, name, s);
     }
+    out->stream = s;
     out->first = first;
     out->at_ms = mn_last_append_ms(s);
     out->first_before = mn_first_offset(s);
@@ -1360,6 +1398,10 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 3 && rl_twrite_options(ctx, argv, argc, &entries_at, &backlog) != REDISMODULE_OK)
         return REDISMODULE_OK;
     size_t n = (size_t)(argc - entries_at);
+    /* No offset is handed out twice: the reservation covering them must be
+     * confirmed first (module_reserve.c); else the client waits, and this
+     * command runs again once it is. */
+    if (!rl_resv_admit(ctx, argv[1], n, rl_twrite)) return REDISMODULE_OK;
     /* A plain TWRITE from this server's primary or from the AOF is one
      * whose messages got the stream's clock there (below): so here too. */
     int64_t at_ms = RL_AT_STREAM_CLOCK;
@@ -1369,6 +1411,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     rl_appended a;
     if (!rl_append_entries(ctx, argv[1], argv + entries_at, n, at_ms, backlog, &a))
         return REDISMODULE_OK;
+    rl_resv_wrote(ctx, argv[1], a.stream);
     /* Replicas and the AOF must append at the time the messages got here.
      * When that is the stream's clock as it was (writes within one
      * millisecond, the common case at high rates), the command goes
@@ -1533,7 +1576,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, argv[1], REDISMODULE_READ, &key, &s)) return REDISMODULE_OK;
-    uint64_t next = s ? mn_next_offset(s) : 0;
+    uint64_t next = rl_resv_readable_next(ctx, s);
+    /* Messages past `next` are written but not acknowledged (read-committed):
+     * a reader blocking for them is woken once they are. */
+    int unacknowledged = s != NULL && next < mn_next_offset(s);
     int flags = RedisModule_GetContextFlags(ctx);
     int may_block = a.block && !(flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                                           REDISMODULE_CTX_FLAGS_DENY_BLOCKING |
@@ -1542,6 +1588,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         uint64_t start = rl_resolve_offset(a.offset, next);
         if (start >= next && may_block) {
             RedisModule_CloseKey(key);
+            if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
             rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
             w->start = start;
             w->count = a.count;
@@ -1574,6 +1621,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t start = missing ? rl_group_default(s, a.group_new) : pos;
     if (start >= next && may_block) {
         RedisModule_CloseKey(key);
+        if (unacknowledged) rl_resv_reader_waits(ctx, argv[1]);
         /* Created now, so a GROUPNEW reader gets what is written next. */
         if (missing) rl_set_group(ctx, a.group, start);
         rl_wait *w = RedisModule_Calloc(1, sizeof(rl_wait));
@@ -1669,6 +1717,22 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (len > RL_OFFSET_END - dst_next - adding) overflow = 1;
         else adding += len;
     }
+    if (!wrongtype && !overflow && adding > 0) {
+        /* Offsets are handed out: the reservation must be confirmed first
+         * (module_reserve.c), which may also raise or bring back dst. */
+        if (!rl_resv_admit(ctx, argv[1], adding, rl_tconcat)) {
+            for (int i = 1; i < argc; i++)
+                if (keys[i]) RedisModule_CloseKey(keys[i]);
+            RedisModule_Free(keys);
+            RedisModule_Free(streams);
+            return REDISMODULE_OK;
+        }
+        RedisModule_CloseKey(keys[1]);
+        keys[1] = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+        rl_stream_of(keys[1], &streams[1]);
+        dst_next = streams[1] ? mn_next_offset(streams[1]) : 0;
+        overflow = adding > RL_OFFSET_END - dst_next;
+    }
     int rc = MN_OK;
     if (!wrongtype && !overflow) {
         mn_stream *dst = streams[1];
@@ -1687,8 +1751,10 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (created) {
             RedisModule_ModuleTypeSetValue(keys[1], rl_type, dst);
             rl_total_add(&rl_totals.streams, 1);
+            rl_resv_created(ctx, argv[1], dst);
         }
         rl_account(dst, &before);
+        if (adding > 0) rl_resv_wrote(ctx, argv[1], dst);
         if (mn_compress_pending(dst)) rl_house.dirty = 1; /* moved nodes to conform */
         for (int i = 2; i < argc; i++)
             if (streams[i]) RedisModule_DeleteKey(keys[i]);
@@ -1761,6 +1827,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         s = rl_stream_new();
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_account_new(s);
+        rl_resv_created(ctx, argv[1], s);
     }
     if (target > mn_next_offset(s)) mn_raise_next_offset(s, target);
     RedisModule_CloseKey(key);
@@ -1799,6 +1866,7 @@ static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (created) {
         RedisModule_ModuleTypeSetValue(key, rl_type, s);
         rl_total_add(&rl_totals.streams, 1);
+        rl_resv_created(ctx, argv[1], s);
     }
     rl_account(s, &before);
     if (mn_compress_pending(s)) rl_house.dirty = 1;
@@ -1962,10 +2030,11 @@ static void rl_rdb_save(RedisModuleIO *io, void *value) {
         RedisModule_SaveStringBuffer(io, b.data, b.len);
     }
     mn_buf_free(&b);
+    rl_resv_rdb_save(io, s); /* encoding version 2: the reservation mark */
 }
 
 static void *rl_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver != RL_ENCVER) {
+    if (encver < 1 || encver > RL_ENCVER) {
         RedisModule_LogIOError(io, "warning",
                                "rcp11: stream encoding version %d is not %d (a newer module?)",
                                encver, RL_ENCVER);
@@ -2001,6 +2070,10 @@ static void *rl_rdb_load(RedisModuleIO *io, int encver) {
     int rc = mn_load_finish(s);
     if (rc != MN_OK) {
         RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
+        mn_stream_free(s);
+        return NULL;
+    }
+    if (rl_resv_rdb_load(io, s, encver) != REDISMODULE_OK) {
         mn_stream_free(s);
         return NULL;
     }
@@ -2059,6 +2132,7 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
     } else if (end > nodes_end || nodes_end == 0) {
         rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
     }
+    rl_resv_aof_rewrite(aof, key, s);
 }
 
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
@@ -2181,6 +2255,7 @@ static void rl_info(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "blocked_readers", rl_waiting);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_housekeeping_ticks", rl_pause.ticks);
     RedisModule_InfoAddFieldULongLong(ctx, "paused_group_wakes", rl_pause.group_wakes);
+    rl_resv_info(ctx);
 }
 
 static long long rl_get_numeric(const char *name, void *privdata) {
@@ -2241,6 +2316,7 @@ static int rl_register_configs(RedisModuleCtx *ctx) {
                                           rl_set_numeric, NULL,
                                           &rl_config.retention_bytes) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    if (rl_resv_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     return RedisModule_LoadConfigs(ctx);
 }
 
@@ -2376,6 +2452,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     methods.free = rl_free;
     methods.free_effort = rl_free_effort;
     methods.copy = rl_copy;
+    methods.unlink2 = rl_resv_unlink;
     rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
     if (rl_type == NULL) return REDISMODULE_ERR;
     /* Corrupt or short RDB input comes back as an error to check, not an
@@ -2385,6 +2462,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
     rl_groups = RedisModule_CreateDict(NULL);
     rl_pause.wakes = RedisModule_CreateDict(NULL);

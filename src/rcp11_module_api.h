@@ -46,6 +46,7 @@
  * guess from their order in the documentation. */
 #define REDISMODULE_CTX_FLAGS_LUA (1 << 0)
 #define REDISMODULE_CTX_FLAGS_MULTI (1 << 1)
+#define REDISMODULE_CTX_FLAGS_MASTER (1 << 2)
 #define REDISMODULE_CTX_FLAGS_SLAVE (1 << 3)
 #define REDISMODULE_CTX_FLAGS_READONLY (1 << 4)
 #define REDISMODULE_CTX_FLAGS_REPLICATED (1 << 12)
@@ -68,14 +69,42 @@
  * (subevent 0) and after (subevent 1) FLUSHDB/FLUSHALL and full resyncs. */
 #define REDISMODULE_EVENT_FLUSHDB 2
 #define REDISMODULE_SUBEVENT_FLUSHDB_END 1
+/* SWAPDB: two databases traded places (RedisModuleSwapDbInfo). */
+#define REDISMODULE_EVENT_SWAPDB 11
+/* ROLE_CHANGED: this server became a primary (0) or a replica (1). */
+#define REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED 0
+#define REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER 0
+#define REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA 1
+/* LOADING: an RDB (0), AOF (1) or full sync (2) load starts; ended (3) or
+ * failed (4). Fired with server.loading already cleared at the end. */
+#define REDISMODULE_EVENT_LOADING 3
+#define REDISMODULE_SUBEVENT_LOADING_ENDED 3
+#define REDISMODULE_SUBEVENT_LOADING_FAILED 4
+/* SHUTDOWN: fired once the final AOF fsync and RDB save succeeded. */
+#define REDISMODULE_EVENT_SHUTDOWN 5
+/* REPLICA_CHANGE: a replica came online (0, its sync done) or an online one
+ * went away (1). */
+#define REDISMODULE_EVENT_REPLICA_CHANGE 6
+#define REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE 0
+#define REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE 1
+/* EVENTLOOP: before the event loop sleeps (0) -- after commands ran and
+ * before the AOF is written, replies are sent and blocked clients are
+ * served -- and right after it wakes (1). */
+#define REDISMODULE_EVENT_EVENTLOOP 15
+#define REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP 0
+#define REDISMODULE_SUBEVENT_EVENTLOOP_AFTER_SLEEP 1
 
 /* Module configs (Register*Config). MEMORY: the value may be given with a
  * unit ("64mb"), as maxmemory is. */
 #define REDISMODULE_CONFIG_DEFAULT 0
+#define REDISMODULE_CONFIG_IMMUTABLE (1ULL << 0)
 #define REDISMODULE_CONFIG_MEMORY (1ULL << 7)
 
-/* RedisModuleTypeMethods.version: 3 covers the fields up to defrag. */
-#define REDISMODULE_TYPE_METHOD_VERSION 3
+/* RedisModuleTypeMethods.version: 4 covers the fields up to copy2. */
+#define REDISMODULE_TYPE_METHOD_VERSION 4
+
+/* CallReplyType() answers used here. */
+#define REDISMODULE_REPLY_STRING 0
 
 /* Key-spec flags (SetCommandInfo). Exactly one of RO/RW/OW/RM per spec, and
  * at most one of UPDATE/INSERT/DELETE. */
@@ -120,6 +149,9 @@ typedef struct RedisModuleDict RedisModuleDict;
 typedef struct RedisModuleDefragCtx RedisModuleDefragCtx;
 typedef struct RedisModuleDictIter RedisModuleDictIter;
 typedef struct RedisModuleScanCursor RedisModuleScanCursor;
+typedef struct RedisModuleKeyOptCtx RedisModuleKeyOptCtx;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
+typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef uint64_t RedisModuleTimerID;
 
 /* A server event: its id and the version of the data it comes with. */
@@ -134,6 +166,13 @@ typedef struct RedisModuleFlushInfo {
     int32_t sync;
     int32_t dbnum; /* -1: every database */
 } RedisModuleFlushInfo;
+
+/* The data of REDISMODULE_EVENT_SWAPDB (dataver 1). */
+typedef struct RedisModuleSwapDbInfo {
+    uint64_t version;
+    int32_t dbnum_first;
+    int32_t dbnum_second;
+} RedisModuleSwapDbInfo;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef int (*RedisModuleNotificationFunc)(RedisModuleCtx *ctx, int type, const char *event,
@@ -158,11 +197,21 @@ typedef int (*RedisModuleConfigSetEnumFunc)(const char *name, int val, void *pri
                                             RedisModuleString **err);
 typedef int (*RedisModuleConfigApplyFunc)(RedisModuleCtx *ctx, void *privdata,
                                           RedisModuleString **err);
+/* A function another thread asks the main thread to run
+ * (EventLoopAddOneShot, 7.0): it wakes the event loop. */
+typedef void (*RedisModuleEventLoopOneShotFunc)(void *user_data);
+typedef int (*RedisModuleConfigGetBoolFunc)(const char *name, void *privdata);
+typedef int (*RedisModuleConfigSetBoolFunc)(const char *name, int val, void *privdata,
+                                            RedisModuleString **err);
+typedef RedisModuleString *(*RedisModuleConfigGetStringFunc)(const char *name, void *privdata);
+typedef int (*RedisModuleConfigSetStringFunc)(const char *name, RedisModuleString *val,
+                                              void *privdata, RedisModuleString **err);
 
 /* ------------------------------------------------------------------------
  * Data type callbacks: the layout CreateDataType() reads, field by field,
  * up to the fields its `version` covers. Version 1 ends after `free`,
- * version 2 after aux_save_triggers, version 3 after defrag.
+ * version 2 after aux_save_triggers, version 3 after defrag, version 4
+ * after copy2.
  * --------------------------------------------------------------------- */
 
 typedef struct RedisModuleTypeMethods {
@@ -182,6 +231,11 @@ typedef struct RedisModuleTypeMethods {
     void (*unlink)(RedisModuleString *key, const void *value);
     void *(*copy)(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value);
     int (*defrag)(RedisModuleDefragCtx *ctx, RedisModuleString *key, void **value);
+    /* version 4: the same callbacks given the key's name and database */
+    size_t (*mem_usage2)(RedisModuleKeyOptCtx *ctx, const void *value, size_t sample_size);
+    size_t (*free_effort2)(RedisModuleKeyOptCtx *ctx, const void *value);
+    void (*unlink2)(RedisModuleKeyOptCtx *ctx, const void *value);
+    void *(*copy2)(RedisModuleKeyOptCtx *ctx, const void *value);
 } RedisModuleTypeMethods;
 
 /* ------------------------------------------------------------------------
@@ -372,8 +426,40 @@ typedef struct RedisModuleCommandInfo {
        RedisModuleConfigApplyFunc applyfn, void *privdata))                                    \
     X(int, LoadConfigs, (RedisModuleCtx * ctx))
 
+/* What the offset reservations (module_reserve.c) use besides the above:
+ * blocking a writer until its reservation is confirmed, the replicas'
+ * acknowledged offsets (INFO replication), a wake-up from the fsync thread,
+ * the unlinked key's name, and its configs. Redis 6.0 / 7.0. */
+#define RCP11_MODULE_API_RESERVE(X)                                                            \
+    X(RedisModuleBlockedClient *, BlockClient,                                                 \
+      (RedisModuleCtx * ctx, RedisModuleCmdFunc reply_callback,                                \
+       RedisModuleCmdFunc timeout_callback, RedisModuleFreePrivdataFunc free_privdata,        \
+       long long timeout_ms))                                                                  \
+    X(int, UnblockClient, (RedisModuleBlockedClient * bc, void *privdata))                     \
+    X(int, EventLoopAddOneShot, (RedisModuleEventLoopOneShotFunc func, void *user_data))       \
+    X(int, DictReplaceC, (RedisModuleDict * d, void *key, size_t keylen, void *ptr))           \
+    X(unsigned long long, GetClientId, (RedisModuleCtx * ctx))                                 \
+    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section)) \
+    X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))          \
+    X(const char *, ServerInfoGetFieldC, (RedisModuleServerInfoData * data, const char *field)) \
+    X(RedisModuleCallReply *, Call, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...)) \
+    X(int, CallReplyType, (RedisModuleCallReply * reply))                                      \
+    X(const char *, CallReplyStringPtr, (RedisModuleCallReply * reply, size_t *len))           \
+    X(void, FreeCallReply, (RedisModuleCallReply * reply))                                     \
+    X(const RedisModuleString *, GetKeyNameFromOptCtx, (RedisModuleKeyOptCtx * ctx))           \
+    X(int, GetDbIdFromOptCtx, (RedisModuleKeyOptCtx * ctx))                                    \
+    X(int, RegisterBoolConfig,                                                                 \
+      (RedisModuleCtx * ctx, const char *name, int default_val, unsigned int flags,            \
+       RedisModuleConfigGetBoolFunc getfn, RedisModuleConfigSetBoolFunc setfn,                 \
+       RedisModuleConfigApplyFunc applyfn, void *privdata))                                    \
+    X(int, RegisterStringConfig,                                                               \
+      (RedisModuleCtx * ctx, const char *name, const char *default_val, unsigned int flags,    \
+       RedisModuleConfigGetStringFunc getfn, RedisModuleConfigSetStringFunc setfn,             \
+       RedisModuleConfigApplyFunc applyfn, void *privdata))
+
 #define RCP11_DECLARE_API(ret, name, params) extern ret(*RedisModule_##name) params;
 RCP11_MODULE_API(RCP11_DECLARE_API)
+RCP11_MODULE_API_RESERVE(RCP11_DECLARE_API)
 #undef RCP11_DECLARE_API
 
 #endif /* RCP11_MODULE_API_H */

@@ -13,6 +13,7 @@ each name with one meaning:
                    redis-server with the rcp11 module ("module")
   redis_reference  per session: a plain redis-server 7 to compare with
   msrv             per test module: redis-server with the rcp11 module
+  small_fs         per test: a 2 MB tmpfs for a server's dir (fill() fills it)
 
 redis-py clients of the shared servers; each flushes the database first:
 
@@ -24,6 +25,7 @@ redis-py clients of the shared servers; each flushes the database first:
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -704,6 +706,42 @@ def redis_cli(port: int, *args: str, stdin: str | None = None) -> str:
         timeout=30,
     )
     return done.stdout + done.stderr
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs to fill up (root can write through chmod, not through a
+    full or read-only filesystem): the disk-fault tests of both servers."""
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"these tests need root to mount a tmpfs: {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem to the last byte with one file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as file:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                if file.write(chunk) == 0:
+                    break
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]
+    return filler
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """What the module's persistence and replication tests share: a keyspace in
 every shape persistence must keep, everything a user can observe of it,
-and waiting for an AOF rewrite (test_module_persistence.py,
-test_module_replication.py, test_module_time.py; a test file never imports
+waiting for an AOF rewrite, and a ledger of acknowledged writes that finds
+offsets handed out twice (test_module_persistence.py,
+test_module_replication.py, test_module_time.py, test_module_offsets.py,
+test_module_failover.py, test_module_cluster.py; a test file never imports
 another test file)."""
 
 from __future__ import annotations
@@ -52,3 +54,65 @@ def wait_rewrite_done(client: redis.Redis) -> None:
 
     wait_for(done)
     assert client.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+
+
+class Ledger:
+    """Every write a client got a reply for: (key, offset) -> message. A
+    second reply naming the same (key, offset) is an offset handed out
+    twice (the messages are all different, so a stored message also tells
+    which write it came from)."""
+
+    def __init__(self) -> None:
+        self.acked: dict[tuple[bytes, int], bytes] = {}
+        self.reused: list[tuple[bytes, int]] = []
+        self.refused = 0
+
+    def record(self, key: bytes, offset: int, message: bytes) -> None:
+        if (key, offset) in self.acked:
+            self.reused.append((key, offset))
+        self.acked[(key, offset)] = message
+
+    def write(
+        self, client: Any, key: bytes, messages: list[bytes], tolerate_errors: bool = False
+    ) -> None:
+        """TWRITE each message (one pipeline) and record the replies; with
+        tolerate_errors a refused write (an error reply) is counted, not
+        raised."""
+        pipe = client.pipeline(transaction=False)
+        for message in messages:
+            pipe.execute_command("TWRITE", key, message)
+        for reply, message in zip(
+            pipe.execute(raise_on_error=not tolerate_errors), messages, strict=True
+        ):
+            if isinstance(reply, Exception):
+                self.refused += 1
+            else:
+                self.record(key, reply, message)
+
+    def check_stored(self, client: Any) -> int:
+        """Every acknowledged offset holds its message or null (lost in a
+        crash or failover), never another message. Returns how many were
+        lost. Reads runs of nearby offsets, not the gaps between them."""
+        lost = 0
+        by_key: dict[bytes, list[int]] = {}
+        for key, offset in self.acked:
+            by_key.setdefault(key, []).append(offset)
+        for key, offsets in by_key.items():
+            offsets.sort()
+            run_start = 0
+            for i in range(1, len(offsets) + 1):
+                if i < len(offsets) and offsets[i] - offsets[i - 1] < 1000:
+                    continue
+                low, high = offsets[run_start], offsets[i - 1]
+                stored = tr(client, key, low, high - low + 1)
+                for offset in offsets[run_start:i]:
+                    at = offset - low
+                    found = stored[at] if at < len(stored) else None
+                    assert found in (None, self.acked[(key, offset)]), (key, offset, found)
+                    lost += found is None
+                run_start = i
+        return lost
+
+
+def messages(tag: str, count: int) -> list[bytes]:
+    return [b"%s-%d" % (tag.encode(), n) for n in range(count)]

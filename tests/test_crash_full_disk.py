@@ -4,50 +4,11 @@ works again, and nothing acknowledged is lost."""
 
 from __future__ import annotations
 
-import errno
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from conftest import read_all, wait_for
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs (root can write through chmod, not through a full or
-    read-only filesystem)."""
-    mount_point = tmp_path / "fs"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"these tests need root to mount a tmpfs: {result.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Fill the filesystem to the last byte with one file."""
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as file:
-        chunk = b"\0" * 65536
-        while True:
-            try:
-                if file.write(chunk) == 0:
-                    break
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-                if len(chunk) == 1:
-                    break
-                chunk = chunk[: len(chunk) // 2]
-    return filler
+from conftest import fill, read_all, wait_for
 
 
 def try_write(client: redis.Redis, key: str, payload: bytes) -> int | str:

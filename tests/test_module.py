@@ -147,6 +147,12 @@ def test_configs_reach_new_and_existing_streams(msrv_client: redis.Redis) -> Non
         "rcp11.stream-compression-depth": "0",
         "rcp11.stream-retention-ms": "0",
         "rcp11.stream-retention-bytes": "0",
+        "rcp11.reservation-timeout-ms": "1000",
+        "rcp11.reservation-min-replicas": "0",
+        "rcp11.reservation-on-timeout": "refuse",
+        "rcp11.reservation-in-multi": "write",
+        "rcp11.read-committed": "no",
+        "rcp11.offsets-file": "rcp11-offsets.dat",
     }
     tw(msrv_client, "old", *[b"line %d of a log that compresses" % n for n in range(3000)])
     assert stream_info(msrv_client)["stream_compressed_nodes"] == 0

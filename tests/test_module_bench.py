@@ -37,6 +37,7 @@ def test_module_suite_smoke_run_writes_every_table(tmp_path: Path) -> None:
         "### Memory for 20,000 entries of 100 bytes",
         "### Persistence of 0.01 GB",
         "### Replication catch-up",
+        "### Offset reservations and read-committed",
         "### Retention dropping 0.01 GB",
     ):
         assert heading in text, heading
@@ -46,3 +47,5 @@ def test_module_suite_smoke_run_writes_every_table(tmp_path: Path) -> None:
     assert data["memory_module_stream"] > 100  # at least the payload itself
     assert data["bgsave_gb_s"] > 0 and data["load_gb_s"] > 0 and data["replication_gb_s"] > 0
     assert data["retention_drop_gb_s"] > 0 and data["retention_worst_ping_ms"] > 0
+    for key in ("write_replica", "new_stream_replica", "visible_read_committed"):
+        assert data[f"reservation_{key}_p50_ratio"] > 0, key

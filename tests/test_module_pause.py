@@ -215,7 +215,9 @@ def test_failover_while_retention_runs(module_factory: Any) -> None:
     busy = sleep_without_reply(new_srv, 1.0)
     assert old.execute_command("FAILOVER") == b"OK"
     check_swapped(old, new, old, busy, ticks)
-    assert tw(new, "events", "after") == BACKLOG
+    # The new primary takes writes, past every offset the old one gave
+    # (at the stream's reservation mark: module_reserve.c).
+    assert tw(new, "events", "after") >= BACKLOG
 
 
 def check_swapped(
@@ -278,4 +280,4 @@ def test_cluster_failover_while_retention_runs(module_factory: Any) -> None:
         text=True,
         timeout=20,
     )
-    assert done.stdout == f"{BACKLOG}\n", done.stdout + done.stderr
+    assert done.returncode == 0 and int(done.stdout) >= BACKLOG, done.stdout + done.stderr

@@ -39,6 +39,8 @@ SELECTED = [
     "tests/test_module_time.py",
     "tests/test_module_append_times.py",
     "tests/test_module_pause.py",
+    "tests/test_module_offsets.py",
+    "tests/test_module_failover.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 
