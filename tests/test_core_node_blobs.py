@@ -119,12 +119,14 @@ def test_nodes_of_like_messages_are_sized_exactly_ahead() -> None:
     # size), a new node takes exactly its full size: nothing is shrunk when
     # it fills, so no hole is left between nodes. (A 1.5% headroom used to
     # be given back at every seal.)
+    # (One millisecond throughout: the time deltas' width, which the wall
+    # clock would make vary, is test_core_time.py's.)
     s = Stream(max_entries=1000)
     for _ in range(45):
-        s.append([b"x" * 100] * 100)
+        s.append([b"x" * 100] * 100, now_ms=1_000)
     active = s.nodes()[-1]
     assert active.count == 500
-    s.append([b"x" * 100] * 500)
+    s.append([b"x" * 100] * 500, now_ms=1_000)
     filled = s.nodes()[-1]
     assert (filled.first, filled.count) == (active.first, 1000)
     assert filled.memory == active.memory
@@ -138,9 +140,9 @@ def test_nodes_of_mixed_messages_keep_a_headroom() -> None:
     messages = [b"y" * rng.randint(50, 150) for _ in range(5000)]
     s = Stream(max_entries=1000)
     for i in range(0, 4500, 100):
-        s.append(messages[i : i + 100])
+        s.append(messages[i : i + 100], now_ms=1_000)
     active = s.nodes()[-1]
-    s.append(messages[4500:])
+    s.append(messages[4500:], now_ms=1_000)
     filled = s.nodes()[-1]
     assert filled.count == 1000
     assert active.memory > filled.memory
