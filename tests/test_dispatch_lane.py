@@ -69,7 +69,14 @@ def tread(draw: Any) -> list[bytes]:
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
             st.sampled_from(
-                [[b"WITHINFO"], [b"withinfo"], [b"WITHTIMES"], [b"GROUP", b"grp"], [b"bogus"]]
+                [
+                    [b"WITHINFO"],
+                    [b"withinfo"],
+                    [b"WITHTIMES"],
+                    [b"PACKED"],  # the general path's: the lane stops before it
+                    [b"GROUP", b"grp"],
+                    [b"bogus"],
+                ]
             )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
