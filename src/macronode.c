@@ -2007,46 +2007,23 @@ static char *mn_write_decimal64(char *p, uint64_t v, size_t digits) {
     return p + digits;
 }
 
-int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int style, mn_buf *out) {
-    return mn_read_resp_prefixed(s, start, n, style, NULL, 0, out);
-}
-
-/* The RESP of a read, per offset (style = null style | MN_READ_WITH_TIMES):
- *
- *   style                 a message                        an evicted offset
- *   --------------------  -------------------------------  -----------------
- *   RESP2                 $<len>\r\n<bytes>\r\n            $-1\r\n
- *   RESP3                 $<len>\r\n<bytes>\r\n            _\r\n
- *   RESP2 + WITH_TIMES    $<len>\r\n<bytes>\r\n:<ms>\r\n   $-1\r\n$-1\r\n
- *   RESP3 + WITH_TIMES    *2\r\n$<len>\r\n<bytes>\r\n      _\r\n
- *                         :<ms>\r\n
- *
- * As Redis's ZRANGE WITHSCORES: a flat message, time, message, time ...
- * in RESP2 (two elements per offset, two nulls for an evicted one), pairs
- * in RESP3 (one element per offset, a null for an evicted one). */
-int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
-                          const char *prefix, size_t prefix_len, mn_buf *out) {
-    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
-    if ((style & ~(MN_NULL_RESP3 | MN_READ_WITH_TIMES)) != 0) return MN_ERR_ARG;
-    int rc = mn_check_range(s, start, n);
-    if (rc != MN_OK) return rc;
-    const int resp3 = (style & MN_NULL_RESP3) != 0, times = (style & MN_READ_WITH_TIMES) != 0;
-    const char *null_text = resp3 ? "_\r\n" : times ? "$-1\r\n$-1\r\n" : "$-1\r\n";
-    const size_t null_len = strlen(null_text);
+/* The bytes of the RESP of a checked range in a style (see
+ * mn_read_resp_capped), nulls of null_len bytes each: from the nodes'
+ * message ends and times alone. UINT64_MAX when the sum would wrap around
+ * 2^64 (up to 2^63 offsets of a stream may read as null): too big for any
+ * buffer. */
+static uint64_t mn_resp_bytes(mn_stream *s, uint64_t start, uint64_t n, size_t null_len,
+                              int times, int resp3) {
     /* Per message beyond its bulk string: ":" CRLF around the time, and
      * RESP3's pair header. */
-    const size_t time_extra = times ? 3 + (resp3 ? 4 : 0) : 0;
-
-    /* Pass one sizes the reply so the buffer is reserved once. */
+    const uint64_t time_extra = times ? 3 + (resp3 ? 4 : 0) : 0;
     mn_range r;
     mn_run run;
-    uint64_t size = prefix_len;
+    uint64_t size = 0;
     mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
-            /* Up to 2^63 offsets of a stream may read as null: a sum that
-             * would wrap around is too big for any buffer. */
-            if (run.nulls > (UINT64_MAX - size) / null_len) return MN_ERR_TOOBIG;
+            if (run.nulls > (UINT64_MAX - 1 - size) / null_len) return UINT64_MAX;
             size += run.nulls * null_len;
             continue;
         }
@@ -2062,6 +2039,52 @@ int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
             for (uint32_t i = run.from; i < run.to; i++)
                 size += mn_decimal_len64((uint64_t)mn_node_time(run.node, i));
         }
+    }
+    return size;
+}
+
+int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int style, mn_buf *out) {
+    return mn_read_resp_prefixed(s, start, n, style, NULL, 0, out);
+}
+
+int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
+                          const char *prefix, size_t prefix_len, mn_buf *out) {
+    return mn_read_resp_capped(s, start, n, style, prefix, prefix_len, UINT64_MAX, NULL, out);
+}
+
+/* The RESP of a read, per offset (style = null style | MN_READ_WITH_TIMES):
+ *
+ *   style                 a message                        an evicted offset
+ *   --------------------  -------------------------------  -----------------
+ *   RESP2                 $<len>\r\n<bytes>\r\n            $-1\r\n
+ *   RESP3                 $<len>\r\n<bytes>\r\n            _\r\n
+ *   RESP2 + WITH_TIMES    $<len>\r\n<bytes>\r\n:<ms>\r\n   $-1\r\n$-1\r\n
+ *   RESP3 + WITH_TIMES    *2\r\n$<len>\r\n<bytes>\r\n      _\r\n
+ *                         :<ms>\r\n
+ *
+ * As Redis's ZRANGE WITHSCORES: a flat message, time, message, time ...
+ * in RESP2 (two elements per offset, two nulls for an evicted one), pairs
+ * in RESP3 (one element per offset, a null for an evicted one). */
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int style,
+                        const char *prefix, size_t prefix_len, uint64_t max_len,
+                        uint64_t *needed, mn_buf *out) {
+    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
+    if ((style & ~(MN_NULL_RESP3 | MN_READ_WITH_TIMES)) != 0) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    const int resp3 = (style & MN_NULL_RESP3) != 0, times = (style & MN_READ_WITH_TIMES) != 0;
+    const char *null_text = resp3 ? "_\r\n" : times ? "$-1\r\n$-1\r\n" : "$-1\r\n";
+    const size_t null_len = strlen(null_text);
+
+    /* Pass one sizes the reply so the buffer is reserved once. */
+    mn_range r;
+    mn_run run;
+    uint64_t body = mn_resp_bytes(s, start, n, null_len, times, resp3);
+    if (body == UINT64_MAX || body > UINT64_MAX - 1 - prefix_len) return MN_ERR_TOOBIG;
+    uint64_t size = prefix_len + body;
+    if (size > max_len) {
+        if (needed != NULL) *needed = size;
+        return MN_ERR_CAP;
     }
     if (size > SIZE_MAX) return MN_ERR_TOOBIG;
     if (size == 0) return MN_OK; /* n == 0, no prefix */
@@ -2134,6 +2157,27 @@ int mn_read_times(const mn_stream *s, uint64_t start, uint64_t n, int64_t *times
     return MN_OK;
 }
 
+uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint64_t *run) {
+    *run = 0;
+    uint64_t pos = offset > s->first ? offset : s->first;
+    if (s->num_nodes == 0 || pos >= s->next) return offset > s->next ? offset : s->next;
+    /* The node holding pos, or the first one after it (pos is in a gap). */
+    const mn_node *node = mn_seek(s, pos);
+    if (node == NULL) node = s->head[0];
+    else if (mn_node_end(node) <= pos) node = node->fwd[0];
+    if (node == NULL) return s->next; /* only a gap up to next: nothing readable */
+    if (pos < node->first) pos = node->first;
+    /* Nodes that follow each other without a hole continue the run; walk
+     * only as far as max asks, so the cost is that of reading it. */
+    uint64_t end = mn_node_end(node);
+    while (end - pos < max && node->fwd[0] != NULL && node->fwd[0]->first == end) {
+        node = node->fwd[0];
+        end = mn_node_end(node);
+    }
+    *run = end - pos < max ? end - pos : max;
+    return pos;
+}
+
 int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
     if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
     int rc = mn_check_range(s, start, n);
@@ -2175,6 +2219,45 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
             *len_out++ = (int64_t)(run.node->ends[i] - prev);
             prev = run.node->ends[i];
         }
+    }
+    return MN_OK;
+}
+
+/* Little-endian stores, whatever the host's byte order (PACKED's tables
+ * are a wire format). */
+static void mn_put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Chunks of MN_PACKED_CHUNK offsets: the lengths and times pass through an
+ * int64 table on the stack (8 KB) instead of one allocated for n, so a
+ * large read costs no allocation beyond the payload's. */
+#define MN_PACKED_CHUNK 1024
+
+int mn_read_packed(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
+                   unsigned char *lens_le, unsigned char *times_le) {
+    if (s == NULL || out == NULL || (n > 0 && lens_le == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    size_t old_len = out->len;
+    int64_t values[MN_PACKED_CHUNK];
+    for (uint64_t done = 0; done < n;) {
+        uint64_t k = n - done < MN_PACKED_CHUNK ? n - done : MN_PACKED_CHUNK;
+        if ((rc = mn_read_copy(s, start + done, k, out, values)) != MN_OK) {
+            out->len = old_len;
+            return rc;
+        }
+        for (uint64_t i = 0; i < k; i++)
+            mn_put_le(lens_le + 4 * (done + i), values[i] < 0 ? 0xFFFFFFFFu : (uint64_t)values[i], 4);
+        if (times_le != NULL) {
+            if ((rc = mn_read_times(s, start + done, k, values)) != MN_OK) {
+                out->len = old_len;
+                return rc;
+            }
+            for (uint64_t i = 0; i < k; i++)
+                mn_put_le(times_le + 8 * (done + i), (uint64_t)values[i], 8);
+        }
+        done += k;
     }
     return MN_OK;
 }

@@ -180,6 +180,13 @@ static void check_counters(world *w) {
     CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
 }
 
+/* g's bytes at out[pos], then pos past them. */
+static size_t check_msg_at(const mn_buf *out, size_t pos, const msg *g) {
+    CHECK(pos + g->len <= out->len);
+    for (uint32_t j = 0; j < g->len; j++) CHECK((uint8_t)out->data[pos + j] == msg_byte(g->seed, j));
+    return pos + g->len;
+}
+
 /* Read [start, start + n) both ways and compare with the model. Returns
  * MN_ERR_NOMEM (appending nothing) only under failure injection. */
 static int check_read(world *w, int k, uint64_t start, uint64_t n) {
@@ -201,10 +208,7 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         if (i < m->len && m->m[i].off == o) {
             const msg *g = &m->m[i++];
             CHECK(lens[x] == (int64_t)g->len);
-            CHECK(pos + g->len <= out.len);
-            for (uint32_t j = 0; j < g->len; j++)
-                CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
-            pos += g->len;
+            pos = check_msg_at(&out, pos, g);
         } else {
             CHECK(lens[x] == -1);
         }
@@ -219,6 +223,35 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         if (i < m->len && m->m[i].off == o) CHECK(times[o - start] == m->m[i++].ms);
         else CHECK(times[o - start] == -1);
     }
+
+    /* TREAD ... PACKED's tables: little-endian lengths (0xFFFFFFFF for
+     * null) and times (-1), the messages back to back; times only on
+     * every other read. */
+    static unsigned char lens_le[4 * MAX_READ], times_le[8 * MAX_READ];
+    int packed_times = (start & 1) == 0;
+    mn_buf_init(&out);
+    rc = mn_read_packed(s, start, n, &out, lens_le, packed_times ? times_le : NULL);
+    if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
+        mn_buf_free(&out);
+        return rc;
+    }
+    CHECK(rc == MN_OK);
+    pos = 0;
+    i = model_lower(m, start);
+    for (uint64_t o = start; o < start + n; o++) {
+        uint64_t x = o - start, len = 0, t = 0;
+        for (int b = 0; b < 4; b++) len |= (uint64_t)lens_le[4 * x + b] << (8 * b);
+        for (int b = 0; b < 8; b++) t |= (uint64_t)times_le[8 * x + b] << (8 * b);
+        if (i < m->len && m->m[i].off == o) {
+            const msg *g = &m->m[i++];
+            CHECK(len == g->len && (!packed_times || (int64_t)t == g->ms));
+            pos = check_msg_at(&out, pos, g);
+        } else {
+            CHECK(len == 0xFFFFFFFFu && (!packed_times || (int64_t)t == -1));
+        }
+    }
+    CHECK(pos == out.len);
+    mn_buf_free(&out);
 
     for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {
         int resp3 = style & MN_NULL_RESP3, with_times = style & MN_READ_WITH_TIMES;
@@ -240,10 +273,7 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
                               g->len);
                 CHECK(pos + (size_t)hl + g->len + 2 <= out.len);
                 CHECK(memcmp(out.data + pos, head, (size_t)hl) == 0);
-                pos += (size_t)hl;
-                for (uint32_t j = 0; j < g->len; j++)
-                    CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
-                pos += g->len;
+                pos = check_msg_at(&out, pos + (size_t)hl, g);
                 CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
                 pos += 2;
                 if (with_times) {
@@ -357,6 +387,24 @@ static int op_append(world *w, int k, input *in, int one) {
     return MN_OK;
 }
 
+/* mn_readable_run (TREAD ... NONULLS) against the model: the first
+ * readable offset at or after start, and the readable offsets in a row
+ * from there, at most max. */
+static void check_readable_run(world *w, int k, uint64_t start, uint64_t max) {
+    const model *m = &w->m[k];
+    uint64_t run;
+    uint64_t got = mn_readable_run(w->s[k], start, max, &run);
+    size_t i = model_lower(m, start);
+    if (i >= m->len) {
+        CHECK(got == (start > m->next ? start : m->next) && run == 0);
+        return;
+    }
+    CHECK(got == m->m[i].off);
+    uint64_t want = 0;
+    while (want < max && i + want < m->len && m->m[i + want].off == got + want) want++;
+    CHECK(run == want);
+}
+
 static int op_read(world *w, int k, input *in) {
     const model *m = &w->m[k];
     /* Start near a readable message most of the time: offsets may span
@@ -371,6 +419,7 @@ static int op_read(world *w, int k, input *in) {
     }
     uint64_t room = m->next - start;
     uint64_t n = in_pick(in, room < MAX_READ ? room : MAX_READ);
+    check_readable_run(w, k, start, n);
     return check_read(w, k, start, n);
 }
 

@@ -34,30 +34,93 @@ _OFFSET_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
 _GROUP_OPTIONS = (b"GROUP", b"GROUPNEW")
 
 
+@dataclass(frozen=True)
+class ReplyForm:
+    """How TREAD shapes its reply (docs/PROTOCOL.md section 3): the
+    WITHINFO header, each message's append time (WITHTIMES: RESP2 two
+    elements per offset, RESP3 a pair), and the PACKED form (the messages,
+    and times, in two or three bulk strings whatever the count)."""
+
+    withinfo: bool = False
+    withtimes: bool = False
+    packed: bool = False
+
+
+PLAIN = ReplyForm()
+
+# A PACKED reply is never smaller than the plain RESP2 one by more than
+# this per offset: a plain message costs at most "$" + 10 digits + 2 CRLFs
+# = 15 bytes besides its bytes and a time at most ":" + 20 digits + CRLF =
+# 23, a packed one exactly 4 (a length) and 8 (a time). So the plain
+# size, which the core gives unbuilt, bounds the packed one from below.
+_PACKED_SAVING_PER_OFFSET = (15 - 4) + (23 - 8)
+
+
 def stream_reply(
     stream: Stream | None,
     start: int,
     count: int,
-    withinfo: bool,
+    form: ReplyForm,
     resp3: bool,
     next_offset: int | None = None,
-    withtimes: bool = False,
-    packed: bool = False,
 ) -> tuple[Raw, int]:
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it. withtimes:
-    each message with its append time (RESP2: two elements per offset,
-    RESP3: a pair; docs/PROTOCOL.md, WITHTIMES). packed: the messages (and
-    times) in two (three) bulk strings, whatever the count (PACKED)."""
+    next_offset: the stream's, when the caller already has it."""
+    reply, n = _stream_reply(stream, start, count, form, resp3, next_offset, None)
+    assert type(reply) is Raw
+    return reply, n
+
+
+def reply_for(
+    client: ClientState,
+    stream: Stream | None,
+    start: int,
+    count: int,
+    form: ReplyForm,
+    next_offset: int,
+) -> tuple[Raw, int]:
+    """stream_reply() for client, held to its output limit as Redis's
+    addReply holds a reply: a reply that would take it past its hard limit
+    closes it and is not built, nor is any once it is being closed
+    (ClientState.output_dropped). The count is the read's either way: a
+    group read still moves its group."""
+    if client.output_dropped:
+        return Raw(b""), _span(start, count, next_offset)  # never sent
+    room = client.output_room()
+    resp3 = client.resp == 3
+    reply, n = _stream_reply(stream, start, count, form, resp3, next_offset, room)
+    if type(reply) is int:
+        client.output_overflow(reply)
+        client.output_dropped = True
+        return Raw(b""), n  # never sent
+    return reply, n  # type: ignore[return-value]
+
+
+def _span(start: int, count: int, next_offset: int) -> int:
+    """How many offsets a read of count from start holds (nulls included)."""
+    return min(count, next_offset - start) if start < next_offset else 0
+
+
+def _stream_reply(
+    stream: Stream | None,
+    start: int,
+    count: int,
+    form: ReplyForm,
+    resp3: bool,
+    next_offset: int | None,
+    cap: int | None,
+) -> tuple[Raw | int, int]:
+    """stream_reply(), or when the reply would be over cap bytes (None: no
+    cap) its size instead, unbuilt."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
-    n = min(count, next_offset - start) if start < next_offset else 0
-    if packed:
-        elements = 3 if withtimes else 2
+    n = _span(start, count, next_offset)
+    if form.packed:
+        elements = 3 if form.withtimes else 2
     else:
-        elements = 2 * n if withtimes and not resp3 else n
-    if withinfo:
+        elements = 2 * n if form.withtimes and not resp3 else n
+    if form.withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
         # RESP integer holds: the info reports the ceiling instead.
@@ -65,19 +128,43 @@ def stream_reply(
         head = array_header(elements + 1) + encode(info, resp3)
     else:
         head = array_header(elements)
-    if packed:
-        parts = (
-            stream.read_packed(start, n, withtimes)  # type: ignore[union-attr]
-            if n > 0
-            else [b""] * elements
-        )
-        bulks = [b"$%d\r\n%b\r\n" % (len(part), part) for part in parts]
-        return Raw(head + b"".join(bulks)), max(n, 0)
+    if form.packed:
+        return _packed_reply(stream, start, n, form.withtimes, head, cap), n
     if n <= 0:
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    return Raw(stream.read_resp(start, n, resp3, head, withtimes)), n  # type: ignore[union-attr]
+    body = stream.read_resp_capped(start, n, resp3, head, cap, form.withtimes)  # type: ignore[union-attr]
+    return (Raw(body) if type(body) is bytes else body), n
+
+
+def _packed_reply(
+    stream: Stream | None, start: int, n: int, withtimes: bool, head: bytes, cap: int | None
+) -> Raw | int:
+    """TREAD ... PACKED's reply after its header, or its size when over cap
+    (a size that far over is told by the plain reply's, never built)."""
+    if n <= 0 or stream is None:
+        parts = [b""] * (3 if withtimes else 2)
+    else:
+        if cap is not None:
+            plain = stream.read_resp_capped(start, n, False, head, 0, withtimes)
+            least = int(plain) - _PACKED_SAVING_PER_OFFSET * n
+            if least > cap:
+                return least
+        parts = stream.read_packed(start, n, withtimes)
+    body = head + b"".join([b"$%d\r\n%b\r\n" % (len(part), part) for part in parts])
+    if cap is not None and len(body) > cap:
+        return len(body)
+    return Raw(body)
+
+
+def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
+    """TREAD ... NONULLS: where the read starts (the first readable offset
+    at or after start, past evicted offsets and crash gaps) and how many
+    offsets it covers (readable ones in a row, at most count)."""
+    if stream is None:
+        return start, 0
+    return stream.readable_run(start, count)
 
 
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
@@ -110,23 +197,50 @@ def group_default_start(stream: Stream | None, group_new: bool) -> int:
 
 
 def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
+    """A group read moves its group (or recreates a deleted one).
+
+    The readers blocked in the group are not signalled (rcp11/blocking.py):
+    a group read only moves the group forward, which can only make them
+    wait longer, or recreates a group whose deletion already signalled
+    them all. Readers waiting on the group key itself as a stream are."""
     value = b"%d" % offset
-    state.keyspace.set(group, value)
+    state.keyspace.set(group, value, signal_watchers=False)
     state.propagate([b"SET", group, value])
 
 
 @dataclass(eq=False)
 class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
-    past the group's position)."""
+    past the group's position).
+
+    Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
+    for, ranked by that offset (a write reaching offset N serves every
+    plain reader waiting below N, and none above it); a group reader's is
+    its group, whose readers on one stream are served in the order they
+    blocked until one has to wait."""
 
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
-    withinfo: bool = False
+    form: ReplyForm = PLAIN
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
-    withtimes: bool = False
-    packed: bool = False
+    nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
+
+    def __post_init__(self) -> None:
+        if self.watch is None:
+            self.lane = ("offset", self.start)
+            self.rank = self.start
+        else:
+            self.lane = ("group", self.watch)
+            self.writes = True
+
+    def reached(self, state: ServerState) -> bool:
+        # data, not get(): changes nothing, also not an expiry. A key that
+        # expired but is still there looks reached; serve() then waits.
+        value = state.keyspace.data.get(self.key)
+        if value is None:
+            return False
+        return type(value) is bytes or value.next_offset > self.start
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -140,23 +254,16 @@ class TreadWait(BlockRequest):
             start = (
                 position if position is not None else group_default_start(stream, self.group_new)
             )
+        count = self.count
+        if self.nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset:
             if group is not None and position is None:
                 # The group key was deleted while this reader waited:
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        resp3 = self.client.resp == 3
-        reply, n = stream_reply(
-            stream,
-            start,
-            self.count,
-            self.withinfo,
-            resp3,
-            next_offset,
-            self.withtimes,
-            self.packed,
-        )
+        reply, n = reply_for(self.client, stream, start, count, self.form, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -177,10 +284,20 @@ class _TreadOptions:
     withinfo: bool = False
     withtimes: bool = False
     packed: bool = False
+    nonulls: bool = False
+
+    @property
+    def form(self) -> ReplyForm:
+        return ReplyForm(self.withinfo, self.withtimes, self.packed)
 
 
 # Options that are a word alone, and the _TreadOptions field each sets.
-_FLAGS = {b"WITHINFO": "withinfo", b"WITHTIMES": "withtimes", b"PACKED": "packed"}
+_FLAGS = {
+    b"WITHINFO": "withinfo",
+    b"WITHTIMES": "withtimes",
+    b"PACKED": "packed",
+    b"NONULLS": "nonulls",
+}
 
 
 def _tread_options(argv: list[bytes]) -> _TreadOptions:
@@ -263,6 +380,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
         {"name": "withtimes", "type": "pure-token", "token": "WITHTIMES", "flags": ["optional"]},
         {"name": "packed", "type": "pure-token", "token": "PACKED", "flags": ["optional"]},
     ),
@@ -275,34 +393,30 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
         raise CommandError(errors.NEGATIVE_COUNT)
     options = _tread_options(argv) if len(argv) > 4 else _TreadOptions()
     block_ms, group, group_new = options.block_ms, options.group, options.group_new
-    withinfo, withtimes, packed = options.withinfo, options.withtimes, options.packed
+    form, nonulls = options.form, options.nonulls
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
-    resp3 = client.resp == 3
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             request = TreadWait(
-                client,
-                key,
-                argv,
-                start=start,
-                count=count,
-                withinfo=withinfo,
-                withtimes=withtimes,
-                packed=packed,
+                client, key, argv, start=start, count=wanted, form=form, nonulls=nonulls
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(
-            stream, start, count, withinfo, resp3, next_offset, withtimes, packed
-        )
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 # Created now, so a GROUPNEW reader gets what is written next.
@@ -312,16 +426,13 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 key,
                 argv,
                 watch=group,
-                count=count,
-                withinfo=withinfo,
+                count=wanted,
+                form=form,
                 group_new=group_new,
-                withtimes=withtimes,
-                packed=packed,
+                nonulls=nonulls,
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(
-            stream, start, count, withinfo, resp3, next_offset, withtimes, packed
-        )
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
@@ -336,10 +447,13 @@ def _block(state: ServerState, request: TreadWait, block_ms: int | None) -> Any:
 
 
 __all__ = [
+    "PLAIN",
+    "ReplyForm",
     "TreadWait",
     "group_default_start",
     "group_position",
     "lookup_stream",
+    "reply_for",
     "set_group_position",
     "stream_reply",
     "tread_keys",

@@ -14,12 +14,13 @@ streaming query) surfaces when the query starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from pyspark.sql.datasource import DataSource
 
 from rcp11 import errors
 from rcp11.spark.columns import SCHEMA
+from rcp11.spark.failures import guard_methods
 from rcp11.spark.options import (
     OPTIONS,
     OptionError,
@@ -28,7 +29,7 @@ from rcp11.spark.options import (
     parse_write_options,
 )
 from rcp11.spark.sink import BatchWriter, StreamWriter
-from rcp11.spark.source import BatchReader, RefusedStreamReader, StreamReader
+from rcp11.spark.source import BatchReader, StreamReader
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -68,16 +69,16 @@ class RCP11DataSource(DataSource):
         _check_side(self.options, "read")
         return BatchReader(parse_read_options(self.options), schema)
 
-    def streamReader(self, schema: StructType) -> StreamReader | RefusedStreamReader:
+    def streamReader(self, schema: StructType) -> StreamReader:
         try:
             _check_side(self.options, "read")
             return StreamReader(parse_read_options(self.options), schema)
-        except ValueError as exc:  # OptionError and the schema's errors
-            # PySpark's streaming runner (4.x) calls reader.stop() in a
-            # `finally` even when creating the reader failed: the user then
-            # gets an UnboundLocalError beside this error. A reader that
-            # raises it from its first call gives the error alone.
-            return RefusedStreamReader(exc)
+        except Exception as exc:
+            # PySpark's streaming runner stops the reader in a `finally`
+            # around this call, so a failure here turns into its own
+            # UnboundLocalError ('reader'), and our message is lost under
+            # it. A reader that fails at Spark's first call keeps it.
+            return _FailedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         _check_side(self.options, "write")
@@ -86,3 +87,51 @@ class RCP11DataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         _check_side(self.options, "write")
         return StreamWriter(parse_write_options(self.options), schema, overwrite)
+
+
+class _FailedStreamReader(StreamReader):
+    """A streaming read whose options were refused: every call Spark makes
+    raises that error; stop() has nothing to stop."""
+
+    def __init__(self, error: Exception) -> None:  # no super(): nothing to set up
+        self.error = error
+
+    def _fail(self, *args: object, **kwargs: object) -> NoReturn:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _fail
+
+    def stop(self) -> None:
+        pass
+
+
+# Every method Spark calls on the source and the sink, so that each of our
+# errors shows its message first (failures.py).
+_SPARK_CALLS = (
+    "__init__",
+    "schema",
+    "reader",
+    "streamReader",
+    "writer",
+    "streamWriter",
+    "partitions",
+    "read",
+    "initialOffset",
+    "latestOffset",
+    "reportLatestOffset",
+    "prepareForTriggerAvailableNow",
+    "commit",
+    "abort",
+    "write",
+    "stop",
+)
+for _cls in (
+    RCP11DataSource,
+    BatchReader,
+    StreamReader,
+    _FailedStreamReader,
+    BatchWriter,
+    StreamWriter,
+):
+    guard_methods(_cls, _SPARK_CALLS)

@@ -213,24 +213,6 @@ class BatchReader(DataSourceReader):
 # ---------------------------------------------------------------------------
 
 
-class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A streaming read whose options (or schema) are wrong for a streaming
-    query: every call Spark makes raises the error, the first one when the
-    query starts."""
-
-    def __init__(self, error: ValueError) -> None:
-        self.error = error
-
-    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
-        raise self.error
-
-    initialOffset = latestOffset = partitions = read = commit = _refuse
-    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _refuse
-
-    def stop(self) -> None:
-        pass
-
-
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("rcp11")``: micro-batches of new offsets."""
 

@@ -92,10 +92,58 @@ static void check_counters(const mn_stream *s, const model *m) {
     CHECK(mn_num_compressed_nodes(s) <= mn_num_nodes(s));
 }
 
+/* mn_readable_run (TREAD ... NONULLS): the first readable offset at or
+ * after start (start <= next), and the readable offsets in a row from
+ * there, at most n. */
+static void check_readable_run(const mn_stream *s, const model *m, uint64_t start, uint64_t n) {
+    uint64_t run;
+    uint64_t got = mn_readable_run(s, start, n, &run);
+    uint64_t o = start;
+    while (o < m->next && !m->readable[o]) o++;
+    CHECK(got == o);
+    uint64_t want = 0;
+    while (want < n && o + want < m->next && m->readable[o + want]) want++;
+    CHECK(run == want);
+}
+
+static uint64_t get_le(const unsigned char *p, int width) {
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* mn_read_packed (TREAD ... PACKED): lengths (0xFFFFFFFF for null), the
+ * messages back to back, times (-1 for null), little-endian, as the model
+ * says; times_le NULL leaves the times out. */
+static void check_packed(mn_stream *s, const model *m, uint64_t start, uint64_t n,
+                         unsigned char *lens_le, unsigned char *times_le) {
+    static char expect[100];
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_packed(s, start, n, &out, lens_le, times_le) == MN_OK);
+    size_t pos = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t o = start + i;
+        uint64_t len = get_le(lens_le + 4 * i, 4);
+        int64_t t = times_le ? (int64_t)get_le(times_le + 8 * i, 8) : 0;
+        if (!m->readable[o]) {
+            CHECK(len == 0xFFFFFFFFu && (!times_le || t == -1));
+            continue;
+        }
+        CHECK(len == msg_len(o) && (!times_le || t == m->ms[o]));
+        msg_fill(o, expect);
+        CHECK(pos + len <= out.len && same(out.data + pos, expect, (size_t)len));
+        pos += (size_t)len;
+    }
+    CHECK(pos == out.len);
+    mn_buf_free(&out);
+}
+
 static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n) {
     static char expect[200 * 100];
     static int64_t lens[200];
     CHECK(n <= 200);
+    check_readable_run(s, m, start, n);
     mn_buf out;
     mn_buf_init(&out);
     CHECK(mn_read_copy(s, start, n, &out, lens) == MN_OK);
@@ -119,6 +167,8 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
     CHECK(mn_read_times(s, start, n, times) == MN_OK);
     for (uint64_t i = 0; i < n; i++)
         CHECK(times[i] == (m->readable[start + i] ? m->ms[start + i] : -1));
+    static unsigned char lens_le[4 * 200], times_le[8 * 200];
+    check_packed(s, m, start, n, lens_le, (start & 1) ? NULL : times_le);
 
     for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {
         int resp3 = style & MN_NULL_RESP3, with_times = style & MN_READ_WITH_TIMES;
@@ -732,6 +782,19 @@ static void test_resp_lengths(void) {
         src += lens[i];
     }
     CHECK(pos == out.len);
+    /* The capped read: one byte short of the reply refuses it, says its
+     * size and appends nothing; exactly its size builds the same bytes. */
+    size_t whole = out.len;
+    mn_buf capped;
+    mn_buf_init(&capped);
+    uint64_t needed = 0;
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 4, &needed,
+                              &capped) == MN_ERR_CAP);
+    CHECK(needed == whole + 5 && capped.len == 0);
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 5, &needed,
+                              &capped) == MN_OK);
+    CHECK(capped.len == whole + 5 && memcmp(capped.data + 5, out.data, whole) == 0);
+    mn_buf_free(&capped);
     mn_buf_free(&out);
     mn_stream_free(s);
     free(buf);
@@ -868,6 +931,35 @@ static void test_time_index(void) {
 /* A node's deltas widen as its times spread (re-encoded: an allocation
  * that may fail, leaving the stream as it was) and its memory is counted
  * at every width. */
+/* mn_read_packed over more offsets than one of its chunks (1024), across
+ * nodes, evicted ones first, with and without times. */
+static void test_read_packed(void) {
+    model *m = &the_model;
+    model_reset(m);
+    mn_stream *s = mn_stream_new(100, 3);
+    static char msg[100];
+    for (uint64_t o = 0; o < 3000; o++) {
+        msg_fill(o, msg);
+        int64_t t = 1700000000000 + (int64_t)(o / 7);
+        CHECK(mn_append_one(s, msg, msg_len(o), t) == (int64_t)o);
+        m->readable[o] = 1;
+        m->ms[o] = t;
+    }
+    m->next = 3000;
+    CHECK(mn_evict_upto(s, 499) == 500);
+    memset(m->readable, 0, 500);
+    static unsigned char lens_le[4 * 3000], times_le[8 * 3000];
+    check_packed(s, m, 0, 3000, lens_le, times_le);
+    check_packed(s, m, 1000, 2000, lens_le, NULL);
+    check_packed(s, m, 3000, 0, lens_le, times_le);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_packed(s, 0, 3001, &out, lens_le, NULL) == MN_ERR_ARG && out.len == 0);
+    CHECK(mn_read_packed(s, 0, 1, &out, NULL, NULL) == MN_ERR_ARG);
+    mn_buf_free(&out);
+    mn_stream_free(s);
+}
+
 static void test_time_widths(void) {
     static const int64_t gaps[] = {0, 200, 300, 70000, (int64_t)1 << 33, 1};
     mn_stream *s = mn_stream_new(1000, 0);
@@ -1446,6 +1538,7 @@ int main(void) {
     test_resp_lengths();
     test_time_index();
     test_time_widths();
+    test_read_packed();
     test_retention();
     test_concat();
     test_compression_depth();
