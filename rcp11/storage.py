@@ -571,25 +571,24 @@ class Stream:
     ) -> bytes | int:
         """read_resp(), unless the reply would be over cap bytes (None: no
         cap): then its size, and nothing is built."""
-        if start < 0 or count < 0:
-            raise _range_error(start, count, self._next)
-        buf = _scratch_buffer()
         style = (lib.MN_NULL_RESP3 if resp3 else lib.MN_NULL_RESP2) | (
             lib.MN_READ_WITH_TIMES if times else 0
         )
+        return self._capped(lib.mn_read_resp_capped, start, count, style, prefix, cap)
+
+    def _capped(
+        self, build: Any, start: int, count: int, how: int, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """A reply the core builds after prefix in the scratch buffer
+        (mn_read_resp_capped, mn_read_packed_resp), or its size when it
+        would be over cap bytes (None: no cap)."""
+        if start < 0 or count < 0:
+            raise _range_error(start, count, self._next)
+        buf = _scratch_buffer()
         needed = _needed
         try:
-            rc = lib.mn_read_resp_capped(
-                self._s,
-                start,
-                count,
-                style,
-                prefix,
-                len(prefix),
-                _NO_CAP if cap is None else max(cap, 0),
-                needed,
-                buf,
-            )
+            limit = _NO_CAP if cap is None else max(cap, 0)
+            rc = build(self._s, start, count, how, prefix, len(prefix), limit, needed, buf)
             if rc == lib.MN_ERR_CAP:
                 return int(needed[0])
             if rc:
@@ -635,37 +634,16 @@ class Stream:
                 pos += size
         return out
 
-    def read_packed(self, start: int, count: int, times: bool = False) -> list[bytes]:
-        """TREAD ... PACKED's bulk strings for offsets start..start+count-1:
-        the lengths (little-endian uint32, 0xFFFFFFFF for a missing offset),
-        the messages back to back, and with times their append times
-        (little-endian int64, -1 for a missing offset)."""
-        if start < 0 or count < 0 or start + count > self.next_offset:
-            raise _range_error(start, count, self.next_offset)
-        try:
-            lens = bytearray(4 * count)
-            stamps = bytearray(8 * count) if times else None
-        except (MemoryError, OverflowError):  # a long run of evicted offsets: 4 (12) bytes each
-            raise _error(lib.MN_ERR_NOMEM) from None
-        buf = ffi.new("mn_buf *")
-        try:
-            _check(
-                lib.mn_read_packed(
-                    self._s,
-                    start,
-                    count,
-                    buf,
-                    ffi.from_buffer(lens),
-                    ffi.NULL if stamps is None else ffi.from_buffer(stamps),
-                )
-            )
-            data = ffi.unpack(buf.data, buf.len) if buf.len else b""
-        finally:
-            lib.mn_buf_free(buf)
-        parts = [bytes(lens), data]
-        if stamps is not None:
-            parts.append(bytes(stamps))
-        return parts
+    def read_packed_capped(
+        self, start: int, count: int, times: bool, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """TREAD ... PACKED's reply for offsets start..start+count-1 after
+        `prefix`: the lengths (little-endian uint32, 0xFFFFFFFF for a
+        missing offset), the messages back to back, and with times their
+        append times (little-endian int64, -1 for a missing offset), as
+        bulk strings; unless it would be over cap bytes (None: no cap):
+        then its size, and nothing is built."""
+        return self._capped(lib.mn_read_packed_resp, start, count, int(times), prefix, cap)
 
     def read_times(self, start: int, count: int) -> list[int | None]:
         """Append times (unix ms) of offsets start..start+count-1; None for

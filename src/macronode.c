@@ -2178,10 +2178,8 @@ uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint
     return pos;
 }
 
-int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
-    if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
-    int rc = mn_check_range(s, start, n);
-    if (rc != MN_OK) return rc;
+/* The messages' bytes in offsets start..start+n-1 (a checked range). */
+static uint64_t mn_range_bytes(mn_stream *s, uint64_t start, uint64_t n) {
     mn_range r;
     mn_run run;
     uint64_t size = 0;
@@ -2189,6 +2187,16 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
     while (mn_range_next(&r, &run)) {
         if (run.node != NULL) size += mn_span_bytes(run.node, run.from, run.to);
     }
+    return size;
+}
+
+int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
+    if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    mn_range r;
+    mn_run run;
+    uint64_t size = mn_range_bytes(s, start, n);
     if (size > SIZE_MAX) return MN_ERR_TOOBIG;
     rc = mn_buf_reserve(out, (size_t)size);
     if (rc != MN_OK) return rc;
@@ -2259,6 +2267,96 @@ int mn_read_packed(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
         }
         done += k;
     }
+    return MN_OK;
+}
+
+/* A bulk string's bytes around x bytes of content: $<x>\r\n ... \r\n. */
+static uint64_t mn_bulk_bytes(uint64_t x) { return 1 + mn_decimal_len64(x) + 2 + x + 2; }
+
+static char *mn_write_bulk_head(char *p, uint64_t x) {
+    *p++ = '$';
+    p = mn_write_decimal64(p, x, mn_decimal_len64(x));
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+/* TREAD ... PACKED's reply, written in one pass into one buffer: the three
+ * bulk strings' sizes are known from the nodes' message ends before a
+ * byte is copied, so each region is filled where it will stay.
+ *
+ *   prefix
+ *   $<4n>\r\n    n x uint32 LE: a length, 0xFFFFFFFF for null  \r\n
+ *   $<bytes>\r\n the messages back to back                      \r\n
+ *   $<8n>\r\n    n x int64 LE: an append time, -1 for null      \r\n   (times)
+ */
+int mn_read_packed_resp(mn_stream *s, uint64_t start, uint64_t n, int times, const char *prefix,
+                        size_t prefix_len, uint64_t max_len, uint64_t *needed, mn_buf *out) {
+    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    /* Past 2^59 offsets the tables' sizes could wrap: no buffer holds them. */
+    if (n > UINT64_MAX / 32) return MN_ERR_TOOBIG;
+    mn_range r;
+    mn_run run;
+    uint64_t payload = mn_range_bytes(s, start, n);
+    uint64_t size = prefix_len + mn_bulk_bytes(4 * n) + mn_bulk_bytes(payload) +
+                    (times ? mn_bulk_bytes(8 * n) : 0);
+    if (needed != NULL) *needed = size;
+    if (size > max_len) return MN_ERR_CAP;
+    if (size > SIZE_MAX) return MN_ERR_TOOBIG;
+    rc = mn_buf_reserve(out, (size_t)size);
+    if (rc != MN_OK) return rc;
+
+    char *p = out->data + out->len;
+    if (prefix_len) memcpy(p, prefix, prefix_len);
+    unsigned char *lens = (unsigned char *)mn_write_bulk_head(p + prefix_len, 4 * n);
+    char *data = mn_write_bulk_head((char *)lens + 4 * n + 2, payload);
+    unsigned char *stamps = NULL;
+    memcpy(lens + 4 * n, "\r\n", 2);
+    memcpy(data + payload, "\r\n", 2);
+    if (times) {
+        stamps = (unsigned char *)mn_write_bulk_head(data + payload + 2, 8 * n);
+        memcpy(stamps + 8 * n, "\r\n", 2);
+    }
+    mn_range_init(&r, s, start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            for (uint64_t i = 0; i < run.nulls; i++) {
+                memset(lens, 0xFF, 4);
+                lens += 4;
+                if (stamps) {
+                    memset(stamps, 0xFF, 8); /* -1 */
+                    stamps += 8;
+                }
+            }
+            continue;
+        }
+        const uint32_t *ends = run.node->ends;
+        uint32_t prev = mn_msg_start(run.node, run.from);
+        /* The bytes chunk by chunk (a raw node is one chunk), then the
+         * lengths and times from the node's tables. */
+        for (uint32_t i = run.from; i < run.to;) {
+            mn_cursor cur;
+            if ((rc = mn_cursor_seek(s, run.node, i, &cur)) != MN_OK) return rc; /* out unchanged */
+            uint32_t stop = cur.msg_hi < run.to ? cur.msg_hi : run.to;
+            uint32_t from = mn_msg_start(run.node, i);
+            uint32_t bytes = mn_msg_start(run.node, stop) - from;
+            if (bytes) memcpy(data, cur.raw + (from - cur.base), bytes);
+            data += bytes;
+            i = stop;
+        }
+        for (uint32_t i = run.from; i < run.to; i++) {
+            mn_put_le(lens, ends[i] - prev, 4);
+            lens += 4;
+            prev = ends[i];
+            if (stamps) {
+                mn_put_le(stamps, (uint64_t)mn_node_time(run.node, i), 8);
+                stamps += 8;
+            }
+        }
+    }
+    out->len += (size_t)size;
     return MN_OK;
 }
 

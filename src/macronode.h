@@ -304,6 +304,13 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
  * null). Nothing is appended on error. */
 int mn_read_packed(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
                    unsigned char *lens_le, unsigned char *times_le);
+/* The same as TREAD ... PACKED's RESP, after prefix: the lengths, the
+ * messages and (times) the times as two or three bulk strings in one
+ * buffer, as mn_read_resp_capped writes the plain reply: MN_ERR_CAP with
+ * the size in *needed when it would be over max_len, nothing appended or
+ * decompressed then. (*needed is set whenever it is not NULL.) */
+int mn_read_packed_resp(mn_stream *s, uint64_t start, uint64_t n, int times, const char *prefix,
+                        size_t prefix_len, uint64_t max_len, uint64_t *needed, mn_buf *out);
 
 /* Serialization. The stream header records next/first offsets, max_entries,
  * compression level and node count; each node serializes to a self-describing

@@ -251,6 +251,34 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         }
     }
     CHECK(pos == out.len);
+    /* The same tables as the reply's bulk strings, in one buffer. */
+    mn_buf resp;
+    mn_buf_init(&resp);
+    uint64_t needed = 0;
+    rc = mn_read_packed_resp(s, start, n, packed_times, "", 0, UINT64_MAX, &needed, &resp);
+    if (rc == MN_ERR_NOMEM && resp.len == 0) { /* injected */
+        mn_buf_free(&resp);
+        mn_buf_free(&out);
+        return rc;
+    }
+    CHECK(rc == MN_OK && resp.len == needed);
+    const struct {
+        const void *p;
+        size_t len;
+    } parts[3] = {{lens_le, 4 * n}, {out.data, out.len}, {times_le, 8 * n}};
+    pos = 0;
+    for (int part = 0; part < (packed_times ? 3 : 2); part++) {
+        char head[32];
+        size_t hl = (size_t)snprintf(head, sizeof head, "$%zu\r\n", parts[part].len);
+        CHECK(pos + hl + parts[part].len + 2 <= resp.len && memcmp(resp.data + pos, head, hl) == 0);
+        pos += hl;
+        CHECK(parts[part].len == 0 || memcmp(resp.data + pos, parts[part].p, parts[part].len) == 0);
+        pos += parts[part].len;
+        CHECK(memcmp(resp.data + pos, "\r\n", 2) == 0);
+        pos += 2;
+    }
+    CHECK(pos == resp.len);
+    mn_buf_free(&resp);
     mn_buf_free(&out);
 
     for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {

@@ -48,13 +48,6 @@ class ReplyForm:
 
 PLAIN = ReplyForm()
 
-# A PACKED reply is never smaller than the plain RESP2 one by more than
-# this per offset: a plain message costs at most "$" + 10 digits + 2 CRLFs
-# = 15 bytes besides its bytes and a time at most ":" + 20 digits + CRLF =
-# 23, a packed one exactly 4 (a length) and 8 (a time). So the plain
-# size, which the core gives unbuilt, bounds the packed one from below.
-_PACKED_SAVING_PER_OFFSET = (15 - 4) + (23 - 8)
-
 
 def stream_reply(
     stream: Stream | None,
@@ -128,34 +121,15 @@ def _stream_reply(
         head = array_header(elements + 1) + encode(info, resp3)
     else:
         head = array_header(elements)
-    if form.packed:
-        return _packed_reply(stream, start, n, form.withtimes, head, cap), n
-    if n <= 0:
-        return Raw(head), n
+    if n <= 0:  # PACKED of nothing: empty bulk strings
+        return Raw(head + b"$0\r\n\r\n" * elements if form.packed else head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    body = stream.read_resp_capped(start, n, resp3, head, cap, form.withtimes)  # type: ignore[union-attr]
-    return (Raw(body) if type(body) is bytes else body), n
-
-
-def _packed_reply(
-    stream: Stream | None, start: int, n: int, withtimes: bool, head: bytes, cap: int | None
-) -> Raw | int:
-    """TREAD ... PACKED's reply after its header, or its size when over cap
-    (a size that far over is told by the plain reply's, never built)."""
-    if n <= 0 or stream is None:
-        parts = [b""] * (3 if withtimes else 2)
+    if form.packed:
+        body = stream.read_packed_capped(start, n, form.withtimes, head, cap)  # type: ignore[union-attr]
     else:
-        if cap is not None:
-            plain = stream.read_resp_capped(start, n, False, head, 0, withtimes)
-            least = int(plain) - _PACKED_SAVING_PER_OFFSET * n
-            if least > cap:
-                return least
-        parts = stream.read_packed(start, n, withtimes)
-    body = head + b"".join([b"$%d\r\n%b\r\n" % (len(part), part) for part in parts])
-    if cap is not None and len(body) > cap:
-        return len(body)
-    return Raw(body)
+        body = stream.read_resp_capped(start, n, resp3, head, cap, form.withtimes)  # type: ignore[union-attr]
+    return (Raw(body) if type(body) is bytes else body), n
 
 
 def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:

@@ -136,6 +136,34 @@ static void check_packed(mn_stream *s, const model *m, uint64_t start, uint64_t 
         pos += (size_t)len;
     }
     CHECK(pos == out.len);
+
+    /* The reply TREAD ... PACKED sends, in one buffer: the same tables as
+     * bulk strings after a prefix, sized before it is built. */
+    static char want[64 + 12 * 3000 + 100 * 3000];
+    size_t w = (size_t)snprintf(want, 64, "*2\r\n$%llu\r\n", (unsigned long long)(4 * n));
+    memcpy(want + w, lens_le, 4 * n);
+    w += 4 * n;
+    w += (size_t)snprintf(want + w, 64, "\r\n$%zu\r\n", out.len);
+    if (out.len) memcpy(want + w, out.data, out.len);
+    w += out.len;
+    w += (size_t)snprintf(want + w, 64, "\r\n");
+    if (times_le) {
+        w += (size_t)snprintf(want + w, 64, "$%llu\r\n", (unsigned long long)(8 * n));
+        memcpy(want + w, times_le, 8 * n);
+        w += 8 * n;
+        w += (size_t)snprintf(want + w, 64, "\r\n");
+    }
+    mn_buf got, none;
+    mn_buf_init(&got);
+    mn_buf_init(&none);
+    uint64_t needed = 0, over = 0;
+    int t = times_le != NULL;
+    CHECK(mn_read_packed_resp(s, start, n, t, "*2\r\n", 4, UINT64_MAX, &needed, &got) == MN_OK);
+    CHECK(got.len == w && needed == w && same(got.data, want, w));
+    CHECK(mn_read_packed_resp(s, start, n, t, "*2\r\n", 4, needed - 1, &over, &none) == MN_ERR_CAP);
+    CHECK(over == needed && none.len == 0);
+    mn_buf_free(&got);
+    mn_buf_free(&none);
     mn_buf_free(&out);
 }
 
