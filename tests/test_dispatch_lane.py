@@ -257,11 +257,12 @@ class Peer(ClientState):
         self.on_unblocked = lambda: None  # type: ignore[method-assign]
 
 
-def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
+def _setup(directory: Path, aof: bool, append_ms: int | None = None) -> tuple[ServerState, Any]:
     state, persistence = persistence_in_process(
         directory, appendonly="yes" if aof else "no", stream_node_max_entries="3"
     )
     persistence.load()
+    state.append_ms = append_ms  # None: the wall clock
     setup = ClientState(authenticated=True)
     for argv in (
         [b"TWRITE", b"s", b"ENTRIES", b"a", b"b", b"c", b"d"],
@@ -354,7 +355,10 @@ def _run(
     actions: list[Any],
     memory: tuple[str, int] | None = None,
 ) -> tuple[Any, ...]:
-    state, persistence = _setup(directory, aof)
+    # One append time for the whole session, in both runs: a time delta's
+    # width (0 bytes within a millisecond, 1 past it) changes a node's
+    # memory, which maxmemory's refusals compare.
+    state, persistence = _setup(directory, aof, append_ms=1_764_000_000_000)
     if memory is not None:
         policy, slack = memory
         state.config.set("maxmemory-policy", policy)
