@@ -315,6 +315,73 @@ def test_task_writer_rides_out_a_restart_that_leaves_a_gap(server_factory) -> No
     client.close()
 
 
+def _micro_batches(source: Any, start: dict, limit: Any) -> list[list[tuple[str, int]]]:
+    """What Spark does with a source: latestOffset() from the last end, and
+    a micro-batch (partitions() read) whenever the end moved; each batch's
+    (stream, offset) rows."""
+    batches = []
+    for _ in range(50):
+        end = source.latestOffset(start, limit)
+        if end == start:
+            return batches
+        rows: list[tuple[str, int]] = []
+        for part in source.partitions(start, end):
+            assert part.start >= start[part.stream]
+            for batch in source.read(part):
+                rows += zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        batches.append(rows)
+        start = end
+    raise AssertionError("still planning micro-batches after 50")
+
+
+def test_micro_batches_step_over_a_gap_a_crash_left(server_factory) -> None:
+    """A restart that raised a stream to its reservation mark leaves a gap
+    of nulls (here 997 offsets): with maxOffsetsPerTrigger 10 the source
+    used to plan ~100 micro-batches of no rows through it, and one more
+    for a gap at a stream's end. It plans from the next readable offset
+    (TREAD ... NONULLS): no micro-batch without a row."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from rcp11.spark.source import StreamReader
+
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"mid": (3, 1000, 3), b"tail": (3, 1000, 0)})
+    options = {
+        "port": str(srv.port),
+        "subscribe": "mid,tail",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "10",
+    }
+    mid = [("mid", o) for o in (0, 1, 2, 1000, 1001, 1002)]
+    tail = [("tail", o) for o in (0, 1, 2)]
+
+    source = StreamReader(parse_read_options(options), None)
+    start = source.initialOffset()
+    assert start == {"mid": 0, "tail": 0}
+    batches = _micro_batches(source, start, ReadMaxRows(10))
+    assert all(batches) and sorted(sum(batches, [])) == mid + tail
+    assert len(batches) == 2  # 10 offsets of each stream; then the rest of mid
+    # The gap at tail's end made no batch; a message after it makes one,
+    # whose read starts after the gap.
+    end = source.latestOffset({"mid": 1003, "tail": 5}, ReadMaxRows(10))
+    assert end == {"mid": 1003, "tail": 5}
+    client = Client(port=srv.port)
+    client.twrite("tail", b"late")
+    end = source.latestOffset({"mid": 1003, "tail": 5}, ReadMaxRows(10))
+    assert end == {"mid": 1003, "tail": 1001}
+    (part,) = source.partitions({"mid": 1003, "tail": 5}, end)
+    assert (part.stream, part.start, part.end) == ("tail", 1000, 1001)
+
+    # Trigger.AvailableNow: a message written after the run started, past
+    # a gap that reaches the run's end, makes no batch of no rows either.
+    source = StreamReader(parse_read_options(options), None)
+    source.prepareForTriggerAvailableNow()
+    client.twrite("tail", b"later")
+    batches = _micro_batches(source, {"mid": 0, "tail": 5}, ReadMaxRows(10))
+    assert all(batches) and sorted(sum(batches, [])) == mid + [("tail", 1000)]
+    client.close()
+
+
 class _OldServer:
     """A proxy to a real server that answers TREAD ... PACKED as a server
     from before PACKED does ("unknown option"), and passes everything else
