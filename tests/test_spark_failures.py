@@ -383,15 +383,17 @@ def test_micro_batches_step_over_a_gap_a_crash_left(server_factory) -> None:
 
 
 class _OldServer:
-    """A proxy to a real server that answers TREAD ... PACKED as a server
-    from before PACKED does ("unknown option"), and passes everything else
-    through: the shape of a Spark package newer than its server."""
+    """A proxy to a real server that answers TREAD ... PACKED (or another
+    option) as a server from before it does ("unknown option"), and passes
+    everything else through: the shape of a Spark package newer than its
+    server."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, option: bytes = b"PACKED") -> None:
         import socket
         import threading
 
         self.upstream_port = upstream_port
+        self.option = option
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.refused = 0
@@ -419,9 +421,9 @@ class _OldServer:
             while data := conn.recv(1 << 16):
                 requests.feed(data)
                 while (argv := requests.gets()) is not False:
-                    if any(arg.upper() == b"PACKED" for arg in argv):
+                    if any(arg.upper() == self.option for arg in argv):
                         self.refused += 1
-                        conn.sendall(b"-ERR syntax error, unknown option 'PACKED'\r\n")
+                        conn.sendall(b"-ERR syntax error, unknown option '%b'\r\n" % self.option)
                         continue
                     upstream.sendall(encode_command(argv))
                     raw = b""
@@ -466,3 +468,22 @@ def test_a_server_without_packed_reads_are_read_one_element_per_offset(
         expected = client.tread("s", 10, 240, withtimes=True)
         stamps = [t // 1000 for t in table.column("timestamp").cast(pa.int64()).to_pylist()]
         assert stamps == [t for _, t in expected]
+
+
+def test_a_server_without_nonulls_is_planned_without_it(client, shared_server) -> None:
+    """Planning asks for the next readable offset with NONULLS; a server
+    from before it refuses the option, and planning goes on without it."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rcp11.spark.source import StreamReader
+
+    client.twrite("s", *[b"m%d" % i for i in range(5)])
+    old = _OldServer(shared_server.port, b"NONULLS")
+    try:
+        read = parse_read_options({"port": str(old.port), "subscribe": "s"})
+        source = StreamReader(read, None)
+        assert source.latestOffset({"s": 2}, ReadAllAvailable()) == {"s": 5}
+        source.stop()
+    finally:
+        old.close()
+    assert old.refused == 1

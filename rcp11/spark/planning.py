@@ -104,6 +104,11 @@ def fetch_bounds(
         else:
             pipe.execute_command("TREAD", stream, 0, 0, "WITHINFO")
     replies = pipe.execute(raise_on_error=False)
+    if starts is not None and any(
+        isinstance(r, redis.ResponseError) and "NONULLS" in str(r) for r in replies
+    ):
+        # A server from before NONULLS: bounds alone (gaps read as nulls).
+        return fetch_bounds(client, streams, strict)
     bounds = {}
     for stream, reply in zip(streams, replies, strict=True):
         if isinstance(reply, redis.ResponseError):
