@@ -99,6 +99,9 @@ class ReadResult:
     time included (more than 1: a consumer's lease ran out on them)."""
     lease_deadline: int = 0
     """A lease read's: unix ms when the lease ends (0 for other reads)."""
+    times: list[int | None] | None = None
+    """With ``withtimes``: ``times[i]`` is the append time (unix ms) of
+    ``messages[i]``, ``None`` where it was evicted; else ``None``."""
 
     @property
     def next_offset(self) -> int:
@@ -121,30 +124,72 @@ class ReadResult:
             if message is not None:
                 yield self.start + index, message
 
+    def timed_items(self) -> Iterator[tuple[int, int, Any]]:
+        """(offset, append time in unix ms, message), skipping evicted
+        offsets; only for a read with ``withtimes``."""
+        if self.times is None:
+            raise ValueError("the read did not ask for times: tread(..., withtimes=True)")
+        for index, message in enumerate(self.messages):
+            if message is not None:
+                yield self.start + index, self.times[index], message  # type: ignore[misc]
 
-def parse_tread(response: Any, **_options: Any) -> Any:
+
+def _is_info(element: Any) -> bool:
+    """WITHINFO's array of four integers, six for a lease read (a message is
+    never an array, and a WITHTIMES pair in RESP3 has two elements)."""
+    return isinstance(element, (list, tuple)) and len(element) in (4, 6)
+
+
+def _split_times(elements: list[Any], count: int) -> tuple[list[Any], list[int | None]]:
+    """A WITHTIMES reply's messages and times: RESP2 gives 2 x count
+    elements (message, time, ...; two nulls when evicted), RESP3 count
+    elements ([message, time] pairs, a null when evicted)."""
+    if len(elements) == 2 * count and count:
+        return list(elements[0::2]), [None if t is None else int(t) for t in elements[1::2]]
+    messages: list[Any] = []
+    times: list[int | None] = []
+    for pair in elements:
+        messages.append(None if pair is None else pair[0])
+        times.append(None if pair is None else int(pair[1]))
+    return messages, times
+
+
+def parse_tread(
+    response: Any, withtimes: bool = False, withinfo: bool = True, **_options: Any
+) -> Any:
     """Response callback for TREAD, the same for RESP2 and RESP3.
 
     A BLOCK timeout (null array) is ``None``. A WITHINFO reply becomes a
-    ``ReadResult``: it is recognised by its first element being an array,
-    which a message never is, so raw ``execute_command("TREAD", ...)``
-    calls parse correctly too. Anything else is the list of messages.
+    ``ReadResult``: it is recognised by its first element being an array of
+    four integers, so raw ``execute_command("TREAD", ...)`` calls parse
+    correctly too. Anything else is the list of messages. ``withtimes``
+    (the client's ``tread(withtimes=True)``, which asks for WITHINFO too so
+    that the count tells RESP2 from RESP3) fills ``ReadResult.times``; with
+    ``withinfo=False`` the result is then a list of ``(message, time)``
+    pairs, ``None`` where a message was evicted.
     """
     if response is None:
         return None
-    if response and isinstance(response[0], (list, tuple)):
-        info = response[0]
-        lease = info[4:6] if len(info) >= 6 else (0, 0)
-        return ReadResult(
-            first_offset=int(info[0]),
-            last_offset=int(info[1]),
-            start=int(info[2]),
-            count=int(info[3]),
-            messages=list(response[1:]),
-            deliveries=int(lease[0]),
-            lease_deadline=int(lease[1]),
-        )
-    return list(response)
+    if not (response and _is_info(response[0])):
+        return list(response)
+    info = response[0]
+    count = int(info[3])
+    messages, times = list(response[1:]), None
+    if withtimes:
+        messages, times = _split_times(messages, count)
+        if not withinfo:
+            return [None if m is None else (m, t) for m, t in zip(messages, times, strict=True)]
+    lease = info[4:6] if len(info) >= 6 else (0, 0)
+    return ReadResult(
+        first_offset=int(info[0]),
+        last_offset=int(info[1]),
+        start=int(info[2]),
+        count=count,
+        messages=messages,
+        deliveries=int(lease[0]),
+        lease_deadline=int(lease[1]),
+        times=times,
+    )
 
 
 def _parse_int(response: Any, **_options: Any) -> Any:
@@ -301,6 +346,7 @@ class StreamCommands:
         lease: int | None = None,
         consumer: Any = None,
         ack: tuple[int, int] | ReadResult | None = None,
+        withtimes: bool = False,
         nonulls: bool = False,
     ) -> Any:
         """Read up to ``count`` messages of ``key`` starting at ``offset``.
@@ -308,20 +354,24 @@ class StreamCommands:
         ``offset < 0`` counts back from the stream's next offset. The reply is
         a list with one element per offset, ``None`` where a message was
         evicted (or lost in a crash); with ``withinfo=True`` a ``ReadResult``.
-        ``nonulls=True`` starts at the first readable offset at or after
-        ``offset`` and stops before the next ``None``: a gap is stepped over
-        in one request (``ReadResult.start`` says where the reply starts).
-        ``block=ms`` waits (0 = forever) when nothing exists at ``offset`` yet
-        (with ``nonulls``, nothing readable); a timeout returns ``None``.
-        ``group``/``groupnew`` name a string key holding a consumer group's
-        next offset; ``offset`` is then ignored by the server.
+        ``withtimes=True`` adds each message's append time (unix ms):
+        ``(message, time)`` pairs in the list, ``ReadResult.times`` with
+        ``withinfo``. ``nonulls=True`` starts at the first readable offset at
+        or after ``offset`` and stops before the next ``None``: a gap is
+        stepped over in one request (``ReadResult.start`` says where the
+        reply starts). ``block=ms`` waits (0 = forever) when nothing exists
+        at ``offset`` yet (with ``nonulls``, nothing readable); a timeout
+        returns ``None``. ``group``/``groupnew`` name a string key holding a
+        consumer group's next offset; ``offset`` is then ignored by the
+        server.
 
         ``lease=ms`` makes it an acknowledged group read: the messages are
         leased to ``consumer`` for that long and come back (a ``ReadResult``
         with ``deliveries``) to the group if not acknowledged in time;
         ``ack=(start, count)`` (or the previous ``ReadResult``) acknowledges
         a batch first, as ``tack`` does. A lease read keeps its nulls (no
-        ``nonulls``): its reply is the range to acknowledge.
+        ``nonulls``) and has no times (no ``withtimes``): its reply is the
+        range to acknowledge.
         """
         _check_offset("offset", offset)
         _check_offset("count", count)
@@ -336,7 +386,7 @@ class StreamCommands:
             args += ["GROUP", group]
         elif groupnew is not None:
             args += ["GROUPNEW", groupnew]
-        if withinfo:
+        if withinfo or withtimes:
             args.append("WITHINFO")
         if nonulls:
             args.append("NONULLS")
@@ -347,6 +397,9 @@ class StreamCommands:
             if ack is not None:
                 start, n = (ack.start, ack.count) if isinstance(ack, ReadResult) else ack
                 args += ["ACK", _check_offset("ack start", start), _check_offset("ack count", n)]
+        if withtimes:
+            args.append("WITHTIMES")
+            return self.execute_command(*args, withtimes=True, withinfo=withinfo)
         return self.execute_command(*args)
 
     def tack(self, group: Any, start: int, count: int) -> Any:

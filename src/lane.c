@@ -26,9 +26,10 @@
  *
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
- *   TREAD key offset count [WITHINFO] [NONULLS]
- *                                         -> *n bulks (WITHINFO: *n+1, *4 info first)
- *   TREAD key offset count [WITHINFO] [NONULLS] BLOCK ms   (options in any order)
+ *   TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES]
+ *                                         -> *n bulks (WITHINFO: *n+1, *4 info first;
+ *                                            WITHTIMES: *2n, a bulk and a time each)
+ *   TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] BLOCK ms   (any order)
  *                                         -> the same reply, when it answers at once
  *
  * A BLOCK read is two commands in one: a read that answers at once, and a
@@ -475,35 +476,39 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
 }
 
 /* TREAD's options after key offset count, as the general path reads them
- * (any order, each at most once): WITHINFO, NONULLS and BLOCK ms. Returns 0
- * and sets *withinfo, *nonulls and *block (1 when BLOCK was given with a
- * valid timeout);
- * -1 for anything the general path would refuse (an option twice, an
- * unknown one, BLOCK without a value, a timeout that is not a canonical
- * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
+ * (any order, each at most once): WITHINFO, NONULLS, WITHTIMES and BLOCK
+ * ms. Returns 0 and sets t's flags (block: 1 when BLOCK was given with a
+ * valid timeout); -1 for anything the general path would refuse (an
+ * option twice, an unknown one, BLOCK without a value, a timeout that is
+ * not a canonical int64 or is negative) or that the lane does not run
+ * (GROUP, GROUPNEW, PACKED).
  *
- *   args:  TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]   (any order)
- *          0     1   2      3     4 ...
+ *   args:  TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] [BLOCK ms]
+ *          0     1   2      3     4 ...                          (any order)
  *
  * The timeout's value is not kept: the lane runs a BLOCK read only when it
  * answers at once, and then the general path never looks at it either. */
-static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *nonulls,
-                         int *block) {
-    *withinfo = *nonulls = *block = 0;
+typedef struct tread_flags {
+    int withinfo, nonulls, withtimes, block;
+} tread_flags;
+
+static int tread_options(const lane_arg *args, size_t argc, tread_flags *t) {
+    static const char *const words[] = {"WITHINFO", "NONULLS", "WITHTIMES"};
+    int *flags[] = {&t->withinfo, &t->nonulls, &t->withtimes};
+    t->withinfo = t->nonulls = t->withtimes = t->block = 0;
     for (size_t i = 4; i < argc;) {
-        if (word_is(&args[i], "WITHINFO")) {
-            if (*withinfo) return -1;
-            *withinfo = 1;
-            i++;
-        } else if (word_is(&args[i], "NONULLS")) {
-            if (*nonulls) return -1;
-            *nonulls = 1;
+        int word = -1;
+        for (int w = 0; w < 3; w++)
+            if (word_is(&args[i], words[w])) word = w;
+        if (word >= 0) {
+            if (*flags[word]) return -1;
+            *flags[word] = 1;
             i++;
         } else if (word_is(&args[i], "BLOCK")) {
             int64_t timeout;
-            if (*block || i + 1 >= argc) return -1;
+            if (t->block || i + 1 >= argc) return -1;
             if (parse_int64(args[i + 1].p, args[i + 1].len, &timeout) || timeout < 0) return -1;
-            *block = 1;
+            t->block = 1;
             i += 2;
         } else {
             return -1;
@@ -512,20 +517,21 @@ static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]. Returns 0 when
- * it ran, -1 to stop. A BLOCK read runs only when it answers at once, which
- * is when the general path's (tread_command) does not wait: its start
- * offset (with NONULLS, the first readable one at or after it) is below
- * the stream's next offset. At or past it the general path would block
- * (or, inside MULTI, which never reaches the lane, answer): the lane stops
- * before the request. Other options: a lease read, or Python's. */
+/* TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] [BLOCK ms].
+ * Returns 0 when it ran, -1 to stop. (The lane serves RESP2 only: WITHTIMES
+ * is a flat message, time, message, time ... there.) A BLOCK read runs
+ * only when it answers at once, which is when the general path's
+ * (tread_command) does not wait: its start offset (with NONULLS, the first
+ * readable one at or after it) is below the stream's next offset. At or
+ * past it the general path would block (or, inside MULTI, which never
+ * reaches the lane, answer): the lane stops before the request. Other
+ * options: a lease read, or Python's. */
 static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc);
 
 static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     if (argc < 4) return -1;
-    int withinfo, nonulls, block;
-    if (argc > 8 || tread_options(args, argc, &withinfo, &nonulls, &block))
-        return run_lease_read(call, args, argc);
+    tread_flags t;
+    if (argc > 9 || tread_options(args, argc, &t)) return run_lease_read(call, args, argc);
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
     if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
@@ -544,32 +550,36 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
         start = back >= next ? 0 : next - back;
     }
     uint64_t n;
-    if (nonulls) {
+    if (t.nonulls) {
         /* Past evicted offsets and crash gaps, up to the next null. */
         start = mn_readable_run(k->stream, start, (uint64_t)count, &n);
     } else {
         n = start < next ? next - start : 0;
         if ((uint64_t)count < n) n = (uint64_t)count;
     }
-    if (block && start >= next) {
+    if (t.block && start >= next) {
         call->stop = LANE_STOP_WAIT;
         return -1; /* it would wait: Python blocks the client */
     }
+    /* Two elements per offset with times: a count past 2^62 offsets (no
+     * reply that large fits in memory) is Python's to refuse. */
+    if (t.withtimes && n > (uint64_t)LANE_INT64_MAX / 2) return -1;
+    int64_t elements = t.withtimes ? 2 * (int64_t)n : (int64_t)n;
     char head[160];
     mn_buf h = {head, 0, sizeof head};
     /* head has room for two headers and four integers: no allocation. */
-    if (withinfo) {
+    if (t.withinfo) {
         uint64_t first = mn_first_offset(k->stream);
         if (first > (uint64_t)LANE_INT64_MAX) first = (uint64_t)LANE_INT64_MAX;
         uint64_t shown_start = start > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : start;
-        buf_add_int(&h, '*', (int64_t)n + 1);
+        buf_add_int(&h, '*', elements + 1);
         buf_add_int(&h, '*', 4);
         buf_add_int(&h, ':', (int64_t)first);
         buf_add_int(&h, ':', (int64_t)(next - 1));
         buf_add_int(&h, ':', (int64_t)shown_start);
         buf_add_int(&h, ':', (int64_t)n);
     } else {
-        buf_add_int(&h, '*', (int64_t)n);
+        buf_add_int(&h, '*', elements);
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
@@ -579,7 +589,8 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
          * limit (one TREAD of a million messages must not be built for a
          * client it will close). */
         uint64_t room = call->reply_mark > call->reply.len ? call->reply_mark - call->reply.len : 0;
-        int rc = mn_read_resp_capped(k->stream, start, n, MN_NULL_RESP2, h.data, h.len, room, NULL,
+        int style = MN_NULL_RESP2 | (t.withtimes ? MN_READ_WITH_TIMES : 0);
+        int rc = mn_read_resp_capped(k->stream, start, n, style, h.data, h.len, room, NULL,
                                      &call->reply);
         if (rc == MN_ERR_CAP) call->stop = LANE_STOP_BUDGET;
         if (rc != MN_OK) return -1; /* nothing appended; Python answers (or fails) the same read */

@@ -10,6 +10,7 @@
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
  *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
+ *           [WITHTIMES] [PACKED]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -190,23 +191,28 @@
  *
  *   +----------------------+---------------------+-------------+-----+----------------+
  *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
  *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 2: version
- * 2 added the stream's offset reservation mark after the nodes
- * (module_reserve.c), so that a full sync, DUMP/RESTORE and MIGRATE carry
- * it; version 1 values (no mark) still load. The type name "rcp11-log" is
- * written into every RDB file, so it never changes. rl_rdb_load() validates every blob with the core's validator
+ * compressed and every message keeps its append time (a node's first time
+ * and a delta per message). The blobs carry their own format version, so
+ * RDB files written before the core's format 4 (times of every 64th
+ * message only) load too, with the core's reading of those times.
+ * RL_ENCVER (Redis's per-type encoding version) is 2: version 2 added the
+ * stream's offset reservation mark after the nodes (module_reserve.c), so
+ * that a full sync, DUMP/RESTORE and MIGRATE carry it; version 1 values
+ * (no mark) still load. The type name "rcp11-log" is written into every
+ * RDB file, so it never changes. rl_rdb_load() validates every blob with
+ * the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
  *
  * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits the same
  * blobs as commands, so that append times (which live in the nodes' time
- * tables, not per message) come back exactly:
+ * deltas, not in any command) come back exactly:
  *
  *   RCP11.NODE key <node blob 1>     node by node: offsets, bytes,
  *   RCP11.NODE key <node blob 2>     compression and append times as
@@ -217,9 +223,10 @@
  * except that a stream whose clock is past its nodes' times (its newest
  * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
  * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
- * back too. Offsets, evictions, the next offset, the time index and the
- * clock come back exactly.
- * A node blob is checked like an RDB one before it is trusted.
+ * back too. Offsets, evictions, the next offset, every message's time and
+ * the clock come back exactly. A node blob is checked like an RDB one
+ * before it is trusted; one of format 3 (an AOF rewritten before format 4)
+ * is taken too.
  *
  * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
  * mark is past its next offset.
@@ -244,9 +251,9 @@
  *    RedisModule_Scan step over db 0, 1, ... (cursor kept across ticks)
  *      |  for each stream met, while the tick's allowance lasts:
  *      |    configs -> stream (level, depth, node size: O(1) setters)
- *      |    mn_evict_older_than(now - retention-ms)   whole nodes, oldest
- *      |    mn_evict_over_bytes(retention-bytes)      first, the core's
- *      |    mn_compress_step                          conforming scan
+ *      |    mn_evict_older_than(now - retention-ms)   expired messages (whole
+ *      |    mn_evict_over_bytes(retention-bytes)      nodes first), whole nodes,
+ *      |    mn_compress_step                          the core's conforming scan
  *      |    cut? -> Replicate("TEVICT key <last evicted offset>")
  *      v
  *    allowance: RL_TICK_NODES nodes, ~RL_TICK_KEYS keys per tick
@@ -421,6 +428,7 @@ typedef struct rl_snap {
  * TWRITE (grown here). Main thread only. */
 static mn_buf rl_read_buf;
 static int64_t rl_read_lens[RL_READ_BATCH_MAX];
+static int64_t rl_read_times[RL_READ_BATCH_MAX]; /* WITHTIMES, DEBUG DIGEST */
 static char *rl_write_buf;
 static size_t rl_write_cap;
 static uint32_t *rl_write_lens;
@@ -791,49 +799,105 @@ static uint64_t rl_read_batch(const mn_stream *s) {
 }
 
 /* Reply the messages at offsets [start, start + n), a null for each evicted
- * one. The caller checked start + n <= next offset. */
-static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n) {
+ * one. The caller checked start + n <= next offset. With times (WITHTIMES,
+ * the contract's ZRANGE WITHSCORES shape), each message is followed by its
+ * append time in RESP2 (two nulls for an evicted offset) and paired with
+ * it in RESP3 (one null):
+ *
+ *   RESP2   "m1"  :t1  nil  nil  "m3"  :t3      (the caller sent *2n)
+ *   RESP3   ["m1" :t1]  nil  ["m3" :t3]         (the caller sent *n)
+ */
+static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                              int times, int resp3) {
     uint64_t batch = rl_read_batch(s);
+    int per_null = times && !resp3 ? 2 : 1;
     while (n > 0) {
         uint64_t k = n < batch ? n : batch;
         rl_read_buf.len = 0;
         int rc = mn_read_copy(s, start, k, &rl_read_buf, rl_read_lens);
+        if (rc == MN_OK && times) rc = mn_read_times(s, start, k, rl_read_times);
         if (rc != MN_OK) {
             /* Cannot happen for a checked range; the array length is already
              * sent, so keep the reply well-formed. */
             RedisModule_Log(ctx, "warning", "rcp11: read failed (%d) at offset %llu", rc,
                             (unsigned long long)start);
-            for (uint64_t i = 0; i < n; i++) RedisModule_ReplyWithNull(ctx);
+            for (uint64_t i = 0; i < n * per_null; i++) RedisModule_ReplyWithNull(ctx);
             return;
         }
         const char *p = rl_read_buf.data;
         for (uint64_t i = 0; i < k; i++) {
             if (rl_read_lens[i] < 0) {
-                RedisModule_ReplyWithNull(ctx);
-            } else {
-                RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
-                p += rl_read_lens[i];
+                for (int j = 0; j < per_null; j++) RedisModule_ReplyWithNull(ctx);
+                continue;
             }
+            if (times && resp3) RedisModule_ReplyWithArray(ctx, 2);
+            RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
+            if (times) RedisModule_ReplyWithLongLong(ctx, (long long)rl_read_times[i]);
+            p += rl_read_lens[i];
         }
         start += k;
         n -= k;
     }
 }
 
+/* TREAD ... PACKED (docs/PROTOCOL.md): the messages at [start, start + n)
+ * as bulk strings, the same in RESP2 and RESP3 (mn_read_packed):
+ *
+ *   lengths   n x uint32 LE, 0xFFFFFFFF for an evicted offset
+ *   messages  the messages back to back
+ *   times     (withtimes) n x int64 LE, -1 for an evicted offset
+ *
+ * The caller sent the array header (2 or 3 elements, after WITHINFO's). */
+static void rl_reply_packed(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                            int withtimes) {
+    int parts = withtimes ? 3 : 2;
+    if (n == 0) {
+        for (int i = 0; i < parts; i++) RedisModule_ReplyWithStringBuffer(ctx, "", 0);
+        return;
+    }
+    /* The tables come from malloc, which fails softly (RedisModule_Alloc
+     * ends the server): a read over a long run of evicted offsets asks for
+     * 4 (12) bytes per offset, which may be more than there is. */
+    int fits = n <= SIZE_MAX / 8;
+    unsigned char *lens = fits ? malloc((size_t)n * 4) : NULL;
+    unsigned char *times = fits && withtimes ? malloc((size_t)n * 8) : NULL;
+    rl_read_buf.len = 0;
+    if (lens != NULL && (times != NULL || !withtimes) &&
+        mn_read_packed(s, start, n, &rl_read_buf, lens, times) == MN_OK) {
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)lens, (size_t)n * 4);
+        RedisModule_ReplyWithStringBuffer(ctx, rl_read_buf.data, rl_read_buf.len);
+        if (times) RedisModule_ReplyWithStringBuffer(ctx, (const char *)times, (size_t)n * 8);
+    } else {
+        /* Out of memory (a checked range fails no other way); the array
+         * length is sent: keep the reply well-formed. */
+        for (; parts > 0; parts--) RedisModule_ReplyWithError(ctx, "ERR out of memory");
+    }
+    free(lens);
+    free(times);
+}
+
 /* TREAD's reply for offsets start.. (at most count of them), with the
- * WITHINFO header when asked. Returns how many offsets it holds (nulls
- * included): the group key moves by that much. s may be NULL. */
-uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                           int withinfo, const long long *extra, int nextra) {
+ * WITHINFO header (and nextra more integers after its four: a lease read's
+ * deliveries and deadline), the WITHTIMES times and in the PACKED form when
+ * asked. Returns how many offsets it holds (nulls included): the group key
+ * moves by that much. s may be NULL. */
+static uint64_t rl_reply_form(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                              int withinfo, int withtimes, int packed, const long long *extra,
+                              int nextra) {
     /* The end a reader may see (rcp11.read-committed: what the replicas
      * acknowledged). */
     uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
+    int resp3 = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_RESP3) != 0;
+    /* RESP2 times: two elements per offset (n is far below 2^62: a reply
+     * that large could not be built anyway); PACKED: two or three. */
+    long elements = (long)(withtimes && !resp3 ? 2 * n : n);
+    if (packed) elements = withtimes ? 3 : 2;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
         if (first > next) first = next;
-        RedisModule_ReplyWithArray(ctx, (long)(n + 1));
+        RedisModule_ReplyWithArray(ctx, elements + 1);
         RedisModule_ReplyWithArray(ctx, 4 + nextra);
         /* next may be 2^63, which no RESP integer holds: the info reports
          * the ceiling instead, as the Python server does. */
@@ -843,21 +907,32 @@ uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, lo
         RedisModule_ReplyWithLongLong(ctx, (long long)n);
         for (int i = 0; i < nextra; i++) RedisModule_ReplyWithLongLong(ctx, extra[i]);
     } else {
-        RedisModule_ReplyWithArray(ctx, (long)n);
+        RedisModule_ReplyWithArray(ctx, elements);
     }
-    if (n > 0) {
+    if (packed) {
+        rl_snap before;
+        if (s) rl_snap_take(s, &before);
+        rl_reply_packed(ctx, s, start, n, withtimes);
+        if (s) rl_account(s, &before);
+    } else if (n > 0) {
         rl_snap before;
         rl_snap_take(s, &before);
-        rl_reply_messages(ctx, s, start, n);
+        rl_reply_messages(ctx, s, start, n, withtimes, resp3);
         rl_account(s, &before); /* reading a compressed node fills its cache */
     }
     rl_release_scratch();
     return n;
 }
 
+/* A lease read's reply (module_ack.c): WITHINFO with extra integers. */
+uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                           int withinfo, const long long *extra, int nextra) {
+    return rl_reply_form(ctx, s, start, count, withinfo, 0, 0, extra, nextra);
+}
+
 static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo) {
-    return rl_reply_range_ex(ctx, s, start, count, withinfo, NULL, 0);
+                               int withinfo, int withtimes, int packed) {
+    return rl_reply_form(ctx, s, start, count, withinfo, withtimes, packed, NULL, 0);
 }
 
 /* TREAD ... NONULLS: start at the first readable offset at or after
@@ -1086,7 +1161,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo, w->withtimes, w->packed);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1397,6 +1472,7 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 
 /* ------------------------------------------------------------------------
  * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
+ *       [WITHTIMES] [PACKED]
  * --------------------------------------------------------------------- */
 
 /* ACK start count at argv[at]: an acknowledgement before a lease read. */
@@ -1422,8 +1498,10 @@ static int rl_tread_ack_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK",    "GROUP", "GROUPNEW",
-                                        "LEASE",    "CONSUMER", "ACK",   "NONULLS"};
+    /* BLOCK, GROUP, GROUPNEW, LEASE and CONSUMER take a value, ACK two; the
+     * rest are a word alone. */
+    static const char *const names[] = {"WITHINFO", "BLOCK",   "GROUP",     "GROUPNEW", "LEASE",
+                                        "CONSUMER", "ACK",     "NONULLS",   "WITHTIMES", "PACKED"};
     enum { N_OPTIONS = sizeof(names) / sizeof(names[0]) };
     int seen[N_OPTIONS] = {0};
     for (int i = 4; i < argc;) {
@@ -1441,9 +1519,11 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0 || opt == 7) {
+        if (opt == 0 || opt >= 7) { /* a word alone */
             if (opt == 0) a->withinfo = 1;
-            else a->nonulls = 1;
+            else if (opt == 7) a->nonulls = 1;
+            else if (opt == 8) a->withtimes = 1;
+            else a->packed = 1;
             i++;
             continue;
         }
@@ -1500,6 +1580,8 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     else if (!a->lease && a->ack) refused = RL_ERR_ACK_NEEDS_LEASE;
     else if (a->lease && a->group == NULL) refused = RL_ERR_LEASE_NEEDS_GROUP;
     else if (a->lease && a->nonulls) refused = RL_ERR_NONULLS_LEASE;
+    else if (a->lease && a->withtimes) refused = RL_ERR_WITHTIMES_LEASE;
+    else if (a->lease && a->packed) refused = RL_ERR_PACKED_LEASE;
     if (refused != NULL) {
         RedisModule_ReplyWithError(ctx, refused);
         return REDISMODULE_ERR;
@@ -1512,7 +1594,8 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS") ||
+            rl_arg_is(argv[i], "WITHTIMES") || rl_arg_is(argv[i], "PACKED")) {
             i++;
         } else if (rl_arg_is(argv[i], "BLOCK") || rl_arg_is(argv[i], "LEASE") ||
                    rl_arg_is(argv[i], "CONSUMER")) {
@@ -1615,11 +1698,13 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->start = start;
             w->count = a.count;
             w->withinfo = a.withinfo;
+            w->withtimes = a.withtimes;
+            w->packed = a.packed;
             w->nonulls = a.nonulls;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, count, a.withinfo);
+        rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1656,11 +1741,13 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->group_new = a.group_new;
         w->count = a.count;
         w->withinfo = a.withinfo;
+        w->withtimes = a.withtimes;
+        w->packed = a.packed;
         w->nonulls = a.nonulls;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;
@@ -1846,8 +1933,8 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 
 /* ------------------------------------------------------------------------
  * TSEEK key unix-time-ms: the offset of the first readable message appended
- * at or after that time (the core's time index, mn_seek_time: never later,
- * at most 63 messages earlier), the next offset when none is, 0 for a
+ * at or after that time (the core's per-message times, mn_seek_time: exact
+ * but among messages loaded from format 3), the next offset when none is, 0 for a
  * missing key. Any integer is a time: one before the first message answers
  * the first readable offset.
  * --------------------------------------------------------------------- */
@@ -1903,7 +1990,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * RCP11.NODE key node-blob: append one serialized node (the core's checked
  * blob format, as RDB files hold it) to the stream, creating it if missing.
  * Its messages keep their offsets and append times. What an AOF rewrite
- * without the RDB preamble emits, so a replayed stream keeps its time index.
+ * without the RDB preamble emits, so a replayed stream keeps every time.
  * --------------------------------------------------------------------- */
 
 static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -2201,9 +2288,10 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
 /* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
- * replica and its primary digest equal whatever their node layouts. After
- * the first readable and the last offset, each item is two elements: a
- * message is its length and its bytes, a run of null offsets (a gap left by
+ * replica and its primary digest equal whatever their node layouts, and
+ * differ when a time was not kept. After the first readable and the last
+ * offset, each item is three elements: a message is its length, its bytes
+ * and its append time; or two: a run of null offsets (a gap left by
  * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
  * length. A length is never -1, so no message reads as a gap; and a gap
  * costs two elements whatever its size (walking it offset by offset took
@@ -2235,6 +2323,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
             uint64_t k = to - from < batch ? to - from : batch;
             rl_read_buf.len = 0;
             if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+            if (mn_read_times(s, from, k, rl_read_times) != MN_OK) break;
             const char *p = rl_read_buf.data;
             for (uint64_t i = 0; i < k; i++) {
                 if (rl_read_lens[i] < 0) {
@@ -2244,6 +2333,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
                 rl_digest_gap(md, &gap);
                 RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
                 RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+                RedisModule_DigestAddLongLong(md, (long long)rl_read_times[i]);
                 p += rl_read_lens[i];
             }
             from += k;
@@ -2462,6 +2552,8 @@ static RedisModuleCommandArg rl_tread_docs[] = {
     RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
     RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
     RL_ARG("nonulls", PURE_TOKEN, "NONULLS", RL_OPTIONAL),
+    RL_ARG("withtimes", PURE_TOKEN, "WITHTIMES", RL_OPTIONAL),
+    RL_ARG("packed", PURE_TOKEN, "PACKED", RL_OPTIONAL),
     RL_ARG("lease", INTEGER, "LEASE", RL_OPTIONAL),
     RL_ARG("consumer", STRING, "CONSUMER", RL_OPTIONAL),
     {.name = "ack", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "ACK",

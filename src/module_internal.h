@@ -48,6 +48,8 @@
 #define RL_ERR_CONSUMER_NEEDS_LEASE "ERR CONSUMER needs LEASE"
 #define RL_ERR_ACK_NEEDS_LEASE "ERR ACK needs LEASE"
 #define RL_ERR_NONULLS_LEASE "ERR NONULLS cannot be used with LEASE"
+#define RL_ERR_WITHTIMES_LEASE "ERR WITHTIMES cannot be used with LEASE"
+#define RL_ERR_PACKED_LEASE "ERR PACKED cannot be used with LEASE"
 #define RL_ERR_CONSUMER_TOO_LONG "ERR consumer name is longer than 256 bytes"
 #define RL_ERR_NEGATIVE_OFFSET "ERR offset must be >= 0"
 
@@ -77,7 +79,7 @@
 /* TREAD's parsed arguments. */
 typedef struct rl_tread_args {
     long long offset, count, block_ms;
-    int block, withinfo, group_new, nonulls;
+    int block, withinfo, withtimes, packed, group_new, nonulls;
     RedisModuleString *group;
     /* LEASE ms [CONSUMER name] [ACK start count]: an acknowledged read */
     int lease;
@@ -100,6 +102,8 @@ typedef struct rl_wait {
     int has_fallback;
     long long count;
     int withinfo;
+    int withtimes;
+    int packed;
     int group_new;
     int nonulls;
     int db;

@@ -34,12 +34,13 @@ def populate(client: redis.Redis) -> None:
 
 
 def state_of(client: redis.Redis) -> dict[bytes, Any]:
-    """Everything a user can observe of the keyspace."""
+    """Everything a user can observe of the keyspace, messages' append
+    times included."""
     state: dict[bytes, Any] = {}
     for key in sorted(client.keys("*")):
         if client.type(key) == b"rcp11-log":
             info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-            messages = client.execute_command("TREAD", key, 0, info[1] + 1)
+            messages = client.execute_command("TREAD", key, 0, info[1] + 1, "WITHTIMES")
             state[key] = (info, messages, client.execute_command("DEBUG", "DIGEST-VALUE", key))
         elif client.type(key) == b"rcp11-grp":
             # An acknowledged group: its digest covers every range, deadline,

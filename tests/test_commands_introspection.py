@@ -226,7 +226,7 @@ def test_command_introspection(shared_server: ServerProcess) -> None:
 STREAM_USAGES = {
     "twrite": "key <entry | [BACKLOG backlog] ENTRIES entry [entry ...]>",
     "tread": "key offset count [BLOCK milliseconds] [GROUP groupkey | GROUPNEW newgroupkey]"
-    " [WITHINFO] [NONULLS] [LEASE lease] [CONSUMER consumer] [ACK start count]",
+    " [WITHINFO] [NONULLS] [WITHTIMES] [PACKED] [LEASE lease] [CONSUMER consumer] [ACK start count]",
     "tack": "groupkey start count [start count ...]",
     "tevict": "key offset",
     "tconcat": "destination source [source ...]",

@@ -72,7 +72,15 @@ def tread(draw: Any) -> list[bytes]:
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
             st.sampled_from(
-                [[b"WITHINFO"], [b"withinfo"], [b"NONULLS"], [b"GROUP", b"grp"], [b"bogus"]]
+                [
+                    [b"WITHINFO"],
+                    [b"withinfo"],
+                    [b"NONULLS"],
+                    [b"WITHTIMES"],
+                    [b"PACKED"],  # the general path's: the lane stops before it
+                    [b"GROUP", b"grp"],
+                    [b"bogus"],
+                ]
             )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
@@ -123,7 +131,20 @@ def good(draw: Any) -> list[bytes]:
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
     if key == b"s" and draw(st.integers(0, 3)) == 0:
         return draw(lease_read(offset, count))
-    options = draw(st.sampled_from([[], [b"WITHINFO"], [b"NONULLS"], [b"nonulls", b"WITHINFO"]]))
+    options = draw(
+        st.sampled_from(
+            [
+                [],
+                [b"WITHINFO"],
+                [b"NONULLS"],
+                [b"nonulls", b"WITHINFO"],
+                [b"WITHTIMES"],
+                [b"withtimes", b"WITHINFO"],
+                [b"WITHTIMES", b"NONULLS"],
+                [b"WITHTIMES"] * 2,
+            ]
+        )
+    )
     if draw(st.booleans()):
         # BLOCK: the lane runs it when there is something at offset (most
         # of these: s starts with four messages, t with one, a gap, one
@@ -170,7 +191,11 @@ def block_read(draw: Any) -> list[bytes]:
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
     count = draw(st.sampled_from([b"0", b"1", b"3"]))
     block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
-    options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    options = draw(
+        st.sampled_from(
+            [block, [*block, b"WITHINFO"], [b"withinfo", *block], [b"WITHTIMES", *block]]
+        )
+    )
     if draw(st.booleans()):
         options = [*options, b"NONULLS"]
     return [draw(tread_name), key, offset, count, *options]
@@ -257,11 +282,12 @@ class Peer(ClientState):
         self.on_unblocked = lambda: None  # type: ignore[method-assign]
 
 
-def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
+def _setup(directory: Path, aof: bool, append_ms: int | None = None) -> tuple[ServerState, Any]:
     state, persistence = persistence_in_process(
         directory, appendonly="yes" if aof else "no", stream_node_max_entries="3"
     )
     persistence.load()
+    state.append_ms = append_ms  # None: the wall clock
     setup = ClientState(authenticated=True)
     for argv in (
         [b"TWRITE", b"s", b"ENTRIES", b"a", b"b", b"c", b"d"],
@@ -345,6 +371,16 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     }
 
 
+# Append times in replies (TREAD WITHTIMES): the two runs write at different
+# moments. test_withtimes_reads_are_run_by_the_lane compares them exactly.
+_TIMES = re.compile(rb":1\d{12}(?!\d)")
+
+
+def _untimed(reply: bytes | str) -> bytes:
+    """reply (bytes, or a repr of one) without its append times."""
+    return _TIMES.sub(b":<ms>", reply.encode() if isinstance(reply, str) else reply)
+
+
 # maxmemory for a session: None (no limit), or the policy and how many
 # bytes over the memory used after the setup the limit is (the session's
 # writes pass it at some request, which both paths must refuse alike).
@@ -362,7 +398,10 @@ def _run(
     actions: list[Any],
     memory: tuple[str, int] | None = None,
 ) -> tuple[Any, ...]:
-    state, persistence = _setup(directory, aof)
+    # One append time for the whole session, in both runs: a time delta's
+    # width (0 bytes within a millisecond, 1 past it) changes a node's
+    # memory, which maxmemory's refusals compare.
+    state, persistence = _setup(directory, aof, append_ms=1_764_000_000_000)
     if memory is not None:
         policy, slack = memory
         state.config.set("maxmemory-policy", policy)
@@ -382,15 +421,17 @@ def _run(
                 state.blocking.expire(float("inf"))
             elif action is not None and peer.blocked is None:
                 peer_replies.append(execute(state, peer, list(action)))
-            replies.append(_without_deadlines(serve_reads(state, client, [chunk], lane=lane)))
+            replies.append(
+                _untimed(_without_deadlines(serve_reads(state, client, [chunk], lane=lane)))
+            )
     finally:
         transactions.lane_open = exec_lane  # type: ignore[assignment]
     return (
         replies,
-        [_shown(r) for r in client.received],
+        [_untimed(_shown(r)) for r in client.received],
         client.blocked is None,
-        [_shown(r) for r in peer_replies],
-        [_shown(r) for r in peer.received],
+        [_untimed(_shown(r)) for r in peer_replies],
+        [_untimed(_shown(r)) for r in peer.received],
         client.last_command,
         _observed(state, persistence),
     )
@@ -549,6 +590,30 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
     # (and the read of _setup that made the acknowledged group)
     assert observed["commandstats"]["tread"] == (len(requests) + 1, 0, 0)
     assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 4 + 1
+
+
+def test_withtimes_reads_are_run_by_the_lane(tmp_path: Path) -> None:
+    """TREAD ... WITHTIMES (RESP2: message, time, ...) in C, byte for byte
+    the general path's reply over the same streams, times included."""
+    state, _ = _setup(tmp_path, aof=False)
+    execute(state, ClientState(authenticated=True), [b"TEVICT", b"s", b"0"])
+    requests = [
+        [b"TREAD", b"s", b"0", b"3", b"WITHTIMES"],
+        [b"tread", b"s", b"-2", b"5", b"withtimes", b"WITHINFO"],
+        [b"TREAD", b"s", b"1", b"9", b"WITHINFO", b"BLOCK", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"0", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"5", b"1", b"WITHTIMES"],
+        [b"TREAD", b"t", b"1", b"9", b"NONULLS", b"WITHTIMES", b"WITHINFO"],  # over t's gap
+    ]
+    data = b"".join(map(encode_command, requests))
+    from rcp11.commands import lane as lane_module
+
+    by_lane = serve_reads(state, Peer(), [data], lane=True)
+    assert lane_module._call.tread_calls == len(requests)  # all ran in C
+    by_python = serve_reads(state, Peer(), [data], lane=False)
+    assert by_lane == by_python
+    s_time = state.keyspace.get(b"s").read_times(1, 1)[0]
+    assert by_lane.startswith(b"*6\r\n$-1\r\n$-1\r\n$1\r\nb\r\n:%d\r\n" % s_time)
 
 
 def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:

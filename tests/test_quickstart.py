@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,6 +241,11 @@ def test_python_m_rcp11_server_the_cli_and_the_client(shell: Shell) -> None:
         assert by_verb["consume nums --from -10"] == [str(n) for n in range(999_991, 1_000_001)]
         assert by_verb["consume nums --group g --follow"] == ["1", "2", "3"]
         assert len(by_verb["consume nums --since 10m"]) == 1_000_000
+        timed = [line.split("\t") for line in by_verb["consume nums --from -3 --offsets --times"]]
+        assert [(offset, message) for offset, _, message in timed] == [
+            (str(n - 1), str(n)) for n in range(999_998, 1_000_001)
+        ]
+        assert all(abs(int(ms) - time.time() * 1000) < 3_600_000 for _, ms, _ in timed)
         assert "length: 1000000" in by_verb["info nums"]
         assert by_verb["streams -l"][1].split() == ["nums", "0", "999999", "1000000", "1000000"]
         # The follower printed three lines, but its reads moved the group by

@@ -112,7 +112,7 @@ def test_redis_cli_hints_the_stream_commands_arguments(stream_server: ServerProc
     assert redis_cli_hint(port, b"TWRITE s ") == "entry|[BACKLOG backlog] ENTRIES entry [entry ...]"
     assert redis_cli_hint(port, b"TREAD s ") == (
         "offset count [BLOCK milliseconds] [GROUP groupkey|GROUPNEW newgroupkey] [WITHINFO]"
-        " [NONULLS] [LEASE lease] [CONSUMER consumer] [ACK start count]"
+        " [NONULLS] [WITHTIMES] [PACKED] [LEASE lease] [CONSUMER consumer] [ACK start count]"
     )
     assert redis_cli_hint(port, b"TACK g ") == "start count [start count ...]"
     assert redis_cli_hint(port, b"TCONCAT dst ") == "source [source ...]"

@@ -5,6 +5,7 @@
     rcp11 consume events --group events:g --follow | ./worker
     rcp11 consume events --group events:g --ack --follow | ./worker   # at least once
     rcp11 consume events --since 10m              # appended in the last ten minutes
+    rcp11 consume events --times --offsets        # OFFSET<TAB>UNIX-MS<TAB>MESSAGE
     rcp11 info events
     rcp11 streams -l                              # every stream, with its offsets
     rcp11 groups events 'events:*'                # each group's lag

@@ -44,10 +44,12 @@ KAFKA_SPELLINGS = {
     "--offset": "--from OFFSET (beginning, end, N, or -N from the end)",
     "--partition": "a stream has no partitions: one stream per partition (events:0, events:1 ...)",
     "--timeout-ms": "--block MS",
-    "--property": "--offsets prints each message's offset; messages have no key",
+    "--property": "--offsets prints each message's offset, --times its append time; messages "
+    "have no key",
     "-G": "--group GROUPKEY (kcat -G GROUP TOPIC is rcp11 consume TOPIC --group GROUPKEY)",
     "-K": "messages have no key: each line is one message",
-    "-J": "--offsets prefixes each message with its offset (no JSON envelope)",
+    "-J": "--offsets prefixes each message with its offset, --times with its append time "
+    "(no JSON envelope)",
     "-X": _NO_PROPERTIES,
     "--consumer-property": _NO_PROPERTIES,
     "--producer-property": _NO_PROPERTIES,
@@ -366,6 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--offsets", action="store_true", help="prefix each message with OFFSET<TAB>")
     c.add_argument(
+        "--times",
+        action="store_true",
+        help="prefix each message with its append time in unix milliseconds and a TAB (after "
+        "the offset with --offsets), as kcat's %%T or Kafka's print.timestamp",
+    )
+    c.add_argument(
         "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
     )
 
@@ -449,6 +457,9 @@ def _check_consume(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     grouped = args.group or args.groupnew
     if args.ack and not grouped:
         parser.error("--ack needs --group or --groupnew: acknowledgements belong to a group")
+    if args.ack and args.times:
+        # A lease read (TREAD ... LEASE) answers no append times.
+        parser.error("--times cannot be combined with --ack: acknowledged reads carry no times")
     if args.from_offset is not None and grouped:
         parser.error(
             "--from cannot be combined with --group/--groupnew: the group key holds the offset"

@@ -22,7 +22,7 @@ from rcp11 import errors
 from rcp11.ackgroups import MAX_LEASE_MS, MAX_OWNER_BYTES, AckGroup
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import check_subcommand, now_ms, parse_int
-from rcp11.commands.reading import lookup_stream, reply_for, stream_reply
+from rcp11.commands.reading import WITHINFO, lookup_stream, reply_for, stream_reply
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.limits import NEXT_OFFSET_CEILING
@@ -234,7 +234,7 @@ def _delivered(
         # out, if no earlier wake-up is set.
         state.blocking.wake_at(group_key, time.monotonic() + max(deadline - now_ms(), 1) / 1000)
     end = stream.next_offset if stream is not None else 0
-    reply, n = reply_for(client, stream, start, count, True, end, extra=(deliveries, deadline))
+    reply, n = reply_for(client, stream, start, count, WITHINFO, end, extra=(deliveries, deadline))
     state.stats.total_messages_read += n
     return reply
 
@@ -278,7 +278,7 @@ def lease_read(
         lease = (group.next_offset, 0, 0, 0)
         _log_lease(state, group_key, stream_key, _logged_floor(opened, floor), lease, b"")
     if not may_block:
-        return stream_reply(stream, took[0], 0, True, client.resp == 3, end, extra=(0, 0))[0]
+        return stream_reply(stream, took[0], 0, WITHINFO, client.resp == 3, end, extra=(0, 0))[0]
     request = LeaseWait(
         client, stream_key, argv, watch=group_key, count=count, group_new=group_new, options=options
     )

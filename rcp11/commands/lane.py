@@ -273,10 +273,15 @@ def _run(
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
     _set_slow_usec(state)
     flags = 0
+    if state.append_ms is not None:
+        # A pinned append time (tests pin it; a transaction pins it for
+        # its EXEC) holds in the lane as on the general path.
+        flags = _FIXED_TIME
+        call.fixed_ms = state.append_ms
     room = 0
     memory_room = 0
     if not (state.writes_refused or persistence.write_refused()):
-        flags = _WRITES
+        flags |= _WRITES
         if persistence.aof_state != "off":
             flags |= _LOG_WRITES
             room = persistence.aof_room()

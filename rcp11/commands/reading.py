@@ -4,6 +4,8 @@ its offsets. Shared by TREAD (tread.py), acknowledged group reads
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rcp11 import errors
 from rcp11.errors import CommandError
 from rcp11.limits import MAX_OFFSET
@@ -12,11 +14,27 @@ from rcp11.state import ClientState, ServerState
 from rcp11.storage import Stream
 
 
+@dataclass(frozen=True)
+class ReplyForm:
+    """How TREAD shapes its reply (docs/PROTOCOL.md section 3): the
+    WITHINFO header, each message's append time (WITHTIMES: RESP2 two
+    elements per offset, RESP3 a pair), and the PACKED form (the messages,
+    and times, in two or three bulk strings whatever the count)."""
+
+    withinfo: bool = False
+    withtimes: bool = False
+    packed: bool = False
+
+
+PLAIN = ReplyForm()
+WITHINFO = ReplyForm(withinfo=True)
+
+
 def stream_reply(
     stream: Stream | None,
     start: int,
     count: int,
-    withinfo: bool,
+    form: ReplyForm,
     resp3: bool,
     next_offset: int | None = None,
     extra: tuple[int, ...] = (),
@@ -25,7 +43,7 @@ def stream_reply(
     RESP bytes, and how many offsets it holds (nulls included).
     next_offset: the stream's, when the caller already has it. extra: more
     integers after WITHINFO's four (a lease read's deliveries and deadline)."""
-    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, extra, None)
+    reply, n = _stream_reply(stream, start, count, form, resp3, next_offset, extra, None)
     assert type(reply) is Raw
     return reply, n
 
@@ -35,7 +53,7 @@ def reply_for(
     stream: Stream | None,
     start: int,
     count: int,
-    withinfo: bool,
+    form: ReplyForm,
     next_offset: int,
     extra: tuple[int, ...] = (),
 ) -> tuple[Raw, int]:
@@ -49,7 +67,7 @@ def reply_for(
         return Raw(b""), _span(start, count, next_offset)  # never sent
     room = client.output_room()
     resp3 = client.resp == 3
-    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, extra, room)
+    reply, n = _stream_reply(stream, start, count, form, resp3, next_offset, extra, room)
     if type(reply) is int:
         client.output_overflow(reply)
         client.output_dropped = True
@@ -66,7 +84,7 @@ def _stream_reply(
     stream: Stream | None,
     start: int,
     count: int,
-    withinfo: bool,
+    form: ReplyForm,
     resp3: bool,
     next_offset: int | None,
     extra: tuple[int, ...],
@@ -77,20 +95,28 @@ def _stream_reply(
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
     n = _span(start, count, next_offset)
-    if withinfo:
+    if form.packed:
+        elements = 3 if form.withtimes else 2
+    else:
+        elements = 2 * n if form.withtimes and not resp3 else n
+    if form.withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
         # RESP integer holds: the info reports the ceiling instead.
         info = (min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n, *extra)
         # Integers and arrays are written alike in RESP2 and RESP3.
-        head = b"*%d\r\n*%d\r\n" % (n + 1, len(info)) + b"".join([b":%d\r\n" % v for v in info])
+        head = array_header(elements + 1) + b"*%d\r\n" % len(info)
+        head += b"".join([b":%d\r\n" % v for v in info])
     else:
-        head = array_header(n)
-    if n <= 0:
-        return Raw(head), n
+        head = array_header(elements)
+    if n <= 0:  # PACKED of nothing: empty bulk strings
+        return Raw(head + b"$0\r\n\r\n" * elements if form.packed else head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    body = stream.read_resp_capped(start, n, resp3, head, cap)  # type: ignore[union-attr]
+    if form.packed:
+        body = stream.read_packed_capped(start, n, form.withtimes, head, cap)  # type: ignore[union-attr]
+    else:
+        body = stream.read_resp_capped(start, n, resp3, head, cap, form.withtimes)  # type: ignore[union-attr]
     return (Raw(body) if type(body) is bytes else body), n
 
 
@@ -111,4 +137,12 @@ def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
     return value
 
 
-__all__ = ["lookup_stream", "readable_part", "reply_for", "stream_reply"]
+__all__ = [
+    "PLAIN",
+    "WITHINFO",
+    "ReplyForm",
+    "lookup_stream",
+    "readable_part",
+    "reply_for",
+    "stream_reply",
+]

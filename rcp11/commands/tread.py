@@ -28,7 +28,14 @@ from rcp11.commands.groups import (
     parse_range,
     set_group_position,
 )
-from rcp11.commands.reading import lookup_stream, readable_part, reply_for, stream_reply
+from rcp11.commands.reading import (
+    PLAIN,
+    ReplyForm,
+    lookup_stream,
+    readable_part,
+    reply_for,
+    stream_reply,
+)
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.state import ClientState, ServerState
@@ -53,7 +60,7 @@ class TreadWait(BlockRequest):
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
-    withinfo: bool = False
+    form: ReplyForm = PLAIN
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
     nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
 
@@ -99,7 +106,7 @@ class TreadWait(BlockRequest):
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        reply, n = reply_for(self.client, stream, start, count, self.withinfo, next_offset)
+        reply, n = reply_for(self.client, stream, start, count, self.form, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -113,16 +120,39 @@ _TREAD_COUNT = errors.TREAD_COUNT
 class _Options:
     """TREAD's options after key offset count."""
 
-    __slots__ = ("block_ms", "group", "group_new", "lease", "nonulls", "withinfo")
+    __slots__ = (
+        "block_ms",
+        "group",
+        "group_new",
+        "lease",
+        "nonulls",
+        "packed",
+        "withinfo",
+        "withtimes",
+    )
 
     def __init__(self) -> None:
         self.block_ms: int | None = None
         self.group: bytes | None = None
         self.group_new = False
         self.withinfo = False
+        self.withtimes = False
+        self.packed = False
         self.nonulls = False
         self.lease: LeaseOptions | None = None
 
+    @property
+    def form(self) -> ReplyForm:
+        return ReplyForm(self.withinfo, self.withtimes, self.packed)
+
+
+# Options that are a word alone, and the _Options field each sets.
+_FLAGS = {
+    b"WITHINFO": "withinfo",
+    b"WITHTIMES": "withtimes",
+    b"PACKED": "packed",
+    b"NONULLS": "nonulls",
+}
 
 # The argv parsed last and its options: dispatch asks for TREAD's keys
 # (whether a call writes) just before the handler parses the same argv, and
@@ -148,11 +178,8 @@ def _tread_options(argv: list[bytes]) -> _Options:
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO" or option == b"NONULLS":
-            if option == b"WITHINFO":
-                options.withinfo = True
-            else:
-                options.nonulls = True
+        if option in _FLAGS:
+            setattr(options, _FLAGS[option], True)
             i += 1
             continue
         if option == b"ACK":
@@ -192,6 +219,12 @@ def _tread_options(argv: list[bytes]) -> _Options:
         # count are the range to acknowledge); a null stands for a message
         # evicted or lost in a crash.
         raise CommandError(errors.NONULLS_LEASE)
+    elif options.withtimes:
+        # A lease read's reply is WITHINFO's with the lease added; it has
+        # no form with times (nor a packed one).
+        raise CommandError(errors.WITHTIMES_LEASE)
+    elif options.packed:
+        raise CommandError(errors.PACKED_LEASE)
     else:
         options.lease = LeaseOptions(lease_ms, consumer or b"", ack)
     _parsed[0], _parsed[1] = argv, options
@@ -249,6 +282,8 @@ _TREAD_SPECS = (
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
         {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
+        {"name": "withtimes", "type": "pure-token", "token": "WITHTIMES", "flags": ["optional"]},
+        {"name": "packed", "type": "pure-token", "token": "PACKED", "flags": ["optional"]},
         {"name": "lease", "type": "integer", "token": "LEASE", "flags": ["optional"]},
         {"name": "consumer", "type": "string", "token": "CONSUMER", "flags": ["optional"]},
         {
@@ -270,13 +305,8 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     options = _tread_options(argv) if len(argv) > 4 else _NO_OPTIONS
-    block_ms, group, group_new, withinfo, nonulls = (
-        options.block_ms,
-        options.group,
-        options.group_new,
-        options.withinfo,
-        options.nonulls,
-    )
+    block_ms, group, group_new = options.block_ms, options.group, options.group_new
+    form, nonulls = options.form, options.nonulls
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -288,10 +318,10 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             request = TreadWait(
-                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+                client, key, argv, start=start, count=wanted, form=form, nonulls=nonulls
             )
             return _block(state, request, block_ms)
-        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
@@ -317,12 +347,12 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 argv,
                 watch=group,
                 count=wanted,
-                withinfo=withinfo,
+                form=form,
                 group_new=group_new,
                 nonulls=nonulls,
             )
             return _block(state, request, block_ms)
-        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
@@ -337,6 +367,8 @@ def _block(state: ServerState, request: BlockRequest, block_ms: int | None) -> A
 
 
 __all__ = [
+    "PLAIN",
+    "ReplyForm",
     "TreadWait",
     "group_default_start",
     "group_position",

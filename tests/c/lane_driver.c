@@ -175,6 +175,37 @@ static void test_tread(lane_call *call) {
     CHECK(run_lane(call, buf, n) == n && call->reply.len == 25);
 }
 
+/* TREAD ... WITHTIMES: a flat message, time, message, time ... (RESP2,
+ * the lane's only protocol), with WITHINFO and BLOCK in any order; twice
+ * is the general path's error to give. */
+static void test_tread_withtimes(lane_call *call) {
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, 1700000000000);
+    mn_append_one(stream_s, "dd", 2, 1700000000123);
+    mn_evict_upto(stream_s, 0);
+    char buf[1024];
+    size_t n = 0;
+    const char *a[] = {"TREAD", "s", "0", "10", "WITHTIMES"};
+    const char *b[] = {"tread", "s", "-2", "1", "withtimes", "WITHINFO"};
+    const char *c[] = {"TREAD", "s", "3", "5", "WITHINFO", "BLOCK", "0", "withtimes"};
+    const char *d[] = {"TREAD", "s", "9", "5", "WITHTIMES"};
+    n += req(buf + n, 5, a);
+    n += req(buf + n, 6, b);
+    n += req(buf + n, 8, c);
+    n += req(buf + n, 5, d);
+    CHECK(run_lane(call, buf, n) == n);
+    CHECK(reply_is(call, "*8\r\n$-1\r\n$-1\r\n$1\r\nb\r\n:1700000000000\r\n"
+                         "$1\r\nc\r\n:1700000000000\r\n$2\r\ndd\r\n:1700000000123\r\n"
+                         "*3\r\n*4\r\n:1\r\n:3\r\n:2\r\n:1\r\n$1\r\nc\r\n:1700000000000\r\n"
+                         "*3\r\n*4\r\n:1\r\n:3\r\n:3\r\n:1\r\n$2\r\ndd\r\n:1700000000123\r\n"
+                         "*0\r\n"));
+    CHECK(call->tread_calls == 4 && call->messages_read == 6 && call->stop == LANE_STOP_END);
+    fresh(call);
+    const char *twice[] = {"TREAD", "s", "0", "1", "WITHTIMES", "withtimes"};
+    n = req(buf, 6, twice);
+    CHECK(run_lane(call, buf, n) == 0 && call->stop == LANE_STOP_REQUEST);
+}
+
 /* TREAD ... BLOCK: run when it answers at once (the same reply as without
  * BLOCK), stopped before it (LANE_STOP_WAIT) when it would wait, and
  * stopped (LANE_STOP_REQUEST) for every timeout or option the general path
@@ -525,6 +556,7 @@ int main(void) {
     lane_call_init(&call);
     test_twrite_forms_and_aof(&call);
     test_tread(&call);
+    test_tread_withtimes(&call);
     test_tread_block(&call);
     test_stops(&call);
     test_framing(&call);
