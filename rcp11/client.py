@@ -94,14 +94,14 @@ class ReadResult:
     count: int
     """Number of elements in ``messages``."""
     messages: list[Any] = field(default_factory=list)
+    times: list[int | None] | None = None
+    """With ``withtimes``: ``times[i]`` is the append time (unix ms) of
+    ``messages[i]``, ``None`` where it was evicted; else ``None``."""
     deliveries: int = 0
     """A lease read's: how many times these messages were delivered, this
     time included (more than 1: a consumer's lease ran out on them)."""
     lease_deadline: int = 0
     """A lease read's: unix ms when the lease ends (0 for other reads)."""
-    times: list[int | None] | None = None
-    """With ``withtimes``: ``times[i]`` is the append time (unix ms) of
-    ``messages[i]``, ``None`` where it was evicted; else ``None``."""
 
     @property
     def next_offset(self) -> int:
