@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, wait_for
+from conftest import ServerProcess, local_spark, wait_for
 from helpers_crash import as_if_rebooted
 from spark_copy_driver import start_copy
 
@@ -34,23 +34,11 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master("local[2]")
-        .appName("rcp11-recovery-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
+    """This file's session: local[2], Arrow batches of 200 rows as the copy
+    driver (spark_copy_driver.py) reads them."""
+    session = local_spark(
+        "rcp11-recovery-test", "local[2]", {"spark.sql.execution.arrow.maxRecordsPerBatch": "200"}
     )
-    session.sparkContext.setLogLevel("OFF")
-    register(session)
     yield session
     session.stop()
 

@@ -3,31 +3,36 @@ pairs whose cluster bus port is free too."""
 
 from __future__ import annotations
 
-import socket
+import functools
+import importlib.util
 import subprocess
+from types import ModuleType
 from typing import Any
 
 import redis
 
+from harness import REPO
 from harness.servers import RedisModuleServer
 from harness.waiting import wait_for
 
+RUN_CLUSTER = REPO / "examples" / "cluster" / "run_cluster.py"
+
+
+@functools.cache
+def _run_cluster_example() -> ModuleType:
+    """examples/cluster/run_cluster.py, loaded as a module (it is a script,
+    not a package)."""
+    spec = importlib.util.spec_from_file_location("run_cluster", RUN_CLUSTER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 def free_cluster_port() -> int:
-    """A port whose cluster bus port (+10000) is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as bus:
-                bus.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
+    """A port whose cluster bus port (+10000) is free too: the cluster
+    example's finder, one copy for the example and the tests."""
+    return _run_cluster_example().free_node_port()
 
 
 class ModuleCluster:

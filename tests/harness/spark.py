@@ -22,26 +22,35 @@ def _start_callback_server(session: Any) -> None:
     ensure_callback_server_started(session.sparkContext._gateway)
 
 
-def local_spark(app: str, master: str = "local[2,2]") -> Any:
+# What every test session sets: executors run this interpreter, no UI, two
+# shuffle partitions, and no empty trailing micro-batches (each costs a
+# planning round).
+SETTINGS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
+
+
+def local_spark(
+    app: str, master: str = "local[2,2]", settings: dict[str, str] | None = None
+) -> Any:
     """A local SparkSession for one test module, with rcp11 registered:
-    executors run this interpreter, no UI, two shuffle partitions, and no
-    empty trailing micro-batches (each costs a planning round)."""
+    SETTINGS, then `settings` (added, or overriding). The default master
+    retries a failed task once; "local[2]" fails the job at once."""
     from pyspark.sql import SparkSession
 
     from rcp11.spark import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .getOrCreate()
-    )
+    # SparkSession.Builder(), not .builder: the shared builder's options
+    # outlive its sessions.
+    builder = SparkSession.Builder().master(master).appName(app)
+    for name, value in {**SETTINGS, **(settings or {})}.items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("OFF")
     _start_callback_server(session)
     register(session)
