@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from conftest import ServerProcess, local_spark, wait_for
 from helpers_crash import as_if_rebooted
+from spark_copy_driver import SETTINGS as COPY_SETTINGS
 from spark_copy_driver import start_copy
 
 from rcp11.client import Client
@@ -34,11 +35,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """This file's session: local[2], Arrow batches of 200 rows as the copy
-    driver (spark_copy_driver.py) reads them."""
-    session = local_spark(
-        "rcp11-recovery-test", "local[2]", {"spark.sql.execution.arrow.maxRecordsPerBatch": "200"}
-    )
+    """This file's session: the copy driver's (spark_copy_driver.py), for the
+    restarted copy."""
+    session = local_spark("rcp11-recovery-test", "local[2]", COPY_SETTINGS)
     yield session
     session.stop()
 

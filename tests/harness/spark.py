@@ -35,11 +35,15 @@ SETTINGS = {
 
 
 def local_spark(
-    app: str, master: str = "local[2,2]", settings: dict[str, str] | None = None
+    app: str,
+    master: str = "local[2,2]",
+    settings: dict[str, str] | None = None,
+    log_level: str = "OFF",
 ) -> Any:
-    """A local SparkSession for one test module, with rcp11 registered:
-    SETTINGS, then `settings` (added, or overriding). The default master
-    retries a failed task once; "local[2]" fails the job at once."""
+    """A local SparkSession for one test module (or a driver a test runs),
+    with rcp11 registered: SETTINGS, then `settings` (added, or
+    overriding). The default master retries a failed task once; "local[2]"
+    fails the job at once."""
     from pyspark.sql import SparkSession
 
     from rcp11.spark import register
@@ -51,7 +55,7 @@ def local_spark(
     for name, value in {**SETTINGS, **(settings or {})}.items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
+    session.sparkContext.setLogLevel(log_level)
     _start_callback_server(session)
     register(session)
     return session
