@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import REPO, ServerProcess, free_port
+from conftest import REPO, ServerProcess, free_port, local_spark
 
 from rcp11.client import Client
 
@@ -38,22 +37,8 @@ def example() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master("local[2]")
-        .appName("rcp11-example-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    register(session)
+    """local[2], as the example's own command runs it."""
+    session = local_spark("rcp11-example-test", "local[2]")
     yield session
     session.stop()
 
