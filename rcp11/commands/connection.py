@@ -254,7 +254,10 @@ def client_line(client: ClientState, now: float) -> str:
 
 
 def _all_clients(state: ServerState, me: ClientState) -> list[ClientState]:
-    clients = list(state.clients.values())
+    # A client being closed (killed, over a limit) is gone for CLIENT LIST
+    # and KILL at once, as Redis frees it at once: its connection may take
+    # another loop iteration or two to report the close.
+    clients = [c for c in state.clients.values() if not c.closing or c is me]
     if me not in clients:  # e.g. a client the server has not registered
         clients.append(me)
     return clients
