@@ -640,6 +640,31 @@ def test_twrite_requests_are_framed_for_any_value() -> None:
     assert reader.gets() == expected and reader.gets() == expected and reader.gets() is False
 
 
+def test_twrite_requests_from_arrow_arrays_are_framed_for_any_slice() -> None:
+    """pack_values frames a slice of an Arrow array as pack_twrite frames
+    its messages, whether they are all of one length (the numpy path) or
+    not, empty messages and a slice not at the array's start included."""
+    import hiredis
+    import pyarrow as pa
+
+    from rcp11.spark.columns import pack_values
+
+    arrays = [
+        [b"x" * 100] * 50,
+        [b"ab", b"cd", b"\r\n"],
+        [b""] * 4,
+        [b"a", b"bc", b"def", b"gh"],
+        [b"q" * 70_000, b"r" * 70_000],
+    ]
+    for values in arrays:
+        array = pa.array(values, type=pa.binary())
+        for begin, end in ((0, len(values)), (1, len(values)), (1, len(values) - 1)):
+            reader = hiredis.Reader()
+            reader.feed(pack_values(b"k", array.slice(begin, end - begin)))
+            assert reader.gets() == [b"TWRITE", b"k", b"ENTRIES", *values[begin:end]]
+            assert reader.gets() is False
+
+
 def test_staging_twrites_stay_small_enough_for_the_servers_c_lane() -> None:
     """A task's TWRITEs carry at most batchSize rows and about 48 KB (the
     server runs requests that fit its 64 KB carry in C); a larger message

@@ -28,7 +28,7 @@ from rcp11.spark.cluster import REROUTE, Fleet, Router
 from rcp11.spark.columns import (
     WriteLayout,
     binary_values,
-    pack_twrite,
+    pack_values,
     row_batch,
     split_by_target,
     twrite_cuts,
@@ -195,8 +195,8 @@ class TaskWriter:
             registry = sink_key(target, self.query, "staged")
             self._run_now(stream, ("TWRITE", registry, f"{self.batch} {key}"))
         for begin, end in twrite_cuts(values, self.options.batch_size, TWRITE_MAX_BYTES):
-            chunk = values.slice(begin, end - begin).to_pylist()
-            self._send(stream, len(chunk), pack_twrite(stream.encoded, chunk))
+            chunk = values.slice(begin, end - begin)
+            self._send(stream, len(chunk), pack_values(stream.encoded, chunk))
 
     # -- the connections ------------------------------------------------
     #
