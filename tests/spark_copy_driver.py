@@ -1,7 +1,7 @@
 """The Spark driver test_spark_recovery.py kills: copies stream ``src`` into
 ``dst`` with the rcp11 source and sink, micro-batch by micro-batch.
 
-    python spark_copy_driver.py PORT CHECKPOINT
+    python spark_copy_driver.py PORT CHECKPOINT [local-checkpoint]
 
 runs until killed, each micro-batch taking a while so that a kill -9 lands
 in the middle of one. ``start_copy`` is the same query for the restart.
@@ -58,12 +58,16 @@ def start_copy(
     return (writer.trigger(availableNow=True) if until_caught_up else writer).start()
 
 
-def main(port: int, checkpoint: str) -> int:
+def main(port: int, checkpoint: str, local_checkpoint: bool = False) -> int:
+    from rcp11.spark import LOCAL_CHECKPOINT_SETTINGS
+
+    # With local_checkpoint: docs/SPARK.md's settings for a local checkpoint.
+    settings = {**SETTINGS, **LOCAL_CHECKPOINT_SETTINGS} if local_checkpoint else SETTINGS
     # ERROR, not local_spark's OFF: the test shows this log when the driver dies.
-    spark = local_spark("rcp11-copy", "local[2]", SETTINGS, log_level="ERROR")
+    spark = local_spark("rcp11-copy", "local[2]", settings, log_level="ERROR")
     start_copy(spark, port, checkpoint, slow=True).awaitTermination()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), sys.argv[2]))
+    sys.exit(main(int(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["local-checkpoint"]))

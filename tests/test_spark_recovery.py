@@ -42,11 +42,11 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def start_driver(port: int, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_driver(port: int, checkpoint: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(DRIVER), str(port), str(checkpoint)],
+            [sys.executable, str(DRIVER), str(port), str(checkpoint), *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -70,15 +70,20 @@ def staging_in_flight(client: Client) -> bool:
     return False
 
 
+@pytest.mark.parametrize("checkpoint_settings", ["default", "local-checkpoint"])
 def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
-    spark: Any, shared_server: ServerProcess, tmp_path: Path
+    spark: Any, shared_server: ServerProcess, tmp_path: Path, checkpoint_settings: str
 ) -> None:
+    """local-checkpoint: the killed driver ran with docs/SPARK.md's
+    LOCAL_CHECKPOINT_SETTINGS (its checkpoint written by the FileSystem
+    manager, no .crc files); the restart reads it with Spark's defaults."""
     client = Client(port=shared_server.port)
     client.flushall()
     for start in range(0, ROWS, 3000):
         client.twrite("src", *[b"row-%d" % i for i in range(start, start + 3000)])
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
-    driver = start_driver(shared_server.port, checkpoint, log)
+    extra = () if checkpoint_settings == "default" else (checkpoint_settings,)
+    driver = start_driver(shared_server.port, checkpoint, log, *extra)
     try:
         wait_for(lambda: staging_in_flight(client) or driver.poll() is not None, timeout=240)
         assert driver.poll() is None, log.read_text()[-3000:]

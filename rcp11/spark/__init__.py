@@ -30,7 +30,23 @@ if TYPE_CHECKING:
 
     from rcp11.spark.datasource import RCP11DataSource
 
-__all__ = ["RCP11DataSource", "register"]
+__all__ = ["LOCAL_CHECKPOINT_SETTINGS", "RCP11DataSource", "register"]
+
+# Spark settings for short micro-batches when the checkpoint is on a local
+# disk (docs/SPARK.md, "Speed"): SparkSession.builder.config(map=...).
+# Without the native Hadoop library (PySpark ships none), Hadoop's local
+# file system, through the FileContext API Spark uses by default, starts
+# `chmod` and `readlink` as child processes for every checkpoint file
+# (about ten process starts per micro-batch, seen with strace). The
+# FileSystem-based manager renames with one rename(2); the raw local file
+# system writes no .crc side files.
+LOCAL_CHECKPOINT_SETTINGS = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+}
 
 
 def _use_shipped_redis() -> None:
