@@ -39,7 +39,8 @@ __all__ = ["LOCAL_CHECKPOINT_SETTINGS", "RCP11DataSource", "register"]
 # `chmod` and `readlink` as child processes for every checkpoint file
 # (about ten process starts per micro-batch, seen with strace). The
 # FileSystem-based manager renames with one rename(2); the raw local file
-# system writes no .crc side files.
+# system writes no .crc side files (nor checks them on reads). Not for a
+# checkpoint on an object store, where that manager's rename is a copy.
 LOCAL_CHECKPOINT_SETTINGS = {
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing."
