@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import in_thread, persistence_in_process, serve_reads, wait_blocked
+from helpers_netloop import SocketFront
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -321,15 +322,71 @@ def _run(
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(session=session(), aof=st.booleans())
 def test_the_lane_and_the_general_path_agree(session: Any, aof: bool) -> None:
+    _agree(_run, session, aof)
+
+
+def _agree(run: Any, session: Any, aof: bool) -> None:
+    """run(directory, aof, True, chunks, actions) (the lane's way) and
+    run(..., False, ...) (the general path alone), each on a fresh data
+    directory, see the same."""
     chunks, actions = session
     outcomes = []
     for lane in (True, False):
         directory = Path(tempfile.mkdtemp(prefix="lane-"))
         try:
-            outcomes.append(_run(directory, aof, lane, chunks, actions))
+            outcomes.append(run(directory, aof, lane, chunks, actions))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     assert outcomes[0] == outcomes[1]
+
+
+def _run_sockets(
+    directory: Path, aof: bool, c_loop: bool, chunks: list[bytes], actions: list[Any]
+) -> tuple[Any, ...]:
+    """_run() through the server's front end over a socket: the C lane's
+    loop (src/netloop.c) or asyncio's transport with the general path
+    alone. Each chunk is one read; what the client receives after it (its
+    replies, and late replies to a blocked read) is what is compared."""
+    state, persistence = _setup(directory, aof)
+    front = SocketFront(state, c_loop, client_id=1000)
+    peer = Peer()
+    peer.id = 1001
+    received = []
+    peer_replies = []
+    try:
+        for chunk, action in zip(chunks, actions, strict=True):
+            if action == TIME_PASSES:
+                state.blocking.expire(float("inf"))
+            elif action is not None and peer.blocked is None:
+                peer_replies.append(execute(state, peer, list(action)))
+            if front.conn.closed:
+                break  # a protocol error closed it
+            try:
+                received.append(front.send(chunk))
+            except OSError:
+                break
+        client = front.client
+        return (
+            received,
+            client.blocked is None,
+            [repr(r) for r in peer_replies],
+            [repr(r) for r in peer.received],
+            client.last_command,
+            _observed(state, persistence),
+        )
+    finally:
+        front.close()
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(session=session(), aof=st.booleans())
+def test_the_c_loop_and_the_general_path_agree(session: Any, aof: bool) -> None:
+    """The C lane's own event loop (src/netloop.c: the socket read in C,
+    the lane, the hand-over of the rest to Python, the batch's counters and
+    AOF folded back, replies written after the flush) against the general
+    path alone, each behind a real socket, on the same random reads."""
+    _agree(_run_sockets, session, aof)
 
 
 def _one_read(state: ServerState, data: bytes) -> tuple[int, bytes]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses of the storage core (fuzz_ops, fuzz_blobs)
-# and of the C lane in front of it (fuzz_lane) and run them.
+# Build the libFuzzer harnesses of the storage core (fuzz_ops, fuzz_blobs),
+# of the C lane in front of it (fuzz_lane) and of the lane's event loop
+# (fuzz_netloop) and run them.
 #
 # Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci]
 #   SECONDS_PER_FUZZER  how long each harness runs (default 600)
@@ -37,14 +38,19 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
 # POSIX level is set before alloc_hook.h includes stdlib.h.)
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
     -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/lane.c" -o "$out/lane.o"
+# The C lane's event loop (src/netloop.c, harness fuzz_netloop.c) over a
+# socketpair, with the same allocator: it swaps reply buffers with the lane.
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
+    -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/netloop.c" -o "$out/netloop.o"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 status=0
-for harness in ops blobs lane; do
+for harness in ops blobs lane netloop; do
     "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/lane.o" \
-        "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
+        "$out/netloop.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
     dict=()
     [ -f "$here/$harness.dict" ] && dict=(-dict="$here/$harness.dict")
+    [ "$harness" = netloop ] && dict=(-dict="$here/lane.dict")  # the same requests
     if [ "$ci" = 1 ]; then
         work="$out/corpus_$harness"
         crashes="$out/crash-"

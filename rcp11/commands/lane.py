@@ -69,19 +69,31 @@ _MIN_READ = 16
 @ffi.def_extern()
 def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
     """lane_resolve_fn: may the lane read / write the stream at key?"""
-    state = _state
-    name = ffi.unpack(key, key_len)
-    keyspace = state.keyspace  # type: ignore[union-attr]
+    return resolve_key(_state, ffi.unpack(key, key_len), _resolved, stream_out, limit_out)  # type: ignore[arg-type]
+
+
+def resolve_key(
+    state: ServerState,
+    name: bytes,
+    resolved: list[tuple[bytes, Any]],
+    stream_out: Any,
+    limit_out: Any,
+) -> int:
+    """What the lane may do with the stream at key name (LANE_KEY_* bits,
+    0: nothing), its C stream in stream_out[0] and the highest next offset
+    a write may reach in limit_out[0]; (name, stream or None) is appended
+    to resolved, in the order the keys were asked (the C lane's order)."""
+    keyspace = state.keyspace
     value = keyspace.data.get(name)
     if value is None or type(value) is bytes or name in keyspace.expires:
-        _resolved.append((name, None))
+        resolved.append((name, None))
         return 0
-    _resolved.append((name, value))
+    resolved.append((name, value))
     stream_out[0] = value._s
     allowed = _KEY_READ
-    if not keyspace.watchers.get(name) and not state.blocking.involves(name):  # type: ignore[union-attr]
+    if not keyspace.watchers.get(name) and not state.blocking.involves(name):
         allowed |= _KEY_WRITE
-        limit = state.persistence.reserved_next_offset(name)  # type: ignore[union-attr]
+        limit = state.persistence.reserved_next_offset(name)
         limit_out[0] = max(limit, 0)
         if limit < 0:
             allowed = _KEY_READ
@@ -90,15 +102,35 @@ def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_o
 
 def lane_open(state: ServerState, client: ClientState) -> bool:
     """Whether the lane may run anything for client now."""
+    return lane_open_to_all(state) and lane_open_to(state, client)
+
+
+def lane_open_to_all(state: ServerState) -> bool:
+    """lane_open()'s part that holds for every client alike."""
+    return not (state.loading or state.monitors or RENAMED or state.blocking.ready)
+
+
+def lane_open_to(state: ServerState, client: ClientState) -> bool:
+    """lane_open()'s part that is the client's own (it changes only with the
+    client's own commands)."""
     return not (
-        state.loading
-        or client.queued is not None
-        or state.monitors
-        or RENAMED
+        client.queued is not None
         or client.resp != 2
-        or state.blocking.ready
         or (not client.authenticated and requirepass_set(state))
     )
+
+
+def lane_writes(state: ServerState) -> tuple[int, int]:
+    """lane_run()'s flags (LANE_WRITES, LANE_LOG_WRITES) and AOF room for
+    what no request of one read (or one batch) changes: no TWRITE while
+    writes are refused (MISCONF) or maxmemory is set (the OOM check depends
+    on memory each write grows)."""
+    persistence = state.persistence
+    if state.writes_refused or state.config.get("maxmemory") or persistence.write_refused():
+        return 0, 0
+    if persistence.aof_state == "off":
+        return _WRITES, 0
+    return _WRITES | _LOG_WRITES, persistence.aof_room()
 
 
 def run_lane(
@@ -137,21 +169,12 @@ def run_lane(
     if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
         return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
     call = _call
-    persistence = state.persistence
-    config = state.config
     limits = (parser.max_bulk_len, parser.max_multibulk_len)
     if limits != _limits[0]:
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
-    writes = not (state.writes_refused or config.get("maxmemory") or persistence.write_refused())
-    flags = 0
-    room = 0
-    if writes:
-        flags = _WRITES
-        if persistence.aof_state != "off":
-            flags |= _LOG_WRITES
-            room = persistence.aof_room()
+    flags, room = lane_writes(state)
     _state = state
     _resolved.clear()
     try:
@@ -176,22 +199,38 @@ def run_lane(
 def _account(state: ServerState, client: ClientState, call: Any) -> None:
     """What call() and the handlers would have done for the requests the
     lane ran: log, touch, count."""
-    writes = call.twrite_calls
+    keys = call.keys
+    written = [r for i, r in enumerate(_resolved) if keys[i].written] if call.twrite_calls else []
+    aof = [(call.append_ms, ffi.unpack(call.aof.data, call.aof.len))] if call.aof.len else []
+    count_lane(state, call, written, aof)
+    client.last_command = "twrite" if call.last_command == 1 else "tread"
+
+
+def count_lane(
+    state: ServerState,
+    counts: Any,
+    written: list[tuple[bytes, Any]],
+    aof: list[tuple[int, bytes]],
+) -> None:
+    """Bring the server's state up to date with requests the C lane ran:
+    counts (a lane_call or nl_counts: calls, microseconds and messages of
+    TWRITE and TREAD), the streams written (key, Stream), and the AOF bytes
+    as (append time in unix ms, TWRITE requests verbatim) runs."""
+    writes = counts.twrite_calls
     stats = state.stats
     if writes:
-        keys = call.keys
         keyspace = state.keyspace
-        for i, (name, stream) in enumerate(_resolved):
-            if keys[i].written:
-                stream._next = lib.mn_next_offset(stream._s)
-                stream._version += 1
-                keyspace.touch(name)
+        for name, stream in written:
+            stream._next = lib.mn_next_offset(stream._s)
+            stream._version += 1
+            keyspace.touch(name)
         MUTATIONS.ticks += writes
         state.dirty += writes
-        if call.aof.len:
+        if aof:
             try:
-                state.persistence.date_writes(call.append_ms)
-                state.persistence.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len))
+                for ms, data in aof:
+                    state.persistence.date_writes(ms)
+                    state.persistence.propagate_encoded(data)
             except Exception:
                 # Appended, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
@@ -200,17 +239,24 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
                 state.writes_refused = errors.UNLOGGED_CHANGE
         row = stats.commands.get("twrite") or command_stats(state, "twrite")
         row[0] += writes
-        row[1] += call.twrite_usec
-        stats.total_messages_written += call.messages_written
-        stats.total_messages_evicted += call.messages_evicted
-    reads = call.tread_calls
+        row[1] += counts.twrite_usec
+        stats.total_messages_written += counts.messages_written
+        stats.total_messages_evicted += counts.messages_evicted
+    reads = counts.tread_calls
     if reads:
         row = stats.commands.get("tread") or command_stats(state, "tread")
         row[0] += reads
-        row[1] += call.tread_usec
-        stats.total_messages_read += call.messages_read
+        row[1] += counts.tread_usec
+        stats.total_messages_read += counts.messages_read
     stats.total_commands_processed += writes + reads
-    client.last_command = "twrite" if call.last_command == 1 else "tread"
 
 
-__all__ = ["lane_open", "run_lane"]
+__all__ = [
+    "count_lane",
+    "lane_open",
+    "lane_open_to",
+    "lane_open_to_all",
+    "lane_writes",
+    "resolve_key",
+    "run_lane",
+]
