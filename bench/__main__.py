@@ -1,8 +1,16 @@
-"""python -m bench [--quick|--smoke] [--suite kafka,redis,...] [--out BENCHMARKS.md]
+"""python -m bench [--quick|--smoke] [--suite kafka,redis,...] [--out BENCHMARKS.md] [--update]
 
 Starts every server it needs (rcp11 and Debian's redis-server) on free
 ports in temp directories, runs the suites, kills the servers (also on
 error or Ctrl-C) and writes the page plus PNG plots and a JSON record.
+With --update, only the sections (and goal rows) of the suites run are
+replaced in the existing page; each says when and on what machine it ran.
+
+The JSON record (bench/results/<mode>.json, or next to --out; not in git:
+the committed record is BENCHMARKS.md and bench/plots/) is written after
+every suite, before anything is drawn: a suite or a plot that fails later
+costs no figure already measured. With --update it keeps the other suites'
+figures of the record it finds.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Context
-from bench.report import SuiteReport, environment, write_page
+from bench.report import SuiteReport, draw_plots, environment, update_page, write_page
 from bench.servers import REPO, server_pool
 
 OWN_SUITES = {
@@ -30,6 +38,7 @@ OWN_SUITES = {
     "kafkaesque": "bench.kafkaesque_suite",
     "module": "bench.module_bench",
     "zlib": "bench.zlib_suite",
+    "attacks": "bench.attacks",
 }
 # Suites owned by other parts of the project; run when their module exists.
 EXTERNAL_SUITES = {
@@ -37,6 +46,7 @@ EXTERNAL_SUITES = {
     "persistence": ("bench.persistence_bench", "Persistence: AOF, snapshots, restart"),
     "spark": ("bench.spark_bench", "Spark data source: batch read, streaming sink, latency"),
     "lane": ("bench.lane_bench", "The C lane: server CPU per request, lane vs general path"),
+    "retention": ("bench.retention_bench", "Retention and the time index"),
 }
 ALL_SUITES = [*OWN_SUITES, *EXTERNAL_SUITES]
 
@@ -63,6 +73,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="markdown page to write (default: BENCHMARKS.md at the repository root for a "
         "full run, bench/results/quick.md or smoke.md otherwise)",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the sections and goal rows of the suites run in the existing page "
+        "(the rest keeps its figures); each updated section names its date and machine",
     )
     parser.add_argument(
         "--plots",
@@ -191,10 +207,52 @@ def _cli_flags(mode: str, source: str) -> list[str]:
     return flags
 
 
+def record_path(args: argparse.Namespace) -> Path:
+    """Where the run's raw figures go: bench/results/ (git-ignored) for the
+    repository page, else next to --out."""
+    if args.out == (REPO / "BENCHMARKS.md").resolve():
+        return REPO / "bench" / "results" / f"{args.mode}.json"
+    return args.out.with_suffix(".json")
+
+
+def save_record(
+    path: Path,
+    env: dict[str, str],
+    seconds: float,
+    reports: list[SuiteReport],
+    kept: dict[str, object] | None = None,
+) -> None:
+    """kept: the other suites' entries of the record an --update found;
+    each suite run then carries its own run's environment."""
+    suites: dict[str, object] = dict(kept or {})
+    for r in reports:
+        entry: dict[str, object] = {"data": r.data, "errors": r.errors, "seconds": r.seconds}
+        if kept:
+            entry["environment"] = env
+        suites[r.name] = entry
+    record = {"mode": env["mode"], "environment": env, "seconds": seconds, "suites": suites}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def kept_suites(path: Path, args: argparse.Namespace) -> dict[str, object]:
+    """For --update: the suites of the record already there that this run
+    does not measure again."""
+    if not args.update or not path.exists():
+        return {}
+    try:
+        suites = json.loads(path.read_text()).get("suites", {})
+    except (OSError, ValueError):
+        return {}
+    return {name: entry for name, entry in suites.items() if name not in args.suites}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.plots.mkdir(parents=True, exist_ok=True)
+    json_path = record_path(args)
+    kept = kept_suites(json_path, args)
     env = environment()
     env["mode"] = args.mode
     started = time.monotonic()
@@ -217,25 +275,18 @@ def main(argv: list[str] | None = None) -> int:
                 report = SuiteReport(name, title, errors=[f"{type(exc).__name__}: {exc}"])
             report.seconds = time.monotonic() - suite_start
             reports.append(report)
+            save_record(json_path, env, time.monotonic() - started, reports, kept)
             ctx.log(name, f"done in {report.seconds:.0f} s, {len(report.errors)} error(s)")
     total = time.monotonic() - started
     load = os.getloadavg()
     env["load average at end"] = f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
-    write_page(args.out, args.mode, env, reports, total)
-    if args.out == (REPO / "BENCHMARKS.md").resolve():
-        json_path = REPO / "bench" / "results" / f"{args.mode}.json"
+    save_record(json_path, env, total, reports, kept)
+    draw_plots(reports)
+    save_record(json_path, env, total, reports, kept)  # with any plot that failed
+    if args.update and args.out.exists():
+        update_page(args.out, env, reports)
     else:
-        json_path = args.out.with_suffix(".json")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "mode": args.mode,
-        "environment": env,
-        "seconds": total,
-        "suites": {
-            r.name: {"data": r.data, "errors": r.errors, "seconds": r.seconds} for r in reports
-        },
-    }
-    json_path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        write_page(args.out, args.mode, env, reports, total)
     errors = sum(len(r.errors) for r in reports)
     print(f"wrote {args.out} ({total:.0f} s, {errors} error(s)); raw figures in {json_path}")
     return 1 if errors else 0

@@ -502,7 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "persistence.md"))
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    # The command as the page shows it: the options that set the workload,
+    # not --out (python -m bench passes a temporary file there).
+    given = list(sys.argv[1:] if argv is None else argv)
+    args.argv = [
+        a
+        for i, a in enumerate(given)
+        if a != "--out" and not a.startswith("--out=") and (i == 0 or given[i - 1] != "--out")
+    ]
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not installed (apt-get install redis-server)")
     size_gb = args.size_gb if args.size_gb is not None else (0.05 if args.quick else 2.0)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec
 
 from bench.servers import REDIS_SERVER, REPO
+
+P = ParamSpec("P")
 
 
 @dataclass
@@ -35,6 +40,15 @@ class Table:
 
 
 @dataclass
+class Plot:
+    """A figure a suite asks for, drawn by `draw_plots` once the run's data
+    is saved: a plotting failure costs the picture, never the measurements."""
+
+    path: Path
+    draw: Callable[[], object]
+
+
+@dataclass
 class SuiteReport:
     """What one suite contributes to BENCHMARKS.md and to the JSON results."""
 
@@ -42,7 +56,7 @@ class SuiteReport:
     title: str
     intro: str = ""
     tables: list[Table] = field(default_factory=list)
-    plots: list[Path] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     markdown_extra: str = ""
     data: dict[str, object] = field(default_factory=dict)
@@ -65,8 +79,8 @@ class SuiteReport:
         for table in self.tables:
             parts.append(table.markdown())
         for plot in self.plots:
-            rel = os.path.relpath(plot, page_dir)
-            parts += [f"![{plot.stem}]({rel})", ""]
+            rel = os.path.relpath(plot.path, page_dir)
+            parts += [f"![{plot.path.stem}]({rel})", ""]
         if self.markdown_extra:
             parts += [self.markdown_extra.strip(), ""]
         if self.errors:
@@ -232,11 +246,93 @@ def write_page(
     out.write_text("\n".join(lines))
 
 
+def update_page(out: Path, env: dict[str, str], suites: list[SuiteReport]) -> None:
+    """Replace, in an existing page, the sections of these suites (a new
+    one is added at the end) and their rows of the goals table (rows whose
+    goal starts with the same "Name:" as one of theirs); everything else
+    keeps the figures of the run that wrote it. Each section says when,
+    where and at which commit it was measured."""
+    text = out.read_text()
+    machine = (
+        f"_Updated on its own by `python -m bench --suite {{name}} --update`: {env['date (UTC)']} "
+        f"UTC, {env['CPU']}, {env['RAM']} RAM, load average {env['load average at start']} at "
+        f"start and {env.get('load average at end', '?')} at end, rcp11 commit "
+        f"{env['rcp11 commit']}, redis-server {env['redis-server']}._"
+    )
+    for suite in suites:
+        section = suite.markdown(out.parent).rstrip("\n")
+        head, _, body = section.partition("\n")
+        section = f"{head}\n\n{machine.format(name=suite.name)}\n{body}\n"
+        text = _replace_section(text, suite.title, section)
+        text = _replace_goals(text, suite.goals)
+    out.write_text(text)
+
+
+def _replace_section(text: str, title: str, section: str) -> str:
+    start = text.find(f"\n## {title}\n")
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + 1)
+    return text[: start + 1] + section + ("" if end < 0 else text[end:])
+
+
+def _replace_goals(text: str, goals: list[tuple[str, str, str, bool, str]]) -> str:
+    if not goals:
+        return text
+    prefixes = {what.split(":", 1)[0] + ":" for what, *_ in goals}
+    rows = [
+        f"| {w} | {m} | {t} | {verdict(ok)} | {b.replace('|', '/') or '-'} |"
+        for w, m, t, ok, b in goals
+    ]
+    lines = text.split("\n")
+    try:
+        first = lines.index("## Goals at a glance")
+    except ValueError:
+        return text
+    table = first + 4  # heading, blank, header, rule
+    end = table
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    kept = [
+        line for line in lines[table:end] if not any(line.startswith(f"| {p}") for p in prefixes)
+    ]
+    return "\n".join(lines[:table] + kept + rows + lines[end:])
+
+
 def _anchor(title: str) -> str:
     keep = [c for c in title.lower() if c.isalnum() or c in " -"]
     return "".join(keep).replace(" ", "-")
 
 
+def draw_plots(suites: list[SuiteReport]) -> None:
+    """Draw every suite's plots; one that fails becomes an error of its
+    suite and leaves the page (which then links only drawn pictures)."""
+    for suite in suites:
+        drawn = []
+        for plot in suite.plots:
+            try:
+                plot.draw()
+            except Exception as exc:  # matplotlib missing or failing: keep the rest
+                suite.errors.append(f"plot {plot.path.name}: {type(exc).__name__}: {exc}")
+            else:
+                drawn.append(plot)
+        suite.plots = drawn
+
+
+def drawn_later(draw: Callable[P, Path]) -> Callable[P, Plot]:
+    """Make a drawing function (its first argument the PNG's path) return a
+    `Plot` that `draw_plots` draws, instead of drawing at once."""
+
+    @functools.wraps(draw)
+    def later(*args: P.args, **kwargs: P.kwargs) -> Plot:
+        path = args[0] if args else kwargs["path"]
+        assert isinstance(path, Path)
+        return Plot(path, functools.partial(draw, *args, **kwargs))
+
+    return later
+
+
+@drawn_later
 def plot_lines(
     path: Path,
     title: str,
@@ -285,6 +381,7 @@ def plot_lines(
     return path
 
 
+@drawn_later
 def plot_ratios(path: Path, title: str, bars: list[tuple[str, float, float]]) -> Path:
     """Horizontal bars of rcp11/redis ratios, each with its goal as a tick."""
     import matplotlib

@@ -16,7 +16,7 @@ Checks, printed at the end (exit status 1 if one fails):
 - no offset is handed to two group readers, and every acknowledged offset
   of the group stream is handed out, except replies lost with a killed
   server (counted; at most one batch per reader per kill);
-- after every stream is deleted, used_memory is back at the empty server's
+- after every stream is deleted, used_memory_dataset is back at the empty server's
   and RSS near the empty server's (reported; limit --rss-slack-mb).
 Progress goes to stdout every few seconds.
 """
@@ -261,7 +261,8 @@ class Soak:
         assert self.server.proc is not None
         base_rss = rss_kb(self.server.proc.pid)
         r = self.client()
-        base_used = int(r.info("memory")["used_memory"])
+        # The dataset's own count (used_memory is the whole process's).
+        base_used = int(r.info("memory")["used_memory_dataset"])
         print(
             f"soak: server on port {self.server.port}, dir {self.workdir}, empty RSS {base_rss} kB",
             flush=True,
@@ -301,15 +302,17 @@ class Soak:
         for key in r.scan_iter(count=1000):
             r.delete(key)
         time.sleep(1)
-        used = int(r.info("memory")["used_memory"])
+        used = int(r.info("memory")["used_memory_dataset"])
         after_rss = rss_kb(self.server.proc.pid)
         print(
-            f"soak memory: used_memory empty {base_used} -> after DEL {used}; RSS empty "
+            f"soak memory: used_memory_dataset empty {base_used} -> after DEL {used}; RSS empty "
             f"{base_rss} kB, peak {peak_rss} kB, before DEL {loaded_rss} kB, after DEL {after_rss} kB",
             flush=True,
         )
         if used > base_used + 64 * 1024:
-            self.fail(f"used_memory {used} after deleting every key, empty server {base_used}")
+            self.fail(
+                f"used_memory_dataset {used} after deleting every key, empty server {base_used}"
+            )
         if after_rss > base_rss + args.rss_slack_mb * 1024:
             self.fail(f"RSS {after_rss} kB after deleting every key, empty server {base_rss} kB")
         self.server.proc.kill()

@@ -1,18 +1,23 @@
 """A streaming pipeline on rcp11 with Spark, exactly once end to end.
 
-JSON events land in three streams (``events:0`` .. ``events:2``, like the
+JSON events land in three streams (``<run>:events:0`` .. ``:2``, like the
 partitions of a topic). A Spark Structured Streaming query reads all three
 (``subscribePattern``), parses the JSON, counts actions per 10-second
 event-time window (with a watermark, so each window is written once, when
-it is complete), and appends the counts as JSON to the stream ``counts``
-through the exactly-once sink.
+it is complete), and appends the counts as JSON to the stream
+``<run>:counts`` through the exactly-once sink.
 
-    python examples/spark_pipeline.py            # live: 30 s of events, counts as they close
-    python examples/spark_pipeline.py --once     # a fixed batch of past events, then exit
+    .venv/bin/python examples/spark_pipeline.py         # live: 30 s of events, counts as they close
+    .venv/bin/python examples/spark_pipeline.py --once  # a fixed batch of past events, then exit
 
 It uses the server on --port (default 6379) and starts a temporary one if
-nothing answers there. Kill it and run it again with the same --checkpoint:
-no count is written twice. The port may be any node of a Redis Cluster of
+nothing answers there. ``<run>`` is ``rcp11-example:`` and a tag made from
+the checkpoint directory: a new run (a new checkpoint) never meets an
+earlier run's keys on a server that is used again, and a run restarted with
+the same --checkpoint goes on with its own: kill it and run it again with
+the same --checkpoint, no count is written twice. --once removes its keys
+when it is done, and the directories it made (checkpoint, temporary
+server) go too. The port may be any node of a Redis Cluster of
 redis-servers with the rcp11 module: the producer, the Spark source and the
 sink then work on the cluster (examples/cluster/ starts one and runs this).
 """
@@ -20,9 +25,11 @@ sink then work on the cluster (examples/cluster/ starts one and runs this).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import redis
@@ -41,22 +49,48 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-STREAMS = [f"events:{i}" for i in range(3)]
+SHARDS = 3
 ACTIONS = ["view", "click", "buy"]
 WINDOW = "10 seconds"
 # A past instant for --once, so the counts are the same on every run.
 ONCE_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def make_event(rng: random.Random, ts_ms: int) -> tuple[str, bytes]:
-    """(stream, JSON message): a user's action, sharded by user."""
+class Keys:
+    """The keys one run works on (see the module's docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    @classmethod
+    def for_checkpoint(cls, checkpoint: str) -> Keys:
+        tag = hashlib.sha256(os.path.abspath(checkpoint).encode()).hexdigest()[:12]
+        return cls(f"rcp11-example:{tag}:")
+
+    def events(self, shard: int) -> str:
+        return f"{self.prefix}events:{shard}"
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.prefix}events:*"
+
+    @property
+    def counts(self) -> str:
+        return f"{self.prefix}counts"
+
+    def all(self) -> list[str]:
+        return [self.events(shard) for shard in range(SHARDS)] + [self.counts]
+
+
+def make_event(rng: random.Random, ts_ms: int) -> tuple[int, bytes]:
+    """(shard, JSON message): a user's action, sharded by user."""
     user = rng.randrange(100)
     action = rng.choices(ACTIONS, weights=[70, 25, 5])[0]
     body = json.dumps({"user": f"u{user}", "action": action, "ts": ts_ms})
-    return STREAMS[user % len(STREAMS)], body.encode()
+    return user % SHARDS, body.encode()
 
 
-def past_events(count: int, seed: int = 11) -> list[tuple[str, bytes]]:
+def past_events(count: int, seed: int = 11) -> list[tuple[int, bytes]]:
     """``count`` events 50 ms apart from ONCE_START_MS, then one event a
     minute later that moves the watermark past all of them."""
     rng = random.Random(seed)
@@ -65,20 +99,22 @@ def past_events(count: int, seed: int = 11) -> list[tuple[str, bytes]]:
     return events
 
 
-def produce(client: Client | ClusterClient, events: list[tuple[str, bytes]]) -> None:
+def produce(client: Client | ClusterClient, keys: Keys, events: list[tuple[int, bytes]]) -> None:
     by_stream: dict[str, list[bytes]] = {}
-    for stream, body in events:
-        by_stream.setdefault(stream, []).append(body)
+    for shard, body in events:
+        by_stream.setdefault(keys.events(shard), []).append(body)
     for stream, bodies in by_stream.items():
         for start in range(0, len(bodies), 1000):
             client.twrite(stream, *bodies[start : start + 1000])
 
 
-def produce_live(client: Client | ClusterClient, seconds: float, stop: threading.Event) -> None:
+def produce_live(
+    client: Client | ClusterClient, keys: Keys, seconds: float, stop: threading.Event
+) -> None:
     rng = random.Random()
     deadline = time.time() + seconds
     while time.time() < deadline and not stop.is_set():
-        produce(client, [make_event(rng, int(time.time() * 1000)) for _ in range(50)])
+        produce(client, keys, [make_event(rng, int(time.time() * 1000)) for _ in range(50)])
         time.sleep(0.1)
 
 
@@ -114,7 +150,7 @@ def server(port: int) -> Iterator[int]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     directory = tempfile.mkdtemp(prefix="rcp11-example-")
-    print(f"no server on the given port: starting one on {port} in {directory}", flush=True)
+    print(f"no server on the given port: starting a temporary one on {port}", flush=True)
     process = subprocess.Popen(
         [sys.executable, "-m", "rcp11", "server", "--port", str(port), "--dir", directory]
         + ["--appendonly", "yes", "--logfile", os.path.join(directory, "server.log")]
@@ -122,21 +158,25 @@ def server(port: int) -> Iterator[int]:
     try:
         while not answers(port):
             if process.poll() is not None:
-                raise SystemExit("the server did not start; see its log in " + directory)
+                log = Path(directory, "server.log")
+                raise SystemExit("the server did not start:\n" + log.read_text()[-2000:])
             time.sleep(0.05)
         yield port
     finally:
         process.terminate()
         process.wait()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def build_query(spark: SparkSession, port: int, checkpoint: str, once: bool) -> DataStreamWriter:
+def build_query(
+    spark: SparkSession, port: int, keys: Keys, checkpoint: str, once: bool
+) -> DataStreamWriter:
     from pyspark.sql import functions as F
 
     events = (
         spark.readStream.format("rcp11")
         .option("port", port)
-        .option("subscribePattern", "events:*")
+        .option("subscribePattern", keys.pattern)
         .option("startingOffsets", "earliest")
         .schema("value STRING")  # JSON text; invalid UTF-8 would be an error
         .load()
@@ -161,7 +201,7 @@ def build_query(spark: SparkSession, port: int, checkpoint: str, once: bool) -> 
         counts.writeStream.format("rcp11")
         .outputMode("append")
         .option("port", port)
-        .option("stream", "counts")
+        .option("stream", keys.counts)
         .option("checkpointLocation", checkpoint)
     )
     return writer.trigger(availableNow=True) if once else writer.trigger(processingTime="2 seconds")
@@ -178,6 +218,7 @@ def run_pipeline(
 ) -> bool:
     """Produce events, run the query, show each count as it is written.
     Returns whether the query ended without an error."""
+    keys = Keys.for_checkpoint(checkpoint)
     client = connect(port)
     # Window starts are shown in UTC, whatever the machine's zone; a window
     # is written by the micro-batch that follows the one moving the
@@ -187,26 +228,40 @@ def run_pipeline(
     stop = threading.Event()
     producer = None
     if once:
-        produce(client, past_events(events))
+        produce(client, keys, past_events(events))
     else:
-        producer = threading.Thread(target=produce_live, args=(client, seconds, stop), daemon=True)
+        producer = threading.Thread(
+            target=produce_live, args=(client, keys, seconds, stop), daemon=True
+        )
         producer.start()
-    query = build_query(spark, port, checkpoint, once).start()
+    query = build_query(spark, port, keys, checkpoint, once).start()
     shown = 0
     try:
         while query.isActive:
             query.awaitTermination(2)
-            for message in client.tread("counts", shown, 1000):
+            for message in client.tread(keys.counts, shown, 1000):
                 show(message.decode())
                 shown += 1
             if producer is not None and not producer.is_alive():
                 query.stop()
     finally:
         stop.set()
-    for message in client.tread("counts", shown, 100_000):
+    for message in client.tread(keys.counts, shown, 100_000):
         show(message.decode())
     client.close()
     return query.exception() is None
+
+
+def remove_keys(port: int, keys: Keys) -> None:
+    """The run's streams, and the sink's bookkeeping for its counts
+    (docs/SPARK.md: `rcp11-sink:{<target>}:<query>:*`, one hash slot)."""
+    client = connect(port)
+    try:
+        sink_keys = client.scan_iter(match=f"rcp11-sink:{{{keys.counts}}}:*", count=1000)
+        for key in [*keys.all(), *sink_keys]:  # one by one: a cluster spreads them out
+            client.delete(key)
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,10 +289,19 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="rcp11-example-checkpoint-")
-        ok = run_pipeline(
-            spark, port, checkpoint, args.once, args.events, args.seconds, show=print_flush
-        )
-        spark.stop()
+        try:
+            ok = run_pipeline(
+                spark, port, checkpoint, args.once, args.events, args.seconds, show=print_flush
+            )
+        finally:
+            spark.stop()
+            if args.checkpoint is None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        keys = Keys.for_checkpoint(checkpoint)
+        if args.once:
+            remove_keys(port, keys)
+        else:
+            print(f"counts are in stream {keys.counts}", flush=True)
         return 0 if ok else 1
 
 

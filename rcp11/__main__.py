@@ -11,12 +11,12 @@ from rcp11.stdio import quiet_broken_pipe
 MODULE_FILE = "rcp11.so"
 
 _MODULE_PATH_HELP = """\
-usage: python -m rcp11 module-path
+usage: rcp11 module-path (or: python -m rcp11 module-path)
 
 Print the path of the rcp11 Redis module (built by `pip install .`), so that
 redis-server 7.0 or newer can load it:
 
-    redis-server --loadmodule "$(python -m rcp11 module-path)"
+    redis-server --loadmodule "$({python} -m rcp11 module-path)"
 
 It adds TWRITE, TREAD, TEVICT and TCONCAT and the data type rcp11-log to
 redis-server; its configs are rcp11.stream-node-max-entries,
@@ -32,7 +32,9 @@ def module_path() -> Path:
 
 def module_main(args: list[str]) -> int:
     if args and args[0] in ("-h", "--help"):
-        print(_MODULE_PATH_HELP, end="")
+        # The Python running this is the one with the module: show it in full
+        # (`python` alone may be another one, or none, as on Debian).
+        print(_MODULE_PATH_HELP.format(python=sys.executable), end="")
         return 0
     if args:
         print(f"module-path takes no arguments (got {args[0]!r}); see --help", file=sys.stderr)

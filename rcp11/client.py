@@ -195,15 +195,20 @@ class StreamCommands:
         group: Any = None,
         groupnew: Any = None,
         withinfo: bool = False,
+        nonulls: bool = False,
     ) -> Any:
         """Read up to ``count`` messages of ``key`` starting at ``offset``.
 
         ``offset < 0`` counts back from the stream's next offset. The reply is
         a list with one element per offset, ``None`` where a message was
-        evicted; with ``withinfo=True`` a ``ReadResult``. ``block=ms`` waits
-        (0 = forever) when nothing exists at ``offset`` yet; a timeout returns
-        ``None``. ``group``/``groupnew`` name a string key holding a consumer
-        group's next offset; ``offset`` is then ignored by the server.
+        evicted (or lost in a crash); with ``withinfo=True`` a ``ReadResult``.
+        ``nonulls=True`` starts at the first readable offset at or after
+        ``offset`` and stops before the next ``None``: a gap is stepped over
+        in one request (``ReadResult.start`` says where the reply starts).
+        ``block=ms`` waits (0 = forever) when nothing exists at ``offset`` yet
+        (with ``nonulls``, nothing readable); a timeout returns ``None``.
+        ``group``/``groupnew`` name a string key holding a consumer group's
+        next offset; ``offset`` is then ignored by the server.
         """
         _check_offset("offset", offset)
         _check_offset("count", count)
@@ -218,6 +223,8 @@ class StreamCommands:
             args += ["GROUPNEW", groupnew]
         if withinfo:
             args.append("WITHINFO")
+        if nonulls:
+            args.append("NONULLS")
         return self.execute_command(*args)
 
     def tevict(self, key: Any, offset: int) -> Any:
@@ -266,17 +273,18 @@ class Client(StreamCommands, redis.Redis):
         """Yield ``(offset, message)`` for every message from ``start`` on, forever.
 
         Waits with TREAD BLOCK when caught up. ``start < 0`` begins that many
-        messages before the end. Evicted offsets are skipped, and a reader
-        that fell behind eviction jumps to the oldest readable message.
+        offsets before the end. Evicted offsets and the gap a crash may leave
+        are stepped over in one request each (TREAD ... NONULLS), and a
+        reader that fell behind eviction jumps to the oldest readable message.
         """
         offset = start
         _check_batch(batch)
         while True:
-            result = self.tread(key, offset, batch, block=block_ms, withinfo=True)
+            result = self.tread(key, offset, batch, block=block_ms, withinfo=True, nonulls=True)
             if result is None:
                 continue
             yield from result.items()
-            offset = max(result.end, result.first_offset)
+            offset = result.end
 
     def follow_group(
         self,
@@ -291,12 +299,15 @@ class Client(StreamCommands, redis.Redis):
         Several consumers of one group share the messages: each read moves the
         group past what it returned. A missing group starts at the oldest
         readable message, or with ``new=True`` at the next one written.
-        Evicted offsets are skipped.
+        Evicted offsets and crash gaps are stepped over (the group moves past
+        them in one request).
         """
         option = {"groupnew": group} if new else {"group": group}
         _check_batch(batch)
         while True:
-            result = self.tread(key, 0, batch, block=block_ms, withinfo=True, **option)
+            result = self.tread(
+                key, 0, batch, block=block_ms, withinfo=True, nonulls=True, **option
+            )
             if result is not None:
                 yield from result.items()
 
@@ -350,12 +361,14 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         offset = start
         _check_batch(batch)
         while True:
-            result = await self.tread(key, offset, batch, block=block_ms, withinfo=True)
+            result = await self.tread(
+                key, offset, batch, block=block_ms, withinfo=True, nonulls=True
+            )
             if result is None:
                 continue
             for item in result.items():
                 yield item
-            offset = max(result.end, result.first_offset)
+            offset = result.end
 
     async def follow_group(
         self,
@@ -369,7 +382,9 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         option = {"groupnew": group} if new else {"group": group}
         _check_batch(batch)
         while True:
-            result = await self.tread(key, 0, batch, block=block_ms, withinfo=True, **option)
+            result = await self.tread(
+                key, 0, batch, block=block_ms, withinfo=True, nonulls=True, **option
+            )
             if result is not None:
                 for item in result.items():
                     yield item

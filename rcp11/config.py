@@ -62,6 +62,8 @@ class ConfigError(Exception):
         return errors.config_set_failed(self.name, self.reason)
 
     def fatal_message(self) -> str:
+        if self.line is None and self.source is not None:
+            return self.reason  # about the whole file (it cannot be read): no line to show
         return errors.config_fatal(
             __version__, self.source, self.line, self.text or "", self.reason
         )
@@ -185,6 +187,11 @@ DIRECTIVES: dict[str, Directive] = {
         # Retention (rcp11/retention.py): 0 is off.
         Directive("stream-retention-ms", "int", 0),
         Directive("stream-retention-bytes", "memory", 0),
+        # The slow log and the latency monitor (rcp11/diagnostics.py), as
+        # redis-server 7 bounds them.
+        Directive("slowlog-log-slower-than", "int", 10000, low=-1),
+        Directive("slowlog-max-len", "int", 128),
+        Directive("latency-monitor-threshold", "int", 0),
         # TLS (rcp11/tls.py), as redis-server 7 names them. Read once at
         # start-up, except tls-auth-clients (new handshakes follow it).
         Directive("tls-port", "int", 0, mutable=False, high=65535),
@@ -533,17 +540,21 @@ class Config:
         self.path = os.path.abspath(path)
         self._load_file(self.path, depth=0)
 
-    def _load_file(self, path: str, depth: int) -> None:
+    def _load_file(
+        self, path: str, depth: int, included_at: tuple[str, int, str] | None = None
+    ) -> None:
+        """Apply a file's directives; included_at: the file, line number and
+        line of the `include` that names it."""
         try:
             with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 lines = f.read().splitlines()
         except OSError as exc:
-            raise ConfigError(
-                errors.config_cant_open(path, exc.strerror),
-                source=path,
-                line=0,
-                text="",
-            ) from None
+            reason = errors.config_cant_open(path, exc.strerror)
+            if included_at is None:
+                # One line, as redis-server says it: there is no line to show.
+                raise ConfigError(reason, source=path) from None
+            source, number, text = included_at
+            raise ConfigError(reason, source=source, line=number, text=text) from None
         for number, line in enumerate(lines, 1):
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
@@ -561,7 +572,7 @@ class Config:
                 if depth > 16:
                     raise ConfigError(errors.CONFIG_INCLUDE_DEPTH, source=path, line=number)
                 target = os.path.join(os.path.dirname(path), words[1])
-                self._load_file(target, depth + 1)
+                self._load_file(target, depth + 1, (path, number, stripped))
                 continue
             self._apply(words, path, number, stripped)
 

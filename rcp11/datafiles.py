@@ -12,7 +12,8 @@ Files in `dir`::
     <appendfilename>          the AOF
     temp-rcp11-*              snapshot and offsets files being written
     temp-rewriteaof-rcp11-*   an AOF rewrite being written
-    rcp11.lock                held (POSIX lock) by the server using `dir`
+    rcp11.lock                held (POSIX lock) by the server using `dir`,
+                              removed when it shuts down cleanly
 
 A snapshot saved over the AOF (or the AOF appended to the offsets file...)
 destroys acknowledged writes, and a start-up removes leftover temp-* files,
@@ -98,10 +99,35 @@ def lock_data_dir(directory: str) -> str:
 
     A POSIX record lock (lockf): the kernel drops it when the holder dies,
     kill -9 included, so a stale lock file never blocks a restart; forked
-    children (BGSAVE) do not inherit it."""
+    children (BGSAVE) do not inherit it. A clean shutdown removes the file
+    (release_data_dirs); a lock taken on a file removed meanwhile is no
+    lock, so it is taken again on the file the name now gives."""
     path = os.path.join(os.path.realpath(directory), LOCK_NAME)
     if path in _held:
         return path
+    for _ in range(100):
+        fd = _lock_file(path)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # removed by a server that was shutting down: again
+    else:
+        raise OSError(errno.EAGAIN, f"{path} keeps being removed while it is locked")
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    _held[path] = fd
+    return path
+
+
+def _lock_file(path: str) -> int:
+    """The lock file, open and locked; DirectoryInUse when another holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -116,18 +142,23 @@ def lock_data_dir(directory: str) -> str:
                 errors.directory_in_use(os.path.dirname(path), who, path)
             ) from None
         raise
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, b"%d\n" % os.getpid(), 0)
-    except OSError:
+    return fd
+
+
+def release_data_dirs() -> None:
+    """At a clean exit, when every file of the directory is written: remove
+    the lock files this process holds, then let go of the locks (removed
+    first, so no other server can lock the file in between)."""
+    for path, fd in list(_held.items()):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         os.close(fd)
-        raise
-    _held[path] = fd
-    return path
+        del _held[path]
 
 
 __all__ = [
     "LOCK_NAME",
+    "release_data_dirs",
     "OFFSETS_SUFFIX",
     "TEMP_PREFIXES",
     "DirectoryInUse",

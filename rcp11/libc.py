@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 from typing import Any
 
 _LIBC: list[Any] = []
@@ -110,3 +111,32 @@ def libc_version() -> str | None:
     """glibc's version ("2.36"), or None where the C library is not glibc."""
     get = _function("gnu_get_libc_version", [], ctypes.c_char_p)
     return None if get is None else get().decode()
+
+
+def _anonymous_bytes() -> int | None:
+    """The process's anonymous memory in RAM (/proc/self/statm: resident
+    pages less the shared ones, which are the files it maps: the
+    interpreter, the libraries): every page it allocated itself."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def allocated_bytes() -> int | None:
+    """What the process has allocated and holds: the C heap's blocks in use
+    (mallinfo2: the storage core's nodes, the libraries') plus the anonymous
+    memory malloc did not hand out (Python's object arenas, thread stacks),
+    so free blocks malloc keeps are not counted. None where neither the C
+    library nor /proc says (then the caller falls back on its own count)."""
+    info = mallinfo()
+    anonymous = _anonymous_bytes()
+    if info is None:
+        return anonymous
+    in_use = info["uordblks"] + info["hblkhd"]
+    if anonymous is None:
+        return in_use
+    # The heap's own pages (in use or free) are part of the anonymous memory.
+    return in_use + max(anonymous - info["arena"] - info["hblkhd"], 0)

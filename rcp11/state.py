@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rcp11 import errors
 from rcp11.blocking import BlockingManager
+from rcp11.diagnostics import SLOW_NEVER, LatencyMonitor, SlowLog, slow_threshold_usec
 from rcp11.errors import CommandError
+from rcp11.libc import allocated_bytes
 from rcp11.storage import MAX_OFFSET, Stream, wall_ms
 
 if TYPE_CHECKING:
@@ -185,8 +187,15 @@ class ClientState:
     created_at: float = field(default_factory=time.time)
     last_interaction: float = field(default_factory=time.time)
     last_command: str = "NULL"
-    # MULTI/EXEC: queued is None outside a transaction.
-    queued: list[list[bytes]] | None = None
+    # MULTI/EXEC: queued is None outside a transaction; inside, each queued
+    # command as (its row in the command table, argv, and for a command the
+    # C lane runs its request encoded, which EXEC hands to the lane).
+    # Whether a queued command may write a key / grow memory, noted as it is
+    # queued, so EXEC's check does not look at every queued command again.
+    queued: list[tuple[Any, list[bytes], bytes | None]] | None = None
+    queued_outside_lane: list[int] = field(default_factory=list)  # their indexes in queued
+    queued_write: bool = False
+    queued_denyoom: bool = False
     multi_error: bool = False
     watched: set[bytes] = field(default_factory=set)
     dirty_cas: bool = False
@@ -203,6 +212,21 @@ class ClientState:
     send: Callable[[Any], None] = lambda reply: None
     close: Callable[[], None] = lambda: None
     on_unblocked: Callable[[], None] = lambda: None
+    # Filled by the server too, for a command that builds its reply in
+    # parts (EXEC): output_room() is how many bytes of reply the client may
+    # still be given before it passes its hard output limit (None: it has
+    # none); output_overflow(n) closes it at once, n bytes over, as Redis's
+    # closeClientOnOutputBufferLimitReached() does from addReply.
+    output_room: Callable[[], int | None] = lambda: None
+    output_overflow: Callable[[int], None] = lambda pending: None
+    # Reply bytes built for the client but not queued yet (EXEC's, while it
+    # runs): output_room() counts them.
+    output_building: int = 0
+    # Set when the client passed its output limit and is being closed:
+    # nothing built for it from then on would be sent, so commands still
+    # run for what they change, but build no reply (Redis drops the
+    # replies of a client marked CLOSE_ASAP).
+    output_dropped: bool = False
     # Counters for CLIENT LIST / INFO.
     query_buffer_len: int = 0
     output_buffer_len: int = 0
@@ -337,19 +361,26 @@ class Keyspace:
         return self._used_bytes
 
     def _measure(self) -> None:
+        # Run before every command that may grow memory while maxmemory is
+        # set (core.write_refusal): _charge() written out for a stream, the
+        # only kind touch() leaves unmeasured.
         charges = self._stream_bytes
         data = self.data
+        used = self._used_bytes
+        overhead = self.KEY_OVERHEAD
         for key in self._unmeasured:
-            now = self._charge(key, data[key])
-            self._used_bytes += now - charges[key]
+            now = data[key].memory_bytes + len(key) + overhead
+            used += now - charges[key]
             charges[key] = now
+        self._used_bytes = used
         self._unmeasured.clear()
 
-    def touch(self, key: bytes) -> None:
+    def touch(self, key: bytes, signal_watchers: bool = True) -> None:
         """key changed (every write calls this, directly or through set,
         delete and rename): WATCHers see it, readers blocked on it (or on it
-        as their group key) are re-checked after the command, and a stream
-        is re-measured when memory is next read."""
+        as their group key, unless signal_watchers is False: see
+        BlockingManager.signal_key) are re-checked after the command, and a
+        stream is re-measured when memory is next read."""
         # Called by every write, so it does no C call, and the WATCH and
         # blocking lookups are skipped while nobody watches or waits.
         self.changes += 1
@@ -363,11 +394,13 @@ class Keyspace:
                 for client in watchers:
                     client.dirty_cas = True
         if self._blocking.waiting:
-            self._blocking.signal_key(key)
+            self._blocking.signal_key(key, signal_watchers)
 
-    def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
+    def set(
+        self, key: bytes, value: Any, keep_ttl: bool = False, signal_watchers: bool = True
+    ) -> None:
         """Store value under key; like Redis's SET it drops the key's expiry
-        unless keep_ttl."""
+        unless keep_ttl. signal_watchers: as for touch()."""
         old = self.data.get(key)
         if old is not None:
             self._uncharge(key, old)
@@ -380,7 +413,7 @@ class Keyspace:
         self._used_bytes += charged
         if not isinstance(value, bytes):
             self._stream_bytes[key] = charged
-        self.touch(key)
+        self.touch(key, signal_watchers)
 
     def delete(self, key: bytes) -> bool:
         if key not in self.data:
@@ -486,6 +519,10 @@ class ServerState:
         self.blocking = BlockingManager()
         self.keyspace = Keyspace(self, self.blocking)
         self.clients: dict[int, ClientState] = {}
+        # The process's memory besides the data (the interpreter, buffers):
+        # measured by allocated_memory() (the cron, INFO), counted by
+        # used_memory() against maxmemory as Redis counts all of used_memory.
+        self.process_overhead = 0
         # Clients in MONITOR mode, in the order they asked.
         self.monitors: list[ClientState] = []
         self.stats = Stats()
@@ -521,14 +558,44 @@ class ServerState:
             "stream-node-max-entries",
         ):
             config.on_change(name, self.apply_stream_settings)
+        # SLOWLOG and LATENCY (rcp11/diagnostics.py): a command that ran at
+        # least slow_usec microseconds is looked at (commands.diagnostics.
+        # note_slow); the dispatch compares, nothing more, for the others.
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.slow_usec = SLOW_NEVER
+        for name in ("slowlog-log-slower-than", "latency-monitor-threshold"):
+            config.on_change(name, self.apply_slow_threshold)
+        self.apply_slow_threshold()
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None;
         # False when the server keeps running (its final save failed).
         self.request_shutdown: Callable[[str | None], bool] = lambda mode: True
 
     def used_memory(self) -> int:
-        """INFO's used_memory, and what maxmemory is held against: the
-        dataset plus what each connected client costs the server."""
+        """What maxmemory is held against, as in Redis: INFO's used_memory.
+        The dataset and the clients are counted as they change (a write
+        adds its bytes at once); the rest of the process (the interpreter,
+        buffers) is the share last measured by allocated_memory(), which the
+        cron and INFO call. Measuring the whole heap costs a system call and
+        a walk of malloc's arenas, too much for every write."""
+        return self.data_memory() + self.process_overhead
+
+    def data_memory(self) -> int:
+        """The dataset plus what each connected client costs the server."""
         return self.keyspace.used_bytes + CLIENT_OVERHEAD_BYTES * len(self.clients)
+
+    def allocated_memory(self) -> int:
+        """INFO's used_memory, measured now: all the process has allocated
+        (rcp11.libc.allocated_bytes), or the data's share where the system
+        does not say. Remembers the part that is not data, so that
+        used_memory() stays equal to it between measurements."""
+        data = self.data_memory()
+        measured = allocated_bytes()
+        if measured is None:
+            self.process_overhead = 0
+            return data
+        self.process_overhead = max(measured - data, 0)
+        return data + self.process_overhead
 
     def sample_rates(self, now: float) -> None:
         """Feed the instantaneous_* rates (called by the cron)."""
@@ -538,10 +605,10 @@ class ServerState:
         rates.sample("input", stats.total_net_input_bytes, now)
         rates.sample("output", stats.total_net_output_bytes, now)
 
-    def used_memory_peak(self) -> int:
-        """The highest used_memory seen (by the cron and INFO) since start or
-        CONFIG RESETSTAT."""
-        used = self.used_memory()
+    def used_memory_peak(self, used: int | None = None) -> int:
+        """The highest INFO used_memory seen (by the cron and INFO, which
+        passes what it measured) since start or CONFIG RESETSTAT."""
+        used = self.allocated_memory() if used is None else used
         if used > self.stats.used_memory_peak:
             self.stats.used_memory_peak = used
         return self.stats.used_memory_peak
@@ -557,6 +624,12 @@ class ServerState:
             int(self.config.get("stream-node-max-entries")),
             self.compression_level(),
             int(self.config.get("stream-compression-depth")),
+        )
+
+    def apply_slow_threshold(self, _changed: Any = None) -> None:
+        self.slow_usec = slow_threshold_usec(
+            int(self.config.get("slowlog-log-slower-than")),
+            int(self.config.get("latency-monitor-threshold")),
         )
 
     def apply_stream_settings(self, _changed: Any = None) -> None:
@@ -588,16 +661,30 @@ class ServerState:
         appended messages passes their append time (write_time()), which
         the AOF dates it with so that a replay gives them the same."""
         if not self.loading:
-            if append_ms is not None:
-                self.persistence.date_writes(append_ms)
-            transaction = self._transaction
-            if transaction is not None and not transaction.opened:
-                transaction.opened = True
-                self.persistence.propagate([b"MULTI"])
+            self._before_logging(append_ms)
             self.persistence.propagate(argv)
         # Counted once logged: dispatch reads `dirty` to know whether a
         # handler that raised had logged its change.
         self.dirty += 1
+
+    def propagate_encoded(self, data: bytes, append_ms: int) -> None:
+        """Log write requests already in their AOF form (the C lane's
+        TWRITEs, copied verbatim), appended at append_ms, inside a
+        transaction's MULTI ... EXEC as propagate() logs them. The caller
+        counts them in `dirty`."""
+        if not self.loading:
+            self._before_logging(append_ms)
+            self.persistence.propagate_encoded(data)
+
+    def _before_logging(self, append_ms: int | None) -> None:
+        """The writes logged next: dated (when they appended messages), and
+        inside a transaction after its MULTI, logged on the first of them."""
+        if append_ms is not None:
+            self.persistence.date_writes(append_ms)
+        transaction = self._transaction
+        if transaction is not None and not transaction.opened:
+            transaction.opened = True
+            self.persistence.propagate([b"MULTI"])
 
     @property
     def in_transaction_log(self) -> bool:

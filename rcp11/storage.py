@@ -1,4 +1,4 @@
-"""Python face of the C storage core (src/macronode.c).
+"""The Python binding of the C storage core (src/macronode.c).
 
 This is the only module that touches cffi's ``ffi``/``lib`` for streams
 (the C lane, rcp11/commands/lane.py, is the one other user: it hands the
@@ -14,9 +14,10 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: not at server start
+    import numpy as np
 
 try:
     from rcp11._macronode import ffi, lib
@@ -25,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 9
+EXPECTED_ABI_VERSION = 10
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -115,6 +116,11 @@ _ERRORS: dict[int, tuple[type[StorageError], str]] = {
     lib.MN_ERR_CORRUPT: (CorruptDataError, "corrupt stream data"),
     lib.MN_ERR_ARG: (InvalidArgumentError, "argument out of range"),
 }
+
+
+# read_resp_capped(): no cap, and where the core says how big a refused reply was.
+_NO_CAP = 2**64 - 1
+_needed = ffi.new("uint64_t *")
 
 
 def _error(rc: int) -> StorageError:
@@ -375,14 +381,13 @@ class Stream:
     ) -> int:
         """Append messages stored back to back in data; lens[i] is message i's length
         (now_ms as for append())."""
+        import numpy as np  # the bulk loaders' call (bench, tests): the server never makes it
+
         sizes = np.asarray(lens, dtype=np.int64)
         if sizes.ndim != 1 or sizes.size == 0:
             raise InvalidArgumentError("lens must be a non-empty 1-D sequence", lib.MN_ERR_ARG)
         if int(sizes.sum()) != len(data):
             raise InvalidArgumentError("lens do not add up to len(data)", lib.MN_ERR_ARG)
-        return self._append_sizes(data, sizes, now_ms)
-
-    def _append_sizes(self, data: bytes, sizes: np.ndarray, now_ms: int | None = None) -> int:
         ms = _NOW if now_ms is None else _clamp_ms(now_ms)
         if sizes.min() < 0:
             raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
@@ -543,11 +548,33 @@ class Stream:
         one C call that formats straight from the nodes, then one copy
         (joining a header afterwards would copy the reply a second time).
         """
+        reply = self.read_resp_capped(start, count, resp3, prefix, None)
+        assert isinstance(reply, bytes)
+        return reply
+
+    def read_resp_capped(
+        self, start: int, count: int, resp3: bool, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """read_resp(), unless the reply would be over cap bytes (None: no
+        cap): then its size, and nothing is built."""
         if start < 0 or count < 0:
             raise _range_error(start, count, self._next)
         buf = _scratch_buffer()
+        needed = _needed
         try:
-            rc = lib.mn_read_resp_prefixed(self._s, start, count, resp3, prefix, len(prefix), buf)
+            rc = lib.mn_read_resp_capped(
+                self._s,
+                start,
+                count,
+                resp3,
+                prefix,
+                len(prefix),
+                _NO_CAP if cap is None else max(cap, 0),
+                needed,
+                buf,
+            )
+            if rc == lib.MN_ERR_CAP:
+                return int(needed[0])
             if rc:
                 raise (
                     _range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else _error(rc)
@@ -556,13 +583,25 @@ class Stream:
         finally:
             _release_scratch(buf)
 
+    def readable_run(self, offset: int, count: int) -> tuple[int, int]:
+        """(start, n): the first readable offset at or after `offset`
+        (evicted offsets and crash gaps are not readable) and how many
+        readable offsets follow it without a null between them, at most
+        count. Nothing readable at or after offset: (max(offset,
+        next_offset), 0). What TREAD ... NONULLS reads."""
+        if offset < 0 or count < 0:
+            raise _range_error(offset, count, self._next)
+        run = ffi.new("uint64_t *")
+        start = lib.mn_readable_run(self._s, offset, count, run)
+        return start, run[0]
+
     def read(self, start: int, count: int) -> list[bytes | None]:
         """Messages at offsets start..start+count-1; None for evicted or lost ones."""
         if start < 0 or count < 0 or start + count > self.next_offset:
             raise _range_error(start, count, self.next_offset)
         if count == 0:
             return []
-        lens = np.empty(count, dtype=np.int64)
+        lens = array("q", bytes(8 * count))  # int64 per message, -1: evicted or lost
         buf = ffi.new("mn_buf *")
         try:
             _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))

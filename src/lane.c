@@ -19,15 +19,16 @@
  * cannot, it stops and returns how many bytes it consumed, and Python
  * parses and runs the rest (rcp11/commands/lane.py decides, once per call,
  * what no request can change: MULTI, MONITOR, AUTH, rename-command,
- * loading, RESP3, MISCONF, maxmemory).
+ * loading, RESP3, MISCONF; and how much memory maxmemory leaves).
  *
  * WHAT IT RUNS
  * ============
  *
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
- *   TREAD key offset count [WITHINFO]     -> *n bulks (WITHINFO: *n+1, *4 info first)
- *   TREAD key offset count [WITHINFO] BLOCK ms    (options in either order)
+ *   TREAD key offset count [WITHINFO] [NONULLS]
+ *                                         -> *n bulks (WITHINFO: *n+1, *4 info first)
+ *   TREAD key offset count [WITHINFO] [NONULLS] BLOCK ms   (options in any order)
  *                                         -> the same reply, when it answers at once
  *
  * A BLOCK read is two commands in one: a read that answers at once, and a
@@ -100,11 +101,40 @@
  *
  * The caller bounds each run: max_commands requests (the pipeline reads
  * the clock between turns), reply_mark bytes of reply (output limits are
- * looked at between commands), and aof_room bytes of AOF (the AOF's disk
+ * looked at between commands; a TREAD whose reply would pass the mark is
+ * left to the general path, which refuses a reply over the client's hard
+ * limit without building it), and aof_room bytes of AOF (the AOF's disk
  * space is reserved ahead; the general path asks again when it nears the
  * end of the reservation). Each key gets a write_limit: a TWRITE whose next
  * offset would pass it (an offset reservation must be written first, or
  * the offset would pass 2^63-1) stops the lane.
+ *
+ * EXEC runs its queued TWRITEs and TREADs through the lane too
+ * (rcp11/commands/lane.py run_queued): they are encoded canonically and run
+ * here as a read is, with LANE_FIXED_TIME giving every TWRITE the
+ * transaction's one append time, as the general path does inside EXEC.
+ * Whatever the lane stops before, the general path runs, so a stop is never
+ * wrong there either (EXEC refuses for MISCONF and OOM as a whole, before
+ * any command runs; a stop for memory or MISCONF is then only slower).
+ *
+ * With maxmemory, the general path refuses a TWRITE (or evicts, under
+ * streams-oldest) when the used memory before it is over the limit. The
+ * caller passes memory_room, the limit minus the used memory when the run
+ * starts; the lane adds up what its TWRITEs (and their BACKLOG evictions)
+ * change in each stream's memory (mn_memory_bytes, which is exactly what
+ * the general path counts for a stream) and stops before the TWRITE that
+ * finds it over the room. No new key is created here (the resolver
+ * refuses missing keys), so nothing else in the used memory moves.
+ *
+ * SLOW COMMANDS
+ * =============
+ *
+ * A command that ran at least slow_usec microseconds (the smaller of the
+ * slow log's and the latency monitor's thresholds) is recorded in slow[]
+ * with where its request sits in the buffer, so Python can show it in
+ * SLOWLOG GET with its arguments; the run stops once slow[] is full, so
+ * none goes unrecorded (with the slow log at 0, every command is slow and
+ * a run is LANE_MAX_SLOW commands).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -135,6 +165,7 @@ typedef struct lane_arg {
 
 void lane_call_init(lane_call *call) {
     memset(call, 0, sizeof *call);
+    call->slow_usec = UINT64_MAX;
     mn_buf_init(&call->reply);
     mn_buf_init(&call->aof);
     mn_buf_init(&call->scratch_entries);
@@ -148,6 +179,8 @@ void lane_call_reset(lane_call *call) {
     call->twrite_calls = call->twrite_usec = 0;
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
+    call->memory_grown = 0;
+    call->nslow = 0;
     call->append_ms = -1;
     call->nkeys = 0;
 }
@@ -376,6 +409,10 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         call->stop = LANE_STOP_KEY;
         return -1;
     }
+    if (call->memory_limited && call->memory_grown > call->memory_room) {
+        call->stop = LANE_STOP_BUDGET; /* the general path refuses it, or evicts first */
+        return -1;
+    }
     uint64_t next = mn_next_offset(k->stream);
     uint64_t new_next = next + n;
     if (new_next - 1 > (uint64_t)LANE_INT64_MAX || new_next < next) return -1;
@@ -391,7 +428,8 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     if (buf_reserve(&call->reply, 32)) return -1;
     if (call->log_writes && buf_reserve(&call->aof, req_len)) return -1;
     uint64_t started = now_ns();
-    if (call->append_ms < 0) call->append_ms = wall_ms();
+    if (call->append_ms < 0) call->append_ms = call->fixed_time ? call->fixed_ms : wall_ms();
+    int64_t memory_before = (int64_t)mn_memory_bytes(k->stream);
     int64_t first;
     if (n == 1) {
         first = mn_append_one(k->stream, args[first_entry].p, (uint32_t)args[first_entry].len,
@@ -418,6 +456,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
         int64_t evicted = mn_evict_keep(k->stream, (uint64_t)backlog);
         if (evicted > 0) call->messages_evicted += (uint64_t)evicted;
     }
+    call->memory_grown += (int64_t)mn_memory_bytes(k->stream) - memory_before;
     buf_add_int(&call->reply, ':', first); /* reserved above: cannot fail */
     if (call->log_writes) buf_add(&call->aof, req, req_len);
     call->twrite_usec += (now_ns() - started) / 1000;
@@ -428,23 +467,29 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
 }
 
 /* TREAD's options after key offset count, as the general path reads them
- * (any order, each at most once): WITHINFO and BLOCK ms. Returns 0 and
- * sets *withinfo and *block (1 when BLOCK was given with a valid timeout);
+ * (any order, each at most once): WITHINFO, NONULLS and BLOCK ms. Returns 0
+ * and sets *withinfo, *nonulls and *block (1 when BLOCK was given with a
+ * valid timeout);
  * -1 for anything the general path would refuse (an option twice, an
  * unknown one, BLOCK without a value, a timeout that is not a canonical
  * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
  *
- *   args:  TREAD key offset count [WITHINFO] [BLOCK ms]   (either order)
+ *   args:  TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]   (any order)
  *          0     1   2      3     4 ...
  *
  * The timeout's value is not kept: the lane runs a BLOCK read only when it
  * answers at once, and then the general path never looks at it either. */
-static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *block) {
-    *withinfo = *block = 0;
+static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *nonulls,
+                         int *block) {
+    *withinfo = *nonulls = *block = 0;
     for (size_t i = 4; i < argc;) {
         if (word_is(&args[i], "WITHINFO")) {
             if (*withinfo) return -1;
             *withinfo = 1;
+            i++;
+        } else if (word_is(&args[i], "NONULLS")) {
+            if (*nonulls) return -1;
+            *nonulls = 1;
             i++;
         } else if (word_is(&args[i], "BLOCK")) {
             int64_t timeout;
@@ -459,16 +504,17 @@ static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO] [BLOCK ms]. Returns 0 when it ran, -1
- * to stop. A BLOCK read runs only when it answers at once, which is when
- * the general path's (tread_command) does not wait: its start offset is
- * below the stream's next offset. At or past it the general path would
- * block (or, inside MULTI, which never reaches the lane, answer): the lane
- * stops before the request. */
+/* TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]. Returns 0 when
+ * it ran, -1 to stop. A BLOCK read runs only when it answers at once, which
+ * is when the general path's (tread_command) does not wait: its start
+ * offset (with NONULLS, the first readable one at or after it) is below
+ * the stream's next offset. At or past it the general path would block
+ * (or, inside MULTI, which never reaches the lane, answer): the lane stops
+ * before the request. */
 static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
-    if (argc < 4 || argc > 7) return -1;
-    int withinfo, block;
-    if (tread_options(args, argc, &withinfo, &block)) return -1;
+    if (argc < 4 || argc > 8) return -1;
+    int withinfo, nonulls, block;
+    if (tread_options(args, argc, &withinfo, &nonulls, &block)) return -1;
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
     if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
@@ -486,12 +532,18 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
         uint64_t back = (uint64_t)0 - (uint64_t)offset;
         start = back >= next ? 0 : next - back;
     }
+    uint64_t n;
+    if (nonulls) {
+        /* Past evicted offsets and crash gaps, up to the next null. */
+        start = mn_readable_run(k->stream, start, (uint64_t)count, &n);
+    } else {
+        n = start < next ? next - start : 0;
+        if ((uint64_t)count < n) n = (uint64_t)count;
+    }
     if (block && start >= next) {
         call->stop = LANE_STOP_WAIT;
         return -1; /* it would wait: Python blocks the client */
     }
-    uint64_t n = start < next ? next - start : 0;
-    if ((uint64_t)count < n) n = (uint64_t)count;
     char head[160];
     mn_buf h = {head, 0, sizeof head};
     /* head has room for two headers and four integers: no allocation. */
@@ -510,9 +562,16 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
-    } else if (mn_read_resp_prefixed(k->stream, start, n, MN_NULL_RESP2, h.data, h.len,
-                                     &call->reply) != MN_OK) {
-        return -1; /* nothing appended; Python answers (or fails) the same read */
+    } else {
+        /* A reply that would take the run past reply_mark is not built
+         * here: the general path holds it to the client's hard output
+         * limit (one TREAD of a million messages must not be built for a
+         * client it will close). */
+        uint64_t room = call->reply_mark > call->reply.len ? call->reply_mark - call->reply.len : 0;
+        int rc = mn_read_resp_capped(k->stream, start, n, MN_NULL_RESP2, h.data, h.len, room, NULL,
+                                     &call->reply);
+        if (rc == MN_ERR_CAP) call->stop = LANE_STOP_BUDGET;
+        if (rc != MN_OK) return -1; /* nothing appended; Python answers (or fails) the same read */
     }
     call->tread_usec += (now_ns() - started) / 1000;
     call->tread_calls++;
@@ -526,7 +585,7 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
  * --------------------------------------------------------------------- */
 
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room) {
+                size_t aof_room, int64_t memory_room) {
     size_t pos = 0;
     uint64_t ran = 0;
     lane_call_reset(call);
@@ -534,6 +593,9 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
     call->writes = (flags & LANE_WRITES) != 0;
     call->log_writes = (flags & LANE_LOG_WRITES) != 0;
     call->aof_room = aof_room;
+    call->memory_limited = (flags & LANE_MEMORY_ROOM) != 0;
+    call->memory_room = memory_room;
+    call->fixed_time = (flags & LANE_FIXED_TIME) != 0;
     while (pos < len) {
         if (ran >= call->max_commands || call->reply.len > call->reply_mark) {
             call->stop = LANE_STOP_BUDGET;
@@ -549,6 +611,8 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
         const lane_arg *args = call->scratch_args;
         int rc = -1;
         int stop_before = call->stop;
+        /* Each command adds its own duration to one of these sums. */
+        uint64_t usec_before = call->twrite_usec + call->tread_usec;
         if (word_is(&args[0], "TWRITE"))
             rc = run_twrite(call, args, argc, buf + pos, (size_t)size);
         else if (word_is(&args[0], "TREAD"))
@@ -557,8 +621,21 @@ size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark,
             if (call->stop == stop_before) call->stop = LANE_STOP_REQUEST;
             break;
         }
+        uint64_t usec = call->twrite_usec + call->tread_usec - usec_before;
+        int slow_table_full = 0;
+        if (usec >= call->slow_usec) {
+            lane_slow *slow = &call->slow[call->nslow++];
+            slow->start = pos;
+            slow->len = (size_t)size;
+            slow->usec = usec;
+            slow_table_full = call->nslow == LANE_MAX_SLOW;
+        }
         pos += (size_t)size;
         ran++;
+        if (slow_table_full) {
+            call->stop = LANE_STOP_BUDGET;
+            break;
+        }
     }
     return pos;
 }

@@ -19,6 +19,10 @@
 /* Keys one lane_run() call may resolve; the next new key stops the lane. */
 #define LANE_MAX_KEYS 16
 
+/* Slow commands one lane_run() call records (SLOWLOG, LATENCY: see
+ * lane_slow); the run stops after the last one it has room for. */
+#define LANE_MAX_SLOW 8
+
 /* What the resolver allows for a key (bits of its return value). */
 #define LANE_KEY_READ 1
 #define LANE_KEY_WRITE 2
@@ -48,18 +52,30 @@ typedef struct lane_key {
     int written;            /* a TWRITE ran on it: its next offset changed */
 } lane_key;
 
+/* A command that ran at least lane_call.slow_usec: where its request is
+ * in the buffer lane_run() was given, and how long it ran. */
+typedef struct lane_slow {
+    size_t start, len;
+    uint64_t usec;
+} lane_slow;
+
 typedef struct lane_call {
     /* In, set by the caller before lane_run(). */
     lane_resolve_fn resolve;
     uint64_t max_bulk_len;       /* proto-max-bulk-len */
     uint64_t max_multibulk_len;  /* arguments per request */
     uint64_t max_commands;       /* requests to run at most */
+    uint64_t slow_usec;          /* record commands that run this long (UINT64_MAX: none) */
     /* In, set by lane_run() from its arguments (one cffi call, no field
      * sets from Python per read). */
     size_t reply_mark;           /* stop once reply.len passed this */
     int writes;                  /* 0: TWRITE stops the lane (MISCONF, maxmemory...) */
     int log_writes;              /* 1: copy each TWRITE request to aof */
     size_t aof_room;             /* aof.len may reach this before a TWRITE */
+    int memory_limited;          /* 1: maxmemory is set (memory_room applies) */
+    int64_t memory_room;         /* used memory may grow by this before a TWRITE */
+    int fixed_time;              /* 1: TWRITEs append at fixed_ms (LANE_FIXED_TIME) */
+    int64_t fixed_ms;            /* set by the caller: a transaction's one append time */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
@@ -67,6 +83,9 @@ typedef struct lane_call {
     int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    int64_t memory_grown;        /* what the run's TWRITEs added to the streams' memory */
+    size_t nslow;
+    lane_slow slow[LANE_MAX_SLOW];
     /* The append time (unix ms) of every TWRITE of the run: the wall clock
      * read once, at the first (-1: none ran). Python dates the run's AOF
      * bytes with it, so a replay appends them at the same time. */
@@ -90,13 +109,15 @@ void lane_call_free(lane_call *call);
 /* lane_run() flags. */
 #define LANE_WRITES 1         /* TWRITE may run */
 #define LANE_LOG_WRITES 2     /* and its request is copied to aof */
+#define LANE_MEMORY_ROOM 4    /* maxmemory: a TWRITE runs while memory_grown <= memory_room */
+#define LANE_FIXED_TIME 8     /* TWRITEs append at fixed_ms (set before the call), not the clock */
 
 /* Run the requests at the start of buf[0..len) while the lane can run them
  * exactly as the Python general path would; returns how many bytes it
- * consumed (whole requests only). reply_mark, flags and aof_room set the
- * fields of the same names. */
+ * consumed (whole requests only). reply_mark, flags, aof_room and
+ * memory_room set the fields of the same names. */
 size_t lane_run(lane_call *call, const char *buf, size_t len, size_t reply_mark, int flags,
-                size_t aof_room);
+                size_t aof_room, int64_t memory_room);
 
 /* CDEF-END */
 

@@ -1850,19 +1850,12 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style, mn_bu
     return mn_read_resp_prefixed(s, start, n, null_style, NULL, 0, out);
 }
 
-int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
-                          const char *prefix, size_t prefix_len, mn_buf *out) {
-    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
-    if (null_style != MN_NULL_RESP2 && null_style != MN_NULL_RESP3) return MN_ERR_ARG;
-    int rc = mn_check_range(s, start, n);
-    if (rc != MN_OK) return rc;
-    const char *null_text = null_style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
-    const size_t null_len = null_style == MN_NULL_RESP2 ? 5 : 3;
-
-    /* Pass one sizes the reply so the buffer is reserved once. */
+/* The bytes of the RESP bulk strings (and nulls of null_len) of a checked
+ * range: from the nodes' message ends alone. */
+static uint64_t mn_resp_bytes(mn_stream *s, uint64_t start, uint64_t n, size_t null_len) {
     mn_range r;
     mn_run run;
-    uint64_t size = prefix_len;
+    uint64_t size = 0;
     mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
@@ -1876,6 +1869,32 @@ int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_sty
             size += 5 + mn_decimal_len(ends[i] - prev);
             prev = ends[i];
         }
+    }
+    return size;
+}
+
+int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+                          const char *prefix, size_t prefix_len, mn_buf *out) {
+    return mn_read_resp_capped(s, start, n, null_style, prefix, prefix_len, UINT64_MAX, NULL, out);
+}
+
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+                        const char *prefix, size_t prefix_len, uint64_t max_len,
+                        uint64_t *needed, mn_buf *out) {
+    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
+    if (null_style != MN_NULL_RESP2 && null_style != MN_NULL_RESP3) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    const char *null_text = null_style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
+    const size_t null_len = null_style == MN_NULL_RESP2 ? 5 : 3;
+
+    /* Pass one sizes the reply so the buffer is reserved once. */
+    mn_range r;
+    mn_run run;
+    uint64_t size = prefix_len + mn_resp_bytes(s, start, n, null_len);
+    if (size > max_len) {
+        if (needed != NULL) *needed = size;
+        return MN_ERR_CAP;
     }
     if (size > SIZE_MAX) return MN_ERR_TOOBIG;
     if (size == 0) return MN_OK; /* n == 0, no prefix */
@@ -1918,6 +1937,27 @@ int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_sty
     }
     out->len = (size_t)(p - out->data);
     return MN_OK;
+}
+
+uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint64_t *run) {
+    *run = 0;
+    uint64_t pos = offset > s->first ? offset : s->first;
+    if (s->num_nodes == 0 || pos >= s->next) return offset > s->next ? offset : s->next;
+    /* The node holding pos, or the first one after it (pos is in a gap). */
+    const mn_node *node = mn_seek(s, pos);
+    if (node == NULL) node = s->head[0];
+    else if (mn_node_end(node) <= pos) node = node->fwd[0];
+    if (node == NULL) return s->next; /* only a gap up to next: nothing readable */
+    if (pos < node->first) pos = node->first;
+    /* Nodes that follow each other without a hole continue the run; walk
+     * only as far as max asks, so the cost is that of reading it. */
+    uint64_t end = mn_node_end(node);
+    while (end - pos < max && node->fwd[0] != NULL && node->fwd[0]->first == end) {
+        node = node->fwd[0];
+        end = mn_node_end(node);
+    }
+    *run = end - pos < max ? end - pos : max;
+    return pos;
 }
 
 int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {

@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 9
+#define MN_ABI_VERSION 10
 
 /* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
  * write. Loading also accepts the versions listed in macronode.c. */
@@ -45,6 +45,7 @@
 #define MN_ERR_TOOBIG -3     /* a message or node blob over 4 GB - 1 */
 #define MN_ERR_CORRUPT -4    /* a serialized blob failed validation */
 #define MN_ERR_ARG -5        /* an argument out of its documented range */
+#define MN_ERR_CAP -6        /* a reply over the caller's cap (mn_read_resp_capped) */
 
 /* now_ms argument meaning "the wall clock, read by the core". */
 #define MN_NOW -1
@@ -274,6 +275,21 @@ int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
  * appended on error. */
 int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
                           const char *prefix, size_t prefix_len, mn_buf *out);
+/* The same, unless the reply (prefix included) would be over max_len
+ * bytes: then MN_ERR_CAP, its size in *needed (when not NULL), and nothing
+ * is appended or decompressed (the size comes from the nodes' message ends
+ * alone), so a reply over a client's output limit is refused unbuilt. */
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+                        const char *prefix, size_t prefix_len, uint64_t max_len,
+                        uint64_t *needed, mn_buf *out);
+
+/* Where a read that skips unreadable offsets starts: the first readable
+ * offset at or after `offset` (evicted offsets and gaps left by
+ * mn_raise_next_offset are not), and in *run how many offsets from there
+ * are readable without an unreadable one between them, at most max. When
+ * nothing at or after `offset` is readable: max(offset, next), *run 0.
+ * O(log nodes) plus one step per node the run covers. */
+uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint64_t *run);
 
 /* Same range, for callers that want the messages themselves: appends the
  * payloads back to back to out and writes lens[i] (-1 for null). */

@@ -172,6 +172,12 @@ typedef struct nl_key {
     int written;
 } nl_key;
 
+typedef struct nl_slow {
+    nl_conn *conn;
+    size_t at, len;   /* the request's bytes in loop->slow_bytes */
+    uint64_t usec;
+} nl_slow;
+
 typedef struct nl_aof_run {
     int64_t ms;
     size_t end;       /* the run's bytes end here in loop->aof */
@@ -182,6 +188,8 @@ struct nl_loop {
     int epfd;
     int switches;
     size_t aof_room;
+    int64_t memory_room;   /* what the batch's TWRITEs may grow (LANE_MEMORY_ROOM) */
+    int64_t memory_grown;  /* what they grew so far */
     size_t hard_limit;  /* client-output-buffer-limit normal's hard bytes */
     int polling;
     nl_resolve_fn resolve;
@@ -203,6 +211,9 @@ struct nl_loop {
     mn_buf aof;
     nl_aof_run *runs;
     size_t nruns, runs_cap;
+    nl_slow *slow;
+    size_t nslow, slow_cap;
+    mn_buf slow_bytes;
     nl_conn **touched;   /* the lane ran requests for these (NL_TOUCHED) */
     size_t ntouched, touched_cap;
     void **owners;       /* their owners, built by nl_batch_owners() */
@@ -320,6 +331,7 @@ nl_loop *nl_loop_new(void) {
     loop->call.max_commands = 4096;
     mn_buf_init(&loop->key_bytes);
     mn_buf_init(&loop->aof);
+    mn_buf_init(&loop->slow_bytes);
     return loop;
 }
 
@@ -336,6 +348,8 @@ void nl_loop_free(nl_loop *loop) {
     lane_call_free(&loop->call);
     mn_buf_free(&loop->key_bytes);
     mn_buf_free(&loop->aof);
+    mn_buf_free(&loop->slow_bytes);
+    free(loop->slow);
     free(loop->rbuf);
     free(loop->dirty);
     free(loop->zombies);
@@ -362,9 +376,12 @@ void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_
     loop->call.max_commands = max_commands;
 }
 
-void nl_set_switches(nl_loop *loop, int switches, size_t aof_room) {
+void nl_set_switches(nl_loop *loop, int switches, size_t aof_room, int64_t memory_room,
+                     uint64_t slow_usec) {
     loop->switches = switches;
     loop->aof_room = aof_room;
+    loop->memory_room = memory_room;
+    loop->call.slow_usec = slow_usec;
 }
 
 void nl_set_hard_limit(nl_loop *loop, size_t hard_limit) { loop->hard_limit = hard_limit; }
@@ -456,6 +473,8 @@ void nl_conn_free(nl_conn *c) {
         if (loop->dirty[i] == c) loop->dirty[i] = NULL;
     for (size_t i = 0; i < loop->ntouched; i++)
         if (loop->touched[i] == c) loop->touched[i] = NULL;
+    for (size_t i = 0; i < loop->nslow; i++)
+        if (loop->slow[i].conn == c) loop->slow[i].conn = NULL;
     if (loop->polling) {
         /* An event of this poll may still point at it. */
         if (push_ptr((void ***)&loop->zombies, &loop->nzombies, &loop->zombie_cap, c) == 0) return;
@@ -508,9 +527,24 @@ static void touch(nl_loop *loop, nl_conn *c) {
 /* Fold one lane_run() into the batch and the connection; 0, or -1 when
  * the lane's output could not be kept (no memory: the connection breaks,
  * as a write the socket refuses would break it). */
-static int take_run(nl_loop *loop, nl_conn *c, size_t consumed) {
+static int take_run(nl_loop *loop, nl_conn *c, const char *buf, size_t consumed) {
     lane_call *call = &loop->call;
     nl_counts *n = &loop->counts;
+    loop->memory_grown += call->memory_grown;
+    for (size_t i = 0; i < call->nslow; i++) {
+        /* The read buffer is reused: the slow request is kept as bytes. */
+        const lane_slow *sl = &call->slow[i];
+        if (loop->nslow == loop->slow_cap) {
+            size_t want = loop->slow_cap ? loop->slow_cap * 2 : 8;
+            nl_slow *p = realloc(loop->slow, want * sizeof *p);
+            if (p == NULL) break;
+            loop->slow = p;
+            loop->slow_cap = want;
+        }
+        size_t at = loop->slow_bytes.len;
+        if (mn_buf_append(&loop->slow_bytes, buf + sl->start, sl->len)) break;
+        loop->slow[loop->nslow++] = (nl_slow){c, at, sl->len, sl->usec};
+    }
     n->twrite_calls += call->twrite_calls;
     n->twrite_usec += call->twrite_usec;
     n->tread_calls += call->tread_calls;
@@ -616,7 +650,7 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
         return;
     }
     size_t pending = c->out.len - c->sent;
-    int flags = loop->switches & (LANE_WRITES | LANE_LOG_WRITES);
+    int flags = loop->switches & (LANE_WRITES | LANE_LOG_WRITES | LANE_MEMORY_ROOM);
     size_t room = 0;
     if (flags & LANE_LOG_WRITES) {
         if (loop->aof.len <= loop->aof_room)
@@ -624,8 +658,11 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
         else
             flags = 0; /* the AOF's room is used up: Python asks for more */
     }
-    size_t consumed = lane_run(&loop->call, buf, len, c->output_mark - pending, flags, room);
-    if (consumed && take_run(loop, c, consumed)) {
+    /* What this batch's earlier runs grew counts against maxmemory too. */
+    int64_t memory_room = loop->memory_room - loop->memory_grown;
+    size_t consumed =
+        lane_run(&loop->call, buf, len, c->output_mark - pending, flags, room, memory_room);
+    if (consumed && take_run(loop, c, buf, consumed)) {
         if (c->flags & NL_CLOSED) return;
     }
     size_t rest = len - consumed;
@@ -762,6 +799,16 @@ void **nl_batch_owners(nl_loop *loop, size_t *n) {
 
 size_t nl_dirty(nl_loop *loop) { return loop->ndirty; }
 
+size_t nl_batch_slow_count(nl_loop *loop) { return loop->nslow; }
+
+uint64_t nl_batch_slow(nl_loop *loop, size_t i, void **owner, const char **request, size_t *len) {
+    const nl_slow *sl = &loop->slow[i];
+    *owner = sl->conn != NULL ? sl->conn->owner : NULL;
+    *request = loop->slow_bytes.data + sl->at;
+    *len = sl->len;
+    return sl->usec;
+}
+
 int nl_batch_pending(nl_loop *loop) {
     return loop->counts.runs != 0 || loop->nkeys != 0 || loop->ntouched != 0;
 }
@@ -772,6 +819,9 @@ void nl_batch_reset(nl_loop *loop) {
     loop->key_bytes.len = 0;
     loop->aof.len = 0;
     loop->nruns = 0;
+    loop->nslow = 0;
+    loop->slow_bytes.len = 0;
+    loop->memory_grown = 0;
     for (size_t i = 0; i < loop->ntouched; i++) {
         nl_conn *c = loop->touched[i];
         if (c == NULL) continue;

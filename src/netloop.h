@@ -18,9 +18,9 @@
 
 /* What no request can change during one poll, set by Python before it and
  * after every hand-over (nl_set_switches). */
-#define NL_LANE 4        /* the lane may run at all (no MONITOR, loading, ...) */
-/* with lane_run()'s flags: LANE_WRITES (TWRITE may run) and
- * LANE_LOG_WRITES (and is copied to the AOF). */
+#define NL_LANE 256      /* the lane may run at all (no MONITOR, loading, ...) */
+/* with lane_run()'s flags: LANE_WRITES (TWRITE may run), LANE_LOG_WRITES
+ * (and is copied to the AOF) and LANE_MEMORY_ROOM (maxmemory). */
 
 typedef struct nl_loop nl_loop;
 typedef struct nl_conn nl_conn;
@@ -62,7 +62,11 @@ void nl_set_callbacks(nl_loop *loop, nl_resolve_fn resolve, nl_data_fn data, nl_
  * per lane run. */
 void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_len,
                    uint64_t max_commands);
-void nl_set_switches(nl_loop *loop, int switches, size_t aof_room);
+/* aof_room: AOF bytes the batch may add; memory_room: what its TWRITEs
+ * may grow the streams by (with LANE_MEMORY_ROOM); slow_usec: lane
+ * commands that run this long are recorded (nl_batch_slow). */
+void nl_set_switches(nl_loop *loop, int switches, size_t aof_room, int64_t memory_room,
+                     uint64_t slow_usec);
 /* client-output-buffer-limit's hard bytes (0: none), checked at flush. */
 void nl_set_hard_limit(nl_loop *loop, size_t hard_limit);
 
@@ -118,6 +122,9 @@ int64_t nl_batch_aof_run(nl_loop *loop, size_t i, const char **data, size_t *len
 /* Owners of the connections the lane ran requests for or holds the start
  * of a request of (or, after nl_drop_unflushed, closed); n set to how many. */
 void **nl_batch_owners(nl_loop *loop, size_t *n);
+/* Slow commands (SLOWLOG, LATENCY): their request, owner and time. */
+size_t nl_batch_slow_count(nl_loop *loop);
+uint64_t nl_batch_slow(nl_loop *loop, size_t i, void **owner, const char **request, size_t *len);
 /* Whether anything above is set (the batch needs folding into Python). */
 int nl_batch_pending(nl_loop *loop);
 void nl_batch_reset(nl_loop *loop);

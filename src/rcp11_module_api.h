@@ -239,7 +239,7 @@ typedef struct RedisModuleTypeMethods {
 } RedisModuleTypeMethods;
 
 /* ------------------------------------------------------------------------
- * Command info (SetCommandInfo, 7.0): key specs only, no argument docs.
+ * Command info (SetCommandInfo, 7.0): key specs and argument docs.
  * --------------------------------------------------------------------- */
 
 typedef struct RedisModuleCommandKeySpec {
@@ -275,17 +275,32 @@ typedef struct RedisModuleCommandHistoryEntry {
     const char *changes;
 } RedisModuleCommandHistoryEntry;
 
-/* Argument docs; declared for the size the version record reports. */
+/* Argument types and flags (COMMAND DOCS, and the hints redis-cli and
+ * valkey-cli show from it). */
+#define REDISMODULE_ARG_TYPE_STRING 0
+#define REDISMODULE_ARG_TYPE_INTEGER 1
+#define REDISMODULE_ARG_TYPE_KEY 3
+#define REDISMODULE_ARG_TYPE_PURE_TOKEN 6
+#define REDISMODULE_ARG_TYPE_ONEOF 7 /* one of its sub-arguments */
+#define REDISMODULE_ARG_TYPE_BLOCK 8 /* all of its sub-arguments */
+#define REDISMODULE_CMD_ARG_OPTIONAL (1 << 0)
+#define REDISMODULE_CMD_ARG_MULTIPLE (1 << 1)
+
+/* One argument of a command; an array of them ends with a NULL name. The
+ * server steps through the array by the size the version record reports.
+ * display_text came with Redis 7.2: 7.2 and Valkey 8 read it in every
+ * element, 7.0 steps over it. */
 typedef struct RedisModuleCommandArg {
     const char *name;
-    int type;
-    int key_spec_index;
-    const char *token;
+    int type;           /* REDISMODULE_ARG_TYPE_* */
+    int key_spec_index; /* type KEY: index into key_specs; else -1 */
+    const char *token;  /* the word before the value, or the PURE_TOKEN */
     const char *summary;
     const char *since;
-    int flags;
+    int flags; /* REDISMODULE_CMD_ARG_* */
     const char *deprecated_since;
-    struct RedisModuleCommandArg *subargs;
+    struct RedisModuleCommandArg *subargs; /* ONEOF and BLOCK */
+    const char *display_text;              /* the name shown in hints */
 } RedisModuleCommandArg;
 
 /* The server walks the arrays above with these element sizes. */
@@ -457,9 +472,18 @@ typedef struct RedisModuleCommandInfo {
        RedisModuleConfigGetStringFunc getfn, RedisModuleConfigSetStringFunc setfn,             \
        RedisModuleConfigApplyFunc applyfn, void *privdata))
 
+/* Functions the module can do without, looked up the same way: NULL on a
+ * server too old to have them (module.c checks before each use). */
+#define RCP11_MODULE_API_OPTIONAL(X)                                                           \
+    /* Redis 7.2, Valkey 8 */                                                                  \
+    X(int, SetCommandACLCategories, (RedisModuleCommand * command, const char *aclflags))      \
+    /* Redis 7.4, Valkey 8 */                                                                  \
+    X(int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))
+
 #define RCP11_DECLARE_API(ret, name, params) extern ret(*RedisModule_##name) params;
 RCP11_MODULE_API(RCP11_DECLARE_API)
 RCP11_MODULE_API_RESERVE(RCP11_DECLARE_API)
+RCP11_MODULE_API_OPTIONAL(RCP11_DECLARE_API)
 #undef RCP11_DECLARE_API
 
 #endif /* RCP11_MODULE_API_H */

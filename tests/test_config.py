@@ -20,9 +20,9 @@ from conftest import (
     answers_ping,
     exchange,
     free_port,
-    have,
     mbulk,
     raw_pipeline,
+    require,
     tr,
     tw,
     wait_for,
@@ -347,17 +347,16 @@ def test_unixsocket_serves_redis_py_and_redis_cli(server_factory: Any, tmp_path:
     cl = redis.Redis(unix_socket_path=str(path), protocol=3)
     assert tw(cl, "s", "via unix") == 0
     assert tr(srv.client(), "s", 0, 1) == [b"via unix"]
-    if have("redis-cli"):
-        out = subprocess.run(
-            ["redis-cli", "-s", str(path), "TREAD", "s", "0", "5"], capture_output=True, text=True
-        )
-        assert out.stdout.strip() == "via unix"
+    require("redis-cli")  # the redis-cli half: skipped only outside CI
+    out = subprocess.run(
+        ["redis-cli", "-s", str(path), "TREAD", "s", "0", "5"], capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "via unix"
 
 
 @pytest.mark.slow
 def test_tcp_keepalive_is_set_on_client_sockets(server_factory: Any) -> None:
-    if not have("ss"):
-        pytest.skip("ss (iproute2) is not installed")
+    require("ss")  # iproute2; run-tests.sh installs it
     srv = server_factory(tcp_keepalive=100)
     with srv.raw() as raw:
         assert raw.call("PING") == b"+PONG\r\n"

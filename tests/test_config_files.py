@@ -6,7 +6,6 @@ refuses the start naming it."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +116,8 @@ def test_bad_argument_exits(tmp_path: Path) -> None:
 def test_config_file_error_names_line(tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     conf.write_text("port 0\n# comment\nappendfsync sometimes\n")
-    proc = subprocess.run(
-        ["python", "-m", "rcp11", "server", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=tmp_path,
-    )
+    # This interpreter, not whatever `python` PATH finds first.
+    proc = run_server(str(conf), cwd=tmp_path, timeout=30)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "line 3" in text and "appendfsync sometimes" in text
@@ -147,7 +141,22 @@ def test_bad_command_line_directive_refuses_to_start(
     assert named in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_missing_config_file_refuses_to_start(tmp_path: Path) -> None:
-    proc = run_server(str(tmp_path / "nope.conf"), cwd=tmp_path)
-    assert proc.returncode != 0
-    assert "nope.conf" in proc.stdout + proc.stderr
+    """One line, as redis-server says it: no banner about a line 0."""
+    missing = tmp_path / "nope.conf"
+    proc = run_server(str(missing), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"Fatal error, can't open config file '{missing}': No such file or directory\n"
+    )
+    # A directory, and a file an `include` names: the include's line is shown.
+    assert run_server(str(tmp_path), cwd=tmp_path).stderr.splitlines() == [
+        f"Fatal error, can't open config file '{tmp_path}': Is a directory"
+    ]
+    conf = tmp_path / "main.conf"
+    conf.write_text("port 0\ninclude nope.conf\n")
+    text = run_server(str(conf), cwd=tmp_path).stderr
+    assert f"file '{conf}', at line 2" in text and ">>> 'include nope.conf'" in text
+    assert f"can't open config file '{missing}'" in text

@@ -23,10 +23,12 @@ from rcp11.persistence import (
     PersistenceError,
     encode_command,
 )
+from rcp11.persistence.offsets_file import HEADER_SIZE, NO_AOF, header
 from rcp11.state import ServerState
 
-HEADER = OFFSETS_MAGIC + struct.pack("<H", 2)
+HEADER = header(NO_AOF)  # version 3: magic, version, the AOF slot
 V1_HEADER = OFFSETS_MAGIC + struct.pack("<H", 1)
+V2_HEADER = OFFSETS_MAGIC + struct.pack("<H", 2)
 
 
 def loaded(directory: Path, **directives: str) -> tuple[ServerState, Persistence]:
@@ -57,10 +59,11 @@ def test_offsets_file_whose_header_never_reached_the_disk_is_empty(
 ) -> None:
     """A file created and cut before its header was whole never held a
     reservation (the header is fsynced before any)."""
-    for header in (HEADER, V1_HEADER):
-        path = tmp_path / "x.offsets"
-        path.write_bytes(header[:length])
-        assert OffsetReservations(str(path)).load() == {}
+    for head in (HEADER, V1_HEADER + b"\0" * 64, V2_HEADER):
+        if length < len(head):
+            path = tmp_path / "x.offsets"
+            path.write_bytes(head[:length])
+            assert OffsetReservations(str(path)).load() == {}
 
 
 def test_version_1_file_with_its_slot_cut_is_empty_and_a_whole_one_loads(tmp_path: Path) -> None:
@@ -71,8 +74,19 @@ def test_version_1_file_with_its_slot_cut_is_empty_and_a_whole_one_loads(tmp_pat
     batch = struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
     path.write_bytes(V1_HEADER + b"\0" * 64 + batch)
     assert OffsetReservations(str(path)).load() == {b"k": 77}
-    assert path.read_bytes().startswith(HEADER)  # rewritten as version 2
+    assert path.read_bytes().startswith(HEADER)  # rewritten as version 3
     assert OffsetReservations(str(path)).load() == {b"k": 77}
+
+
+def test_version_2_file_loads_and_is_rewritten_as_version_3(tmp_path: Path) -> None:
+    path = tmp_path / "x.offsets"
+    payload = struct.pack("<I", 1) + b"k" + struct.pack("<q", 77)
+    batch = struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+    path.write_bytes(V2_HEADER + batch)
+    reservations = OffsetReservations(str(path))
+    assert reservations.load() == {b"k": 77}
+    assert reservations.slot == NO_AOF  # a version 2 file vouches for no AOF
+    assert path.read_bytes() == HEADER + batch
 
 
 def test_offsets_file_with_an_unknown_version_refuses(tmp_path: Path) -> None:
@@ -91,7 +105,7 @@ def reservations_file(path: Path, batches: int = 6) -> tuple[bytes, list[int]]:
         reservations.reserve(b"key-%d" % index, 10 + index, 0)
     data = path.read_bytes()
     starts = []
-    pos = len(HEADER)
+    pos = HEADER_SIZE
     while pos < len(data):
         starts.append(pos)
         pos += 8 + struct.unpack_from("<I", data, pos)[0]

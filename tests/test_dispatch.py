@@ -16,7 +16,7 @@ from rcp11 import errors
 from rcp11.commands import BLOCKED, COMMANDS, execute, parse_int
 from rcp11.config import Config
 from rcp11.errors import CommandError
-from rcp11.resp import NULL_ARRAY, QUEUED, Error, Raw, encode
+from rcp11.resp import NULL_ARRAY, QUEUED, Error, encode
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
 
@@ -66,9 +66,7 @@ def test_queued_commands_answer_queued_and_exec_runs_them_in_order(state: Server
     assert run(state, c, "MULTI") == "OK"
     assert run(state, c, "TWRITE", "s", "a") is QUEUED
     assert run(state, c, "TREAD", "s", "0", "10") is QUEUED
-    replies = run(state, c, "EXEC")
-    assert replies[0] == 0
-    assert wire(replies[1]) == b"*1\r\n$1\r\na\r\n"
+    assert wire(run(state, c, "EXEC")) == b"*2\r\n:0\r\n*1\r\n$1\r\na\r\n"
     assert state.persistence.log == [[b"MULTI"], [b"TWRITE", b"s", b"a"], [b"EXEC"]]
 
 
@@ -77,7 +75,7 @@ def test_exec_that_changes_nothing_propagates_nothing(state: ServerState) -> Non
     run(state, c, "MULTI")
     run(state, c, "GET", "x")
     run(state, c, "TREAD", "s", "0", "1")
-    assert run(state, c, "EXEC") == [None, Raw(b"*0\r\n")]
+    assert wire(run(state, c, "EXEC")) == b"*2\r\n$-1\r\n*0\r\n"
     assert state.persistence.log == []
 
 
@@ -103,7 +101,7 @@ def test_watch_makes_exec_return_null_array_when_key_changed(state: ServerState)
     # EXEC forgot the watch: the next transaction runs.
     run(state, c, "MULTI")
     run(state, c, "SET", "a", "1")
-    assert run(state, c, "EXEC") == ["OK"]
+    assert wire(run(state, c, "EXEC")) == b"*1\r\n+OK\r\n"
 
 
 def test_misconf_refuses_writes_but_not_reads(state: ServerState) -> None:
@@ -235,7 +233,7 @@ def test_blocking_inside_multi_does_not_block(state: ServerState) -> None:
     c = Client()
     run(state, c, "MULTI")
     run(state, c, "TREAD", "s", "0", "1", "BLOCK", "0")
-    assert run(state, c, "EXEC") == [Raw(b"*0\r\n")]
+    assert wire(run(state, c, "EXEC")) == b"*1\r\n*0\r\n"
     assert c.blocked is None
 
 
@@ -449,3 +447,34 @@ def test_the_lane_steps_aside_when_one_by_one_could_differ(state: ServerState) -
     assert [r.message for r in replies] == [errors.OOM] * 2
     state.config.set("maxmemory", "0")
     assert dispatch_read(state, c, pipeline) == [7, 8]
+
+
+def test_exec_past_the_output_limit_runs_its_writes_and_builds_no_more_replies(
+    state: ServerState,
+) -> None:
+    """EXEC holds its replies to the client's output limit as they are
+    built: past it the client is closed (output_overflow), the commands
+    that change data still run, and no more reads are built (INFO's
+    total_messages_read counts the messages reads put in replies)."""
+    c = Client()
+    overflows: list[int] = []
+    # A 2.5 MB hard limit, less what EXEC built so far, as the connection says.
+    c.output_room = lambda: 2_500_000 - c.output_building  # type: ignore[method-assign]
+    c.output_overflow = overflows.append  # type: ignore[method-assign]
+    run(state, c, "TWRITE", "big", "ENTRIES", *[b"m" * 1000] * 1000)
+    read_before = state.stats.total_messages_read
+    run(state, c, "MULTI")
+    for _ in range(1000):
+        run(state, c, "TREAD", "big", 0, 1000)
+    run(state, c, "TWRITE", "after", "x")
+    run(state, c, "TREAD", "big", 0, 7, "GROUP", "g")
+    run(state, c, "EXEC")
+    # The third 1 MB reply would take it past 2.5 MB: it is not built, the
+    # client is closed, the reads after it do not run; the group read still
+    # moves its group, without a reply.
+    assert state.stats.total_messages_read - read_before == 3 * 1000 + 7
+    assert len(overflows) == 1 and 1_000_000 < overflows[0] < 1_100_000
+    assert c.output_dropped
+    assert state.keyspace.get(b"g") == b"7"
+    assert state.keyspace.get(b"after").next_offset == 1
+    assert [b"MULTI"] in state.persistence.log and [b"EXEC"] in state.persistence.log

@@ -25,9 +25,10 @@ from helpers_netloop import SocketFront
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rcp11.commands import execute
+from rcp11 import errors
+from rcp11.commands import execute, transactions
 from rcp11.persistence.aof_format import ANNOTATION, iter_aof_commands
-from rcp11.resp import encode_command
+from rcp11.resp import Error, Parts, encode, encode_command
 from rcp11.state import ClientState, ServerState
 
 KEYS = [b"s", b"t", b"k", b"new", b"g"]
@@ -68,7 +69,9 @@ def tread(draw: Any) -> list[bytes]:
     argv = [draw(tread_name), draw(keys), draw(numbers), draw(numbers)]
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
-            st.sampled_from([[b"WITHINFO"], [b"withinfo"], [b"GROUP", b"grp"], [b"bogus"]])
+            st.sampled_from(
+                [[b"WITHINFO"], [b"withinfo"], [b"NONULLS"], [b"GROUP", b"grp"], [b"bogus"]]
+            )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
             | st.just([b"GROUPNEW", b"grp"])
@@ -116,11 +119,12 @@ def good(draw: Any) -> list[bytes]:
         return [draw(twrite_name), key, *draw(st.sampled_from([[], backlog])), b"ENTRIES", *entries]
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"-1", b"-2", b"100", b"-100"]))
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
-    options = draw(st.sampled_from([[], [b"WITHINFO"]]))
+    options = draw(st.sampled_from([[], [b"WITHINFO"], [b"NONULLS"], [b"nonulls", b"WITHINFO"]]))
     if draw(st.booleans()):
         # BLOCK: the lane runs it when there is something at offset (most
-        # of these: s starts with four messages, t with one), and hands it
-        # over when it would wait (100, or past t's end): it then blocks
+        # of these: s starts with four messages, t with one, a gap, one
+        # more), and hands it over when it would wait (100, or past t's
+        # end; with NONULLS also inside a gap at the end): it then blocks
         # until a write, a timeout or CLIENT UNBLOCK (other_client).
         timeout = draw(st.sampled_from([b"0", b"1", b"100"]) | numbers | words)
         block = [draw(block_word), timeout]
@@ -135,13 +139,15 @@ def good(draw: Any) -> list[bytes]:
 @st.composite
 def block_read(draw: Any) -> list[bytes]:
     """A valid BLOCK read near the end of s (four messages at the start) or
-    t (one): with data (the lane runs it) or at / past the tail (it waits
+    t (0, a gap, 3): with data (the lane runs it) or at / past the tail (it waits
     until a write, CLIENT UNBLOCK or, unless BLOCK 0, time passing)."""
     key = draw(st.sampled_from([b"s", b"t"]))
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
     count = draw(st.sampled_from([b"0", b"1", b"3"]))
     block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
     options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    if draw(st.booleans()):
+        options = [*options, b"NONULLS"]
     return [draw(tread_name), key, offset, count, *options]
 
 
@@ -238,6 +244,10 @@ def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
         [b"SET", b"k", b"v"],
     ):
         execute(state, setup, argv)
+    # t: a gap after its message (offsets 1 and 2), as a crash leaves one,
+    # then one more: what NONULLS steps over.
+    state.keyspace.get(b"t").raise_next_offset(3)
+    execute(state, setup, [b"TWRITE", b"t", b"two"])
     return state, persistence
 
 
@@ -292,62 +302,127 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     }
 
 
+# maxmemory for a session: None (no limit), or the policy and how many
+# bytes over the memory used after the setup the limit is (the session's
+# writes pass it at some request, which both paths must refuse alike).
+# noeviction only: streams-oldest evicts the stream whose oldest node is
+# oldest, which the wall clock decides when both streams were written in
+# the same millisecond or not (the lane's stop for it is tested below).
+memory_limits = st.none() | st.tuples(st.just("noeviction"), st.sampled_from([0, 100, 1000, 5000]))
+
+
 def _run(
-    directory: Path, aof: bool, lane: bool, chunks: list[bytes], actions: list[Any]
+    directory: Path,
+    aof: bool,
+    lane: bool,
+    chunks: list[bytes],
+    actions: list[Any],
+    memory: tuple[str, int] | None = None,
 ) -> tuple[Any, ...]:
     state, persistence = _setup(directory, aof)
+    if memory is not None:
+        policy, slack = memory
+        state.config.set("maxmemory-policy", policy)
+        state.config.set("maxmemory", str(state.used_memory() + slack))
     client = Peer()  # its replies to blocked reads come late: kept too
     peer = Peer()
     client.id, peer.id = 1000, 1001  # HELLO and CLIENT ID show them
     replies = []
     peer_replies = []
-    for chunk, action in zip(chunks, actions, strict=True):
-        if action == TIME_PASSES:
-            state.blocking.expire(float("inf"))
-        elif action is not None and peer.blocked is None:
-            peer_replies.append(execute(state, peer, list(action)))
-        replies.append(serve_reads(state, client, [chunk], lane=lane))
+    # lane=False: EXEC runs its queued commands on the general path too.
+    exec_lane = transactions.lane_open
+    if not lane:
+        transactions.lane_open = lambda *args, **kw: False  # type: ignore[assignment]
+    try:
+        for chunk, action in zip(chunks, actions, strict=True):
+            if action == TIME_PASSES:
+                state.blocking.expire(float("inf"))
+            elif action is not None and peer.blocked is None:
+                peer_replies.append(execute(state, peer, list(action)))
+            replies.append(serve_reads(state, client, [chunk], lane=lane))
+    finally:
+        transactions.lane_open = exec_lane  # type: ignore[assignment]
     return (
         replies,
-        [repr(r) for r in client.received],
+        [_shown(r) for r in client.received],
         client.blocked is None,
-        [repr(r) for r in peer_replies],
-        [repr(r) for r in peer.received],
+        [_shown(r) for r in peer_replies],
+        [_shown(r) for r in peer.received],
         client.last_command,
         _observed(state, persistence),
     )
 
 
+def _shown(reply: Any) -> Any:
+    """A reply as a client gets it: EXEC's in bytes (the lane builds it in
+    other pieces than the general path)."""
+    return encode(reply, False) if type(reply) is Parts else repr(reply)
+
+
+@st.composite
+def transaction(draw: Any) -> tuple[list[bytes], list[Any]]:
+    """One read holding MULTI, commands the lane runs or stops at (and
+    errors, which abort the EXEC), EXEC; another client may act before."""
+    queued = draw(st.lists(good() | twrite() | tread() | other, max_size=40))
+    queued = [argv for argv in queued if argv[0].upper() not in (b"MULTI", b"EXEC", b"DISCARD")]
+    data = b"".join(map(_canonical, [[b"MULTI"], *queued, [b"EXEC"]]))
+    return [data], [draw(other_client)]
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(session=transaction(), aof=st.booleans(), memory=memory_limits)
+def test_exec_through_the_lane_and_the_general_path_agree(
+    session: Any, aof: bool, memory: tuple[str, int] | None
+) -> None:
+    """EXEC runs its queued TWRITEs and TREADs through the lane (issue 23:
+    100k of them stopped every client for a second): replies, AOF (inside
+    MULTI ... EXEC, with the transaction's one append time), data and
+    stats are the general path's."""
+    _both_agree(session, aof, memory)
+
+
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(session=session(), aof=st.booleans())
-def test_the_lane_and_the_general_path_agree(session: Any, aof: bool) -> None:
-    _agree(_run, session, aof)
+@given(session=session(), aof=st.booleans(), memory=memory_limits)
+def test_the_lane_and_the_general_path_agree(
+    session: Any, aof: bool, memory: tuple[str, int] | None
+) -> None:
+    _both_agree(session, aof, memory)
 
 
-def _agree(run: Any, session: Any, aof: bool) -> None:
-    """run(directory, aof, True, chunks, actions) (the lane's way) and
-    run(..., False, ...) (the general path alone), each on a fresh data
-    directory, see the same."""
+def _both_agree(session: Any, aof: bool, memory: tuple[str, int] | None, run: Any = None) -> None:
+    """The session run with the lane and without it (run(directory, aof,
+    lane, chunks, actions, memory), _run by default): every outcome equal."""
+    run = run or _run
     chunks, actions = session
     outcomes = []
     for lane in (True, False):
         directory = Path(tempfile.mkdtemp(prefix="lane-"))
         try:
-            outcomes.append(run(directory, aof, lane, chunks, actions))
+            outcomes.append(run(directory, aof, lane, chunks, actions, memory))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     assert outcomes[0] == outcomes[1]
 
 
 def _run_sockets(
-    directory: Path, aof: bool, c_loop: bool, chunks: list[bytes], actions: list[Any]
+    directory: Path,
+    aof: bool,
+    c_loop: bool,
+    chunks: list[bytes],
+    actions: list[Any],
+    memory: tuple[str, int] | None = None,
 ) -> tuple[Any, ...]:
     """_run() through the server's front end over a socket: the C lane's
     loop (src/netloop.c) or asyncio's transport with the general path
     alone. Each chunk is one read; what the client receives after it (its
     replies, and late replies to a blocked read) is what is compared."""
     state, persistence = _setup(directory, aof)
+    if memory is not None:
+        policy, slack = memory
+        state.config.set("maxmemory-policy", policy)
+        state.config.set("maxmemory", str(state.used_memory() + slack))
     front = SocketFront(state, c_loop, client_id=1000)
     peer = Peer()
     peer.id = 1001
@@ -380,13 +455,15 @@ def _run_sockets(
 
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(session=session(), aof=st.booleans())
-def test_the_c_loop_and_the_general_path_agree(session: Any, aof: bool) -> None:
+@given(session=session(), aof=st.booleans(), memory=memory_limits)
+def test_the_c_loop_and_the_general_path_agree(
+    session: Any, aof: bool, memory: tuple[str, int] | None
+) -> None:
     """The C lane's own event loop (src/netloop.c: the socket read in C,
     the lane, the hand-over of the rest to Python, the batch's counters and
     AOF folded back, replies written after the flush) against the general
     path alone, each behind a real socket, on the same random reads."""
-    _agree(_run_sockets, session, aof)
+    _both_agree(session, aof, memory, _run_sockets)
 
 
 def _one_read(state: ServerState, data: bytes) -> tuple[int, bytes]:
@@ -415,7 +492,7 @@ def test_the_lane_logs_twrite_requests_verbatim(tmp_path: Path) -> None:
     assert replies == b":4\r\n:5\r\n" + info + b"$-1\r\n" * 4 + b"$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n"
     logged_now = _undated(b"".join(persistence.aof.buf)[logged:])
     assert logged_now == b"".join(map(encode_command, requests[:2]))
-    assert state.stats.commands["twrite"][0] == 2 + 2  # and the setup's two
+    assert state.stats.commands["twrite"][0] == 2 + 3  # and the setup's three
     assert state.stats.total_messages_evicted == 4
 
 
@@ -458,7 +535,8 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
         [b"TREAD", b"s", b"3", b"1", b"WITHINFO", b"BLOCK", b"9223372036854775807"],
         [b"TREAD", b"s", b"1", b"0", b"BLOCK", b"5"],  # count 0: nothing to wait for
         [b"TREAD", b"s", b"-100", b"1", b"BLOCK", b"5"],  # floored at offset 0
-        [b"TREAD", b"t", b"0", b"9", b"BLOCK", b"0"],
+        [b"TREAD", b"t", b"0", b"9", b"BLOCK", b"0"],  # a gap at 1 and 2
+        [b"TREAD", b"t", b"1", b"9", b"NONULLS", b"BLOCK", b"0"],  # over it
     ]
     data = b"".join(map(encode_command, requests))
     seen = []
@@ -480,10 +558,12 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
     assert replies == (
         b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"
         + (b"*2\r\n" + info + b"$1\r\nd\r\n") * 2
-        + b"*0\r\n*1\r\n$1\r\na\r\n*1\r\n$3\r\none\r\n"
+        + b"*0\r\n*1\r\n$1\r\na\r\n"
+        + b"*4\r\n$3\r\none\r\n$-1\r\n$-1\r\n$3\r\ntwo\r\n"
+        + b"*1\r\n$3\r\ntwo\r\n"
     )
     assert observed["commandstats"]["tread"] == (len(requests), 0, 0)
-    assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 1
+    assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 4 + 1
 
 
 def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:
@@ -559,6 +639,36 @@ def test_the_lane_stops_short_of_the_largest_offset(tmp_path: Path) -> None:
     assert replies[len(offsets) :].count(b"-ERR") == 2
 
 
+@pytest.mark.parametrize("policy", ["noeviction", "streams-oldest"])
+def test_with_maxmemory_the_lane_writes_until_memory_is_over_the_limit(
+    tmp_path: Path, policy: str
+) -> None:
+    """maxmemory does not turn the lane off (issue 23: 100k pipelined
+    TWRITEs took 2.16x as long with maxmemory set): it runs TWRITEs while
+    the memory they add keeps the used memory within the limit, and stops
+    before the first one the general path would refuse (or evict for)."""
+    state, _ = _setup(tmp_path, aof=False)
+    state.config.set("maxmemory-policy", policy)
+    state.config.set("maxmemory", "1gb")
+    one = encode_command([b"TWRITE", b"s", b"x" * 200])
+    consumed, replies = _one_read(state, one * 100)
+    assert consumed == 100 * len(one)
+    assert replies == b"".join(b":%d\r\n" % n for n in range(4, 104))
+    # A limit a few nodes away: the lane stops at the first TWRITE that
+    # finds the memory over it, which the general path answers.
+    limit = state.used_memory() + 2000
+    state.config.set("maxmemory", str(limit))
+    consumed, _ = _one_read(state, one * 100)
+    assert 0 < consumed < 100 * len(one)
+    assert state.used_memory() > limit
+    client = ClientState(authenticated=True)
+    reply = execute(state, client, [b"TWRITE", b"s", b"y"])
+    if policy == "noeviction":
+        assert reply == Error(errors.OOM)
+    else:
+        assert type(reply) is int  # the oldest nodes made room
+
+
 def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -> None:
     """Through the server's read path (the lane wired into the connection):
     a pipeline of TWRITEs and TREADs gets its replies, INFO counts every
@@ -608,4 +718,35 @@ def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None
     # The second read's lane run took the fourth request's start from the
     # parser and ran all seven left.
     assert lane._call.twrite_calls == 7
-    assert state.stats.commands["twrite"][0] == 2 + 10
+    assert state.stats.commands["twrite"][0] == 3 + 10  # and the setup's three
+
+
+def test_exec_runs_queued_twrites_in_the_lane_at_the_transactions_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction's TWRITEs run in the lane (none through the handler)
+    and append at the one time the transaction pinned, as the general path
+    appends them; the AOF holds them between MULTI and EXEC."""
+    import rcp11.state
+
+    state, persistence = _setup(tmp_path, aof=True)
+    pinned = rcp11.state.wall_ms() + 10**9  # ahead of the clock: append times never go back
+    monkeypatch.setattr(rcp11.state, "wall_ms", lambda: pinned)
+    in_lane: list[int] = []
+    run_queued = transactions.run_queued
+
+    def counting(*args: Any) -> tuple[int, bytes]:
+        ran, replies = run_queued(*args)
+        in_lane.append(ran)
+        return ran, replies
+
+    monkeypatch.setattr(transactions, "run_queued", counting)
+    client = Peer()
+    requests = [[b"TWRITE", b"s", b"m%d" % i] for i in range(1000)]
+    data = b"".join(map(encode_command, [[b"MULTI"], *requests, [b"EXEC"]]))
+    replies = serve_reads(state, client, [data])
+    assert replies.endswith(b"*1000\r\n" + b"".join(b":%d\r\n" % (4 + i) for i in range(1000)))
+    assert sum(in_lane) == 1000
+    assert state.keyspace.data[b"s"].last_append_ms == pinned
+    logged = _aof_requests(b"".join(persistence.aof.buf))
+    assert logged[-1002:] == [[b"MULTI"], *requests, [b"EXEC"]]

@@ -1,7 +1,7 @@
 """The Python fuzzers (fuzz/proto): the model agrees with the contract on
 hand-worked cases, the harness catches a planted bug, the seed corpus replays
 clean, and each fuzzer runs for a bounded time in CI (make fuzz runs them
-longer)."""
+longer). Every fuzzer's seed set in the tree stays small (fuzz/seeds.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,15 @@ from fuzz.proto import model
 from fuzz.proto.harness import Finding, Target, parse_every_way
 from fuzz.proto.model import BLOCKED, Err
 from fuzz.proto.targets import TARGETS, decode
+from fuzz.seeds import cover, found_name, is_found, read_control_file
 from rcp11.storage import Stream
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "proto" / "corpus"
+SEED_DIRS = sorted([*CORPUS.iterdir(), *(ROOT / "fuzz" / "core" / "corpus").iterdir()])
+# Found inputs a target keeps after `make fuzz-seeds`: a few dozen reach
+# every edge. Hundreds mean a grown corpus was copied in unminimised.
+MAX_FOUND_SEEDS = 100
 
 
 def argvs(*commands: str) -> list[list[bytes]]:
@@ -71,6 +76,25 @@ def test_model_groups_hand_out_each_offset_once_in_blocking_order() -> None:
     assert ref.late == [[[b"a", b"b"]], [[b"c"]], []]
     assert ref.run(2, argvs("GET g")[0]) == b"3"
     assert ref.run(2, argvs("TREAD s 0 2 GROUP s")[0]) == Err("ERR")
+
+
+def test_server_and_model_agree_on_nonulls_reads() -> None:
+    got, want = run_both(
+        [
+            (0, "TWRITE k0 BACKLOG 2 ENTRIES a b c d"),
+            (1, "TREAD k0 0 5 NONULLS WITHINFO"),
+            (1, "TREAD k0 0 1 nonulls"),
+            (1, "TREAD k0 9 5 WITHINFO NONULLS"),
+            (2, "TREAD k0 0 9 GROUP g0 NONULLS"),
+            (2, "GET g0"),
+            (0, "TREAD k1 3 2 NONULLS BLOCK 0 WITHINFO"),
+            (2, "TWRITE k1 ENTRIES x y z w"),
+            (1, "TREAD k0 0 1 NONULLS NONULLS"),
+        ]
+    )
+    assert got == want
+    assert [[2, 3, 2, 2], b"c", b"d"] in got
+    assert [[0, 3, 3, 1], b"w"] in got  # the blocked reader, served from offset 3
 
 
 def test_server_and_model_agree_on_a_worked_sequence() -> None:
@@ -143,10 +167,46 @@ def test_every_fuzzer_has_seeds() -> None:
         assert any((CORPUS / name).iterdir()), name
 
 
+@pytest.mark.parametrize("seeds", SEED_DIRS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_seed_sets_stay_minimised(seeds: Path) -> None:
+    """Found inputs carry the SHA-1 of their content (so a crash input,
+    which must be kept, carries a name of its own: finding-<what>), and a
+    target keeps only the few that fuzz/seeds.py picks."""
+    found = [p for p in seeds.iterdir() if is_found(p)]
+    for path in found:
+        assert path.name == found_name(path.read_bytes()), path
+    assert len(found) <= MAX_FOUND_SEEDS, f"{seeds}: run make fuzz-seeds"
+    assert any(not is_found(p) for p in seeds.iterdir()), f"{seeds}: no hand-written seed"
+
+
+def test_seed_minimising_keeps_every_edge_with_fewer_inputs(tmp_path: Path) -> None:
+    # A control file as libFuzzer's -merge=1 writes it: the named file 0,
+    # then inputs 1-3, each COV line listing the edges that input reached first.
+    control = tmp_path / "control"
+    control.write_text(
+        "4\n1\nnamed\na\nb\nc\n"
+        "STARTED 0 5\nFT 0 1 2\nCOV 0 1 2\n"
+        "STARTED 1 3\nFT 1 7\nCOV 1 3\n"
+        "STARTED 2 4\nFT 2 8 9\nCOV 2 4 5\n"
+        "STARTED 3 9\n"  # crashed: no coverage line
+    )
+    files, first, cov = read_control_file(control)
+    assert files == ["named", "a", "b", "c"] and first == 1
+    assert cov == {0: {1, 2}, 1: {3}, 2: {4, 5}}
+    # Each input alone: "ab" reaches what a and b reach, so it alone is kept.
+    inputs = {}
+    for name, data, edges in [("a", b"a", {1, 3}), ("b", b"bb", {4}), ("ab", b"abc", {3, 4, 5})]:
+        inputs[tmp_path / name] = edges
+        (tmp_path / name).write_bytes(data)
+    assert cover({1, 2}, inputs) == [tmp_path / "ab"]
+    assert cover({1, 2, 3, 4, 5}, inputs) == []
+
+
 # Seconds per target in CI; `make fuzz` runs each for 10 minutes.
 FUZZ_SECONDS = 15
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_each_fuzzer_runs_clean_for_a_bounded_time() -> None:
     """What CI fuzzes: each target under atheris for FUZZ_SECONDS, after

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -404,13 +405,11 @@ def test_block_inside_multi_does_not_block(stream_client_resp: redis.Redis) -> N
 def test_pipelined_commands_wait_behind_a_blocked_read(
     stream_client: redis.Redis, stream_server: ServerProcess
 ) -> None:
-    with socket.create_connection(("127.0.0.1", stream_server.port), timeout=5) as sock:
-        sock.sendall(b"TREAD ord 0 5 BLOCK 5000\r\nPING\r\n")
+    with stream_server.raw(timeout=5) as raw:
+        raw.send(b"TREAD ord 0 5 BLOCK 5000\r\nPING\r\n")
         wait_blocked(stream_client, 1)
         tw(stream_client, "ord", "x")
-        out = b""
-        while not out.endswith(b"+PONG\r\n"):
-            out += sock.recv(1000)
+        out = raw.read_until(b"+PONG\r\n")  # or what came before the server closed
     assert out == b"*1\r\n$1\r\nx\r\n+PONG\r\n"
 
 
@@ -893,7 +892,9 @@ def test_asyncio_pipelines_and_blocking(
             blocked = asyncio.ensure_future(
                 waiter.execute_command("TREAD", "s", 0, 10, "BLOCK", 0, "GROUP", "g")
             )
+            deadline = time.monotonic() + 10
             while blocked_clients(stream_client) < 1:
+                assert time.monotonic() < deadline, "the reader never blocked"
                 await asyncio.sleep(0.01)
             async with client.pipeline(transaction=True) as pipe:
                 pipe.execute_command("TWRITE", "s", "ENTRIES", "x", "y")

@@ -107,3 +107,19 @@ def test_the_contracts_stated_below_are_kept_above(tmp_path: Path) -> None:
     plain = ServerState(Config())
     _keeps(Retention(plain, lambda: None), RetentionHooks)
     assert persistence.replay is execute
+
+
+def test_the_server_starts_without_importing_numpy() -> None:
+    """numpy is imported where it is used (Stream.append_joined, the Spark
+    columns), not by what the server loads at start-up: it would cost every
+    server process ~11 MB of memory and its import time."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, rcp11.__main__, rcp11.server, rcp11.commands, rcp11.persistence, "
+        "rcp11.storage; print(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy'))"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

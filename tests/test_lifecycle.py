@@ -197,6 +197,31 @@ def test_console_script() -> None:
 
 
 @pytest.mark.slow
+def test_info_shows_the_executable_as_an_absolute_path(tmp_path: Path) -> None:
+    """Started by a relative path (`.venv/bin/rcp11-server`), from a
+    directory it then leaves for `dir`, as the Quick start does."""
+    env = Path(sys.executable).parent.parent
+    script = Path(sys.executable).parent / "rcp11-server"
+    relative = os.path.relpath(script, env)
+    port = free_port()
+    proc = subprocess.Popen(
+        [relative, "--port", str(port), "--dir", str(tmp_path), "--save", ""],
+        cwd=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: answers_ping(port), timeout=30)
+        client = redis.Redis(port=port)
+        shown = client.info("server")["executable"]
+        assert os.path.isabs(shown) and os.path.samefile(shown, script)
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+@pytest.mark.slow
 def test_port_in_use_exits(shared_server: ServerProcess, tmp_path: Path) -> None:
     result = run_server("--port", str(shared_server.port), "--save", "", "--dir", str(tmp_path))
     assert result.returncode == 1
@@ -220,6 +245,55 @@ def test_sigterm_exits_cleanly_and_logs(server_factory) -> None:
     assert f"port {srv.port}" in log
     assert "Received SIGTERM" in log
     assert "bye bye" in log
+
+
+@pytest.mark.slow
+def test_a_clean_shutdown_removes_the_lock_file(server_factory) -> None:
+    """SIGTERM, SIGINT and SHUTDOWN leave no rcp11.lock behind; kill -9 does
+    (the lock itself goes with the process: the next start takes it)."""
+    srv = server_factory(appendonly="yes")
+    lock = srv.dir / "rcp11.lock"
+    assert lock.read_text() == f"{srv.proc.pid}\n"
+    assert srv.stop() == 0
+    assert not lock.exists()
+    srv.start()
+    srv.kill9()
+    assert lock.exists()
+    srv.start()
+    try:
+        srv.client().shutdown(nosave=True)
+    except redis.exceptions.ConnectionError:
+        pass
+    assert srv.proc.wait(20) == 0
+    assert not lock.exists()
+
+
+def test_a_lock_taken_on_a_file_removed_meanwhile_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server shutting down removes its lock file while another opens it:
+    the other's lock is then on a file no one else can see, so it locks the
+    one the name gives now."""
+    from rcp11 import datafiles
+
+    locked = datafiles._lock_file
+    calls = []
+
+    def removed_after_the_first(path: str) -> int:
+        fd = locked(path)
+        calls.append(path)
+        if len(calls) == 1:
+            os.unlink(path)
+        return fd
+
+    monkeypatch.setattr(datafiles, "_lock_file", removed_after_the_first)
+    path = datafiles.lock_data_dir(str(tmp_path))
+    try:
+        assert len(calls) == 2
+        assert os.path.samestat(os.stat(path), os.fstat(datafiles._held[path]))
+    finally:
+        datafiles.release_data_dirs()
+    assert not os.path.exists(path) and datafiles._held == {}
 
 
 @pytest.mark.slow

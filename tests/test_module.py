@@ -20,6 +20,7 @@ from conftest import (
     free_port,
     in_thread,
     module_path,
+    module_server_program,
     stream_info,
     tr,
     tw,
@@ -58,9 +59,11 @@ def test_redis_lists_the_module_and_its_type(msrv_client: redis.Redis) -> None:
     assert msrv_client.type("s") == b"rcp11-log"
 
 
+@pytest.mark.module
 def test_module_refuses_arguments(tmp_path: Path) -> None:
+    host = module_server_program()
     done = subprocess.run(
-        ["redis-server", "--port", str(free_port()), "--loadmodule", module_path(), "surprise"],
+        [host, "--port", str(free_port()), "--loadmodule", module_path(), "surprise"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -82,7 +85,7 @@ def test_used_memory_and_memory_usage_see_the_streams(msrv_client: redis.Redis) 
     assert grown > 20_000_000
     usage = msrv_client.memory_usage("s0")
     assert 1_000_000 < usage < 1_200_000
-    msrv_client.flushall()
+    msrv_client.execute_command("FLUSHALL", "SYNC")  # valkey's FLUSHALL is ASYNC by default
     assert used_memory(msrv_client) - before < 2_000_000
 
 
@@ -256,3 +259,69 @@ def test_keyspace_notifications_for_module_commands(msrv_client: redis.Redis) ->
     assert events == [(b"twrite", b"s"), (b"tevict", b"s"), (b"set", b"g")]
     pubsub.close()
     msrv_client.config_set("notify-keyspace-events", "")
+
+
+# ---------------------------------------------------------------- DEBUG DIGEST
+
+GAP_END = 2**40  # RCP11.SKIPTO's next offset: a gap of about 10^12 nulls
+
+
+def digests(client: redis.Redis, key: str) -> tuple[bytes, bytes]:
+    return (
+        client.execute_command("DEBUG", "DIGEST"),
+        client.execute_command("DEBUG", "DIGEST-VALUE", key)[0],
+    )
+
+
+def write_with_gaps(client: redis.Redis, gap_end: int = GAP_END) -> None:
+    """Messages, a gap, messages (a stream rebuilt by an AOF rewrite, or
+    one whose tail was evicted), then a gap at the end."""
+    tw(client, "s", *[b"m%d" % n for n in range(25)])
+    client.execute_command("RCP11.SKIPTO", "s", 1000)
+    tw(client, "s", *[b"n%d" % n for n in range(25)])
+    client.execute_command("TEVICT", "s", 3)
+    client.execute_command("RCP11.SKIPTO", "s", gap_end)
+
+
+def test_debug_digest_counts_a_gap_instead_of_walking_it(module_factory: Any) -> None:
+    srv = module_factory()
+    client = srv.client(socket_timeout=20)  # walking 2^40 nulls took hours
+    tw(client, "k", "a")
+    client.execute_command("RCP11.SKIPTO", "k", GAP_END)
+    whole, value = digests(client, "k")
+    assert whole != b"0" * 40 and len(value) == 40
+    assert client.ping()
+
+
+def test_equal_streams_digest_equal_whatever_their_nodes(module_factory: Any) -> None:
+    small, large = (
+        module_factory(**{"rcp11.stream-node-max-entries": n}).client(socket_timeout=20)
+        for n in (4, 1000)
+    )
+    for client in (small, large):
+        write_with_gaps(client)
+    assert stream_info(small)["stream_nodes"] > stream_info(large)["stream_nodes"]
+    assert digests(small, "s") == digests(large, "s")
+    # One offset more in the gap, or a message where a null was, differs.
+    small.execute_command("RCP11.SKIPTO", "s", GAP_END + 1)
+    assert digests(small, "s") != digests(large, "s")
+    large.execute_command("RCP11.SKIPTO", "s", GAP_END + 1)
+    assert digests(small, "s") == digests(large, "s")
+    # A null offset between two messages is not a message "-1" there.
+    tw(small, "message", "x", "-1", "y")
+    tw(small, "null", "x")
+    small.execute_command("RCP11.SKIPTO", "null", 2)
+    tw(small, "null", "y")
+    assert digests(small, "message")[1] != digests(small, "null")[1]
+
+
+def test_a_replica_digests_as_its_primary_with_gaps(module_factory: Any) -> None:
+    primary_srv = module_factory(repl_diskless_sync_delay=0, **{"rcp11.stream-node-max-entries": 7})
+    primary = primary_srv.client(socket_timeout=20)
+    write_with_gaps(primary)
+    replica = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}").client(socket_timeout=20)
+    wait_for(lambda: replica.info("replication")["master_link_status"] == "up")
+    tw(primary, "s", "after the gap")  # live commands after the full sync
+    primary.execute_command("RCP11.SKIPTO", "live", GAP_END)
+    assert primary.execute_command("WAIT", 1, 10_000) == 1
+    assert digests(replica, "s") == digests(primary, "s")

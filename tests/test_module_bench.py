@@ -14,6 +14,7 @@ from conftest import REPO, require
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 def test_module_suite_smoke_run_writes_every_table(tmp_path: Path) -> None:
     require("redis-server")
     require("redis-benchmark")

@@ -22,6 +22,7 @@ from conftest import (
     ModuleCluster,
     RedisModuleServer,
     in_thread,
+    module_server_program,
     require,
     tr,
     wait_blocked,
@@ -36,7 +37,7 @@ STREAMS = 100
 
 @pytest.fixture
 def cluster(module_factory: Any) -> Iterator[ModuleCluster]:
-    require("redis-server")
+    module_server_program()
     require("redis-cli")
     yield ModuleCluster(module_factory)
 

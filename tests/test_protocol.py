@@ -339,8 +339,7 @@ def test_replies_parse_with_hiredis_and_the_pure_python_parser(
     from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 
     if parser == "hiredis":
-        pytest.importorskip("hiredis")
-        parser_class: Any = _HiredisParser
+        parser_class: Any = _HiredisParser  # hiredis is a dependency: no skip
     else:
         parser_class = _RESP2Parser if protocol == 2 else _RESP3Parser
     pool = redis.ConnectionPool(

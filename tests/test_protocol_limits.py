@@ -112,11 +112,11 @@ def test_unread_pipeline_over_the_hard_limit_is_closed_and_memory_stays_bounded(
     rss_before = status_kb(srv, "VmRSS")
     sock = attacker(srv)
     sender = send_in_background(sock, mbulk(b"TREAD", b"big", b"0", b"1000") * REQUESTS)
-    closed = "scheduled to be closed ASAP for overcoming of output buffer limits"
+    closed = "(output buffer hard limit"  # the second of the two lines it logs
     assert pings_during(srv, lambda: closed in srv.output()) >= 1
+    assert "scheduled to be closed ASAP for overcoming of output buffer limits" in srv.output()
     sender.join(30)
     assert (status_kb(srv, "VmHWM") - rss_before) * 1024 < RSS_BOUND
-    assert "hard limit" in srv.output()
     assert received_until_closed(sock) < REQUESTS * len(reply)
     assert srv.client().execute_command("TREAD", "big", "0", "2") == [MESSAGE] * 2
 
@@ -166,9 +166,9 @@ def test_soft_limit_closes_a_client_over_it_for_its_seconds(
     fill(srv)
     sock = attacker(srv)
     send_in_background(sock, mbulk(b"TREAD", b"big", b"0", b"1000") * REQUESTS)
-    closed = "scheduled to be closed ASAP for overcoming of output buffer limits"
+    closed = "(output buffer soft limit"  # the second of the two lines it logs
     assert pings_during(srv, lambda: closed in srv.output()) >= 1
-    assert "soft limit" in srv.output()
+    assert "scheduled to be closed ASAP for overcoming of output buffer limits" in srv.output()
     received_until_closed(sock)
 
 
@@ -278,8 +278,10 @@ def test_output_buffer_limit_disconnects_slow_reader(
     for _ in range(20):
         if not slow.send(mbulk(b"TREAD", b"big", b"0", b"1000"), ignore_closed=True):
             break
-    assert wait_for(lambda: "output buffer limits" in srv.output())
-    assert reason in srv.output()
+    # Two log lines: "... closed ASAP for overcoming of output buffer limits"
+    # then "(output buffer <reason> ... passed ...)": wait for the one checked.
+    assert wait_for(lambda: f"(output buffer {reason}" in srv.output())
+    assert "overcoming of output buffer limits" in srv.output()
     assert writer.ping() is True
     slow.close()
 
@@ -297,6 +299,60 @@ def test_one_reply_over_the_hard_limit_closes_even_a_fast_reader(server_factory)
     assert len(received) < 100_000
     assert wait_for(lambda: "output buffer limits" in srv.output())
     assert writer.execute_command("TREAD", "big", "0", "2") == [b"z" * 1000] * 2
+
+
+@pytest.mark.slow
+def test_transaction_past_the_hard_limit_is_closed_without_building_the_rest(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """Issue 23: one EXEC of 1000 `TREAD big 0 1000` (1 MB replies each)
+    from a client that never reads built every reply after the client was
+    past its output limit (5 s and 1.9 GB of RSS, other clients stopped).
+    The client is closed once its replies pass the hard limit, as Redis's
+    addReply closes it; the rest of the transaction still runs (it is
+    atomic) but builds no reply: the write and the group read queued after
+    the reads happen."""
+    srv = server_factory(client_output_buffer_limit="normal 10mb 5mb 10")
+    srv.client().execute_command("TWRITE", "big", "ENTRIES", *[b"m" * 1000] * 1000)
+    rss_before = status_kb(srv, "VmRSS")
+    sock = attacker(srv)
+    body = mbulk(b"MULTI") + mbulk(b"TREAD", b"big", b"0", b"1000") * 1000
+    body += mbulk(b"TWRITE", b"after", b"x") + mbulk(b"TREAD", b"big", b"0", b"7", b"GROUP", b"g")
+    send_in_background(sock, body + mbulk(b"EXEC"))
+    closed = "scheduled to be closed ASAP for overcoming of output buffer limits"
+    assert pings_during(srv, lambda: closed in srv.output()) >= 1
+    assert "hard limit" in srv.output()
+    assert received_until_closed(sock) < 12 * 2**20
+    assert (status_kb(srv, "VmHWM") - rss_before) * 1024 < RSS_BOUND  # was 1.9 GB
+    client = srv.client()
+    assert wait_for(lambda: client.execute_command("TREAD", "after", "0", "1") == [b"x"])
+    assert client.get("g") == b"7"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", ["pipeline", "transaction"])
+def test_one_read_over_the_hard_limit_is_not_built(
+    server_factory: Callable[..., ServerProcess], inside: str
+) -> None:
+    """One TREAD whose reply (96 MB) is over the 10 MB hard limit closes
+    the client without the server building it: it is sized from the
+    nodes first (issue 23: building replies for a client past its limit
+    stalled the server). Alone, or inside a transaction."""
+    srv = server_factory(client_output_buffer_limit="normal 10mb 5mb 10")
+    writer = srv.client()
+    for _ in range(64):
+        writer.execute_command("TWRITE", "big", "ENTRIES", *[b"m" * 1500] * 1000)
+    rss_before = status_kb(srv, "VmRSS")
+    request = mbulk(b"TREAD", b"big", b"0", b"64000")
+    if inside == "transaction":
+        request = mbulk(b"MULTI") + request + mbulk(b"EXEC")
+    with srv.raw(rcvbuf=4096) as reader:
+        reader.send(request)
+        received = reader.read_until_closed()
+    assert len(received) < 12 * 2**20
+    assert wait_for(lambda: "output buffer limits" in srv.output())
+    assert (status_kb(srv, "VmHWM") - rss_before) * 1024 < RSS_BOUND  # the reply is 96 MB
+    assert writer.execute_command("TREAD", "big", "0", "1") == [b"m" * 1500]
 
 
 def test_reply_over_the_output_buffer_hard_limit_closes_that_client_only(

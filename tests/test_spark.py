@@ -131,6 +131,37 @@ def test_unknown_option_fails_at_load_listing_the_known_ones(spark, shared_serve
         spark.readStream.format("rcp11").option("key", "dst").load()
 
 
+def _before_our_message(text: str) -> str:
+    """What Spark shows before the data source's own message."""
+    assert "rcp11 data source: " in text, text
+    return text.split("rcp11 data source: ")[0]
+
+
+def test_our_message_comes_right_after_sparks_own_line(spark, shared_server, client) -> None:
+    """Spark shows a Python worker's failure as its own line, then the
+    traceback, the message last; ours come right after Spark's line, in
+    every place Spark runs the data source."""
+    # The data source's constructor, run when the DataFrame is defined.
+    with pytest.raises(Exception) as info:
+        reader(spark, shared_server, subscribe="a", startingOffset="earliest").load()
+    head = _before_our_message(str(info.value))
+    assert "Failed to create Python data source instance" in head
+    assert "Traceback" not in head and "\n" not in head
+    # A read task.
+    client.twrite("t", b"\xff")
+    with pytest.raises(Exception) as info:
+        reader(spark, shared_server, subscribe="t").schema("value STRING").load().collect()
+    head = _before_our_message(str(info.value))
+    assert "Traceback" not in head and 'File "' not in head
+    # A streaming query whose reader refuses its options: PySpark's runner
+    # would bury the message under an UnboundLocalError of its own.
+    query = run_available_now(stream_reader(spark, shared_server).load().writeStream.format("noop"))
+    text = str(query.exception())
+    head = _before_our_message(text)
+    assert "say which streams to read" in text
+    assert "Traceback" not in head and "UnboundLocalError" not in text
+
+
 @pytest.mark.parametrize(
     ("options", "problem"),
     [

@@ -67,17 +67,16 @@ def test_pipeline_once_writes_each_window_count_once(
     client.flushall()
     events = 2000
     shown: list[str] = []
+    checkpoint = str(tmp_path / "checkpoint")
     ok = example.run_pipeline(
-        spark,
-        shared_server.port,
-        str(tmp_path / "checkpoint"),
-        once=True,
-        events=events,
-        show=shown.append,
+        spark, shared_server.port, checkpoint, once=True, events=events, show=shown.append
     )
     assert ok
 
-    written = [json.loads(m) for m in client.tread("counts", 0, 10_000)]
+    written = [
+        json.loads(m)
+        for m in client.tread(example.Keys.for_checkpoint(checkpoint).counts, 0, 10_000)
+    ]
     check_counts(example, events, written)
     assert [json.loads(line) for line in shown] == written  # what it showed is what it wrote
     client.close()
@@ -97,6 +96,7 @@ def check_counts(example: ModuleType, events: int, written: list[dict]) -> None:
     assert sum(got.values()) == events
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_the_cluster_example_runs_the_pipeline_on_a_redis_cluster(
     example: ModuleType, tmp_path: Path
@@ -125,6 +125,36 @@ def test_the_cluster_example_runs_the_pipeline_on_a_redis_cluster(
     holders = [p for p in ports if b"events:" in aof_bytes(tmp_path / "nodes" / str(p))]
     assert len(holders) >= 4
     assert not any(example.answers(p) for p in ports)
+
+
+@pytest.mark.slow
+def test_once_again_on_the_same_server_counts_each_run_alone_and_leaves_nothing(
+    example: ModuleType, shared_server: ServerProcess, tmp_path: Path
+) -> None:
+    """`spark_pipeline.py --once` run twice, as a user would, against one
+    server that stays up: each run shows its own counts (no double counts
+    from the earlier run's events), then removes its keys and the
+    directories it made."""
+    client = Client(port=shared_server.port)
+    client.flushall()
+    client.twrite("events:0", b"{not an example event}")  # a user's own stream stays
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLE), "--port", str(shared_server.port), "--once"]
+            + ["--events", "1000"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "TMPDIR": str(scratch)},
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        written = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        check_counts(example, 1000, written)
+        assert sorted(client.keys("*")) == [b"events:0"]
+        assert [p.name for p in scratch.iterdir() if p.name.startswith("rcp11")] == []
+    client.close()
 
 
 def aof_bytes(node_dir: Path) -> bytes:

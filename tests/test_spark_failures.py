@@ -7,10 +7,12 @@ test_spark.py and test_spark_recovery.py."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import ServerProcess, free_port
+from conftest import ServerProcess, free_port, start_with_gaps
+from helpers_crash import as_if_rebooted
 from redis.crc import key_slot
 
 from rcp11.client import Client
@@ -188,14 +190,23 @@ def kill_other_clients(client: Client) -> int:
     return killed
 
 
-def test_task_writer_resends_only_what_the_server_did_not_get(client, shared_server) -> None:
-    options = WriteOptions(Endpoint(port=shared_server.port, retry_backoff_ms=1), "t", batch_size=7)
-    writer = TaskWriter(options, WriteLayout(0, None, None), QUERY)
+def write_rounds(writer: TaskWriter, after_round: Any) -> list[bytes]:
+    """Five rounds of 40 rows through a task writer (7 rows per TWRITE),
+    after_round(n) after each; returns the rows in order."""
     expected = []
     for round_ in range(5):
         values = [b"r%d-%d" % (round_, i) for i in range(40)]
         expected += values
         writer.add(pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], names=["value"]))
+        after_round(round_)
+    return expected
+
+
+def test_task_writer_resends_only_what_the_server_did_not_get(client, shared_server) -> None:
+    options = WriteOptions(Endpoint(port=shared_server.port, retry_backoff_ms=1), "t", batch_size=7)
+    writer = TaskWriter(options, WriteLayout(0, None, None), QUERY)
+
+    def break_connection(round_: int) -> None:
         if round_ == 0:
             assert writer.in_flight  # TWRITEs whose replies were not read yet
             assert kill_other_clients(client) == 1
@@ -203,6 +214,8 @@ def test_task_writer_resends_only_what_the_server_did_not_get(client, shared_ser
             # The connection may already be dead (a send into a closed
             # socket can succeed): kill it if it is not.
             kill_other_clients(client)
+
+    expected = write_rounds(writer, break_connection)
     result = writer.finish()
     (staged,) = result.staged
     assert staged.rows == 200
@@ -246,3 +259,57 @@ def test_an_outage_longer_than_retry_timeout_fails_clearly() -> None:
     text = str(info.value)
     assert f"cannot reach the server at 127.0.0.1:{port}" in text
     assert "while planning a micro-batch (retryTimeoutMs)" in text
+
+
+# ----------------------------------------- a gap after a server restart is no loss
+
+
+def test_commit_counts_what_a_staging_stream_holds_not_its_next_offset(server_factory) -> None:
+    """A server restart that could not trust its AOF raises each stream to
+    its reservation mark: a staging stream then has a gap of nulls after
+    its rows (or between two runs of them, when the task wrote on after
+    the restart). Nothing is lost: the commit moves every row once."""
+    srv = server_factory(appendonly="yes", start=False)
+    tail_gap = sink_key("t", QUERY, "0:0:0:aaaa")
+    middle_gap = sink_key("t", QUERY, "0:1:0:bbbb")
+    start_with_gaps(srv, {tail_gap.encode(): (3, 1024, 0), middle_gap.encode(): (2, 5000, 2)})
+    client = Client(port=srv.port)
+    for key in (tail_gap, middle_gap):
+        client.twrite(sink_key("t", QUERY, "staged"), f"0 {key}")
+    lost_row = Staged("t", middle_gap, 5, ((0, 2), (5000, 3)))  # claims a row that is not there
+    with pytest.raises(RuntimeError, match="holds 4 messages, the task wrote 5"):
+        commit_target(client, "t", QUERY, 0, [lost_row])
+    staged = [Staged("t", tail_gap, 3), Staged("t", middle_gap, 4, ((0, 2), (5000, 2)))]
+    commit_target(client, "t", QUERY, 0, staged)
+    assert stream(client, "t") == [b"a0", b"a1", b"a2", b"a0", b"a1", b"b0", b"b1"]
+    assert staging_left(client) == []
+    client.close()
+
+
+def test_task_writer_rides_out_a_restart_that_leaves_a_gap(server_factory) -> None:
+    """kill -9 while TWRITEs are in flight, and a restart that raises the
+    staging stream to its mark (as after a reboot under everysec): the task
+    counts the in-flight TWRITEs the server kept, sends the others again
+    (they land after the gap) and reports both runs; the commit moves every
+    row exactly once."""
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    options = WriteOptions(Endpoint(port=srv.port, retry_backoff_ms=20), "t", batch_size=7)
+    writer = TaskWriter(options, WriteLayout(0, None, None), QUERY)
+
+    def restart_as_after_a_reboot(round_: int) -> None:
+        if round_ == 1:
+            assert writer.in_flight
+            srv.kill9()
+            as_if_rebooted(srv.dir)
+            srv.start()
+
+    expected = write_rounds(writer, restart_as_after_a_reboot)
+    result = writer.finish()
+    (staged,) = result.staged
+    assert staged.rows == 200
+    assert len(staged.runs) == 2  # before the gap, and after it
+    client = Client(port=srv.port)
+    assert stream(client, staged.key) == expected
+    commit_target(client, "t", QUERY, 0, [staged])
+    assert stream(client, "t") == expected
+    client.close()

@@ -1,7 +1,9 @@
 """A Spark driver killed with SIGKILL in the middle of a micro-batch, then
 restarted from its checkpoint (here, in this process's SparkSession):
 every input row is in the target exactly once, and the staging streams the
-dead driver left are cleaned up."""
+dead driver left are cleaned up. And the server killed with kill -9 in the
+middle of a query, in every appendfsync mode: the query rides it out and
+copies every row exactly once, with nobody restarting anything."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import ServerProcess, wait_for
+from helpers_crash import as_if_rebooted
 from spark_copy_driver import start_copy
 
 from rcp11.client import Client
@@ -110,6 +113,45 @@ def test_driver_killed_mid_batch_then_restarted_is_exactly_once(
     assert Counter(copied) == Counter(b"row-%d" % i for i in range(ROWS))
     assert len(copied) == ROWS
     # Only the progress key and the staging registry are left: no staging stream.
+    kinds = sorted(k.rsplit(b":", 1)[-1] for k in client.keys("rcp11-sink:*"))
+    assert kinds == [b"progress", b"staged"]
+    client.close()
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec", "no", "everysec-rebooted"])
+def test_server_killed_mid_query_is_exactly_once_unattended(
+    spark: Any, server_factory: Any, tmp_path: Path, fsync: str
+) -> None:
+    """kill -9 of the server while a streaming copy stages and commits, then
+    the server restarted (as a supervisor would): the query goes on by
+    itself. A whole AOF (any appendfsync after kill -9) leaves no gap; a
+    reboot under everysec (the AOF slot from another boot) raises every
+    stream to its reservation mark, a gap in the staging streams and the
+    registry that the sink takes for what it is, not for lost rows."""
+    rebooted = fsync.endswith("-rebooted")
+    srv = server_factory(appendonly="yes", appendfsync=fsync.removesuffix("-rebooted"))
+    client = Client(port=srv.port)
+    for start in range(0, ROWS, 3000):
+        client.twrite("src", *[b"row-%d" % i for i in range(start, start + 3000)])
+    query = start_copy(
+        spark, srv.port, str(tmp_path / "checkpoint"), slow=True, until_caught_up=True
+    )
+    try:
+        wait_for(lambda: staging_in_flight(client) or not query.isActive, timeout=240)
+        assert query.isActive, query.exception()
+        srv.kill9()
+        if rebooted:
+            as_if_rebooted(srv.dir)
+        srv.start()
+        query.awaitTermination(300)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    client = Client(port=srv.port)
+    # Read whole, nulls dropped: after a reboot dst holds a gap.
+    copied = [m for m in client.tread("dst", 0, 1 << 24) if m is not None]
+    assert Counter(copied) == Counter(b"row-%d" % i for i in range(ROWS))
+    assert len(copied) == ROWS
     kinds = sorted(k.rsplit(b":", 1)[-1] for k in client.keys("rcp11-sink:*"))
     assert kinds == [b"progress", b"staged"]
     client.close()

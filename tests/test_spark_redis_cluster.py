@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ModuleCluster, RedisModuleServer, require, wait_for
+from conftest import ModuleCluster, RedisModuleServer, module_server_program, require, wait_for
 from helpers_spark import failing_once
 from redis.crc import key_slot
 
@@ -26,6 +26,7 @@ from rcp11.spark.options import Endpoint, OptionError
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.module,  # its cluster's nodes are module servers
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
 ]
 
@@ -35,7 +36,7 @@ SOURCES = [f"{{src{n}}}" for n in range(9)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleCluster]:
-    require("redis-server")
+    module_server_program()
     require("redis-cli")
     started: list[RedisModuleServer] = []
 

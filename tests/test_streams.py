@@ -460,6 +460,37 @@ def test_tconcat_creates_dst_and_answers_its_next_offset_when_nothing_is_added(
     assert twrite(stream_client, "new", "y") == 1
 
 
+def test_tconcat_with_nothing_to_move_still_creates_dst(stream_client: redis.Redis) -> None:
+    assert stream_client.execute_command("TCONCAT", "made", "missing", "absent") == 0
+    assert stream_client.exists("made") == 1
+    assert tr(stream_client, "made", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
+    twrite(stream_client, "empty", "x")
+    stream_client.execute_command("TEVICT", "empty", 0)  # a source with nothing readable
+    assert stream_client.execute_command("TCONCAT", "made-too", "empty") == 0
+    assert stream_client.exists("made-too", "empty") == 1
+
+
+@pytest.mark.parametrize("watched", ["missing-source", "existing-dst", "new-dst"])
+def test_tconcat_aborts_a_transaction_watching_any_key_it_names(
+    stream_server: ServerProcess, stream_client: redis.Redis, watched: str
+) -> None:
+    """Even when nothing moves: a WATCHed missing source, or the destination,
+    counts as modified (the module's way, inside redis-server)."""
+    twrite(stream_client, "existing-dst", "d")
+    other = stream_server.client()
+    with stream_client.pipeline(transaction=True) as pipe:
+        pipe.watch(watched)
+        other.execute_command(
+            "TCONCAT", "new-dst" if watched == "new-dst" else "existing-dst", "missing-source"
+        )
+        pipe.multi()
+        pipe.set("progress", 1)
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert stream_client.exists("progress") == 0
+    other.close()
+
+
 def test_tconcat_errors_change_nothing(stream_client: redis.Redis) -> None:
     twrite(stream_client, "dst", "d")
     twrite(stream_client, "src", "s")

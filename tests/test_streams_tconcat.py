@@ -14,7 +14,7 @@ from helpers_dispatch import Client, recording_state, run
 
 from rcp11 import errors
 from rcp11.commands import streams
-from rcp11.resp import Error
+from rcp11.resp import Error, encode
 from rcp11.state import ServerState
 
 
@@ -68,9 +68,11 @@ def test_evicted_and_lost_messages_are_skipped(shared_client: redis.Redis) -> No
     assert shared_client.exists("gone", "a") == 0
 
 
-def test_missing_sources_are_empty_and_change_nothing(shared_client: redis.Redis) -> None:
+def test_missing_sources_are_empty_streams(shared_client: redis.Redis) -> None:
     assert tconcat(shared_client, "dst", "nope", "nada") == 0
-    assert shared_client.exists("dst") == 0  # not created for nothing
+    assert shared_client.exists("dst") == 1  # created if missing, as the contract says
+    assert tr(shared_client, "dst", 0, 0, "WITHINFO") == [[0, -1, 0, 0]]
+    shared_client.delete("dst")
     tw(shared_client, "dst", "d0", "d1", "d2")
     shared_client.execute_command("TEVICT", "dst", 2)
     changes = shared_client.info("persistence")["rdb_changes_since_last_save"]
@@ -279,7 +281,7 @@ def test_inside_multi_exec_replies_in_order(state: ServerState) -> None:
     run(state, c, "TCONCAT", "dst", "a")
     run(state, c, "TWRITE", "dst", "z")
     run(state, c, "SET", "progress", "1")
-    assert run(state, c, "EXEC") == [0, 2, "OK"]
+    assert encode(run(state, c, "EXEC"), False) == b"*3\r\n:0\r\n:2\r\n+OK\r\n"
     assert state.keyspace.data[b"dst"].read(0, 3) == [b"x", b"y", b"z"]
 
 

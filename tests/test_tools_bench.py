@@ -101,6 +101,7 @@ def test_unknown_suite_is_refused_by_name() -> None:
     assert "unknown suite(s) nosuch" in result.stderr
 
 
+@pytest.mark.timeout(900)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
     require("redis-server")
@@ -132,6 +133,7 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         "core_bench.py",
         "persistence_bench.py",
         "lane_bench.py",
+        "Retention and the time index",
     ):
         assert heading in text, heading
     # Issue 11's goals table: every row in the summary, with its target and the
@@ -155,6 +157,8 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         assert f"| {target} |" in row, row
         if "RSS" not in goal:
             assert "% of a core" in row and "generator" in row, row
+    # No temporary path of the run (a suite's --out, a server's directory).
+    assert "/tmp" not in text and str(tmp_path) not in text
     # Every measured row carries a number, and every plot the page links exists.
     assert "| 1 producer |" in text and "| 1 consumer |" in text
     for name in ("kafka_message_size.png", "kafka_stored_curve.png"):
@@ -237,6 +241,7 @@ def test_external_suite_failing_status_is_an_error(
         bench_main.run_external("core", _context(tmp_path, "full"))
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     require("redis-server")
@@ -253,3 +258,118 @@ def test_retention_bench_smoke_run_writes_its_tables(tmp_path: Path) -> None:
     assert "| rcp11 retention | 8 |" in report and "| redis active expiry | 8 |" in report
     assert "rcp11 / redis" in report
     assert "streams-oldest" in report and "| 100 |" in report and "writes/s" in report
+
+
+def test_a_plot_that_fails_costs_the_picture_not_the_figures(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The record is saved before anything is drawn: a suite whose plot
+    cannot be drawn keeps its table and data, and says what failed."""
+    import types
+
+    from bench import __main__ as bench_main
+    from bench.report import SuiteReport, Table, plot_lines, plot_ratios
+
+    drawn = tmp_path / "plots" / "fine.png"
+
+    def run(ctx: object) -> SuiteReport:
+        report = SuiteReport("kafka", "Suite 1: fake")
+        report.data["producer_rps"] = 1234.0
+        table = Table("Throughput", ["clients", "records/s"])
+        table.add(1, "1,234")
+        report.tables.append(table)
+        # No series to draw: that plot fails (as a missing matplotlib would).
+        report.plots.append(plot_ratios(drawn, "fine", [("a", 1.0, 0.9)]))
+        report.plots.append(plot_lines(tmp_path / "plots" / "broken.png", "t", "x", None, "y"))
+        return report
+
+    module = types.ModuleType("fake_own_suite")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_own_suite", module)
+    monkeypatch.setitem(bench_main.OWN_SUITES, "kafka", "fake_own_suite")
+    page = tmp_path / "page.md"
+    assert bench_main.main(["--smoke", "--suite", "kafka", "--out", str(page)]) == 1
+    record = json.loads(page.with_suffix(".json").read_text())
+    suite = record["suites"]["kafka"]
+    assert suite["data"] == {"producer_rps": 1234.0}
+    assert [e.split(":")[0] for e in suite["errors"]] == ["plot broken.png"]
+    text = page.read_text()
+    assert "| 1 | 1,234 |" in text and "plot broken.png" in text
+    assert "plots/fine.png" in text and drawn.read_bytes()[:4] == b"\x89PNG"
+    assert "broken.png)" not in text
+
+
+def _line(server_pct: float, gen_pct: float, us: float, kernel_us: float) -> object:
+    from bench.redisbench import BenchLine
+
+    line = BenchLine(rps=1000.0, p50_ms=0.1, p99_ms=0.2, wall=1.0, loadgen_cpu=gen_pct / 100)
+    line.server_cpu_pct = server_pct
+    line.server_us_per_request = us
+    line.server_kernel_us_per_request = kernel_us
+    line.server_syscalls_per_request = 2.0
+    return line
+
+
+@pytest.mark.parametrize(
+    ("rcp11_pct", "gen_pct", "redis_pct", "shown"),
+    [
+        (99, 12, 98, True),  # both servers CPU-bound
+        (94, 82, 83, False),  # redis-server was not: its rate is not its CPU cost
+        (51, 98, 67, False),  # the load generator set the pace
+        (56, 41, 47, False),  # neither saturated
+    ],
+)
+def test_the_zero_user_time_ratio_is_given_only_where_both_servers_are_cpu_bound(
+    rcp11_pct: float, gen_pct: float, redis_pct: float, shown: bool
+) -> None:
+    from bench.redis_suite import _bound
+
+    rcp = [_line(rcp11_pct, gen_pct, us=57.9, kernel_us=47.3)] * 3
+    red = [_line(redis_pct, gen_pct, us=79.1, kernel_us=56.2)] * 3
+    note = _bound(rcp, red)  # type: ignore[arg-type]
+    assert "47.3 of it in the kernel" in note and "(redis-server 79.1" in note
+    assert ("user-space time at zero and its kernel time as measured, 1.67x" in note) == shown
+    assert "cost nothing" not in note
+
+
+def test_update_replaces_only_the_suites_run(tmp_path: Path) -> None:
+    """--update: the sections and goal rows of the suites run are replaced
+    (a new suite is added), each saying when and where it ran; every other
+    section and goal row keeps its figures."""
+    from bench.report import SuiteReport, Table, update_page
+
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# rcp11 benchmarks\n\n## Goals at a glance\n\n"
+        "| goal | measured | target | verdict | CPU |\n|---|---|---|---|---|\n"
+        "| Kafka suite: 1 producer | 3 | >= 2 | met | - |\n"
+        "| Attacks: old row | 900 ms | < 50 ms | **missed** | - |\n\n"
+        "## Suite 1: the Kafka benchmark\n\nkafka figures\n\n"
+        "## Suite: attacks\n\nold attack figures\n\n"
+        "## Suite 4: zlib\n\nzlib figures\n"
+    )
+    env = {
+        "date (UTC)": "2026-01-02 03:04",
+        "CPU": "Some CPU, 2 cores",
+        "RAM": "24 GiB",
+        "load average at start": "0.1 / 0.2 / 0.3",
+        "load average at end": "0.4 / 0.5 / 0.6",
+        "rcp11 commit": "abc1234",
+        "redis-server": "7.0.15",
+    }
+    attacks = SuiteReport("attacks", "Suite: attacks")
+    table = Table("PING", ["attack", "worst"])
+    table.add("one", "12.0")
+    attacks.tables.append(table)
+    attacks.goal("Attacks: worst PING", "12.0 ms", "< 50 ms", True)
+    new = SuiteReport("new", "Suite: new one", intro="new figures")
+    update_page(page, env, [attacks, new])
+    text = page.read_text()
+    assert "old attack figures" not in text and "| one | 12.0 |" in text
+    assert "kafka figures" in text and "zlib figures" in text
+    assert text.index("## Suite: attacks") < text.index("## Suite 4: zlib")
+    assert text.rstrip().endswith("_Suite time: 0 s._") and "new figures" in text
+    assert "2026-01-02 03:04 UTC, Some CPU, 2 cores" in text and "abc1234" in text
+    glance = text.split("## Suite 1")[0]
+    assert "Attacks: old row" not in glance and "| Attacks: worst PING | 12.0 ms |" in glance
+    assert "| Kafka suite: 1 producer | 3 |" in glance

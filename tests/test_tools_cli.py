@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -17,11 +19,16 @@ from conftest import (
     RedisServer,
     ServerProcess,
     free_port,
+    in_thread,
+    start_with_gaps,
     tr,
+    tread_calls,
     wait_blocked,
+    wait_for,
 )
 
-from rcp11.cli import Progress, split_messages
+from rcp11.cli import Progress, build_parser, split_messages
+from rcp11.cli import main as cli_main
 from rcp11.client import Client
 
 
@@ -59,10 +66,12 @@ def port(stream_server: ServerProcess) -> str:
 @pytest.mark.parametrize(
     "command, expected",
     [
-        ([], [b"produce", b"consume", b"info", b"evict", b"--host", b"rcp11 server"]),
+        ([], [b"produce", b"consume", b"info", b"streams", b"groups", b"evict", b"rcp11 server"]),
         (["produce"], [b"--batch", b"--backlog", b"--null", b"KEY", b"stdin"]),
         (["consume"], [b"--from", b"--group", b"--groupnew", b"--follow", b"--count", b"--block"]),
         (["info"], [b"KEY", b"--json"]),
+        (["streams"], [b"PATTERN", b"--long", b"kafka-topics --list"]),
+        (["groups"], [b"GROUPKEY", b"LAG", b"kafka-consumer-groups --describe"]),
         (["evict"], [b"KEY", b"OFFSET"]),
     ],
 )
@@ -274,6 +283,197 @@ def test_evict_reports_what_remains(rcp11_client: Client, port: str) -> None:
 
 
 # ---------------------------------------------------------------------------
+# In process: main() with the test's stdin, stdout and stderr
+# ---------------------------------------------------------------------------
+
+
+def run_cli(port: str, *args: str, input: bytes = b"") -> tuple[int, bytes, str]:
+    """(exit status, stdout, stderr) of `rcp11 -p PORT ARGS`, in process."""
+    out, err = io.BytesIO(), io.StringIO()
+    status = cli_main(["-p", port, *args], stdin=io.BytesIO(input), stdout=out, stderr=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_consume_help_says_a_group_read_is_the_acknowledgement() -> None:
+    text = " ".join(
+        build_parser()._subparsers._group_actions[0].choices["consume"].format_help().split()
+    )
+    assert "A group read is its own acknowledgement" in text
+    assert "at most once" in text
+
+
+def test_one_message_is_one_message(rcp11_client: Client, port: str) -> None:
+    status, _, err = run_cli(port, "produce", "s", input=b"x\n")
+    assert status == 0
+    assert err == "rcp11 produce: 1 message written to 's', offsets 0..0\n"
+
+
+def test_produce_to_a_string_key_says_so_and_writes_nothing(
+    rcp11_client: Client, port: str
+) -> None:
+    rcp11_client.set("strk", "v")
+    status, _, err = run_cli(port, "produce", "strk", input=b"x\ny\n")
+    assert status == 1
+    assert err == (
+        "rcp11 produce: key 'strk' holds a string, not a stream; "
+        "rcp11 produce needs a stream key: use another key name\n"
+    )
+    assert rcp11_client.get("strk") == b"v"
+
+
+def test_a_group_key_holding_a_stream_is_named(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", b"x")
+    rcp11_client.twrite("g", b"y")
+    status, _, err = run_cli(port, "consume", "s", "--group", "g")
+    assert status == 1
+    assert "group key 'g' holds a stream; a consumer group's offset is kept in a string key" in err
+
+
+def test_produce_reports_what_was_written_before_a_failure(rcp11_client: Client, port: str) -> None:
+    """Input that arrives in two pieces: the first is written, then the key
+    becomes a string: the user learns both."""
+    reader, writer = os.pipe()
+    os.write(writer, b"a\nb\n")
+    out, err = io.BytesIO(), io.StringIO()
+    stdin = os.fdopen(reader, "rb")
+
+    def replace_then_close() -> None:
+        wait_for(lambda: rcp11_client.exists("s"), timeout=10)
+        rcp11_client.delete("s")
+        rcp11_client.set("s", "now a string")
+        os.write(writer, b"c\n")
+        os.close(writer)
+
+    thread, _ = in_thread(replace_then_close)
+    status = cli_main(["-p", port, "produce", "s"], stdin=stdin, stdout=out, stderr=err)
+    thread.join(10)
+    stdin.close()
+    assert status == 1
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "rcp11 produce: 2 messages written to 's', offsets 0..1, then:"
+    assert "key 's' holds a string" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["consume", "--topic", "s", "--from-beginning"], b"m0\nm1\nm2\nm3\nm4\n"),
+        (["consume", "s", "--topic", "s", "--max-messages", "2"], b"m0\nm1\n"),
+        (["consume", "s", "-o", "beginning", "-c", "1"], b"m0\n"),
+        (["consume", "s", "-o", "-2"], b"m3\nm4\n"),
+        (["consume", "s", "-o", "end"], b""),
+        (["consume", "s", "--from", "earliest", "-n", "1"], b"m0\n"),
+        (["consume", "s", "--from", "latest", "--block", "1"], b""),
+    ],
+)
+def test_kafka_and_kcat_spellings_are_understood(
+    rcp11_client: Client, port: str, args: list[str], expected: bytes
+) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(5)])
+    status, out, err = run_cli(port, *args)
+    assert (status, out) == (0, expected), err
+
+
+def test_consume_from_end_gets_only_what_is_written_afterwards(
+    rcp11_client: Client, port: str
+) -> None:
+    rcp11_client.twrite("s", b"old")
+
+    def write_later() -> None:
+        wait_blocked(rcp11_client, 1)
+        rcp11_client.twrite("s", b"new")
+
+    thread, _ = in_thread(write_later)
+    status, out, _ = run_cli(port, "consume", "s", "-o", "end", "--block", "20000", "-n", "1")
+    thread.join(10)
+    assert (status, out) == (0, b"new\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["consume", "s", "--bootstrap-server", "localhost:9092"], "here: -h HOST -p PORT"),
+        (["-b", "localhost:9092", "consume", "s"], "here: -h HOST -p PORT"),
+        (["consume", "-t", "s"], "or --topic KEY"),
+        (["consume", "s", "--partition", "0"], "a stream has no partitions"),
+        (["--list"], "rcp11 streams"),
+        (["consume", "s", "--timeout-ms", "100"], "--block MS"),
+        (["consume", "s", "-e"], "exits when it has caught up"),
+    ],
+)
+def test_other_kafka_spellings_name_the_rcp11_option(
+    capsys: pytest.CaptureFixture[str], args: list[str], hint: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(args)
+    assert exit_.value.code == 2
+    assert hint in capsys.readouterr().err
+
+
+def test_a_key_and_a_different_topic_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["consume", "a", "--topic", "b"])
+    assert "KEY 'a' and --topic 'b' differ" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["consume"])
+    assert "the stream KEY is missing" in capsys.readouterr().err
+
+
+def test_streams_lists_the_streams_only(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("b", b"x", b"y")
+    rcp11_client.twrite("a", b"x")
+    rcp11_client.tevict("a", 0)
+    rcp11_client.set("a-string", "x")
+    assert run_cli(port, "streams") == (0, b"a\nb\n", "")
+    assert run_cli(port, "streams", "b*")[1] == b"b\n"
+    status, out, _ = run_cli(port, "streams", "-l")
+    assert out.decode().splitlines() == [
+        "STREAM  FIRST-OFFSET  LAST-OFFSET  NEXT-OFFSET  LENGTH",
+        "a       1             0            1            0",
+        "b       0             1            2            2",
+    ]
+    rows = [json.loads(line) for line in run_cli(port, "streams", "--json")[1].splitlines()]
+    assert rows[1] == {
+        "key": "b",
+        "first_offset": 0,
+        "last_offset": 1,
+        "next_offset": 2,
+        "length": 2,
+    }
+    assert run_cli(port, "streams", "nothing*") == (0, b"", "")
+
+
+def test_groups_shows_each_groups_lag(rcp11_client: Client, port: str) -> None:
+    rcp11_client.twrite("s", *[b"m%d" % i for i in range(10)])
+    rcp11_client.tread("s", 0, 3, group="s:g1")
+    rcp11_client.tread("s", 0, 10, group="s:g2")
+    rcp11_client.set("s:not-a-group", "text")
+    status, out, _ = run_cli(port, "groups", "s", "s:*", "s:new")
+    assert status == 0
+    assert out.decode().splitlines() == [
+        "GROUP  STREAM  CURRENT-OFFSET  LOG-END-OFFSET  LAG",
+        "s:g1   s       3               10              7",
+        "s:g2   s       10              10              0",
+        "s:new  s       -               10              10",
+    ]
+    # A key named as a group that holds no offset is an error, not a row.
+    assert run_cli(port, "groups", "s", "s:not-a-group")[0:1] == (1,)
+    assert (
+        "key 's:not-a-group' holds b'text', not an offset"
+        in run_cli(port, "groups", "s", "s:not-a-group")[2]
+    )
+    assert "key 's' holds a stream" in run_cli(port, "groups", "s", "s")[2]
+    # Evicted messages are no lag: nobody can be handed them.
+    rcp11_client.tevict("s", 5)
+    rows = [
+        json.loads(line) for line in run_cli(port, "groups", "s", "s:g1", "--json")[1].splitlines()
+    ]
+    assert rows == [
+        {"group": "s:g1", "stream": "s", "current_offset": 3, "next_offset": 10, "lag": 4}
+    ]
+
+
+# ---------------------------------------------------------------------------
 # Errors a user can act on
 # ---------------------------------------------------------------------------
 
@@ -403,3 +603,36 @@ def test_cli_produce_consume_as_in_the_readme(
     )
     assert group.stdout.split() == ["1", "2", "3"]
     assert shared_client.get("g") == b"3"
+
+
+@pytest.mark.slow
+def test_consume_steps_over_a_crash_gap_in_one_request(server_factory: Any) -> None:
+    """The gap a crash may leave (null offsets up to a reservation mark) is
+    stepped over in one TREAD, by a reader that catches up and by one that
+    follows a stream ending in a gap."""
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"s": (3, 200_000, 2), b"ends-in-a-gap": (2, 300_000, 0)})
+    port = str(srv.port)
+    client = srv.client()
+    before = tread_calls(client)
+    result = rcp11("-p", port, "consume", "s", "--offsets", "--batch", "100")
+    assert result.stdout == b"0\ta0\n1\ta1\n2\ta2\n200000\tb0\n200001\tb1\n"
+    assert tread_calls(client) - before <= 3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rcp11", "-p", port, "consume", "ends-in-a-gap"]
+        + ["--follow", "--offsets", "--batch", "100"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"0\ta0\n"
+        assert proc.stdout.readline() == b"1\ta1\n"
+        wait_blocked(client, 1)  # over the gap, waiting for the next write
+        assert client.execute_command("TWRITE", "ends-in-a-gap", "next") == 300_000
+        assert proc.stdout.readline() == b"300000\tnext\n"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert tread_calls(client) - before <= 6

@@ -17,6 +17,8 @@ import redis
 from conftest import (
     REPO,
     ServerProcess,
+    start_with_gaps,
+    tread_calls,
     wait_blocked,
 )
 
@@ -373,3 +375,38 @@ def test_python_client_sync_and_async_as_documented(
         return [first, seen]
 
     assert asyncio.run(scenario()) == [3, [(3, b"d"), (4, b"e")]]
+
+
+@pytest.mark.slow
+def test_consumers_step_over_a_crash_gap_in_one_request(server_factory: Any) -> None:
+    """After a crash a stream may hold a gap of null offsets (up to 4 Mi on
+    a hot stream): follow() and follow_group() read over it in one TREAD
+    (NONULLS), not in thousands of pages of nulls."""
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"s": (5, 200_000, 3)})
+    client = new_client(srv)
+    expected = [(i, b"a%d" % i) for i in range(5)] + [(200_000 + i, b"b%d" % i) for i in range(3)]
+    before = tread_calls(client)
+    assert list(itertools.islice(client.follow("s", batch=100, block_ms=100), 8)) == expected
+    assert tread_calls(client) - before <= 3
+    before = tread_calls(client)
+    got = list(itertools.islice(client.follow_group("s", "g", batch=100, block_ms=100), 8))
+    assert got == expected
+    assert tread_calls(client) - before <= 3
+    assert client.get("g") == b"200003"
+
+    async def follow_async() -> list[tuple[int, Any]]:
+        async_client = AsyncClient(port=srv.port)
+        try:
+            got = []
+            async for item in async_client.follow("s", batch=100, block_ms=100):
+                got.append(item)
+                if len(got) == 8:
+                    return got
+            return got
+        finally:
+            await async_client.aclose()
+
+    before = tread_calls(client)
+    assert asyncio.run(follow_async()) == expected
+    assert tread_calls(client) - before <= 3

@@ -5,7 +5,15 @@ stream_server run against both servers."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
 import subprocess
+import termios
+import time
 from pathlib import Path
 
 import redis
@@ -61,6 +69,52 @@ def test_redis_cli_pipe_and_reads(stream_server: ServerProcess) -> None:
         text=True,
     )
     assert out.stdout.split() == ["m98", "m99"]
+
+
+# What redis-cli greys out after the typed text (linenoise's hint colour).
+HINT_START, HINT_END = b"\x1b[0;90;49m", b"\x1b[0m"
+
+
+def redis_cli_hint(port: int, typed: bytes, timeout: float = 15.0) -> str:
+    """The hint interactive redis-cli shows once `typed` is on its line: it
+    builds hints from the server's COMMAND DOCS. Runs it in a terminal (a
+    pty, 200 columns) and answers its cursor-position queries."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: redis-cli on the terminal
+        os.execvpe("redis-cli", ["redis-cli", "-p", str(port)], {**os.environ, "TERM": "xterm"})
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    screen = b""
+    deadline = time.monotonic() + timeout
+    try:
+        sent = False
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.05)[0]:
+                chunk = os.read(fd, 65536)
+                screen += chunk
+                if b"\x1b[6n" in chunk:  # where is the cursor?
+                    os.write(fd, b"\x1b[1;1R")
+            if not sent and b"> " in screen:
+                os.write(fd, typed)
+                sent = True
+            shown = screen.rsplit(b"> " + typed, 1)
+            if sent and len(shown) == 2 and HINT_END in shown[1]:
+                return shown[1].split(HINT_START, 1)[1].split(HINT_END, 1)[0].decode()
+        raise AssertionError(f"no hint after {typed!r}: {screen[-300:]!r}")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_redis_cli_hints_the_stream_commands_arguments(stream_server: ServerProcess) -> None:
+    require("redis-cli")
+    port = stream_server.port
+    assert redis_cli_hint(port, b"TWRITE s ") == "entry|[BACKLOG backlog] ENTRIES entry [entry ...]"
+    assert redis_cli_hint(port, b"TREAD s ") == (
+        "offset count [BLOCK milliseconds] [GROUP groupkey|GROUPNEW newgroupkey] [WITHINFO] [NONULLS]"
+    )
+    assert redis_cli_hint(port, b"TCONCAT dst ") == "source [source ...]"
+    assert redis_cli_hint(port, b"TSEEK s ") == "unix-time-ms"
 
 
 def test_redis_cli(shared_server: ServerProcess, shared_client: redis.Redis) -> None:

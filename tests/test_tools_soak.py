@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_soak_smoke_run_loses_nothing_and_reuses_no_offset() -> None:
     proc = subprocess.run(
@@ -34,6 +35,7 @@ def test_soak_smoke_run_loses_nothing_and_reuses_no_offset() -> None:
     assert acked > 1000 and checked > 1000 and group > 100 and kills >= 2, done.group(0)
 
 
+@pytest.mark.timeout(420)  # its child process's own timeout fires first
 @pytest.mark.slow
 def test_soak_checker_catches_a_server_that_loses_acknowledged_writes() -> None:
     # Without the AOF a kill -9 loses the messages (they read as null: the

@@ -1,9 +1,9 @@
 """Start a Redis Cluster of rcp11 module nodes on this machine and run the
 Spark pipeline example (examples/spark_pipeline.py) against it.
 
-    python examples/cluster/run_cluster.py                 # 3 primaries + 3 replicas, live pipeline
-    python examples/cluster/run_cluster.py -- --once       # arguments after -- go to the pipeline
-    python examples/cluster/run_cluster.py --keep          # leave the cluster running afterwards
+    .venv/bin/python examples/cluster/run_cluster.py            # 3 primaries + 3 replicas, live
+    .venv/bin/python examples/cluster/run_cluster.py -- --once  # arguments after -- go to the pipeline
+    .venv/bin/python examples/cluster/run_cluster.py --keep     # leave the cluster running afterwards
 
 Each node is ``redis-server --loadmodule "$(python -m rcp11 module-path)"``
 with cluster mode on, listening on 127.0.0.1 (a free port, and its cluster
@@ -88,6 +88,14 @@ class Cluster:
         self.directory = directory
         self.ports: list[int] = []
         self.processes: list[subprocess.Popen] = []
+        try:
+            self._start(primaries, replicas)
+        except BaseException:  # a node that would not start, a timeout, Ctrl-C
+            self.stop()
+            raise
+
+    def _start(self, primaries: int, replicas: int) -> None:
+        directory = self.directory
         module = module_path()
         for _ in range(primaries * (1 + replicas)):
             port = free_node_port(set(self.ports))
@@ -108,7 +116,6 @@ class Cluster:
         create += ["--cluster-replicas", str(replicas), "--cluster-yes"]
         done = subprocess.run(create, capture_output=True, text=True, timeout=SETTLE_TIMEOUT_S)
         if done.returncode != 0:
-            self.stop()
             raise SystemExit("redis-cli --cluster create failed:\n" + done.stdout + done.stderr)
         for port in self.ports:
             wait_until(lambda port=port: self.state(port) == "ok", f"cluster_state:ok on {port}")
@@ -142,8 +149,16 @@ def main(argv: list[str] | None = None) -> int:
         if shutil.which(program) is None:
             raise SystemExit(f"{program} is not installed (Debian: apt-get install redis)")
 
+    # A directory of our own goes when the nodes stop; one given by --dir,
+    # or the nodes' files while --keep leaves them running, stays.
+    temporary = args.dir is None
     directory = Path(args.dir or tempfile.mkdtemp(prefix="rcp11-cluster-"))
-    cluster = Cluster(args.primaries, args.replicas, directory)
+    try:
+        cluster = Cluster(args.primaries, args.replicas, directory)
+    except BaseException:
+        if temporary:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     print(f"cluster of {args.primaries} primaries up on ports {cluster.ports}", flush=True)
     print(f"node files in {directory}", flush=True)
     try:
@@ -154,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"left running: redis-cli -c -p {cluster.ports[0]}", flush=True)
         else:
             cluster.stop()
+            if temporary:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

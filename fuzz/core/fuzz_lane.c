@@ -2,7 +2,8 @@
  * (src/lane.c). Run by fuzz/core/run.sh (harness "lane").
  *
  * The input is a read buffer. Two streams exist: "s" (writable) and "t"
- * (read-only); other keys are refused. Checked on every input:
+ * (read-only: offset 0 evicted, 1 and 2, a gap, 10 and 11); other keys
+ * are refused. Checked on every input:
  *   - the lane consumes a prefix made of whole canonical requests: running
  *     it again on exactly that prefix consumes all of it and produces the
  *     same replies and AOF bytes (requests are judged only by their own
@@ -24,10 +25,12 @@
 
 static mn_stream *s_stream, *t_stream;
 
-/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room. */
+/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room,
+ * memory_limited and memory_room. */
 static size_t run_lane(lane_call *call, const char *buf, size_t len) {
     int flags = (call->writes ? LANE_WRITES : 0) | (call->log_writes ? LANE_LOG_WRITES : 0);
-    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room);
+    if (call->memory_limited) flags |= LANE_MEMORY_ROOM;
+    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room, call->memory_room);
 }
 
 static int resolve(lane_call *call, const char *key, size_t len, mn_stream **stream,
@@ -51,6 +54,11 @@ static void setup(lane_call *call) {
     s_stream = mn_stream_new(4, 0);
     t_stream = mn_stream_new(4, 0);
     mn_append(t_stream, "abcdef", (uint32_t[]){1, 2, 3}, 3, MN_NOW);
+    /* A gap (as a crash recovery leaves) and more messages after it, with
+     * the first one evicted: TREAD ... NONULLS steps over both. */
+    mn_raise_next_offset(t_stream, 10);
+    mn_append(t_stream, "ghij", (uint32_t[]){2, 2}, 2, MN_NOW);
+    mn_evict_upto(t_stream, 0);
     lane_call_reset(call);
     call->resolve = resolve;
     call->max_bulk_len = 1 << 20;
@@ -72,8 +80,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size) memcpy(buf, data, size);
 
     setup(&a);
+    int64_t memory_at_start = (int64_t)mn_memory_bytes(s_stream);
     size_t used = run_lane(&a, buf, size);
     if (used > size) abort();
+    /* The memory the run reports growing is what the stream grew by. */
+    if (a.memory_grown != (int64_t)mn_memory_bytes(s_stream) - memory_at_start) abort();
     uint64_t next_s = mn_next_offset(s_stream);
     if (next_s != a.messages_written) abort();
     if ((a.twrite_calls == 0) != (a.aof.len == 0)) abort();
@@ -85,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         w.max_bulk_len = a.max_bulk_len;
         w.max_multibulk_len = a.max_multibulk_len;
         w.max_commands = a.max_commands;
-        if (lane_run(&w, buf + used, size - used, (size_t)1 << 40, LANE_WRITES, 0) != 0) abort();
+        if (lane_run(&w, buf + used, size - used, (size_t)1 << 40, LANE_WRITES, 0, 0) != 0) abort();
         if (w.stop != LANE_STOP_WAIT || w.reply.len || w.tread_calls) abort();
         if (mn_next_offset(s_stream) != next_s) abort();
         lane_call_free(&w);

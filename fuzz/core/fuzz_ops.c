@@ -348,6 +348,24 @@ static int op_append(world *w, int k, input *in, int one) {
     return MN_OK;
 }
 
+/* mn_readable_run (TREAD ... NONULLS) against the model: the first
+ * readable offset at or after start, and the readable offsets in a row
+ * from there, at most max. */
+static void check_readable_run(world *w, int k, uint64_t start, uint64_t max) {
+    const model *m = &w->m[k];
+    uint64_t run;
+    uint64_t got = mn_readable_run(w->s[k], start, max, &run);
+    size_t i = model_lower(m, start);
+    if (i >= m->len) {
+        CHECK(got == (start > m->next ? start : m->next) && run == 0);
+        return;
+    }
+    CHECK(got == m->m[i].off);
+    uint64_t want = 0;
+    while (want < max && i + want < m->len && m->m[i + want].off == got + want) want++;
+    CHECK(run == want);
+}
+
 static int op_read(world *w, int k, input *in) {
     const model *m = &w->m[k];
     /* Start near a readable message most of the time: offsets may span
@@ -362,6 +380,7 @@ static int op_read(world *w, int k, input *in) {
     }
     uint64_t room = m->next - start;
     uint64_t n = in_pick(in, room < MAX_READ ? room : MAX_READ);
+    check_readable_run(w, k, start, n);
     return check_read(w, k, start, n);
 }
 

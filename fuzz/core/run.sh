@@ -3,24 +3,31 @@
 # of the C lane in front of it (fuzz_lane) and of the lane's event loop
 # (fuzz_netloop) and run them.
 #
-# Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci]
+# Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci | --seeds]
 #   SECONDS_PER_FUZZER  how long each harness runs (default 600)
-#   --ci                fuzz into a scratch copy of the corpus (the repo's
-#                       corpus is not touched) and keep quiet unless a
-#                       harness fails
-# Without --ci, new coverage goes to fuzz/core/runs/<harness>/ (not in git;
-# `-merge=1` it into fuzz/core/corpus/<harness>/ to keep it) and crashes to
-# fuzz/core/crashes/. Every crash must become a regression test in
+#   --ci                fuzz into a scratch directory (nothing in the tree
+#                       is touched) and keep quiet unless a harness fails
+#   --seeds             fuzz nothing: fold fuzz/core/runs/<harness>/ into the
+#                       seeds, keeping the fewest inputs that reach every edge
+#                       (python -m fuzz.seeds; `make fuzz-seeds`)
+# Every run starts from the seeds in fuzz/core/corpus/<harness>/ (in git: a
+# minimised set, see fuzz/seeds.py). Without --ci the corpus grows in
+# fuzz/core/runs/<harness>/ (not in git) and crashes land in
+# fuzz/core/crashes/. Every crash becomes a regression test in
 # tests/c/driver.c (tests/c/lane_driver.c for fuzz_lane) and its input a
-# file of the corpus. A harness with a <harness>.dict gets it as -dict.
+# seed named finding-<what> (kept by every minimisation, replayed by every
+# run, CI's included). A harness with a <harness>.dict gets it as -dict.
 #
 # Needs clang and libclang-rt-dev (libFuzzer), zlib1g-dev.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 seconds="${1:-600}"
-ci=0
-[ "${2:-}" = "--ci" ] && ci=1
+mode="${2:-}"
+case "$mode" in
+    "" | --ci | --seeds) ;;
+    *) echo "usage: $0 [SECONDS_PER_FUZZER] [--ci | --seeds]" >&2; exit 2 ;;
+esac
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -48,10 +55,15 @@ status=0
 for harness in ops blobs lane netloop; do
     "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/lane.o" \
         "$out/netloop.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
+    if [ "$mode" = --seeds ]; then
+        (cd "$repo" && "${PYTHON:-python3}" -m fuzz.seeds "$here/corpus/$harness" "$here/runs/$harness" \
+            -- "$out/fuzz_$harness" -max_len=65536 -timeout=10 -rss_limit_mb=2048) || status=1
+        continue
+    fi
     dict=()
     [ -f "$here/$harness.dict" ] && dict=(-dict="$here/$harness.dict")
     [ "$harness" = netloop ] && dict=(-dict="$here/lane.dict")  # the same requests
-    if [ "$ci" = 1 ]; then
+    if [ "$mode" = --ci ]; then
         work="$out/corpus_$harness"
         crashes="$out/crash-"
         mkdir -p "$work"
@@ -67,7 +79,7 @@ for harness in ops blobs lane netloop; do
             "$work" "$here/corpus/$harness" >"$log" 2>&1; then
         status=1
         tail -60 "$log"
-        if [ "$ci" = 1 ]; then
+        if [ "$mode" = --ci ]; then
             for f in "$out"/crash-*; do
                 [ -e "$f" ] && echo "crashing input (base64): $(base64 -w0 "$f")"
             done

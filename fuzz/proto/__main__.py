@@ -5,8 +5,10 @@ process for --time seconds, one after the other. Inputs that reach new code
 are kept in fuzz/proto/runs/<target>/corpus/ (not in git); the seeds in
 fuzz/proto/corpus/<target>/ are read first. A crash, a Finding or a timeout stops
 that target, leaves the input in fuzz/proto/runs/<target>/artifacts/ and makes
-the exit code 1. --merge folds fuzz/proto/runs/<target>/corpus/ into the seeds,
-keeping only inputs that add coverage.
+the exit code 1: the input joins the seeds as finding-<what>, beside its
+regression test in tests/test_fuzz_findings.py. --merge fuzzes nothing: it
+folds fuzz/proto/runs/<target>/corpus/ into the seeds, keeping the fewest
+inputs that reach every edge (fuzz/seeds.py).
 
 Prints one line per target: executions, seconds, coverage (libFuzzer's
 `cov`: instrumented edges reached; `ft`: features), corpus size, result.
@@ -27,6 +29,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from fuzz.seeds import minimise
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -58,7 +62,23 @@ class Result:
         )
 
 
-def run_target(target: str, seconds: int, extra: list[str], merge: bool = False) -> Result:
+def _env() -> dict[str, str]:
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+def merge_target(target: str, extra: list[str]) -> None:
+    """Fold what runs found into the target's seeds, minimised."""
+    fuzzer = [sys.executable, "-m", "fuzz.proto._atheris", target]
+    fuzzer += [f"-timeout={INPUT_TIMEOUT_S}", f"-rss_limit_mb={RSS_LIMIT_MB}", *extra]
+    os.environ.update(_env())
+    seeds = HERE / "corpus" / target
+    named, before, kept = minimise(seeds, [HERE / "runs" / target / "corpus"], fuzzer)
+    print(f"fuzz {target:6} seeds: {named} named, {kept} found inputs kept ({before} before)")
+
+
+def run_target(target: str, seconds: int, extra: list[str]) -> Result:
     seeds = HERE / "corpus" / target
     # libFuzzer reads corpus directories recursively: artifacts and the
     # scratch directory sit beside the corpus, not in it.
@@ -66,25 +86,22 @@ def run_target(target: str, seconds: int, extra: list[str], merge: bool = False)
     artifacts = work.parent / "artifacts"
     for path in (seeds, work, artifacts):
         path.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "fuzz.proto._atheris", target]
-    if merge:
-        # New units go to the first directory: the seeds gain what work found.
-        command += ["-merge=1", str(seeds), str(work)]
-    else:
-        command += [
-            str(work),
-            str(seeds),
-            f"-max_total_time={seconds}",
-            f"-timeout={INPUT_TIMEOUT_S}",
-            f"-rss_limit_mb={RSS_LIMIT_MB}",
-            f"-max_len={MAX_LEN}",
-            f"-artifact_prefix={artifacts}/",
-            "-print_final_stats=1",
-        ]
-    command += extra
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "fuzz.proto._atheris",
+        target,
+        str(work),
+        str(seeds),
+        f"-max_total_time={seconds}",
+        f"-timeout={INPUT_TIMEOUT_S}",
+        f"-rss_limit_mb={RSS_LIMIT_MB}",
+        f"-max_len={MAX_LEN}",
+        f"-artifact_prefix={artifacts}/",
+        "-print_final_stats=1",
+        *extra,
+    ]
+    env = _env()
     started = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds_taken = time.monotonic() - started
@@ -118,14 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("targets", nargs="*", help="raw, struct, diff (default: all)")
     parser.add_argument("--time", type=int, default=600, help="seconds per target (600)")
-    parser.add_argument("--merge", action="store_true", help="fold runs/ into the seed corpus")
+    parser.add_argument(
+        "--merge", action="store_true", help="fold runs/ into the seeds, minimised (no fuzzing)"
+    )
     options = parser.parse_args(args)
     unknown = set(options.targets) - set(TARGET_NAMES)
     if unknown:
         parser.error(f"unknown target(s): {', '.join(sorted(unknown))}")
     failed = False
     for target in options.targets or TARGET_NAMES:
-        result = run_target(target, options.time, extra, options.merge)
+        if options.merge:
+            merge_target(target, extra)
+            continue
+        result = run_target(target, options.time, extra)
         print(result.line(), flush=True)
         failed |= result.exit_code != 0
     return 1 if failed else 0

@@ -113,6 +113,7 @@ def tread(d: Draw) -> list[bytes]:
         [b"GROUPNEW", d.pick(GROUPS)],
         [b"WITHINFO"],
         [b"withinfo"],
+        [b"NONULLS"],
         [b"BLOCK"],
         [b"BOGUS"],
     ]

@@ -50,6 +50,7 @@ class Request:
     withinfo: bool
     group: bytes | None
     group_new: bool
+    nonulls: bool = False
 
 
 def int64(arg: bytes) -> int | None:
@@ -183,7 +184,7 @@ class Model:
         if offset is None or count is None or count < 0:
             raise ModelError("ERR")
         block = group = None
-        group_new = withinfo = False
+        group_new = withinfo = nonulls = False
         seen: set[bytes] = set()
         i = 4
         while i < len(argv):
@@ -191,8 +192,9 @@ class Model:
             if option in seen:
                 raise ModelError("ERR")
             seen.add(option)
-            if option == b"WITHINFO":
-                withinfo = True
+            if option in (b"WITHINFO", b"NONULLS"):
+                withinfo = withinfo or option == b"WITHINFO"
+                nonulls = nonulls or option == b"NONULLS"
                 i += 1
                 continue
             if option not in (b"BLOCK", b"GROUP", b"GROUPNEW") or i + 1 >= len(argv):
@@ -212,23 +214,39 @@ class Model:
         may_block = block is not None and not in_exec
         if group is None:
             start = offset if offset >= 0 else max(next_offset + offset, 0)
+            wanted = count
+            if nonulls:
+                start, count = self.readable(stream, start, count)
             if start >= next_offset and may_block:
-                self.blocked[client] = Request(key, start, count, withinfo, None, False)
+                self.blocked[client] = Request(key, start, wanted, withinfo, None, False, nonulls)
                 return BLOCKED
             return self.read(stream, start, count, withinfo)[0]
         if group == key:
             raise ModelError("ERR")
         position = self.group_position(group)
         start = position if position is not None else self.default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = self.readable(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 self.put(group, b"%d" % start)
-            self.blocked[client] = Request(key, start, count, withinfo, group, group_new)
+            self.blocked[client] = Request(key, start, wanted, withinfo, group, group_new, nonulls)
             return BLOCKED
         reply, n = self.read(stream, start, count, withinfo)
         if start + n != position:
             self.put(group, b"%d" % (start + n))
         return reply
+
+    @staticmethod
+    def readable(stream: MStream | None, start: int, count: int) -> tuple[int, int]:
+        """NONULLS: the first readable offset at or after start and how many
+        follow it (the model's streams have no gap: only an evicted prefix)."""
+        next_offset = stream.next if stream else 0
+        first = max(start, stream.first if stream else 0)
+        if first >= next_offset:
+            return max(start, next_offset), 0
+        return first, min(count, next_offset - first)
 
     @staticmethod
     def default_start(stream: MStream | None, group_new: bool) -> int:
@@ -397,12 +415,15 @@ class Model:
                             start = self.default_start(stream, request.group_new)
                         else:
                             start = position
+                    count = request.count
+                    if request.nonulls:
+                        start, count = self.readable(stream, start, count)
                     if start >= next_offset:
                         if request.group is not None and position is None:
                             self.put(request.group, b"%d" % start)
                             changed = True
                         continue
-                    reply, n = self.read(stream, start, request.count, request.withinfo)
+                    reply, n = self.read(stream, start, count, request.withinfo)
                     if request.group is not None and start + n != position:
                         self.put(request.group, b"%d" % (start + n))
                 except ModelError as exc:

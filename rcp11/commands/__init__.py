@@ -17,6 +17,7 @@ from __future__ import annotations
 from rcp11.commands import (
     admin,
     connection,
+    diagnostics,
     info,
     introspection,
     keys,
@@ -36,7 +37,7 @@ from rcp11.commands.core import (
     serve_ready,
 )
 from rcp11.commands.info import info_text
-from rcp11.commands.lane import lane_open, run_lane
+from rcp11.commands.lane import lane_open, run_buffered, run_lane
 from rcp11.commands.pipeline import Stop, late_reply, protocol_error_reply, run_pipeline
 from rcp11.commands.table import COMMANDS, Command, KeySpec, rename_command
 
@@ -51,6 +52,7 @@ __all__ = [
     "client_disconnected",
     "client_line",
     "connection",
+    "diagnostics",
     "execute",
     "expire_keys",
     "info",
@@ -62,6 +64,7 @@ __all__ = [
     "parse_int",
     "protocol_error_reply",
     "rename_command",
+    "run_buffered",
     "run_lane",
     "run_pipeline",
     "serve_ready",

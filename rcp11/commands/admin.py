@@ -131,13 +131,14 @@ def memory_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         return state.keyspace._charge(key, value)
     if sub == "stats":
         keys = len(state.keyspace)
-        used = state.keyspace.used_bytes
+        dataset = state.keyspace.used_bytes
+        allocated = state.allocated_memory()  # INFO's used_memory
         return {
-            "peak.allocated": used,
-            "total.allocated": used,
+            "peak.allocated": state.used_memory_peak(allocated),
+            "total.allocated": allocated,
             "keys.count": keys,
-            "keys.bytes-per-key": used // keys if keys else 0,
-            "dataset.bytes": used,
+            "keys.bytes-per-key": dataset // keys if keys else 0,
+            "dataset.bytes": dataset,
             "rss.bytes": rss_bytes(),
         }
     if sub == "doctor":

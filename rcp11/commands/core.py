@@ -31,12 +31,13 @@ from time import perf_counter_ns
 from typing import Any
 
 from rcp11 import errors, retention
-from rcp11.blocking import WAIT, BlockRequest
+from rcp11.blocking import BlockRequest
+from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import BY_SPELLING, RENAMED, Command, lookup, lookup_original
 from rcp11.errors import CommandError
 from rcp11.limits import ERROR_STATS_KINDS
 from rcp11.logs import show_arg
-from rcp11.resp import QUEUED, Error, SimpleString
+from rcp11.resp import QUEUED, Error, SimpleString, encode_command
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS
 
@@ -78,7 +79,18 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
             refusal = errors.exec_abort_because(refusal)
         return _reject(state, client, cmd, refusal)
     if client.queued is not None and not cmd.not_queued:
-        client.queued.append(argv)
+        # By its own name (argv[0] was renamed back above). A request the
+        # lane may run is encoded now, while the client takes turns, not
+        # when EXEC runs them all at once.
+        if cmd.in_lane:
+            client.queued.append((cmd, argv, encode_command(argv)))
+        else:
+            client.queued_outside_lane.append(len(client.queued))
+            client.queued.append((cmd, argv, None))
+        if not client.queued_write and cmd.writes_keys(argv):
+            client.queued_write = True
+        if cmd.denyoom:
+            client.queued_denyoom = True
         return QUEUED
     reply = call(state, client, cmd, argv)
     if state.blocking.ready:
@@ -86,10 +98,17 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return reply
 
 
-def check(state: ServerState, client: ClientState, cmd: Command, argv: list[bytes]) -> str | None:
+def check(
+    state: ServerState,
+    client: ClientState,
+    cmd: Command,
+    argv: list[bytes],
+    writes: bool | None = None,
+) -> str | None:
     """Why cmd may not run for client now (the error reply's text), or
     None. The one refusal function of every dispatch path; while the files
-    load only the arity is checked."""
+    load only the arity is checked. writes: whether this call writes, when
+    the caller knows (a blocked request served), else read from argv."""
     arity = cmd.arity
     argc = len(argv)
     if argc != arity and (arity > 0 or argc < -arity):
@@ -101,11 +120,14 @@ def check(state: ServerState, client: ClientState, cmd: Command, argv: list[byte
     if client.queued is not None and cmd.no_multi:
         return errors.NOT_IN_TRANSACTION
     if cmd.runs_transaction:
-        queued = [(lookup_original(q[0]), q) for q in client.queued or ()]
-        write = any(c is not None and c.writes_keys(q) for c, q in queued)
-        denyoom = any(c is not None and c.denyoom for c, _ in queued)
+        # What its queued commands do, noted as they were queued.
+        queued = client.queued is not None
+        write = queued and client.queued_write
+        denyoom = queued and client.queued_denyoom
     else:
-        write = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
+        if writes is None:
+            writes = cmd.write or (cmd.writes_some_keys and cmd.writes_keys(argv))
+        write = writes
         denyoom = cmd.denyoom
     if write or denyoom:
         return write_refusal(state, write, denyoom)
@@ -216,9 +238,12 @@ def call(
     stats = state.stats
     row = stats.commands.get(name) or command_stats(state, name)
     if first_call:
+        usec = (perf_counter_ns() - started) // 1000
         row[0] += 1
-        row[1] += (perf_counter_ns() - started) // 1000
+        row[1] += usec
         stats.total_commands_processed += 1
+        if usec >= state.slow_usec:
+            note_slow(state, client, cmd, argv, usec)
     if type(reply) is Error:
         row[3] += 1
         count_error(state, reply.message)
@@ -280,18 +305,12 @@ def feed_monitors(state: ServerState, client: ClientState, cmd: Command, argv: l
 
 def serve_ready(state: ServerState) -> None:
     """Serve the clients blocked on keys the last command changed, in the
-    order they blocked (across keys: BlockingManager.ready_requests), each through check() and call() like any command:
-    a served group read obeys MISCONF, is logged even if it raises half
-    way, and wakes readers of the group key it moved. A request with
-    nothing to answer yet keeps its place."""
-    blocking = state.blocking
-    served: list[ClientState] = []
-    for request in blocking.ready_requests():
-        reply = _serve(state, request)
-        if reply is WAIT:
-            continue
-        blocking.finish(request, reply)
-        served.append(request.client)
+    order they blocked (across keys: BlockingManager.serve), each through
+    check() and call() like any command: a served group read obeys
+    MISCONF, is logged even if it raises half way, and wakes readers
+    waiting on the group key it moved. A request with nothing to answer
+    yet keeps its place."""
+    served = state.blocking.serve(state, lambda request: _serve(state, request))
     # Resuming pipelines last: a resumed client may run commands that
     # block or wake others again, which must not happen mid-iteration.
     for client in served:
@@ -303,7 +322,7 @@ def _serve(state: ServerState, request: BlockRequest) -> Any:
     cmd = lookup_original(argv[0])
     if cmd is None:  # the command table never loses a row
         raise RuntimeError(f"blocked command {show_arg(argv[0])} has no row")
-    refusal = check(state, client, cmd, argv)
+    refusal = check(state, client, cmd, argv, request.writes)
     if refusal is not None:
         count_error(state, refusal)
         return Error(refusal)
@@ -326,6 +345,7 @@ def end_transaction(state: ServerState, client: ClientState) -> None:
     """Leave MULTI: drop the queue and the WATCHes (EXEC, DISCARD, a
     refused EXEC, RESET)."""
     client.queued = None
+    client.queued_outside_lane = []
     client.multi_error = False
     unwatch_all(state, client)
 

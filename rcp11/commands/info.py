@@ -39,6 +39,12 @@ def _human(size: float) -> str:
     return f"{size:.2f}P"
 
 
+# The program that runs the server, absolute as redis-server shows it: taken
+# when the server imports this, before it changes into `dir` (a path typed
+# relative, `.venv/bin/rcp11-server`, would then name nothing).
+EXECUTABLE = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else ""
+
+
 def _info_server(state: ServerState) -> dict[str, Any]:
     now = time.time()
     uptime = int(now - state.start_time)
@@ -61,7 +67,7 @@ def _info_server(state: ServerState) -> dict[str, Any]:
         "uptime_in_days": uptime // 86400,
         "hz": hz,
         "configured_hz": hz,
-        "executable": sys.argv[0] if sys.argv else "",
+        "executable": EXECUTABLE,
         "config_file": state.config.path or "",
     }
 
@@ -78,8 +84,11 @@ def _info_clients(state: ServerState) -> dict[str, Any]:
 
 
 def _info_memory(state: ServerState) -> dict[str, Any]:
-    used = state.used_memory()
-    peak = state.used_memory_peak()
+    # used_memory: all the process allocated (Redis's meaning: its
+    # allocator's total), the interpreter included, and what maxmemory is
+    # held against (docs/PROTOCOL.md).
+    used = state.allocated_memory()
+    peak = state.used_memory_peak(used)
     rss = rss_bytes()
     maxmemory = int(config_value(state, "maxmemory", 0))
     return {
@@ -93,7 +102,8 @@ def _info_memory(state: ServerState) -> dict[str, Any]:
         "used_memory_dataset": state.keyspace.used_bytes,
         "maxmemory": maxmemory,
         "maxmemory_human": _human(maxmemory),
-        "maxmemory_policy": "noeviction",
+        "maxmemory_policy": config_value(state, "maxmemory-policy", "noeviction"),
+        "mem_fragmentation_ratio": f"{rss / used:.2f}" if used else "0.00",
         "mem_allocator": "libc",
     }
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_left
 from typing import Any
 
 from rcp11 import errors
@@ -77,21 +76,64 @@ def keys_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
     return compile_glob(argv[1]).filter(_live_keys(state))
 
 
-# SCAN walks keys in the order of their (per-process) hash; the cursor is
-# the hash to continue from. A snapshot sorted by hash is taken when a scan
-# starts, so every call is a bisect. Keys present for the whole scan are
-# returned; keys added meanwhile may or may not be, as in Redis.
-_scan_snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_HASH_MASK = 2**63 - 1
+# SCAN's cursor names a snapshot of the key names, taken when the scan
+# started (SCAN 0: one copy of the keyspace's key list, no sort, so starting
+# a scan over a million keys costs a few milliseconds), and a position in
+# it: cursor = snapshot id * 2^32 + position. Every key present for the
+# whole scan is returned exactly once; keys added meanwhile are not, keys
+# deleted meanwhile are skipped. A bounded number of scans is kept; a cursor
+# whose snapshot was dropped (too many scans at once, or a restart) starts
+# over from a new snapshot, which may return keys again, as Redis's SCAN
+# may. Kept: at most _SCANS_KEPT scans, holding at most _SCAN_KEYS_KEPT
+# times the keyspace's keys between them (a snapshot is a list of
+# references: 8 bytes per key).
+_SCANS_KEPT = 16
+_SCAN_KEYS_KEPT = 4
+_POSITION_BITS = 32
 
 
-def _scan_snapshot(state: ServerState, restart: bool) -> tuple[list[int], list[bytes]]:
-    snapshot = _scan_snapshots.get(state.keyspace)
-    if snapshot is None or restart:
-        pairs = sorted((hash(key) & _HASH_MASK, key) for key in state.keyspace)
-        snapshot = ([h for h, _ in pairs], [k for _, k in pairs])
-        _scan_snapshots[state.keyspace] = snapshot
-    return snapshot
+class _Scans:
+    __slots__ = ("snapshots", "next_id")
+
+    def __init__(self) -> None:
+        self.snapshots: dict[int, list[bytes]] = {}  # least recently used first
+        self.next_id = 1
+
+    def start(self, keyspace: Any) -> tuple[int, list[bytes]]:
+        snapshots = self.snapshots
+        keys = list(keyspace)
+        budget = _SCAN_KEYS_KEPT * max(len(keys), 1024)
+        held = sum(map(len, snapshots.values()))
+        while snapshots and (len(snapshots) >= _SCANS_KEPT or held + len(keys) > budget):
+            held -= len(snapshots.pop(next(iter(snapshots))))
+        scan_id = self.next_id
+        self.next_id = scan_id + 1 if scan_id < 2**30 else 1
+        snapshots[scan_id] = keys
+        return scan_id, keys
+
+
+_scans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _scan_snapshot(state: ServerState, cursor: int) -> tuple[int, list[bytes], int]:
+    """(snapshot id, its keys, position) for a cursor."""
+    scans = _scans.get(state.keyspace)
+    if scans is None:
+        scans = _scans[state.keyspace] = _Scans()
+    scan_id, position = cursor >> _POSITION_BITS, cursor & (2**_POSITION_BITS - 1)
+    keys = scans.snapshots.pop(scan_id, None) if cursor else None
+    if keys is None or position > len(keys):
+        scan_id, keys = scans.start(state.keyspace)
+        position = 0
+    else:
+        scans.snapshots[scan_id] = keys  # the most recently used now
+    return scan_id, keys, position
+
+
+def _scan_done(state: ServerState, scan_id: int) -> None:
+    scans = _scans.get(state.keyspace)
+    if scans is not None:
+        scans.snapshots.pop(scan_id, None)
 
 
 @command("scan", -2, "readonly", summary="Iterate over keys")
@@ -122,15 +164,13 @@ def scan_command(state: ServerState, client: ClientState, argv: list[bytes]) -> 
         else:
             raise CommandError(errors.SYNTAX)
         i += 2
-    hashes, keys = _scan_snapshot(state, restart=cursor == 0)
-    begin = bisect_left(hashes, cursor)
-    end = min(begin + count, len(hashes))
-    # Keys sharing a hash are returned together so the cursor can skip past.
-    while end < len(hashes) and end > begin and hashes[end] == hashes[end - 1]:
-        end += 1
-    next_cursor = hashes[end] if end < len(hashes) else 0
-    if next_cursor == 0:
-        _scan_snapshots.pop(state.keyspace, None)
+    scan_id, keys, begin = _scan_snapshot(state, cursor)
+    end = min(begin + count, len(keys))
+    if end < len(keys):
+        next_cursor = (scan_id << _POSITION_BITS) | end
+    else:
+        next_cursor = 0
+        _scan_done(state, scan_id)
     found = []
     for key in keys[begin:end]:
         value = state.keyspace.get(key)

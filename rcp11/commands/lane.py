@@ -16,14 +16,16 @@ Here is decided, once per read, what no request of the read can change:
 the lane runs nothing during loading, inside MULTI, with MONITOR clients,
 with rename-command, for an unauthenticated client or a RESP3 one, or while
 blocked clients wait to be served; and no TWRITE while writes are refused
-(MISCONF) or maxmemory is set (the OOM check depends on memory each write
-grows). Per key, the resolver below decides (a missing key, a string, a
+(MISCONF), nor, with maxmemory, past what the memory left allows (the lane
+adds up what its writes grow and stops before the one the general path
+would refuse). What the parser holds runs here too (run_buffered), and so
+do the TWRITEs and TREADs EXEC runs (run_queued). Per key, the resolver below decides (a missing key, a string, a
 TTL stop the lane; a waiter or a WATCH stops writes). Afterwards the
 counters the general path keeps are brought up to date, the AOF gets the
 TWRITE requests verbatim, and written keys are touched.
 
 Every request the lane runs is one the general path would have run the same
-way: tests/test_lane_differential.py checks it on random pipelines.
+way: tests/test_dispatch_lane.py checks it on random pipelines.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import hiredis
+
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
 from rcp11.commands.core import command_stats, requirepass_set
-from rcp11.commands.table import RENAMED
+from rcp11.commands.diagnostics import note_slow
+from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
@@ -46,6 +51,11 @@ _KEY_READ: int = lib.LANE_KEY_READ
 _KEY_WRITE: int = lib.LANE_KEY_WRITE
 _WRITES: int = lib.LANE_WRITES
 _LOG_WRITES: int = lib.LANE_LOG_WRITES
+_MEMORY_ROOM: int = lib.LANE_MEMORY_ROOM
+_FIXED_TIME: int = lib.LANE_FIXED_TIME
+# No limit of its own: lengths and replies bounded elsewhere.
+_ANY_SIZE = 2**62
+_UINT64_MAX = (1 << 64) - 1
 
 # One lane_call for the process: the server runs one read at a time on the
 # event loop's thread, and its buffers are reused from read to read.
@@ -55,6 +65,8 @@ _call.resolve = lib.lane_resolve_key
 _call.max_commands = LANE_MAX_COMMANDS
 # The parser limits _call was last given (max_bulk_len, max_multibulk_len).
 _limits: list[tuple[int, int]] = [(-1, -1)]
+# The slow-command threshold _call was last given (ServerState.slow_usec).
+_slow_usec: list[int] = [-1]
 
 # While lane_run() runs: the state it runs on and the keys it resolved
 # (key, stream or None), in the order of _call.keys.
@@ -82,7 +94,8 @@ def resolve_key(
     """What the lane may do with the stream at key name (LANE_KEY_* bits,
     0: nothing), its C stream in stream_out[0] and the highest next offset
     a write may reach in limit_out[0]; (name, stream or None) is appended
-    to resolved, in the order the keys were asked (the C lane's order)."""
+    to resolved, in the order the keys were asked (the C lane's order).
+    The C lane's event loop (rcp11/server/netloop.py) asks it too."""
     keyspace = state.keyspace
     value = keyspace.data.get(name)
     if value is None or type(value) is bytes or name in keyspace.expires:
@@ -100,19 +113,23 @@ def resolve_key(
     return allowed
 
 
-def lane_open(state: ServerState, client: ClientState) -> bool:
-    """Whether the lane may run anything for client now."""
-    return lane_open_to_all(state) and lane_open_to(state, client)
+def lane_open(state: ServerState, client: ClientState, in_exec: bool = False) -> bool:
+    """Whether the lane may run anything for client now. in_exec: for the
+    transaction EXEC is running, whose woken readers are served after it
+    anyway (between the commands of a read, they must be served first)."""
+    return lane_open_to_all(state, in_exec) and lane_open_to(state, client)
 
 
-def lane_open_to_all(state: ServerState) -> bool:
+def lane_open_to_all(state: ServerState, in_exec: bool = False) -> bool:
     """lane_open()'s part that holds for every client alike."""
-    return not (state.loading or state.monitors or RENAMED or state.blocking.ready)
+    return not (
+        state.loading or state.monitors or RENAMED or (state.blocking.ready and not in_exec)
+    )
 
 
 def lane_open_to(state: ServerState, client: ClientState) -> bool:
-    """lane_open()'s part that is the client's own (it changes only with the
-    client's own commands)."""
+    """lane_open()'s part that is the client's own (it changes only with
+    the client's own commands)."""
     return not (
         client.queued is not None
         or client.resp != 2
@@ -120,17 +137,72 @@ def lane_open_to(state: ServerState, client: ClientState) -> bool:
     )
 
 
-def lane_writes(state: ServerState) -> tuple[int, int]:
-    """lane_run()'s flags (LANE_WRITES, LANE_LOG_WRITES) and AOF room for
-    what no request of one read (or one batch) changes: no TWRITE while
-    writes are refused (MISCONF) or maxmemory is set (the OOM check depends
-    on memory each write grows)."""
+def lane_writes(state: ServerState) -> tuple[int, int, int]:
+    """lane_run()'s write flags, AOF room and memory room for what no
+    request of one read (or one batch of the C loop) changes: no TWRITE
+    while writes are refused (MISCONF); with maxmemory, no TWRITE past what
+    the memory left allows (the lane adds up what its writes grow and stops
+    before the one the general path's OOM check, core.write_refusal, would
+    refuse)."""
     persistence = state.persistence
-    if state.writes_refused or state.config.get("maxmemory") or persistence.write_refused():
-        return 0, 0
-    if persistence.aof_state == "off":
-        return _WRITES, 0
-    return _WRITES | _LOG_WRITES, persistence.aof_room()
+    if state.writes_refused or persistence.write_refused():
+        return 0, 0, 0
+    flags = _WRITES
+    room = 0
+    memory_room = 0
+    if persistence.aof_state != "off":
+        flags |= _LOG_WRITES
+        room = persistence.aof_room()
+    limit = state.config.get("maxmemory")
+    if limit:
+        flags |= _MEMORY_ROOM
+        memory_room = int(limit) - state.used_memory()
+    return flags, room, memory_room
+
+
+# How many queued commands EXEC hands to the lane at most per call: a
+# window that the lane stops early in is joined again from there, so it is
+# kept short.
+EXEC_WINDOW = 256
+
+
+def run_queued(
+    state: ServerState, client: ClientState, data: bytes, mark: int | None
+) -> tuple[int, bytes]:
+    """EXEC's share of the lane: run what the lane can of these queued
+    TWRITEs and TREADs (data: their requests, encoded), from the first,
+    inside the transaction being run (their append time is the
+    transaction's, the AOF gets them between its MULTI and EXEC), stopping
+    once their replies passed mark bytes (None: no mark). Returns how many
+    ran and their replies; the general path runs the rest."""
+    global _state
+    call = _call
+    if call.max_bulk_len != _ANY_SIZE:
+        # Every queued argument was within the limits when it was parsed.
+        call.max_bulk_len = call.max_multibulk_len = _ANY_SIZE
+        _limits[0] = (_ANY_SIZE, _ANY_SIZE)
+    flags = _FIXED_TIME
+    room = 0
+    if not (state.writes_refused or state.persistence.write_refused()):
+        flags |= _WRITES
+        if state.persistence.aof_state != "off":
+            flags |= _LOG_WRITES
+            room = state.persistence.aof_room()
+    call.fixed_ms = state.write_time()
+    _set_slow_usec(state)
+    _state = state
+    _resolved.clear()
+    try:
+        reply_mark = _ANY_SIZE if mark is None else max(mark, 0)
+        consumed = lib.lane_run(call, data, len(data), reply_mark, flags, room, 0)
+    finally:
+        _state = None
+    if not consumed:
+        return 0, b""
+    _account(state, client, call)
+    if call.nslow:
+        _note_slow(state, client, call, data)
+    return call.twrite_calls + call.tread_calls, ffi.unpack(call.reply.data, call.reply.len)
 
 
 def run_lane(
@@ -148,7 +220,6 @@ def run_lane(
     the parser), appending the replies to out (out_bytes: what
     out holds; mark: as for run_pipeline). Returns (bytes of data
     consumed, out_bytes now)."""
-    global _state
     if (
         type(data) is not bytes
         or out_bytes > mark
@@ -168,25 +239,11 @@ def run_lane(
         data = carried + data
     if len(data) < _MIN_READ or len(data) > parser.query_buffer_limit > 0:
         return 0, out_bytes  # too small to hold a TWRITE; or the parser refuses it
-    call = _call
-    limits = (parser.max_bulk_len, parser.max_multibulk_len)
-    if limits != _limits[0]:
-        # Setting a cdata field costs as much as a dict lookup or two:
-        # the parser's limits change only with CONFIG SET.
-        call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
-    flags, room = lane_writes(state)
-    _state = state
-    _resolved.clear()
-    try:
-        # bytes go to `const char *` as they are: no copy, no from_buffer.
-        consumed = lib.lane_run(call, data, len(data), mark - out_bytes, flags, room)
-    finally:
-        _state = None
+    consumed = _run(state, client, parser, data, 0, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
-    reply = ffi.unpack(call.reply.data, call.reply.len)
+    reply = ffi.unpack(_call.reply.data, _call.reply.len)
     out.append(reply)
-    _account(state, client, call)
     out_bytes += len(reply)
     if consumed < len(carried):  # requests the parser held whole, not this read
         parser.skip(consumed)
@@ -194,6 +251,97 @@ def run_lane(
     if carried:
         parser.skip(len(carried))
     return consumed - len(carried), out_bytes
+
+
+def run_buffered(
+    state: ServerState,
+    client: ClientState,
+    parser: RequestParser,
+    out: list[bytes],
+    out_bytes: int,
+    mark: int,
+) -> tuple[int, int]:
+    """Run what the lane can of the requests `parser` holds unparsed (the
+    rest of a read the lane stopped in for its budget, or a pipeline that
+    waited for its turn), in place, as run_lane() runs a read; the parser
+    drops what ran. Returns (bytes consumed, out_bytes now)."""
+    if out_bytes > mark or parser.unauthenticated or not lane_open(state, client):
+        return 0, out_bytes
+    buffered = parser.raw()
+    if buffered is None:
+        return 0, out_bytes
+    buf, start = buffered
+    size = len(buf) - start
+    if size < _MIN_READ:
+        return 0, out_bytes
+    consumed = _run(state, client, parser, buf, start, mark - out_bytes)
+    if not consumed:
+        return 0, out_bytes
+    reply = ffi.unpack(_call.reply.data, _call.reply.len)
+    out.append(reply)
+    parser.skip(consumed)
+    return consumed, out_bytes + len(reply)
+
+
+def _run(
+    state: ServerState,
+    client: ClientState,
+    parser: RequestParser,
+    data: bytes,
+    start: int,
+    budget: int,
+) -> int:
+    """lane_run() over data[start:] (in place) with the parser's limits,
+    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply;
+    accounts for what ran. Returns the bytes consumed."""
+    global _state
+    call = _call
+    limits = (parser.max_bulk_len, parser.max_multibulk_len)
+    if limits != _limits[0]:
+        # Setting a cdata field costs as much as a dict lookup or two:
+        # the parser's limits change only with CONFIG SET.
+        call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
+    _set_slow_usec(state)
+    flags, room, memory_room = lane_writes(state)
+    _state = state
+    _resolved.clear()
+    # bytes go to `const char *` as they are, no copy; past their start,
+    # through from_buffer, no copy either.
+    at = data if not start else ffi.from_buffer(data) + start
+    try:
+        consumed = lib.lane_run(call, at, len(data) - start, budget, flags, room, memory_room)
+    finally:
+        _state = None
+    if consumed:
+        _account(state, client, call)
+        if call.nslow:
+            _note_slow(state, client, call, data, start)
+    return consumed
+
+
+def _set_slow_usec(state: ServerState) -> None:
+    if state.slow_usec != _slow_usec[0]:
+        _call.slow_usec = _slow_usec[0] = min(state.slow_usec, _UINT64_MAX)
+
+
+def _note_slow(
+    state: ServerState, client: ClientState, call: Any, data: bytes, start: int = 0
+) -> None:
+    """The run's slow commands (over data[start:]), as call() notes a slow
+    command."""
+    for i in range(call.nslow):
+        slow = call.slow[i]
+        request = data[start + slow.start : start + slow.start + slow.len]
+        note_lane_slow(state, client, request, slow.usec)
+
+
+def note_lane_slow(state: ServerState, client: ClientState, request: bytes, usec: int) -> None:
+    """A slow command the lane ran, noted as call() notes one (its request
+    is canonical RESP: hiredis reads it back into arguments)."""
+    reader = hiredis.Reader()
+    reader.feed(request)
+    argv = reader.gets()
+    note_slow(state, client, lookup_original(argv[0]), argv, usec)
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:
@@ -229,8 +377,7 @@ def count_lane(
         if aof:
             try:
                 for ms, data in aof:
-                    state.persistence.date_writes(ms)
-                    state.persistence.propagate_encoded(data)
+                    state.propagate_encoded(data, ms)
             except Exception:
                 # Appended, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
@@ -252,11 +399,15 @@ def count_lane(
 
 
 __all__ = [
+    "EXEC_WINDOW",
     "count_lane",
     "lane_open",
     "lane_open_to",
     "lane_open_to_all",
     "lane_writes",
+    "note_lane_slow",
     "resolve_key",
+    "run_buffered",
     "run_lane",
+    "run_queued",
 ]

@@ -26,7 +26,7 @@ from rcp11 import errors
 from rcp11.commands.core import BLOCKED, count_error, execute
 from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
 from rcp11.logs import show_arg
-from rcp11.resp import Error, encode, encode_raw_error
+from rcp11.resp import Error, Parts, encode, encode_raw_error
 from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
@@ -81,9 +81,13 @@ def run_pipeline(
         index += 1
         if reply is BLOCKED:
             return index, out_bytes, Stop.BLOCKED
-        data = encode(reply, client.resp == 3)
-        out.append(data)
-        out_bytes += len(data)
+        if type(reply) is Parts:
+            out.extend(reply.parts)
+            out_bytes += reply.size
+        else:
+            data = encode(reply, client.resp == 3)
+            out.append(data)
+            out_bytes += len(data)
         if client.closing:
             return index, out_bytes, Stop.CLOSING
     return index, out_bytes, Stop.DONE

@@ -26,11 +26,34 @@ from rcp11.storage import OffsetOverflowError, Stream
     group="stream",
     # Appends (INSERT); BACKLOG also evicts the oldest (DELETE).
     key_specs=(KeySpec(("RW", "INSERT", "DELETE"), index=1),),
+    # TWRITE key entry | TWRITE key [BACKLOG backlog] ENTRIES entry [entry ...]
     arguments=(
         {"name": "key", "type": "key", "key_spec_index": 0},
-        {"name": "backlog", "type": "integer", "token": "BACKLOG", "flags": ["optional"]},
-        {"name": "entries", "type": "pure-token", "token": "ENTRIES"},
-        {"name": "entry", "type": "string", "flags": ["multiple"]},
+        {
+            "name": "form",
+            "type": "oneof",
+            "arguments": [
+                {"name": "entry", "type": "string"},
+                {
+                    "name": "entries",
+                    "type": "block",
+                    "arguments": [
+                        {
+                            "name": "backlog",
+                            "type": "integer",
+                            "token": "BACKLOG",
+                            "flags": ["optional"],
+                        },
+                        {
+                            "name": "entry",
+                            "type": "string",
+                            "token": "ENTRIES",
+                            "flags": ["multiple"],
+                        },
+                    ],
+                },
+            ],
+        },
     ),
 )
 def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -174,31 +197,35 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
         if value is not None:
             found.append((src, value))
     next_offset = target.next_offset if target is not None else 0
-    if not found:
-        return next_offset  # nothing exists to move: no change, nothing logged
     total = sum(stream.length for _, stream in found)
     if total > TCONCAT_MAX_MESSAGES:
         raise CommandError(errors.tconcat_too_many(TCONCAT_MAX_MESSAGES))
     if next_offset + total - 1 > MAX_OFFSET:
         raise CommandError(errors.OFFSET_OVERFLOW)
-    created = False
     if total:
         state.persistence.before_stream_write(dst, next_offset + total)
-        if target is None:
-            target = state.new_stream()
-            created = True
+    created = target is None
+    if target is None:
+        target = state.new_stream()  # created even when nothing moves
+    if total:
         for _, stream in found:
             concat_stream(target, stream)
     for src, _ in found:
         keyspace.delete(src)
+    # Every key named counts as modified, a missing source too: a WATCH on
+    # any of them aborts the transaction, as inside redis-server.
+    for src in sources:
+        if keyspace.data.get(src) is None:
+            keyspace.touch(src)
     if created:
         keyspace.set(dst, target)
-    elif total:
+    else:
         keyspace.touch(dst)
     state.stats.total_messages_written += total
-    # Replaying the command itself is deterministic: the sources' contents
-    # at that point of the log are what they were here.
-    state.propagate(argv)
+    if created or found:
+        # Replaying the command itself is deterministic: the sources'
+        # contents at that point of the log are what they were here.
+        state.propagate(argv)
     return next_offset
 
 

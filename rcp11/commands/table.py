@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 Handler = Callable[["ServerState", "ClientState", list[bytes]], Any]
 
 # Commands with subcommands (CLIENT LIST shows "cmd=client|list").
-_CONTAINERS = frozenset({"client", "config", "command", "memory", "object"})
+_CONTAINERS = frozenset({"client", "config", "command", "memory", "object", "slowlog", "latency"})
 
 # Commands a client inside MULTI runs at once instead of queuing.
 _NOT_QUEUED = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+
+# Commands the C lane runs (some calls of: src/lane.c says which).
+_LANE_COMMANDS = frozenset({"twrite", "tread"})
 
 _ACCESS_KINDS = frozenset({"RO", "RW", "OW", "RM"})
 # Key-spec flags that mean the command may change what the key holds.
@@ -122,6 +125,8 @@ class Command:
     not_queued: bool = field(init=False)
     # EXEC: checked for what its queued commands do.
     runs_transaction: bool = field(init=False)
+    # The C lane (src/lane.c) runs some calls of it: EXEC hands it over.
+    in_lane: bool = field(init=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -134,6 +139,7 @@ class Command:
         set_(self, "container", self.name in _CONTAINERS)
         set_(self, "not_queued", self.name in _NOT_QUEUED)
         set_(self, "runs_transaction", self.name == "exec")
+        set_(self, "in_lane", self.name in _LANE_COMMANDS)
 
     def keys(self, argv: list[bytes]) -> list[bytes]:
         """Every key argument of argv (COMMAND GETKEYS)."""
@@ -143,6 +149,15 @@ class Command:
         for spec in self.key_specs:
             found += spec.keys(argv)
         return found
+
+    def changes_nothing(self, argv: list[bytes]) -> bool:
+        """Whether this call only reads: a readonly command, or a call of a
+        command whose key specs write some keys that writes none (TREAD
+        without GROUP). Running it for a client that will see no reply
+        changes nothing anyone can see."""
+        if "readonly" in self.flags:
+            return True
+        return self.writes_some_keys and not self.writes_keys(argv)
 
     def writes_keys(self, argv: list[bytes]) -> bool:
         """Whether this call may change a key: a write command, or one of

@@ -45,9 +45,55 @@ def stream_reply(
     """TREAD's reply for offsets start.. (at most count of them) as Raw
     RESP bytes, and how many offsets it holds (nulls included).
     next_offset: the stream's, when the caller already has it."""
+    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, None)
+    assert type(reply) is Raw
+    return reply, n
+
+
+def reply_for(
+    client: ClientState,
+    stream: Stream | None,
+    start: int,
+    count: int,
+    withinfo: bool,
+    next_offset: int,
+) -> tuple[Raw, int]:
+    """stream_reply() for client, held to its output limit as Redis's
+    addReply holds a reply: a reply that would take it past its hard limit
+    closes it and is not built, nor is any once it is being closed
+    (ClientState.output_dropped). The count is the read's either way: a
+    group read still moves its group."""
+    if client.output_dropped:
+        return Raw(b""), _span(start, count, next_offset)  # never sent
+    room = client.output_room()
+    resp3 = client.resp == 3
+    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, room)
+    if type(reply) is int:
+        client.output_overflow(reply)
+        client.output_dropped = True
+        return Raw(b""), n  # never sent
+    return reply, n  # type: ignore[return-value]
+
+
+def _span(start: int, count: int, next_offset: int) -> int:
+    """How many offsets a read of count from start holds (nulls included)."""
+    return min(count, next_offset - start) if start < next_offset else 0
+
+
+def _stream_reply(
+    stream: Stream | None,
+    start: int,
+    count: int,
+    withinfo: bool,
+    resp3: bool,
+    next_offset: int | None,
+    cap: int | None,
+) -> tuple[Raw | int, int]:
+    """stream_reply(), or when the reply would be over cap bytes (None: no
+    cap) its size instead, unbuilt."""
     if next_offset is None:
         next_offset = stream.next_offset if stream is not None else 0
-    n = min(count, next_offset - start) if start < next_offset else 0
+    n = _span(start, count, next_offset)
     if withinfo:
         first = stream.first_offset if stream is not None else 0
         # A stream that wrote offset 2^63-1 has next offset 2^63, which no
@@ -60,7 +106,17 @@ def stream_reply(
         return Raw(head), n
     # The core writes the header and the messages into one buffer: no
     # second copy of a large reply to join them.
-    return Raw(stream.read_resp(start, n, resp3, head)), n  # type: ignore[union-attr]
+    body = stream.read_resp_capped(start, n, resp3, head, cap)  # type: ignore[union-attr]
+    return (Raw(body) if type(body) is bytes else body), n
+
+
+def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
+    """TREAD ... NONULLS: where the read starts (the first readable offset
+    at or after start, past evicted offsets and crash gaps) and how many
+    offsets it covers (readable ones in a row, at most count)."""
+    if stream is None:
+        return start, 0
+    return stream.readable_run(start, count)
 
 
 def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
@@ -93,21 +149,50 @@ def group_default_start(stream: Stream | None, group_new: bool) -> int:
 
 
 def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
+    """A group read moves its group (or recreates a deleted one).
+
+    The readers blocked in the group are not signalled (rcp11/blocking.py):
+    a group read only moves the group forward, which can only make them
+    wait longer, or recreates a group whose deletion already signalled
+    them all. Readers waiting on the group key itself as a stream are."""
     value = b"%d" % offset
-    state.keyspace.set(group, value)
+    state.keyspace.set(group, value, signal_watchers=False)
     state.propagate([b"SET", group, value])
 
 
 @dataclass(eq=False)
 class TreadWait(BlockRequest):
     """A TREAD waiting for its stream to grow past `start` (or, in a group,
-    past the group's position)."""
+    past the group's position).
+
+    Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
+    for, ranked by that offset (a write reaching offset N serves every
+    plain reader waiting below N, and none above it); a group reader's is
+    its group, whose readers on one stream are served in the order they
+    blocked until one has to wait."""
 
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
     withinfo: bool = False
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
+    nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
+
+    def __post_init__(self) -> None:
+        if self.watch is None:
+            self.lane = ("offset", self.start)
+            self.rank = self.start
+        else:
+            self.lane = ("group", self.watch)
+            self.writes = True
+
+    def reached(self, state: ServerState) -> bool:
+        # data, not get(): changes nothing, also not an expiry. A key that
+        # expired but is still there looks reached; serve() then waits.
+        value = state.keyspace.data.get(self.key)
+        if value is None:
+            return False
+        return type(value) is bytes or value.next_offset > self.start
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -121,14 +206,16 @@ class TreadWait(BlockRequest):
             start = (
                 position if position is not None else group_default_start(stream, self.group_new)
             )
+        count = self.count
+        if self.nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset:
             if group is not None and position is None:
                 # The group key was deleted while this reader waited:
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        resp3 = self.client.resp == 3
-        reply, n = stream_reply(stream, start, self.count, self.withinfo, resp3, next_offset)
+        reply, n = reply_for(self.client, stream, start, count, self.withinfo, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -139,13 +226,14 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool]:
+def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
     """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?), in any order, each at most once."""
+    GROUPNEW?, WITHINFO?, NONULLS?), in any order, each at most once."""
     block_ms: int | None = None
     group: bytes | None = None
     group_new = False
     withinfo = False
+    nonulls = False
     seen: set[bytes] = set()
     i = 4
     while i < len(argv):
@@ -153,8 +241,9 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option == b"WITHINFO":
-            withinfo = True
+        if option in (b"WITHINFO", b"NONULLS"):
+            withinfo = withinfo or option == b"WITHINFO"
+            nonulls = nonulls or option == b"NONULLS"
             i += 1
             continue
         if option not in (b"BLOCK", *_GROUP_OPTIONS):
@@ -172,7 +261,7 @@ def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, b
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
             group = value
             group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo
+    return block_ms, group, group_new, withinfo, nonulls
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -222,6 +311,7 @@ _TREAD_SPECS = (
             ],
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
+        {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -231,34 +321,48 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
     if len(argv) > 4:
-        block_ms, group, group_new, withinfo = _tread_options(argv)
+        block_ms, group, group_new, withinfo, nonulls = _tread_options(argv)
     else:
-        block_ms, group, group_new, withinfo = None, None, False, False
+        block_ms, group, group_new, withinfo, nonulls = None, None, False, False, False
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
     may_block = block_ms is not None and not client.deny_blocking and not state.loading
-    resp3 = client.resp == 3
     if group is None:
         start = offset if offset >= 0 else max(next_offset + offset, 0)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
-            request = TreadWait(client, key, argv, start=start, count=count, withinfo=withinfo)
+            request = TreadWait(
+                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+            )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
+        wanted = count
+        if nonulls:
+            start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             if position is None:
                 # Created now, so a GROUPNEW reader gets what is written next.
                 set_group_position(state, group, start)
             request = TreadWait(
-                client, key, argv, watch=group, count=count, withinfo=withinfo, group_new=group_new
+                client,
+                key,
+                argv,
+                watch=group,
+                count=wanted,
+                withinfo=withinfo,
+                group_new=group_new,
+                nonulls=nonulls,
             )
             return _block(state, request, block_ms)
-        reply, n = stream_reply(stream, start, count, withinfo, resp3, next_offset)
+        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
@@ -277,6 +381,7 @@ __all__ = [
     "group_default_start",
     "group_position",
     "lookup_stream",
+    "reply_for",
     "set_group_position",
     "stream_reply",
     "tread_keys",

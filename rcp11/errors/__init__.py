@@ -1,7 +1,7 @@
-"""Every error text rcp11 gives, in one package; this face holds the
-exception classes and hands on every text, so code writes
-``from rcp11 import errors`` and ``errors.WRONGTYPE`` without knowing the
-room a text lives in.
+"""Every error text rcp11 gives, in one package. This module (the
+package's __init__) holds the exception classes and re-exports every text,
+so code writes ``from rcp11 import errors`` and ``errors.WRONGTYPE``
+without knowing which module of the package defines it.
 
 Handlers raise CommandError(text); the dispatcher turns it into an -error
 reply. Texts include their error code (ERR, WRONGTYPE, NOAUTH, OOM, ...).
@@ -13,15 +13,15 @@ Where a text belongs, by who reads it:
 - config.py: CONFIG SET, directive values refused, start-up and data directory
 - spark.py: the Spark data source's (raised in Spark, never sent by the server)
 
-The rooms import nothing from this face (only streams.py uses wire.py), so
-the package has no cycle, and the whole of it is pure Python: ship.py sends
-it to Spark executors as it is.
+The modules import nothing from this __init__ (only streams.py uses
+wire.py), so the package has no cycle, and the whole of it is pure Python:
+ship.py sends it to Spark executors as it is.
 """
 
 from __future__ import annotations
 
-# Each room's public names, handed on: a text added to a room is reachable as
-# errors.NAME at once, with no second list here to forget.
+# Each module's public names, re-exported: a text added to a module is
+# reachable as errors.NAME at once, with no second list here to forget.
 from rcp11.errors.config import *  # noqa: F403
 from rcp11.errors.server import *  # noqa: F403
 from rcp11.errors.spark import *  # noqa: F403

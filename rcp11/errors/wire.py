@@ -47,6 +47,17 @@ def unknown_subcommand(sub: str, command: str) -> str:
     return f"ERR unknown subcommand '{sub}'. Try {command.upper()} HELP."
 
 
+def subcommand_syntax(sub: str, command: str) -> str:
+    """A known subcommand given more arguments than it takes (SLOWLOG GET 1 2)."""
+    return (
+        f"ERR unknown subcommand or wrong number of arguments for '{sub}'. "
+        f"Try {command.upper()} HELP."
+    )
+
+
+SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
+
+
 def quoted_arg(arg: bytes, limit: int | None = None) -> str:
     """A client's argument as error texts quote it, the same in the server
     and the module (rl_quote in src/module.c): at most `limit` bytes, cut at

@@ -18,12 +18,14 @@ import errno
 import logging
 import os
 import threading
+import zlib
 from collections.abc import Callable
 
 from rcp11.files import write_all
 from rcp11.libc import fallocate_keep_size
 from rcp11.limits import AOF_SPACE_MARGIN, AOF_SPACE_SLICES, MAX_OFFSET
 from rcp11.persistence.aof_format import encode_append_time
+from rcp11.persistence.offsets_file import AOF_TAIL_BYTES
 from rcp11.resp import encode_command
 
 log = logging.getLogger("rcp11.persistence")
@@ -49,6 +51,11 @@ class AofWriter:
         self.base_size = 0
         self.written = 0  # bytes handed to the kernel (all files, monotonic)
         self.synced = 0  # bytes known fsynced
+        # The open file's (st_dev, st_ino), and its last AOF_TAIL_BYTES
+        # bytes as written (None: not known, read back from the file when
+        # asked): what the offsets file's AOF slot records after each flush.
+        self.identity = (0, 0)
+        self._tail: bytes | None = None
         self.error: str | None = None
         self.last_write_status = "ok"
         self.delayed_fsync = 0
@@ -72,15 +79,46 @@ class AofWriter:
         return self._fsync_fd >= 0
 
     def open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.current_size = os.fstat(fd).st_size
+        """Open the AOF for appending (created if missing). The file is
+        fsynced first: what it holds from before this start (a kill -9
+        leaves it in the page cache only) is on disk before anything is
+        said about it, so `synced` covers the whole file."""
+        # Read-write: the slot's fingerprint reads the file's last bytes.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.fsync(fd)
+            stat = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self.current_size = stat.st_size
         # As Redis: growth for auto-aof-rewrite counts from the size at start.
         self.base_size = self.current_size
+        self.identity = (stat.st_dev, stat.st_ino)
+        self._tail = None
         with self._lock:
             self.fd = fd
+            self.synced = self.written
         self._reserved_until = 0
         self.dated_ms = -1
         self.reserve_space()
+
+    @property
+    def all_synced(self) -> bool:
+        """Every byte handed to the kernel is fsynced."""
+        return self.synced == self.written and not self.buf
+
+    def tail_crc(self) -> int:
+        """CRC32 of the open file's last min(size, AOF_TAIL_BYTES) bytes.
+        Raises OSError."""
+        tail = self._tail
+        if tail is None:
+            want = min(self.current_size, AOF_TAIL_BYTES)
+            tail = os.pread(self.fd, want, self.current_size - want) if want else b""
+            if len(tail) != want:
+                raise OSError(f"{self.path}: short read of its last {want} bytes")
+            self._tail = tail
+        return zlib.crc32(tail)
 
     def date(self, ms: int) -> None:
         """The writes logged next were appended at unix time ms: log an
@@ -138,12 +176,17 @@ class AofWriter:
                 self.buf_len = len(rest)
                 self.written += written
                 self.current_size += written
+                self._tail = None
                 self.set_error(f"write: {exc.strerror or exc}")
                 return False
             self.buf = []
             self.buf_len = 0
             self.written += written
             self.current_size += written
+            if written >= AOF_TAIL_BYTES:
+                self._tail = data[-AOF_TAIL_BYTES:]
+            elif self._tail is not None:
+                self._tail = (self._tail + data)[-AOF_TAIL_BYTES:]
         if force_fsync:
             try:
                 os.fsync(self.fd)
@@ -251,6 +294,10 @@ class AofWriter:
     def swap_fd(self, new_fd: int) -> None:
         """Make new_fd the AOF's (after a rewrite); the old one is closed
         off the event loop, once the fsync thread no longer uses it."""
+        if new_fd >= 0:
+            stat = os.fstat(new_fd)
+            self.identity = (stat.st_dev, stat.st_ino)
+        self._tail = None
         with self._lock:
             old = self.fd
             self.fd = new_fd

@@ -231,7 +231,7 @@ class Children:
                 os.unlink(child.tmp_path)
             return
         try:
-            child.fd = os.open(child.tmp_path, os.O_WRONLY | os.O_APPEND)
+            child.fd = os.open(child.tmp_path, os.O_RDWR | os.O_APPEND)
             child.base_size = os.fstat(child.fd).st_size
         except OSError as exc:
             self._rewrite_failed(child, f"can't open {child.tmp_path}: {exc.strerror}")
@@ -348,6 +348,10 @@ class Children:
             aof.state = "on"
             aof.start_fsync_thread()
             log.info("AOF %s is on: its first file is complete", aof.path)
+        # The offsets file's AOF slot names the new file from now on (a
+        # kill -9 before this leaves it naming the old one: not whole, the
+        # reservation marks apply).
+        engine.record_aof()
         engine.settle_deletions()
         return True
 

@@ -33,8 +33,10 @@ from rcp11.errors import CommandError, PersistenceError
 from rcp11.limits import MAX_OFFSET
 from rcp11.persistence import loader
 from rcp11.persistence.aof_format import RAISE_NEXT
+from rcp11.persistence.aof_whole import slot_for
 from rcp11.persistence.aof_writer import AofWriter
 from rcp11.persistence.children import Children
+from rcp11.persistence.offsets_file import NO_AOF, AofSlot
 from rcp11.persistence.parts import Replay
 from rcp11.persistence.reservations import Deletions, OffsetReservations
 from rcp11.persistence.saves import Saves
@@ -132,17 +134,35 @@ class Persistence:
             len(state.keyspace),
             time.monotonic() - started,
         )
-        if self.yes("appendonly"):
-            aof = self.aof
+        aof = self.aof
+        aof_on = self.yes("appendonly")
+        if aof_on:
             if not os.path.exists(aof.path):
                 loader.write_aof_base(self)
-            aof.open()
+            try:
+                aof.open()
+            except OSError as exc:
+                raise PersistenceError(f"{aof.path}: cannot open: {exc.strerror or exc}") from exc
             aof.state = "on"
             for key, mark in raises:
                 aof.append([RAISE_NEXT, key, b"%d" % mark])
             if raises and not aof.flush(force_fsync=True):
                 raise PersistenceError(f"{aof.path}: cannot append: {aof.error}")
             aof.start_fsync_thread()
+        if aof_on or self.reservations.slot.writing:
+            # From now on the slot describes this AOF (or, with the AOF off,
+            # vouches for none: a stale AOF a later start finds must not be
+            # taken as whole), durably before anything is acknowledged.
+            if not self.record_aof():
+                raise PersistenceError(
+                    f"{self.reservations.path}: cannot write: {self._reservation_error}"
+                )
+            try:
+                self.reservations.sync()
+            except OSError as exc:
+                raise PersistenceError(
+                    f"{self.reservations.path}: cannot fsync: {exc.strerror or exc}"
+                ) from exc
         state.dirty = 0
 
     # -- hooks called by the command layer and the server -----------------
@@ -184,9 +204,31 @@ class Persistence:
             reservations.write_best_effort([])
         if self.aof.buf:
             ok = self.aof.flush_per_policy() and ok
+            # Before the replies: what the AOF now holds, for the next start.
+            ok = self.record_aof() and ok
         if self.deletions:
             self.settle_deletions()
         return ok
+
+    def record_aof(self, final: bool = False) -> bool:
+        """Overwrite the offsets file's AOF slot with what the AOF holds now
+        (aof_whole.py), or with "no AOF" while it is off or failing. final:
+        a clean shutdown's last flush, fsynced whatever appendfsync says.
+        False (writes refused) when the offsets file cannot be written."""
+        aof = self.aof
+        slot: AofSlot = NO_AOF
+        if aof.state == "on" and aof.error is None:
+            always = final or str(self.conf("appendfsync")).lower() == "always"
+            try:
+                slot = slot_for(aof, always)
+            except OSError as exc:
+                log.warning("Cannot read the end of the AOF %s: %s", aof.path, exc.strerror or exc)
+        try:
+            self.reservations.set_slot(slot)
+        except OSError as exc:
+            self._set_reservation_error(exc)
+            return False
+        return True
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         if self.loading:
@@ -282,6 +324,8 @@ class Persistence:
         now = time.time()  # whatever clock the caller uses, save rules use wall time
         self.children.reap()
         self.aof.tick()
+        if self.aof.state == "on":
+            self.record_aof()  # a failed write retried, or still failing
         if self.deletions:
             self.settle_deletions()
         reservations = self.reservations
@@ -368,6 +412,7 @@ class Persistence:
                 durable = True
             else:
                 log.warning("Error flushing the AOF on shutdown: %s", aof.error)
+            self.record_aof(final=True)
         aof.stop_fsync_thread()
         if mode == "save" or (mode != "nosave" and self.save_rules()):
             log.info("Saving the final snapshot before exiting.")
@@ -405,6 +450,9 @@ class Persistence:
                 children.kill()
             children.rewrite_scheduled = False
             aof.turn_off()
+        # No AOF vouched for until the first file is complete (children.py),
+        # and none once it is off: fsynced before any reply.
+        self.record_aof()
 
     def _on_paths_change(self, *args: Any) -> None:
         """CONFIG SET dir / dbfilename: later snapshots go to the new place,
@@ -439,6 +487,9 @@ class Persistence:
     def _on_appendfsync_change(self, *args: Any) -> None:
         if self.aof.state == "on":
             self.aof.start_fsync_thread()
+            # Leaving `always` takes back "every write is fsynced": durably
+            # before any write is acknowledged without an fsync.
+            self.record_aof()
 
 
 def _resolve_dir(configured: str) -> str:

@@ -3,9 +3,11 @@
 
 load_files() reads the offsets file first (a damaged one refuses the start
 before anything is truncated), then the AOF (when appendonly) or the
-snapshot, then raises every reserved stream to its mark: nothing at start-up
-can prove the files hold every acknowledged write, so offsets that may have
-been handed out are never handed out again.
+snapshot. When the AOF is whole (aof_whole.py: the offsets file's AOF slot
+vouches for it) every stream goes on at its next offset; otherwise nothing
+proves the files hold every acknowledged write, and every reserved stream
+is raised to its mark, so offsets that may have been handed out are never
+handed out again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rcp11.persistence.aof_format import (
     iter_aof_commands,
     parse_append_time,
 )
+from rcp11.persistence.aof_whole import FoundAof, current_boot, doubt, tail_crc_of
 from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import SNAP_MAGIC, CrcReader, read_snapshot, write_snapshot_file
 from rcp11.resp import Error
@@ -36,21 +39,35 @@ log = logging.getLogger("rcp11.persistence")
 
 def load_files(engine: Engine) -> list[tuple[bytes, int]]:
     """Load the offsets file, then the AOF or the snapshot, then raise every
-    reserved stream to its mark. Returns the raises (key, mark), which the
-    AOF must log. Raises PersistenceError. Runs with state.loading set."""
+    reserved stream to its mark unless the AOF is whole. Returns the raises
+    (key, mark), which the AOF must log. Raises PersistenceError. Runs with
+    state.loading set."""
     reservations = engine.reservations
     # Read first: a damaged offsets file refuses the start before the AOF
     # loader truncates anything.
     reservations.load()
     snapshot_streams: set[bytes] = set()
+    found: FoundAof | None = None
     if engine.yes("appendonly") and os.path.exists(engine.aof.path):
-        load_aof(engine)
+        found = load_aof(engine, reservations.slot.length)
     elif os.path.exists(engine.snapshot_path):
         snapshot_streams = set(load_snapshot_file(engine.state, engine.snapshot_path))
     engine.deletions.snapshot_streams = snapshot_streams
     if reservations.header_torn:
         _mark_streams_after_torn_header(engine)
-    return _apply_reservations(engine)
+    why = doubt(reservations.slot, found, current_boot())
+    if why is None:
+        log.info(
+            "AOF %s holds every acknowledged write: streams go on at their next offsets",
+            engine.aof.path,
+        )
+    elif found is not None and reservations.marks:
+        log.warning(
+            "AOF %s may lack acknowledged writes (%s): streams resume at their reservation marks",
+            engine.aof.path,
+            why,
+        )
+    return _apply_reservations(engine, raise_streams=why is not None)
 
 
 def load_snapshot_file(state: ServerState, path: str) -> list[bytes]:
@@ -68,9 +85,11 @@ def load_snapshot_file(state: ServerState, path: str) -> list[bytes]:
     return keys
 
 
-def load_aof(engine: Engine) -> None:
+def load_aof(engine: Engine, slot_length: int = 0) -> FoundAof:
     """Replay the AOF; a torn tail is cut off (aof-load-truncated) or
-    refuses the start."""
+    refuses the start. Returns what aof_whole.doubt() needs to know of the
+    file, its last bytes read up to slot_length (the length the offsets
+    file's AOF slot recorded)."""
     path = engine.aof.path
     state = engine.state
     client = ClientState(addr="aof-loader", authenticated=True, resp=2)
@@ -89,7 +108,11 @@ def load_aof(engine: Engine) -> None:
             )
 
     with file:
-        size = os.fstat(file.fileno()).st_size
+        stat = os.fstat(file.fileno())
+        size = stat.st_size
+        tail_crc = tail_crc_of(file, slot_length) if slot_length <= size else -1
+        found = FoundAof(stat.st_dev, stat.st_ino, size, tail_crc)
+        file.seek(0)
         start = 0
         head = file.read(len(SNAP_MAGIC))
         file.seek(0)
@@ -144,9 +167,11 @@ def load_aof(engine: Engine) -> None:
             state.append_ms = None
         if pending is not None and torn_at is None:
             torn_at = multi_at  # a transaction without its EXEC
+    found.complete_end = valid
     if torn_at is not None:
         _cut_torn_tail(engine, path, size, torn_at, valid)
     log.info("AOF %s loaded: %d keys", path, len(state.keyspace))
+    return found
 
 
 def _append_time(text: bytes, path: str, at: int, current: int | None) -> int | None:
@@ -252,9 +277,10 @@ def _mark_streams_after_torn_header(engine: Engine) -> None:
         ) from exc
 
 
-def _apply_reservations(engine: Engine) -> list[tuple[bytes, int]]:
-    """Raise every reserved stream to its mark. Returns the raises, for the
-    AOF."""
+def _apply_reservations(engine: Engine, raise_streams: bool) -> list[tuple[bytes, int]]:
+    """Raise every reserved stream to its mark (raise_streams: the files
+    may lack acknowledged writes), and settle the marks of deleted streams.
+    Returns the raises, for the AOF."""
     state = engine.state
     reservations = engine.reservations
     live, deleted = reservations.marks, reservations.deleted
@@ -275,7 +301,7 @@ def _apply_reservations(engine: Engine) -> list[tuple[bytes, int]]:
             # and must go up to its old mark too.
             mark = max(mark, deleted[key])
             revived.append((key, mark))
-        if raise_stream(state, key, mark):
+        if raise_streams and raise_stream(state, key, mark):
             raised.append((key, mark))
             log.warning(
                 "Stream %s: next offset raised to its reservation %d (writes after the "

@@ -1,7 +1,22 @@
-"""The offsets file's format: a header, then batches of (key, mark) records,
-each batch framed with its length and CRC32 (docs/PERSISTENCE.md, offset
-reservations). Reading it decides what a damaged or torn file means; the
-policy that writes it is reservations.py.
+"""The offsets file's format: a header (with the AOF slot), then batches of
+(key, mark) records, each batch framed with its length and CRC32
+(docs/PERSISTENCE.md, offset reservations). Reading it decides what a
+damaged or torn file means; the policy that writes it is reservations.py.
+
+The header is the magic, the version, then the 64-byte AOF slot, which is
+overwritten in place after every AOF write (docs/PERSISTENCE.md, when the
+AOF is whole)::
+
+    offset  size  field
+         0    16  boot id (Linux boot_id) of the boot that wrote the slot
+        16     8  the AOF's st_dev           \
+        24     8  the AOF's st_ino            | which file, how long it was
+        32     8  its length when written     | and how its last bytes read
+        40     4  CRC32 of its last min(length, 256) bytes before length
+        44     1  flags: 1 = an AOF is being written (the slot means
+                  something), 2 = every acknowledged write is fsynced in it
+        45    15  zero
+        60     4  CRC32 of bytes 0..59 (a torn slot fails it: "unknown")
 
 A record is: u32 key length | key | i64 mark. Bit 31 of the key length
 (keys are far shorter than 2 GB) marks a deleted stream's record; without
@@ -21,18 +36,29 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rcp11.errors import PersistenceError
 from rcp11.limits import MAX_OFFSET, TORN_BATCH_MARGIN
 
 OFFSETS_MAGIC = b"RCP11OFS"
-OFFSETS_VERSION = 2
-# The header: magic and version. Version 1 files had a 64-byte slot after it
-# (the "AOF of this boot is complete" shortcut, docs/PERSISTENCE.md); they
-# are read by skipping it and rewritten as version 2.
-HEADER = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
+OFFSETS_VERSION = 3
+# The header: magic and version, then the AOF slot. Version 1 files had a
+# 64-byte slot of another meaning there (the "AOF of this boot is complete"
+# shortcut, docs/PERSISTENCE.md), version 2 files none; both are read as
+# "nothing known about the AOF" and rewritten as version 3.
+MAGIC_AND_VERSION = OFFSETS_MAGIC + struct.pack("<H", OFFSETS_VERSION)
+SLOT_SIZE = 64
+SLOT_AT = len(MAGIC_AND_VERSION)
 _V1_HEADER = OFFSETS_MAGIC + struct.pack("<H", 1)
+_V2_HEADER = OFFSETS_MAGIC + struct.pack("<H", 2)
 _V1_SLOT_SIZE = 64
+# How many of the AOF's last bytes the slot's CRC covers.
+AOF_TAIL_BYTES = 256
+_SLOT = struct.Struct("<16sQQqIB15x")
+_SLOT_WRITING = 1
+_SLOT_SYNCED = 2
+_U64_MASK = 2**64 - 1
 
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
@@ -45,6 +71,50 @@ Record = tuple[bytes, int, bool]  # key, mark, deleted
 # bytes through crc32 (a few hundred ms): past it the damage is taken for a
 # torn tail, as before the search.
 _BATCH_SEARCH_BUDGET = 256 << 20
+
+
+class AofSlot(NamedTuple):
+    """What the offsets file says about the AOF: written during boot `boot`,
+    the file (dev, ino) was `length` bytes long and its last bytes had CRC32
+    `tail_crc`; `synced`: every write acknowledged so far was fsynced in it
+    (appendfsync always). `writing` False: no AOF is vouched for. (A named
+    tuple: one is made after every AOF write, and compared with the last.)"""
+
+    writing: bool = False
+    boot: bytes = b"\0" * 16
+    dev: int = 0
+    ino: int = 0
+    length: int = 0
+    tail_crc: int = 0
+    synced: bool = False
+
+
+NO_AOF = AofSlot()
+
+
+def encode_slot(slot: AofSlot) -> bytes:
+    writing, boot, dev, ino, length, tail_crc, synced = slot
+    flags = (_SLOT_WRITING if writing else 0) | (_SLOT_SYNCED if synced else 0)
+    body = _SLOT.pack(boot, dev & _U64_MASK, ino & _U64_MASK, length, tail_crc, flags)
+    return body + _U32.pack(zlib.crc32(body))
+
+
+def decode_slot(data: bytes) -> AofSlot:
+    """The slot's meaning; NO_AOF when it fails its CRC (torn or damaged:
+    nothing is known about the AOF, which is always the safe answer)."""
+    if len(data) != SLOT_SIZE or zlib.crc32(data[:-4]) != _U32.unpack_from(data, SLOT_SIZE - 4)[0]:
+        return NO_AOF
+    boot, dev, ino, length, tail_crc, flags = _SLOT.unpack_from(data)
+    if not flags & _SLOT_WRITING or length < 0:
+        return NO_AOF
+    return AofSlot(True, boot, dev, ino, length, tail_crc, bool(flags & _SLOT_SYNCED))
+
+
+def header(slot: AofSlot) -> bytes:
+    return MAGIC_AND_VERSION + encode_slot(slot)
+
+
+HEADER_SIZE = SLOT_AT + SLOT_SIZE
 
 
 def encode_batch(records: Iterable[Record]) -> bytes:
@@ -86,6 +156,7 @@ class Contents:
     old_format: bool = False
     header_torn: bool = False
     torn: bytes = b""  # the bytes after `valid` (a last batch cut short)
+    slot: AofSlot = NO_AOF
 
 
 def read_contents(path: str, data: bytes) -> Contents:
@@ -96,6 +167,8 @@ def read_contents(path: str, data: bytes) -> Contents:
     contents = Contents(old_format=old_format, header_torn=pos == 0)
     if pos == 0:
         data = b""
+    elif not old_format:
+        contents.slot = decode_slot(data[SLOT_AT:HEADER_SIZE])
     live, deleted = contents.live, contents.deleted
     valid = pos
     while pos < len(data):
@@ -141,16 +214,18 @@ def read_contents(path: str, data: bytes) -> Contents:
 
 def _header_end(path: str, data: bytes) -> tuple[int, bool]:
     """Where the batches start (0: no header yet, read as empty) and
-    whether the file has the version 1 layout."""
-    if len(data) < len(HEADER) and (HEADER.startswith(data) or _V1_HEADER.startswith(data)):
+    whether the file has an older layout (to be rewritten)."""
+    short = len(data) < SLOT_AT
+    if short and any(h.startswith(data) for h in (MAGIC_AND_VERSION, _V1_HEADER, _V2_HEADER)):
         return 0, False  # created, but its header never fully reached the disk
-    if data.startswith(HEADER):
-        return len(HEADER), False
-    if data.startswith(_V1_HEADER):
-        if len(data) < len(_V1_HEADER) + _V1_SLOT_SIZE:
-            return 0, False  # its header and slot never fully reached the disk
-        return len(_V1_HEADER) + _V1_SLOT_SIZE, True
-    if data.startswith(OFFSETS_MAGIC) and len(data) >= len(HEADER):
+    if data.startswith(_V2_HEADER):
+        return SLOT_AT, True
+    for head, slot_size in ((MAGIC_AND_VERSION, SLOT_SIZE), (_V1_HEADER, _V1_SLOT_SIZE)):
+        if data.startswith(head):
+            if len(data) < len(head) + slot_size:
+                return 0, False  # its header and slot never fully reached the disk
+            return len(head) + slot_size, head != MAGIC_AND_VERSION
+    if data.startswith(OFFSETS_MAGIC) and len(data) >= SLOT_AT:
         (version,) = struct.unpack_from("<H", data, len(OFFSETS_MAGIC))
         raise PersistenceError(
             f"{path}: unsupported offsets file version {version} at byte offset "
@@ -213,12 +288,19 @@ def raise_after_torn_batch(
 
 
 __all__ = [
-    "HEADER",
+    "AOF_TAIL_BYTES",
+    "HEADER_SIZE",
+    "NO_AOF",
     "OFFSETS_MAGIC",
     "OFFSETS_VERSION",
+    "SLOT_AT",
+    "AofSlot",
     "Contents",
     "Record",
+    "decode_slot",
     "encode_batch",
+    "encode_slot",
+    "header",
     "iter_records",
     "raise_after_torn_batch",
     "read_contents",

@@ -58,5 +58,8 @@ class Engine(Protocol):
     def stream_nexts(self) -> dict[bytes, int]:
         """Every stream's next offset (what a snapshot taken now holds)."""
 
+    def record_aof(self, final: bool = False) -> bool:
+        """Write what the AOF holds now into the offsets file's AOF slot."""
+
     def settle_deletions(self) -> None:
         """Drop the marks of deleted streams no file can bring back."""

@@ -4,8 +4,10 @@ reservations), so no offset is handed out twice, whatever crashes.
 
 OffsetReservations is the table and its file (format in offsets_file.py):
 marks of live streams, marks of deleted streams whose deletion is not yet
-durable, the step policy, writing and fsyncing. Deletions tracks when a
-deletion became durable, so a deleted stream's mark can go.
+durable, the step policy, writing and fsyncing, and the AOF slot in the
+file's header (what the AOF was when last written, overwritten in place).
+Deletions tracks when a deletion became durable, so a deleted stream's mark
+can go.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from rcp11.errors import PersistenceError
 from rcp11.files import fsync_dir, replace_atomically, write_all
 from rcp11.limits import MAX_OFFSET, RESERVATION_MAX_STEP, RESERVATION_MIN_STEP, TORN_BATCH_MARGIN
 from rcp11.persistence.offsets_file import (
-    HEADER,
+    HEADER_SIZE,
+    NO_AOF,
+    SLOT_AT,
+    AofSlot,
     Record,
     encode_batch,
+    encode_slot,
+    header,
     raise_after_torn_batch,
     read_contents,
 )
@@ -51,7 +58,11 @@ class OffsetReservations:
         # key -> (current step, monotonic time of its last reservation)
         self._pace: dict[bytes, tuple[int, float]] = {}
         self._fd = -1
+        self._slot_fd = -1  # the same file without O_APPEND, for the slot's pwrite
         self.file_size = 0
+        # The AOF slot as the file holds it (docs/PERSISTENCE.md, when the
+        # AOF is whole): what load() read, then what set_slot() wrote.
+        self.slot: AofSlot = NO_AOF
         self.fsyncs = 0
         self._pending: list[Record] = []  # not yet written, no fsync needed
         self.unsynced = False  # reservations written but not yet fsynced
@@ -75,11 +86,13 @@ class OffsetReservations:
                 data = file.read()
         except FileNotFoundError:
             self.marks, self.deleted = {}, {}
+            self.slot = NO_AOF
             return self.marks
         except OSError as exc:
             raise PersistenceError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
         contents = read_contents(self.path, data)
         self.header_torn = contents.header_torn
+        self.slot = contents.slot
         live, deleted = contents.live, contents.deleted
         self.marks, self.deleted = live, deleted
         self.file_size = contents.valid
@@ -105,25 +118,45 @@ class OffsetReservations:
         if self._fd < 0:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             size = os.fstat(fd).st_size
-            if size < len(HEADER):
+            if size < HEADER_SIZE:
                 try:
                     os.ftruncate(fd, 0)
-                    write_all(fd, HEADER)
+                    write_all(fd, header(self.slot))
                     os.fsync(fd)
                 except OSError:
                     os.close(fd)
                     raise
-                size = len(HEADER)
+                size = HEADER_SIZE
                 fsync_dir(os.path.dirname(self.path))
             self._fd = fd
             self.file_size = size
         return self._fd
 
     def close(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
+        for fd in (self._fd, self._slot_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._slot_fd = -1
+
+    def set_slot(self, slot: AofSlot) -> None:
+        """Overwrite the AOF slot in place (a pwrite, no fsync: it survives a
+        kill -9, which is what it is for). A slot that takes back the claim
+        that every write is fsynced (appendfsync changed, the AOF turned
+        off or failing) is fsynced by the next sync(), before any reply:
+        an older slot still making that claim must not survive a power
+        loss. Raises OSError."""
+        if slot == self.slot:
+            return
+        if self._slot_fd < 0:
+            self._open()
+            self._slot_fd = os.open(self.path, os.O_WRONLY)
+        data = encode_slot(slot)
+        if os.pwrite(self._slot_fd, data, SLOT_AT) != len(data):
+            raise OSError(f"short write of the AOF slot in {self.path}")
+        if self.slot.synced and not slot.synced:
+            self.unsynced = True
+        self.slot = slot
 
     def reserve(self, key: bytes, new_next: int, current_next: int) -> None:
         """Make a mark >= new_next durable for key. Raises OSError."""
@@ -237,7 +270,7 @@ class OffsetReservations:
             os.path.dirname(self.path), f"{SNAPSHOT_TEMP_PREFIX}offsets-{os.getpid()}.tmp"
         )
         deleted = dict(deleted or {})
-        data = HEADER
+        data = header(self.slot)
         # Deleted records first: at load one drops the key's live mark.
         records = [(k, m, True) for k, m in deleted.items()]
         records += [(k, m, False) for k, m in marks.items()]

@@ -17,6 +17,8 @@ Reply values handlers return, and how they encode:
     Push(list)           RESP3 push, RESP2 array
     Raw(bytes)           pre-encoded bytes written as they are (TREAD's reply
                          built by the C core)
+    Parts(list, size)    pre-encoded bytes in pieces, written one after the
+                         other (EXEC's reply, built as its commands run)
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ class Push:
 @dataclass(frozen=True, slots=True)
 class Raw:
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A reply already encoded, in pieces (EXEC's: its array header, then
+    each command's reply as it ran), queued for the client as they are:
+    a large one is never copied into one buffer. size: their total length."""
+
+    parts: list[bytes]
+    size: int
 
 
 class _NullArray:
@@ -116,6 +128,8 @@ def encode(reply: Any, resp3: bool) -> bytes:
         return encoded
     if kind is Raw:
         return reply.data
+    if kind is Parts:
+        return b"".join(reply.parts)
     if reply is None:
         return _NULL3 if resp3 else _NULL2
     parts: list[bytes] = []
@@ -181,6 +195,10 @@ def encode_command(argv: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
+# Arrays at least this long try encode_command() first (see _encode_into).
+_BULK_RUN = 16
+
+
 def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
     kind = type(reply)
     if kind is bytes:
@@ -190,6 +208,16 @@ def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
     elif reply is None:
         out.append(_NULL3 if resp3 else _NULL2)
     elif kind is list or kind is tuple:
+        if len(reply) >= _BULK_RUN:
+            # A long array of bulk strings (KEYS, SCAN, MGET without misses)
+            # is exactly a request's encoding: one join instead of a call per
+            # element (0.1 instead of 1.2 us each). Anything but bytes in it
+            # (None, a number, a nested array) raises TypeError first.
+            try:
+                out.append(encode_command(reply))
+                return
+            except TypeError:
+                pass
         out.append(b"*%d\r\n" % len(reply))
         for item in reply:
             _encode_into(item, resp3, out)
@@ -200,6 +228,8 @@ def _encode_into(reply: Any, resp3: bool, out: list[bytes]) -> None:
         out.append(b"$%d\r\n%b\r\n" % (len(data), data))
     elif kind is Raw:
         out.append(reply.data)
+    elif kind is Parts:
+        out.extend(reply.parts)
     elif kind is Error:
         message = reply.message
         out.append(b"-" + _line(message[1:] if message.startswith("-") else message) + b"\r\n")

@@ -205,6 +205,21 @@ class RequestParser:
         head += [b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args]
         return b"".join(head) + rest
 
+    def raw(self) -> tuple[bytes, int] | None:
+        """What the parser holds, when it is only bytes not parsed yet that
+        start at a request boundary (no command parsed and not taken, none
+        half assembled, no error): (buffer, where they start), for the C
+        lane to read in place; skip() then drops what it ran. None
+        otherwise."""
+        if self._ready or self._args is not None or self._error is not None:
+            return None
+        if self._need and self.buffered() < self._need:
+            return None  # a big request still arriving: not copied again per read
+        self._fill()
+        if self._pos >= len(self._buf):
+            return None
+        return self._buf, self._pos
+
     def skip(self, size: int) -> None:
         """Drop the first `size` bytes unparsed() returned: the C lane ran
         them. A request half assembled is only ever run whole, with all

@@ -23,6 +23,7 @@ from rcp11.commands import (
     client_line,
     late_reply,
     protocol_error_reply,
+    run_buffered,
     run_lane,
     run_pipeline,
 )
@@ -117,6 +118,8 @@ class Connection(asyncio.Protocol):
         client.send = self.send
         client.close = self.close_soon
         client.on_unblocked = self.on_unblocked
+        client.output_room = self.output_room
+        client.output_overflow = self.output_overflow
         self.client = client
         sock = transport.get_extra_info("socket")
         if sock is not None and self.unix_path is None:
@@ -160,7 +163,16 @@ class Connection(asyncio.Protocol):
                 if consumed == len(data):
                     client.query_buffer_len = parser.buffered()  # type: ignore[union-attr]
                     return
-                data = data[consumed:]
+                # The rest waits in the parser: process() gives the lane
+                # another go at it (it stopped for its budget, or at a
+                # request it leaves to the general path).
+                try:
+                    parser.feed(data[consumed:])  # type: ignore[union-attr]
+                except QueryBufferLimitError:
+                    self.query_buffer_over_limit()
+                    return
+                self.process()
+                return
         try:
             if runnable:
                 commands = parser.take(data)  # type: ignore[union-attr]
@@ -171,16 +183,22 @@ class Connection(asyncio.Protocol):
         except ProtocolError:
             pass  # the parser keeps it: process() gets it from drain()
         except QueryBufferLimitError:
-            log.warning(
-                "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
-                client.id,
-                client.addr,
-                parser.buffered(),  # type: ignore[union-attr]
-            )
-            self.abort()
+            self.query_buffer_over_limit()
             return
         if runnable:
             self.process(commands)
+
+    def query_buffer_over_limit(self) -> None:
+        client, parser = self.client, self.parser
+        if client is None or parser is None:
+            return
+        log.warning(
+            "Closing client that reached max query buffer length: id=%d addr=%s qbuf=%d",
+            client.id,
+            client.addr,
+            parser.buffered(),
+        )
+        self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -255,6 +273,18 @@ class Connection(asyncio.Protocol):
                 if commands is None:
                     if ran and perf_counter() > deadline:
                         break  # the rest is parsed on the client's next turn
+                    # What the parser holds goes to the C lane first, as a
+                    # read does (data_received): a long pipeline runs there
+                    # across its turns, not only in its first read.
+                    consumed, out_bytes = run_buffered(state, client, parser, out, out_bytes, mark)
+                    if consumed:
+                        ran = True
+                        if out_bytes > mark:
+                            self.out_bytes = out_bytes
+                            if not self.may_go_on(base + out_bytes, False):
+                                break  # closed, or held until its output drains
+                            mark = self.output_mark - base
+                        continue
                     commands = parser.drain()
                     index = 0
                 if not commands:
@@ -368,6 +398,25 @@ class Connection(asyncio.Protocol):
         self.sync_lane()
         self.server.want_flush(self)
 
+    def output_room(self) -> int | None:
+        """Bytes of reply the client may still be given before it passes
+        its hard output limit (ClientState.output_room); None: no limit."""
+        hard = self.server.output_limits[0]
+        if not hard or self.transport is None or self.client is None:
+            return None
+        pending = self.transport.get_write_buffer_size() + self.out_bytes
+        return hard - pending - self.client.output_building
+
+    def output_overflow(self, extra: int) -> None:
+        """extra bytes of reply, not queued here, took the client past its
+        hard output limit: close it at once (ClientState.output_overflow)."""
+        pending = extra + self.out_bytes
+        if self.transport is not None:
+            pending += self.transport.get_write_buffer_size()
+        if self.client is not None:
+            pending += self.client.output_building
+        self.client_over_limit(f"hard limit {self.server.output_limits[0]}", pending)
+
     def close_soon(self) -> None:
         """Close once the output queued so far is written (CLIENT KILL)."""
         if self.client is not None:
@@ -383,8 +432,11 @@ class Connection(asyncio.Protocol):
 
     def _resume(self) -> None:
         client = self.client
-        if client is not None and client.blocked is None and not client.closing:
-            self.process()
+        if client is None or client.blocked is not None or client.closing:
+            return
+        parser = self.parser
+        if self.backlog is not None or (parser is not None and not parser.idle()):
+            self.process()  # its pipeline went on behind the blocked read
         self.sync_lane()
 
     def sync_lane(self) -> None:
@@ -475,6 +527,7 @@ class Connection(asyncio.Protocol):
         client = self.client
         if client is not None:
             client.output_buffer_len = pending
+            client.output_dropped = True
             log.warning(
                 "Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
                 client_line(client, time.time()),

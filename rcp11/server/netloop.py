@@ -31,7 +31,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rcp11._macronode import ffi, lib
-from rcp11.commands.lane import count_lane, lane_open_to_all, lane_writes, resolve_key
+from rcp11.commands.lane import (
+    count_lane,
+    lane_open_to_all,
+    lane_writes,
+    note_lane_slow,
+    resolve_key,
+)
 from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.server.connection import Connection
@@ -52,6 +58,7 @@ ACCEPTS_PER_CALL = 1000
 ACCEPT_PAUSE = 0.1
 
 _NL_LANE: int = lib.NL_LANE
+_UINT64_MAX = (1 << 64) - 1
 _LAST_COMMAND = {1: "twrite", 2: "tread"}
 
 # The loop the C callbacks belong to (one per server process).
@@ -231,6 +238,7 @@ class NetLoop:
         self._aof_data = ffi.new("const char **")
         self._aof_len = ffi.new("size_t *")
         self._owners_n = ffi.new("size_t *")
+        self._slow_owner = ffi.new("void **")
         lib.nl_set_callbacks(
             self.cloop, lib.nl_resolve_key, lib.nl_on_data, lib.nl_on_closed, lib.nl_on_water
         )
@@ -288,10 +296,11 @@ class NetLoop:
     def set_switches(self) -> None:
         state = self.state
         if lane_open_to_all(state):
-            flags, room = lane_writes(state)
-            lib.nl_set_switches(self.cloop, _NL_LANE | flags, room)
+            flags, room, memory_room = lane_writes(state)
+            slow_usec = min(state.slow_usec, _UINT64_MAX)
+            lib.nl_set_switches(self.cloop, _NL_LANE | flags, room, memory_room, slow_usec)
         else:
-            lib.nl_set_switches(self.cloop, 0, 0)
+            lib.nl_set_switches(self.cloop, 0, 0, 0, _UINT64_MAX)
 
     def poll(self) -> None:
         """uvloop's callback: the C loop's descriptor is readable."""
@@ -328,6 +337,13 @@ class NetLoop:
         stats = state.stats
         stats.total_net_input_bytes += counts.net_input_bytes
         stats.total_net_output_bytes += counts.net_output_bytes
+        for i in range(lib.nl_batch_slow_count(cloop)):
+            usec = lib.nl_batch_slow(cloop, i, self._slow_owner, self._aof_data, self._aof_len)
+            owner = self._slow_owner[0]
+            protocol = ffi.from_handle(owner).protocol if owner != ffi.NULL else None
+            if protocol is not None and protocol.client is not None:
+                request = ffi.unpack(self._aof_data[0], self._aof_len[0])
+                note_lane_slow(state, protocol.client, request, usec)
         owners = lib.nl_batch_owners(cloop, self._owners_n)
         now = self.server.now
         for i in range(self._owners_n[0]):

@@ -15,6 +15,7 @@ import sys
 from rcp11 import __version__
 from rcp11.commands import execute, rename_command, serve_ready
 from rcp11.config import Config, ConfigError
+from rcp11.datafiles import release_data_dirs
 from rcp11.libc import tune_malloc
 from rcp11.limits import MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD, RESERVED_FDS
 from rcp11.logs import VERBOSE, setup_logging
@@ -199,6 +200,7 @@ def run(config: Config) -> int:
         server.bind_unix()
     except (SystemExit, PersistenceError) as exc:
         log.warning("%s", exc)
+        release_data_dirs()  # if it was taken: the unix socket failed
         loop.close()
         return 1
     if pidfile:
@@ -214,6 +216,7 @@ def run(config: Config) -> int:
         log.warning("Fatal error loading the data on disk: %s. Exiting.", exc)
         log.debug("Details:", exc_info=True)
         _remove_pidfile(pidfile)
+        release_data_dirs()
         loop.close()
         return 1
 
@@ -247,9 +250,11 @@ def run(config: Config) -> int:
         if failed:
             log.warning("%s", failed[0])
         _remove_pidfile(pidfile)
+        loop.close()
+        # Last: every file of the directory is written by now.
+        release_data_dirs()
         if not failed:
             log.warning("rcp11 is now ready to exit, bye bye...")
-        loop.close()
     del starting
     return 1 if failed else server.exit_code
 

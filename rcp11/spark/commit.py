@@ -33,7 +33,9 @@ so a retried task's earlier attempt, a replayed batch (progress already at
 b: its staging is only dropped) and the staging left by a driver that died
 mid-batch (found in the registry by the next commit) never reach T twice.
 Before that the commit checks each staging stream still holds exactly the
-rows its task wrote; a server that lost them fails the batch instead.
+rows its task wrote, where its TWRITEs put them (a gap of null offsets a
+server restart left between them is no loss); a server that lost rows
+fails the batch instead.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +66,9 @@ PREFIX = "rcp11-sink:"
 TCONCAT_MAX_MESSAGES = 1 << 28
 # Progress of a commit that moved nothing.
 NO_MARKER = "-"
+# Messages per read when a stream is read whole (a registry; counting what
+# a staging stream holds).
+COUNT_PAGE = 100_000
 
 
 def hash_tag(key: str) -> str:
@@ -101,6 +106,10 @@ class Staged:
     target: str
     key: str  # the staging stream
     rows: int
+    # Where the rows are: (first offset, rows) per run of offsets its
+    # TWRITEs filled. A server restart in the middle of a task may leave a
+    # gap of null offsets between two runs; () means one run from 0.
+    runs: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -129,29 +138,73 @@ def _by_target(messages: Sequence[WriterCommitMessage | None]) -> dict[str, list
 
 
 def _registered(client: Any, registry: str) -> list[tuple[int, int, str]]:
-    """Entries of a registry stream: (offset, batch, staging key)."""
-    result = client.tread(registry, 0, 1 << 30, withinfo=True)
+    """Entries of a registry stream: (offset, batch, staging key). Read run
+    by run (NONULLS): a gap a server restart left is stepped over, not read
+    as a page of nulls."""
     entries = []
-    for offset, message in result.items():
-        batch, _, key = message.decode().partition(" ")
-        entries.append((offset, int(batch), key))
-    return entries
+    offset = 0
+    while True:
+        result = client.tread(registry, offset, COUNT_PAGE, withinfo=True, nonulls=True)
+        if result.count == 0:
+            return entries
+        for at, message in result.items():
+            batch, _, key = message.decode().partition(" ")
+            entries.append((at, int(batch), key))
+        offset = result.end
 
 
 def _check_staged(client: Any, staged: Sequence[Staged]) -> None:
-    """Each staging stream holds exactly its task's rows: first offset 0,
-    next offset = rows, and its last message readable (a crash loses a
-    suffix of the log, so a lost message shows at the end)."""
+    """Each staging stream holds exactly its task's rows, where its TWRITEs
+    put them: the last row of each run readable (a crash loses a suffix of
+    the log, so a lost row shows at the end of a run), and nothing readable
+    before the first run, between runs or after the last one. A gap of
+    null offsets between runs or after the last (what a server restart may
+    leave) is no loss: TCONCAT moves only readable messages. Counted from
+    what the stream holds, never from its next offset."""
     pipe = client.pipeline(transaction=False)
+    plans = []
     for item in staged:
-        pipe.tread(item.key, max(item.rows - 1, 0), 1, withinfo=True)
-    for item, result in zip(staged, pipe.execute(), strict=True):
-        found = result.next_offset
-        intact = item.rows == 0 or (
-            result.first_offset == 0 and bool(result.messages) and result.messages[-1] is not None
-        )
-        if found != item.rows or not intact:
+        runs = item.runs or ((0, item.rows),)
+        pipe.tread(item.key, 0, 0, withinfo=True, nonulls=True)
+        for first, rows in runs:
+            pipe.tread(item.key, first + rows - 1, 1)
+            pipe.tread(item.key, first + rows, 0, withinfo=True, nonulls=True)
+        plans.append((item, runs))
+    replies = iter(pipe.execute())
+    for item, runs in plans:
+        head = next(replies)
+        intact = head.start == runs[0][0]
+        for index in range(len(runs)):
+            last, after = next(replies), next(replies)
+            # The next readable offset after the run: the next run's first,
+            # or none (reply_start is then the next offset or past it).
+            following = runs[index + 1][0] if index + 1 < len(runs) else None
+            intact = intact and bool(last) and last[0] is not None
+            if following is None:
+                intact = intact and after.start >= after.next_offset
+            else:
+                intact = intact and after.start == following
+        if not intact:
+            found = count_readable(lambda at, n, key=item.key: _run(client, key, at, n))
             raise RuntimeError(errors.spark_staging_lost(item.key, item.rows, found))
+
+
+def _run(client: Any, key: str, offset: int, count: int) -> tuple[int, int]:
+    result = client.tread(key, offset, count, withinfo=True, nonulls=True)
+    return result.start, result.count
+
+
+def count_readable(read_run: Callable[[int, int], tuple[int, int]]) -> int:
+    """Messages a stream holds (nulls not counted), for an error message;
+    it reads them all. read_run(offset, count) sends TREAD key offset count
+    NONULLS WITHINFO and answers (reply_start, reply_count)."""
+    offset = total = 0
+    while True:
+        start, count = read_run(offset, COUNT_PAGE)
+        if count == 0:
+            return total
+        total += count
+        offset = start + count
 
 
 def _progress(client: Any, key: str) -> tuple[int, str]:

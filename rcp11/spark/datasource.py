@@ -10,12 +10,13 @@ of known options instead of at the first action. What depends on the side
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from pyspark.sql.datasource import DataSource
 
 from rcp11 import errors
 from rcp11.spark.columns import SCHEMA
+from rcp11.spark.failures import guard_methods
 from rcp11.spark.options import (
     OPTIONS,
     OptionError,
@@ -65,8 +66,15 @@ class RCP11DataSource(DataSource):
         return BatchReader(parse_read_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
-        _check_side(self.options, "read")
-        return StreamReader(parse_read_options(self.options), schema)
+        try:
+            _check_side(self.options, "read")
+            return StreamReader(parse_read_options(self.options), schema)
+        except Exception as exc:
+            # PySpark's streaming runner stops the reader in a `finally`
+            # around this call, so a failure here turns into its own
+            # UnboundLocalError ('reader'), and our message is lost under
+            # it. A reader that fails at Spark's first call keeps it.
+            return _FailedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         _check_side(self.options, "write")
@@ -75,3 +83,51 @@ class RCP11DataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         _check_side(self.options, "write")
         return StreamWriter(parse_write_options(self.options), schema, overwrite)
+
+
+class _FailedStreamReader(StreamReader):
+    """A streaming read whose options were refused: every call Spark makes
+    raises that error; stop() has nothing to stop."""
+
+    def __init__(self, error: Exception) -> None:  # no super(): nothing to set up
+        self.error = error
+
+    def _fail(self, *args: object, **kwargs: object) -> NoReturn:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _fail
+
+    def stop(self) -> None:
+        pass
+
+
+# Every method Spark calls on the source and the sink, so that each of our
+# errors shows its message first (failures.py).
+_SPARK_CALLS = (
+    "__init__",
+    "schema",
+    "reader",
+    "streamReader",
+    "writer",
+    "streamWriter",
+    "partitions",
+    "read",
+    "initialOffset",
+    "latestOffset",
+    "reportLatestOffset",
+    "prepareForTriggerAvailableNow",
+    "commit",
+    "abort",
+    "write",
+    "stop",
+)
+for _cls in (
+    RCP11DataSource,
+    BatchReader,
+    StreamReader,
+    _FailedStreamReader,
+    BatchWriter,
+    StreamWriter,
+):
+    guard_methods(_cls, _SPARK_CALLS)

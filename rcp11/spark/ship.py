@@ -9,8 +9,10 @@ the same application adds nothing and a changed package gets a new name
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -61,6 +63,9 @@ def client_zip() -> str:
     if key in _built and os.path.exists(_built[key]):
         return _built[key]
     directory = tempfile.mkdtemp(prefix="rcp11-spark-")
+    # Spark serves the file to executors from here for as long as the
+    # application runs: it goes when the driver's Python exits.
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
     path = os.path.join(directory, f"rcp11-spark-{key}.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in contents:

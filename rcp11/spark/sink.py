@@ -6,6 +6,7 @@ moves staged rows into the target is rcp11.spark.commit.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 import uuid
@@ -31,7 +32,7 @@ from rcp11.spark.columns import (
     split_by_target,
     write_layout,
 )
-from rcp11.spark.commit import Staged, StagedWrite, abort, commit, sink_key
+from rcp11.spark.commit import Staged, StagedWrite, abort, commit, count_readable, sink_key
 from rcp11.spark.connection import RETRYABLE, Outage, raw_connection
 from rcp11.spark.options import Endpoint, OptionError, WriteOptions
 
@@ -81,7 +82,9 @@ class _Channel:
 
 class _StagingStream:
     """One target's staging stream in one task: rows sent, rows the server
-    acknowledged, and the channel (node) it is written through."""
+    acknowledged and where its TWRITEs put them (runs of offsets: a server
+    restart between two of them may leave a gap of null offsets, which is
+    no loss), and the channel (node) it is written through."""
 
     def __init__(self, target: str, key: str, channel: _Channel) -> None:
         self.target = target
@@ -89,7 +92,21 @@ class _StagingStream:
         self.encoded = key.encode()
         self.acked = 0
         self.sent = 0
+        self.runs: list[list[int]] = []  # [first offset, rows], in order
         self.channel = channel
+
+    @property
+    def end(self) -> int:
+        """The offset after the last acknowledged row (0 before any)."""
+        return self.runs[-1][0] + self.runs[-1][1] if self.runs else 0
+
+    def landed(self, first: int, rows: int) -> None:
+        """A TWRITE of `rows` rows was applied at offsets first.. ."""
+        if self.runs and self.end == first:
+            self.runs[-1][1] += rows
+        else:
+            self.runs.append([first, rows])
+        self.acked += rows
 
 
 class TaskWriter:
@@ -220,7 +237,7 @@ class TaskWriter:
             stream, rows, _ = channel.in_flight.popleft()
             if isinstance(reply, redis.ResponseError):
                 raise reply
-            stream.acked += rows
+            stream.landed(int(reply), rows)
 
     def _recover(
         self, channel: _Channel, exc: BaseException, extra: list[_StagingStream] | None = None
@@ -253,30 +270,20 @@ class TaskWriter:
         for owner in {id(o): o for o in owners.values()}.values():
             if owner is not channel:  # its replies first, then our questions
                 self._drain(owner, 0)
-        server = {}
+        applied = {}
         for stream in streams:
+            chunks = [rows for owner, rows, _ in pending if owner is stream]
             conn = owners[id(stream)].connection()
-            conn.send_command("TREAD", stream.key, 0, 0, "WITHINFO")
-            reply = conn.read_response()
-            if isinstance(reply, redis.ResponseError):
-                raise reply
-            server[id(stream)] = (int(reply[0][0]), int(reply[0][1]) + 1)
+            applied[id(stream)] = _applied_chunks(conn, stream, chunks)
         # Nothing changes above this line: a failure there starts over.
         channel.in_flight.clear()
         resend = []
         for stream in streams:
-            first, have = server[id(stream)]
-            applied = stream.acked
-            for owner, rows, packed in pending:
-                if owner is not stream:
-                    continue
-                if applied + rows <= have:
-                    applied += rows
-                else:
-                    resend.append((owner, rows, packed))
-            if applied != have or (have and first != 0):
-                raise RuntimeError(errors.spark_staging_lost(stream.key, applied, have))
-            stream.acked = applied
+            count = applied[id(stream)]
+            mine = [item for item in pending if item[0] is stream]
+            for _, rows, _ in mine[:count]:
+                stream.landed(stream.end, rows)
+            resend += mine[count:]
             stream.channel = owners[id(stream)]
         for item in resend:
             item[0].channel.in_flight.append(item)
@@ -292,12 +299,59 @@ class TaskWriter:
                 self._drain(channel, 0)
         finally:
             self.close()
-        staged = [Staged(s.target, s.key, s.acked) for s in self.streams.values()]
+        staged = [
+            Staged(s.target, s.key, s.acked, tuple((f, n) for f, n in s.runs))
+            for s in self.streams.values()
+        ]
         return StagedWrite(self.query, self.batch, self.partition, staged)
 
     def close(self) -> None:
         for channel in self.channels.values():
             channel.disconnect()
+
+
+def _applied_chunks(conn: redis.Connection, stream: _StagingStream, chunks: list[int]) -> int:
+    """How many of the TWRITEs in flight (`chunks`: their rows, in order)
+    the server applied, asked after a broken connection. Applied ones sit
+    right after the acknowledged rows, in order (a TWRITE is atomic); a
+    server restart may then have added a gap of nulls. Raises RuntimeError
+    when the stream is not what this task wrote: an acknowledged row gone,
+    or rows nobody accounts for (Spark then runs the task again)."""
+    ends = list(itertools.accumulate(chunks, initial=stream.end))
+    probes: list[tuple[Any, ...]] = [("TREAD", stream.key, 0, 0, "NONULLS", "WITHINFO")]
+    probes += [("TREAD", stream.key, first + rows - 1, 1) for first, rows in stream.runs]
+    probes += [("TREAD", stream.key, end - 1, 1) for end in ends[1:]]
+    probes += [("TREAD", stream.key, end, 0, "NONULLS", "WITHINFO") for end in ends]
+    for probe in probes:
+        conn.send_command(*probe)
+    replies = [conn.read_response() for _ in probes]
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+    head, replies = replies[0], replies[1:]
+    runs, replies = replies[: len(stream.runs)], replies[len(stream.runs) :]
+    landed, afters = replies[: len(chunks)], replies[len(chunks) :]
+    readable = [bool(r) and r[0] is not None for r in landed]
+    count = readable.index(False) if False in readable else len(chunks)
+    after = afters[count][0]  # nothing readable after what is accounted for
+    first_expected = stream.runs[0][0] if stream.runs else 0 if count else None
+    intact = (
+        all(bool(r) and r[0] is not None for r in runs)
+        and not any(readable[count:])
+        and int(after[2]) >= int(after[1]) + 1
+        and (first_expected is None or int(head[0][2]) == first_expected)
+    )
+    if not intact:
+        expected = stream.acked + sum(chunks[:count])
+        found = count_readable(lambda at, n: _run(conn, stream.key, at, n))
+        raise RuntimeError(errors.spark_staging_lost(stream.key, expected, found))
+    return count
+
+
+def _run(conn: redis.Connection, key: str, offset: int, count: int) -> tuple[int, int]:
+    conn.send_command("TREAD", key, offset, count, "NONULLS", "WITHINFO")
+    info = conn.read_response()[0]
+    return int(info[2]), int(info[3])
 
 
 # ---------------------------------------------------------------------------

@@ -92,10 +92,25 @@ static void check_counters(const mn_stream *s, const model *m) {
     CHECK(mn_num_compressed_nodes(s) <= mn_num_nodes(s));
 }
 
+/* mn_readable_run (TREAD ... NONULLS): the first readable offset at or
+ * after start (start <= next), and the readable offsets in a row from
+ * there, at most n. */
+static void check_readable_run(const mn_stream *s, const model *m, uint64_t start, uint64_t n) {
+    uint64_t run;
+    uint64_t got = mn_readable_run(s, start, n, &run);
+    uint64_t o = start;
+    while (o < m->next && !m->readable[o]) o++;
+    CHECK(got == o);
+    uint64_t want = 0;
+    while (want < n && o + want < m->next && m->readable[o + want]) want++;
+    CHECK(run == want);
+}
+
 static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n) {
     static char expect[200 * 100];
     static int64_t lens[200];
     CHECK(n <= 200);
+    check_readable_run(s, m, start, n);
     mn_buf out;
     mn_buf_init(&out);
     CHECK(mn_read_copy(s, start, n, &out, lens) == MN_OK);
@@ -715,6 +730,19 @@ static void test_resp_lengths(void) {
         src += lens[i];
     }
     CHECK(pos == out.len);
+    /* The capped read: one byte short of the reply refuses it, says its
+     * size and appends nothing; exactly its size builds the same bytes. */
+    size_t whole = out.len;
+    mn_buf capped;
+    mn_buf_init(&capped);
+    uint64_t needed = 0;
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 4, &needed,
+                              &capped) == MN_ERR_CAP);
+    CHECK(needed == whole + 5 && capped.len == 0);
+    CHECK(mn_read_resp_capped(s, 0, n, MN_NULL_RESP2, "*15\r\n", 5, whole + 5, &needed,
+                              &capped) == MN_OK);
+    CHECK(capped.len == whole + 5 && memcmp(capped.data + 5, out.data, whole) == 0);
+    mn_buf_free(&capped);
     mn_buf_free(&out);
     mn_stream_free(s);
     free(buf);

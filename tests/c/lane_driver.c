@@ -28,10 +28,12 @@ void *mn_test_calloc(size_t n, size_t size) { return should_fail() ? NULL : call
 void *mn_test_realloc(void *p, size_t size) { return should_fail() ? NULL : realloc(p, size); }
 void mn_test_free(void *p) { free(p); }
 
-/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room. */
+/* lane_run() with the call's own reply_mark, writes, log_writes, aof_room,
+ * memory_limited and memory_room. */
 static size_t run_lane(lane_call *call, const char *buf, size_t len) {
     int flags = (call->writes ? LANE_WRITES : 0) | (call->log_writes ? LANE_LOG_WRITES : 0);
-    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room);
+    if (call->memory_limited) flags |= LANE_MEMORY_ROOM;
+    return lane_run(call, buf, len, call->reply_mark, flags, call->aof_room, call->memory_room);
 }
 
 static int failures;
@@ -87,6 +89,8 @@ static void fresh(lane_call *call) {
     call->writes = 1;
     call->log_writes = 1;
     call->aof_room = (size_t)1 << 40;
+    call->memory_limited = 0;
+    call->memory_room = 0;
 }
 
 /* Build a canonical request from NUL-terminated words into out. */
@@ -145,6 +149,18 @@ static void test_tread(lane_call *call) {
                          "*1\r\n*4\r\n:1\r\n:2\r\n:0\r\n:0\r\n"
                          "*0\r\n"));
     CHECK(call->tread_calls == 4 && call->messages_read == 4 && call->aof.len == 0);
+    /* A read whose reply would take the run past reply_mark is not built:
+     * the lane stops before it (the general path holds it to the client's
+     * hard limit). Its reply, "*3\r\n" and three "$1\r\nx\r\n", is 25 bytes. */
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+    n = req(buf, 4, a);
+    call->reply_mark = 24;
+    CHECK(run_lane(call, buf, n) == 0 && call->stop == LANE_STOP_BUDGET && call->reply.len == 0);
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
+    call->reply_mark = 25;
+    CHECK(run_lane(call, buf, n) == n && call->reply.len == 25);
 }
 
 /* TREAD ... BLOCK: run when it answers at once (the same reply as without
@@ -318,6 +334,25 @@ static void test_budgets(lane_call *call) {
     fresh(call);
     write_limit_s = 6; /* next offset 6 needs no reservation, 7 does */
     CHECK(run_lane(call, buf, n) == 6 * one && call->stop == LANE_STOP_KEY);
+    /* maxmemory: what the run's TWRITEs grew the stream by is held to the
+     * room before each TWRITE, as the general path holds the used memory to
+     * the limit before each command. */
+    fresh(call);
+    call->memory_limited = 1;
+    call->memory_room = -1; /* already over the limit: none runs */
+    CHECK(run_lane(call, buf, n) == 0 && call->stop == LANE_STOP_BUDGET);
+    fresh(call);
+    call->memory_limited = 1; /* at the limit: the first runs (its node grows memory) */
+    uint64_t memory_before = mn_memory_bytes(stream_s);
+    CHECK(run_lane(call, buf, n) == one && call->stop == LANE_STOP_BUDGET);
+    CHECK(call->memory_grown > 0);
+    CHECK(call->memory_grown == (int64_t)(mn_memory_bytes(stream_s) - memory_before));
+    fresh(call);
+    call->memory_limited = 1;
+    call->memory_room = 1 << 30;
+    memory_before = mn_memory_bytes(stream_s);
+    CHECK(run_lane(call, buf, n) == n);
+    CHECK(call->memory_grown == (int64_t)(mn_memory_bytes(stream_s) - memory_before));
     fresh(call);
     call->writes = 0;
     CHECK(run_lane(call, buf, n) == 0);
