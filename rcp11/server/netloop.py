@@ -61,8 +61,13 @@ _NL_LANE: int = lib.NL_LANE
 _UINT64_MAX = (1 << 64) - 1
 _LAST_COMMAND = {1: "twrite", 2: "tread"}
 
-# The loop the C callbacks belong to (one per server process).
-_active: NetLoop | None = None
+# The loops the C callbacks belong to, by their C address (one per server
+# process; tests make several in turn).
+_loops: dict[int, NetLoop] = {}
+
+
+def _loop_of(cloop: Any) -> NetLoop | None:
+    return _loops.get(int(ffi.cast("uintptr_t", cloop)))
 
 
 class _SocketView:
@@ -92,6 +97,7 @@ class CTransport:
 
     def __init__(self, netloop: NetLoop, fd: int, peer: Any, local: Any) -> None:
         self._handle = ffi.new_handle(self)
+        self.netloop = netloop
         self._conn: Any = lib.nl_conn_new(netloop.cloop, fd, self._handle)
         if self._conn == ffi.NULL:
             raise OSError(errno.ENOMEM, "the C loop refused the connection")
@@ -223,7 +229,6 @@ class NetLoop:
     fold of each batch into the server's state."""
 
     def __init__(self, server: Server) -> None:
-        global _active
         cloop = lib.nl_loop_new()
         if cloop == ffi.NULL:
             raise OSError("the C lane's event loop could not start (epoll refused?)")
@@ -243,14 +248,13 @@ class NetLoop:
             self.cloop, lib.nl_resolve_key, lib.nl_on_data, lib.nl_on_closed, lib.nl_on_water
         )
         self.limits_changed()
-        _active = self
+        self._key = int(ffi.cast("uintptr_t", cloop))
+        _loops[self._key] = self
         server.loop.add_reader(lib.nl_loop_fd(self.cloop), self.poll)
 
     def close(self) -> None:
-        global _active
         self.server.loop.remove_reader(lib.nl_loop_fd(self.cloop))
-        if _active is self:
-            _active = None
+        _loops.pop(self._key, None)
 
     def limits_changed(self) -> None:
         """proto-max-bulk-len (the lane runs authenticated clients only:
@@ -389,7 +393,7 @@ class NetLoop:
 
 @ffi.def_extern()
 def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
-    netloop = _active
+    netloop = _loop_of(cloop)
     if netloop is None:
         return 0
     return resolve_key(
@@ -400,7 +404,7 @@ def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_ou
 @ffi.def_extern()
 def nl_on_data(cloop: Any, owner: Any, data: Any, size: int) -> None:
     """Bytes the lane did not run: the general path's, in order."""
-    netloop = _active
+    netloop = _loop_of(cloop)
     if netloop is None:
         return
     try:
@@ -420,10 +424,10 @@ def nl_on_data(cloop: Any, owner: Any, data: Any, size: int) -> None:
 @ffi.def_extern()
 def nl_on_closed(owner: Any, err: int) -> None:
     """The socket is closed: connection_lost() soon, as asyncio calls it."""
-    netloop = _active
     transport = ffi.from_handle(owner)
-    if netloop is None:
-        transport.lost(err)
+    netloop = transport.netloop
+    if _loops.get(netloop._key) is not netloop:
+        transport.lost(err)  # the loop is gone: nothing runs it later
         return
     if not netloop.closed:
         netloop.server.loop.call_soon(netloop.settle)
@@ -436,7 +440,8 @@ def nl_on_water(owner: Any, over: int) -> None:
     asyncio) or drained back to it (resume_writing, soon: it may run
     commands, which must not happen inside a C poll); or a flush would
     have taken it past the hard limit (2: closed as Python's write closes)."""
-    protocol = ffi.from_handle(owner).protocol
+    transport = ffi.from_handle(owner)
+    protocol = transport.protocol
     if protocol is None:
         return
     if over == 2:
@@ -445,8 +450,8 @@ def nl_on_water(owner: Any, over: int) -> None:
         protocol.client_over_limit(f"hard limit {protocol.server.output_limits[0]}", pending)
     elif over:
         protocol.pause_writing()
-    elif _active is not None:
-        _active.server.loop.call_soon(protocol.resume_writing)
+    else:
+        transport.netloop.server.loop.call_soon(protocol.resume_writing)
 
 
 __all__ = ["CARRY_LIMIT", "CTransport", "NetLoop"]
