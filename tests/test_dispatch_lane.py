@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import redis
 from conftest import in_thread, persistence_in_process, serve_reads, wait_blocked
-from helpers_netloop import SocketFront
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz.proto.front import SocketFront
 from rcp11 import errors
 from rcp11.commands import execute, transactions
 from rcp11.persistence.aof_format import ANNOTATION, iter_aof_commands
@@ -423,7 +423,7 @@ def _run_sockets(
         policy, slack = memory
         state.config.set("maxmemory-policy", policy)
         state.config.set("maxmemory", str(state.used_memory() + slack))
-    front = SocketFront(state, c_loop, client_id=1000)
+    front = SocketFront(state, c_loop, ids=[1000])
     peer = Peer()
     peer.id = 1001
     received = []

@@ -38,7 +38,8 @@ from rcp11.commands.lane import (
     note_lane_slow,
     resolve_key,
 )
-from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS
+from rcp11.errors import ProtocolError
+from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.server.connection import Connection
 
@@ -156,7 +157,18 @@ class CTransport:
         limit = parser.query_buffer_limit
         carry = min(CARRY_LIMIT, limit) if limit else CARRY_LIMIT
         if ok and not parser.idle():
-            held = parser.unparsed(carry)
+            # Only the start of one request goes back: complete requests
+            # the parser was fed (while the client was blocked, say) are
+            # run by process(), never left waiting in C for the next read.
+            try:
+                ready = parser.drain()
+            except ProtocolError:
+                ready = None  # it stays pending: process() answers it
+            if ready:
+                parser.push_back(ready)
+            # At most LANE_MAX_CARRY, as run_lane() carries: a big request
+            # the lane refuses late would otherwise go back and forth whole.
+            held = parser.unparsed(min(carry, LANE_MAX_CARRY)) if ready == [] else None
             if held is None or lib.nl_conn_carry(conn, held, len(held)):
                 ok = False
             else:
