@@ -216,7 +216,7 @@ struct nl_loop {
     mn_buf slow_bytes;
     nl_conn **touched;   /* the lane ran requests for these (NL_TOUCHED) */
     size_t ntouched, touched_cap;
-    void **owners;       /* their owners, built by nl_batch_owners() */
+    nl_owner *owners;    /* what nl_batch_owners() reports of them */
     size_t owners_cap;
 };
 
@@ -461,8 +461,6 @@ void nl_conn_close(nl_conn *c, int now) {
 }
 
 int nl_conn_closed(nl_conn *c) { return (c->flags & NL_CLOSED) != 0; }
-
-int nl_conn_last_command(nl_conn *c) { return c->last_command; }
 
 void nl_conn_free(nl_conn *c) {
     if (c == NULL) return;
@@ -784,16 +782,19 @@ int64_t nl_batch_aof_run(nl_loop *loop, size_t i, const char **data, size_t *len
     return loop->runs[i].ms;
 }
 
-void **nl_batch_owners(nl_loop *loop, size_t *n) {
+nl_owner *nl_batch_owners(nl_loop *loop, size_t *n) {
     *n = 0;
     if (loop->owners_cap < loop->ntouched) {
-        void **p = realloc(loop->owners, loop->ntouched * sizeof *p);
+        nl_owner *p = realloc(loop->owners, loop->ntouched * sizeof *p);
         if (p == NULL) return loop->owners;
         loop->owners = p;
         loop->owners_cap = loop->ntouched;
     }
-    for (size_t i = 0; i < loop->ntouched; i++)
-        if (loop->touched[i] != NULL) loop->owners[(*n)++] = loop->touched[i]->owner;
+    for (size_t i = 0; i < loop->ntouched; i++) {
+        nl_conn *c = loop->touched[i];
+        if (c == NULL) continue;
+        loop->owners[(*n)++] = (nl_owner){c->owner, c->last_command, c->in.len};
+    }
     return loop->owners;
 }
 

@@ -30,6 +30,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from rcp11 import errors
 from rcp11._macronode import ffi, lib
 from rcp11.commands.lane import (
     count_lane,
@@ -347,8 +348,6 @@ class NetLoop:
         count_lane(state, counts, written, aof)
         if counts.aof_failed:
             log.error("The C lane's AOF bytes could not be kept (no memory)")
-            from rcp11 import errors
-
             state.writes_refused = errors.UNLOGGED_CHANGE
         stats = state.stats
         stats.total_net_input_bytes += counts.net_input_bytes
@@ -363,15 +362,15 @@ class NetLoop:
         owners = lib.nl_batch_owners(cloop, self._owners_n)
         now = self.server.now
         for i in range(self._owners_n[0]):
-            transport = ffi.from_handle(owners[i])
-            protocol = transport.protocol
+            entry = owners[i]
+            protocol = ffi.from_handle(entry.owner).protocol
             client = protocol.client if protocol is not None else None
             if client is not None:
-                last = lib.nl_conn_last_command(transport._conn)
+                last = entry.last_command
                 if last:
                     client.last_command = _LAST_COMMAND[last]
                 client.last_interaction = now
-                client.query_buffer_len = lib.nl_conn_carried(transport._conn)
+                client.query_buffer_len = entry.carried
         lib.nl_batch_reset(cloop)
         self.resolved.clear()
 
@@ -388,7 +387,7 @@ class NetLoop:
         closed = lib.nl_drop_unflushed(cloop)
         owners = lib.nl_batch_owners(cloop, self._owners_n)
         for i in range(self._owners_n[0]):
-            protocol = ffi.from_handle(owners[i]).protocol
+            protocol = ffi.from_handle(owners[i].owner).protocol
             if protocol is not None and protocol.client is not None:
                 protocol.client.closing = True
         lib.nl_batch_reset(cloop)
