@@ -279,6 +279,11 @@ class Client(StreamCommands, redis.Redis):
         """
         offset = start
         _check_batch(batch)
+        if offset < 0:
+            # Counted from the end once, now: sent again after a BLOCK that
+            # ran out, it would count from the end as it is then, past the
+            # messages written in between.
+            offset = self.tread(key, offset, 0, withinfo=True).start
         while True:
             result = self.tread(key, offset, batch, block=block_ms, withinfo=True, nonulls=True)
             if result is None:
@@ -360,6 +365,8 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         """Async version of ``Client.follow``."""
         offset = start
         _check_batch(batch)
+        if offset < 0:  # counted from the end once (Client.follow)
+            offset = (await self.tread(key, offset, 0, withinfo=True)).start
         while True:
             result = await self.tread(
                 key, offset, batch, block=block_ms, withinfo=True, nonulls=True

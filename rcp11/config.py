@@ -123,6 +123,9 @@ class Directive:
     # Where files are written: CONFIG SET only with enable-protected-configs
     # (redis-server 7's PROTECTED_CONFIG).
     protected: bool = False
+    # A secret: the slow log shows "(redacted)" for the value CONFIG SET
+    # gives it (redis-server 7's SENSITIVE_CONFIG).
+    sensitive: bool = False
 
 
 def _client_classes() -> dict[str, tuple[int, int, int]]:
@@ -144,7 +147,7 @@ DIRECTIVES: dict[str, Directive] = {
         Directive(
             "enable-protected-configs", "enum", "no", mutable=False, choices=("no", "yes", "local")
         ),
-        Directive("requirepass", "string", ""),
+        Directive("requirepass", "string", "", sensitive=True),
         Directive("timeout", "int", 0, high=INT_MAX),
         Directive("tcp-keepalive", "int", 300, high=INT_MAX),
         Directive("maxclients", "int", 10000, low=1, high=INT_MAX),
@@ -197,12 +200,19 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("tls-port", "int", 0, mutable=False, high=65535),
         Directive("tls-cert-file", "string", "", mutable=False),
         Directive("tls-key-file", "string", "", mutable=False),
-        Directive("tls-key-file-pass", "string", "", mutable=False),
+        Directive("tls-key-file-pass", "string", "", mutable=False, sensitive=True),
         Directive("tls-ca-cert-file", "string", "", mutable=False),
         Directive("tls-auth-clients", "enum", "yes", choices=("yes", "no", "optional")),
         Directive("tls-protocols", "string", "", mutable=False),
     ]
 }
+
+# The directives whose values are secrets (see Directive.sensitive), with
+# Redis's own that rcp11 does not have.
+SENSITIVE = frozenset(
+    [name for name, d in DIRECTIVES.items() if d.sensitive]
+    + ["masterauth", "tls-client-key-file-pass"]
+)
 
 _CLASS_ALIASES = {"normal": "normal", "replica": "replica", "slave": "replica", "pubsub": "pubsub"}
 

@@ -1500,6 +1500,56 @@ static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     }
 }
 
+/* A group read moves its group key: a write, though TREAD is a read (so
+ * that +@read users read streams). Besides TREAD, the user needs the
+ * permission of RCP11.GROUPMOVE, a command in @write and @rcp11 that is
+ * never run: +@read alone or +@all -@write cannot move groups, +@rcp11
+ * can, and on Redis 7.0 (no categories) a rule names it
+ * (docs/MODULE.md, ACLs). ACL DRYRUN cannot see this check. */
+#define RL_GROUPMOVE "rcp11.groupmove"
+
+static int rl_groupmove(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    return RedisModule_ReplyWithError(
+        ctx, "ERR RCP11.GROUPMOVE is not run: it is the ACL permission a group read "
+             "(TREAD ... GROUP or GROUPNEW) needs to move its group key");
+}
+
+/* Whether the client's user may move the group key (see RL_GROUPMOVE);
+ * when not, replies -NOPERM and logs it in ACL LOG, as Redis refuses. */
+static int rl_may_move_group(RedisModuleCtx *ctx, RedisModuleString *group) {
+    if (RedisModule_GetContextFlags(ctx) &
+        (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING))
+        return 1;
+    RedisModuleString *name = RedisModule_GetCurrentUserName(ctx);
+    if (name == NULL) return 1; /* no client: the server itself */
+    RedisModuleUser *user = RedisModule_GetModuleUserFromUserName(name);
+    int ok = 1;
+    if (user != NULL) {
+        static RedisModuleString *command;
+        if (command == NULL) command = RedisModule_CreateString(NULL, RL_GROUPMOVE, strlen(RL_GROUPMOVE));
+        RedisModuleString *check[2] = {command, group};
+        ok = RedisModule_ACLCheckCommandPermissions(user, check, 2) == REDISMODULE_OK;
+        if (!ok) {
+            RedisModule_ACLAddLogEntry(ctx, user, command, REDISMODULE_ACL_LOG_CMD);
+            size_t len;
+            const char *p = RedisModule_StringPtrLen(name, &len);
+            char quoted[RL_QUOTE_MAX * 3 + 8];
+            rl_quote(p, len, RL_QUOTE_MAX, quoted, sizeof(quoted));
+            char msg[RL_QUOTE_MAX * 3 + 200];
+            snprintf(msg, sizeof(msg),
+                     "NOPERM User %s has no permissions to run the '" RL_GROUPMOVE
+                     "' command, which a group read needs to move its group key",
+                     quoted);
+            RedisModule_ReplyWithError(ctx, msg);
+        }
+        RedisModule_FreeModuleUser(user);
+    }
+    RedisModule_FreeString(NULL, name);
+    return ok;
+}
+
 static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (RedisModule_IsKeysPositionRequest(ctx)) {
         rl_tread_keys(ctx, argv, argc);
@@ -1554,6 +1604,10 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if ((flags & REDISMODULE_CTX_FLAGS_READONLY) && !(flags & REDISMODULE_CTX_FLAGS_REPLICATED)) {
         RedisModule_CloseKey(key);
         return RedisModule_ReplyWithError(ctx, RL_ERR_READONLY);
+    }
+    if (!rl_may_move_group(ctx, a.group)) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
     }
     int missing;
     uint64_t pos;
@@ -2363,6 +2417,8 @@ static RedisModuleCommandKeySpec rl_tseek_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS), {0}};
 static RedisModuleCommandKeySpec rl_skipto_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
+static RedisModuleCommandKeySpec rl_update_specs[] = {
+    RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE), {0}};
 
 /* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
  * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
@@ -2411,6 +2467,9 @@ static RedisModuleCommandArg rl_twriteat_docs[] = {
     RL_ARG("entry", STRING, NULL, RL_MULTIPLE), {0}};
 static RedisModuleCommandArg rl_node_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("node-blob", STRING, NULL, 0), {0}};
+static RedisModuleCommandArg rl_reserve_docs[] = {
+    RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("mark", INTEGER, NULL, 0), {0}};
+static RedisModuleCommandArg rl_groupmove_docs[] = {RL_KEY_ARG("groupkey", 0, NULL, 0), {0}};
 
 /* ACL categories (Redis 7.2+, Valkey 8), as Redis files its stream commands
  * (XADD write fast, XRANGE read slow, XREAD read slow blocking; @fast where
@@ -2458,6 +2517,12 @@ static const rl_command rl_commands[] = {
     {"rcp11.node", rl_node, "write deny-oom", 1, 1, 1, 3,
      "Append a serialized stream node (AOF rewrites only)", rl_skipto_specs, "write slow",
      rl_node_docs, "O(N) for the N bytes of the node"},
+    {"rcp11.reserve", rl_resv_command, "write", 1, 1, 1, 3,
+     "Raise a stream's offset reservation (replication and AOF only)", rl_update_specs,
+     "write fast", rl_reserve_docs, "O(1)"},
+    {RL_GROUPMOVE, rl_groupmove, "write fast", 1, 1, 1, 2,
+     "The ACL permission a group read needs to move its group key (not run)", rl_update_specs,
+     "write fast", rl_groupmove_docs, "O(1)"},
 };
 
 /* The module's ACL category, when the server can add one (OnLoad only). */

@@ -36,8 +36,18 @@
  * fails the module's load with the reason, as a corrupt RDB does. The file
  * is rewritten from its fold at start-up and when it grows (temp file,
  * fsync, rename, fsync of the directory), and from the keyspace at a clean
- * SHUTDOWN. A lock (flock) keeps a second server off it. If `dir` changes
- * (CONFIG SET dir) the file follows at its next write.
+ * SHUTDOWN. A lock keeps a second server off it: a POSIX record lock
+ * (fcntl), which a fork does not pass on, so a BGSAVE or AOF rewrite child
+ * left running by a kill -9 of its parent does not keep the restarted
+ * server out (an flock, shared with the child, did). Such a lock goes
+ * when the process closes any descriptor of the file: nothing here closes
+ * one of the current file but a rewrite replacing it. If `dir` changes
+ * (CONFIG SET dir), or the file is deleted or renamed away under the
+ * server, it is written at its path again at the next write, or by the
+ * hook within OF_CHECK_MS: the marks must be where a restart looks. A file
+ * found there that another running server holds is never taken (writes
+ * that need a reservation answer -MISCONF), and a stopped one's marks are
+ * folded in as floors.
  *
  * Records wait in a buffer: a reservation writes the buffer at once (so a
  * full disk refuses it before anything happens) and the before-sleep hook
@@ -45,18 +55,18 @@
  * the next batch and fsynced only along with a reservation.
  */
 
-/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, flock). */
+/* -std=c11 hides POSIX: ask for it (open flags, pread, ftruncate, fcntl). */
 #define _GNU_SOURCE
 
 #include "module_offsets_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -73,6 +83,9 @@
 /* The file is rewritten from its fold once it grew by this much and by
  * more than its size after the last rewrite. */
 #define OF_COMPACT_MIN_BYTES (1024 * 1024)
+/* How often the before-sleep hook checks that the path still leads to the
+ * file (a stat(2) of each). */
+#define OF_CHECK_MS 100
 
 #define OF_MAGIC "RCP11OFF"
 #define OF_VERSION 1
@@ -101,15 +114,20 @@ static struct {
     char error[160];
     RedisModuleDict *fold; /* the file's marks, until the start-up recovery */
     int clean, tight;
+    long long checked_ms; /* when of_sync last looked at the path */
+    uint64_t rewrites;    /* files written whole (of_rewrite): a compaction
+                           * that started before one is stale */
     /* The background fsync (of_thread_main): it fsyncs a duplicate of fd
      * up to `requested`; `lock` guards fd, written, synced, requested,
      * fsyncs and bg_errno against it. */
     pthread_t thread;
+    int bg_fd;   /* the descriptor the thread fsyncs now, -1 */
+    int retired; /* a replaced file's descriptor the thread closes, -1 */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     uint64_t requested;
     int bg_errno;
-} of = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} of = {.fd = -1, .bg_fd = -1, .retired = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 /* ------------------------------------------------------------------------
  * Keys of per-key tables
@@ -200,34 +218,41 @@ static uint64_t of_get64(const unsigned char *p) {
     return v;
 }
 
-static void of_buf_reserve(size_t more) {
-    if (of.len + more <= of.cap) return;
-    size_t cap = of.cap ? of.cap : 256;
-    while (cap < of.len + more) cap *= 2;
-    of.buf = RedisModule_Realloc(of.buf, cap);
-    of.cap = cap;
+/* A growing byte buffer: the pending records (of.buf), or the records a
+ * compaction encodes on its own thread. */
+typedef struct of_bytes {
+    unsigned char *data;
+    size_t len, cap;
+} of_bytes;
+
+static void of_bytes_reserve(of_bytes *b, size_t more) {
+    if (b->len + more <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more) cap *= 2;
+    b->data = RedisModule_Realloc(b->data, cap);
+    b->cap = cap;
 }
 
-/* Append one record to the pending buffer. */
-static void of_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
-    of_buf_reserve(1 + 4 + 4 + klen + 8);
-    if (kind == OF_LIVE) of.live_buffered = 1;
-    unsigned char *p = of.buf + of.len;
+/* Append one record to b. */
+static void of_put_record(of_bytes *b, int kind, int db, const char *key, size_t klen,
+                          uint64_t mark) {
+    of_bytes_reserve(b, 1 + 4 + 4 + klen + 8);
+    unsigned char *p = b->data + b->len;
     *p++ = (unsigned char)kind;
     if (kind == OF_FLUSH) {
         of_put32(p, (uint32_t)db);
-        of.len += 5;
+        b->len += 5;
         return;
     }
     if (kind == OF_SWAP) {
         of_put32(p, (uint32_t)db);
         of_put32(p + 4, (uint32_t)mark);
-        of.len += 9;
+        b->len += 9;
         return;
     }
     if (kind == OF_CLEAN) {
         *p = (unsigned char)mark;
-        of.len += 2;
+        b->len += 2;
         return;
     }
     of_put32(p, (uint32_t)db);
@@ -239,7 +264,24 @@ static void of_record(int kind, int db, const char *key, size_t klen, uint64_t m
         of_put64(p, mark);
         n += 8;
     }
-    of.len += n;
+    b->len += n;
+}
+
+static void of_buf_reserve(size_t more) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_bytes_reserve(&b, more);
+    of.buf = b.data;
+    of.cap = b.cap;
+}
+
+/* Append one record to the pending buffer. */
+static void of_record(int kind, int db, const char *key, size_t klen, uint64_t mark) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_put_record(&b, kind, db, key, klen, mark);
+    of.buf = b.data;
+    of.len = b.len;
+    of.cap = b.cap;
+    if (kind == OF_LIVE) of.live_buffered = 1;
 }
 
 static int of_write_all(int fd, const unsigned char *p, size_t n) {
@@ -428,8 +470,19 @@ static RedisModuleDict *of_fold_image(const unsigned char *data, size_t len, int
     return fold;
 }
 
-/* The records that rebuild a fold: LIVE and DELMARK per key. */
-static void of_fold_records(RedisModuleDict *fold) {
+/* The records that rebuild a fold: LIVE and DELMARK per key, into out. */
+static void of_fold_records(RedisModuleDict *fold, of_bytes *out);
+
+/* The same into the pending buffer. */
+static void of_fold_pending(RedisModuleDict *fold) {
+    of_bytes b = {of.buf, of.len, of.cap};
+    of_fold_records(fold, &b);
+    of.buf = b.data;
+    of.len = b.len;
+    of.cap = b.cap;
+}
+
+static void of_fold_records(RedisModuleDict *fold, of_bytes *out) {
     RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
     size_t klen;
     void *value;
@@ -437,8 +490,8 @@ static void of_fold_records(RedisModuleDict *fold) {
     while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
         of_marks *m = value;
         int db = of_key_db(k);
-        if (m->has_deleted) of_record(OF_DELMARK, db, k + 4, klen - 4, m->deleted);
-        if (m->has_live) of_record(OF_LIVE, db, k + 4, klen - 4, m->live);
+        if (m->has_deleted) of_put_record(out, OF_DELMARK, db, k + 4, klen - 4, m->deleted);
+        if (m->has_live) of_put_record(out, OF_LIVE, db, k + 4, klen - 4, m->live);
     }
     RedisModule_DictIteratorStop(it);
 }
@@ -463,6 +516,18 @@ static void of_remember_dir(void) {
     }
 }
 
+/* Lock (type F_WRLCK) or test for another process's lock (F_RDLCK, which
+ * a writer's lock conflicts with): 0 when free. */
+static int of_lock(int fd, short type) {
+    struct flock lk;
+    memset(&lk, 0, sizeof(lk));
+    lk.l_type = type;
+    lk.l_whence = SEEK_SET;
+    if (type == F_WRLCK) return fcntl(fd, F_SETLK, &lk);
+    if (fcntl(fd, F_GETLK, &lk) != 0) return -1;
+    return lk.l_type == F_UNLCK ? 0 : -1;
+}
+
 /* Open (creating) the file and lock it. Returns the fd or -1 (err set). */
 static int of_open_locked(char *err, size_t errlen) {
     int fd = open(of.path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -470,7 +535,7 @@ static int of_open_locked(char *err, size_t errlen) {
         snprintf(err, errlen, "cannot open %s: %s", of.path, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (of_lock(fd, F_WRLCK) != 0) {
         snprintf(err, errlen, "%s is in use by another server (one file per server: give each "
                               "its own dir or rcp11.offsets-file)", of.path);
         close(fd);
@@ -499,6 +564,23 @@ static unsigned char *of_read_fd(int fd, size_t *len) {
     return data;
 }
 
+/* A new file was renamed into place, fsynced whole: open and lock it in
+ * place of the old one (which the fsync thread closes if it is on it).
+ * of.fd is -1 when it cannot be opened (err set). */
+static void of_reopen(char *err, size_t errlen) {
+    pthread_mutex_lock(&of.lock);
+    if (of.fd >= 0 && of.fd == of.bg_fd) {
+        if (of.retired >= 0) close(of.retired);
+        of.retired = of.fd;
+    } else if (of.fd >= 0) {
+        close(of.fd);
+    }
+    of.fd = of_open_locked(err, errlen);
+    of.written++;
+    of.synced = of.live_gen = of.written;
+    pthread_mutex_unlock(&of.lock);
+}
+
 /* Replace the file by a header and the pending buffer (which is consumed):
  * temp file, fsync, rename, fsync of the directory, then the new file is
  * opened and locked. Returns 0 or -1 (err set, the old file kept). */
@@ -521,12 +603,8 @@ static int of_rewrite(char *err, size_t errlen) {
     }
     RedisModule_Free(tmp);
     RedisModule_Free(img);
-    pthread_mutex_lock(&of.lock);
-    if (of.fd >= 0) close(of.fd);
-    of.fd = of_open_locked(err, errlen);
-    of.written++;
-    of.synced = of.live_gen = of.written; /* the rewrite fsynced all of it */
-    pthread_mutex_unlock(&of.lock);
+    of_reopen(err, errlen);
+    of.rewrites++;
     if (of.fd < 0) return -1;
     of.size = of.base_size = img_len;
     of.len = 0;
@@ -543,6 +621,63 @@ static void of_log(const char *what) {
 /* Fold the file as it is plus the pending records, and rewrite it from
  * that (compaction, or a move to a new `dir`). The old file is read
  * through its fd, so this works after `dir` changed. */
+/* Another file at the path than this server's (its dir changed to one
+ * that holds a file): never one a running server holds (its lock), and a
+ * stopped server's marks are kept, folded into *into as floors. Returns
+ * 0, or -1 with the reason logged. */
+static int of_fold_foreign(RedisModuleDict *into) {
+    /* Compared before it is opened: closing a descriptor of this server's
+     * own file would drop its lock. */
+    struct stat st, own;
+    if (stat(of.path, &st) != 0) return 0; /* none */
+    if (of.fd >= 0 && fstat(of.fd, &own) == 0 && st.st_dev == own.st_dev &&
+        st.st_ino == own.st_ino)
+        return 0;
+    int fd = open(of.path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char err[PATH_MAX + 200];
+    if (of_lock(fd, F_RDLCK) != 0) {
+        snprintf(err, sizeof(err),
+                 "%s is in use by another server (one file per server: give each its own dir or "
+                 "rcp11.offsets-file)", of.path);
+        of_log(err);
+        close(fd);
+        errno = EBUSY;
+        return -1;
+    }
+    size_t len = 0;
+    unsigned char *data = of_read_fd(fd, &len);
+    close(fd);
+    if (data == NULL) return -1;
+    int clean, tight, torn;
+    RedisModuleDict *fold = len ? of_fold_image(data, len, &clean, &tight, &torn, err, sizeof(err))
+                                : RedisModule_CreateDict(NULL);
+    RedisModule_Free(data);
+    if (fold == NULL) {
+        snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                 " (%s, found in place of this server's: not overwritten)", of.path);
+        of_log(err);
+        errno = EINVAL;
+        return -1;
+    }
+    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
+    size_t klen;
+    void *value;
+    char *k;
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
+        of_marks *m = value;
+        of_marks *mine = of_fold_get(into, of_key_db(k), k + 4, klen - 4);
+        if (m->has_live) mine->live = mine->has_live ? of_max(mine->live, m->live) : m->live;
+        if (m->has_deleted)
+            mine->deleted = mine->has_deleted ? of_max(mine->deleted, m->deleted) : m->deleted;
+        mine->has_live |= m->has_live;
+        mine->has_deleted |= m->has_deleted;
+    }
+    RedisModule_DictIteratorStop(it);
+    of_fold_free(fold);
+    return 0;
+}
+
 static int of_compact(void) {
     char err[200];
     size_t len = 0;
@@ -564,12 +699,18 @@ static int of_compact(void) {
         of_log(err);
         return -1;
     }
+    if (of_fold_foreign(fold) != 0) {
+        int saved_errno = errno;
+        of_fold_free(fold);
+        errno = saved_errno;
+        return -1;
+    }
     size_t saved = of.len;
     int saved_live = of.live_buffered;
     unsigned char *saved_buf = RedisModule_Alloc(saved ? saved : 1);
     memcpy(saved_buf, of.buf, saved);
     of.len = 0;
-    of_fold_records(fold);
+    of_fold_pending(fold);
     of_fold_free(fold);
     int rc = of_rewrite(err, sizeof(err));
     if (rc != 0) {
@@ -585,17 +726,34 @@ static int of_compact(void) {
     return rc;
 }
 
-/* Whether the server's `dir` moved since the file was opened. */
-static int of_dir_moved(void) {
-    struct stat st;
-    if (stat(".", &st) != 0) return 0;
-    return st.st_dev != of.dir_dev || st.st_ino != of.dir_ino;
+/* Whether the file's path no longer leads to the file this server
+ * writes: `dir` moved (CONFIG SET dir), or the file was deleted or
+ * replaced under it (an operator's rm or mv). Its marks would then be in
+ * a file nobody finds after a crash: the caller writes them to the path
+ * again. */
+static int of_file_moved(void) {
+    struct stat st, own;
+    if (stat(".", &st) == 0 && (st.st_dev != of.dir_dev || st.st_ino != of.dir_ino)) return 1;
+    if (of.fd < 0 || fstat(of.fd, &own) != 0) return 0;
+    if (stat(of.path, &st) != 0) return errno == ENOENT;
+    return st.st_dev != own.st_dev || st.st_ino != own.st_ino;
+}
+
+/* The path leads elsewhere (of_file_moved): write the file there again
+ * from what this server's file holds and the pending records. */
+static int of_follow_path(void) {
+    char msg[PATH_MAX + 128];
+    snprintf(msg, sizeof(msg),
+             "offsets file %s was deleted, replaced or its dir changed: writing it there again",
+             of.path);
+    of_log(msg);
+    return of_compact() == 0 ? 0 : -1;
 }
 
 /* Write the pending records as one batch. 0, or -1 with errno. */
 static int of_write(void) {
     if (of.len == 0) return 0;
-    if (of_dir_moved()) return of_compact() == 0 ? 0 : -1; /* writes them too */
+    if (of_file_moved()) return of_follow_path(); /* writes them too */
     size_t n = OF_BATCH_HEADER + of.len;
     unsigned char *batch = RedisModule_Alloc(n);
     of_put32(batch, (uint32_t)of.len);
@@ -654,10 +812,11 @@ int of_fsync(void) {
  * an event, after which the before-sleep hook looks at what is durable. */
 static void of_synced_wakeup(void *user_data) { (void)user_data; }
 
-/* The background fsync: fsyncs a duplicate of the file's descriptor up to
- * the generation asked for, so that marks made ahead of need are made
- * durable without stopping the event loop (the main thread may rewrite
- * the file meanwhile: the duplicate keeps the old one open). When done it
+/* The background fsync: fsyncs the file's descriptor up to the
+ * generation asked for, so that marks made ahead of need are made durable
+ * without stopping the event loop (a rewrite meanwhile leaves the
+ * descriptor it works on open for it: bg_fd, retired; no duplicate is
+ * made, whose close would drop the file's lock). When done it
  * wakes the event loop (EventLoopAddOneShot is the one module call other
  * threads may make), so that what waited for it goes on. */
 static void *of_thread_main(void *arg) {
@@ -665,13 +824,18 @@ static void *of_thread_main(void *arg) {
     pthread_mutex_lock(&of.lock);
     for (;;) {
         while (of.requested <= of.synced) pthread_cond_wait(&of.wake, &of.lock);
-        int fd = of.fd >= 0 ? dup(of.fd) : -1;
+        int fd = of.fd;
+        of.bg_fd = fd;
         uint64_t gen = of.written;
         pthread_mutex_unlock(&of.lock);
         int rc = fd >= 0 ? fsync(fd) : -1;
         int err = errno;
-        if (fd >= 0) close(fd);
         pthread_mutex_lock(&of.lock);
+        of.bg_fd = -1;
+        if (fd >= 0 && of.retired == fd) {
+            close(fd);
+            of.retired = -1;
+        }
         if (rc == 0) {
             if (gen > of.synced) of.synced = gen;
             of.fsyncs++;
@@ -704,6 +868,170 @@ int of_reserve(int db, const char *k, size_t klen, uint64_t mark) {
     }
     of.failing = 0;
     return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Compaction off the event loop
+ *
+ * Folding and writing a large file stops a server for a long time (156 ms
+ * for 6 MB, 190,000 keys), so of_sync hands it to a thread of its own: the
+ * main thread reads the file (a copy from the page cache) and starts the
+ * job; the thread folds it and writes and fsyncs `<path>.compact` beside
+ * it; the main thread then appends what it wrote to the file meanwhile
+ * (whole batches), fsyncs that, and renames the temporary file over the
+ * file. A job that finds the file rewritten meanwhile (of.rewrites: a
+ * clean shutdown, a moved dir) or the dir changed is dropped; a failed one
+ * is tried again after OF_COMPACT_RETRY_MS.
+ * --------------------------------------------------------------------- */
+
+#define OF_COMPACT_SUFFIX ".compact"
+#define OF_COMPACT_RETRY_MS 10000
+
+static struct {
+    int running;         /* a job is out (main thread) */
+    int dirfd;           /* its dir */
+    char *tmp;           /* its temporary file, relative to dirfd */
+    uint64_t rewrites;   /* of.rewrites when it started */
+    unsigned char *data; /* the file as it was: the thread frees it */
+    size_t len;
+    long long retry_ms;  /* not before then after a failure */
+    /* under of.lock: */
+    int done;
+    int err;             /* errno of a failure, 0 */
+    size_t out_len;      /* bytes the thread wrote */
+    uint64_t installed;  /* INFO */
+} oc = {.dirfd = -1};
+
+static void *of_compact_main(void *arg) {
+    (void)arg;
+    char err[200];
+    int clean, tight, torn, rc = -1, saved_errno = EINVAL;
+    size_t out_len = 0;
+    RedisModuleDict *fold = of_fold_image(oc.data, oc.len, &clean, &tight, &torn, err,
+                                          sizeof(err));
+    RedisModule_Free(oc.data);
+    oc.data = NULL;
+    if (fold != NULL) {
+        of_bytes records = {NULL, 0, 0};
+        of_fold_records(fold, &records);
+        of_fold_free(fold);
+        unsigned char *img = of_image(records.data, records.len, &out_len);
+        RedisModule_Free(records.data);
+        int fd = openat(oc.dirfd, oc.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        rc = fd >= 0 && of_write_all(fd, img, out_len) == 0 && fsync(fd) == 0 ? 0 : -1;
+        saved_errno = errno;
+        if (fd >= 0) close(fd); /* another file than the locked one */
+        RedisModule_Free(img);
+    }
+    pthread_mutex_lock(&of.lock);
+    oc.done = 1;
+    oc.err = rc == 0 ? 0 : (saved_errno ? saved_errno : EIO);
+    oc.out_len = out_len;
+    pthread_mutex_unlock(&of.lock);
+    RedisModule_EventLoopAddOneShot(of_synced_wakeup, NULL);
+    return NULL;
+}
+
+/* Start a job: the file is written (of_write) and its path is its own. */
+static void of_compact_start(void) {
+    size_t len = 0;
+    unsigned char *data = of_read_fd(of.fd, &len);
+    if (data == NULL) return;
+    int dirfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        RedisModule_Free(data);
+        return;
+    }
+    size_t tlen = strlen(of.path) + sizeof(OF_COMPACT_SUFFIX);
+    oc.tmp = RedisModule_Alloc(tlen);
+    snprintf(oc.tmp, tlen, "%s" OF_COMPACT_SUFFIX, of.path);
+    oc.dirfd = dirfd;
+    oc.data = data;
+    oc.len = len;
+    oc.rewrites = of.rewrites;
+    oc.done = 0;
+    oc.running = 1;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, of_compact_main, NULL) != 0) {
+        RedisModule_Free(oc.data);
+        oc.data = NULL;
+        RedisModule_Free(oc.tmp);
+        oc.tmp = NULL;
+        close(oc.dirfd);
+        oc.dirfd = -1;
+        oc.running = 0;
+        of_compact(); /* on this thread, then */
+        return;
+    }
+    pthread_detach(thread);
+}
+
+/* Put a finished job's file in place: the file's newer batches appended,
+ * fsynced, renamed over the file. Returns 0, or -1 with errno. */
+static int of_compact_install(void) {
+    size_t tail = (size_t)(of.size - oc.len);
+    unsigned char *data = NULL;
+    if (tail > 0) {
+        data = RedisModule_Alloc(tail);
+        for (size_t got = 0; got < tail;) {
+            ssize_t r = pread(of.fd, data + got, tail - got, (off_t)(oc.len + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                RedisModule_Free(data);
+                if (r == 0) errno = EIO;
+                return -1;
+            }
+            got += (size_t)r;
+        }
+    }
+    int fd = openat(oc.dirfd, oc.tmp, O_WRONLY | O_APPEND | O_CLOEXEC);
+    int ok = fd >= 0 && (tail == 0 || of_write_all(fd, data, tail) == 0) && fsync(fd) == 0;
+    int saved_errno = errno;
+    if (fd >= 0) close(fd);
+    RedisModule_Free(data);
+    if (!ok || rename(oc.tmp, of.path) != 0 || of_fsync_dir() != 0) {
+        if (ok) saved_errno = errno;
+        errno = saved_errno;
+        return -1;
+    }
+    char err[200];
+    of_reopen(err, sizeof(err));
+    if (of.fd < 0) {
+        of_log(err);
+        errno = EIO;
+        return -1;
+    }
+    of.size = of.base_size = oc.out_len + tail;
+    oc.installed++;
+    return 0;
+}
+
+/* A job that is done: install it, or drop it (stale, failed). */
+static void of_compact_finish(void) {
+    pthread_mutex_lock(&of.lock);
+    int done = oc.done, err = oc.err;
+    pthread_mutex_unlock(&of.lock);
+    if (!done) return;
+    oc.running = 0;
+    int installed = 0;
+    if (err == 0 && oc.rewrites == of.rewrites && !of_file_moved()) {
+        if (of_compact_install() == 0) installed = 1;
+        else err = errno;
+    }
+    if (!installed) {
+        unlinkat(oc.dirfd, oc.tmp, 0);
+        if (err != 0) {
+            char msg[PATH_MAX + 100];
+            snprintf(msg, sizeof(msg), "cannot compact the offsets file %s: %s (tried again later)",
+                     of.path, strerror(err));
+            of_log(msg);
+            oc.retry_ms = RedisModule_Milliseconds() + OF_COMPACT_RETRY_MS;
+        }
+    }
+    close(oc.dirfd);
+    oc.dirfd = -1;
+    RedisModule_Free(oc.tmp);
+    oc.tmp = NULL;
 }
 
 void of_sync(int urgent) {
@@ -743,9 +1071,18 @@ void of_sync(int urgent) {
                         of.error);
         exit(1);
     }
+    if (oc.running) of_compact_finish();
     uint64_t grown = of.size - of.base_size;
-    if (!of.failing && grown > OF_COMPACT_MIN_BYTES && grown > of.base_size)
-        of_compact();
+    if (!oc.running && !of.failing && of.len == 0 && grown > OF_COMPACT_MIN_BYTES &&
+        grown > of.base_size && RedisModule_Milliseconds() >= oc.retry_ms && !of_file_moved())
+        of_compact_start();
+    /* A file deleted or replaced under a server that reserves nothing new
+     * for a while is noticed here too, within OF_CHECK_MS. */
+    long long now = RedisModule_Milliseconds();
+    if (now - of.checked_ms >= OF_CHECK_MS) {
+        of.checked_ms = now;
+        if (of_file_moved() && of_follow_path() != 0) of_failed("cannot rewrite");
+    }
 }
 
 /* The background fsync thread, started once the file is open. */
@@ -771,6 +1108,11 @@ int of_open(RedisModuleCtx *ctx, const char *path) {
         return REDISMODULE_ERR;
     }
     of_remember_dir();
+    /* A compaction's file left by a crash or a shutdown during one. */
+    char *leftover = RedisModule_Alloc(plen + sizeof(OF_COMPACT_SUFFIX));
+    snprintf(leftover, plen + sizeof(OF_COMPACT_SUFFIX), "%s" OF_COMPACT_SUFFIX, path);
+    unlink(leftover);
+    RedisModule_Free(leftover);
     size_t len = 0;
     unsigned char *data = of_read_fd(of.fd, &len);
     if (data == NULL) {
@@ -826,7 +1168,7 @@ RedisModuleDict *of_take_fold(int *clean, int *tight) {
 void of_restart(RedisModuleDict *fold) {
     char err[200];
     of.len = 0;
-    of_fold_records(fold);
+    of_fold_pending(fold);
     if (of_rewrite(err, sizeof(err)) != 0) of_log(err);
 }
 
@@ -864,6 +1206,8 @@ int of_failing(void) { return of.failing; }
 const char *of_error(void) { return of.error; }
 const char *of_path(void) { return of.path; }
 uint64_t of_size(void) { return of.size; }
+uint64_t of_compactions(void) { return oc.installed; }
+
 uint64_t of_fsyncs(void) {
     pthread_mutex_lock(&of.lock);
     uint64_t fsyncs = of.fsyncs;

@@ -75,5 +75,7 @@ const char *of_error(void);
 const char *of_path(void);
 uint64_t of_size(void);
 uint64_t of_fsyncs(void);
+/* Compactions installed (INFO). */
+uint64_t of_compactions(void);
 
 #endif /* RCP11_MODULE_OFFSETS_FILE_H */

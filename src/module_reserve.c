@@ -22,7 +22,10 @@
  *              fsynced, and acknowledged by every online replica (their
  *              replication offset is past the RCP11.RESERVE that made it)
  *
- * A primary hands out offsets below `confirmed` only. A write that needs
+ * A primary hands out offsets below `confirmed` only, and only while the
+ * mark is filed under the stream's current key (rv_state.filed): the file
+ * knows marks by key, so a stream that arrived by RENAME, MOVE, RESTORE or
+ * DEBUG RELOAD reserves again under its new name first. A write that needs
  * more makes a reservation (mark = what it needs + a step sized by the
  * write rate, doubled while reservations come less than a second apart):
  *
@@ -77,6 +80,10 @@
  * from rcp11.reservation-in-multi: `write` (the default, so that
  * transactions keep working: the Spark sink's commit is one) or `refuse`
  * (-NOREPLICAS; the reservation is still sent, so a retry passes).
+ * A replica that comes online has not read the reservations confirmed
+ * without it yet (by the file alone, or by the other replicas) (they sit behind everything sent during its sync): until
+ * it acknowledged the offset of its arrival (rv.barrier_*), writes inside
+ * them reserve and wait as new ones do (rv_confirmed_holds).
  * Replicas not online (in a full sync, disconnected) are not waited for;
  * rcp11.reservation-min-replicas refuses writes while fewer are online.
  *
@@ -188,6 +195,13 @@ typedef struct rv_state {
     uint64_t rc_epoch;  /* rv.rc_epoch `committed` belongs to */
     uint64_t ck_seq[2]; /* checkpoints: turn (0: empty) ... */
     uint64_t ck_next[2];/* ... and the next offset after it */
+    uint64_t filed;     /* rv_name_hash() of the key the mark was reserved
+                         * under (0: none): the offsets file knows marks by
+                         * key, so a stream that arrived under another name
+                         * (RENAME, MOVE, RESTORE, DEBUG RELOAD) reserves
+                         * again before `confirmed` counts */
+    uint64_t confirm_gen; /* rv.online_gen + 1 when `confirmed` was set (0:
+                           * never): by the replicas online then only */
 } rv_state;
 
 /* A stream's state, allocated by the core on first use (main thread). */
@@ -218,11 +232,25 @@ static struct {
     uint64_t next_id;
     int recovered;     /* start-up recovery done (first before-sleep) */
     int after_hook;    /* the before-sleep hook ran in this event-loop turn */
+    uint64_t turn;     /* event-loop turns (after-sleep events) */
+    /* rv_reply_may_leave_now's answer for one client in this turn: a
+     * client's output state does not change while its commands run, and
+     * asking (CLIENT LIST) costs more than a write. */
+    unsigned long long early_client;
+    uint64_t early_turn;
+    int early;
     int loading;       /* Redis is loading a file or a full sync */
     int rerunning;     /* a blocked writer's command runs again */
     int timer;         /* a tick timer is pending */
     int urgent;        /* a reply of this turn waits for the file's fsync */
     long long replicas_online;
+    /* A replica that comes online has not seen what was confirmed without
+     * it: until it acknowledged the replication offset of its arrival
+     * (barrier_target, -1: read at the next hook), those confirmations do
+     * not count (rv_confirmed_holds). */
+    uint64_t online_gen;
+    int barrier_pending;
+    long long barrier_target;
     long long getack_target; /* replication offset the last GETACK asked for */
     long long getack_ms;
     long long info_ms; /* when the hook last read INFO replication */
@@ -246,6 +274,11 @@ typedef struct rv_flight {
     long long target; /* replication offset after it, -1: not read yet */
 } rv_flight;
 static rv_flight *rv_flights, **rv_flights_tail = &rv_flights;
+/* The first flight without a target: the ones after it have none either
+ * (targets go out in order, and the file's generations only grow), so the
+ * hook's work is what changed, not every flight (a replica that stalls
+ * while many streams reserve piles them up). NULL: none. */
+static rv_flight *rv_unassigned;
 
 /* Writers blocked until their reservation is confirmed (in block order). */
 typedef struct rv_waiter {
@@ -292,6 +325,38 @@ static uint64_t rv_add_sat(uint64_t a, uint64_t b) {
 /* The mark as it stands: never below the next offset (an old RDB, a
  * SKIPTO past it). */
 static uint64_t rv_mark(mn_stream *s) { return rv_max(rv_peek(s)->mark, mn_next_offset(s)); }
+
+/* The name a mark is filed under in the offsets file, as a 64-bit FNV-1a
+ * hash of the database and the key (never 0, which means "none"). */
+static uint64_t rv_name_hash(int db, RedisModuleString *name) {
+    size_t len;
+    const unsigned char *p = (const unsigned char *)RedisModule_StringPtrLen(name, &len);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    uint32_t d = (uint32_t)db;
+    for (int i = 0; i < 4; i++) h = (h ^ ((d >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h ? h : 1;
+}
+
+/* Whether nothing needs acknowledging: no replica online, none required. */
+static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replicas == 0; }
+
+/* Whether the stream's `confirmed` still holds at this key. Not when it
+ * arrived here by another route than its own writes (RENAME, MOVE,
+ * RESTORE, DEBUG RELOAD: its mark is filed under another name, or
+ * nowhere), nor when a replica came online since it was confirmed (by
+ * the file alone, or by the replicas online then) that has not
+ * acknowledged the offset of its arrival yet (the reservation may still
+ * sit in its output buffer: promoted now, it would hand those offsets out
+ * again). Then `confirmed` drops to the next offset and the next write
+ * reserves anew. */
+static int rv_confirmed_holds(rv_state *st, uint64_t name_hash, uint64_t next) {
+    if (st->filed == name_hash &&
+        (st->confirm_gen == rv.online_gen + 1 || !rv.barrier_pending || rv_immediate()))
+        return 1;
+    if (st->confirmed > next) st->confirmed = next;
+    return 0;
+}
 
 static char *rv_dict_key_of(int db, RedisModuleString *name, size_t *out_len) {
     size_t len;
@@ -356,9 +421,6 @@ static void rv_missing_flush(int db) {
     RedisModule_Free(lens);
 }
 
-/* Whether nothing needs acknowledging: no replica online, none required. */
-static int rv_immediate(void) { return rv.replicas_online == 0 && rv.min_replicas == 0; }
-
 static void rv_replicate_offset(RedisModuleCtx *ctx, const char *command, RedisModuleString *key,
                                 uint64_t offset) {
     char digits[24];
@@ -422,8 +484,14 @@ static void rv_on_replica_change(RedisModuleCtx *ctx, RedisModuleEvent eid, uint
     (void)ctx;
     (void)eid;
     (void)data;
-    if (subevent == REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE) rv.replicas_online++;
-    else if (rv.replicas_online > 0) rv.replicas_online--;
+    if (subevent == REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE) {
+        rv.replicas_online++;
+        rv.online_gen++;
+        rv.barrier_pending = 1;
+        rv.barrier_target = -1;
+    } else if (rv.replicas_online > 0) {
+        rv.replicas_online--;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -447,6 +515,7 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     const char *k = RedisModule_StringPtrLen(key, &klen);
     if (of_reserve(db, k, klen, mark) != 0) return 0;
     st->mark = mark;
+    st->filed = rv_name_hash(db, key);
     st->step = step;
     st->last_ms = now;
     if (st->id == 0) st->id = ++rv.next_id;
@@ -461,14 +530,8 @@ static int rv_reserve(RedisModuleCtx *ctx, RedisModuleString *key, int db, rv_st
     f->target = -1;
     *rv_flights_tail = f;
     rv_flights_tail = &f->next;
+    if (rv_unassigned == NULL) rv_unassigned = f;
     return 1;
-}
-
-/* Whether a reservation waits for its target (the newest is the last). */
-static int rv_flights_unassigned(void) {
-    for (rv_flight *f = rv_flights; f != NULL; f = f->next)
-        if (f->target < 0) return 1;
-    return 0;
 }
 
 static void rv_flight_free(rv_flight *f) {
@@ -483,6 +546,7 @@ static void rv_flights_clear(void) {
         rv_flight_free(f);
     }
     rv_flights_tail = &rv_flights;
+    rv_unassigned = NULL;
 }
 
 /* A reservation is applied everywhere it must be: raise `confirmed` of the
@@ -493,8 +557,10 @@ static void rv_confirm(RedisModuleCtx *ctx, rv_flight *f) {
     mn_stream *s;
     if (rl_stream_of(key, &s)) {
         rv_state *st = s ? rv_of(s) : rv_missing_get(f->db, f->key, 0);
-        if (st != NULL && st->id == f->id && f->mark > st->confirmed)
+        if (st != NULL && st->id == f->id && f->mark > st->confirmed) {
             st->confirmed = f->mark < st->mark ? f->mark : st->mark;
+            st->confirm_gen = rv.online_gen + 1;
+        }
     }
     RedisModule_CloseKey(key);
 }
@@ -526,6 +592,7 @@ static int rv_reply_may_leave_now(RedisModuleCtx *ctx) {
     if (rv.after_hook) return 1;
     unsigned long long id = RedisModule_GetClientId(ctx);
     if (id == 0) return 0;
+    if (rv.early_turn == rv.turn && rv.early_client == id) return rv.early;
     RedisModuleCallReply *r = RedisModule_Call(ctx, "CLIENT", "ccl", "LIST", "ID", (long long)id);
     int early = 0;
     if (r != NULL && RedisModule_CallReplyType(r) == REDISMODULE_REPLY_STRING) {
@@ -539,6 +606,9 @@ static int rv_reply_may_leave_now(RedisModuleCtx *ctx) {
         }
     }
     if (r != NULL) RedisModule_FreeCallReply(r);
+    rv.early_client = id;
+    rv.early_turn = rv.turn;
+    rv.early = early;
     return early;
 }
 
@@ -669,12 +739,13 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
         return 1; /* the command answers the overflow */
     }
     uint64_t need = next + n;
+    int holds = rv_confirmed_holds(st, rv_name_hash(db, name), next);
     if (need <= st->confirmed) {
         RedisModule_CloseKey(key);
         return 1;
     }
     uint64_t mark = s ? rv_mark(s) : st->mark;
-    if (need > mark && !rv_reserve(ctx, name, db, st, need, n)) {
+    if ((need > mark || !holds) && !rv_reserve(ctx, name, db, st, need, n)) {
         RedisModule_CloseKey(key);
         return rv_reply_misconf(ctx);
     }
@@ -687,6 +758,7 @@ int rl_resv_admit(RedisModuleCtx *ctx, RedisModuleString *name, uint64_t n,
             rv.urgent = 1;
         }
         st->confirmed = st->mark;
+        st->confirm_gen = rv.online_gen + 1;
         return 1;
     }
     if ((flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
@@ -977,6 +1049,7 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
                            : rv_missing_get(w->db, w->key, 1);
         uint64_t next = s ? mn_next_offset(s) : 0;
         uint64_t need = rv_add_sat(rv_add_sat(next, (uint64_t)pending), w->n);
+        int holds = st != NULL && rv_confirmed_holds(st, rv_name_hash(w->db, w->key), next);
         int verdict = RV_WAITING;
         if (!stream_or_empty) {
             verdict = RV_GO; /* the rerun answers -WRONGTYPE */
@@ -987,8 +1060,9 @@ static void rv_serve_waiters(RedisModuleCtx *ctx, int paused) {
         } else if (of_failing()) {
             verdict = RV_REFUSE_FILE;
         } else if (!paused && st != NULL && (s == NULL || st->epoch == rv.epoch) &&
-                   need > (s ? rv_mark(s) : st->mark)) {
-            /* Others used the reservation up meanwhile: a new one. */
+                   (need > (s ? rv_mark(s) : st->mark) || !holds)) {
+            /* Others used the reservation up meanwhile, or what confirmed
+             * it does not hold here (rv_confirmed_holds): a new one. */
             if (!rv_reserve(ctx, w->key, w->db, st, need, w->n)) verdict = RV_REFUSE_FILE;
         }
         RedisModule_CloseKey(key);
@@ -1021,8 +1095,8 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
      * writes nobody reads yet cost nothing here. */
     int rc_want = rv.read_committed && (rc.wanted || RedisModule_DictSize(rc.signal) > 0);
     int rc_push = rc_want && rc.dirty;
-    int flights_new = rv_flights_unassigned();
-    int waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    int flights_new = rv_unassigned != NULL;
+    int waiting = rv_flights != NULL || rv.barrier_pending || (rv.read_committed && rc.count > 0);
     if (!flights_new && !rc_push && !waiting && rv_waiters_head == NULL) return;
     /* INFO replication is read for new work, and while an acknowledgement
      * is awaited; a replica that made no progress for RV_STALLED_MS is
@@ -1046,9 +1120,9 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
      * if the file holds them fsynced; those acknowledged are confirmed. */
     int assigned = 0;
     uint64_t synced = of_synced();
-    for (rv_flight *f = rv_flights; f != NULL; f = f->next) {
-        if (f->target >= 0 || f->gen > synced) continue;
-        f->target = r.offset;
+    for (; rv_unassigned != NULL && rv_unassigned->gen <= synced;
+         rv_unassigned = rv_unassigned->next) {
+        rv_unassigned->target = r.offset;
         assigned = 1;
     }
     while (rv_flights != NULL && rv_flights->target >= 0 && rv_flights->target <= acked) {
@@ -1058,11 +1132,20 @@ static void rv_before_sleep(RedisModuleCtx *ctx) {
         rv_confirm(ctx, f);
         rv_flight_free(f);
     }
+    if (rv.barrier_pending) {
+        /* The replicas that came online hold what was sent before: the
+         * confirmations made without them count again. */
+        if (rv.barrier_target < 0) {
+            rv.barrier_target = r.offset;
+            assigned = 1;
+        }
+        if (r.online == 0 || acked >= rv.barrier_target) rv.barrier_pending = 0;
+    }
     if (rv.read_committed) rv_rc_hook(ctx, r.offset, acked, paused, rc_push);
     rv_serve_waiters(ctx, paused);
     RedisModule_SelectDb(ctx, 0);
     /* Ask the replicas for their offset: as WAIT does, to them only. */
-    waiting = rv_flights != NULL || (rv.read_committed && rc.count > 0);
+    waiting = rv_flights != NULL || rv.barrier_pending || (rv.read_committed && rc.count > 0);
     if (waiting && r.online > 0 && !paused &&
         (((assigned || rc_push) && r.min_ack >= rv.getack_target) ||
          now - rv.getack_ms >= RV_GETACK_RETRY_MS)) {
@@ -1080,7 +1163,10 @@ static void rv_on_eventloop(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t 
     (void)eid;
     (void)data;
     if (subevent == REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP) rv_before_sleep(ctx);
-    else rv.after_hook = 0;
+    else {
+        rv.after_hook = 0;
+        rv.turn++;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -1210,7 +1296,7 @@ static int rv_parse_u64(RedisModuleString *arg, uint64_t max, uint64_t *out) {
     return 1;
 }
 
-static int rv_reserve_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int rl_resv_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     int flags = RedisModule_GetContextFlags(ctx);
     if (!(flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
@@ -1294,6 +1380,7 @@ void rl_resv_info(RedisModuleInfoCtx *ctx) {
     RedisModule_InfoAddFieldULongLong(ctx, "reservation_replicas_online",
                                       (unsigned long long)rv.replicas_online);
     RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_bytes", of_size());
+    RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_compactions", of_compactions());
     RedisModule_InfoAddFieldULongLong(ctx, "offsets_file_failing", (unsigned long long)of_failing());
 }
 
@@ -1385,18 +1472,6 @@ int rl_resv_register_configs(RedisModuleCtx *ctx) {
     return REDISMODULE_OK;
 }
 
-static RedisModuleCommandKeySpec rv_reserve_specs[] = {
-    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-
-static const RedisModuleCommandInfoVersion rv_info_version = {
-    1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
-    sizeof(RedisModuleCommandArg)};
-
 int rl_resv_init(RedisModuleCtx *ctx) {
     rv_missing = RedisModule_CreateDict(NULL);
     rc.signal = RedisModule_CreateDict(NULL);
@@ -1404,19 +1479,6 @@ int rl_resv_init(RedisModuleCtx *ctx) {
     size_t plen;
     const char *path = RedisModule_StringPtrLen(rv.file_name, &plen);
     if (of_open(ctx, path) != REDISMODULE_OK) return REDISMODULE_ERR;
-    if (RedisModule_CreateCommand(ctx, "rcp11.reserve", rv_reserve_command, "write", 1, 1, 1) !=
-        REDISMODULE_OK)
-        return REDISMODULE_ERR;
-    RedisModuleCommandInfo info;
-    memset(&info, 0, sizeof(info));
-    info.version = &rv_info_version;
-    info.summary = "Raise a stream's offset reservation (replication and AOF only)";
-    info.since = "1.0.0";
-    info.arity = 3;
-    info.key_specs = rv_reserve_specs;
-    RedisModuleCommand *command = RedisModule_GetCommand(ctx, "rcp11.reserve");
-    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK)
-        return REDISMODULE_ERR;
     static const struct {
         uint64_t id;
         RedisModuleEventCallback cb;

@@ -40,6 +40,10 @@ void rl_resv_wrote(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s);
  * reservation the key had while it was missing. */
 void rl_resv_created(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s);
 
+/* RCP11.RESERVE key mark: raise a stream's reservation (the replication
+ * stream and the AOF only). In module.c's command table. */
+int rl_resv_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
 /* The end of what a reader may see: the next offset, or with
  * rcp11.read-committed the end of what the replicas acknowledged. */
 uint64_t rl_resv_readable_next(RedisModuleCtx *ctx, mn_stream *s);

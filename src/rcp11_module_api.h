@@ -138,6 +138,9 @@ typedef enum {
 
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleCommand RedisModuleCommand;
+typedef struct RedisModuleUser RedisModuleUser;
+/* RM_ACLAddLogEntry's reason: a command the user may not run. */
+#define REDISMODULE_ACL_LOG_CMD 1
 typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleIO RedisModuleIO;
@@ -439,7 +442,15 @@ typedef struct RedisModuleCommandInfo {
        const char **enum_values, const int *int_values, int num_enum_vals,                     \
        RedisModuleConfigGetEnumFunc getfn, RedisModuleConfigSetEnumFunc setfn,                 \
        RedisModuleConfigApplyFunc applyfn, void *privdata))                                    \
-    X(int, LoadConfigs, (RedisModuleCtx * ctx))
+    X(int, LoadConfigs, (RedisModuleCtx * ctx))                                              \
+    /* 7.0: a group read checks that its user may move a group key */                          \
+    X(RedisModuleString *, GetCurrentUserName, (RedisModuleCtx * ctx))                         \
+    X(RedisModuleUser *, GetModuleUserFromUserName, (RedisModuleString * name))                \
+    X(int, FreeModuleUser, (RedisModuleUser * user))                                           \
+    X(int, ACLCheckCommandPermissions,                                                         \
+      (RedisModuleUser * user, RedisModuleString **argv, int argc))                             \
+    X(int, ACLAddLogEntry, (RedisModuleCtx * ctx, RedisModuleUser * user,                      \
+                            RedisModuleString * object, int reason))
 
 /* What the offset reservations (module_reserve.c) use besides the above:
  * blocking a writer until its reservation is confirmed, the replicas'

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import (
+    RedisModuleServer,
     free_port,
     in_thread,
     module_path,
@@ -204,6 +205,19 @@ def test_command_getkeys_names_the_group_key(msrv_client: redis.Redis) -> None:
     assert keys("TCONCAT", "d", "a", "b") == ["d", "a", "b"]
     flags = msrv_client.command()["tread"]["flags"]
     assert {"movablekeys", "blocking", "readonly"} <= {str(f) for f in flags}
+
+
+def test_every_module_command_documents_its_arguments(msrv: RedisModuleServer) -> None:
+    # COMMAND DOCS is where redis-cli and valkey-cli take their hints from:
+    # the internal commands too, which operators meet in MONITOR and AOFs.
+    names = msrv.command("COMMAND", "LIST", "FILTERBY", "MODULE", "rcp11")
+    names = sorted(n.decode() for n in names)
+    assert "rcp11.reserve" in names and "rcp11.groupmove" in names
+    reply = msrv.command("COMMAND", "DOCS", *names)  # as the server sends it
+    docs = dict(zip(reply[::2], reply[1::2], strict=True))
+    for name in names:
+        doc = dict(zip(docs[name.encode()][::2], docs[name.encode()][1::2], strict=True))
+        assert doc[b"summary"] and doc[b"complexity"] and doc[b"arguments"], name
 
 
 def test_group_read_on_a_key_with_a_ttl_keeps_readers_going(msrv_client: redis.Redis) -> None:

@@ -7,6 +7,7 @@ sit in none, the load says so in the log, and the rules of docs/MODULE.md
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -22,6 +23,8 @@ CATEGORIES = {
     "rcp11.skipto": {"write", "fast", "rcp11"},
     "rcp11.twriteat": {"write", "fast", "rcp11"},
     "rcp11.node": {"write", "slow", "rcp11"},
+    "rcp11.reserve": {"write", "fast", "rcp11"},
+    "rcp11.groupmove": {"write", "fast", "rcp11"},
 }
 WRITES = [
     ("TWRITE", "s", "x"),
@@ -30,6 +33,8 @@ WRITES = [
     ("RCP11.SKIPTO", "s", 100),
 ]
 READS = [("TREAD", "s", 0, 1), ("TSEEK", "s", 0)]
+# A group read moves its group key: it needs RCP11.GROUPMOVE's permission too.
+GROUP_READ = ("TREAD", "s", 0, 1, "GROUP", "s:g")
 HAS_CATEGORIES = module_host() == "valkey"  # Debian's redis-server is 7.0
 
 
@@ -105,7 +110,8 @@ def test_category_rules_reach_the_commands(users: Callable[..., redis.Redis]) ->
         assert tr(no_writes, "s", 0, 1) == [b"first"]
         assert all(refused(readers, *argv) for argv in WRITES)
         assert not any(refused(readers, *argv) for argv in READS)
-        assert not any(refused(streams_only, *argv) for argv in READS + WRITES)
+        assert refused(readers, *GROUP_READ) and refused(no_writes, *GROUP_READ)
+        assert not any(refused(streams_only, *argv) for argv in [*READS, *WRITES, GROUP_READ])
         assert refused(streams_only, "GET", "s")
         assert refused(no_blocking, "TREAD", "s", 0, 1)
         assert not refused(no_blocking, "TSEEK", "s", 0)
@@ -121,36 +127,66 @@ def test_category_rules_reach_the_commands(users: Callable[..., redis.Redis]) ->
 
 def test_group_reads_need_write_access_to_the_group_key(users: Callable[..., redis.Redis]) -> None:
     """TREAD is @read, yet a group read moves its group key: the key spec
-    asks for write access to it, which read-only key rules (%R~) deny."""
-    read_only_keys = users("ro-keys", "%R~*", "+@read", "+tread", "+tseek")
-    group_keys_writable = users("groups", "%R~*", "~s:*", "+@read", "+tread", "+tseek")
+    asks for write access to it, which read-only key rules (%R~) deny, and
+    the user needs RCP11.GROUPMOVE's permission (@write, @rcp11, or named)."""
+    moves = ("+@read", "+tread", "+tseek", "+rcp11.groupmove")
+    read_only_keys = users("ro-keys", "%R~*", *moves)
+    group_keys_writable = users("groups", "%R~*", "~s:*", *moves)
+    stream_readers = users("stream-readers", "~*", "+@read", "+tread", "+tseek")
     assert tr(read_only_keys, "s", 0, 1) == [b"first"]
-    assert refused(read_only_keys, "TREAD", "s", 0, 1, "GROUP", "s:g")
-    assert tr(group_keys_writable, "s", 0, 1, "GROUP", "s:g") == [b"first"]
+    assert refused(read_only_keys, *GROUP_READ)
+    assert tr(group_keys_writable, *GROUP_READ[1:]) == [b"first"]
+    assert tr(stream_readers, "s", 0, 1) == [b"first"]
+    for command in ("GROUP", "GROUPNEW"):
+        with pytest.raises(redis.exceptions.NoPermissionError, match="rcp11.groupmove"):
+            stream_readers.execute_command("TREAD", "s", 0, 1, command, "s:h", "BLOCK", 10)
+    assert not stream_readers.exists("s:h")  # nothing moved, nothing created
+
+
+def test_a_refused_group_read_is_in_the_acl_log(
+    users: Callable[..., redis.Redis], msrv_client: redis.Redis
+) -> None:
+    msrv_client.execute_command("ACL", "LOG", "RESET")
+    reader = users("log-reader", "~*", "+@read", "+tread")
+    assert refused(reader, *GROUP_READ)
+    entry = msrv_client.acl_log(count=1)[0]
+    assert (entry["username"], entry["reason"], entry["object"]) == (
+        "log-reader",
+        "command",
+        "rcp11.groupmove",
+    )
+
+
+def documented_rules() -> dict[str, list[str]]:
+    """The ACL SETUSER lines of docs/MODULE.md ("ACLs"): user -> rules."""
+    text = (Path(__file__).parent.parent / "docs" / "MODULE.md").read_text()
+    rules = {}
+    for line in text.splitlines():
+        words = line.split()
+        if words[:2] == ["ACL", "SETUSER"]:
+            rules[words[2]] = words[3:]
+    return rules
 
 
 def test_the_documented_rules_hold_on_every_host(
-    users: Callable[..., redis.Redis],
+    msrv: RedisModuleServer, users: Callable[..., redis.Redis], msrv_client: redis.Redis
 ) -> None:
     """docs/MODULE.md, ACLs: rules that name the commands, for Redis 7.0,
-    and the same on a host with categories."""
-    writes = "-twrite -tevict -tconcat -rcp11.skipto -rcp11.twriteat -rcp11.node"
-    everything_but_writes = users("all-but-writes", "~*", "+@all", "-@write", *writes.split())
-    stream_readers = users("stream-readers", "~*", "+@read", "+tread", "+tseek")
-    stream_writers = users(
-        "stream-writers",
-        "~*",
-        "+@read",
-        "+@write",
-        "+tread",
-        "+tseek",
-        *writes.replace("-", "+").split(),
-    )
-    for argv in WRITES:
-        assert refused(everything_but_writes, *argv), argv
-        assert refused(stream_readers, *argv), argv
-    for argv in READS:
-        assert not refused(everything_but_writes, *argv), argv
-        assert not refused(stream_readers, *argv), argv
-    for argv in READS + WRITES:
-        assert not refused(stream_writers, *argv), argv
+    and the same on a host with categories, run as written."""
+    rules = documented_rules()
+    assert set(rules) == {"analyst", "reader", "consumer", "producer"}
+    clients = {}
+    for name, user_rules in rules.items():
+        msrv_client.execute_command("ACL", "SETUSER", name, "reset", *user_rules)
+        clients[name] = msrv.client(username=name, password="secret")
+    try:
+        for name, client in clients.items():
+            for argv in READS:
+                assert not refused(client, *argv), (name, argv)
+            for argv in WRITES:
+                assert refused(client, *argv) == (name != "producer"), (name, argv)
+            assert refused(client, *GROUP_READ) == (name in ("analyst", "reader")), name
+    finally:
+        for name, client in clients.items():
+            client.close()
+            msrv_client.execute_command("ACL", "DELUSER", name)

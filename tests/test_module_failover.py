@@ -77,6 +77,33 @@ def test_a_write_waits_until_the_replica_holds_its_reservation(module_factory: A
         client.close()
 
 
+@pytest.mark.parametrize("how", ["RESTORE", "DEBUG RELOAD", "RENAME"])
+def test_a_stream_loaded_or_moved_under_a_replica_takes_writes(
+    module_factory: Any, how: str
+) -> None:
+    # A stream that arrives at a key with a mark of its own (RESTORE's
+    # payload, DEBUG RELOAD's snapshot, RENAME) reserves again under that
+    # key: its writes wait for the replica once, not refused forever.
+    primary_srv, replica_srv = pair(module_factory)
+    client = primary_srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 10))
+    key = b"d"
+    if how == "RESTORE":
+        client.restore(key, 0, client.dump("s"))
+    elif how == "DEBUG RELOAD":
+        client.execute_command("DEBUG", "RELOAD")
+        key = b"s"
+    else:
+        client.rename("s", key)
+    ledger.write(client, key, messages("b", 10))
+    assert ledger.refused == 0
+    replica = replica_srv.client()
+    wait_for(lambda: tr(replica, key, 0, 100) == tr(client, key, 0, 100))
+    client.close()
+    replica.close()
+
+
 def test_no_acknowledgement_in_time_refuses_the_write(module_factory: Any) -> None:
     primary_srv, replica_srv = pair(module_factory, **{"rcp11.reservation-timeout-ms": 300})
     primary, replica = primary_srv.client(), replica_srv.client()
@@ -220,6 +247,58 @@ def test_a_full_sync_carries_the_reservation(module_factory: Any) -> None:
     assert ledger.reused == []
     assert ledger.check_stored(promoted) == 100  # lost, not handed out again
     promoted.close()
+
+
+@pytest.mark.parametrize("other_replica", [False, True])
+def test_a_replica_that_just_came_online_holds_what_was_reserved_without_it(
+    module_factory: Any, other_replica: bool
+) -> None:
+    # Reservations made while the replica was in its full sync were
+    # confirmed without it (by the file alone, or by another replica);
+    # they reach it after the RDB, behind everything else written
+    # meanwhile. Writes inside them while it is online but has not read
+    # that far must wait for it: promoted before it catches up, it would
+    # hand those offsets out again.
+    primary_srv: RedisModuleServer = module_factory(
+        repl_diskless_sync="no",
+        rdb_key_save_delay=20_000,  # a fork that saves for about a second
+        client_output_buffer_limit="replica 0 0 0",
+        **{"rcp11.reservation-timeout-ms": 200},
+    )
+    primary = primary_srv.client()
+    for n in range(40):
+        primary.set(f"filler{n}", "x")
+    ledger = Ledger()
+    if other_replica:
+        module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
+        wait_for(lambda: replica_online(primary), 30)
+    ledger.write(primary, b"k", messages("alone", 10))
+    replica_srv: RedisModuleServer = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
+    syncing = "slave1" if other_replica else "slave0"
+    wait_for(lambda: primary.info("replication").get(syncing, {}).get("state") == "wait_bgsave")
+    # During the sync: 40 MB ahead in the replica's stream, then a burst
+    # that reserves (confirmed without this replica, which is not online).
+    with primary.pipeline(transaction=False) as pipe:
+        for n in range(40):
+            pipe.set(f"big{n}", b"B" * (1 << 20))
+        pipe.execute()
+    ledger.write(primary, b"k", messages("syncing", 3000))
+    wait_for(lambda: primary.info("replication").get(syncing, {}).get("state") == "online", 30)
+    with stopped(replica_srv):
+        before = set(ledger.acked)
+        ledger.write(primary, b"k", messages("online", 5), tolerate_errors=True)
+        online = set(ledger.acked) - before
+        primary_srv.kill9()
+    promoted = replica_srv.client()
+    wait_for(lambda: promoted.info("replication")["master_link_status"] == "down")
+    promoted.replicaof("NO", "ONE")
+    ledger.write(promoted, b"k", messages("promoted", 5000))
+    # Offsets handed out during the sync may come back (docs/MODULE.md:
+    # a replica not online is not waited for); none acknowledged once it
+    # was online.
+    assert not set(ledger.reused) & online
+    promoted.close()
+    primary.close()
 
 
 def test_failover_command_with_waiting_writers(module_factory: Any) -> None:

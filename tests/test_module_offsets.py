@@ -6,13 +6,16 @@ checked, locked and kept by the module (module_reserve.c, docs/MODULE.md
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import RedisModuleServer, fill, tr, tw
+from conftest import RedisModuleServer, fill, tr, tw, wait_for
 from helpers_module import Ledger, messages, wait_rewrite_done
 
 OFFSETS_FILE = "rcp11-offsets.dat"
@@ -287,6 +290,39 @@ def test_swapdb_moves_the_marks_with_the_streams(module_factory: Any) -> None:
     fresh.close()
 
 
+@pytest.mark.parametrize("how", ["RENAME", "MOVE", "RESTORE", "RESTORE REPLACE"])
+def test_a_stream_moved_to_another_key_reserves_there_before_a_crash(
+    module_factory: Any, how: str
+) -> None:
+    # The offsets file knows marks by key: a stream that arrives at a key by
+    # RENAME, MOVE or RESTORE carries a mark reserved under another name (or
+    # none), so its first writes there must reserve under the new name, or a
+    # crash that loses the move (snapshots only here) hands them out again.
+    srv: RedisModuleServer = module_factory(save="")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"src", messages("a", 10))
+    client.save()  # the snapshot holds src only
+    moved_client, moved_key = client, b"dst"
+    if how == "RENAME":
+        client.rename("src", "dst")
+    elif how == "MOVE":
+        client.move("src", 1)
+        moved_client, moved_key = srv.client(db=1), b"src"
+    elif how == "RESTORE":
+        client.restore("dst", 0, client.dump("src"))
+    else:
+        tw(client, "dst", "replaced")
+        client.restore("dst", 0, client.dump("src"), replace=True)
+    ledger.write(moved_client, moved_key, messages("b", 10))  # offsets 10-19
+    srv.kill9()
+    srv.start()
+    client = srv.client(db=1 if how == "MOVE" else 0)
+    ledger.write(client, moved_key, messages("c", 30))
+    assert ledger.reused == []
+    client.close()
+
+
 @pytest.mark.parametrize("files", ["aof-rewrite", "rdb"])
 def test_without_the_offsets_file_the_saved_marks_stand_in(module_factory: Any, files: str) -> None:
     # The RDB value and a rewritten AOF carry each stream's mark: a crash
@@ -313,4 +349,126 @@ def test_without_the_offsets_file_the_saved_marks_stand_in(module_factory: Any, 
     assert ledger.check_stored(client) == 0
     # At the mark: the first write reserved its offset and 1024 ahead.
     assert tw(client, "s", "after") == 1 + 1024
+    client.close()
+
+
+def test_an_offsets_file_deleted_under_a_running_server_is_written_again(
+    module_factory: Any,
+) -> None:
+    # An operator's rm: the marks would live on only in an unlinked file
+    # that no restart finds. The server writes the file at its path again
+    # (within a tenth of a second, or at the next reservation).
+    srv: RedisModuleServer = module_factory(save="")
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 10))
+    client.save()
+    path = srv.dir / OFFSETS_FILE
+    path.unlink()
+    wait_for(path.exists)
+    ledger.write(client, b"s", messages("b", 3000))  # reservations past the snapshot's mark
+    path.unlink()
+    ledger.write(client, b"t", messages("b", 10))  # a new stream: reserves at once
+    assert "was deleted, replaced or its dir changed" in srv.log()
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    ledger.write(client, b"s", messages("c", 3000))
+    ledger.write(client, b"t", messages("c", 10))
+    assert ledger.reused == []
+    client.close()
+
+
+def test_a_dir_changed_to_another_servers_dir_leaves_its_offsets_file_alone(
+    module_factory: Any,
+) -> None:
+    first: RedisModuleServer = module_factory(save="", enable_protected_configs="yes")
+    second: RedisModuleServer = module_factory(save="")
+    theirs = second.client()
+    tw(theirs, "s", *messages("b", 10))
+    their_file = (second.dir / OFFSETS_FILE).read_bytes()
+    client = first.client()
+    tw(client, "s", *messages("a", 10))
+    client.config_set("dir", str(second.dir))
+    with pytest.raises(redis.ResponseError, match="MISCONF .*Device or resource busy"):
+        tw(client, "new", "x")
+    assert "is in use by another server" in first.log()
+    assert (second.dir / OFFSETS_FILE).read_bytes() == their_file
+    # Back in its own dir, the server writes its own file again.
+    client.config_set("dir", str(first.dir))
+    assert tw(client, "new", "x") == 0
+    assert tw(theirs, "s", "y") == 10
+    client.close()
+    theirs.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is pid (a BGSAVE's fork)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("fork", ["BGSAVE", "BGREWRITEAOF"])
+def test_a_restart_while_a_killed_servers_fork_still_saves(module_factory: Any, fork: str) -> None:
+    # kill -9 leaves a BGSAVE or AOF rewrite child running; it holds the
+    # parent's descriptors, offsets file included, but not its lock: the
+    # restarted server must start, and hand out no offset twice.
+    srv: RedisModuleServer = module_factory(appendonly="yes", rdb_key_save_delay=100_000)
+    client = srv.client()
+    ledger = Ledger()
+    ledger.write(client, b"s", messages("a", 100))
+    for n in range(100):
+        client.set(f"filler{n}", "x")  # with the delay, a fork that saves for 10 s
+    client.execute_command(fork)
+    assert srv.proc is not None
+    wait_for(lambda: children_of(srv.proc.pid) != [])
+    orphans = children_of(srv.proc.pid)
+    srv.kill9()
+    try:
+        srv.start(timeout=10)
+        client = srv.client()
+        ledger.write(client, b"s", messages("b", 10))
+        assert ledger.reused == [] and ledger.check_stored(client) == 0
+        client.close()
+    finally:
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_the_offsets_file_compacted_on_its_thread_keeps_every_mark(module_factory: Any) -> None:
+    # 60,000 streams fill the file past 1 MB: it is rewritten from its
+    # marks off the event loop while writes go on, and the batches written
+    # meanwhile are kept. No persistence: after kill -9 every stream comes
+    # back empty at its mark.
+    srv: RedisModuleServer = module_factory(save="")
+    client = srv.client()
+    keys = [b"stream:%d" % n for n in range(60_000)]
+    ledger = Ledger()
+    for start in range(0, len(keys), 2000):
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + 2000]:
+                pipe.execute_command("TWRITE", key, key)
+            for key, offset in zip(keys[start : start + 2000], pipe.execute(), strict=True):
+                ledger.record(key, offset, key)
+    wait_for(lambda: client.info("rcp11")["rcp11_offsets_file_compactions"] >= 1)
+    assert not list(srv.dir.glob("*.compact"))
+    srv.kill9()
+    srv.start()
+    client = srv.client()
+    for start in range(0, len(keys), 2000):
+        with client.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + 2000]:
+                pipe.execute_command("TWRITE", key, b"again")
+            for key, offset in zip(keys[start : start + 2000], pipe.execute(), strict=True):
+                ledger.record(key, offset, b"again")
+    assert ledger.reused == []
     client.close()

@@ -218,6 +218,48 @@ def test_writes_during_an_aof_rewrite_survive_kill9(server_factory: Any) -> None
     assert tw(cl, "s", "n") > 20300
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["bgrewriteaof", "config-set-appendonly"])
+def test_a_rewrite_asked_inside_exec_waits_for_its_end(server_factory: Any, how: str) -> None:
+    """BGREWRITEAOF (or CONFIG SET appendonly yes) inside MULTI: forked in
+    the middle of EXEC, the rewrite's snapshot held the transaction's first
+    commands and the new file the rest of its log, EXEC without its MULTI:
+    the next start was refused. Redis schedules it for after the EXEC."""
+    srv = server_factory(appendonly="no" if how == "config-set-appendonly" else "yes")
+    client = srv.client()
+    tw(client, "s", "before")
+    client.set("n", 1)
+    asked = ["BGREWRITEAOF"] if how == "bgrewriteaof" else ["CONFIG", "SET", "appendonly", "yes"]
+    with srv.raw() as raw:
+        for argv in (["MULTI"], ["TWRITE", "s", "in-exec-1"], ["INCR", "n"], asked):
+            raw.command(*argv)
+        raw.command("TWRITE", "s", "in-exec-2")
+        raw.command("INCR", "n")
+        replies = raw.command("EXEC")
+    if how == "bgrewriteaof":
+        assert replies[2] == b"Background append only file rewriting scheduled"
+    wait_for(lambda: rewrite_done(client, 1))
+    srv.kill9()
+    srv.directives["appendonly"] = "yes"
+    srv.start()
+    client = srv.client()
+    assert tr(client, "s", 0, 3) == [b"before", b"in-exec-1", b"in-exec-2"]
+    assert client.get("n") == b"3"
+
+
+def test_bgsave_inside_exec_is_scheduled(server_factory: Any) -> None:
+    """As redis-server 7 answers it: the snapshot is taken after the EXEC,
+    so it holds the whole transaction or none of it."""
+    srv = server_factory()
+    client = srv.client()
+    with srv.raw() as raw:
+        for argv in (["MULTI"], ["TWRITE", "s", "in-exec"], ["BGSAVE"]):
+            raw.command(*argv)
+        assert raw.command("EXEC")[1] == b"Background saving scheduled"
+    saves = client.info("persistence")["rdb_saves"]
+    wait_for(lambda: client.info("persistence")["rdb_saves"] > saves)
+
+
 # ----------------------------------------------------- CONFIG SET appendonly
 
 

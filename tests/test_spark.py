@@ -437,6 +437,27 @@ def writer(df: Any, shared_server: ServerProcess, **options: object) -> Any:
     return write
 
 
+def test_write_errors_show_our_message_right_after_sparks_line(
+    spark, shared_server, client
+) -> None:
+    """A write task (executors) and the commit (a worker of the driver)
+    unpickle the writer without loading the data source's module: their
+    errors too come first, not under a traceback."""
+    rows = spark.createDataFrame([("a", None)], "value STRING, stream STRING")
+    with pytest.raises(Exception) as info:
+        writer(rows, shared_server).save()
+    head = _before_our_message(str(info.value))
+    assert "Traceback" not in head and 'File "' not in head
+    client.set("str", "x")
+    values = spark.createDataFrame([("a",)], "value STRING")
+    with pytest.raises(Exception) as info:
+        writer(values, shared_server, stream="str").save()
+    text = str(info.value)
+    assert "cannot write to 'str'" in text
+    head = _before_our_message(text)
+    assert "Traceback" not in head and 'File "' not in head
+
+
 def test_batch_write_by_option_topic_path_or_column(spark, shared_server, client) -> None:
     client.twrite("out", b"existing")
     values = spark.createDataFrame([(f"v{i}",) for i in range(250)], "value string").coalesce(1)

@@ -172,6 +172,40 @@ def test_a_blocked_nonulls_read_waits_over_the_gap_for_the_next_write(
     assert client.get(group) == b"2050"
 
 
+def test_a_blocked_nonulls_reader_does_not_hold_up_a_plain_one(
+    gapped: ServerProcess, key: bytes
+) -> None:
+    """Both wait at the next offset, the NONULLS reader first; a transaction
+    writes there and evicts it at once. The plain reader's offset exists
+    now (a null): it is answered, as a read would be; the NONULLS reader has
+    nothing readable and waits on for the next write. rcp11-server kept
+    both waiting in one line, the plain reader behind the other."""
+    client = gapped.client()
+    got: dict[str, Any] = {}
+
+    def read_blocking(name: str, *options: Any) -> None:
+        got[name] = gapped.client().execute_command("TREAD", key, 2048, 5, "BLOCK", 0, *options)
+
+    first = threading.Thread(target=read_blocking, args=("nonulls", "NONULLS", "WITHINFO"))
+    first.start()
+    wait_blocked(client, 1)
+    second = threading.Thread(target=read_blocking, args=("plain", "WITHINFO"))
+    second.start()
+    wait_blocked(client, 2)
+    pipe = client.pipeline(transaction=True)
+    pipe.execute_command("TWRITE", key, "evicted-at-once")
+    pipe.execute_command("TEVICT", key, 2048)
+    assert pipe.execute()[0] == 2048
+    # At once (the module: 0.04 s); rcp11-server answered only when
+    # something else touched the stream, 5 s later here.
+    second.join(3)
+    assert got.get("plain") == [[2049, 2048, 2048, 1], None]
+    assert "nonulls" not in got
+    assert client.execute_command("TWRITE", key, "kept") == 2049
+    first.join(10)
+    assert got["nonulls"] == [[2049, 2049, 2049, 1], b"kept"]
+
+
 def test_nonulls_given_twice_is_a_syntax_error(client: redis.Redis, key: bytes) -> None:
     with pytest.raises(redis.ResponseError, match="syntax error, NONULLS given more than once"):
         read(client, key, 0, 1, "NONULLS", "WITHINFO", "nonulls")

@@ -29,6 +29,7 @@ from conftest import (
 
 from rcp11.cli import Progress, build_parser, split_messages
 from rcp11.cli import main as cli_main
+from rcp11.cli.args import Since, parse_args
 from rcp11.client import Client
 
 
@@ -399,6 +400,13 @@ def test_consume_from_end_gets_only_what_is_written_afterwards(
         (["--list"], "rcp11 streams"),
         (["consume", "s", "--timeout-ms", "100"], "--block MS"),
         (["consume", "s", "-e"], "exits when it has caught up"),
+        (["consume", "-G", "g", "s"], "--group GROUPKEY"),
+        (["consume", "s", "-K:"], "messages have no key"),
+        (["consume", "s", "-J"], "--offsets"),
+        (["consume", "s", "-X", "fetch.wait.max.ms=10"], "no client properties"),
+        (["consume", "s", "--consumer-property", "a=b"], "no client properties"),
+        (["produce", "s", "--producer-property", "acks=all"], "no client properties"),
+        (["consume", "s", "-o", "e@1700000000000"], "no end time"),
     ],
 )
 def test_other_kafka_spellings_name_the_rcp11_option(
@@ -408,6 +416,15 @@ def test_other_kafka_spellings_name_the_rcp11_option(
         cli_main(args)
     assert exit_.value.code == 2
     assert hint in capsys.readouterr().err
+
+
+def test_kcat_offset_at_a_time_is_since() -> None:
+    """kcat's -o s@TS starts at the first message appended at or after TS
+    (unix ms): --since TS."""
+    args = parse_args(["consume", "s", "-o", "s@1700000000000"])
+    assert args.since == Since(unix_ms=1700000000000) and args.from_offset is None
+    with pytest.raises(SystemExit):
+        parse_args(["consume", "s", "-o", "s@1700000000000", "--since", "1h"])
 
 
 def test_a_key_and_a_different_topic_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:

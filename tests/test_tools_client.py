@@ -253,6 +253,64 @@ def test_follow_skips_evicted_messages(rcp11_client_resp: Client) -> None:
     assert got == [(7, b"7"), (8, b"8"), (9, b"9")]
 
 
+def test_follow_from_the_end_keeps_its_place_through_timeouts(stream_server: ServerProcess) -> None:
+    """follow(start=-2) on a quiet stream: its BLOCK runs out, and messages
+    written right then (before the next request) are the first it yields.
+    It sent -2 again, now counted from the new end: it skipped all but the
+    last two of them."""
+    writer = new_client(stream_server)
+    writer.delete("quiet")
+    messages = [b"m%d" % i for i in range(10)]
+    expected = list(enumerate(messages))
+
+    class WritesAfterATimeout(Client):
+        wrote = False
+
+        def tread(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().tread(*args, **kwargs)
+            if result is None and not self.wrote:
+                self.wrote = True
+                writer.twrite("quiet", *messages)
+            return result
+
+    class AsyncWritesAfterATimeout(AsyncClient):
+        wrote = False
+
+        async def tread(self, *args: Any, **kwargs: Any) -> Any:
+            result = await super().tread(*args, **kwargs)
+            if result is None and not self.wrote:
+                self.wrote = True
+                writer.twrite("quiet", *messages)
+            return result
+
+    async def follow_async() -> list[tuple[int, Any]]:
+        reader = AsyncWritesAfterATimeout(port=stream_server.port)
+        try:
+            got = []
+            async for item in reader.follow("quiet", start=-2, block_ms=20):
+                got.append(item)
+                if item == expected[-1]:
+                    return got
+            return got
+        finally:
+            await reader.aclose()
+
+    reader = WritesAfterATimeout(host="127.0.0.1", port=stream_server.port)
+    try:
+        following = reader.follow("quiet", start=-2, block_ms=20)
+        got = []
+        for item in following:  # up to the last message written
+            got.append(item)
+            if item == expected[-1]:
+                break
+        assert got == expected
+        writer.delete("quiet")
+        assert asyncio.run(follow_async()) == expected
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_group_consumers_split_the_messages(stream_server: ServerProcess) -> None:
     admin = new_client(stream_server)
     admin.flushall()

@@ -111,6 +111,25 @@ def test_slowlog_entries_as_redis_shows_them(both: tuple[RawClient, RawClient]) 
     same(both, "SLOWLOG", "LEN")  # the RESET itself, logged after it ran
 
 
+def test_slowlog_hides_passwords_as_redis(both: tuple[RawClient, RawClient]) -> None:
+    """A password given to CONFIG SET (alone or among other directives, in
+    any case), AUTH or HELLO never shows in the slow log: an operator may
+    read it who must not learn the password."""
+    same(both, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+    same(both, "SLOWLOG", "RESET")
+    same(both, "CONFIG", "SET", "requirepass", "s3cret-one")
+    same(both, "AUTH", "s3cret-one")
+    same(both, "CONFIG", "SET", "maxmemory", "0", "REQUIREPASS", "s3cret-two")
+    same(both, "AUTH", "default", "s3cret-two")
+    on_both(both, "HELLO", "2", "AUTH", "default", "s3cret-two")
+    same(both, "CONFIG", "SET", "requirepass", "")
+    mine, real = on_both(both, "SLOWLOG", "GET", "-1")
+    assert b"s3cret" not in mine
+    assert [entry_shape(e) for e in parse_reply(mine)] == [
+        entry_shape(e) for e in parse_reply(real)
+    ]
+
+
 def test_slowlog_bounds_and_thresholds_as_redis(both: tuple[RawClient, RawClient]) -> None:
     same(both, "CONFIG", "SET", "slowlog-log-slower-than", "0")
     same(both, "CONFIG", "SET", "slowlog-max-len", "3")
@@ -269,6 +288,33 @@ def test_used_memory_counts_what_the_process_allocated(server_factory: Any) -> N
         assert 1_000_000 < usage < 1_300_000  # its thousand messages of 1000 bytes
         assert client.memory_usage("nosuch") is None
     finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_used_memory_falls_back_after_a_big_transaction(server_factory: Any) -> None:
+    """A transaction whose replies were big (64 reads of 1 MB, read by its
+    client) leaves no buffer of their size behind: once the data is gone,
+    used_memory is back near where it started, and a maxmemory set above
+    that lets writes in (it was refused by the 64 MB the C lane kept)."""
+    srv = server_factory()
+    client = srv.client()
+    try:
+        client.execute_command("TWRITE", "big", "ENTRIES", *[b"x" * 1000] * 1000)
+        before = client.info("memory")["used_memory"]
+        with client.pipeline(transaction=True) as pipe:
+            for _ in range(64):
+                pipe.execute_command("TREAD", "big", 0, 1000)
+            replies = pipe.execute()
+        assert len(replies) == 64 and all(len(r) == 1000 for r in replies)
+        del replies
+        client.delete("big")
+        after = client.info("memory")["used_memory"]
+        assert after < before + 16 * 2**20, (before, after)
+        client.config_set("maxmemory", before + 32 * 2**20)
+        assert client.execute_command("TWRITE", "s", "fits") == 0
+    finally:
+        client.config_set("maxmemory", 0)
         client.close()
 
 

@@ -2,8 +2,8 @@
 times, and what Kafka's and kcat's spellings are here.
 
 The spellings Kafka users type most are accepted as they are (`--topic`,
-`--from-beginning`, `--max-messages`, kcat's `-o beginning|end|N` and
-`-c N`); the others are an error that names the rcp11 option that does it.
+`--from-beginning`, `--max-messages`, kcat's `-o beginning|end|N`, `-o s@TS`
+(--since TS) and `-c N`); the others are an error that names the rcp11 option that does it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ DEFAULT_PORT = 6379
 # Kafka's and kcat's options that have another name, or no counterpart,
 # here: shown when one of them makes the arguments fail.
 _ADDRESS = "-h HOST -p PORT (or -u redis://HOST:PORT)"
+_NO_PROPERTIES = (
+    "no client properties here: the connection is -h/-p/-a/--user/-u, "
+    "the batch size --batch, a wait --block MS"
+)
 KAFKA_SPELLINGS = {
     "--bootstrap-server": _ADDRESS,
     "--broker-list": _ADDRESS,
@@ -40,6 +44,14 @@ KAFKA_SPELLINGS = {
     "--partition": "a stream has no partitions: one stream per partition (events:0, events:1 ...)",
     "--timeout-ms": "--block MS",
     "--property": "--offsets prints each message's offset; messages have no key",
+    "-G": "--group GROUPKEY (kcat -G GROUP TOPIC is rcp11 consume TOPIC --group GROUPKEY)",
+    "-K": "messages have no key: each line is one message",
+    "-J": "--offsets prefixes each message with its offset (no JSON envelope)",
+    "-X": _NO_PROPERTIES,
+    "--consumer-property": _NO_PROPERTIES,
+    "--producer-property": _NO_PROPERTIES,
+    "--consumer.config": _NO_PROPERTIES,
+    "--producer.config": _NO_PROPERTIES,
 }
 
 
@@ -50,6 +62,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         for word in self._words:
             hint = KAFKA_SPELLINGS.get(word.split("=", 1)[0])
+            if hint is None and len(word) > 2 and word[1] != "-":
+                hint = KAFKA_SPELLINGS.get(word[:2])  # kcat's -K: and -Xa=b
             if hint is not None:
                 message += f"\n{word} is Kafka's (or kcat's) spelling; here: {hint}"
                 break
@@ -125,14 +139,20 @@ def _non_negative(text: str) -> int:
 _FROM_WORDS = {"beginning": "beginning", "earliest": "beginning", "end": "end", "latest": "end"}
 
 
-def _from(text: str) -> int | str:
+def _from(text: str) -> int | str | Since:
     """--from / -o: an offset, -N from the end, or beginning/end (kcat's
-    words; Kafka's earliest/latest too)."""
+    words; Kafka's earliest/latest too); kcat's s@TS is --since TS."""
     word = _FROM_WORDS.get(text.lower())
     if word is not None:
         return word
     if text.lower() == "stored":
         raise argparse.ArgumentTypeError("kcat's '-o stored' is --group GROUPKEY here")
+    if text[:2].lower() == "s@" and text[2:].isdigit():
+        return Since(unix_ms=int(text[2:]))
+    if text[:2].lower() == "e@":
+        raise argparse.ArgumentTypeError(
+            "kcat's e@TS has no end time here: consume stops when it has caught up, or after -n N"
+        )
     try:
         return int(text)
     except ValueError:
@@ -385,6 +405,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"{args.command}: KEY {args.key!r} and --topic {args.topic!r} differ")
         args.key = args.key if args.key is not None else args.topic
     if args.command == "consume":
+        if isinstance(args.from_offset, Since):  # -o s@TS
+            if args.since is not None:
+                parser.error("-o s@TS and --since both say where to start: give one")
+            args.since, args.from_offset = args.from_offset, None
         _check_consume(parser, args)
     return args
 

@@ -13,6 +13,7 @@ from rcp11.commands.args import (
     parse_int,
     text,
 )
+from rcp11.commands.connection import REDACTED
 from rcp11.commands.core import BLOCKED
 from rcp11.commands.info import rss_bytes
 from rcp11.commands.table import command
@@ -230,8 +231,28 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 # ---- CONFIG
 
 
+def _redact_config_secrets(argv: list[bytes]) -> list[bytes]:
+    """CONFIG SET as the slow log shows it: the value given to a password
+    directive hidden (also Redis's masterauth and tls-client-key-file-pass,
+    which rcp11 refuses, since the refused call is logged too)."""
+    from rcp11.config import SENSITIVE
+
+    if len(argv) < 4 or argv[1].lower() != b"set":
+        return argv
+    shown = list(argv)
+    for i in range(2, len(shown) - 1, 2):
+        if text(shown[i]).lower() in SENSITIVE:
+            shown[i + 1] = REDACTED
+    return shown
+
+
 @command(
-    "config", -2, "admin loading stale", summary="Read and change the configuration", group="server"
+    "config",
+    -2,
+    "admin loading stale",
+    summary="Read and change the configuration",
+    group="server",
+    redact=_redact_config_secrets,
 )
 def config_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     from rcp11.config import ConfigError

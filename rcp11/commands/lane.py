@@ -63,6 +63,11 @@ _call = ffi.new("lane_call *")
 lib.lane_call_init(_call)
 _call.resolve = lib.lane_resolve_key
 _call.max_commands = LANE_MAX_COMMANDS
+# A buffer of _call is kept from run to run up to this size; past it (a
+# transaction's 256 replies of 1 MB, a 100 MB TWRITE) it is freed once the
+# run is over, so its peak does not stay in used_memory, which maxmemory is
+# held against.
+_KEEP_BYTES = 8 * 1024 * 1024
 # The parser limits _call was last given (max_bulk_len, max_multibulk_len).
 _limits: list[tuple[int, int]] = [(-1, -1)]
 # The slow-command threshold _call was last given (ServerState.slow_usec).
@@ -202,7 +207,7 @@ def run_queued(
     _account(state, client, call)
     if call.nslow:
         _note_slow(state, client, call, data)
-    return call.twrite_calls + call.tread_calls, ffi.unpack(call.reply.data, call.reply.len)
+    return call.twrite_calls + call.tread_calls, _take_reply()
 
 
 def run_lane(
@@ -242,7 +247,7 @@ def run_lane(
     consumed = _run(state, client, parser, data, 0, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
-    reply = ffi.unpack(_call.reply.data, _call.reply.len)
+    reply = _take_reply()
     out.append(reply)
     out_bytes += len(reply)
     if consumed < len(carried):  # requests the parser held whole, not this read
@@ -277,7 +282,7 @@ def run_buffered(
     consumed = _run(state, client, parser, buf, start, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
-    reply = ffi.unpack(_call.reply.data, _call.reply.len)
+    reply = _take_reply()
     out.append(reply)
     parser.skip(consumed)
     return consumed, out_bytes + len(reply)
@@ -317,6 +322,19 @@ def _run(
         if call.nslow:
             _note_slow(state, client, call, data, start)
     return consumed
+
+
+def _take_reply() -> bytes:
+    """The replies of the run that just ended; its big buffers freed."""
+    call = _call
+    reply = ffi.unpack(call.reply.data, call.reply.len)
+    if (
+        call.reply.cap > _KEEP_BYTES
+        or call.aof.cap > _KEEP_BYTES
+        or call.scratch_entries.cap > _KEEP_BYTES
+    ):
+        lib.lane_call_free(call)  # buffers only: the call stays usable
+    return reply
 
 
 def _set_slow_usec(state: ServerState) -> None:

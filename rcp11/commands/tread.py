@@ -166,7 +166,7 @@ class TreadWait(BlockRequest):
     past the group's position).
 
     Its lane (rcp11/blocking.py): a plain reader's is the offset it waits
-    for, ranked by that offset (a write reaching offset N serves every
+    for (and whether it reads NONULLS), ranked by that offset (a write reaching offset N serves every
     plain reader waiting below N, and none above it); a group reader's is
     its group, whose readers on one stream are served in the order they
     blocked until one has to wait."""
@@ -180,8 +180,13 @@ class TreadWait(BlockRequest):
 
     def __post_init__(self) -> None:
         if self.watch is None:
-            self.lane = ("offset", self.start)
-            self.rank = self.start
+            # A NONULLS reader waits for a readable offset, a plain one for
+            # its offset to exist: a write that a TEVICT in the same EXEC
+            # evicted serves the plain one (a null) and not the other, so
+            # they wait in lanes of their own, ranked side by side (rank
+            # 2 * offset, + 1 for NONULLS: still monotonic in the offset).
+            self.lane = ("offset", self.start, self.nonulls)
+            self.rank = 2 * self.start + self.nonulls
         else:
             self.lane = ("group", self.watch)
             self.writes = True

@@ -70,6 +70,10 @@ class Persistence:
         self.saves = Saves(self)
         self._reservation_error: str | None = None
         self.loading = False
+        # aof.written as of the last flush(): bytes written since by anyone
+        # else (a rewrite's start writes the buffer out) still need the
+        # policy's fsync and the slot before a reply.
+        self._flushed_written = 0
         config.on_change("appendonly", self._on_appendonly_change)
         config.on_change("appendfsync", self._on_appendfsync_change)
         config.on_change("dir", self._on_paths_change)
@@ -202,8 +206,14 @@ class Persistence:
             # in between must not leave a DEL whose key comes back at its
             # mark (the reverse order only costs a gap).
             reservations.write_best_effort([])
-        if self.aof.buf:
-            ok = self.aof.flush_per_policy() and ok
+        aof = self.aof
+        if aof.state == "on" and (aof.buf or aof.written != self._flushed_written):
+            # Also when the buffer was written out since the last flush by
+            # something else (BGREWRITEAOF, the cron's rewrite): those
+            # writes' replies leave now too, so they get appendfsync's
+            # fsync and the slot like any other.
+            ok = aof.flush_per_policy() and ok
+            self._flushed_written = aof.written
             # Before the replies: what the AOF now holds, for the next start.
             ok = self.record_aof() and ok
         if self.deletions:
@@ -359,11 +369,14 @@ class Persistence:
 
     def bgsave(self, schedule: bool = False) -> str:
         children = self.children
-        if children.child is not None:
+        in_exec = self.state.in_transaction_log
+        if children.child is not None or in_exec:
             if children.running("rdb"):
                 raise CommandError(errors.BGSAVE_IN_PROGRESS)
-            if schedule:
-                # Started by the cron once the AOF rewrite is done.
+            if schedule or in_exec:
+                # Started by the cron once the AOF rewrite is done, or
+                # after the EXEC this runs in (a snapshot of the whole
+                # transaction, as Redis schedules it).
                 self.saves.bgsave_scheduled = True
                 return "Background saving scheduled"
             raise CommandError(errors.BGSAVE_CHILD_ACTIVE)
@@ -390,7 +403,11 @@ class Persistence:
         children = self.children
         if children.running("aof"):
             raise CommandError(errors.REWRITE_IN_PROGRESS)
-        if children.child is not None:
+        # Inside EXEC, as in Redis, the rewrite waits for the cron: forked
+        # now, its snapshot would hold the transaction's first commands and
+        # the new file the transaction's log from its middle on (an EXEC
+        # without its MULTI, refused at the next start).
+        if children.child is not None or self.state.in_transaction_log:
             children.schedule_rewrite()
             return "Background append only file rewriting scheduled"
         if not children.start_rewrite():
@@ -438,11 +455,13 @@ class Persistence:
             aof.state = "wait_rewrite"
             if children.running("aof"):
                 children.kill()
-            if children.child is None:
+            if children.child is None and not self.state.in_transaction_log:
                 if not children.start_rewrite():
                     children.rewrite_scheduled = True
             else:
-                children.rewrite_scheduled = True
+                # After the running child, or after the EXEC this runs in
+                # (bgrewriteaof() says why).
+                children.schedule_rewrite()
         elif not on and aof.state != "off":
             if aof.state == "on":
                 aof.flush(force_fsync=True)

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSource
 
 from rcp11 import errors
 from rcp11.spark.columns import SCHEMA
-from rcp11.spark.failures import guard_methods
+from rcp11.spark.failures import SPARK_CALLS, guard_methods
 from rcp11.spark.options import (
     OPTIONS,
     OptionError,
@@ -102,32 +102,9 @@ class _FailedStreamReader(StreamReader):
         pass
 
 
-# Every method Spark calls on the source and the sink, so that each of our
-# errors shows its message first (failures.py).
-_SPARK_CALLS = (
-    "__init__",
-    "schema",
-    "reader",
-    "streamReader",
-    "writer",
-    "streamWriter",
-    "partitions",
-    "read",
-    "initialOffset",
-    "latestOffset",
-    "reportLatestOffset",
-    "prepareForTriggerAvailableNow",
-    "commit",
-    "abort",
-    "write",
-    "stop",
-)
-for _cls in (
-    RCP11DataSource,
-    BatchReader,
-    StreamReader,
-    _FailedStreamReader,
-    BatchWriter,
-    StreamWriter,
-):
-    guard_methods(_cls, _SPARK_CALLS)
+# Every method Spark calls on the data source, so that each of our errors
+# shows its message first (failures.py). The readers and writers guard
+# themselves in their own modules: a task or a commit unpickles them
+# without ever loading this one.
+for _cls in (RCP11DataSource, _FailedStreamReader):
+    guard_methods(_cls, SPARK_CALLS)

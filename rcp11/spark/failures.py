@@ -33,6 +33,26 @@ from rcp11.errors.spark import SPARK_PREFIX
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Every method Spark calls on a data source, its readers and its writers.
+SPARK_CALLS = (
+    "__init__",
+    "schema",
+    "reader",
+    "streamReader",
+    "writer",
+    "streamWriter",
+    "partitions",
+    "read",
+    "initialOffset",
+    "latestOffset",
+    "reportLatestOffset",
+    "prepareForTriggerAvailableNow",
+    "commit",
+    "abort",
+    "write",
+    "stop",
+)
+
 
 def _in_spark_worker() -> bool:
     """A Python process Spark started for a task or a planning step: its
@@ -73,7 +93,9 @@ def _guard(method: F) -> F:
 
 
 def guard_methods(cls: type, names: tuple[str, ...]) -> None:
-    """Wrap the methods Spark calls on cls (those cls defines itself)."""
+    """Wrap the methods Spark calls on cls (those cls defines itself). Call
+    it in the module that defines cls: Spark's workers unpickle a reader
+    or writer by its class's module alone."""
     for name in names:
         method = cls.__dict__.get(name)
         if callable(method):

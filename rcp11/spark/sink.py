@@ -34,6 +34,7 @@ from rcp11.spark.columns import (
 )
 from rcp11.spark.commit import Staged, StagedWrite, abort, commit, count_readable, sink_key
 from rcp11.spark.connection import RETRYABLE, Outage, raw_connection
+from rcp11.spark.failures import SPARK_CALLS, guard_methods
 from rcp11.spark.options import Endpoint, OptionError, WriteOptions
 
 try:  # Spark >= 4.1 hands streaming writers Arrow batches too.
@@ -430,3 +431,8 @@ class StreamWriter(_StreamWriterBase):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         abort(self.options, messages, batchId, self.router)
+
+
+# Our errors first in what Spark shows, in every worker (failures.py).
+for _cls in (BatchWriter, StreamWriter):
+    guard_methods(_cls, SPARK_CALLS)

@@ -31,6 +31,7 @@ from rcp11 import errors
 from rcp11.spark.cluster import Fleet, Router
 from rcp11.spark.columns import Projection
 from rcp11.spark.connection import pipelined_treads
+from rcp11.spark.failures import SPARK_CALLS, guard_methods
 from rcp11.spark.options import (
     Endpoint,
     OptionError,
@@ -359,3 +360,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._fleet is not None:
             self._fleet.close()
+
+
+# Our errors first in what Spark shows, in every worker (failures.py).
+for _cls in (BatchReader, StreamReader):
+    guard_methods(_cls, SPARK_CALLS)
