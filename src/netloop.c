@@ -594,7 +594,11 @@ static int take_run(nl_loop *loop, nl_conn *c, const char *buf, size_t consumed)
         close_now(c, ENOMEM);
         return -1;
     }
-    if (call->reply.cap > NL_KEEP_BYTES) mn_buf_free(&call->reply);
+    /* A big request's or reply's buffers are not kept for the next run:
+     * their peak would stay in used_memory, held against maxmemory. */
+    if (call->reply.cap > NL_KEEP_BYTES || call->aof.cap > NL_KEEP_BYTES ||
+        call->scratch_entries.cap > NL_KEEP_BYTES)
+        lane_call_free(call); /* buffers only: the call stays usable */
     if (c->out.len > c->ready) mark_dirty(c);
     return failed ? -1 : 0;
 }
@@ -823,6 +827,8 @@ void nl_batch_reset(nl_loop *loop) {
     loop->nslow = 0;
     loop->slow_bytes.len = 0;
     loop->memory_grown = 0;
+    if (loop->aof.cap > NL_KEEP_BYTES) mn_buf_free(&loop->aof);
+    if (loop->slow_bytes.cap > NL_KEEP_BYTES) mn_buf_free(&loop->slow_bytes);
     for (size_t i = 0; i < loop->ntouched; i++) {
         nl_conn *c = loop->touched[i];
         if (c == NULL) continue;
