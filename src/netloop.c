@@ -122,6 +122,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Bytes one read() asks for. Redis reads 16 KB; libuv (asyncio's transport
@@ -150,13 +151,15 @@
 #define NL_DIRTY 32        /* on the loop's dirty list */
 #define NL_TOUCHED 64      /* in the batch's owners */
 #define NL_FREED 128       /* Python let go of it (freed after the poll) */
+#define NL_RAN 256         /* the lane ran a request since nl_conn_activity */
 
 struct nl_conn {
     nl_loop *loop;
     int fd;
     int flags;
     uint32_t events;  /* epoll interest registered now */
-    int last_command;
+    int last_command; /* lane_call.last_command of the lane's last run */
+    int64_t read_us;  /* when the loop last read bytes of it (see nl_conn_activity) */
     void *owner;
     mn_buf in;        /* the start of a request the lane waits to complete */
     mn_buf out;       /* see OUTPUT */
@@ -192,6 +195,7 @@ struct nl_loop {
     int64_t memory_grown;  /* what they grew so far */
     size_t hard_limit;  /* client-output-buffer-limit normal's hard bytes */
     int polling;
+    int64_t now_us;   /* CLOCK_REALTIME at this poll's start */
     nl_resolve_fn resolve;
     nl_data_fn on_data;
     nl_closed_fn on_closed;
@@ -216,7 +220,7 @@ struct nl_loop {
     mn_buf slow_bytes;
     nl_conn **touched;   /* the lane ran requests for these (NL_TOUCHED) */
     size_t ntouched, touched_cap;
-    nl_owner *owners;    /* what nl_batch_owners() reports of them */
+    void **owners;       /* their owners, built by nl_batch_owners() */
     size_t owners_cap;
 };
 
@@ -462,6 +466,13 @@ void nl_conn_close(nl_conn *c, int now) {
 
 int nl_conn_closed(nl_conn *c) { return (c->flags & NL_CLOSED) != 0; }
 
+int nl_conn_activity(nl_conn *c, int64_t *read_us) {
+    *read_us = c->read_us;
+    if (!(c->flags & NL_RAN)) return 0;
+    c->flags &= ~NL_RAN;
+    return c->last_command;
+}
+
 void nl_conn_free(nl_conn *c) {
     if (c == NULL) return;
     nl_loop *loop = c->loop;
@@ -583,6 +594,7 @@ static int take_run(nl_loop *loop, nl_conn *c, const char *buf, size_t consumed)
         }
     }
     c->last_command = call->last_command;
+    c->flags |= NL_RAN;
     touch(loop, c);
     if (c->out.len == 0) {
         /* The usual case: hand the reply buffer over instead of copying it. */
@@ -638,6 +650,7 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
         nl_conn_close(c, 0);
         return;
     }
+    c->read_us = loop->now_us;
     const char *buf = dst;
     size_t len = (size_t)r;
     if (into_carry) {
@@ -709,6 +722,9 @@ int nl_poll(nl_loop *loop) {
         n = epoll_wait(loop->epfd, evs, NL_MAX_EVENTS, 0);
     } while (n < 0 && errno == EINTR);
     if (n <= 0) return n;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    loop->now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     loop->polling = 1;
     for (int i = 0; i < n; i++) {
         nl_conn *c = evs[i].data.ptr;
@@ -786,19 +802,16 @@ int64_t nl_batch_aof_run(nl_loop *loop, size_t i, const char **data, size_t *len
     return loop->runs[i].ms;
 }
 
-nl_owner *nl_batch_owners(nl_loop *loop, size_t *n) {
+void **nl_batch_owners(nl_loop *loop, size_t *n) {
     *n = 0;
     if (loop->owners_cap < loop->ntouched) {
-        nl_owner *p = realloc(loop->owners, loop->ntouched * sizeof *p);
+        void **p = realloc(loop->owners, loop->ntouched * sizeof *p);
         if (p == NULL) return loop->owners;
         loop->owners = p;
         loop->owners_cap = loop->ntouched;
     }
-    for (size_t i = 0; i < loop->ntouched; i++) {
-        nl_conn *c = loop->touched[i];
-        if (c == NULL) continue;
-        loop->owners[(*n)++] = (nl_owner){c->owner, c->last_command, c->in.len};
-    }
+    for (size_t i = 0; i < loop->ntouched; i++)
+        if (loop->touched[i] != NULL) loop->owners[(*n)++] = loop->touched[i]->owner;
     return loop->owners;
 }
 
@@ -833,7 +846,6 @@ void nl_batch_reset(nl_loop *loop) {
         nl_conn *c = loop->touched[i];
         if (c == NULL) continue;
         c->flags &= ~NL_TOUCHED;
-        c->last_command = 0;
     }
     loop->ntouched = 0;
 }

@@ -91,6 +91,11 @@ void nl_conn_pause_reading(nl_conn *conn, int paused);
 /* Close once the output is written (now = 0), or at once, dropping it. */
 void nl_conn_close(nl_conn *conn, int now);
 int nl_conn_closed(nl_conn *conn);
+/* What CLIENT LIST shows of a connection the loop served, kept here rather
+ * than told to Python per request: lane_call.last_command of the lane's last
+ * run if it ran any since the last call (0: none), and when bytes of it were
+ * last read (CLOCK_REALTIME, us; 0: never). */
+int nl_conn_activity(nl_conn *conn, int64_t *read_us);
 /* Python's transport is gone: free the connection (closing it first). */
 void nl_conn_free(nl_conn *conn);
 
@@ -117,17 +122,9 @@ int nl_batch_key_written(nl_loop *loop, size_t i);
 /* AOF bytes (TWRITE requests verbatim) as runs of one append time. */
 size_t nl_batch_aof_runs(nl_loop *loop);
 int64_t nl_batch_aof_run(nl_loop *loop, size_t i, const char **data, size_t *len);
-/* The connections the lane ran requests for or holds the start of a
- * request of (or, after nl_drop_unflushed, closed), one entry each: its
- * owner, lane_call.last_command of its last run (0: none) and the bytes of
- * an unfinished request held. */
-typedef struct nl_owner {
-    void *owner;
-    int last_command;
-    size_t carried;
-} nl_owner;
-
-nl_owner *nl_batch_owners(nl_loop *loop, size_t *n);
+/* Owners of the connections the lane ran requests for or holds the start
+ * of a request of (or, after nl_drop_unflushed, closed); n set to how many. */
+void **nl_batch_owners(nl_loop *loop, size_t *n);
 /* Slow commands (SLOWLOG, LATENCY): their request, owner and time. */
 size_t nl_batch_slow_count(nl_loop *loop);
 uint64_t nl_batch_slow(nl_loop *loop, size_t i, void **owner, const char **request, size_t *len);

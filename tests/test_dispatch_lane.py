@@ -441,6 +441,7 @@ def _run_sockets(
             except OSError:
                 break
         client = front.client
+        client.refresh()  # what CLIENT LIST would show (the C loop keeps it)
         return (
             received,
             client.blocked is None,

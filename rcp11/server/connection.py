@@ -120,6 +120,9 @@ class Connection(asyncio.Protocol):
         client.on_unblocked = self.on_unblocked
         client.output_room = self.output_room
         client.output_overflow = self.output_overflow
+        refresh = getattr(transport, "refresh_client", None)
+        if refresh is not None:
+            client.refresh = refresh
         self.client = client
         sock = transport.get_extra_info("socket")
         if sock is not None and self.unix_path is None:

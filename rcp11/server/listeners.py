@@ -342,6 +342,8 @@ class Server:
             client = conn.client
             if client is None or conn.closed:
                 continue
+            if timeout:
+                client.refresh()
             if timeout and client.blocked is None and now - client.last_interaction > timeout:
                 log.log(VERBOSE, "Closing idle client %s", client.addr)
                 conn.abort()

@@ -62,6 +62,8 @@ ACCEPT_PAUSE = 0.1
 _NL_LANE: int = lib.NL_LANE
 _UINT64_MAX = (1 << 64) - 1
 _LAST_COMMAND = {1: "twrite", 2: "tread"}
+# nl_conn_activity()'s read time (one event loop thread: shared).
+_READ_US = ffi.new("int64_t *")
 
 # The loops the C callbacks belong to, by their C address (one per server
 # process; tests make several in turn).
@@ -179,6 +181,28 @@ class CTransport:
     def carried(self) -> int:
         """Bytes of an unfinished request C holds (part of the query buffer)."""
         return lib.nl_conn_carried(self._conn) if self._conn is not None else 0
+
+    def refresh_client(self) -> None:
+        """ClientState.refresh: the client's last command, last interaction
+        and query buffer as C has them, where they are newer than what
+        Python's own path set."""
+        conn = self._conn
+        protocol = self.protocol
+        client = protocol.client if protocol is not None else None
+        if conn is None or client is None:
+            return
+        read_us = _READ_US
+        # Python runs this connection's commands only after a hand-over,
+        # which refreshes first: a command the lane ran since is the last.
+        last = lib.nl_conn_activity(conn, read_us)
+        if last:
+            client.last_command = _LAST_COMMAND[last]
+        read_at = read_us[0] / 1e6
+        if read_at > client.last_interaction:
+            client.last_interaction = read_at
+        parser = protocol.parser  # type: ignore[union-attr]
+        held = parser.buffered() if parser is not None else 0
+        client.query_buffer_len = held + lib.nl_conn_carried(conn)
 
     def lost(self, err: int) -> None:
         """connection_lost(), then the C connection is freed."""
@@ -359,18 +383,9 @@ class NetLoop:
             if protocol is not None and protocol.client is not None:
                 request = ffi.unpack(self._aof_data[0], self._aof_len[0])
                 note_lane_slow(state, protocol.client, request, usec)
-        owners = lib.nl_batch_owners(cloop, self._owners_n)
-        now = self.server.now
-        for i in range(self._owners_n[0]):
-            entry = owners[i]
-            protocol = ffi.from_handle(entry.owner).protocol
-            client = protocol.client if protocol is not None else None
-            if client is not None:
-                last = entry.last_command
-                if last:
-                    client.last_command = _LAST_COMMAND[last]
-                client.last_interaction = now
-                client.query_buffer_len = entry.carried
+        # Each client's last command, idle time and query buffer stay in C
+        # until something shows them (CTransport.refresh_client): no Python
+        # work per request.
         lib.nl_batch_reset(cloop)
         self.resolved.clear()
 
@@ -387,7 +402,7 @@ class NetLoop:
         closed = lib.nl_drop_unflushed(cloop)
         owners = lib.nl_batch_owners(cloop, self._owners_n)
         for i in range(self._owners_n[0]):
-            protocol = ffi.from_handle(owners[i].owner).protocol
+            protocol = ffi.from_handle(owners[i]).protocol
             if protocol is not None and protocol.client is not None:
                 protocol.client.closing = True
         lib.nl_batch_reset(cloop)
@@ -423,8 +438,11 @@ def nl_on_data(cloop: Any, owner: Any, data: Any, size: int) -> None:
             netloop.fold()  # the AOF and the counters first, in the order things ran
         else:
             netloop.resolved.clear()
-        protocol = ffi.from_handle(owner).protocol
+        transport = ffi.from_handle(owner)
+        protocol = transport.protocol
         if protocol is not None:
+            # What the lane ran comes before what Python runs now.
+            transport.refresh_client()
             protocol.data_received(ffi.unpack(data, size))
             protocol.sync_lane()
         netloop.set_switches()
