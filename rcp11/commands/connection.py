@@ -267,6 +267,10 @@ def _kill(state: ServerState, me: ClientState, target: ClientState) -> None:
         return
     target.closing = True
     client_disconnected(state, target)
+    # Gone for every later command at once, as Redis frees a killed client
+    # at once: its socket closes only after its queued output, and on a
+    # busy loop the killer's next request may come first.
+    state.clients.pop(target.id, None)
     target.close()
 
 
