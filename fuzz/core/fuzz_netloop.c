@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (loop == NULL) abort();
     nl_set_callbacks(loop, loop_resolve, on_data, on_closed, on_water);
     nl_set_limits(loop, 1 << 20, 1 << 16, (seed & 8) ? 3 : 4096);
-    nl_set_switches(loop, NL_LANE | LANE_WRITES | LANE_LOG_WRITES, (size_t)1 << 40);
+    nl_set_switches(loop, NL_LANE | LANE_WRITES | LANE_LOG_WRITES, (size_t)1 << 40, 0, UINT64_MAX);
     nl_conn *conn = nl_conn_new(loop, sv[0], &sv[0]);
     if (conn == NULL) abort();
     size_t carry = (seed & 1) ? 16 : (size_t)4 << 20;
@@ -191,7 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ref.max_multibulk_len = 1 << 16;
     ref.max_commands = (uint64_t)1 << 40;
     if (lane_run(&ref, stream, (size_t)consumed, (size_t)1 << 40, LANE_WRITES | LANE_LOG_WRITES,
-                 (size_t)1 << 40) != consumed)
+                 (size_t)1 << 40, 0) != consumed)
         abort();
     if (ref.reply.len != received.len ||
         (received.len && memcmp(ref.reply.data, received.data, received.len)))
