@@ -38,6 +38,7 @@ OWN_SUITES = {
     "kafkaesque": "bench.kafkaesque_suite",
     "module": "bench.module_bench",
     "zlib": "bench.zlib_suite",
+    "groups": "bench.groups_suite",
     "attacks": "bench.attacks",
 }
 # Suites owned by other parts of the project; run when their module exists.

@@ -253,22 +253,40 @@ def pipelined_writes(srv: Server, n: int, condition: str) -> Outcome:
     return outcome(pinger, seconds, **{"commands/s": round(n / seconds)})
 
 
-def wake_up(srv: Server, readers: int, group: bool) -> Outcome:
+def wake_up(srv: Server, readers: int, group: bool, how: str = "one TWRITE") -> Outcome:
     """readers blocked on `s` (in group g, or plain), then one write of one
-    message per reader; the attack lasts until none is blocked."""
-    option = (b"GROUP", b"g") if group else ()
-    request = encode_command(b"TREAD", b"s", 0, 1, b"BLOCK", 0, *option)
+    message per reader; the attack lasts until none is blocked. how: "one
+    TWRITE"; "then more" (20 more TWRITEs to `s` pipelined behind it);
+    "one EXEC" (each reader on a stream of its own, s:0.., in a group of
+    its own, woken by one EXEC of a TWRITE per stream)."""
+    spread = how == "one EXEC"
+
+    def request(i: int) -> bytes:
+        key = b"s:%d" % i if spread else b"s"
+        option = (b"GROUP", b"g:%d" % i if spread else b"g") if group else ()
+        return encode_command(b"TREAD", key, 0, 1, b"BLOCK", 0, *option)
+
     socks = []
     try:
-        for _ in range(readers):
+        for i in range(readers):
             sock = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
-            sock.sendall(request)
+            sock.sendall(request(i))
             socks.append(sock)
         if not wait_for(lambda: blocked_clients(srv) == readers, 60):
             raise RuntimeError(f"{srv.label}: only {blocked_clients(srv)} readers blocked")
+        write = encode_command(b"TWRITE", b"s", b"ENTRIES", *[b"m" * 10] * readers)
+        replies = 1
+        if how == "then more":
+            write += encode_command(b"TWRITE", b"s", b"m") * 20
+            replies = 21
+        elif spread:
+            body = [encode_command(b"TWRITE", b"s:%d" % i, b"m") for i in range(readers)]
+            write = b"".join([encode_command(b"MULTI"), *body, encode_command(b"EXEC")])
+            replies = 2 * readers + 2  # +OK, +QUEUED each, then the array and its items
+        writer = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
         with Pinger(srv) as pinger:
             started = time.perf_counter()
-            srv.call(b"TWRITE", b"s", b"ENTRIES", *[b"m" * 10] * readers)
+            pipeline(writer, write, replies)
             wait_for(lambda: blocked_clients(srv) == 0, 120)
             seconds = time.perf_counter() - started
         served = 0
@@ -277,7 +295,8 @@ def wake_up(srv: Server, readers: int, group: bool) -> Outcome:
     finally:
         for sock in socks:
             sock.close()
-    srv.call(b"DEL", b"s", b"g")
+    writer.close()
+    srv.call(b"FLUSHALL")
     return outcome(pinger, seconds, **{"readers served one message": served})
 
 
@@ -377,6 +396,18 @@ def attacks(mode: str) -> list[Attack]:
         Attack(
             f"{readers} plain readers blocked, one TWRITE of {readers}",
             lambda s: wake_up(s, readers, group=False),
+        )
+    )
+    out.append(
+        Attack(
+            f"{readers} readers blocked in one group, one TWRITE of {readers}, 20 more behind it",
+            lambda s: wake_up(s, readers, group=True, how="then more"),
+        )
+    )
+    out.append(
+        Attack(
+            f"{readers} readers of {readers} streams (a group each), one EXEC of a TWRITE each",
+            lambda s: wake_up(s, readers, group=True, how="one EXEC"),
         )
     )
     for n in (reads, many_reads):

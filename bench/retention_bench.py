@@ -2,9 +2,10 @@
 
     python -m bench.retention_bench [--quick | --full | --smoke] [--out PATH]
 
-1. Bytes per message the time index adds (core level: every node keeps an
-   8-byte time per 64 messages; counted from the nodes of a filled stream,
-   against the memory the stream holds per message).
+1. Bytes per message the append times add (core level: every node keeps
+   its first message's time and a delta per message, 0 to 8 bytes wide;
+   counted from the nodes of a filled stream, against the memory the
+   stream holds per message).
 2. TSEEK's cost on a large stream (core level, Stream.seek_time, random
    times): 100M messages with --full, 10M by default, 1M with --quick.
 3. The worst PING round trip of another client while retention drops a lot
@@ -35,10 +36,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench.core_bench import available_ram, percentile, table
+from bench.core_bench import available_ram, percentile, table, time_bytes
 from bench.resp import encode_command
 from bench.servers import Server, server_pool
-from rcp11.storage import TIME_CHECKPOINT_EVERY, Stream
+from rcp11.storage import Stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MESSAGE_BYTES = 100
@@ -73,7 +74,7 @@ def bench_time_index(messages: int) -> str:
     # One ms per 10,000 messages: the times a busy producer gives.
     for i in range(messages // 10_000):
         s.append_joined(block, lens, now_ms=T0 + i)
-    index_bytes = sum(8 * -(-n.count // TIME_CHECKPOINT_EVERY) for n in s.nodes())
+    index_bytes = time_bytes(s)
     rng = random.Random(7)
     hi = T0 + messages // 10_000
     clock = time.perf_counter_ns

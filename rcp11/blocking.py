@@ -46,12 +46,14 @@ TREAD moves a group key without signalling the group's readers
 waiting on that key itself. Without this, each of 1000 served group reads
 re-signalled the 999 others: a million checks for one write.
 
-A new way for waiters to become servable (say acknowledged group reads
-whose leases run out and whose messages are handed out again, without the
-stream growing) needs only its signal: whatever expires the lease calls
-signal_key() on the group key, and the lanes watching it look at their
-first requests. A new kind of wait needs its lane: requests that are
-servable together, FIFO; one that has to wait stops the lane.
+Time can make waiters servable too: an acknowledged group's lease that
+runs out hands its messages out again without the stream growing. A lease
+reader that has to wait asks wake_at(group key, deadline); expire() then
+signals the group key, and the lanes watching it look at their first
+requests. Lease reads and TACK change their group in place without
+signalling it (they only take or settle leases: rcp11/commands/groups.py
+_store()). A new kind of wait needs its lane: requests that are servable
+together, FIFO; one that has to wait stops the lane.
 
 This module knows no command. The server cron calls expire() for timeouts;
 a disconnect calls remove(). ServerState owns one BlockingManager from its
@@ -247,6 +249,13 @@ class BlockingManager:
         self._watchers: dict[bytes, dict[_Lane, None]] = {}
         self.ready: dict[bytes | _Lane, None] = {}
         self.deadlines: list[tuple[float, int, BlockRequest]] = []
+        # Clients whose command waits until the signalled lanes are all
+        # served (rcp11/commands/core.py DEFERRED), resumed when they are.
+        self.deferred: dict[Waiter, None] = {}
+        # Keys to signal at a moment no write marks (a lease that runs out:
+        # its group's blocked readers look again): (monotonic time, seq, key).
+        self.key_wakes: list[tuple[float, int, bytes]] = []
+        self._soonest_wakes: dict[bytes, float] = {}  # key -> its soonest wake-up
         self._sequence = itertools.count()
         self.blocked_clients = 0
 
@@ -295,12 +304,20 @@ class BlockingManager:
                 for lane in lanes:
                     self.ready[lane] = None
 
-    def serve(self, state: Any, serve_one: Callable[[BlockRequest], Any]) -> list[Waiter]:
+    def serve(
+        self,
+        state: Any,
+        serve_one: Callable[[BlockRequest], Any],
+        deadline: float | None = None,
+    ) -> list[Waiter]:
         """Serve what the signals since the last call made servable, in
         passes (module docstring): serve_one(request) answers a request
         (its reply, or WAIT to keep its place). Returns the clients served,
         in order, for the caller to resume (resuming may block or signal
-        again, which must not happen mid-pass)."""
+        again, which must not happen mid-pass). deadline (time.perf_counter()
+        seconds): past it, the lanes not looked at yet stay signalled in
+        `ready` for the next call, so waking thousands of readers does not
+        hold every other client up (the server calls again at once)."""
         served: list[Waiter] = []
         this = _Pass()
         while True:
@@ -309,6 +326,10 @@ class BlockingManager:
             if not this.heap:
                 if this.again and this.next_pass():
                     continue
+                if self.deferred:
+                    # Nothing signalled is left: what waited for it runs.
+                    served += self.deferred
+                    self.deferred = {}
                 return served
             seq, lane = heapq.heappop(this.heap)
             if not lane.requests:
@@ -324,6 +345,15 @@ class BlockingManager:
             served.append(request.client)
             if lane.requests:
                 heapq.heappush(this.heap, (lane.head().seq, lane))
+            left = this.heap or this.again or self.ready
+            if left and deadline is not None and time.perf_counter() > deadline:
+                # Signalled again, in the order their first requests
+                # blocked: the next call's pass takes them up from here.
+                for _, left in sorted(this.heap, key=lambda item: item[0]):
+                    self.ready[left] = None
+                for left in this.again:
+                    self.ready[left] = None
+                return served
 
     def _enter_signalled(self, state: Any, this: _Pass) -> None:
         while self.ready:
@@ -338,15 +368,44 @@ class BlockingManager:
                     for lane in lanes.signalled(state):
                         this.enter(lane)
 
+    def defer(self, client: Waiter) -> None:
+        """client's next command waits until the signalled lanes are all
+        served (the next serve() that leaves `ready` empty resumes it)."""
+        self.deferred[client] = None
+
     def finish(self, request: BlockRequest, reply: Any) -> None:
         """Answer a request and forget it (the caller resumes the client)."""
         self._forget(request)
         request.client.send(reply)
 
+    def wake_at(self, key: bytes, when: float) -> None:
+        """Signal key at `when` (time.monotonic() seconds), whether or not
+        anything writes it: expire() does, and then its readers (and the
+        lanes watching it: a group whose lease runs out) are served.
+        A wake-up of the key set for `when` or sooner makes this one moot."""
+        soonest = self._soonest_wakes.get(key)
+        if soonest is not None and soonest <= when and soonest > time.monotonic():
+            return
+        self._soonest_wakes[key] = when
+        heapq.heappush(self.key_wakes, (when, next(self._sequence), key))
+
     def expire(self, now: float | None = None) -> None:
         """Answer every client whose BLOCK timeout passed with a null
-        array. now: time.monotonic() seconds."""
+        array, and signal the keys whose wake-up time came (wake_at; the
+        caller then serves the ready keys). now: time.monotonic() seconds."""
+        if self.ready:
+            # A wake-up is under way in slices: a reader it is about to
+            # serve must get its message, not a timeout (served at once, as
+            # the contract has it, it would have). Its end comes within a
+            # few event-loop iterations; the timeouts are answered then.
+            return
         now = time.monotonic() if now is None else now
+        wakes = self.key_wakes
+        while wakes and wakes[0][0] <= now:
+            when, _, key = heapq.heappop(wakes)
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
+            self.signal_key(key)
         timed_out: list[Waiter] = []
         heap = self.deadlines
         while heap and heap[0][0] <= now:
@@ -358,12 +417,19 @@ class BlockingManager:
             client.on_unblocked()
 
     def next_deadline(self) -> float | None:
-        """The earliest pending timeout (time.monotonic() seconds), for a
-        server that wants to wake exactly then instead of at its next tick."""
+        """The earliest pending timeout or key wake-up (time.monotonic()
+        seconds), for a server that wants to wake exactly then instead of at
+        its next tick."""
         heap = self.deadlines
         while heap and heap[0][2].client.blocked is not heap[0][2]:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        wakes = self.key_wakes
+        while wakes and not self.involves(wakes[0][2]):
+            when, _, key = heapq.heappop(wakes)  # nobody waits on or watches that key any more
+            if self._soonest_wakes.get(key) == when:
+                del self._soonest_wakes[key]
+        times = [h[0][0] for h in (heap, wakes) if h]
+        return min(times) if times else None
 
     def unblock(self, client: Waiter, error: bool) -> bool:
         """CLIENT UNBLOCK: end the client's blocked read as a timeout (a
@@ -378,6 +444,7 @@ class BlockingManager:
     def remove(self, client: Waiter) -> None:
         """The client disconnected: forget it at once, so messages that
         arrive later go to the next waiter."""
+        self.deferred.pop(client, None)
         request = client.blocked
         if isinstance(request, BlockRequest):
             self._forget(request)

@@ -12,6 +12,10 @@ RESP2 and RESP3. Everything a plain redis-py client does still works::
     info = r.tread("events", 0, 0, withinfo=True)      # -> ReadResult(...)
     for offset, message in r.follow("events", start=-10):
         ...                                            # waits with BLOCK
+    for offset, message in r.follow_group("jobs", "{jobs}:workers", lease_ms=30_000):
+        ...            # at least once: a batch is acknowledged (TACK) once
+                       # the loop asks for more; a consumer that dies gets
+                       # it delivered again to the group when its lease ends
 
 Pipelines (with or without MULTI/EXEC) have the same methods; their replies
 go through the same callbacks. ``ClusterClient`` is the same for a Redis
@@ -23,6 +27,7 @@ redis-py and nothing of rcp11's server or C core.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +43,11 @@ __all__ = [
     "TWRITE",
     "TREAD",
     "TEVICT",
+    "TACK",
+    "TGROUP",
+    "GroupConsumer",
+    "GroupInfo",
+    "PendingRange",
     "ReadResult",
     "StreamCommands",
     "Client",
@@ -52,6 +62,8 @@ __all__ = [
 TWRITE = "TWRITE"
 TREAD = "TREAD"
 TEVICT = "TEVICT"
+TACK = "TACK"
+TGROUP = "TGROUP"
 
 # Reads issued by the consumer helpers: large enough to amortise a round
 # trip, small enough that one reply stays a few megabytes at most.
@@ -59,6 +71,9 @@ DEFAULT_BATCH = 1000
 # Consumers wake up this often even when nothing arrives, so a caller that
 # stops iterating is never stuck in a server-side wait for long.
 DEFAULT_BLOCK_MS = 1000
+# How long an acknowledged consumer holds a batch before the group gives it
+# to someone else: the longest a batch may take to process.
+DEFAULT_LEASE_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,14 @@ class ReadResult:
     count: int
     """Number of elements in ``messages``."""
     messages: list[Any] = field(default_factory=list)
+    times: list[int | None] | None = None
+    """With ``withtimes``: ``times[i]`` is the append time (unix ms) of
+    ``messages[i]``, ``None`` where it was evicted; else ``None``."""
+    deliveries: int = 0
+    """A lease read's: how many times these messages were delivered, this
+    time included (more than 1: a consumer's lease ran out on them)."""
+    lease_deadline: int = 0
+    """A lease read's: unix ms when the lease ends (0 for other reads)."""
 
     @property
     def next_offset(self) -> int:
@@ -101,34 +124,159 @@ class ReadResult:
             if message is not None:
                 yield self.start + index, message
 
+    def timed_items(self) -> Iterator[tuple[int, int, Any]]:
+        """(offset, append time in unix ms, message), skipping evicted
+        offsets; only for a read with ``withtimes``."""
+        if self.times is None:
+            raise ValueError("the read did not ask for times: tread(..., withtimes=True)")
+        for index, message in enumerate(self.messages):
+            if message is not None:
+                yield self.start + index, self.times[index], message  # type: ignore[misc]
 
-def parse_tread(response: Any, **_options: Any) -> Any:
+
+def _is_info(element: Any) -> bool:
+    """WITHINFO's array of four integers, six for a lease read (a message is
+    never an array, and a WITHTIMES pair in RESP3 has two elements)."""
+    return isinstance(element, (list, tuple)) and len(element) in (4, 6)
+
+
+def _split_times(elements: list[Any], count: int) -> tuple[list[Any], list[int | None]]:
+    """A WITHTIMES reply's messages and times: RESP2 gives 2 x count
+    elements (message, time, ...; two nulls when evicted), RESP3 count
+    elements ([message, time] pairs, a null when evicted)."""
+    if len(elements) == 2 * count and count:
+        return list(elements[0::2]), [None if t is None else int(t) for t in elements[1::2]]
+    messages: list[Any] = []
+    times: list[int | None] = []
+    for pair in elements:
+        messages.append(None if pair is None else pair[0])
+        times.append(None if pair is None else int(pair[1]))
+    return messages, times
+
+
+def parse_tread(
+    response: Any, withtimes: bool = False, withinfo: bool = True, **_options: Any
+) -> Any:
     """Response callback for TREAD, the same for RESP2 and RESP3.
 
     A BLOCK timeout (null array) is ``None``. A WITHINFO reply becomes a
-    ``ReadResult``: it is recognised by its first element being an array,
-    which a message never is, so raw ``execute_command("TREAD", ...)``
-    calls parse correctly too. Anything else is the list of messages.
+    ``ReadResult``: it is recognised by its first element being an array of
+    four integers, so raw ``execute_command("TREAD", ...)`` calls parse
+    correctly too. Anything else is the list of messages. ``withtimes``
+    (the client's ``tread(withtimes=True)``, which asks for WITHINFO too so
+    that the count tells RESP2 from RESP3) fills ``ReadResult.times``; with
+    ``withinfo=False`` the result is then a list of ``(message, time)``
+    pairs, ``None`` where a message was evicted.
     """
     if response is None:
         return None
-    if response and isinstance(response[0], (list, tuple)):
-        info = response[0]
-        return ReadResult(
-            first_offset=int(info[0]),
-            last_offset=int(info[1]),
-            start=int(info[2]),
-            count=int(info[3]),
-            messages=list(response[1:]),
-        )
-    return list(response)
+    if not (response and _is_info(response[0])):
+        return list(response)
+    info = response[0]
+    count = int(info[3])
+    messages, times = list(response[1:]), None
+    if withtimes:
+        messages, times = _split_times(messages, count)
+        if not withinfo:
+            return [None if m is None else (m, t) for m, t in zip(messages, times, strict=True)]
+    lease = info[4:6] if len(info) >= 6 else (0, 0)
+    return ReadResult(
+        first_offset=int(info[0]),
+        last_offset=int(info[1]),
+        start=int(info[2]),
+        count=count,
+        messages=messages,
+        deliveries=int(lease[0]),
+        lease_deadline=int(lease[1]),
+        times=times,
+    )
 
 
 def _parse_int(response: Any, **_options: Any) -> Any:
     return int(response) if isinstance(response, (bytes, str, int)) else response
 
 
-STREAM_CALLBACKS: dict[str, Any] = {TWRITE: _parse_int, TREAD: parse_tread, TEVICT: _parse_int}
+@dataclass(frozen=True)
+class GroupConsumer:
+    """A consumer holding leases in an acknowledged group."""
+
+    name: bytes
+    pending: int
+    expired: int
+    lease_deadline: int
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """TGROUP INFO: a consumer group of a stream (docs/PROTOCOL.md)."""
+
+    mode: str  # "acknowledged" or "plain"
+    next_offset: int
+    lag: int  # written and never delivered
+    pending: int  # leased, not acknowledged
+    pending_ranges: int
+    expired: int  # of the pending: lease ran out, delivered next
+    delivered: int
+    redelivered: int
+    acknowledged: int
+    dropped: int  # evicted while pending
+    consumers: list[GroupConsumer] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PendingRange:
+    """One row of TGROUP PENDING: offsets start..start+count-1."""
+
+    start: int
+    count: int
+    consumer: bytes
+    deliveries: int
+    lease_deadline: int
+
+
+def _pairs(reply: Any) -> dict[str, Any]:
+    """A map reply (RESP3) or a flat name/value array (RESP2) as a dict."""
+    if isinstance(reply, (list, tuple)):
+        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in reply.items()}
+
+
+def parse_tgroup(response: Any, **options: Any) -> Any:
+    """Response callback for TGROUP: INFO becomes a GroupInfo, PENDING a
+    list of PendingRange (the methods say which they asked for)."""
+    sub = options.get("tgroup")
+    if sub == "info":
+        info = _pairs(response)
+        consumers = [
+            GroupConsumer(c["name"], c["pending"], c["expired"], c["lease-deadline"])
+            for c in map(_pairs, info["consumers"])
+        ]
+        mode = info["mode"]
+        return GroupInfo(
+            mode.decode() if isinstance(mode, bytes) else mode,
+            info["next-offset"],
+            info["lag"],
+            info["pending"],
+            info["pending-ranges"],
+            info["expired"],
+            info["delivered"],
+            info["redelivered"],
+            info["acknowledged"],
+            info["dropped"],
+            consumers,
+        )
+    if sub == "pending":
+        return [PendingRange(*row) for row in response]
+    return response
+
+
+STREAM_CALLBACKS: dict[str, Any] = {
+    TWRITE: _parse_int,
+    TREAD: parse_tread,
+    TEVICT: _parse_int,
+    TACK: _parse_int,
+    TGROUP: parse_tgroup,
+}
 
 
 def register_callbacks(client: redis.Redis | redis.asyncio.Redis) -> None:
@@ -195,6 +343,10 @@ class StreamCommands:
         group: Any = None,
         groupnew: Any = None,
         withinfo: bool = False,
+        lease: int | None = None,
+        consumer: Any = None,
+        ack: tuple[int, int] | ReadResult | None = None,
+        withtimes: bool = False,
         nonulls: bool = False,
     ) -> Any:
         """Read up to ``count`` messages of ``key`` starting at ``offset``.
@@ -202,18 +354,31 @@ class StreamCommands:
         ``offset < 0`` counts back from the stream's next offset. The reply is
         a list with one element per offset, ``None`` where a message was
         evicted (or lost in a crash); with ``withinfo=True`` a ``ReadResult``.
-        ``nonulls=True`` starts at the first readable offset at or after
-        ``offset`` and stops before the next ``None``: a gap is stepped over
-        in one request (``ReadResult.start`` says where the reply starts).
-        ``block=ms`` waits (0 = forever) when nothing exists at ``offset`` yet
-        (with ``nonulls``, nothing readable); a timeout returns ``None``.
-        ``group``/``groupnew`` name a string key holding a consumer group's
-        next offset; ``offset`` is then ignored by the server.
+        ``withtimes=True`` adds each message's append time (unix ms):
+        ``(message, time)`` pairs in the list, ``ReadResult.times`` with
+        ``withinfo``. ``nonulls=True`` starts at the first readable offset at
+        or after ``offset`` and stops before the next ``None``: a gap is
+        stepped over in one request (``ReadResult.start`` says where the
+        reply starts). ``block=ms`` waits (0 = forever) when nothing exists
+        at ``offset`` yet (with ``nonulls``, nothing readable); a timeout
+        returns ``None``. ``group``/``groupnew`` name a string key holding a
+        consumer group's next offset; ``offset`` is then ignored by the
+        server.
+
+        ``lease=ms`` makes it an acknowledged group read: the messages are
+        leased to ``consumer`` for that long and come back (a ``ReadResult``
+        with ``deliveries``) to the group if not acknowledged in time;
+        ``ack=(start, count)`` (or the previous ``ReadResult``) acknowledges
+        a batch first, as ``tack`` does. A lease read keeps its nulls (no
+        ``nonulls``) and has no times (no ``withtimes``): its reply is the
+        range to acknowledge.
         """
         _check_offset("offset", offset)
         _check_offset("count", count)
         if group is not None and groupnew is not None:
             raise DataError("tread takes group or groupnew, not both")
+        if lease is None and (consumer is not None or ack is not None):
+            raise DataError("consumer and ack need lease")
         args: list[Any] = [TREAD, key, offset, count]
         if block is not None:
             args += ["BLOCK", _check_offset("block", block)]
@@ -221,11 +386,46 @@ class StreamCommands:
             args += ["GROUP", group]
         elif groupnew is not None:
             args += ["GROUPNEW", groupnew]
-        if withinfo:
+        if withinfo or withtimes:
             args.append("WITHINFO")
         if nonulls:
             args.append("NONULLS")
+        if lease is not None:
+            args += ["LEASE", _check_offset("lease", lease)]
+            if consumer is not None:
+                args += ["CONSUMER", consumer]
+            if ack is not None:
+                start, n = (ack.start, ack.count) if isinstance(ack, ReadResult) else ack
+                args += ["ACK", _check_offset("ack start", start), _check_offset("ack count", n)]
+        if withtimes:
+            args.append("WITHTIMES")
+            return self.execute_command(*args, withtimes=True, withinfo=withinfo)
         return self.execute_command(*args)
+
+    def tack(self, group: Any, start: int, count: int) -> Any:
+        """Acknowledge offsets ``start .. start+count-1`` of an acknowledged
+        group: they are never delivered again. Returns how many were
+        pending."""
+        return self.execute_command(
+            TACK, group, _check_offset("start", start), _check_offset("count", count)
+        )
+
+    def tgroup_info(self, key: Any, group: Any) -> Any:
+        """The group ``group`` of the stream ``key``: a ``GroupInfo``."""
+        return self.execute_command(TGROUP, "INFO", key, group, tgroup="info")
+
+    def tgroup_pending(self, key: Any, group: Any, offset: int = 0, count: int = 100) -> Any:
+        """Up to ``count`` pending ranges of an acknowledged group from
+        ``offset`` on: a list of ``PendingRange``."""
+        return self.execute_command(
+            TGROUP,
+            "PENDING",
+            key,
+            group,
+            _check_offset("offset", offset),
+            _check_offset("count", count),
+            tgroup="pending",
+        )
 
     def tevict(self, key: Any, offset: int) -> Any:
         """Make every message of ``key`` at or before ``offset`` unreadable.
@@ -234,6 +434,40 @@ class StreamCommands:
         many messages this call evicted.
         """
         return self.execute_command(TEVICT, key, _check_offset("offset", offset))
+
+
+class _GroupReads:
+    """The reads of follow_group(): their arguments, and in acknowledged
+    mode what to acknowledge next (the whole last batch, in the next read)
+    or on the way out (what was taken before the message the loop stopped
+    at)."""
+
+    def __init__(
+        self, key: Any, group: Any, new: bool, batch: int, lease_ms: int | None, consumer: Any
+    ) -> None:
+        self.key = key
+        self.batch = _check_batch(batch)
+        self.group = {"groupnew": group} if new else {"group": group}
+        # A plain group steps over nulls (NONULLS); a lease read keeps them.
+        self.mode = (
+            {"nonulls": True} if lease_ms is None else {"lease": lease_ms, "consumer": consumer}
+        )
+        self.ack: ReadResult | None = None
+        self.taken = 0  # of the batch being handed out: how many were asked past
+
+    def args(self) -> tuple[Any, int, int]:
+        return self.key, 0, self.batch
+
+    def options(self) -> dict[str, Any]:
+        options = {"withinfo": True, **self.group, **self.mode}
+        if self.ack is not None:
+            options["ack"] = self.ack
+            self.ack = None
+        return options
+
+    def done(self, result: ReadResult) -> None:
+        if "lease" in self.mode:
+            self.ack = result
 
 
 class Pipeline(StreamCommands, redis.client.Pipeline):
@@ -298,6 +532,8 @@ class Client(StreamCommands, redis.Redis):
         new: bool = False,
         batch: int = DEFAULT_BATCH,
         block_ms: int = DEFAULT_BLOCK_MS,
+        lease_ms: int | None = None,
+        consumer: Any = None,
     ) -> Iterator[tuple[int, Any]]:
         """Yield ``(offset, message)`` consumed through the group key ``group``.
 
@@ -306,15 +542,34 @@ class Client(StreamCommands, redis.Redis):
         readable message, or with ``new=True`` at the next one written.
         Evicted offsets and crash gaps are stepped over (the group moves past
         them in one request).
+
+        With ``lease_ms`` the group is acknowledged (at least once): each
+        batch is leased to ``consumer`` for ``lease_ms`` and acknowledged
+        once the loop asks for the message after its last (with the next
+        read). A loop that stops (``break``, an exception) acknowledges the
+        messages before the one it stopped at; a consumer that dies
+        acknowledges nothing, and its batch goes to the group's next reader
+        when the lease runs out (``ReadResult.deliveries`` counts that).
         """
-        option = {"groupnew": group} if new else {"group": group}
-        _check_batch(batch)
+        reads = _GroupReads(key, group, new, batch, lease_ms, consumer)
         while True:
-            result = self.tread(
-                key, 0, batch, block=block_ms, withinfo=True, nonulls=True, **option
-            )
-            if result is not None:
+            result = self.tread(*reads.args(), block=block_ms, **reads.options())
+            if result is None:
+                continue
+            if lease_ms is None:
                 yield from result.items()
+                continue
+            try:
+                for index, message in enumerate(result.messages):
+                    reads.taken = index  # the ones before it were asked past
+                    if message is not None:
+                        yield result.start + index, message
+            except GeneratorExit:
+                if reads.taken:
+                    with contextlib.suppress(redis.RedisError):
+                        self.tack(group, result.start, reads.taken)
+                raise
+            reads.done(result)
 
 
 class ClusterClient(StreamCommands, redis.cluster.RedisCluster):
@@ -384,14 +639,26 @@ class AsyncClient(StreamCommands, redis.asyncio.Redis):
         new: bool = False,
         batch: int = DEFAULT_BATCH,
         block_ms: int = DEFAULT_BLOCK_MS,
+        lease_ms: int | None = None,
+        consumer: Any = None,
     ) -> AsyncIterator[tuple[int, Any]]:
-        """Async version of ``Client.follow_group``."""
-        option = {"groupnew": group} if new else {"group": group}
-        _check_batch(batch)
+        """Async version of ``Client.follow_group``. Leaving an ``async for``
+        early does not close an async generator: wrap it in
+        ``contextlib.aclosing()`` so that a loop that stops acknowledges what
+        it took."""
+        reads = _GroupReads(key, group, new, batch, lease_ms, consumer)
         while True:
-            result = await self.tread(
-                key, 0, batch, block=block_ms, withinfo=True, nonulls=True, **option
-            )
-            if result is not None:
-                for item in result.items():
-                    yield item
+            result = await self.tread(*reads.args(), block=block_ms, **reads.options())
+            if result is None:
+                continue
+            try:
+                for index, message in enumerate(result.messages):
+                    reads.taken = index  # the ones before it were asked past
+                    if message is not None:
+                        yield result.start + index, message
+            except GeneratorExit:
+                if lease_ms is not None and reads.taken:
+                    with contextlib.suppress(redis.RedisError):
+                        await self.tack(group, result.start, reads.taken)
+                raise
+            reads.done(result)

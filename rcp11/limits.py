@@ -65,6 +65,10 @@ OUTPUT_HIGH_WATER = 4 * 1024 * 1024
 # turn (Redis reads 16 KB per client per event-loop iteration; one read here
 # can hold thousands of pipelined commands).
 TURN_SECONDS = 0.002
+# Waking blocked readers (thousands served by one write) goes on for at
+# most this long before other clients get a turn; the rest are served in
+# the next event-loop iterations, in the order they blocked.
+SERVE_SECONDS = 0.005
 # The clock is read every this many commands (or after a run), so a short
 # pipeline always runs in one go.
 COMMANDS_BETWEEN_CLOCKS = 64
@@ -146,6 +150,7 @@ __all__ = [
     "RESERVATION_MAX_STEP",
     "RESERVATION_MIN_STEP",
     "RESERVED_FDS",
+    "SERVE_SECONDS",
     "TORN_BATCH_MARGIN",
     "TRANSPORT_WATER",
     "TURN_SECONDS",

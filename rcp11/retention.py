@@ -3,8 +3,11 @@
 Data leaves a stream without a command asking for it in two ways:
 
 - `stream-retention-ms` / `stream-retention-bytes`: the server cron calls
-  Retention.cron(), which walks the streams a few at a time, evicting whole
-  macronodes through the core (Stream.evict_older_than, evict_over_bytes).
+  Retention.cron(), which walks the streams a few at a time, evicting
+  through the core (Stream.evict_older_than, evict_over_bytes): by size
+  whole macronodes, by age every message past it (whole macronodes, then
+  the expired messages of the first one left: its memory goes with its
+  last message).
 - `maxmemory-policy streams-oldest`: when used memory is over `maxmemory`,
   evict_for_memory() evicts the oldest macronode of all streams (oldest
   append time first), again and again, until the server fits; the write
@@ -67,7 +70,7 @@ _COMPRESSION_DIRECTIVES = (
 
 
 def _is_stream(value: Any) -> bool:
-    return not isinstance(value, bytes)
+    return isinstance(value, Stream)
 
 
 class Retention:
@@ -164,9 +167,9 @@ class Retention:
         total = Evicted()
         while keys:
             if nodes >= STEP_NODES or perf_counter() >= deadline:
-                if total.nodes:
+                if total.messages:
                     state.stats.retention_runs += 1
-                return total.nodes > 0
+                return total.messages > 0
             key = keys[-1]
             stream = data.get(key)
             if stream is None or not _is_stream(stream):
@@ -181,14 +184,15 @@ class Retention:
             )
             if cutoff is not None or size:
                 ev = _evict_by_retention(stream, cutoff, size, STEP_NODES - nodes)
-                if ev.nodes:
+                # By age, messages go inside a node too (no node freed).
+                if ev.messages:
                     nodes += ev.nodes
                     total = _add(total, ev)
                     record_eviction(state, key, stream, ev)
                 done = done and not ev.more
             if done:
                 keys.pop()
-        if total.nodes:
+        if total.messages:
             state.stats.retention_runs += 1
         return False
 
@@ -219,7 +223,7 @@ def _add(a: Evicted, b: Evicted) -> Evicted:
 
 
 def record_eviction(state: ServerState, key: bytes, stream: Stream, ev: Evicted) -> None:
-    """Account for nodes evicted from `key` and log the stream's new cut."""
+    """Account for messages evicted from `key` and log the stream's new cut."""
     state.keyspace.touch(key)
     stats = state.stats
     stats.retention_evicted_messages += ev.messages

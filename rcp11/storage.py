@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 10
+EXPECTED_ABI_VERSION = 11
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(
@@ -40,7 +40,6 @@ DEFAULT_MAX_ENTRIES: int = lib.MN_DEFAULT_MAX_ENTRIES
 MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
 FORMAT_VERSION: int = lib.MN_FORMAT_VERSION
 MAX_COMPRESSION_DEPTH: int = lib.MN_MAX_COMPRESSION_DEPTH
-TIME_CHECKPOINT_EVERY: int = lib.MN_TIME_CHECKPOINT_EVERY  # messages per time index entry
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -158,6 +157,7 @@ class NodeInfo:
     first_ms: int
     last_ms: int
     memory: int
+    time_width: int  # bytes per message of its time deltas (0, 1, 2, 4, 8)
 
 
 def _evicted(ev: Any, rc: int) -> Evicted:
@@ -314,8 +314,8 @@ class Stream:
 
     @property
     def oldest_append_ms(self) -> int | None:
-        """Append time of the oldest readable message (or of one at most 63
-        before it); None when the stream holds no message."""
+        """Append time of the oldest readable message; None when the stream
+        holds no message."""
         ms = lib.mn_oldest_append_ms(self._s)
         return None if ms == lib.MN_TIME_NONE else ms
 
@@ -448,13 +448,15 @@ class Stream:
 
     def seek_time(self, unix_ms: int) -> int:
         """Offset of the first readable message appended at or after unix_ms
-        (next_offset if none): never later, at most 63 messages earlier."""
+        (next_offset if none). Exact (but among messages loaded from a
+        format-3 dump: never later, at most 63 messages earlier)."""
         return lib.mn_seek_time(self._s, _clamp_ms(unix_ms))
 
     def evict_older_than(self, cutoff_ms: int, max_nodes: int | None = None) -> Evicted:
-        """Evict whole nodes (oldest first, at most max_nodes) whose newest
-        message was appended before cutoff_ms; the active node too once all
-        its messages are older."""
+        """Evict every message appended before cutoff_ms: whole nodes
+        (oldest first, at most max_nodes freed; the active node too once
+        all its messages are older), then the older messages of the first
+        node left."""
         ev = ffi.new("mn_evicted *")
         self._version += 1
         rc = lib.mn_evict_older_than(self._s, _clamp_ms(cutoff_ms), _max_nodes(max_nodes), ev)
@@ -495,6 +497,7 @@ class Stream:
                     info.first_ms,
                     info.last_ms,
                     info.memory,
+                    info.time_width,
                 )
             )
             node = lib.mn_node_next(node)
@@ -540,39 +543,52 @@ class Stream:
 
     # -- reads ----------------------------------------------------------
 
-    def read_resp(self, start: int, count: int, resp3: bool, prefix: bytes = b"") -> bytes:
+    def read_resp(
+        self, start: int, count: int, resp3: bool, prefix: bytes = b"", times: bool = False
+    ) -> bytes:
         """RESP bulk strings for offsets start..start+count-1 (nulls for missing ones),
-        after `prefix` (typically the reply's array header).
+        after `prefix` (typically the reply's array header). With times, each
+        message comes with its append time: RESP2 message, time, message,
+        time ... (two nulls for a missing offset), RESP3 [message, time]
+        pairs (a null for a missing offset), as TREAD WITHTIMES answers.
 
         The range must lie within 0..next_offset. This is TREAD's fast path:
         one C call that formats straight from the nodes, then one copy
         (joining a header afterwards would copy the reply a second time).
         """
-        reply = self.read_resp_capped(start, count, resp3, prefix, None)
+        reply = self.read_resp_capped(start, count, resp3, prefix, None, times)
         assert isinstance(reply, bytes)
         return reply
 
     def read_resp_capped(
-        self, start: int, count: int, resp3: bool, prefix: bytes, cap: int | None
+        self,
+        start: int,
+        count: int,
+        resp3: bool,
+        prefix: bytes,
+        cap: int | None,
+        times: bool = False,
     ) -> bytes | int:
         """read_resp(), unless the reply would be over cap bytes (None: no
         cap): then its size, and nothing is built."""
+        style = (lib.MN_NULL_RESP3 if resp3 else lib.MN_NULL_RESP2) | (
+            lib.MN_READ_WITH_TIMES if times else 0
+        )
+        return self._capped(lib.mn_read_resp_capped, start, count, style, prefix, cap)
+
+    def _capped(
+        self, build: Any, start: int, count: int, how: int, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """A reply the core builds after prefix in the scratch buffer
+        (mn_read_resp_capped, mn_read_packed_resp), or its size when it
+        would be over cap bytes (None: no cap)."""
         if start < 0 or count < 0:
             raise _range_error(start, count, self._next)
         buf = _scratch_buffer()
         needed = _needed
         try:
-            rc = lib.mn_read_resp_capped(
-                self._s,
-                start,
-                count,
-                resp3,
-                prefix,
-                len(prefix),
-                _NO_CAP if cap is None else max(cap, 0),
-                needed,
-                buf,
-            )
+            limit = _NO_CAP if cap is None else max(cap, 0)
+            rc = build(self._s, start, count, how, prefix, len(prefix), limit, needed, buf)
             if rc == lib.MN_ERR_CAP:
                 return int(needed[0])
             if rc:
@@ -618,6 +634,28 @@ class Stream:
                 pos += size
         return out
 
+    def read_packed_capped(
+        self, start: int, count: int, times: bool, prefix: bytes, cap: int | None
+    ) -> bytes | int:
+        """TREAD ... PACKED's reply for offsets start..start+count-1 after
+        `prefix`: the lengths (little-endian uint32, 0xFFFFFFFF for a
+        missing offset), the messages back to back, and with times their
+        append times (little-endian int64, -1 for a missing offset), as
+        bulk strings; unless it would be over cap bytes (None: no cap):
+        then its size, and nothing is built."""
+        return self._capped(lib.mn_read_packed_resp, start, count, int(times), prefix, cap)
+
+    def read_times(self, start: int, count: int) -> list[int | None]:
+        """Append times (unix ms) of offsets start..start+count-1; None for
+        evicted or lost ones."""
+        if start < 0 or count < 0 or start + count > self.next_offset:
+            raise _range_error(start, count, self.next_offset)
+        if count == 0:
+            return []
+        times = array("q", bytes(8 * count))
+        _check(lib.mn_read_times(self._s, start, count, ffi.from_buffer("int64_t[]", times)))
+        return [None if t < 0 else t for t in times.tolist()]
+
     # -- persistence ----------------------------------------------------
 
     def dump(self) -> Iterator[bytes]:
@@ -649,8 +687,9 @@ class Stream:
     def load(cls, blobs: Iterable[bytes], now_ms: int | None = None) -> Stream:
         """Rebuild a stream from dump() output; CorruptDataError if anything is off.
 
-        A dump of format version 2 (before the time index) loads too: its
-        messages count as appended at now_ms (default: the wall clock)."""
+        Older dumps load too: format 3's messages take the time of the next
+        message whose time it kept (every 64th); format 2's (before the time
+        index) count as appended at now_ms (default: the wall clock)."""
         ms = _NOW if now_ms is None else _clamp_ms(now_ms)
         it = iter(blobs)
         header = next(it, None)

@@ -1,11 +1,13 @@
 """Build recipe for the Redis module rcp11/rcp11.so (src/module.c, with its
 offset reservations src/module_reserve.c and their file
-src/module_offsets_file.c, plus the storage core src/macronode.c).
+src/module_offsets_file.c, and its acknowledged groups src/module_ack.c;
+plus the storage core src/macronode.c and the group state src/ackgroup.c,
+unchanged).
 
 setup.py runs it from build_ext, so `pip install .` (and `pip install -e .`)
 ship the module as package data next to the cffi extension; `python -m rcp11
-module-path` prints where it landed. The core is compiled with
-src/module_alloc.h force-included, which routes its allocations to
+module-path` prints where it landed. The C cores are compiled with
+src/module_alloc.h force-included, which routes their allocations to
 RedisModule_Alloc so that Redis's used_memory and maxmemory see them.
 
 Environment (for CI's sanitizer run): RCP11_MODULE_CFLAGS and
@@ -42,11 +44,16 @@ def build(output: str, build_temp: str, extra_cflags: list[str] | None = None) -
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     cc = _compiler()
     objects = []
+    # The C cores allocate through Redis (module_alloc.h); the module's own
+    # files call RedisModule_Alloc themselves.
+    alloc = ["-include", os.path.join(HERE, "module_alloc.h")]
     units = [
-        ("macronode.c", ["-include", os.path.join(HERE, "module_alloc.h")]),
+        ("macronode.c", alloc),
+        ("ackgroup.c", alloc),
         ("module.c", []),
         ("module_reserve.c", []),
         ("module_offsets_file.c", []),
+        ("module_ack.c", []),
     ]
     for source, extra in units:
         obj = os.path.join(build_temp, source.replace(".c", ".module.o"))

@@ -26,9 +26,10 @@
  *
  *   TWRITE key value                      -> :<offset>
  *   TWRITE key [BACKLOG n] ENTRIES e...   -> :<first offset>
- *   TREAD key offset count [WITHINFO] [NONULLS]
- *                                         -> *n bulks (WITHINFO: *n+1, *4 info first)
- *   TREAD key offset count [WITHINFO] [NONULLS] BLOCK ms   (options in any order)
+ *   TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES]
+ *                                         -> *n bulks (WITHINFO: *n+1, *4 info first;
+ *                                            WITHTIMES: *2n, a bulk and a time each)
+ *   TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] BLOCK ms   (any order)
  *                                         -> the same reply, when it answers at once
  *
  * A BLOCK read is two commands in one: a read that answers at once, and a
@@ -179,6 +180,7 @@ void lane_call_reset(lane_call *call) {
     call->twrite_calls = call->twrite_usec = 0;
     call->tread_calls = call->tread_usec = 0;
     call->messages_written = call->messages_read = call->messages_evicted = 0;
+    call->group_changes = 0;
     call->memory_grown = 0;
     call->nslow = 0;
     call->append_ms = -1;
@@ -356,24 +358,31 @@ static long parse_request(lane_call *call, const char *buf, size_t len, size_t *
     return (long)pos;
 }
 
-/* The key slot of args[1], resolving it on first sight; NULL stops. */
-static lane_key *key_slot(lane_call *call, const lane_arg *key) {
+/* Whether slot k may serve as a stream (group 0) or an acknowledged group
+ * (group 1). */
+static lane_key *slot_for(lane_key *k, int group) {
+    return k->allowed && (group ? k->group != NULL : k->stream != NULL) ? k : NULL;
+}
+
+/* The key slot of `key` holding a stream (group 0) or an acknowledged
+ * group (group 1), resolving it on first sight; NULL stops. */
+static lane_key *key_slot(lane_call *call, const lane_arg *key, int group) {
     for (size_t i = 0; i < call->nkeys; i++) {
         lane_key *k = &call->keys[i];
         if (k->key_len == key->len && memcmp(k->key, key->p, key->len) == 0)
-            return k->allowed ? k : NULL;
+            return slot_for(k, group);
     }
     if (call->nkeys == LANE_MAX_KEYS) return NULL;
     lane_key *k = &call->keys[call->nkeys];
     k->key = key->p;
     k->key_len = key->len;
     k->stream = NULL;
+    k->group = NULL;
     k->write_limit = 0;
     k->written = 0;
-    k->allowed = call->resolve(call, key->p, key->len, &k->stream, &k->write_limit);
-    if (k->allowed && k->stream == NULL) k->allowed = 0;
+    k->allowed = call->resolve(call, key->p, key->len, &k->stream, &k->group, &k->write_limit);
     call->nkeys++; /* a refused key is remembered too: it is not asked twice */
-    return k->allowed ? k : NULL;
+    return slot_for(k, group);
 }
 
 /* ------------------------------------------------------------------------
@@ -403,7 +412,7 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
     }
     size_t n = argc - first_entry;
     if (call->log_writes && call->aof.len > call->aof_room) return -1;
-    lane_key *k = key_slot(call, &args[1]);
+    lane_key *k = key_slot(call, &args[1], 0);
     if (k == NULL) return -1;
     if (!(k->allowed & LANE_KEY_WRITE)) {
         call->stop = LANE_STOP_KEY;
@@ -467,35 +476,39 @@ static int run_twrite(lane_call *call, const lane_arg *args, size_t argc, const 
 }
 
 /* TREAD's options after key offset count, as the general path reads them
- * (any order, each at most once): WITHINFO, NONULLS and BLOCK ms. Returns 0
- * and sets *withinfo, *nonulls and *block (1 when BLOCK was given with a
- * valid timeout);
- * -1 for anything the general path would refuse (an option twice, an
- * unknown one, BLOCK without a value, a timeout that is not a canonical
- * int64 or is negative) or that the lane does not run (GROUP, GROUPNEW).
+ * (any order, each at most once): WITHINFO, NONULLS, WITHTIMES and BLOCK
+ * ms. Returns 0 and sets t's flags (block: 1 when BLOCK was given with a
+ * valid timeout); -1 for anything the general path would refuse (an
+ * option twice, an unknown one, BLOCK without a value, a timeout that is
+ * not a canonical int64 or is negative) or that the lane does not run
+ * (GROUP, GROUPNEW, PACKED).
  *
- *   args:  TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]   (any order)
- *          0     1   2      3     4 ...
+ *   args:  TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] [BLOCK ms]
+ *          0     1   2      3     4 ...                          (any order)
  *
  * The timeout's value is not kept: the lane runs a BLOCK read only when it
  * answers at once, and then the general path never looks at it either. */
-static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *nonulls,
-                         int *block) {
-    *withinfo = *nonulls = *block = 0;
+typedef struct tread_flags {
+    int withinfo, nonulls, withtimes, block;
+} tread_flags;
+
+static int tread_options(const lane_arg *args, size_t argc, tread_flags *t) {
+    static const char *const words[] = {"WITHINFO", "NONULLS", "WITHTIMES"};
+    int *flags[] = {&t->withinfo, &t->nonulls, &t->withtimes};
+    t->withinfo = t->nonulls = t->withtimes = t->block = 0;
     for (size_t i = 4; i < argc;) {
-        if (word_is(&args[i], "WITHINFO")) {
-            if (*withinfo) return -1;
-            *withinfo = 1;
-            i++;
-        } else if (word_is(&args[i], "NONULLS")) {
-            if (*nonulls) return -1;
-            *nonulls = 1;
+        int word = -1;
+        for (int w = 0; w < 3; w++)
+            if (word_is(&args[i], words[w])) word = w;
+        if (word >= 0) {
+            if (*flags[word]) return -1;
+            *flags[word] = 1;
             i++;
         } else if (word_is(&args[i], "BLOCK")) {
             int64_t timeout;
-            if (*block || i + 1 >= argc) return -1;
+            if (t->block || i + 1 >= argc) return -1;
             if (parse_int64(args[i + 1].p, args[i + 1].len, &timeout) || timeout < 0) return -1;
-            *block = 1;
+            t->block = 1;
             i += 2;
         } else {
             return -1;
@@ -504,21 +517,25 @@ static int tread_options(const lane_arg *args, size_t argc, int *withinfo, int *
     return 0;
 }
 
-/* TREAD key offset count [WITHINFO] [NONULLS] [BLOCK ms]. Returns 0 when
- * it ran, -1 to stop. A BLOCK read runs only when it answers at once, which
- * is when the general path's (tread_command) does not wait: its start
- * offset (with NONULLS, the first readable one at or after it) is below
- * the stream's next offset. At or past it the general path would block
- * (or, inside MULTI, which never reaches the lane, answer): the lane stops
- * before the request. */
+/* TREAD key offset count [WITHINFO] [NONULLS] [WITHTIMES] [BLOCK ms].
+ * Returns 0 when it ran, -1 to stop. (The lane serves RESP2 only: WITHTIMES
+ * is a flat message, time, message, time ... there.) A BLOCK read runs
+ * only when it answers at once, which is when the general path's
+ * (tread_command) does not wait: its start offset (with NONULLS, the first
+ * readable one at or after it) is below the stream's next offset. At or
+ * past it the general path would block (or, inside MULTI, which never
+ * reaches the lane, answer): the lane stops before the request. Other
+ * options: a lease read, or Python's. */
+static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc);
+
 static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
-    if (argc < 4 || argc > 8) return -1;
-    int withinfo, nonulls, block;
-    if (tread_options(args, argc, &withinfo, &nonulls, &block)) return -1;
+    if (argc < 4) return -1;
+    tread_flags t;
+    if (argc > 9 || tread_options(args, argc, &t)) return run_lease_read(call, args, argc);
     int64_t offset, count;
     if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
     if (parse_int64(args[3].p, args[3].len, &count) || count < 0) return -1;
-    lane_key *k = key_slot(call, &args[1]);
+    lane_key *k = key_slot(call, &args[1], 0);
     if (k == NULL || !(k->allowed & LANE_KEY_READ)) {
         call->stop = LANE_STOP_KEY;
         return -1;
@@ -533,32 +550,36 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
         start = back >= next ? 0 : next - back;
     }
     uint64_t n;
-    if (nonulls) {
+    if (t.nonulls) {
         /* Past evicted offsets and crash gaps, up to the next null. */
         start = mn_readable_run(k->stream, start, (uint64_t)count, &n);
     } else {
         n = start < next ? next - start : 0;
         if ((uint64_t)count < n) n = (uint64_t)count;
     }
-    if (block && start >= next) {
+    if (t.block && start >= next) {
         call->stop = LANE_STOP_WAIT;
         return -1; /* it would wait: Python blocks the client */
     }
+    /* Two elements per offset with times: a count past 2^62 offsets (no
+     * reply that large fits in memory) is Python's to refuse. */
+    if (t.withtimes && n > (uint64_t)LANE_INT64_MAX / 2) return -1;
+    int64_t elements = t.withtimes ? 2 * (int64_t)n : (int64_t)n;
     char head[160];
     mn_buf h = {head, 0, sizeof head};
     /* head has room for two headers and four integers: no allocation. */
-    if (withinfo) {
+    if (t.withinfo) {
         uint64_t first = mn_first_offset(k->stream);
         if (first > (uint64_t)LANE_INT64_MAX) first = (uint64_t)LANE_INT64_MAX;
         uint64_t shown_start = start > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : start;
-        buf_add_int(&h, '*', (int64_t)n + 1);
+        buf_add_int(&h, '*', elements + 1);
         buf_add_int(&h, '*', 4);
         buf_add_int(&h, ':', (int64_t)first);
         buf_add_int(&h, ':', (int64_t)(next - 1));
         buf_add_int(&h, ':', (int64_t)shown_start);
         buf_add_int(&h, ':', (int64_t)n);
     } else {
-        buf_add_int(&h, '*', (int64_t)n);
+        buf_add_int(&h, '*', elements);
     }
     if (n == 0) {
         if (buf_add(&call->reply, h.data, h.len)) return -1;
@@ -568,7 +589,8 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
          * limit (one TREAD of a million messages must not be built for a
          * client it will close). */
         uint64_t room = call->reply_mark > call->reply.len ? call->reply_mark - call->reply.len : 0;
-        int rc = mn_read_resp_capped(k->stream, start, n, MN_NULL_RESP2, h.data, h.len, room, NULL,
+        int style = MN_NULL_RESP2 | (t.withtimes ? MN_READ_WITH_TIMES : 0);
+        int rc = mn_read_resp_capped(k->stream, start, n, style, h.data, h.len, room, NULL,
                                      &call->reply);
         if (rc == MN_ERR_CAP) call->stop = LANE_STOP_BUDGET;
         if (rc != MN_OK) return -1; /* nothing appended; Python answers (or fails) the same read */
@@ -576,6 +598,202 @@ static int run_tread(lane_call *call, const lane_arg *args, size_t argc) {
     call->tread_usec += (now_ns() - started) / 1000;
     call->tread_calls++;
     call->messages_read += n;
+    call->last_command = 2;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Lease reads of acknowledged groups
+ * --------------------------------------------------------------------- */
+
+/* The options of TREAD key offset count GROUP|GROUPNEW g LEASE ms
+ * [CONSUMER name] [ACK start count] [WITHINFO] [BLOCK ms]. */
+typedef struct lane_lease {
+    const lane_arg *group;
+    const lane_arg *consumer; /* NULL: the empty name */
+    int64_t lease_ms;
+    int ack;
+    int64_t ack_start, ack_count;
+} lane_lease;
+
+/* Parse a lease read's options as the general path does (any order, each
+ * at most once); -1 for anything it would refuse or that is no lease read
+ * (a plain GROUP read). The BLOCK timeout is checked, then not needed: the
+ * lane runs only lease reads that deliver at once. */
+static int lease_options(const lane_arg *args, size_t argc, lane_lease *o) {
+    int withinfo = 0, block = 0, lease = 0, groups = 0;
+    memset(o, 0, sizeof *o);
+    for (size_t i = 4; i < argc;) {
+        const lane_arg *a = &args[i];
+        if (word_is(a, "WITHINFO")) {
+            if (withinfo++) return -1;
+            i++;
+            continue;
+        }
+        if (word_is(a, "ACK")) {
+            if (o->ack || i + 2 >= argc) return -1;
+            if (parse_int64(args[i + 1].p, args[i + 1].len, &o->ack_start) || o->ack_start < 0)
+                return -1;
+            if (parse_int64(args[i + 2].p, args[i + 2].len, &o->ack_count) || o->ack_count < 0)
+                return -1;
+            o->ack = 1;
+            i += 3;
+            continue;
+        }
+        if (i + 1 >= argc) return -1;
+        const lane_arg *v = &args[i + 1];
+        int64_t n;
+        if (word_is(a, "BLOCK")) {
+            if (block++ || parse_int64(v->p, v->len, &n) || n < 0) return -1;
+        } else if (word_is(a, "GROUP") || word_is(a, "GROUPNEW")) {
+            /* Either once; the two together is an error too. */
+            if (groups++) return -1;
+            o->group = v;
+        } else if (word_is(a, "LEASE")) {
+            if (lease++ || parse_int64(v->p, v->len, &o->lease_ms) || o->lease_ms < 1 ||
+                o->lease_ms > AG_MAX_LEASE_MS)
+                return -1;
+        } else if (word_is(a, "CONSUMER")) {
+            if (o->consumer != NULL || v->len > AG_MAX_OWNER_BYTES) return -1;
+            o->consumer = v;
+        } else {
+            return -1;
+        }
+        i += 2;
+    }
+    return lease && o->group != NULL ? 0 : -1;
+}
+
+/* One bulk string of an AOF record (room reserved by the caller). */
+static void aof_bulk(mn_buf *b, const char *p, size_t len) {
+    buf_add_int(b, '$', (int64_t)len);
+    buf_add(b, p, len);
+    buf_add(b, "\r\n", 2);
+}
+
+static void aof_number(mn_buf *b, int64_t v) {
+    char tmp[32];
+    mn_buf t = {tmp, 0, sizeof tmp};
+    buf_add_int(&t, ':', v); /* ":<digits>\r\n": the digits are the bulk */
+    aof_bulk(b, tmp + 1, t.len - 3);
+}
+
+/* `RCP11.LEASE g key floor start count deadline deliveries consumer`, as
+ * rcp11/commands/groups.py logs it. */
+static void aof_lease(lane_call *call, const lane_arg *stream, const lane_lease *o, uint64_t floor,
+                      const ag_choice *c, int64_t deadline) {
+    mn_buf *b = &call->aof;
+    buf_add_int(b, '*', 9);
+    aof_bulk(b, "RCP11.LEASE", 11);
+    aof_bulk(b, o->group->p, o->group->len);
+    aof_bulk(b, stream->p, stream->len);
+    aof_number(b, (int64_t)floor);
+    aof_number(b, (int64_t)c->start);
+    aof_number(b, (int64_t)c->count);
+    aof_number(b, deadline);
+    aof_number(b, (int64_t)c->deliveries);
+    if (o->consumer != NULL) aof_bulk(b, o->consumer->p, o->consumer->len);
+    else aof_bulk(b, "", 0);
+}
+
+/* A lease read (docs/PROTOCOL.md, "Acknowledged groups"), when its group
+ * exists, belongs to the stream and the read delivers new messages (so it
+ * never waits and its pick cannot come up empty, whatever the ACK does):
+ * the general path's lease_read() in C. Redeliveries only, empty reads,
+ * missing or plain group keys and every error stay Python's. Returns 0
+ * when it ran, -1 to stop (having changed nothing, or having logged what
+ * changed when memory failed half way: Python then runs it again). */
+static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc) {
+    lane_lease o;
+    int64_t offset, count;
+    if (lease_options(args, argc, &o)) return -1;
+    if (parse_int64(args[2].p, args[2].len, &offset)) return -1;
+    if (parse_int64(args[3].p, args[3].len, &count) || count <= 0) return -1;
+    if (!call->writes) return -1; /* it changes the group: MISCONF, maxmemory */
+    if (o.group->len == args[1].len && memcmp(o.group->p, args[1].p, args[1].len) == 0) return -1;
+    if (call->log_writes && call->aof.len > call->aof_room) return -1;
+    lane_key *s = key_slot(call, &args[1], 0);
+    lane_key *g = s == NULL ? NULL : key_slot(call, o.group, 1);
+    if (g == NULL || !(s->allowed & LANE_KEY_READ) || !(g->allowed & LANE_KEY_WRITE)) {
+        call->stop = LANE_STOP_KEY;
+        return -1;
+    }
+    ag_group *group = g->group;
+    if (ag_stream_name_len(group) != args[1].len ||
+        memcmp(ag_stream_name(group), args[1].p, args[1].len) != 0)
+        return -1; /* another stream's group: Python's error */
+    uint64_t floor = mn_first_offset(s->stream), end = mn_next_offset(s->stream);
+    uint64_t from = ag_next(group) > floor ? ag_next(group) : floor;
+    if (from >= end) return -1; /* nothing new: a redelivery, an empty read or a wait */
+    const char *owner = o.consumer != NULL ? o.consumer->p : "";
+    size_t owner_len = o.consumer != NULL ? o.consumer->len : 0;
+    /* Room for the log first: once the group changed it must be logged. */
+    if (call->log_writes &&
+        buf_reserve(&call->aof, 512 + args[1].len + 2 * o.group->len + owner_len))
+        return -1;
+    uint64_t started = now_ns();
+    int64_t now = call->lease_clock_ms ? call->lease_clock_ms : wall_ms();
+    int64_t deadline = now + o.lease_ms;
+    if (o.ack) {
+        int64_t acked = ag_ack(group, (uint64_t)o.ack_start, (uint64_t)o.ack_count);
+        if (acked < 0) return -1; /* out of memory, nothing changed */
+        if (acked > 0) {
+            g->written = 1;
+            call->group_changes++;
+            if (call->log_writes) {
+                buf_add_int(&call->aof, '*', 4);
+                aof_bulk(&call->aof, "TACK", 4);
+                aof_bulk(&call->aof, o.group->p, o.group->len);
+                aof_number(&call->aof, o.ack_start);
+                aof_number(&call->aof, o.ack_count);
+            }
+        }
+    }
+    ag_choice c;
+    ag_pick(group, now, floor, end, (uint64_t)count, &c); /* new messages: count >= 1 */
+    char head[200];
+    mn_buf h = {head, 0, sizeof head};
+    uint64_t shown_first = floor > (uint64_t)LANE_INT64_MAX ? (uint64_t)LANE_INT64_MAX : floor;
+    buf_add_int(&h, '*', (int64_t)c.count + 1);
+    buf_add_int(&h, '*', 6);
+    buf_add_int(&h, ':', (int64_t)shown_first);
+    buf_add_int(&h, ':', (int64_t)(end - 1));
+    buf_add_int(&h, ':', (int64_t)c.start);
+    buf_add_int(&h, ':', (int64_t)c.count);
+    buf_add_int(&h, ':', (int64_t)c.deliveries);
+    buf_add_int(&h, ':', deadline);
+    size_t before = call->reply.len;
+    int floored = 0;
+    int rc = mn_read_resp_prefixed(s->stream, c.start, c.count, MN_NULL_RESP2, h.data, h.len,
+                                   &call->reply);
+    if (rc == MN_OK) {
+        ag_choice took;
+        int64_t took_deadline;
+        floored = 1;
+        rc = ag_take(group, now, floor, end, (uint64_t)count, o.lease_ms, owner, owner_len, &took,
+                     &took_deadline);
+    }
+    if (rc != MN_OK) {
+        /* Out of memory half way: the reply goes, what changed is logged
+         * (the ACK above; ag_take drops the evicted part before it leases,
+         * which a lease of nothing at the floor records), and Python runs
+         * the request again from there. */
+        call->reply.len = before;
+        call->stop = LANE_STOP_BUDGET;
+        if (floored) {
+            ag_choice none = {from, 0, 0};
+            g->written = 1;
+            call->group_changes++;
+            if (call->log_writes) aof_lease(call, &args[1], &o, floor, &none, 0);
+        }
+        return -1;
+    }
+    g->written = 1;
+    call->group_changes++;
+    if (call->log_writes) aof_lease(call, &args[1], &o, floor, &c, deadline);
+    call->tread_usec += (now_ns() - started) / 1000;
+    call->tread_calls++;
+    call->messages_read += c.count;
     call->last_command = 2;
     return 0;
 }

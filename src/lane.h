@@ -1,4 +1,5 @@
-/* lane.h -- the C lane: TWRITE and TREAD (no GROUP; BLOCK only when it
+/* lane.h -- the C lane: TWRITE and TREAD (no plain GROUP; a lease read of
+ * an acknowledged group when it delivers new messages; BLOCK only when it
  * answers at once) run straight from a connection's read buffer (see the
  * essay at the top of lane.c).
  *
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ackgroup.h"
 #include "macronode.h"
 
 /* CDEF-BEGIN */
@@ -36,20 +38,22 @@
 
 struct lane_call;
 
-/* Asked once per call for each new key: fills *stream and *write_limit
- * (the highest next offset a write may reach without asking Python, e.g.
- * the key's offset reservation mark) and returns LANE_KEY_* bits, or 0
- * (nothing may run on this key: the lane stops before the request). */
+/* Asked once per call for each new key: fills *stream (a stream) or
+ * *group (an acknowledged group) and *write_limit (the highest next offset
+ * a write may reach without asking Python, e.g. the key's offset
+ * reservation mark) and returns LANE_KEY_* bits, or 0 (nothing may run on
+ * this key: the lane stops before the request). */
 typedef int (*lane_resolve_fn)(struct lane_call *call, const char *key, size_t key_len,
-                               mn_stream **stream, uint64_t *write_limit);
+                               mn_stream **stream, ag_group **group, uint64_t *write_limit);
 
 typedef struct lane_key {
     const char *key;        /* into the caller's buffer */
     size_t key_len;
     mn_stream *stream;
+    ag_group *group;
     uint64_t write_limit;
     int allowed;            /* LANE_KEY_* */
-    int written;            /* a TWRITE ran on it: its next offset changed */
+    int written;            /* a TWRITE or a lease ran on it: it changed */
 } lane_key;
 
 /* A command that ran at least lane_call.slow_usec: where its request is
@@ -76,6 +80,7 @@ typedef struct lane_call {
     int64_t memory_room;         /* used memory may grow by this before a TWRITE */
     int fixed_time;              /* 1: TWRITEs append at fixed_ms (LANE_FIXED_TIME) */
     int64_t fixed_ms;            /* set by the caller: a transaction's one append time */
+    int64_t lease_clock_ms;      /* 0: lease reads read the wall clock; else their time (tests) */
     /* Out: emptied by each lane_run() (lane_call_reset()), then filled. */
     mn_buf reply;
     mn_buf aof;
@@ -83,6 +88,9 @@ typedef struct lane_call {
     int last_command;            /* 0 none, 1 TWRITE, 2 TREAD */
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    /* Changes lease reads logged (a TACK for an ACK, an RCP11.LEASE each):
+     * what they add to the server's dirty counter. */
+    uint64_t group_changes;
     int64_t memory_grown;        /* what the run's TWRITEs added to the streams' memory */
     size_t nslow;
     lane_slow slow[LANE_MAX_SLOW];

@@ -158,15 +158,49 @@
  * a setter would cost a second call per append from Python and from a C
  * caller alike, and could be forgotten.
  *
- * Like Kafka's time index, the index is sparse: a node keeps the time of
- * its messages 0, 64, 128, ... (MN_TIME_CHECKPOINT_EVERY) and of its last
- * message, ~0.13 byte per message. mn_seek_time() descends the skiplist on
- * the nodes' last times to the first node with a message at or after the
- * wanted time, then bisects its checkpoints: if checkpoint k is older and
- * checkpoint k+1 (or the node's last message) is not, the answer is among
- * messages 64k+1 .. 64(k+1), and the seek returns 64k+1 -- never later than
- * the answer, at most 63 messages earlier. Retention by age reads only the
- * nodes' last times, in whole nodes like Kafka's segments.
+ * Every node keeps the time of each of its messages, compactly: the time
+ * of its message 0 (first_ms, in the node struct) and, per message, the
+ * difference to it -- a *delta*, in a table beside the offset table. All
+ * deltas of a node have one width, 0, 1, 2, 4 or 8 bytes: once the node
+ * is sealed, the narrowest that holds its largest delta, the last
+ * message's (times never decrease). A node whose messages all got one
+ * millisecond (a TWRITE of many entries, a burst) stores no delta at all:
+ *
+ *   node, time width 2:         message  0     1     2     3   ...
+ *     first_ms = 1700000000000    deltas [ 0 |  0  |  3  | 250 | ... ]  uint16
+ *                                  time = first_ms + deltas[i]
+ *
+ *   width  largest delta     a node spanning it at 1000 messages per node
+ *   -----  ----------------  -------------------------------------------
+ *       0  0                 one millisecond (batches, bursts)
+ *       1  255 ms            >= ~4,000 messages/s
+ *       2  65.5 s            >= ~16 messages/s
+ *       4  49.7 days         slower
+ *       8  2^63 - 2 ms       a node filling over more than 49.7 days
+ *
+ * Fixed width per node rather than varints: the time of message i is one
+ * load (a TREAD WITHTIMES reads it per message), a seek bisects the
+ * deltas, and at 1,000 messages per node a varint would save at most a
+ * byte per message over the width-2 case. The width is chosen when a node
+ * is allocated -- the width the node before it needed, as streams keep
+ * their rate, so that a node is rarely widened (re-encoded into a new
+ * table, at most four times in its life) -- and narrowed to what it needs
+ * when it is sealed (MN_TIME_WIDTHS). 100-byte messages at 1,000 per
+ * second cost 2 bytes per message, 2% of the payload.
+ *
+ * So times are exact: mn_seek_time() descends the skiplist on the nodes'
+ * last times to the first node with a message at or after the wanted time,
+ * then bisects that node's deltas; retention by age evicts whole nodes
+ * whose newest message expired, then the expired messages of the first
+ * node left (logically, as TEVICT does: its memory goes with its last
+ * message).
+ *
+ * Blobs of format 3 (below) kept only the times of every 64th message of
+ * a node and of its last one. Loaded, each of its messages takes the time
+ * of the next kept one at or after it (its own when kept): never earlier
+ * than the real time, so a seek among those messages stays what format 3
+ * promised -- never late, up to 63 messages early -- and everything
+ * appended after the load is exact.
  *
  * CONCATENATION
  * =============
@@ -176,8 +210,8 @@
  * node holding no evicted message can move from one skiplist to the other
  * as it is: unlinked from src, its first offset renumbered, linked after
  * dst's tail; its blob, compression, chunks and offset table stay, and its
- * times are raised to dst's clock where older (O(times), no message is
- * touched). Only the readable part of a partially evicted first node is
+ * times are raised to dst's clock where older (its deltas rewritten when
+ * some are older, O(messages); no message is touched). Only the readable part of a partially evicted first node is
  * copied -- its evicted messages would otherwise take offsets -- and so is
  * a source small enough to fit in dst's active node, which would otherwise
  * be sealed half full for each small source appended. Copies go through
@@ -217,9 +251,10 @@
  *     max_node_bytes raw bytes, or one message.
  *   - With no scan pending, every sealed node has the form its rank asks
  *     for (see COMPRESSION), but for conforming that failed to allocate.
- *   - Times never decrease: within a node checkpoint k <= checkpoint k+1 <=
- *     last_ms, and a node's first time >= the previous node's last_ms; no
- *     time is later than the stream's clock or earlier than 0.
+ *   - Times never decrease: within a node delta i <= delta i+1, last_ms is
+ *     first_ms + the last delta, and a node's first_ms >= the previous
+ *     node's last_ms; no time is later than the stream's clock or earlier
+ *     than 0. A node's time width holds its last delta.
  *
  * SERIALIZATION
  * =============
@@ -230,12 +265,12 @@
  * the format is the same on every host. A node blob is a near-plain copy of
  * the node in memory: a compressed node stays compressed.
  *
- * Stream header blob, format 3 (MN_HEADER_BYTES = 52 bytes):
+ * Stream header blob, format 4 (MN_HEADER_BYTES = 52 bytes):
  *
  *   OFFSET  SIZE  DESCRIPTION
  *   ------  ----  -----------------------------------------------------
  *        0     4  magic "MNST"
- *        4     1  format version, MN_FORMAT_VERSION (3)
+ *        4     1  format version, MN_FORMAT_VERSION (4)
  *        5     1  compression level for nodes sealed from now on (0..9)
  *        6     2  compression depth (0..MN_MAX_COMPRESSION_DEPTH)
  *        8     8  next offset (0..2^63)
@@ -243,41 +278,53 @@
  *       24     8  number of node blobs that follow
  *       32     4  max_entries (1..MN_MAX_MAX_ENTRIES)
  *       36     4  reserved, zero
- *       40     8  clock: the newest append time (unix ms, >= 0)
+ *       40     8  clock: the newest append time (unix ms, 0..MN_TIME_MAX)
  *       48     4  CRC32 (zlib) of bytes 0..47
  *
- * Node blob, format 3 (40 + 4 * count + 8 * ceil(count / 64) + stored_len
- * bytes):
+ * Node blob, format 4 (40 + (4 + W) * count + stored_len bytes, W the
+ * time width):
  *
  *   OFFSET      SIZE        DESCRIPTION
  *   ----------  ----------  -----------------------------------------------
  *            0           4  magic "MNND"
- *            4           1  format version, MN_FORMAT_VERSION (3)
+ *            4           1  format version, MN_FORMAT_VERSION (4)
  *            5           1  flags: bit 0 set = blob is zlib chunks
  *            6           1  zlevel: zlib level the node was last compressed,
  *                           or tried, at (0 = never; >= 1 when compressed)
- *            7           1  reserved, zero
+ *            7           1  W, time width: bytes per time delta, the
+ *                           narrowest of 0, 1, 2, 4, 8 that holds the last
+ *                           delta (one encoding per node)
  *            8           8  first: logical offset of message 0
  *           16           4  count: messages in the node (1..max_entries)
  *           20           4  raw_len: uncompressed blob bytes == ends[count-1]
  *           24           4  stored_len: blob bytes as stored below; equal to
  *                           raw_len when raw, smaller when compressed
- *           28           8  last_ms: append time of message count-1
+ *           28           8  first_ms: append time of message 0
  *           36   4 * count  offset table: ends[i], end of message i in the
  *                           raw blob, non-decreasing
- *    T = 36 + 4*count    8  times[k] for k < ceil(count / 64): append time
- *      * ceil(count/64)     of message 64k, non-decreasing, <= last_ms
- *   T + 8*ceil(count/64)    blob: raw messages, or the compressed blob
+ *    D = 36 + 4*count       time deltas: message i was appended at first_ms
+ *                W * count  + delta[i]; delta[0] == 0, non-decreasing,
+ *                           first_ms + delta[count-1] <= MN_TIME_MAX
+ *   D + W * count           blob: raw messages, or the compressed blob
  *           stored_len      exactly as in memory (chunk table + zlib
  *                           streams, see mn_chunk_count())
  *   end - 4              4  CRC32 (zlib) of every byte before it
  *
- * Format 2 (before the time index) still loads: its header is the first 36
- * bytes above with bytes 6..7 reserved (zero), then the CRC32 at 36 (40
- * bytes); its node blob is the first 28 bytes above with bytes 6..7
- * reserved, then the offset table, the blob and the CRC32 (no last_ms, no
- * times). All nodes of a stream have the header's version. Its messages
- * have no recorded time: they count as appended at the loader's clock
+ * Older formats still load; all nodes of a stream have the header's
+ * version.
+ *
+ * Format 3 (times of every 64th message): the header is format 4's. The
+ * node blob has byte 7 reserved (zero), last_ms (the append time of
+ * message count-1) at 28, and instead of the deltas ceil(count / 64)
+ * int64 times[k], the time of message 64k, non-decreasing, <= last_ms
+ * (40 + 4 * count + 8 * ceil(count / 64) + stored_len bytes). Its
+ * messages take the time of the next kept one (see TIME INDEX).
+ *
+ * Format 2 (before the time index): its header is the first 36 bytes above
+ * with bytes 6..7 reserved (zero), then the CRC32 at 36 (40 bytes); its
+ * node blob is the first 28 bytes above with bytes 6..7 reserved, then the
+ * offset table, the blob and the CRC32 (no times). Its messages have no
+ * recorded time: they count as appended at the loader's clock
  * (mn_load_header's now_ms), which becomes the stream's clock, and a
  * compressed format-2 node counts as compressed at the stream's level.
  *
@@ -293,7 +340,8 @@
  * a time (the Redis module's AOF rewrite emits one command per node) gets
  * back its offsets, bytes, compression and append times exactly; only a
  * partially evicted first node needs an eviction afterwards, and an
- * evicted tail a raised next offset.
+ * evicted tail a raised next offset. A format-3 node blob (an AOF rewritten
+ * before format 4) is appended too, its times as a load gives them.
  */
 
 #include "macronode.h"
@@ -392,16 +440,24 @@
 #define MN_SPREAD_WEIGHT 8
 #define MN_SPREAD_HEADROOM_PCT 150
 
-/* The time index (MN_TIME_CHECKPOINT_EVERY = 64, in macronode.h): a node
- * records the append time of its messages 0, 64, 128, ... and of its last
- * one. A seek by time then lands at most 63 messages before the exact
- * answer, which one TREAD of 100 covers, for 8 bytes per 64 messages
- * (0.125 byte per message, about 0.1% of a 100-byte message). Every 16
- * messages would quadruple that for a precision no reader needs; every 256
- * would make a seek start up to 255 messages early, several reads of 100. */
+/* Time deltas (see TIME INDEX): a node's deltas all have one width, the
+ * narrowest of these that holds its largest one. 0 is a node of one
+ * millisecond; 8 bytes hold any delta between two times (0..MN_TIME_MAX),
+ * so no append ever has to start a node because of its time. A node is
+ * allocated at the width the node before it needed (steady streams are
+ * then never re-encoded), widened when a delta outgrows it, and narrowed
+ * when it is sealed if it was given more than it used. */
+#define MN_TIME_WIDTH_MAX 8
 
-/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). Version 2
- * (before the time index) still loads; see SERIALIZATION. */
+/* Format 3 kept the time of every 64th message of a node (and of its
+ * last); see TIME INDEX for how those nodes load. */
+#define MN_V3_TIME_EVERY 64
+
+/* Serialized formats (MN_FORMAT_VERSION is in macronode.h). Versions 3
+ * (times of every 64th message) and 2 (before the time index) still load;
+ * see SERIALIZATION. Format 3's header and node frame are format 4's
+ * sizes. */
+#define MN_FORMAT_VERSION_V3 3
 #define MN_FORMAT_VERSION_V2 2
 #define MN_HEADER_BYTES 52
 #define MN_HEADER_BYTES_V2 40
@@ -417,9 +473,11 @@
 /* A serialized node, raw blob included, must fit a 32-bit length. */
 #define MN_NODE_BYTES_LIMIT ((uint64_t)UINT32_MAX)
 
-/* The largest message alone in a node is exactly that limit, so every
- * message mn_append() accepts fits an empty node. */
-_Static_assert(MN_NODE_FRAME_BYTES + 4 + 8 + (uint64_t)MN_MAX_MESSAGE_BYTES == MN_NODE_BYTES_LIMIT,
+/* The largest message alone in a node, with its offset table entry and a
+ * time delta of the widest width, is exactly that limit, so every message
+ * mn_append() accepts fits an empty node whatever its time. */
+_Static_assert(MN_NODE_FRAME_BYTES + 4 + MN_TIME_WIDTH_MAX + (uint64_t)MN_MAX_MESSAGE_BYTES ==
+                   MN_NODE_BYTES_LIMIT,
                "MN_MAX_MESSAGE_BYTES must fill a one-message node exactly");
 
 static const char MN_HEADER_MAGIC[4] = {'M', 'N', 'S', 'T'};
@@ -429,22 +487,24 @@ static const char MN_NODE_MAGIC[4] = {'M', 'N', 'N', 'D'};
  * Types
  * --------------------------------------------------------------------- */
 
-/* A node's offset table and time table share one allocation (one malloc
- * per node fewer), sized for `cap` messages:
+/* A node's offset table and time deltas share one allocation (one malloc
+ * per node fewer), sized for `cap` messages at time width tw (0, 1, 2, 4
+ * or 8 bytes; see TIME INDEX):
  *
- *   +---------------------------+-----+---------------------------------+
- *   | uint32 ends[cap]          | pad | int64 times[ceil(cap / 64)]     |
- *   +---------------------------+-----+---------------------------------+
- *   ^ ends                            ^ ends + mn_times_at(cap), 8-aligned
+ *   +---------------------------+-----------------------------------+
+ *   | uint32 ends[cap]          | deltas[cap], tw bytes each        |
+ *   +---------------------------+-----------------------------------+
+ *   ^ ends                      ^ ends + cap (4-aligned; read with memcpy)
  *
- * times[k] is the append time (unix ms) of message 64 * k; entries past the
- * messages held are unused. Resizing the table moves the time table with
- * it (mn_node_resize_table()). */
+ * Message i was appended at first_ms + deltas[i]; entries past the
+ * messages held are unused. Resizing the table moves the deltas with it,
+ * and a new width re-encodes them (mn_node_retable()). */
 struct mn_node {
     uint64_t first;     /* logical offset of message 0 */
     mn_node *prev;      /* backward pointer, NULL for the first node */
     char *blob;         /* messages back to back, or their zlib chunks */
-    uint32_t *ends;     /* offset table + time table, room for `cap` */
+    uint32_t *ends;     /* offset table + time deltas, room for `cap` */
+    int64_t first_ms;   /* append time of message 0 */
     int64_t last_ms;    /* append time of message count-1 */
     uint32_t count;     /* messages held */
     uint32_t cap;       /* messages the table has room for */
@@ -454,6 +514,7 @@ struct mn_node {
     uint8_t compressed; /* blob is zlib chunks of ends[count-1] raw bytes */
     uint8_t zlevel;     /* zlib level it was last compressed, or tried, at;
                            0 = never (or inflated since) */
+    uint8_t tw;         /* time width: bytes per delta (0, 1, 2, 4, 8) */
     mn_node *fwd[];     /* forward pointers, one per level */
 };
 
@@ -499,6 +560,8 @@ struct mn_stream {
                                  started after another, 0 before the first */
     uint64_t spread;         /* mean difference of successive projections,
                                 UINT64_MAX until two were seen */
+    uint8_t time_width;      /* the width the newest sealed node needed: new
+                                nodes start at it (see TIME INDEX) */
     void *embedder;          /* the embedder's block (mn_embedder_state) */
 };
 
@@ -600,29 +663,54 @@ static uint32_t mn_msg_start(const mn_node *n, uint32_t i) {
     return i ? n->ends[i - 1] : 0;
 }
 
-/* Time table entries for `count` messages: one per MN_TIME_CHECKPOINT_EVERY,
- * the first message's included. */
-static uint32_t mn_times_for(uint32_t count) {
-    return count ? (count - 1) / MN_TIME_CHECKPOINT_EVERY + 1 : 0;
+/* The narrowest time width (bytes per delta) that holds delta. */
+static uint8_t mn_width_for(uint64_t delta) {
+    return delta == 0 ? 0 : delta <= 0xFF ? 1 : delta <= 0xFFFF ? 2 : delta <= 0xFFFFFFFFu ? 4 : 8;
 }
 
-/* Where the time table starts in a table allocation for `cap` messages, and
- * that allocation's size (layout at struct mn_node). */
-static size_t mn_times_at(uint32_t cap) { return ((size_t)cap * 4 + 7) & ~(size_t)7; }
+/* Bytes of a table allocation for `cap` messages at time width tw (layout
+ * at struct mn_node). */
+static size_t mn_table_bytes(uint32_t cap, uint8_t tw) { return (size_t)cap * (4 + (size_t)tw); }
 
-static size_t mn_table_bytes(uint32_t cap) {
-    return mn_times_at(cap) + (size_t)mn_times_for(cap) * sizeof(int64_t);
+static unsigned char *mn_node_deltas(const mn_node *n) { return (unsigned char *)(n->ends + n->cap); }
+
+/* Delta i of a table of width tw (native byte order: memory only). */
+static uint64_t mn_delta_get(const unsigned char *d, uint8_t tw, uint32_t i) {
+    switch (tw) {
+    case 1: return d[i];
+    case 2: { uint16_t v; memcpy(&v, d + 2 * (size_t)i, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, d + 4 * (size_t)i, 4); return v; }
+    case 8: { uint64_t v; memcpy(&v, d + 8 * (size_t)i, 8); return v; }
+    default: return 0;
+    }
 }
 
-static int64_t *mn_node_times(const mn_node *n) {
-    return (int64_t *)(void *)((char *)n->ends + mn_times_at(n->cap));
+/* Store delta i (which fits width tw). */
+static void mn_delta_put(unsigned char *d, uint8_t tw, uint32_t i, uint64_t v) {
+    switch (tw) {
+    case 1: d[i] = (unsigned char)v; break;
+    case 2: { uint16_t x = (uint16_t)v; memcpy(d + 2 * (size_t)i, &x, 2); break; }
+    case 4: { uint32_t x = (uint32_t)v; memcpy(d + 4 * (size_t)i, &x, 4); break; }
+    case 8: memcpy(d + 8 * (size_t)i, &v, 8); break;
+    default: break;
+    }
 }
 
-static int64_t mn_node_first_ms(const mn_node *n) { return mn_node_times(n)[0]; }
+/* The append time of message i of n. */
+static int64_t mn_node_time(const mn_node *n, uint32_t i) {
+    return n->first_ms + (int64_t)mn_delta_get(mn_node_deltas(n), n->tw, i);
+}
 
-/* Record that message i of n, just written, was appended at t. */
+/* The narrowest width that holds every delta of n. */
+static uint8_t mn_node_width_needed(const mn_node *n) {
+    return mn_width_for((uint64_t)(n->last_ms - n->first_ms));
+}
+
+/* Record that message i of n, just written, was appended at t (not before
+ * message i-1; the width holds t - first_ms, see mn_append_plan()). */
 static void mn_node_stamp(mn_node *n, uint32_t i, int64_t t) {
-    if (i % MN_TIME_CHECKPOINT_EVERY == 0) mn_node_times(n)[i / MN_TIME_CHECKPOINT_EVERY] = t;
+    if (i == 0) n->first_ms = t;
+    mn_delta_put(mn_node_deltas(n), n->tw, i, (uint64_t)(t - n->first_ms));
     n->last_ms = t;
 }
 
@@ -635,9 +723,16 @@ static int64_t mn_now_ms(int64_t now_ms) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Bytes of a serialized node of `count` messages and `stored` blob bytes. */
-static uint64_t mn_node_serialized_bytes(uint32_t count, uint64_t stored) {
-    return MN_NODE_FRAME_BYTES + 4 * (uint64_t)count + 8 * (uint64_t)mn_times_for(count) + stored;
+/* Bytes of a serialized node of `count` messages at time width tw and
+ * `stored` blob bytes. */
+static uint64_t mn_node_serialized_bytes(uint32_t count, uint8_t tw, uint64_t stored) {
+    return MN_NODE_FRAME_BYTES + (4 + (uint64_t)tw) * count + stored;
+}
+
+/* The same at the widest time width: what a node may grow to whatever the
+ * times of its messages. */
+static uint64_t mn_node_bytes_bound(uint32_t count, uint64_t stored) {
+    return mn_node_serialized_bytes(count, MN_TIME_WIDTH_MAX, stored);
 }
 
 /* Can a node holding `count` messages of `bytes` raw bytes take one more of
@@ -647,7 +742,7 @@ static uint64_t mn_node_serialized_bytes(uint32_t count, uint64_t stored) {
 static int mn_node_fits(const mn_stream *s, uint32_t count, uint64_t bytes, uint32_t len) {
     if (count >= s->max_entries) return 0;
     if (count > 0 && s->max_node_bytes && bytes + len > s->max_node_bytes) return 0;
-    return mn_node_serialized_bytes(count + 1, bytes + len) <= MN_NODE_BYTES_LIMIT;
+    return mn_node_bytes_bound(count + 1, bytes + len) <= MN_NODE_BYTES_LIMIT;
 }
 
 /* Pugh's random level with p = 1/4, from a xorshift64 generator private to
@@ -668,19 +763,22 @@ static uint8_t mn_random_level(mn_stream *s) {
 
 /* Bytes a node holds from the allocator: struct, tables and blob. */
 static uint64_t mn_node_memory(const mn_node *n) {
-    return mn_node_struct_bytes(n->level) + mn_table_bytes(n->cap) + n->blob_cap;
+    return mn_node_struct_bytes(n->level) + mn_table_bytes(n->cap, n->tw) + n->blob_cap;
 }
 
-/* Allocate an unlinked node with room for `cap` messages in its tables and
- * `blob_cap` blob bytes. Counts the memory. NULL on failure. */
-static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint32_t blob_cap) {
+/* Allocate an unlinked node with room for `cap` messages in its tables, at
+ * time width tw, and `blob_cap` blob bytes. Counts the memory. NULL on
+ * failure. */
+static mn_node *mn_node_alloc(mn_stream *s, uint8_t level, uint32_t cap, uint8_t tw,
+                              uint32_t blob_cap) {
     if (cap == 0) cap = 1;
     if (blob_cap == 0) blob_cap = 1;
     mn_node *n = malloc(mn_node_struct_bytes(level));
     if (n == NULL) return NULL;
     memset(n, 0, mn_node_struct_bytes(level));
     n->level = level;
-    n->ends = malloc(mn_table_bytes(cap));
+    n->tw = tw;
+    n->ends = malloc(mn_table_bytes(cap, tw));
     n->blob = malloc(blob_cap);
     if (n->ends == NULL || n->blob == NULL) {
         free(n->ends);
@@ -722,25 +820,40 @@ static void mn_node_release(mn_stream *s, mn_node *n) {
     free(n);
 }
 
-/* Reallocate the tables for `cap` (>= count) messages. The time table sits
- * after the offset table, so it moves: up after growing, down before
- * shrinking (and back if the shrink fails). */
-static int mn_node_resize_table(mn_stream *s, mn_node *n, uint32_t cap) {
+/* Give the tables room for `cap` (>= count) messages at time width tw
+ * (which holds every delta held). At the same width the table is
+ * reallocated and the deltas, which sit after the offset table, move: up
+ * after growing, down before shrinking (and back if the shrink fails). A
+ * new width re-encodes them into a new allocation. Nothing changes on
+ * failure. */
+static int mn_node_retable(mn_stream *s, mn_node *n, uint32_t cap, uint8_t tw) {
     if (cap == 0) cap = 1;
-    if (cap == n->cap) return MN_OK;
-    size_t used = (size_t)mn_times_for(n->count) * sizeof(int64_t);
-    size_t from = mn_times_at(n->cap), to = mn_times_at(cap);
-    char *old = (char *)n->ends;
-    if (to < from && used) memmove(old + to, old + from, used);
-    char *p = realloc(old, mn_table_bytes(cap));
-    if (p == NULL) {
-        if (to < from && used) memmove(old + from, old + to, used);
-        return MN_ERR_NOMEM;
+    if (cap == n->cap && tw == n->tw) return MN_OK;
+    size_t old_bytes = mn_table_bytes(n->cap, n->tw);
+    if (tw == n->tw) {
+        size_t used = (size_t)n->count * tw;
+        size_t from = (size_t)n->cap * 4, to = (size_t)cap * 4;
+        char *old = (char *)n->ends;
+        if (to < from && used) memmove(old + to, old + from, used);
+        char *p = realloc(old, mn_table_bytes(cap, tw));
+        if (p == NULL) {
+            if (to < from && used) memmove(old + from, old + to, used);
+            return MN_ERR_NOMEM;
+        }
+        if (to > from && used) memmove(p + to, p + from, used);
+        n->ends = (uint32_t *)(void *)p;
+    } else {
+        uint32_t *p = malloc(mn_table_bytes(cap, tw));
+        if (p == NULL) return MN_ERR_NOMEM;
+        memcpy(p, n->ends, (size_t)n->count * 4);
+        unsigned char *from = mn_node_deltas(n), *to = (unsigned char *)(p + cap);
+        for (uint32_t i = 0; i < n->count; i++) mn_delta_put(to, tw, i, mn_delta_get(from, n->tw, i));
+        free(n->ends);
+        n->ends = p;
     }
-    if (to > from && used) memmove(p + to, p + from, used);
-    s->memory = s->memory - mn_table_bytes(n->cap) + mn_table_bytes(cap);
-    n->ends = (uint32_t *)(void *)p;
+    s->memory = s->memory - old_bytes + mn_table_bytes(cap, tw);
     n->cap = cap;
+    n->tw = tw;
     return MN_OK;
 }
 
@@ -755,11 +868,14 @@ static int mn_node_resize_blob(mn_stream *s, mn_node *n, uint32_t cap) {
     return MN_OK;
 }
 
-/* Give back the slack of a full or sealed node. A failed shrink leaves the
- * node larger but correct, so errors are ignored. */
+/* Give back the slack of a full or sealed node: table and blob cut to
+ * what they hold, deltas narrowed to the width they need, which the next
+ * node starts at (MN_TIME_WIDTH_MAX). A failed shrink leaves the node
+ * larger but correct, so errors are ignored. */
 static void mn_node_shrink(mn_stream *s, mn_node *n) {
+    s->time_width = mn_node_width_needed(n);
     if (n->compressed) return;
-    (void)mn_node_resize_table(s, n, n->count);
+    (void)mn_node_retable(s, n, n->count, s->time_width);
     (void)mn_node_resize_blob(s, n, mn_node_raw_bytes(n));
 }
 
@@ -1292,8 +1408,11 @@ static uint64_t mn_predict_headroom(mn_stream *s, uint64_t projected) {
     return headroom < fixed ? headroom : fixed;
 }
 
-/* Phase one for n messages of the given lengths (checked by the caller). */
-static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan *p) {
+/* Phase one for n messages of the given lengths (checked by the caller),
+ * message k to be appended at times[k], or all at t when times is NULL:
+ * times not earlier than any time in the stream, non-decreasing. */
+static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, const int64_t *times,
+                          int64_t t, mn_plan *p) {
     const uint32_t max = s->max_entries;
     mn_node *tail = s->tail;
     size_t i = 0;
@@ -1312,17 +1431,22 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
     p->to_tail = i;
     p->tbytes = tbytes;
     if (i > 0) {
+        uint64_t cap = tail->cap;
         if (tcount > tail->cap) {
             /* Only a lone first node, or a last node rebuilt by a load or
              * moved by a concatenation (both exactly sized), has a short
              * table: grow it by half. */
-            uint64_t cap = (uint64_t)tail->cap + tail->cap / 2;
+            cap = (uint64_t)tail->cap + tail->cap / 2;
             if (cap < (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH)
                 cap = (uint64_t)tail->cap + MN_TABLE_MIN_GROWTH;
             if (cap < tcount) cap = tcount;
             if (cap > max || tcount == max) cap = max;
-            if (mn_node_resize_table(s, tail, (uint32_t)cap) != MN_OK) return MN_ERR_NOMEM;
         }
+        /* The deltas must hold the last new message's (see TIME INDEX). */
+        int64_t last = times ? times[i - 1] : t;
+        uint8_t tw = mn_width_for((uint64_t)(last - tail->first_ms));
+        if (tw < tail->tw) tw = tail->tw;
+        if (mn_node_retable(s, tail, (uint32_t)cap, tw) != MN_OK) return MN_ERR_NOMEM;
         if (tbytes > tail->blob_cap) {
             uint64_t cap = (uint64_t)tail->blob_cap + tail->blob_cap / 2;
             uint64_t projected = tbytes * max / tcount;
@@ -1344,6 +1468,7 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
     while (i < n) {
         uint32_t count = 0;
         uint64_t bytes = 0;
+        size_t from = i;
         while (i < n && mn_node_fits(s, count, bytes, lens[i])) {
             bytes += lens[i];
             count++;
@@ -1361,13 +1486,18 @@ static int mn_append_plan(mn_stream *s, const uint32_t *lens, size_t n, mn_plan 
             uint64_t predicted = prev_bytes * max / prev_count;
             predicted += mn_predict_headroom(s, predicted);
             if (s->max_node_bytes && predicted > s->max_node_bytes) predicted = s->max_node_bytes;
-            if (predicted > blob_cap && mn_node_serialized_bytes(max, predicted) <= MN_NODE_BYTES_LIMIT)
+            if (predicted > blob_cap && mn_node_bytes_bound(max, predicted) <= MN_NODE_BYTES_LIMIT)
                 blob_cap = predicted;
         }
         prev_count = count;
         prev_bytes = bytes;
+        /* Deltas wide enough for its messages; the last new node becomes
+         * the active one and takes later appends, so it starts at the
+         * width the stream's nodes have been needing. */
+        uint8_t tw = times ? mn_width_for((uint64_t)(times[i - 1] - times[from])) : 0;
+        if (i == n && tw < s->time_width) tw = s->time_width;
         uint8_t level = mn_random_level(s);
-        mn_node *node = mn_node_alloc(s, level, cap, (uint32_t)blob_cap);
+        mn_node *node = mn_node_alloc(s, level, cap, tw, (uint32_t)blob_cap);
         if (node == NULL) {
             mn_plan_abort(s, p);
             return MN_ERR_NOMEM;
@@ -1446,15 +1576,16 @@ int64_t mn_append(mn_stream *s, const char *buf, const uint32_t *lens, size_t n,
         total += lens[i];
     }
     if (total > 0 && buf == NULL) return MN_ERR_ARG;
+    /* Every message gets the same time: now_ms, or the stream's clock when
+     * that is later; it becomes the clock once the append cannot fail. */
+    int64_t t = mn_now_ms(now_ms);
+    if (t < s->clock) t = s->clock;
     mn_plan plan;
-    int rc = mn_append_plan(s, lens, n, &plan);
+    int rc = mn_append_plan(s, lens, n, NULL, t, &plan);
     if (rc != MN_OK) return rc;
-    /* Every message gets the same time, the stream's clock moved to now_ms
-     * unless that is earlier. */
     int64_t first_offset = (int64_t)s->next;
-    now_ms = mn_now_ms(now_ms);
-    if (now_ms > s->clock) s->clock = now_ms;
-    mn_append_commit(s, buf, lens, n, total, NULL, s->clock, &plan);
+    s->clock = t;
+    mn_append_commit(s, buf, lens, n, total, NULL, t, &plan);
     return first_offset;
 }
 
@@ -1523,6 +1654,22 @@ int64_t mn_evict_keep(mn_stream *s, uint64_t keep) {
 
 int64_t mn_last_append_ms(const mn_stream *s) { return s->clock; }
 
+/* The index of the first message of n appended at or after unix_ms (count
+ * when none is): a bisection of its deltas, which never decrease. */
+static uint32_t mn_node_seek_time(const mn_node *n, int64_t unix_ms) {
+    if (n->first_ms >= unix_ms) return 0;
+    if (n->last_ms < unix_ms) return n->count;
+    uint64_t want = (uint64_t)(unix_ms - n->first_ms); /* a delta > 0 */
+    const unsigned char *d = mn_node_deltas(n);
+    uint32_t lo = 1, hi = n->count - 1; /* the answer is in [lo, hi] */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (mn_delta_get(d, n->tw, mid) < want) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms) {
     if (s->num_nodes == 0) return s->next;
     /* Times never decrease along the list, so the skiplist can descend on
@@ -1538,21 +1685,9 @@ uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms) {
     }
     const mn_node *n = x ? x->fwd[0] : s->head[0];
     if (n == NULL) return s->next;
-    /* older = how many checkpoints are older than unix_ms. Checkpoint k is
-     * message 64k: with older == 0 message 0 is the answer; otherwise
-     * messages up to 64(older-1) are older and the answer is after them,
-     * within the next 63 (checkpoint `older` is not older, or the node's
-     * last message is not). */
-    const int64_t *times = mn_node_times(n);
-    uint32_t lo = 0, hi = mn_times_for(n->count);
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (times[mid] < unix_ms) lo = mid + 1;
-        else hi = mid;
-    }
-    uint64_t i = lo ? (uint64_t)(lo - 1) * MN_TIME_CHECKPOINT_EVERY + 1 : 0;
-    if (i >= n->count) i = n->count - 1;
-    uint64_t off = n->first + i;
+    /* An answer among evicted messages: the first readable one is the
+     * first at or after unix_ms then (times never decrease). */
+    uint64_t off = n->first + mn_node_seek_time(n, unix_ms);
     return off > s->first ? off : s->first;
 }
 
@@ -1561,6 +1696,17 @@ int mn_evict_older_than(mn_stream *s, int64_t cutoff_ms, uint64_t max_nodes, mn_
     for (; s->num_nodes && s->head[0]->last_ms < cutoff_ms; max_nodes--) {
         if (max_nodes == 0) return 1;
         mn_evict_first_node(s, ev);
+    }
+    /* The expired messages of the node left first, exactly: evicted the
+     * way mn_evict_upto() evicts, the node kept for its newer ones. */
+    if (s->num_nodes) {
+        const mn_node *n = s->head[0];
+        uint64_t cut = n->first + mn_node_seek_time(n, cutoff_ms);
+        if (cut > s->first) {
+            ev->messages += cut - s->first;
+            ev->bytes += mn_span_bytes(n, (uint32_t)(s->first - n->first), (uint32_t)(cut - n->first));
+            mn_evict_upto(s, (int64_t)cut - 1);
+        }
     }
     return 0;
 }
@@ -1584,8 +1730,7 @@ int mn_evict_oldest_node(mn_stream *s, mn_evicted *ev) {
 int64_t mn_oldest_append_ms(const mn_stream *s) {
     if (s->num_nodes == 0) return MN_TIME_NONE;
     const mn_node *n = s->head[0];
-    /* The checkpoint at or before the first readable message. */
-    return mn_node_times(n)[(s->first - n->first) / MN_TIME_CHECKPOINT_EVERY];
+    return mn_node_time(n, (uint32_t)(s->first - n->first));
 }
 
 uint64_t mn_oldest_node_memory(const mn_stream *s) {
@@ -1603,18 +1748,27 @@ uint64_t mn_oldest_node_memory(const mn_stream *s) {
  * Concatenation
  * --------------------------------------------------------------------- */
 
-/* A time not earlier than message i's own (times never decrease): its own
- * at a checkpoint, else the next checkpoint's or the node's last. */
-static int64_t mn_node_time_bound(const mn_node *n, uint32_t i) {
-    const int64_t *times = mn_node_times(n);
-    uint32_t k = i / MN_TIME_CHECKPOINT_EVERY;
-    if (i % MN_TIME_CHECKPOINT_EVERY == 0) return times[k];
-    return k + 1 < mn_times_for(n->count) ? times[k + 1] : n->last_ms;
+/* Raise every time of n below floor to floor (a node moving to a stream
+ * whose clock is later). The deltas only shrink: the width still holds
+ * them. */
+static void mn_node_raise_times(mn_node *n, int64_t floor) {
+    if (n->first_ms >= floor) return;
+    unsigned char *d = mn_node_deltas(n);
+    if (n->last_ms <= floor) {
+        if (n->tw) memset(d, 0, (size_t)n->count * n->tw);
+        n->first_ms = n->last_ms = floor;
+        return;
+    }
+    for (uint32_t i = 0; i < n->count; i++) {
+        int64_t t = mn_node_time(n, i);
+        mn_delta_put(d, n->tw, i, t > floor ? (uint64_t)(t - floor) : 0);
+    }
+    n->first_ms = floor;
 }
 
 /* Messages a concatenation copies rather than moves, gathered back to
- * back with their lengths and time bounds (allocated with malloc: they
- * are scratch, not counted in any stream's memory). */
+ * back with their lengths and times (allocated with malloc: they are
+ * scratch, not counted in any stream's memory). */
 typedef struct mn_gather {
     char *buf;
     uint32_t *lens;
@@ -1674,7 +1828,7 @@ static int mn_gather_messages(const mn_node *from, uint32_t i, const mn_node *st
         pos += mn_node_raw_bytes(x) - start;
         for (uint32_t j = lo; j < x->count; j++, m++) {
             g->lens[m] = x->ends[j] - mn_msg_start(x, j);
-            int64_t t = mn_node_time_bound(x, j);
+            int64_t t = mn_node_time(x, j);
             g->times[m] = t > floor ? t : floor;
         }
     }
@@ -1690,8 +1844,8 @@ static int mn_concat_fits_tail(const mn_stream *dst, const mn_stream *src) {
         return 0;
     if (dst->max_node_bytes && (uint64_t)mn_node_raw_bytes(tail) + src->payload > dst->max_node_bytes)
         return 0;
-    return mn_node_serialized_bytes(tail->count + (uint32_t)src->length,
-                                    (uint64_t)mn_node_raw_bytes(tail) + src->payload) <=
+    return mn_node_bytes_bound(tail->count + (uint32_t)src->length,
+                               (uint64_t)mn_node_raw_bytes(tail) + src->payload) <=
            MN_NODE_BYTES_LIMIT;
 }
 
@@ -1716,7 +1870,7 @@ int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
     if (move_from != head)
         rc = mn_gather_messages(head, (uint32_t)(src->first - head->first), move_from, floor, &g);
     mn_plan plan = {0, 0, NULL};
-    if (rc == MN_OK && g.n) rc = mn_append_plan(dst, g.lens, g.n, &plan);
+    if (rc == MN_OK && g.n) rc = mn_append_plan(dst, g.lens, g.n, g.times, 0, &plan);
     uint8_t top = 0;
     for (const mn_node *x = move_from; x != NULL; x = x->fwd[0])
         if (x->level > top) top = x->level;
@@ -1747,10 +1901,7 @@ int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
         uint64_t memory = mn_node_memory(x);
         src->memory -= memory;
         dst->memory += memory;
-        int64_t *times = mn_node_times(x);
-        for (uint32_t k = 0; k < mn_times_for(x->count); k++)
-            if (times[k] < floor) times[k] = floor;
-        if (x->last_ms < floor) x->last_ms = floor;
+        mn_node_raise_times(x, floor);
         x->first = dst->next;
         dst->next += x->count;
         dst->length += x->count;
@@ -1846,19 +1997,41 @@ static int mn_check_range(const mn_stream *s, uint64_t start, uint64_t n) {
     return MN_OK;
 }
 
-int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style, mn_buf *out) {
-    return mn_read_resp_prefixed(s, start, n, null_style, NULL, 0, out);
+/* Digits of a time (0..MN_TIME_MAX) in decimal. */
+static size_t mn_decimal_len64(uint64_t v) {
+    size_t digits = 1;
+    while (v >= 10) {
+        v /= 10;
+        digits++;
+    }
+    return digits;
 }
 
-/* The bytes of the RESP bulk strings (and nulls of null_len) of a checked
- * range: from the nodes' message ends alone. */
-static uint64_t mn_resp_bytes(mn_stream *s, uint64_t start, uint64_t n, size_t null_len) {
+static char *mn_write_decimal64(char *p, uint64_t v, size_t digits) {
+    for (size_t i = digits; i > 0; i--) {
+        p[i - 1] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + digits;
+}
+
+/* The bytes of the RESP of a checked range in a style (see
+ * mn_read_resp_capped), nulls of null_len bytes each: from the nodes'
+ * message ends and times alone. UINT64_MAX when the sum would wrap around
+ * 2^64 (up to 2^63 offsets of a stream may read as null): too big for any
+ * buffer. */
+static uint64_t mn_resp_bytes(mn_stream *s, uint64_t start, uint64_t n, size_t null_len,
+                              int times, int resp3) {
+    /* Per message beyond its bulk string: ":" CRLF around the time, and
+     * RESP3's pair header. */
+    const uint64_t time_extra = times ? 3 + (resp3 ? 4 : 0) : 0;
     mn_range r;
     mn_run run;
     uint64_t size = 0;
     mn_range_init(&r, s, start, n);
     while (mn_range_next(&r, &run)) {
         if (run.node == NULL) {
+            if (run.nulls > (UINT64_MAX - 1 - size) / null_len) return UINT64_MAX;
             size += run.nulls * null_len;
             continue;
         }
@@ -1869,29 +2042,54 @@ static uint64_t mn_resp_bytes(mn_stream *s, uint64_t start, uint64_t n, size_t n
             size += 5 + mn_decimal_len(ends[i] - prev);
             prev = ends[i];
         }
+        if (times) {
+            size += (uint64_t)(run.to - run.from) * time_extra;
+            for (uint32_t i = run.from; i < run.to; i++)
+                size += mn_decimal_len64((uint64_t)mn_node_time(run.node, i));
+        }
     }
     return size;
 }
 
-int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
-                          const char *prefix, size_t prefix_len, mn_buf *out) {
-    return mn_read_resp_capped(s, start, n, null_style, prefix, prefix_len, UINT64_MAX, NULL, out);
+int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int style, mn_buf *out) {
+    return mn_read_resp_prefixed(s, start, n, style, NULL, 0, out);
 }
 
-int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
+                          const char *prefix, size_t prefix_len, mn_buf *out) {
+    return mn_read_resp_capped(s, start, n, style, prefix, prefix_len, UINT64_MAX, NULL, out);
+}
+
+/* The RESP of a read, per offset (style = null style | MN_READ_WITH_TIMES):
+ *
+ *   style                 a message                        an evicted offset
+ *   --------------------  -------------------------------  -----------------
+ *   RESP2                 $<len>\r\n<bytes>\r\n            $-1\r\n
+ *   RESP3                 $<len>\r\n<bytes>\r\n            _\r\n
+ *   RESP2 + WITH_TIMES    $<len>\r\n<bytes>\r\n:<ms>\r\n   $-1\r\n$-1\r\n
+ *   RESP3 + WITH_TIMES    *2\r\n$<len>\r\n<bytes>\r\n      _\r\n
+ *                         :<ms>\r\n
+ *
+ * As Redis's ZRANGE WITHSCORES: a flat message, time, message, time ...
+ * in RESP2 (two elements per offset, two nulls for an evicted one), pairs
+ * in RESP3 (one element per offset, a null for an evicted one). */
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int style,
                         const char *prefix, size_t prefix_len, uint64_t max_len,
                         uint64_t *needed, mn_buf *out) {
     if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
-    if (null_style != MN_NULL_RESP2 && null_style != MN_NULL_RESP3) return MN_ERR_ARG;
+    if ((style & ~(MN_NULL_RESP3 | MN_READ_WITH_TIMES)) != 0) return MN_ERR_ARG;
     int rc = mn_check_range(s, start, n);
     if (rc != MN_OK) return rc;
-    const char *null_text = null_style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
-    const size_t null_len = null_style == MN_NULL_RESP2 ? 5 : 3;
+    const int resp3 = (style & MN_NULL_RESP3) != 0, times = (style & MN_READ_WITH_TIMES) != 0;
+    const char *null_text = resp3 ? "_\r\n" : times ? "$-1\r\n$-1\r\n" : "$-1\r\n";
+    const size_t null_len = strlen(null_text);
 
     /* Pass one sizes the reply so the buffer is reserved once. */
     mn_range r;
     mn_run run;
-    uint64_t size = prefix_len + mn_resp_bytes(s, start, n, null_len);
+    uint64_t body = mn_resp_bytes(s, start, n, null_len, times, resp3);
+    if (body == UINT64_MAX || body > UINT64_MAX - 1 - prefix_len) return MN_ERR_TOOBIG;
+    uint64_t size = prefix_len + body;
     if (size > max_len) {
         if (needed != NULL) *needed = size;
         return MN_ERR_CAP;
@@ -1924,6 +2122,10 @@ int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style
                 return rc;
             }
             uint32_t len = ends[i] - prev;
+            if (times && resp3) {
+                memcpy(p, "*2\r\n", 4);
+                p += 4;
+            }
             *p++ = '$';
             p = mn_write_decimal(p, len, mn_decimal_len(len));
             *p++ = '\r';
@@ -1932,10 +2134,34 @@ int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style
             p += len;
             *p++ = '\r';
             *p++ = '\n';
+            if (times) {
+                uint64_t ms = (uint64_t)mn_node_time(run.node, i);
+                *p++ = ':';
+                p = mn_write_decimal64(p, ms, mn_decimal_len64(ms));
+                *p++ = '\r';
+                *p++ = '\n';
+            }
             prev = ends[i];
         }
     }
     out->len = (size_t)(p - out->data);
+    return MN_OK;
+}
+
+int mn_read_times(const mn_stream *s, uint64_t start, uint64_t n, int64_t *times) {
+    if (s == NULL || (n > 0 && times == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    mn_range r;
+    mn_run run;
+    mn_range_init(&r, s, start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            for (uint64_t i = 0; i < run.nulls; i++) *times++ = -1;
+            continue;
+        }
+        for (uint32_t i = run.from; i < run.to; i++) *times++ = mn_node_time(run.node, i);
+    }
     return MN_OK;
 }
 
@@ -1960,10 +2186,8 @@ uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint
     return pos;
 }
 
-int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
-    if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
-    int rc = mn_check_range(s, start, n);
-    if (rc != MN_OK) return rc;
+/* The messages' bytes in offsets start..start+n-1 (a checked range). */
+static uint64_t mn_range_bytes(mn_stream *s, uint64_t start, uint64_t n) {
     mn_range r;
     mn_run run;
     uint64_t size = 0;
@@ -1971,6 +2195,16 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
     while (mn_range_next(&r, &run)) {
         if (run.node != NULL) size += mn_span_bytes(run.node, run.from, run.to);
     }
+    return size;
+}
+
+int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t *lens) {
+    if (s == NULL || out == NULL || (n > 0 && lens == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    mn_range r;
+    mn_run run;
+    uint64_t size = mn_range_bytes(s, start, n);
     if (size > SIZE_MAX) return MN_ERR_TOOBIG;
     rc = mn_buf_reserve(out, (size_t)size);
     if (rc != MN_OK) return rc;
@@ -2002,6 +2236,135 @@ int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out, int64_t 
             prev = run.node->ends[i];
         }
     }
+    return MN_OK;
+}
+
+/* Little-endian stores, whatever the host's byte order (PACKED's tables
+ * are a wire format). */
+static void mn_put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Chunks of MN_PACKED_CHUNK offsets: the lengths and times pass through an
+ * int64 table on the stack (8 KB) instead of one allocated for n, so a
+ * large read costs no allocation beyond the payload's. */
+#define MN_PACKED_CHUNK 1024
+
+int mn_read_packed(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
+                   unsigned char *lens_le, unsigned char *times_le) {
+    if (s == NULL || out == NULL || (n > 0 && lens_le == NULL)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    size_t old_len = out->len;
+    int64_t values[MN_PACKED_CHUNK];
+    for (uint64_t done = 0; done < n;) {
+        uint64_t k = n - done < MN_PACKED_CHUNK ? n - done : MN_PACKED_CHUNK;
+        if ((rc = mn_read_copy(s, start + done, k, out, values)) != MN_OK) {
+            out->len = old_len;
+            return rc;
+        }
+        for (uint64_t i = 0; i < k; i++)
+            mn_put_le(lens_le + 4 * (done + i), values[i] < 0 ? 0xFFFFFFFFu : (uint64_t)values[i], 4);
+        if (times_le != NULL) {
+            if ((rc = mn_read_times(s, start + done, k, values)) != MN_OK) {
+                out->len = old_len;
+                return rc;
+            }
+            for (uint64_t i = 0; i < k; i++)
+                mn_put_le(times_le + 8 * (done + i), (uint64_t)values[i], 8);
+        }
+        done += k;
+    }
+    return MN_OK;
+}
+
+/* A bulk string's bytes around x bytes of content: $<x>\r\n ... \r\n. */
+static uint64_t mn_bulk_bytes(uint64_t x) { return 1 + mn_decimal_len64(x) + 2 + x + 2; }
+
+static char *mn_write_bulk_head(char *p, uint64_t x) {
+    *p++ = '$';
+    p = mn_write_decimal64(p, x, mn_decimal_len64(x));
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+/* TREAD ... PACKED's reply, written in one pass into one buffer: the three
+ * bulk strings' sizes are known from the nodes' message ends before a
+ * byte is copied, so each region is filled where it will stay.
+ *
+ *   prefix
+ *   $<4n>\r\n    n x uint32 LE: a length, 0xFFFFFFFF for null  \r\n
+ *   $<bytes>\r\n the messages back to back                      \r\n
+ *   $<8n>\r\n    n x int64 LE: an append time, -1 for null      \r\n   (times)
+ */
+int mn_read_packed_resp(mn_stream *s, uint64_t start, uint64_t n, int times, const char *prefix,
+                        size_t prefix_len, uint64_t max_len, uint64_t *needed, mn_buf *out) {
+    if (s == NULL || out == NULL || (prefix == NULL && prefix_len > 0)) return MN_ERR_ARG;
+    int rc = mn_check_range(s, start, n);
+    if (rc != MN_OK) return rc;
+    /* Past 2^59 offsets the tables' sizes could wrap: no buffer holds them. */
+    if (n > UINT64_MAX / 32) return MN_ERR_TOOBIG;
+    mn_range r;
+    mn_run run;
+    uint64_t payload = mn_range_bytes(s, start, n);
+    uint64_t size = prefix_len + mn_bulk_bytes(4 * n) + mn_bulk_bytes(payload) +
+                    (times ? mn_bulk_bytes(8 * n) : 0);
+    if (needed != NULL) *needed = size;
+    if (size > max_len) return MN_ERR_CAP;
+    if (size > SIZE_MAX) return MN_ERR_TOOBIG;
+    rc = mn_buf_reserve(out, (size_t)size);
+    if (rc != MN_OK) return rc;
+
+    char *p = out->data + out->len;
+    if (prefix_len) memcpy(p, prefix, prefix_len);
+    unsigned char *lens = (unsigned char *)mn_write_bulk_head(p + prefix_len, 4 * n);
+    char *data = mn_write_bulk_head((char *)lens + 4 * n + 2, payload);
+    unsigned char *stamps = NULL;
+    memcpy(lens + 4 * n, "\r\n", 2);
+    memcpy(data + payload, "\r\n", 2);
+    if (times) {
+        stamps = (unsigned char *)mn_write_bulk_head(data + payload + 2, 8 * n);
+        memcpy(stamps + 8 * n, "\r\n", 2);
+    }
+    mn_range_init(&r, s, start, n);
+    while (mn_range_next(&r, &run)) {
+        if (run.node == NULL) {
+            for (uint64_t i = 0; i < run.nulls; i++) {
+                memset(lens, 0xFF, 4);
+                lens += 4;
+                if (stamps) {
+                    memset(stamps, 0xFF, 8); /* -1 */
+                    stamps += 8;
+                }
+            }
+            continue;
+        }
+        const uint32_t *ends = run.node->ends;
+        uint32_t prev = mn_msg_start(run.node, run.from);
+        /* The bytes chunk by chunk (a raw node is one chunk), then the
+         * lengths and times from the node's tables. */
+        for (uint32_t i = run.from; i < run.to;) {
+            mn_cursor cur;
+            if ((rc = mn_cursor_seek(s, run.node, i, &cur)) != MN_OK) return rc; /* out unchanged */
+            uint32_t stop = cur.msg_hi < run.to ? cur.msg_hi : run.to;
+            uint32_t from = mn_msg_start(run.node, i);
+            uint32_t bytes = mn_msg_start(run.node, stop) - from;
+            if (bytes) memcpy(data, cur.raw + (from - cur.base), bytes);
+            data += bytes;
+            i = stop;
+        }
+        for (uint32_t i = run.from; i < run.to; i++) {
+            mn_put_le(lens, ends[i] - prev, 4);
+            lens += 4;
+            prev = ends[i];
+            if (stamps) {
+                mn_put_le(stamps, (uint64_t)mn_node_time(run.node, i), 8);
+                stamps += 8;
+            }
+        }
+    }
+    out->len += (size_t)size;
     return MN_OK;
 }
 
@@ -2039,7 +2402,8 @@ void mn_node_get_info(const mn_node *node, mn_node_info *out) {
     out->count = node->count;
     out->compressed = node->compressed;
     out->zlevel = node->zlevel;
-    out->first_ms = mn_node_first_ms(node);
+    out->time_width = node->tw;
+    out->first_ms = node->first_ms;
     out->last_ms = node->last_ms;
     out->memory = mn_node_memory(node);
 }
@@ -2047,7 +2411,8 @@ void mn_node_get_info(const mn_node *node, mn_node_info *out) {
 int mn_node_serialize(const mn_node *node, mn_buf *out) {
     uint32_t raw_len = mn_node_raw_bytes(node);
     uint32_t stored = node->compressed ? node->blob_cap : raw_len;
-    uint64_t total = mn_node_serialized_bytes(node->count, stored);
+    uint8_t tw = mn_node_width_needed(node); /* an active node may be wider */
+    uint64_t total = mn_node_serialized_bytes(node->count, tw, stored);
     if (total > MN_NODE_BYTES_LIMIT) return MN_ERR_TOOBIG;
     int rc = mn_buf_reserve(out, (size_t)total);
     if (rc != MN_OK) return rc;
@@ -2056,16 +2421,19 @@ int mn_node_serialize(const mn_node *node, mn_buf *out) {
     base[4] = MN_FORMAT_VERSION;
     base[5] = node->compressed ? MN_NODE_FLAG_COMPRESSED : 0;
     base[6] = node->zlevel;
-    base[7] = 0;
+    base[7] = tw;
     mn_put_u64le(base + 8, node->first);
     mn_put_u32le(base + 16, node->count);
     mn_put_u32le(base + 20, raw_len);
     mn_put_u32le(base + 24, stored);
-    mn_put_u64le(base + 28, (uint64_t)node->last_ms);
+    mn_put_u64le(base + 28, (uint64_t)node->first_ms);
     unsigned char *p = base + MN_NODE_FIXED_BYTES;
     for (uint32_t i = 0; i < node->count; i++, p += 4) mn_put_u32le(p, node->ends[i]);
-    const int64_t *times = mn_node_times(node);
-    for (uint32_t k = 0; k < mn_times_for(node->count); k++, p += 8) mn_put_u64le(p, (uint64_t)times[k]);
+    const unsigned char *d = mn_node_deltas(node);
+    for (uint32_t i = 0; i < node->count; i++, p += tw) {
+        uint64_t delta = mn_delta_get(d, node->tw, i);
+        for (uint8_t b = 0; b < tw; b++) p[b] = (unsigned char)(delta >> (8 * b));
+    }
     if (stored) memcpy(p, node->blob, stored);
     p += stored;
     mn_put_u32le(p, mn_crc32(base, (size_t)(p - base)));
@@ -2080,9 +2448,11 @@ typedef struct mn_node_view {
     int compressed;
     int version;
     uint8_t zlevel;             /* 0 for version 2 */
-    int64_t last_ms;            /* version 3 only */
+    uint8_t tw;                 /* version 4: bytes per time delta */
+    int64_t first_ms, last_ms;  /* versions 4 and 3 */
     const unsigned char *table; /* count little-endian uint32 */
-    const unsigned char *times; /* mn_times_for(count) little-endian int64; NULL for version 2 */
+    const unsigned char *times; /* version 4: count deltas of tw bytes; version 3:
+                                   ceil(count / 64) int64 times; NULL for version 2 */
     const unsigned char *blob;  /* stored bytes */
 } mn_node_view;
 
@@ -2091,53 +2461,101 @@ static uint32_t mn_view_msg_start(const mn_node_view *v, uint32_t i) {
     return i ? mn_get_u32le(v->table + 4 * ((size_t)i - 1)) : 0;
 }
 
-static int64_t mn_view_time(const mn_node_view *v, uint32_t k) {
+/* Delta i of a version 4 blob (little-endian, tw bytes). */
+static uint64_t mn_view_delta(const mn_node_view *v, uint32_t i) {
+    const unsigned char *p = v->times + (size_t)v->tw * i;
+    uint64_t delta = 0;
+    for (uint8_t b = 0; b < v->tw; b++) delta |= (uint64_t)p[b] << (8 * b);
+    return delta;
+}
+
+/* Time k of a version 3 blob's table (message 64k). */
+static int64_t mn_view_v3_time(const mn_node_view *v, uint32_t k) {
     return (int64_t)mn_get_u64le(v->times + 8 * (size_t)k);
 }
 
-/* Check the frame of a version 3 or 2 node blob (layouts in the big
+/* The append time of message i of a version 4 or 3 blob: a version 3
+ * message takes the time of the next one whose time was kept (see TIME
+ * INDEX). */
+static int64_t mn_view_time(const mn_node_view *v, uint32_t i) {
+    if (v->version != MN_FORMAT_VERSION_V3) return v->first_ms + (int64_t)mn_view_delta(v, i);
+    uint32_t k = i / MN_V3_TIME_EVERY;
+    if (i % MN_V3_TIME_EVERY == 0) return mn_view_v3_time(v, k);
+    return (uint64_t)(k + 1) * MN_V3_TIME_EVERY < v->count ? mn_view_v3_time(v, k + 1) : v->last_ms;
+}
+
+/* Check a version 4 node's time deltas: the narrowest width that holds
+ * them, message 0 at first_ms, never decreasing, the last one within
+ * MN_TIME_MAX; sets last_ms. */
+static int mn_check_deltas(mn_node_view *v) {
+    if (v->tw != 0 && v->tw != 1 && v->tw != 2 && v->tw != 4 && v->tw != 8) return MN_ERR_CORRUPT;
+    if (v->first_ms < 0 || v->first_ms > MN_TIME_MAX) return MN_ERR_CORRUPT;
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < v->count; i++) {
+        uint64_t delta = mn_view_delta(v, i);
+        if (delta < prev || (i == 0 && delta != 0)) return MN_ERR_CORRUPT;
+        prev = delta;
+    }
+    if (prev > (uint64_t)(MN_TIME_MAX - v->first_ms)) return MN_ERR_CORRUPT;
+    /* One encoding per node: the narrowest width (so that a blob loaded
+     * and saved again is the same bytes). */
+    if (v->tw != mn_width_for(prev)) return MN_ERR_CORRUPT;
+    v->last_ms = v->first_ms + (int64_t)prev;
+    return MN_OK;
+}
+
+/* Check a version 3 node's time table: checkpoints in order, the last
+ * message not older than the last one, within 0..MN_TIME_MAX. */
+static int mn_check_v3_times(mn_node_view *v) {
+    int64_t prev = 0;
+    for (uint32_t k = 0; (uint64_t)k * MN_V3_TIME_EVERY < v->count; k++) {
+        int64_t t = mn_view_v3_time(v, k);
+        if (t < prev) return MN_ERR_CORRUPT;
+        prev = t;
+    }
+    if (v->last_ms < prev || v->last_ms > MN_TIME_MAX) return MN_ERR_CORRUPT;
+    v->first_ms = mn_view_v3_time(v, 0);
+    return MN_OK;
+}
+
+/* Check the frame of a version 4, 3 or 2 node blob (layouts in the big
  * comment) and fill v; the blob itself is checked by the caller. */
 static int mn_parse_node_frame(const unsigned char *p, size_t len, mn_node_view *v) {
     if (p == NULL || len < MN_NODE_FRAME_BYTES_V2 || len > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
     if (memcmp(p, MN_NODE_MAGIC, 4) != 0) return MN_ERR_CORRUPT;
     v->version = p[4];
-    if (v->version != MN_FORMAT_VERSION && v->version != MN_FORMAT_VERSION_V2) return MN_ERR_CORRUPT;
-    int v2 = v->version == MN_FORMAT_VERSION_V2;
+    int v2 = v->version == MN_FORMAT_VERSION_V2, v3 = v->version == MN_FORMAT_VERSION_V3;
+    if (v->version != MN_FORMAT_VERSION && !v3 && !v2) return MN_ERR_CORRUPT;
     size_t frame = v2 ? MN_NODE_FRAME_BYTES_V2 : MN_NODE_FRAME_BYTES;
     size_t fixed = v2 ? MN_NODE_FIXED_BYTES_V2 : MN_NODE_FIXED_BYTES;
     if (len < frame || (p[5] & ~MN_NODE_FLAG_COMPRESSED) != 0) return MN_ERR_CORRUPT;
     v->compressed = (p[5] & MN_NODE_FLAG_COMPRESSED) != 0;
     v->zlevel = v2 ? 0 : p[6];
-    if (v2 ? mn_get_u16le(p + 6) != 0 : p[7] != 0) return MN_ERR_CORRUPT;
+    v->tw = v2 || v3 ? 0 : p[7];
+    if (v2 ? mn_get_u16le(p + 6) != 0 : v3 && p[7] != 0) return MN_ERR_CORRUPT;
     if (v->zlevel > 9 || (v->compressed && !v2 && v->zlevel == 0)) return MN_ERR_CORRUPT;
     v->first = mn_get_u64le(p + 8);
     v->count = mn_get_u32le(p + 16);
     v->raw_len = mn_get_u32le(p + 20);
     v->stored = mn_get_u32le(p + 24);
-    v->last_ms = v2 ? 0 : (int64_t)mn_get_u64le(p + 28);
+    v->first_ms = v->last_ms = 0;
+    if (v3) v->last_ms = (int64_t)mn_get_u64le(p + 28);
+    else if (!v2) v->first_ms = (int64_t)mn_get_u64le(p + 28);
     if (v->count < 1 || v->count > MN_MAX_MAX_ENTRIES) return MN_ERR_CORRUPT;
     if (v->first > MN_OFFSET_END - v->count) return MN_ERR_CORRUPT;
-    uint64_t times_bytes = v2 ? 0 : 8 * (uint64_t)mn_times_for(v->count);
+    uint64_t times_bytes = v2 ? 0
+                           : v3 ? 8 * (uint64_t)((v->count - 1) / MN_V3_TIME_EVERY + 1)
+                                : (uint64_t)v->tw * v->count;
     uint64_t expect = frame + 4 * (uint64_t)v->count + times_bytes + v->stored;
     if (expect != len) return MN_ERR_CORRUPT;
-    /* Loaded, the node must fit a current-format blob too. */
-    if (mn_node_serialized_bytes(v->count, v->raw_len) > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
+    /* Loaded, the node must fit a current-format blob too, at any width. */
+    if (mn_node_bytes_bound(v->count, v->raw_len) > MN_NODE_BYTES_LIMIT) return MN_ERR_CORRUPT;
     if (mn_get_u32le(p + len - 4) != mn_crc32(p, len - 4)) return MN_ERR_CORRUPT;
     v->table = p + fixed;
     v->times = v2 ? NULL : v->table + 4 * (size_t)v->count;
     v->blob = v->table + 4 * (size_t)v->count + times_bytes;
-    if (!v2) {
-        /* Times never decrease: checkpoints in order, the last message
-         * not older than the last checkpoint; the clock starts at 0. */
-        int64_t prev = 0;
-        for (uint32_t k = 0; k < mn_times_for(v->count); k++) {
-            int64_t t = mn_view_time(v, k);
-            if (t < prev) return MN_ERR_CORRUPT;
-            prev = t;
-        }
-        if (v->last_ms < prev || v->last_ms > MN_TIME_MAX) return MN_ERR_CORRUPT;
-    }
-    return MN_OK;
+    if (v2) return MN_OK;
+    return v3 ? mn_check_v3_times(v) : mn_check_deltas(v);
 }
 
 static int mn_parse_node_blob(const char *blob, size_t len, mn_node_view *v) {
@@ -2202,7 +2620,8 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
     *err = MN_ERR_CORRUPT;
     if (p == NULL || len < MN_HEADER_BYTES_V2 || memcmp(p, MN_HEADER_MAGIC, 4) != 0) return NULL;
     int version = p[4];
-    if (version == MN_FORMAT_VERSION) {
+    int timed = version == MN_FORMAT_VERSION || version == MN_FORMAT_VERSION_V3;
+    if (timed) {
         if (len != MN_HEADER_BYTES || mn_get_u32le(p + 48) != mn_crc32(p, 48)) return NULL;
         if (mn_get_u32le(p + 36) != 0) return NULL;
     } else if (version == MN_FORMAT_VERSION_V2) {
@@ -2212,14 +2631,14 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
         return NULL;
     }
     int level = p[5];
-    unsigned depth = version == MN_FORMAT_VERSION ? mn_get_u16le(p + 6) : 0;
+    unsigned depth = timed ? mn_get_u16le(p + 6) : 0;
     uint64_t next = mn_get_u64le(p + 8);
     uint64_t first = mn_get_u64le(p + 16);
     uint64_t nodes = mn_get_u64le(p + 24);
     uint32_t max_entries = mn_get_u32le(p + 32);
     /* A version 2 stream has no times: its messages count as appended now
      * (see SERIALIZATION). */
-    int64_t clock = version == MN_FORMAT_VERSION ? (int64_t)mn_get_u64le(p + 40) : mn_now_ms(now_ms);
+    int64_t clock = timed ? (int64_t)mn_get_u64le(p + 40) : mn_now_ms(now_ms);
     if (level > 9 || depth > MN_MAX_COMPRESSION_DEPTH || clock < 0 ||
         clock > MN_TIME_MAX)
         return NULL;
@@ -2243,12 +2662,19 @@ mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err
 
 /* A node built from a checked blob, unlinked, with room in the head for its
  * level; times below `floor` are raised to it, and a version 2 blob's
- * messages get the stream's clock. NULL when an allocation failed (nothing
- * changed but, possibly, the head's capacity). */
+ * messages get the stream's clock. Its deltas have the width they need.
+ * NULL when an allocation failed (nothing changed but, possibly, the
+ * head's capacity). */
 static mn_node *mn_node_from_view(mn_stream *s, const mn_node_view *v, int64_t floor) {
+    int timed = v->times != NULL;
+    int64_t first_ms = timed ? mn_view_time(v, 0) : s->clock;
+    int64_t last_ms = timed ? v->last_ms : s->clock;
+    if (first_ms < floor) first_ms = floor;
+    if (last_ms < floor) last_ms = floor;
     uint8_t level = mn_random_level(s);
     if (mn_head_reserve(s, level) != MN_OK) return NULL;
-    mn_node *n = mn_node_alloc(s, level, v->count, v->stored);
+    mn_node *n = mn_node_alloc(s, level, v->count, mn_width_for((uint64_t)(last_ms - first_ms)),
+                               v->stored);
     if (n == NULL) return NULL;
     n->first = v->first;
     n->count = v->count;
@@ -2257,13 +2683,13 @@ static mn_node *mn_node_from_view(mn_stream *s, const mn_node_view *v, int64_t f
     if (v->compressed && v->zlevel == 0) n->zlevel = s->compression ? s->compression : MN_V2_ZLEVEL;
     else n->zlevel = v->zlevel;
     for (uint32_t i = 0; i < v->count; i++) n->ends[i] = mn_get_u32le(v->table + 4 * (size_t)i);
-    int64_t *times = mn_node_times(n);
-    for (uint32_t k = 0; k < mn_times_for(v->count); k++) {
-        int64_t t = v->times != NULL ? mn_view_time(v, k) : s->clock;
-        times[k] = t > floor ? t : floor;
+    n->first_ms = first_ms;
+    unsigned char *d = mn_node_deltas(n);
+    for (uint32_t i = 0; timed && n->tw && i < v->count; i++) {
+        int64_t t = mn_view_time(v, i);
+        mn_delta_put(d, n->tw, i, t > first_ms ? (uint64_t)(t - first_ms) : 0);
     }
-    int64_t last = v->times != NULL ? v->last_ms : s->clock;
-    n->last_ms = last > floor ? last : floor;
+    n->last_ms = last_ms;
     if (v->stored) memcpy(n->blob, v->blob, v->stored);
     return n;
 }
@@ -2285,7 +2711,7 @@ int mn_load_node(mn_stream *s, const char *blob, size_t len) {
     if (v.times != NULL) {
         /* Times continue the previous node's and stop at the stream's clock. */
         int64_t after = s->tail != NULL ? s->tail->last_ms : 0;
-        if (mn_view_time(&v, 0) < after || v.last_ms > s->clock) return MN_ERR_CORRUPT;
+        if (v.first_ms < after || v.last_ms > s->clock) return MN_ERR_CORRUPT;
     }
     mn_node *n = mn_node_from_view(s, &v, 0);
     if (n == NULL) return MN_ERR_NOMEM;
@@ -2311,7 +2737,7 @@ int mn_append_node_blob(mn_stream *s, const char *blob, size_t len) {
     mn_node_view v;
     int rc = mn_parse_node_blob(blob, len, &v);
     if (rc != MN_OK) return rc;
-    if (v.version != MN_FORMAT_VERSION) return MN_ERR_CORRUPT;
+    if (v.times == NULL) return MN_ERR_CORRUPT; /* version 2: no times to keep */
     if (v.first < s->next) return MN_ERR_ARG; /* v.first + count <= 2^63: parsed */
     mn_node *n = mn_node_from_view(s, &v, s->clock);
     if (n == NULL) return MN_ERR_NOMEM;

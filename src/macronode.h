@@ -19,11 +19,11 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 10
+#define MN_ABI_VERSION 11
 
 /* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
  * write. Loading also accepts the versions listed in macronode.c. */
-#define MN_FORMAT_VERSION 3
+#define MN_FORMAT_VERSION 4
 
 #define MN_DEFAULT_MAX_ENTRIES 1000
 #define MN_MAX_MAX_ENTRIES 1000000
@@ -32,10 +32,10 @@
  * stream ranges over 0..2^63 and is returned as uint64_t. */
 #define MN_MAX_OFFSET 9223372036854775807
 
-/* A serialized node (frame + offset table + time table + blob) must fit in
- * 4 GB - 1, so a single message is a little below that: 4294967295 - 40
- * (frame) - 4 (its offset table entry) - 8 (its time table entry). Larger
- * messages are MN_ERR_TOOBIG. */
+/* A serialized node (frame + offset table + time deltas + blob) must fit
+ * in 4 GB - 1, so a single message is a little below that: 4294967295 - 40
+ * (frame) - 4 (its offset table entry) - 8 (its time delta at the widest).
+ * Larger messages are MN_ERR_TOOBIG. */
 #define MN_MAX_MESSAGE_BYTES 4294967243
 
 /* Return codes: 0 is success, negative values are errors. */
@@ -49,10 +49,6 @@
 
 /* now_ms argument meaning "the wall clock, read by the core". */
 #define MN_NOW -1
-
-/* The time index keeps the append time of every 64th message of a node
- * (see mn_seek_time). */
-#define MN_TIME_CHECKPOINT_EVERY 64
 
 /* mn_oldest_append_ms() of a stream with no message: later than any time,
  * so an empty stream is never the oldest. */
@@ -68,9 +64,11 @@
  * stay raw (a 16-bit header field: 65M messages of 1000-message nodes). */
 #define MN_MAX_COMPRESSION_DEPTH 65535
 
-/* Null styles for mn_read_resp(): how an evicted/lost offset is encoded. */
+/* Styles for mn_read_resp(): how an evicted/lost offset is encoded, and
+ * whether each message comes with its append time (OR it in). */
 #define MN_NULL_RESP2 0      /* "$-1\r\n" */
 #define MN_NULL_RESP3 1      /* "_\r\n"   */
+#define MN_READ_WITH_TIMES 2 /* TREAD WITHTIMES: see mn_read_resp */
 
 typedef struct mn_stream mn_stream;
 typedef struct mn_node mn_node;
@@ -98,6 +96,7 @@ typedef struct mn_node_info {
     uint32_t count;      /* messages held */
     uint8_t compressed;  /* 1: the blob is zlib chunks */
     uint8_t zlevel;      /* level last compressed or tried at, 0 = never */
+    uint8_t time_width;  /* bytes per message of its time deltas (0..8) */
     int64_t first_ms;    /* append time of message 0 */
     int64_t last_ms;     /* append time of message count-1 */
     uint64_t memory;     /* bytes it holds (struct, tables, blob) */
@@ -213,29 +212,32 @@ int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
  *
  * Times: every message keeps its append time, raised to dst's clock where
  * earlier (a stream's times never decrease); dst's clock becomes the last
- * message's time if later. A copied message takes a time not earlier than
- * its own (its node's next checkpoint), so among copied messages a seek may
- * land up to 63 messages earlier still, per copy.
+ * message's time if later.
  *
  * src is left empty -- no node, no readable message, next offset unchanged
  * -- for the caller to free. dst == src is MN_ERR_ARG; messages that would
  * pass offset 2^63-1 are MN_ERR_OVERFLOW. */
 int64_t mn_stream_concat(mn_stream *dst, mn_stream *src);
 
-/* Time index. Every message has an append time (see mn_append); a node
- * keeps the times of its messages 0, 64, 128, ... and of its last one.
+/* Time index. Every message has an append time (see mn_append), kept per
+ * message (a node stores deltas from its first message's time: 0 to 8
+ * bytes per message, 2 at 1,000 messages per second).
  *
  * mn_last_append_ms: the stream's clock, the time the newest message ever
  * appended got (0 before the first append).
  *
  * mn_seek_time: the offset of the first readable message appended at or
- * after unix_ms, or the next offset when there is none. Never later than
- * that message, and at most 63 messages earlier (all of them readable and
- * older); exact when the answer is a node's first message. Among messages
- * that mn_stream_concat() copied rather than moved it may be up to 63
- * earlier per copy. O(log nodes). */
+ * after unix_ms, or the next offset when there is none. Exact, O(log
+ * nodes + log max_entries). (Messages loaded from format-3 blobs, which
+ * kept every 64th time, have the time of the next kept one: among them a
+ * seek may land up to 63 messages early, never late.)
+ *
+ * mn_read_times: the append time of each offset start..start+n-1 into
+ * times[i], -1 for an offset that reads as null (same range rules as
+ * mn_read_copy). */
 int64_t mn_last_append_ms(const mn_stream *s);
 uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms);
+int mn_read_times(const mn_stream *s, uint64_t start, uint64_t n, int64_t *times);
 
 /* Retention, in whole nodes (like Kafka's segments), oldest first. Each
  * call frees at most max_nodes nodes, adds what it evicted to *ev, and
@@ -243,11 +245,11 @@ uint64_t mn_seek_time(const mn_stream *s, int64_t unix_ms);
  * (or a negative MN_ERR_*). Evicted offsets read as null, as with
  * mn_evict_upto.
  *
- * mn_evict_older_than: evicts nodes whose newest message was appended
- * before cutoff_ms. A node with one message at or after cutoff_ms is kept
- * whole, so no unexpired message goes; the active node goes too once all
- * its messages expired (the stream is then empty and keeps its next
- * offset).
+ * mn_evict_older_than: evicts every message appended before cutoff_ms:
+ * whole nodes whose newest message is older (the active node too: the
+ * stream is then empty and keeps its next offset), then the older
+ * messages of the first node left, as mn_evict_upto would (the node's
+ * memory goes with its last message). max_nodes bounds the nodes freed.
  * mn_evict_over_bytes: evicts the oldest nodes while the readable payload
  * exceeds max_payload, never the active node: the stream keeps at most
  * max_payload bytes plus the active node's. */
@@ -255,9 +257,8 @@ int mn_evict_older_than(mn_stream *s, int64_t cutoff_ms, uint64_t max_nodes, mn_
 int mn_evict_over_bytes(mn_stream *s, uint64_t max_payload, uint64_t max_nodes, mn_evicted *ev);
 
 /* For a maxmemory policy that evicts the oldest data across streams:
- * mn_oldest_append_ms is the append time of the oldest readable message,
- * or one at most 63 messages before it (MN_TIME_NONE when the stream is
- * empty); mn_oldest_node_memory is what evicting the oldest node gives
+ * mn_oldest_append_ms is the append time of the oldest readable message
+ * (MN_TIME_NONE when the stream is empty); mn_oldest_node_memory is what evicting the oldest node gives
  * back (0 when empty); mn_evict_oldest_node evicts it, the active node
  * included, returning 1, or 0 when the stream is empty. All O(1). */
 int64_t mn_oldest_append_ms(const mn_stream *s);
@@ -265,21 +266,25 @@ uint64_t mn_oldest_node_memory(const mn_stream *s);
 int mn_evict_oldest_node(mn_stream *s, mn_evicted *ev);
 
 /* Read n offsets starting at start (the caller clamps: start + n <= next,
- * else MN_ERR_ARG). Appends n RESP bulk strings (a null, per null_style, for
+ * else MN_ERR_ARG). Appends n RESP bulk strings (a null, per style, for
  * each offset that is evicted or lost) to out. No array header is written:
- * the caller knows n and writes it. */
-int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+ * the caller knows n and writes it. style is MN_NULL_RESP2 or
+ * MN_NULL_RESP3, with MN_READ_WITH_TIMES for each message's append time:
+ * then RESP2 gets two elements per offset (the message, then its time as
+ * an integer; two nulls for an evicted one), RESP3 one two-element array
+ * per offset (a null for an evicted one), as Redis's ZRANGE WITHSCORES. */
+int mn_read_resp(mn_stream *s, uint64_t start, uint64_t n, int style,
                  mn_buf *out);
 /* The same, with `prefix_len` bytes of `prefix` (e.g. the caller's array
  * header) written first, so that the whole reply is one buffer. Nothing is
  * appended on error. */
-int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+int mn_read_resp_prefixed(mn_stream *s, uint64_t start, uint64_t n, int style,
                           const char *prefix, size_t prefix_len, mn_buf *out);
 /* The same, unless the reply (prefix included) would be over max_len
  * bytes: then MN_ERR_CAP, its size in *needed (when not NULL), and nothing
  * is appended or decompressed (the size comes from the nodes' message ends
  * alone), so a reply over a client's output limit is refused unbuilt. */
-int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int null_style,
+int mn_read_resp_capped(mn_stream *s, uint64_t start, uint64_t n, int style,
                         const char *prefix, size_t prefix_len, uint64_t max_len,
                         uint64_t *needed, mn_buf *out);
 
@@ -295,6 +300,21 @@ uint64_t mn_readable_run(const mn_stream *s, uint64_t offset, uint64_t max, uint
  * payloads back to back to out and writes lens[i] (-1 for null). */
 int mn_read_copy(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
                  int64_t *lens);
+
+/* TREAD ... PACKED's parts for the same range: appends the payloads back
+ * to back to out, writes each offset's length as a little-endian uint32 to
+ * lens_le (4n bytes; 0xFFFFFFFF for null) and, when times_le is not NULL,
+ * its append time as a little-endian int64 to times_le (8n bytes; -1 for
+ * null). Nothing is appended on error. */
+int mn_read_packed(mn_stream *s, uint64_t start, uint64_t n, mn_buf *out,
+                   unsigned char *lens_le, unsigned char *times_le);
+/* The same as TREAD ... PACKED's RESP, after prefix: the lengths, the
+ * messages and (times) the times as two or three bulk strings in one
+ * buffer, as mn_read_resp_capped writes the plain reply: MN_ERR_CAP with
+ * the size in *needed when it would be over max_len, nothing appended or
+ * decompressed then. (*needed is set whenever it is not NULL.) */
+int mn_read_packed_resp(mn_stream *s, uint64_t start, uint64_t n, int times, const char *prefix,
+                        size_t prefix_len, uint64_t max_len, uint64_t *needed, mn_buf *out);
 
 /* Serialization. The stream header records next/first offsets, max_entries,
  * compression level and node count; each node serializes to a self-describing
@@ -314,18 +334,20 @@ int mn_validate_node_blob(const char *blob, size_t len);
 /* Rebuild: create a stream from a header blob, then add node blobs in order.
  * Each blob is validated; a bad one is MN_ERR_CORRUPT and leaves the stream
  * as it was. mn_load_finish() checks the whole stream against the header.
- * Blobs of format version 2 (before the time index) load too; their
- * messages have no recorded time and count as appended at now_ms, the
- * loader's clock (MN_NOW: the wall clock; ignored for the current format):
- * a seek by a time up to
- * now_ms starts at them, and retention by age keeps them for its full
- * period after the upgrade. Saved again, they keep now_ms. */
+ * Blobs of format version 3 (times of every 64th message) load with each
+ * message at the time of the next kept one (see mn_seek_time). Blobs of
+ * format version 2 (before the time index) load too; their messages have
+ * no recorded time and count as appended at now_ms, the loader's clock
+ * (MN_NOW: the wall clock; ignored for the later formats): a seek by a
+ * time up to now_ms starts at them, and retention by age keeps them for
+ * its full period after the upgrade. Saved again, they keep now_ms. */
 mn_stream *mn_load_header(const char *blob, size_t len, int64_t now_ms, int *err);
 int mn_load_node(mn_stream *s, const char *blob, size_t len);
 int mn_load_finish(mn_stream *s);
 
 /* Append one node blob of the current format (as mn_node_serialize wrote
- * it) to a live stream, whole: its messages keep their offsets, bytes,
+ * it), or of format 3, to a live stream, whole: its messages keep their
+ * offsets, bytes,
  * compression and append times (raised to the stream's clock where
  * earlier), so a stream rebuilt node by node is the stream that was
  * serialized -- how the Redis module's AOF rewrite keeps append times.

@@ -10,6 +10,7 @@
  *     TWRITE key entry
  *     TWRITE key [BACKLOG count] ENTRIES entry [entry ...]
  *     TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
+ *           [WITHTIMES] [PACKED]
  *     TEVICT key offset
  *     TCONCAT dst src [src ...]
  *     TSEEK key unix-time-ms
@@ -120,7 +121,8 @@
  *     ticks and takes the pass up where it was once the pause is over;
  *   - a blocked group reader woken during a pause (a TWRITE queued in a
  *     MULTI before CLIENT PAUSE, a group key changed there) keeps its place
- *     instead of moving its group key (a SET that replicates); its stream
+ *     instead of moving its group key (a SET that replicates, or for a
+ *     lease reader RCP11.LEASE: module_ack.c does the same); its stream
  *     is signalled again by the first tick after the pause (rl_pause.wakes),
  *     and the readers are served in the order they blocked. Plain readers
  *     write nothing and are served at once, as Redis serves readers of its
@@ -189,23 +191,28 @@
  *
  *   +----------------------+---------------------+-------------+-----+----------------+
  *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
- *   |   (RDB length enc.)  |  40 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
+ *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
  *   +----------------------+---------------------+-------------+-----+----------------+
  *
  * The header and node blobs are macronode.c's little-endian formats (drawn
  * in its header comment), each with a CRC32; a compressed node stays
- * compressed. RL_ENCVER (Redis's per-type encoding version) is 2: version
- * 2 added the stream's offset reservation mark after the nodes
- * (module_reserve.c), so that a full sync, DUMP/RESTORE and MIGRATE carry
- * it; version 1 values (no mark) still load. The type name "rcp11-log" is
- * written into every RDB file, so it never changes. rl_rdb_load() validates every blob with the core's validator
+ * compressed and every message keeps its append time (a node's first time
+ * and a delta per message). The blobs carry their own format version, so
+ * RDB files written before the core's format 4 (times of every 64th
+ * message only) load too, with the core's reading of those times.
+ * RL_ENCVER (Redis's per-type encoding version) is 2: version 2 added the
+ * stream's offset reservation mark after the nodes (module_reserve.c), so
+ * that a full sync, DUMP/RESTORE and MIGRATE carry it; version 1 values
+ * (no mark) still load. The type name "rcp11-log" is written into every
+ * RDB file, so it never changes. rl_rdb_load() validates every blob with
+ * the core's validator
  * before trusting it: a corrupt or truncated value makes the load fail with
  * a logged reason (RESTORE answers an error, a server refuses to start from
  * a corrupt file), never a crash.
  *
  * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits the same
  * blobs as commands, so that append times (which live in the nodes' time
- * tables, not per message) come back exactly:
+ * deltas, not in any command) come back exactly:
  *
  *   RCP11.NODE key <node blob 1>     node by node: offsets, bytes,
  *   RCP11.NODE key <node blob 2>     compression and append times as
@@ -216,9 +223,10 @@
  * except that a stream whose clock is past its nodes' times (its newest
  * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
  * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
- * back too. Offsets, evictions, the next offset, the time index and the
- * clock come back exactly.
- * A node blob is checked like an RDB one before it is trusted.
+ * back too. Offsets, evictions, the next offset, every message's time and
+ * the clock come back exactly. A node blob is checked like an RDB one
+ * before it is trusted; one of format 3 (an AOF rewritten before format 4)
+ * is taken too.
  *
  * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
  * mark is past its next offset.
@@ -243,9 +251,9 @@
  *    RedisModule_Scan step over db 0, 1, ... (cursor kept across ticks)
  *      |  for each stream met, while the tick's allowance lasts:
  *      |    configs -> stream (level, depth, node size: O(1) setters)
- *      |    mn_evict_older_than(now - retention-ms)   whole nodes, oldest
- *      |    mn_evict_over_bytes(retention-bytes)      first, the core's
- *      |    mn_compress_step                          conforming scan
+ *      |    mn_evict_older_than(now - retention-ms)   expired messages (whole
+ *      |    mn_evict_over_bytes(retention-bytes)      nodes first), whole nodes,
+ *      |    mn_compress_step                          the core's conforming scan
  *      |    cut? -> Replicate("TEVICT key <last evicted offset>")
  *      v
  *    allowance: RL_TICK_NODES nodes, ~RL_TICK_KEYS keys per tick
@@ -294,7 +302,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ackgroup.h"
 #include "macronode.h"
+#include "module_internal.h"
 #include "module_reserve.h"
 
 /* ------------------------------------------------------------------------
@@ -312,9 +322,6 @@
 #define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
-
-/* 2^63: one past the largest offset, the largest next offset. */
-#define RL_OFFSET_END ((uint64_t)1 << 63)
 
 /* A TREAD reply is copied out of the core in batches sized to about this
  * many payload bytes (at the stream's average message size), so that one
@@ -343,29 +350,6 @@
  * each alone in its class whatever the cap. */
 #define RL_NODE_BYTES_MIN 4096
 #define RL_NODE_BYTES_MAX ((uint64_t)1 << 30)
-/* Error messages quote at most this many bytes of a key name. */
-#define RL_QUOTE_MAX 128
-
-/* Error texts: the contract's, worded as the Python server words them
- * (rcp11/errors/). */
-#define RL_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
-#define RL_ERR_OVERFLOW "ERR stream offset would exceed 2^63-1"
-#define RL_ERR_OFFSET "ERR offset is not an integer or out of range"
-#define RL_ERR_COUNT "ERR count is not an integer or out of range"
-#define RL_ERR_TIMEOUT "ERR timeout is not an integer or out of range"
-#define RL_ERR_NEGATIVE_COUNT "ERR count must be >= 0"
-#define RL_ERR_NEGATIVE_TIMEOUT "ERR timeout is negative"
-#define RL_ERR_GROUP_IS_KEY "ERR the group key must be a different key than the stream key"
-#define RL_ERR_GROUP_AND_GROUPNEW "ERR GROUP and GROUPNEW cannot be used together"
-#define RL_ERR_BACKLOG "ERR BACKLOG count must be an integer >= 0"
-#define RL_ERR_READONLY "READONLY You can't write against a read only replica."
-#define RL_ERR_TOOBIG "ERR message too big (the limit is 4294967259 bytes)"
-#define RL_ERR_SKIPTO "ERR next offset must be an integer between 0 and 2^63"
-#define RL_ERR_TIME "ERR time is not an integer or out of range"
-#define RL_ERR_INTERNAL_FMT                                                                    \
-    "ERR %s is internal: only a primary's replication stream and the AOF may send it"
-#define RL_ERR_NODE "ERR bad stream node blob"
-
 /* ------------------------------------------------------------------------
  * The module API pointers (declared in rcp11_module_api.h)
  * --------------------------------------------------------------------- */
@@ -444,6 +428,7 @@ typedef struct rl_snap {
  * TWRITE (grown here). Main thread only. */
 static mn_buf rl_read_buf;
 static int64_t rl_read_lens[RL_READ_BATCH_MAX];
+static int64_t rl_read_times[RL_READ_BATCH_MAX]; /* WITHTIMES, DEBUG DIGEST */
 static char *rl_write_buf;
 static size_t rl_write_cap;
 static uint32_t *rl_write_lens;
@@ -652,7 +637,7 @@ static size_t rl_utf8_char(const unsigned char *p, size_t len, size_t *bad) {
  * which cannot appear in an error reply, become spaces, and a NUL byte
  * ends the name (an error reply is a C string here). Each input byte
  * yields at most 3 output bytes. */
-static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
+void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize) {
     const unsigned char *u = (const unsigned char *)p;
     size_t o = 0;
     if (len > limit) len = limit;
@@ -677,8 +662,8 @@ static void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t 
 }
 
 /* Reply "-<prefix>'<quoted name>'<suffix>". */
-static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
-                           size_t limit, const char *suffix) {
+int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
+                    size_t limit, const char *suffix) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(name, &len);
     size_t quoted_size = (len < limit ? len : limit) * 3 + 8;
@@ -694,7 +679,7 @@ static int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisM
 }
 
 /* Whether arg is `word` (upper case ASCII), ignoring case. */
-static int rl_arg_is(const RedisModuleString *arg, const char *word) {
+int rl_arg_is(const RedisModuleString *arg, const char *word) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(arg, &len);
     if (len != strlen(word)) return 0;
@@ -706,7 +691,7 @@ static int rl_arg_is(const RedisModuleString *arg, const char *word) {
     return 1;
 }
 
-static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
+int rl_same_string(const RedisModuleString *a, const RedisModuleString *b) {
     size_t alen, blen;
     const char *pa = RedisModule_StringPtrLen(a, &alen);
     const char *pb = RedisModule_StringPtrLen(b, &blen);
@@ -715,7 +700,7 @@ static int rl_same_string(const RedisModuleString *a, const RedisModuleString *b
 
 /* A decimal offset as the server writes it: "0" or [1-9][0-9]*, at most
  * max. Returns 1 and sets *out when it is one. */
-static int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
+int rl_parse_offset(const char *p, size_t len, uint64_t max, uint64_t *out) {
     if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) return 0;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
@@ -748,8 +733,8 @@ int rl_stream_of(RedisModuleKey *key, mn_stream **s) {
  * (NULL for a missing key opened READ only, which the API allows everywhere
  * a key goes), *s the stream (NULL for an empty key). When the key holds
  * something else, replies -WRONGTYPE and returns 0. */
-static int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode,
-                          RedisModuleKey **key, mn_stream **s) {
+int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode, RedisModuleKey **key,
+                   mn_stream **s) {
     *key = RedisModule_OpenKey(ctx, name, mode);
     if (rl_stream_of(*key, s)) return 1;
     RedisModule_CloseKey(*key);
@@ -775,7 +760,7 @@ static uint64_t rl_resolve_offset(long long offset, uint64_t next) {
  * and the loading of old blobs all read it. */
 static int64_t rl_clock_offset_ms;
 
-static int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
+int64_t rl_now_ms(void) { return RedisModule_Milliseconds() + rl_clock_offset_ms; }
 
 /* at_ms: the append time the messages get at the least (the core raises it
  * to the stream's clock): rl_now_ms() for a client's TWRITE, the primary's
@@ -814,67 +799,140 @@ static uint64_t rl_read_batch(const mn_stream *s) {
 }
 
 /* Reply the messages at offsets [start, start + n), a null for each evicted
- * one. The caller checked start + n <= next offset. */
-static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n) {
+ * one. The caller checked start + n <= next offset. With times (WITHTIMES,
+ * the contract's ZRANGE WITHSCORES shape), each message is followed by its
+ * append time in RESP2 (two nulls for an evicted offset) and paired with
+ * it in RESP3 (one null):
+ *
+ *   RESP2   "m1"  :t1  nil  nil  "m3"  :t3      (the caller sent *2n)
+ *   RESP3   ["m1" :t1]  nil  ["m3" :t3]         (the caller sent *n)
+ */
+static void rl_reply_messages(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                              int times, int resp3) {
     uint64_t batch = rl_read_batch(s);
+    int per_null = times && !resp3 ? 2 : 1;
     while (n > 0) {
         uint64_t k = n < batch ? n : batch;
         rl_read_buf.len = 0;
         int rc = mn_read_copy(s, start, k, &rl_read_buf, rl_read_lens);
+        if (rc == MN_OK && times) rc = mn_read_times(s, start, k, rl_read_times);
         if (rc != MN_OK) {
             /* Cannot happen for a checked range; the array length is already
              * sent, so keep the reply well-formed. */
             RedisModule_Log(ctx, "warning", "rcp11: read failed (%d) at offset %llu", rc,
                             (unsigned long long)start);
-            for (uint64_t i = 0; i < n; i++) RedisModule_ReplyWithNull(ctx);
+            for (uint64_t i = 0; i < n * per_null; i++) RedisModule_ReplyWithNull(ctx);
             return;
         }
         const char *p = rl_read_buf.data;
         for (uint64_t i = 0; i < k; i++) {
             if (rl_read_lens[i] < 0) {
-                RedisModule_ReplyWithNull(ctx);
-            } else {
-                RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
-                p += rl_read_lens[i];
+                for (int j = 0; j < per_null; j++) RedisModule_ReplyWithNull(ctx);
+                continue;
             }
+            if (times && resp3) RedisModule_ReplyWithArray(ctx, 2);
+            RedisModule_ReplyWithStringBuffer(ctx, p, (size_t)rl_read_lens[i]);
+            if (times) RedisModule_ReplyWithLongLong(ctx, (long long)rl_read_times[i]);
+            p += rl_read_lens[i];
         }
         start += k;
         n -= k;
     }
 }
 
+/* TREAD ... PACKED (docs/PROTOCOL.md): the messages at [start, start + n)
+ * as bulk strings, the same in RESP2 and RESP3 (mn_read_packed):
+ *
+ *   lengths   n x uint32 LE, 0xFFFFFFFF for an evicted offset
+ *   messages  the messages back to back
+ *   times     (withtimes) n x int64 LE, -1 for an evicted offset
+ *
+ * The caller sent the array header (2 or 3 elements, after WITHINFO's). */
+static void rl_reply_packed(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, uint64_t n,
+                            int withtimes) {
+    int parts = withtimes ? 3 : 2;
+    if (n == 0) {
+        for (int i = 0; i < parts; i++) RedisModule_ReplyWithStringBuffer(ctx, "", 0);
+        return;
+    }
+    /* The tables come from malloc, which fails softly (RedisModule_Alloc
+     * ends the server): a read over a long run of evicted offsets asks for
+     * 4 (12) bytes per offset, which may be more than there is. */
+    int fits = n <= SIZE_MAX / 8;
+    unsigned char *lens = fits ? malloc((size_t)n * 4) : NULL;
+    unsigned char *times = fits && withtimes ? malloc((size_t)n * 8) : NULL;
+    rl_read_buf.len = 0;
+    if (lens != NULL && (times != NULL || !withtimes) &&
+        mn_read_packed(s, start, n, &rl_read_buf, lens, times) == MN_OK) {
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)lens, (size_t)n * 4);
+        RedisModule_ReplyWithStringBuffer(ctx, rl_read_buf.data, rl_read_buf.len);
+        if (times) RedisModule_ReplyWithStringBuffer(ctx, (const char *)times, (size_t)n * 8);
+    } else {
+        /* Out of memory (a checked range fails no other way); the array
+         * length is sent: keep the reply well-formed. */
+        for (; parts > 0; parts--) RedisModule_ReplyWithError(ctx, "ERR out of memory");
+    }
+    free(lens);
+    free(times);
+}
+
 /* TREAD's reply for offsets start.. (at most count of them), with the
- * WITHINFO header when asked. Returns how many offsets it holds (nulls
- * included): the group key moves by that much. s may be NULL. */
-static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo) {
+ * WITHINFO header (and nextra more integers after its four: a lease read's
+ * deliveries and deadline), the WITHTIMES times and in the PACKED form when
+ * asked. Returns how many offsets it holds (nulls included): the group key
+ * moves by that much. s may be NULL. */
+static uint64_t rl_reply_form(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                              int withinfo, int withtimes, int packed, const long long *extra,
+                              int nextra) {
     /* The end a reader may see (rcp11.read-committed: what the replicas
      * acknowledged). */
     uint64_t next = rl_resv_readable_next(ctx, s);
     uint64_t n = start < next ? next - start : 0;
     if (n > (uint64_t)count) n = (uint64_t)count;
+    int resp3 = (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_RESP3) != 0;
+    /* RESP2 times: two elements per offset (n is far below 2^62: a reply
+     * that large could not be built anyway); PACKED: two or three. */
+    long elements = (long)(withtimes && !resp3 ? 2 * n : n);
+    if (packed) elements = withtimes ? 3 : 2;
     if (withinfo) {
         uint64_t first = s ? mn_first_offset(s) : 0;
         if (first > next) first = next;
-        RedisModule_ReplyWithArray(ctx, (long)(n + 1));
-        RedisModule_ReplyWithArray(ctx, 4);
+        RedisModule_ReplyWithArray(ctx, elements + 1);
+        RedisModule_ReplyWithArray(ctx, 4 + nextra);
         /* next may be 2^63, which no RESP integer holds: the info reports
          * the ceiling instead, as the Python server does. */
         RedisModule_ReplyWithLongLong(ctx, (long long)(first < RL_OFFSET_END ? first : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, next == 0 ? -1 : (long long)(next - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)(start < RL_OFFSET_END ? start : RL_OFFSET_END - 1));
         RedisModule_ReplyWithLongLong(ctx, (long long)n);
+        for (int i = 0; i < nextra; i++) RedisModule_ReplyWithLongLong(ctx, extra[i]);
     } else {
-        RedisModule_ReplyWithArray(ctx, (long)n);
+        RedisModule_ReplyWithArray(ctx, elements);
     }
-    if (n > 0) {
+    if (packed) {
+        rl_snap before;
+        if (s) rl_snap_take(s, &before);
+        rl_reply_packed(ctx, s, start, n, withtimes);
+        if (s) rl_account(s, &before);
+    } else if (n > 0) {
         rl_snap before;
         rl_snap_take(s, &before);
-        rl_reply_messages(ctx, s, start, n);
+        rl_reply_messages(ctx, s, start, n, withtimes, resp3);
         rl_account(s, &before); /* reading a compressed node fills its cache */
     }
     rl_release_scratch();
     return n;
+}
+
+/* A lease read's reply (module_ack.c): WITHINFO with extra integers. */
+uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                           int withinfo, const long long *extra, int nextra) {
+    return rl_reply_form(ctx, s, start, count, withinfo, 0, 0, extra, nextra);
+}
+
+static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                               int withinfo, int withtimes, int packed) {
+    return rl_reply_form(ctx, s, start, count, withinfo, withtimes, packed, NULL, 0);
 }
 
 /* TREAD ... NONULLS: start at the first readable offset at or after
@@ -903,8 +961,15 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
         return REDISMODULE_OK;
     }
     if (type != REDISMODULE_KEYTYPE_STRING) {
+        /* An acknowledged group read without LEASE would lose what it
+         * read: say what the key holds. */
+        int acked = ra_holds_group(key);
         RedisModule_CloseKey(key);
-        RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
+        if (acked)
+            rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                            " holds an acknowledged group: read it with LEASE");
+        else
+            RedisModule_ReplyWithError(ctx, RL_WRONGTYPE);
         return REDISMODULE_ERR;
     }
     size_t len;
@@ -914,16 +979,20 @@ static int rl_group_position(RedisModuleCtx *ctx, RedisModuleString *group, int 
     int ok = rl_parse_offset(p, len, RL_OFFSET_END, pos);
     RedisModule_CloseKey(key);
     if (!ok) {
-        rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
-                        " does not hold a valid offset (an integer >= 0)");
+        rl_reply_group_not_offset(ctx, group);
         return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;
 }
 
+void rl_reply_group_not_offset(RedisModuleCtx *ctx, RedisModuleString *group) {
+    rl_reply_quoted(ctx, "ERR group key ", group, RL_QUOTE_MAX,
+                    " does not hold a valid offset (an integer >= 0)");
+}
+
 /* Where a group without a group key starts: the oldest readable message,
  * or (GROUPNEW) the next message written. */
-static uint64_t rl_group_default(const mn_stream *s, int group_new) {
+uint64_t rl_group_default(const mn_stream *s, int group_new) {
     if (s == NULL) return 0;
     return group_new ? mn_next_offset(s) : mn_first_offset(s);
 }
@@ -952,23 +1021,6 @@ static void rl_set_group(RedisModuleCtx *ctx, RedisModuleString *group, uint64_t
  * "<db as 4 bytes><group key name>", so that a change of the group key can
  * signal the streams they wait on.
  * --------------------------------------------------------------------- */
-
-typedef struct rl_group rl_group;
-
-typedef struct rl_wait {
-    RedisModuleString *key;   /* the stream key (own copy) */
-    RedisModuleString *group; /* the group key (own copy), NULL: plain read */
-    uint64_t start;           /* plain read: absolute start offset */
-    uint64_t fallback;        /* group read: start if the group key vanished */
-    int has_fallback;
-    long long count;
-    int withinfo;
-    int group_new;
-    int nonulls;
-    int db;
-    rl_group *owner;
-    struct rl_wait *prev, *next;
-} rl_wait;
 
 struct rl_group {
     rl_wait *head, *tail;
@@ -1033,12 +1085,13 @@ static void rl_wait_free(RedisModuleCtx *ctx, void *privdata) {
     rl_group_unlink(w);
     RedisModule_FreeString(NULL, w->key);
     if (w->group) RedisModule_FreeString(NULL, w->group);
+    if (w->consumer) RedisModule_FreeString(NULL, w->consumer);
     RedisModule_Free(w);
     rl_waiting--;
 }
 
 /* Remember to signal w's stream once clients are no longer paused. */
-static void rl_defer_wake(rl_wait *w) {
+void rl_defer_wake(rl_wait *w) {
     size_t len;
     char *k = rl_db_key(w->db, w->key, &len);
     int nokey;
@@ -1078,6 +1131,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     (void)argv;
     (void)argc;
     rl_wait *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    if (w->lease) return ra_wake(ctx, w);
     mn_stream *s;
     RedisModuleKey *key;
     if (!rl_open_stream(ctx, w->key, REDISMODULE_READ, &key, &s))
@@ -1107,7 +1161,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo, w->withtimes, w->packed);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1119,8 +1173,8 @@ static int rl_tread_timeout(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     return RedisModule_ReplyWithNullArray(ctx);
 }
 
-static void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
-                     long long block_ms) {
+void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
+              long long block_ms) {
     w->db = RedisModule_GetSelectedDb(ctx);
     w->key = RedisModule_CreateStringFromString(NULL, stream_key);
     if (w->group) {
@@ -1390,7 +1444,7 @@ static int rl_twrite(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * client may: they run only from the replication link (REPLICATED: sent by
  * this server's primary) or while the server loads its AOF (LOADING: no
  * client command runs then). */
-static int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
+int rl_internal_refused(RedisModuleCtx *ctx, const char *what) {
     int flags = RedisModule_GetContextFlags(ctx);
     if (flags & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) return 0;
     char msg[160];
@@ -1418,23 +1472,41 @@ static int rl_twriteat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
 
 /* ------------------------------------------------------------------------
  * TREAD key offset count [BLOCK ms] [GROUP gk | GROUPNEW gk] [WITHINFO] [NONULLS]
+ *       [WITHTIMES] [PACKED]
  * --------------------------------------------------------------------- */
 
-typedef struct rl_tread_args {
-    long long offset, count, block_ms;
-    int block, withinfo, group_new, nonulls;
-    RedisModuleString *group;
-} rl_tread_args;
+/* ACK start count at argv[at]: an acknowledgement before a lease read. */
+static int rl_tread_ack_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int at,
+                               rl_tread_args *a) {
+    const char *refused = NULL;
+    if (at + 2 >= argc) refused = "ERR syntax error, ACK needs a start and a count";
+    else if (RedisModule_StringToLongLong(argv[at + 1], &a->ack_start) != REDISMODULE_OK)
+        refused = RL_ERR_OFFSET;
+    else if (a->ack_start < 0) refused = RL_ERR_NEGATIVE_OFFSET;
+    else if (RedisModule_StringToLongLong(argv[at + 2], &a->ack_count) != REDISMODULE_OK)
+        refused = RL_ERR_COUNT;
+    else if (a->ack_count < 0) refused = RL_ERR_NEGATIVE_COUNT;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
+    a->ack = 1;
+    return REDISMODULE_OK;
+}
 
 /* Options in any order, each at most once. Replies the error and returns
  * ERR. */
 static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
                             rl_tread_args *a) {
-    static const char *const names[] = {"WITHINFO", "BLOCK", "GROUP", "GROUPNEW", "NONULLS"};
-    int seen[5] = {0, 0, 0, 0, 0};
+    /* BLOCK, GROUP, GROUPNEW, LEASE and CONSUMER take a value, ACK two; the
+     * rest are a word alone. */
+    static const char *const names[] = {"WITHINFO", "BLOCK",   "GROUP",     "GROUPNEW", "LEASE",
+                                        "CONSUMER", "ACK",     "NONULLS",   "WITHTIMES", "PACKED"};
+    enum { N_OPTIONS = sizeof(names) / sizeof(names[0]) };
+    int seen[N_OPTIONS] = {0};
     for (int i = 4; i < argc;) {
         int opt = -1;
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < N_OPTIONS; k++)
             if (rl_arg_is(argv[i], names[k])) opt = k;
         if (opt < 0) {
             rl_reply_quoted(ctx, "ERR syntax error, unknown option ", argv[i], SIZE_MAX, "");
@@ -1447,10 +1519,18 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             return REDISMODULE_ERR;
         }
         seen[opt] = 1;
-        if (opt == 0 || opt == 4) {
+        if (opt == 0 || opt >= 7) { /* a word alone */
             if (opt == 0) a->withinfo = 1;
-            else a->nonulls = 1;
+            else if (opt == 7) a->nonulls = 1;
+            else if (opt == 8) a->withtimes = 1;
+            else a->packed = 1;
             i++;
+            continue;
+        }
+        if (opt == 6) {
+            if (rl_tread_ack_option(ctx, argv, argc, i, a) != REDISMODULE_OK)
+                return REDISMODULE_ERR;
+            i += 3;
             continue;
         }
         if (i + 1 >= argc) {
@@ -1460,7 +1540,22 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         }
         RedisModuleString *value = argv[i + 1];
         i += 2;
-        if (opt == 1) {
+        if (opt == 4) {
+            if (RedisModule_StringToLongLong(value, &a->lease_ms) != REDISMODULE_OK ||
+                a->lease_ms < 1 || a->lease_ms > AG_MAX_LEASE_MS) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_LEASE);
+                return REDISMODULE_ERR;
+            }
+            a->lease = 1;
+        } else if (opt == 5) {
+            size_t len;
+            RedisModule_StringPtrLen(value, &len);
+            if (len > AG_MAX_OWNER_BYTES) {
+                RedisModule_ReplyWithError(ctx, RL_ERR_CONSUMER_TOO_LONG);
+                return REDISMODULE_ERR;
+            }
+            a->consumer = value;
+        } else if (opt == 1) {
             if (RedisModule_StringToLongLong(value, &a->block_ms) != REDISMODULE_OK) {
                 RedisModule_ReplyWithError(ctx, RL_ERR_TIMEOUT);
                 return REDISMODULE_ERR;
@@ -1479,6 +1574,18 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             a->group_new = opt == 3;
         }
     }
+    /* CONSUMER and ACK belong to a lease read, and a lease to a group. */
+    const char *refused = NULL;
+    if (!a->lease && a->consumer != NULL) refused = RL_ERR_CONSUMER_NEEDS_LEASE;
+    else if (!a->lease && a->ack) refused = RL_ERR_ACK_NEEDS_LEASE;
+    else if (a->lease && a->group == NULL) refused = RL_ERR_LEASE_NEEDS_GROUP;
+    else if (a->lease && a->nonulls) refused = RL_ERR_NONULLS_LEASE;
+    else if (a->lease && a->withtimes) refused = RL_ERR_WITHTIMES_LEASE;
+    else if (a->lease && a->packed) refused = RL_ERR_PACKED_LEASE;
+    if (refused != NULL) {
+        RedisModule_ReplyWithError(ctx, refused);
+        return REDISMODULE_ERR;
+    }
     return REDISMODULE_OK;
 }
 
@@ -1487,10 +1594,14 @@ static int rl_tread_options(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 static void rl_tread_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc > 1) RedisModule_KeyAtPos(ctx, 1);
     for (int i = 4; i < argc;) {
-        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS")) {
+        if (rl_arg_is(argv[i], "WITHINFO") || rl_arg_is(argv[i], "NONULLS") ||
+            rl_arg_is(argv[i], "WITHTIMES") || rl_arg_is(argv[i], "PACKED")) {
             i++;
-        } else if (rl_arg_is(argv[i], "BLOCK")) {
+        } else if (rl_arg_is(argv[i], "BLOCK") || rl_arg_is(argv[i], "LEASE") ||
+                   rl_arg_is(argv[i], "CONSUMER")) {
             i += 2;
+        } else if (rl_arg_is(argv[i], "ACK")) {
+            i += 3;
         } else if (rl_arg_is(argv[i], "GROUP") || rl_arg_is(argv[i], "GROUPNEW")) {
             if (i + 1 < argc) RedisModule_KeyAtPos(ctx, i + 1);
             i += 2;
@@ -1587,11 +1698,13 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             w->start = start;
             w->count = a.count;
             w->withinfo = a.withinfo;
+            w->withtimes = a.withtimes;
+            w->packed = a.packed;
             w->nonulls = a.nonulls;
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, count, a.withinfo);
+        rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1609,6 +1722,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
+    if (a.lease) return ra_tread(ctx, argv[1], key, s, &a, may_block);
     int missing;
     uint64_t pos;
     if (rl_group_position(ctx, a.group, &missing, &pos) != REDISMODULE_OK) {
@@ -1627,11 +1741,13 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         w->group_new = a.group_new;
         w->count = a.count;
         w->withinfo = a.withinfo;
+        w->withtimes = a.withtimes;
+        w->packed = a.packed;
         w->nonulls = a.nonulls;
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo);
+    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;
@@ -1817,8 +1933,8 @@ static int rl_tconcat(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 
 /* ------------------------------------------------------------------------
  * TSEEK key unix-time-ms: the offset of the first readable message appended
- * at or after that time (the core's time index, mn_seek_time: never later,
- * at most 63 messages earlier), the next offset when none is, 0 for a
+ * at or after that time (the core's per-message times, mn_seek_time: exact
+ * but among messages loaded from format 3), the next offset when none is, 0 for a
  * missing key. Any integer is a time: one before the first message answers
  * the first readable offset.
  * --------------------------------------------------------------------- */
@@ -1874,7 +1990,7 @@ static int rl_skipto(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * RCP11.NODE key node-blob: append one serialized node (the core's checked
  * blob format, as RDB files hold it) to the stream, creating it if missing.
  * Its messages keep their offsets and append times. What an AOF rewrite
- * without the RDB preamble emits, so a replayed stream keeps its time index.
+ * without the RDB preamble emits, so a replayed stream keeps every time.
  * --------------------------------------------------------------------- */
 
 static int rl_node(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -2172,9 +2288,10 @@ static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *val
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
 
 /* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
- * replica and its primary digest equal whatever their node layouts. After
- * the first readable and the last offset, each item is two elements: a
- * message is its length and its bytes, a run of null offsets (a gap left by
+ * replica and its primary digest equal whatever their node layouts, and
+ * differ when a time was not kept. After the first readable and the last
+ * offset, each item is three elements: a message is its length, its bytes
+ * and its append time; or two: a run of null offsets (a gap left by
  * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
  * length. A length is never -1, so no message reads as a gap; and a gap
  * costs two elements whatever its size (walking it offset by offset took
@@ -2206,6 +2323,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
             uint64_t k = to - from < batch ? to - from : batch;
             rl_read_buf.len = 0;
             if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
+            if (mn_read_times(s, from, k, rl_read_times) != MN_OK) break;
             const char *p = rl_read_buf.data;
             for (uint64_t i = 0; i < k; i++) {
                 if (rl_read_lens[i] < 0) {
@@ -2215,6 +2333,7 @@ static void rl_digest(RedisModuleDigest *md, void *value) {
                 rl_digest_gap(md, &gap);
                 RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
                 RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
+                RedisModule_DigestAddLongLong(md, (long long)rl_read_times[i]);
                 p += rl_read_lens[i];
             }
             from += k;
@@ -2386,16 +2505,6 @@ static const RedisModuleCommandInfoVersion rl_info_version = {
     1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
     sizeof(RedisModuleCommandArg)};
 
-/* Key spec: the key at argv[pos]. */
-#define RL_KEY_AT(at, fl)                                                                     \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = (at),    \
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}}
-/* Key spec: the key right after `word`, searched from argv[from] on. */
-#define RL_KEY_AFTER(word, from, fl)                                                          \
-    {.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD,                        \
-     .bs.keyword = {(word), (from)}, .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,            \
-     .fk.range = {0, 1, 0}}
-
 static RedisModuleCommandKeySpec rl_twrite_specs[] = {
     RL_KEY_AT(1, REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT), {0}};
 static RedisModuleCommandKeySpec rl_tread_specs[] = {
@@ -2423,19 +2532,7 @@ static RedisModuleCommandKeySpec rl_update_specs[] = {
 /* Argument docs: COMMAND DOCS shows them, and redis-cli and valkey-cli
  * build their hints from it (TWRITE key entry | [BACKLOG backlog] ENTRIES
  * entry [entry ...]), the same as rcp11-server's. A KEY argument names
- * its key spec by index. */
-#define RL_ARG(nm, ty, tok, fl)                                                               \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .token = (tok),  \
-     .flags = (fl)}
-#define RL_KEY_ARG(nm, spec, tok, fl)                                                         \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = (spec), .token = (tok), \
-     .flags = (fl)}
-#define RL_GROUP_ARG(nm, ty, sub, fl)                                                         \
-    {.name = (nm), .type = REDISMODULE_ARG_TYPE_##ty, .key_spec_index = -1, .subargs = (sub),  \
-     .flags = (fl)}
-#define RL_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
-#define RL_MULTIPLE REDISMODULE_CMD_ARG_MULTIPLE
-
+ * its key spec by index (RL_ARG and friends: module_internal.h). */
 static RedisModuleCommandArg rl_twrite_batch[] = {
     RL_ARG("backlog", INTEGER, "BACKLOG", RL_OPTIONAL),
     RL_ARG("entry", STRING, "ENTRIES", RL_MULTIPLE), {0}};
@@ -2445,6 +2542,8 @@ static RedisModuleCommandArg rl_twrite_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_GROUP_ARG("form", ONEOF, rl_twrite_forms, 0), {0}};
 static RedisModuleCommandArg rl_tread_groups[] = {
     RL_KEY_ARG("groupkey", 1, "GROUP", 0), RL_KEY_ARG("newgroupkey", 2, "GROUPNEW", 0), {0}};
+static RedisModuleCommandArg rl_tread_ack[] = {
+    RL_ARG("start", INTEGER, NULL, 0), RL_ARG("count", INTEGER, NULL, 0), {0}};
 static RedisModuleCommandArg rl_tread_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0),
     RL_ARG("offset", INTEGER, NULL, 0),
@@ -2453,6 +2552,12 @@ static RedisModuleCommandArg rl_tread_docs[] = {
     RL_GROUP_ARG("group", ONEOF, rl_tread_groups, RL_OPTIONAL),
     RL_ARG("withinfo", PURE_TOKEN, "WITHINFO", RL_OPTIONAL),
     RL_ARG("nonulls", PURE_TOKEN, "NONULLS", RL_OPTIONAL),
+    RL_ARG("withtimes", PURE_TOKEN, "WITHTIMES", RL_OPTIONAL),
+    RL_ARG("packed", PURE_TOKEN, "PACKED", RL_OPTIONAL),
+    RL_ARG("lease", INTEGER, "LEASE", RL_OPTIONAL),
+    RL_ARG("consumer", STRING, "CONSUMER", RL_OPTIONAL),
+    {.name = "ack", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "ACK",
+     .subargs = rl_tread_ack, .flags = RL_OPTIONAL},
     {0}};
 static RedisModuleCommandArg rl_tevict_docs[] = {
     RL_KEY_ARG("key", 0, NULL, 0), RL_ARG("offset", INTEGER, NULL, 0), {0}};
@@ -2525,18 +2630,57 @@ static const rl_command rl_commands[] = {
      "write fast", rl_groupmove_docs, "O(1)"},
 };
 
+int rl_set_command_info(RedisModuleCtx *ctx, const char *name, int arity, const char *summary,
+                        const char *since, RedisModuleCommandKeySpec *specs,
+                        RedisModuleCommandArg *args, const char *complexity) {
+    RedisModuleCommandInfo info;
+    memset(&info, 0, sizeof(info));
+    info.version = &rl_info_version;
+    info.summary = summary;
+    info.since = since;
+    info.arity = arity;
+    info.key_specs = specs;
+    info.args = args;
+    info.complexity = complexity;
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
 /* The module's ACL category, when the server can add one (OnLoad only). */
 #define RL_ACL_CATEGORY "rcp11"
 
+/* What rl_set_acl_categories found: -1 the server cannot set categories,
+ * 0 it can but not add @rcp11, 1 both. */
+static int rl_acl_support = -1;
+
+int rl_set_command_acl(RedisModuleCtx *ctx, const char *name, const char *acl) {
+    if (rl_acl_support < 0) return REDISMODULE_OK;
+    char categories[64];
+    snprintf(categories, sizeof(categories), "%s%s", acl,
+             rl_acl_support ? " " RL_ACL_CATEGORY : "");
+    RedisModuleCommand *command = RedisModule_GetCommand(ctx, name);
+    if (command == NULL ||
+        RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
 /* Put the commands in their ACL categories where the server has the API;
- * say at load what is missing where it has not (docs/MODULE.md, ACLs). */
+ * say at load what is missing where it has not (docs/MODULE.md, ACLs).
+ * Before ra_register, which files its own commands with rl_set_command_acl. */
 static int rl_set_acl_categories(RedisModuleCtx *ctx) {
     if (RedisModule_SetCommandACLCategories == NULL) {
         RedisModule_Log(ctx, "warning",
                         "rcp11: this server cannot put module commands in ACL categories "
-                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK are in none, so "
-                        "@read, @write and @rcp11 rules miss them; name the commands in ACL "
-                        "rules instead (docs/MODULE.md, ACLs)");
+                        "(Redis 7.0): TWRITE, TREAD, TEVICT, TCONCAT, TSEEK, TACK, TGROUP are in "
+                        "none, so @read, @write and @rcp11 rules miss them; name the commands "
+                        "in ACL rules instead (docs/MODULE.md, ACLs)");
         return REDISMODULE_OK;
     }
     int own = RedisModule_AddACLCategory != NULL &&
@@ -2545,18 +2689,10 @@ static int rl_set_acl_categories(RedisModuleCtx *ctx) {
         RedisModule_Log(ctx, "warning",
                         "rcp11: this server cannot add the ACL category @" RL_ACL_CATEGORY
                         " (Redis 7.2): the commands are in @read or @write only");
-    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++) {
-        const rl_command *c = &rl_commands[i];
-        char categories[64];
-        snprintf(categories, sizeof(categories), "%s%s", c->acl, own ? " " RL_ACL_CATEGORY : "");
-        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
-        if (command == NULL ||
-            RedisModule_SetCommandACLCategories(command, categories) != REDISMODULE_OK) {
-            RedisModule_Log(ctx, "warning", "rcp11: cannot set the ACL categories of %s",
-                            c->name);
+    rl_acl_support = own;
+    for (size_t i = 0; i < sizeof(rl_commands) / sizeof(rl_commands[0]); i++)
+        if (rl_set_command_acl(ctx, rl_commands[i].name, rl_commands[i].acl) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        }
-    }
     return REDISMODULE_OK;
 }
 
@@ -2566,20 +2702,9 @@ static int rl_create_commands(RedisModuleCtx *ctx) {
         if (RedisModule_CreateCommand(ctx, c->name, c->fn, c->flags, c->firstkey, c->lastkey,
                                       c->keystep) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        RedisModuleCommandInfo info;
-        memset(&info, 0, sizeof(info));
-        info.version = &rl_info_version;
-        info.summary = c->summary;
-        info.since = "1.0.0";
-        info.arity = c->arity;
-        info.key_specs = c->keys;
-        info.args = c->args;
-        info.complexity = c->complexity;
-        RedisModuleCommand *command = RedisModule_GetCommand(ctx, c->name);
-        if (command == NULL || RedisModule_SetCommandInfo(command, &info) != REDISMODULE_OK) {
-            RedisModule_Log(ctx, "warning", "rcp11: cannot set the command info of %s", c->name);
+        if (rl_set_command_info(ctx, c->name, c->arity, c->summary, "1.0.0", c->keys, c->args,
+                                c->complexity) != REDISMODULE_OK)
             return REDISMODULE_ERR;
-        }
     }
     return REDISMODULE_OK;
 }
@@ -2635,6 +2760,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                                           REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     if (rl_create_commands(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_set_acl_categories(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
+    if (ra_register(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_register_configs(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (rl_resv_init(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     if (RedisModule_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;

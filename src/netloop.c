@@ -315,7 +315,7 @@ static void write_some(nl_conn *c) {
  * --------------------------------------------------------------------- */
 
 static int resolve_cached(lane_call *call, const char *key, size_t key_len, mn_stream **stream,
-                          uint64_t *write_limit);
+                          ag_group **group, uint64_t *write_limit);
 
 nl_loop *nl_loop_new(void) {
     nl_loop *loop = calloc(1, sizeof *loop);
@@ -389,6 +389,8 @@ void nl_set_switches(nl_loop *loop, int switches, size_t aof_room, int64_t memor
 }
 
 void nl_set_hard_limit(nl_loop *loop, size_t hard_limit) { loop->hard_limit = hard_limit; }
+
+void nl_set_fixed_ms(nl_loop *loop, int64_t ms) { loop->call.fixed_ms = ms; }
 
 nl_conn *nl_conn_new(nl_loop *loop, int fd, void *owner) {
     nl_conn *c = calloc(1, sizeof *c);
@@ -501,8 +503,11 @@ static nl_loop *loop_of(lane_call *call) {
 
 /* lane_resolve_fn: the batch's answer for a key, asking Python once. */
 static int resolve_cached(lane_call *call, const char *key, size_t key_len, mn_stream **stream,
-                          uint64_t *write_limit) {
+                          ag_group **group, uint64_t *write_limit) {
     nl_loop *loop = loop_of(call);
+    /* Acknowledged groups (lease reads, TACK) are the general path's here:
+     * the batch has no place for their changes. */
+    *group = NULL;
     for (size_t i = 0; i < loop->nkeys; i++) {
         nl_key *k = &loop->keys[i];
         if (k->len == key_len && memcmp(loop->key_bytes.data + k->at, key, key_len) == 0) {
@@ -665,7 +670,8 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
         return;
     }
     size_t pending = c->out.len - c->sent;
-    int flags = loop->switches & (LANE_WRITES | LANE_LOG_WRITES | LANE_MEMORY_ROOM);
+    int flags =
+        loop->switches & (LANE_WRITES | LANE_LOG_WRITES | LANE_MEMORY_ROOM | LANE_FIXED_TIME);
     size_t room = 0;
     if (flags & LANE_LOG_WRITES) {
         if (loop->aof.len <= loop->aof_room)

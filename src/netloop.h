@@ -67,6 +67,8 @@ void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_
  * commands that run this long are recorded (nl_batch_slow). */
 void nl_set_switches(nl_loop *loop, int switches, size_t aof_room, int64_t memory_room,
                      uint64_t slow_usec);
+/* The append time of TWRITEs while the switches hold LANE_FIXED_TIME. */
+void nl_set_fixed_ms(nl_loop *loop, int64_t ms);
 /* client-output-buffer-limit's hard bytes (0: none), checked at flush. */
 void nl_set_hard_limit(nl_loop *loop, size_t hard_limit);
 

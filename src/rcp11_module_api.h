@@ -430,6 +430,10 @@ typedef struct RedisModuleCommandInfo {
     /* true while clients are paused (CLIENT PAUSE, FAILOVER, CLUSTER FAILOVER) */             \
     X(int, AvoidReplicaTraffic, (void))                                                        \
     /* 7.0 */                                                                                  \
+    X(int, ReplyWithMap, (RedisModuleCtx * ctx, long len))                                     \
+    X(int, CreateSubcommand,                                                                   \
+      (RedisModuleCommand * parent, const char *name, RedisModuleCmdFunc cmdfunc,             \
+       const char *strflags, int firstkey, int lastkey, int keystep))                         \
     X(RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))              \
     X(int, SetCommandInfo, (RedisModuleCommand * command, const RedisModuleCommandInfo *info)) \
     X(int, RegisterNumericConfig,                                                              \

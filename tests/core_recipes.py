@@ -1,8 +1,10 @@
 """Deterministic streams built through rcp11.storage, shared by the format
 tests and the fuzz seed generator (fuzz/core/make_seeds.py).
 
-tests/data/macronode-v2/*.bin are these recipes dumped by the format-2
-core (before the time index): a loader must keep reading them.
+tests/data/macronode-v<N>/*.bin are these recipes dumped by the format-N
+core (2: before the time index; 3: times of every 64th message of a node):
+a loader must keep reading them. A recipe added later has no dump of the
+older formats.
 """
 
 from __future__ import annotations
@@ -78,12 +80,23 @@ def depth_concat() -> Stream:
     return s
 
 
+def timed() -> Stream:
+    """Nodes of 200 one message at a time, 7 ms apart: times inside nodes
+    differ (format 3 kept every 64th), a partially evicted first node."""
+    s = Stream(max_entries=200)
+    for i in range(450):
+        s.append([msg(i)], now_ms=T0 + 7 * i)
+    s.evict_upto(29)
+    return s
+
+
 RECIPES: dict[str, Callable[[], Stream]] = {
     "raw_with_gaps": raw_with_gaps,
     "zlib_nodes": zlib_nodes,
     "chunked": chunked,
     "empty_raised": empty_raised,
     "depth_concat": depth_concat,
+    "timed": timed,
 }
 
 

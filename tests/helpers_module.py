@@ -34,13 +34,18 @@ def populate(client: redis.Redis) -> None:
 
 
 def state_of(client: redis.Redis) -> dict[bytes, Any]:
-    """Everything a user can observe of the keyspace."""
+    """Everything a user can observe of the keyspace, messages' append
+    times included."""
     state: dict[bytes, Any] = {}
     for key in sorted(client.keys("*")):
         if client.type(key) == b"rcp11-log":
             info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
-            messages = client.execute_command("TREAD", key, 0, info[1] + 1)
+            messages = client.execute_command("TREAD", key, 0, info[1] + 1, "WITHTIMES")
             state[key] = (info, messages, client.execute_command("DEBUG", "DIGEST-VALUE", key))
+        elif client.type(key) == b"rcp11-grp":
+            # An acknowledged group: its digest covers every range, deadline,
+            # owner, delivery count and total.
+            state[key] = client.execute_command("DEBUG", "DIGEST-VALUE", key)
         else:
             state[key] = client.get(key)
     return state
@@ -115,3 +120,18 @@ class Ledger:
 
 def messages(tag: str, count: int) -> list[bytes]:
     return [b"%s-%d" % (tag.encode(), n) for n in range(count)]
+
+
+def first_write(client: redis.Redis, key: str, *entries: Any) -> bool:
+    """TWRITE key ENTRIES entries..., False when refused with NOREPLICAS
+    (nothing written): right after a replica came online a loaded machine
+    may keep it from acknowledging the first reservation in time
+    (rcp11.reservation-timeout-ms). For wait_for() in tests about
+    something else."""
+    try:
+        tw(client, key, *entries)
+    except redis.exceptions.ResponseError as exc:
+        if not str(exc).startswith("NOREPLICAS"):
+            raise
+        return False
+    return True

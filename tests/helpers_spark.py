@@ -15,6 +15,15 @@ from conftest import ServerProcess
 from rcp11.client import Client
 
 
+def flushed_client(server: ServerProcess) -> Iterator[Client]:
+    """A fixture's body: an rcp11 client of server, the database flushed
+    first, closed after the test."""
+    c = Client(host="127.0.0.1", port=server.port)
+    c.flushall()
+    yield c
+    c.close()
+
+
 def reader(spark: Any, server: ServerProcess, **options: object) -> Any:
     read = spark.read.format("rcp11").option("port", server.port)
     for name, value in options.items():

@@ -9,11 +9,17 @@ in the middle of one. ``start_copy`` is the same query for the restart.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from harness.spark import local_spark
+
+# Arrow batches of 200 rows: pace() sleeps once per batch, so a micro-batch
+# (up to 3000 rows) spans many sleeps. The restart in test_spark_recovery.py
+# runs its session with the same settings.
+SETTINGS = {"spark.sql.execution.arrow.maxRecordsPerBatch": "200"}
 
 
 def start_copy(
@@ -53,22 +59,8 @@ def start_copy(
 
 
 def main(port: int, checkpoint: str) -> int:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rcp11-copy")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    # ERROR, not local_spark's OFF: the test shows this log when the driver dies.
+    spark = local_spark("rcp11-copy", "local[2]", SETTINGS, log_level="ERROR")
     start_copy(spark, port, checkpoint, slow=True).awaitTermination()
     return 0
 

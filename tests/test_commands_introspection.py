@@ -22,6 +22,9 @@ from conftest import (
     tw,
     wait_for,
 )
+from helpers_dispatch import Client, recording_state, run
+
+from rcp11.resp import OK, Error
 
 # ---------------------------------------------------------------------- INFO
 
@@ -226,7 +229,8 @@ def test_command_introspection(shared_server: ServerProcess) -> None:
 STREAM_USAGES = {
     "twrite": "key <entry | [BACKLOG backlog] ENTRIES entry [entry ...]>",
     "tread": "key offset count [BLOCK milliseconds] [GROUP groupkey | GROUPNEW newgroupkey]"
-    " [WITHINFO] [NONULLS]",
+    " [WITHINFO] [NONULLS] [WITHTIMES] [PACKED] [LEASE lease] [CONSUMER consumer] [ACK start count]",
+    "tack": "groupkey start count [start count ...]",
     "tevict": "key offset",
     "tconcat": "destination source [source ...]",
     "tseek": "key unix-time-ms",
@@ -249,6 +253,10 @@ def docs_usage(arguments: list[Any]) -> str:
             text = " | ".join(parts) if kind == "oneof" else " ".join(parts)
             if kind == "oneof" and "optional" not in flags:
                 return f"<{text}>"
+            if "multiple" in flags:
+                text = f"{text} [{text} ...]"
+            if "token" in arg:
+                text = f"{as_str(arg['token'])} {text}"
         elif kind == "pure-token":
             text = as_str(arg["token"])
         else:
@@ -495,3 +503,20 @@ def test_memory_purge_gives_freed_memory_back(server_factory: Any) -> None:
     assert stats["free_bytes"] > 8_000_000  # freed, still held by the process
     assert client.execute_command("MEMORY", "PURGE") == b"OK"
     assert _rss_bytes(pid) < before - 6_000_000
+
+
+def test_a_killed_client_is_gone_at_once_though_its_connection_closes_later() -> None:
+    """CLIENT KILL answers, lists and kills again as if the victim were
+    freed at once (Redis frees it inside the command), even while its
+    connection has not reported the close yet."""
+    state = recording_state()
+    me, victim = Client(), Client()
+    victim.addr = "127.0.0.1:50001"
+    victim.close = lambda: None  # type: ignore[method-assign]  # the close comes later
+    for client in (me, victim):
+        state.clients[client.id] = client
+    assert run(state, me, "CLIENT", "KILL", victim.addr) == OK
+    assert victim.id in state.clients  # its connection has not gone yet
+    assert run(state, me, "CLIENT", "KILL", victim.addr) == Error("ERR No such client")
+    assert run(state, me, "CLIENT", "KILL", "ADDR", victim.addr) == 0
+    assert victim.addr not in str(run(state, me, "CLIENT", "LIST"))

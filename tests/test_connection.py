@@ -29,6 +29,12 @@ class FakeTransport:
     def get_write_buffer_size(self) -> int:
         return 0
 
+    def pause_reading(self) -> None:
+        pass  # a held client (its turn is over): nothing is read here anyway
+
+    def resume_reading(self) -> None:
+        pass
+
     def close(self) -> None:
         self.closed = True
 
@@ -93,3 +99,48 @@ def test_unlogged_writes_are_never_acknowledged() -> None:
     srv.flush()
     assert transport.written == []
     assert transport.closed
+
+
+def drive(srv: object) -> None:
+    """Run what the event loop has queued (one iteration)."""
+    loop = srv.loop  # type: ignore[attr-defined]
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
+def test_a_big_wake_up_is_served_in_slices_and_the_writer_waits_for_it() -> None:
+    """50 group readers woken by one TWRITE, served one per slice (the
+    server's slices are limits.SERVE_SECONDS; 0 here): another client's
+    PING is answered while most still wait, and the writer's pipelined read
+    of the group runs only after all of them, as if served at once."""
+    from rcp11.server import Connection
+
+    srv, writer, written = make_connection(NullPersistence())
+    state = srv.state  # type: ignore[attr-defined]
+    state.serve_seconds = 0.0
+    readers = []
+    for _ in range(50):
+        conn, transport = Connection(srv), FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(mbulk(b"TREAD", b"s", b"0", b"1", b"BLOCK", b"0", b"GROUP", b"g"))
+        readers.append(transport)
+    assert state.blocking.blocked_clients == 50
+    payloads = [b"m%02d" % i for i in range(50)]
+    writer.data_received(  # type: ignore[attr-defined]
+        mbulk(b"TWRITE", b"s", b"ENTRIES", *payloads)
+        + mbulk(b"TREAD", b"s", b"0", b"5", b"GROUP", b"g")
+        + mbulk(b"GET", b"g")
+    )
+    pinger, pinged = Connection(srv), FakeTransport()
+    pinger.connection_made(pinged)  # type: ignore[arg-type]
+    pinger.data_received(b"PING\r\n")
+    srv.flush()  # type: ignore[attr-defined]
+    assert b"".join(pinged.written) == b"+PONG\r\n"
+    assert state.blocking.blocked_clients > 40  # answered while the wake-up goes on
+    for _ in range(200):
+        if b"".join(written.written).count(b"\r\n") >= 4:
+            break
+        drive(srv)
+    assert b"".join(written.written) == b":0\r\n*0\r\n$2\r\n50\r\n"
+    assert state.blocking.blocked_clients == 0
+    assert [b"".join(t.written) for t in readers] == [b"*1\r\n$3\r\n%s\r\n" % p for p in payloads]

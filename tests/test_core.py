@@ -15,6 +15,7 @@ from rcp11.storage import (
     InvalidArgumentError,
     MessageTooBigError,
     OffsetOverflowError,
+    StorageMemoryError,
     Stream,
     validate_node_blob,
 )
@@ -325,6 +326,24 @@ def test_offset_overflow_at_two_to_the_63() -> None:
     assert s.length == 0 and s.first_offset == MAX_OFFSET + 1
     copy = Stream.load(s.dump())
     assert copy.next_offset == MAX_OFFSET + 1
+
+
+@pytest.mark.parametrize("times", [False, True])
+@pytest.mark.parametrize("resp3", [False, True])
+@pytest.mark.parametrize("count", [-(-(2**64) // 5), -(-(2**64) // 10), 2**63])
+def test_a_read_of_more_nulls_than_memory_holds_is_refused(
+    count: int, resp3: bool, times: bool
+) -> None:
+    """A stream whose next offset is 2^63 (a snapshot may say so) reads as
+    null from 0: the reply's size for ~2^62 nulls wrapped around 2^64, and
+    the core wrote them into a buffer of a few bytes."""
+    s = Stream()
+    s.raise_next_offset(MAX_OFFSET + 1)
+    with pytest.raises((MessageTooBigError, StorageMemoryError)):
+        s.read_resp(0, count, resp3, b"*", times)
+    assert s.read_resp(0, 3, resp3, b"", times).count(b"\r\n") == (
+        3 if resp3 else 6 if times else 3
+    )
 
 
 # -- memory --------------------------------------------------------------------

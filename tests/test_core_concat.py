@@ -41,6 +41,32 @@ def test_concat_appends_readable_messages_at_contiguous_offsets() -> None:
     assert dst.last_append_ms == 100
 
 
+@pytest.mark.parametrize("dst_clock", [0, 2_950, 9_000])
+def test_every_message_keeps_its_time_raised_to_the_destination_clock(dst_clock: int) -> None:
+    """Copied messages (a partly evicted first node, or a source that fits
+    the active node) and moved nodes alike keep their own time, raised to
+    the destination's clock where older: the clock never goes back."""
+    for small in (False, True):
+        dst = Stream(max_entries=10)
+        dst.append([b"d"], now_ms=dst_clock)
+        src = Stream(max_entries=10)
+        count = 6 if small else 45
+        times = [1_000 + 50 * i + (i % 3) for i in range(count)]
+        for i, t in enumerate(times):
+            src.append([msg(i)], now_ms=t)
+        if not small:
+            src.evict_upto(3)  # copied: the rest of the first node
+        keep = times[src.first_offset :]
+        assert dst.concat(src) == 1
+        raised = [max(t, dst_clock) for t in keep]
+        assert dst.read_times(1, len(keep)) == raised
+        assert dst.last_append_ms == max(raised[-1], dst_clock)
+        every = [dst_clock, *raised]
+        for t in sorted(set(every)):
+            assert dst.seek_time(t) == every.index(t)
+        assert Stream.load(dst.dump()).read_times(0, dst.next_offset) == every
+
+
 def test_sealed_nodes_move_whole_and_keep_their_compression() -> None:
     src = Stream(max_entries=50, compression_level=6)
     for start in range(0, 500, 50):

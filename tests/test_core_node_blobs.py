@@ -15,15 +15,15 @@ def test_byte_cap_ends_nodes_before_the_cap() -> None:
     s = Stream(max_entries=1000)
     assert s.max_node_bytes == 0
     s.set_max_node_bytes(98_304)  # a jemalloc size class: 96 KiB
-    for _ in range(50):
-        s.append([b"x" * 100] * 100)
+    for k in range(50):  # 100 ms apart: a node's time deltas take 2 bytes
+        s.append([b"x" * 100] * 100, now_ms=1_000 + 100 * k)
     counts = [n.count for n in s.nodes()]
     assert counts[:-1] == [983] * 5 and sum(counts) == 5000
     # Sealed nodes hold their bytes and tables, nothing more; the active one
     # was sized ahead to the cap at most.
     sealed = s.nodes()[:-1]
-    assert all(n.memory <= 98_300 + 983 * 4 + 16 * 8 + 300 for n in sealed)
-    assert s.nodes()[-1].memory <= 98_304 + 1000 * 4 + 16 * 8 + 300
+    assert all(n.memory <= 98_300 + 983 * (4 + 2) + 300 for n in sealed)
+    assert s.nodes()[-1].memory <= 98_304 + 1000 * (4 + 2) + 300
     # No cap: back to max_entries for the nodes filled from now on.
     s.set_max_node_bytes(0)
     s.append([b"y" * 100] * 2000)
@@ -119,12 +119,14 @@ def test_nodes_of_like_messages_are_sized_exactly_ahead() -> None:
     # size), a new node takes exactly its full size: nothing is shrunk when
     # it fills, so no hole is left between nodes. (A 1.5% headroom used to
     # be given back at every seal.)
+    # (One millisecond throughout: the time deltas' width, which the wall
+    # clock would make vary, is test_core_time.py's.)
     s = Stream(max_entries=1000)
     for _ in range(45):
-        s.append([b"x" * 100] * 100)
+        s.append([b"x" * 100] * 100, now_ms=1_000)
     active = s.nodes()[-1]
     assert active.count == 500
-    s.append([b"x" * 100] * 500)
+    s.append([b"x" * 100] * 500, now_ms=1_000)
     filled = s.nodes()[-1]
     assert (filled.first, filled.count) == (active.first, 1000)
     assert filled.memory == active.memory
@@ -138,9 +140,9 @@ def test_nodes_of_mixed_messages_keep_a_headroom() -> None:
     messages = [b"y" * rng.randint(50, 150) for _ in range(5000)]
     s = Stream(max_entries=1000)
     for i in range(0, 4500, 100):
-        s.append(messages[i : i + 100])
+        s.append(messages[i : i + 100], now_ms=1_000)
     active = s.nodes()[-1]
-    s.append(messages[4500:])
+    s.append(messages[4500:], now_ms=1_000)
     filled = s.nodes()[-1]
     assert filled.count == 1000
     assert active.memory > filled.memory

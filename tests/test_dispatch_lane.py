@@ -1,7 +1,8 @@
 """The C lane (src/lane.c, rcp11/commands/lane.py) against the general path.
 
-Random pipelines (TWRITE and TREAD in every form, mixed with other
-commands, bad arity, bad numbers, hostile bytes), split at random read
+Random pipelines (TWRITE and TREAD in every form, lease reads of an
+acknowledged group, mixed with other commands, bad arity, bad numbers,
+hostile bytes), split at random read
 boundaries, run once the way the server runs a read (the lane first, then
 the parser and run_pipeline()) and once through the general path alone.
 Everything a user can see must be the same: the replies, the AOF bytes,
@@ -13,6 +14,7 @@ reader's reply, a WATCH's EXEC).
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +28,7 @@ from hypothesis import strategies as st
 
 from fuzz.proto.front import SocketFront
 from rcp11 import errors
+from rcp11.ackgroups import AckGroup
 from rcp11.commands import execute, transactions
 from rcp11.persistence.aof_format import ANNOTATION, iter_aof_commands
 from rcp11.resp import Error, Parts, encode, encode_command
@@ -70,7 +73,15 @@ def tread(draw: Any) -> list[bytes]:
     for _ in range(draw(st.integers(0, 3))):
         argv += draw(
             st.sampled_from(
-                [[b"WITHINFO"], [b"withinfo"], [b"NONULLS"], [b"GROUP", b"grp"], [b"bogus"]]
+                [
+                    [b"WITHINFO"],
+                    [b"withinfo"],
+                    [b"NONULLS"],
+                    [b"WITHTIMES"],
+                    [b"PACKED"],  # the general path's: the lane stops before it
+                    [b"GROUP", b"grp"],
+                    [b"bogus"],
+                ]
             )
             | st.tuples(block_word, numbers | words).map(list)  # hostile timeouts
             | st.just([b"BLOCK"])  # without its value (when it comes last)
@@ -119,7 +130,22 @@ def good(draw: Any) -> list[bytes]:
         return [draw(twrite_name), key, *draw(st.sampled_from([[], backlog])), b"ENTRIES", *entries]
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"-1", b"-2", b"100", b"-100"]))
     count = draw(st.sampled_from([b"0", b"1", b"2", b"10"]))
-    options = draw(st.sampled_from([[], [b"WITHINFO"], [b"NONULLS"], [b"nonulls", b"WITHINFO"]]))
+    if key == b"s" and draw(st.integers(0, 3)) == 0:
+        return draw(lease_read(offset, count))
+    options = draw(
+        st.sampled_from(
+            [
+                [],
+                [b"WITHINFO"],
+                [b"NONULLS"],
+                [b"nonulls", b"WITHINFO"],
+                [b"WITHTIMES"],
+                [b"withtimes", b"WITHINFO"],
+                [b"WITHTIMES", b"NONULLS"],
+                [b"WITHTIMES"] * 2,
+            ]
+        )
+    )
     if draw(st.booleans()):
         # BLOCK: the lane runs it when there is something at offset (most
         # of these: s starts with four messages, t with one, a gap, one
@@ -137,6 +163,27 @@ def good(draw: Any) -> list[bytes]:
 
 
 @st.composite
+def lease_read(draw: Any, offset: bytes, count: bytes) -> list[bytes]:
+    """A lease read of the acknowledged group "ag" of s (or, rarely, of a
+    plain or missing group): the lane runs it when it delivers new
+    messages. Leases are long: none runs out during a test, whose two runs
+    take different times."""
+    group = draw(st.sampled_from([b"ag", b"ag", b"ag", b"grp", b"new"]))
+    argv = [b"TREAD", b"s", offset, count, b"GROUP", group, b"LEASE", b"600000"]
+    if draw(st.booleans()):
+        argv += [b"CONSUMER", draw(st.sampled_from([b"w1", b"w2", b""]))]
+    if draw(st.booleans()):
+        argv += [
+            b"ACK",
+            draw(st.sampled_from([b"0", b"2", b"5"])),
+            draw(st.sampled_from([b"1", b"3"])),
+        ]
+    if draw(st.integers(0, 3)) == 0:
+        argv += draw(st.sampled_from([[b"WITHINFO"], [b"BLOCK", b"0"], [b"LEASE", b"1"]]))
+    return argv
+
+
+@st.composite
 def block_read(draw: Any) -> list[bytes]:
     """A valid BLOCK read near the end of s (four messages at the start) or
     t (0, a gap, 3): with data (the lane runs it) or at / past the tail (it waits
@@ -145,7 +192,11 @@ def block_read(draw: Any) -> list[bytes]:
     offset = draw(st.sampled_from([b"0", b"1", b"3", b"4", b"5", b"6", b"-1", b"1000"]))
     count = draw(st.sampled_from([b"0", b"1", b"3"]))
     block = [draw(block_word), draw(st.sampled_from([b"0", b"1", b"100"]))]
-    options = draw(st.sampled_from([block, [*block, b"WITHINFO"], [b"withinfo", *block]]))
+    options = draw(
+        st.sampled_from(
+            [block, [*block, b"WITHINFO"], [b"withinfo", *block], [b"WITHTIMES", *block]]
+        )
+    )
     if draw(st.booleans()):
         options = [*options, b"NONULLS"]
     return [draw(tread_name), key, offset, count, *options]
@@ -232,16 +283,18 @@ class Peer(ClientState):
         self.on_unblocked = lambda: None  # type: ignore[method-assign]
 
 
-def _setup(directory: Path, aof: bool) -> tuple[ServerState, Any]:
+def _setup(directory: Path, aof: bool, append_ms: int | None = None) -> tuple[ServerState, Any]:
     state, persistence = persistence_in_process(
         directory, appendonly="yes" if aof else "no", stream_node_max_entries="3"
     )
     persistence.load()
+    state.append_ms = append_ms  # None: the wall clock
     setup = ClientState(authenticated=True)
     for argv in (
         [b"TWRITE", b"s", b"ENTRIES", b"a", b"b", b"c", b"d"],
         [b"TWRITE", b"t", b"one"],
         [b"SET", b"k", b"v"],
+        [b"TREAD", b"s", b"0", b"0", b"GROUP", b"ag", b"LEASE", b"1"],  # an acknowledged group
     ):
         execute(state, setup, argv)
     # t: a gap after its message (offsets 1 and 2), as a crash leaves one,
@@ -274,8 +327,22 @@ def _aof_requests(data: bytes) -> list[Any]:
         assert encode_command(argv) in data
         if argv[0].upper() == b"PEXPIREAT":
             argv[2] = b"<deadline>"
+        if argv[0] == b"RCP11.LEASE":
+            argv[6] = b"<deadline>"  # the clock's, as above
         requests.append(argv)
     return requests
+
+
+# A lease read's reply header: its sixth integer is the lease's deadline.
+_LEASE_HEAD = re.compile(rb"(\*6\r\n(?::-?\d+\r\n){5}):\d+\r\n")
+
+
+def _without_deadlines(reply: Any) -> Any:
+    if isinstance(reply, bytes):
+        return _LEASE_HEAD.sub(rb"\1:<deadline>\r\n", reply)
+    if isinstance(reply, list):
+        return [_without_deadlines(r) for r in reply]
+    return reply
 
 
 def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
@@ -284,6 +351,9 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     for key, value in sorted(state.keyspace.data.items()):
         if isinstance(value, bytes):
             data[key] = value
+        elif isinstance(value, AckGroup):
+            ranges = [(r.start, r.count, r.owner, r.deliveries) for r in value.ranges()]
+            data[key] = (value.next_offset, ranges, value.totals())
         else:
             first, next_offset = value.first_offset, value.next_offset
             data[key] = (first, next_offset, value.read(first, next_offset - first))
@@ -300,6 +370,16 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
         "errorstats": dict(stats.errors),
         "commandstats": {name: (r[0], r[2], r[3]) for name, r in stats.commands.items()},
     }
+
+
+# Append times in replies (TREAD WITHTIMES): the two runs write at different
+# moments. test_withtimes_reads_are_run_by_the_lane compares them exactly.
+_TIMES = re.compile(rb":1\d{12}(?!\d)")
+
+
+def _untimed(reply: bytes | str) -> bytes:
+    """reply (bytes, or a repr of one) without its append times."""
+    return _TIMES.sub(b":<ms>", reply.encode() if isinstance(reply, str) else reply)
 
 
 # maxmemory for a session: None (no limit), or the policy and how many
@@ -319,7 +399,10 @@ def _run(
     actions: list[Any],
     memory: tuple[str, int] | None = None,
 ) -> tuple[Any, ...]:
-    state, persistence = _setup(directory, aof)
+    # One append time for the whole session, in both runs: a time delta's
+    # width (0 bytes within a millisecond, 1 past it) changes a node's
+    # memory, which maxmemory's refusals compare.
+    state, persistence = _setup(directory, aof, append_ms=1_764_000_000_000)
     if memory is not None:
         policy, slack = memory
         state.config.set("maxmemory-policy", policy)
@@ -339,15 +422,17 @@ def _run(
                 state.blocking.expire(float("inf"))
             elif action is not None and peer.blocked is None:
                 peer_replies.append(execute(state, peer, list(action)))
-            replies.append(serve_reads(state, client, [chunk], lane=lane))
+            replies.append(
+                _untimed(_without_deadlines(serve_reads(state, client, [chunk], lane=lane)))
+            )
     finally:
         transactions.lane_open = exec_lane  # type: ignore[assignment]
     return (
         replies,
-        [_shown(r) for r in client.received],
+        [_untimed(_shown(r)) for r in client.received],
         client.blocked is None,
-        [_shown(r) for r in peer_replies],
-        [_shown(r) for r in peer.received],
+        [_untimed(_shown(r)) for r in peer_replies],
+        [_untimed(_shown(r)) for r in peer.received],
         client.last_command,
         _observed(state, persistence),
     )
@@ -355,8 +440,11 @@ def _run(
 
 def _shown(reply: Any) -> Any:
     """A reply as a client gets it: EXEC's in bytes (the lane builds it in
-    other pieces than the general path)."""
-    return encode(reply, False) if type(reply) is Parts else repr(reply)
+    other pieces than the general path), lease deadlines left out."""
+    reply = _without_deadlines(reply)
+    if type(reply) is Parts:
+        return _without_deadlines(encode(reply, False))
+    return repr(reply)
 
 
 @st.composite
@@ -418,7 +506,9 @@ def _run_sockets(
     loop (src/netloop.c) or asyncio's transport with the general path
     alone. Each chunk is one read; what the client receives after it (its
     replies, and late replies to a blocked read) is what is compared."""
-    state, persistence = _setup(directory, aof)
+    # One append time in both runs, as _run's (WITHTIMES shows it; the C
+    # loop honours the pinned time as the general path does).
+    state, persistence = _setup(directory, aof, append_ms=1_764_000_000_000)
     if memory is not None:
         policy, slack = memory
         state.config.set("maxmemory-policy", policy)
@@ -437,7 +527,7 @@ def _run_sockets(
             if front.conn.closed:
                 break  # a protocol error closed it
             try:
-                received.append(front.send(chunk))
+                received.append(_without_deadlines(front.send(chunk)))
             except OSError:
                 break
         client = front.client
@@ -445,8 +535,8 @@ def _run_sockets(
         return (
             received,
             client.blocked is None,
-            [repr(r) for r in peer_replies],
-            [repr(r) for r in peer.received],
+            [_shown(r) for r in peer_replies],
+            [_shown(r) for r in peer.received],
             client.last_command,
             _observed(state, persistence),
         )
@@ -563,8 +653,33 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
         + b"*4\r\n$3\r\none\r\n$-1\r\n$-1\r\n$3\r\ntwo\r\n"
         + b"*1\r\n$3\r\ntwo\r\n"
     )
-    assert observed["commandstats"]["tread"] == (len(requests), 0, 0)
+    # (and the read of _setup that made the acknowledged group)
+    assert observed["commandstats"]["tread"] == (len(requests) + 1, 0, 0)
     assert observed["read"] == 2 + 1 + 1 + 0 + 1 + 4 + 1
+
+
+def test_withtimes_reads_are_run_by_the_lane(tmp_path: Path) -> None:
+    """TREAD ... WITHTIMES (RESP2: message, time, ...) in C, byte for byte
+    the general path's reply over the same streams, times included."""
+    state, _ = _setup(tmp_path, aof=False)
+    execute(state, ClientState(authenticated=True), [b"TEVICT", b"s", b"0"])
+    requests = [
+        [b"TREAD", b"s", b"0", b"3", b"WITHTIMES"],
+        [b"tread", b"s", b"-2", b"5", b"withtimes", b"WITHINFO"],
+        [b"TREAD", b"s", b"1", b"9", b"WITHINFO", b"BLOCK", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"0", b"0", b"WITHTIMES"],
+        [b"TREAD", b"t", b"5", b"1", b"WITHTIMES"],
+        [b"TREAD", b"t", b"1", b"9", b"NONULLS", b"WITHTIMES", b"WITHINFO"],  # over t's gap
+    ]
+    data = b"".join(map(encode_command, requests))
+    from rcp11.commands import lane as lane_module
+
+    by_lane = serve_reads(state, Peer(), [data], lane=True)
+    assert lane_module._call.tread_calls == len(requests)  # all ran in C
+    by_python = serve_reads(state, Peer(), [data], lane=False)
+    assert by_lane == by_python
+    s_time = state.keyspace.get(b"s").read_times(1, 1)[0]
+    assert by_lane.startswith(b"*6\r\n$-1\r\n$-1\r\n$1\r\nb\r\n:%d\r\n" % s_time)
 
 
 def test_a_block_read_at_the_tail_still_waits_after_the_lane(server_factory: Any) -> None:

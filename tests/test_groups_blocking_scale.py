@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 from helpers_dispatch import Client, recording_state, run
 
-from rcp11.commands import BLOCKED
+from rcp11.commands import BLOCKED, DEFERRED, serve_ready
 from rcp11.commands.tread import TreadWait
 from rcp11.resp import Raw, array_header, encode
 from rcp11.state import ServerState
@@ -24,6 +24,38 @@ from rcp11.state import ServerState
 @pytest.fixture
 def state() -> ServerState:
     return recording_state()
+
+
+@pytest.fixture(params=["at-once", "sliced"])
+def any_state(request: pytest.FixtureRequest) -> ServerState:
+    """A state that serves woken readers all at once (in process), or one
+    per call as the server's slices do at their smallest: what clients get
+    must not differ (settle() serves what the slices left)."""
+    state = recording_state()
+    if request.param == "sliced":
+        state.serve_seconds = 0.0
+    return state
+
+
+def run_through(state: ServerState, client: Client, *args: object) -> object:
+    """run(), and if the command waits for a wake-up under way (DEFERRED),
+    what the server does: serve it to the end, then run the command."""
+    reply = run(state, client, *args)
+    if reply is DEFERRED:
+        settle(state)
+        reply = run(state, client, *args)
+    assert reply is not DEFERRED
+    return reply
+
+
+def settle(state: ServerState) -> None:
+    """What the server's next iterations do: serve the readers a wake-up
+    left for later (bounded: each call serves at least one)."""
+    for _ in range(state.blocking.blocked_clients + 1):
+        if not state.blocking.ready:
+            return
+        serve_ready(state)
+    assert not state.blocking.ready
 
 
 def messages(*payloads: bytes) -> Raw:
@@ -54,12 +86,14 @@ def block_group_readers(state: ServerState, n: int, stream: str = "s", count: in
 
 
 def test_a_thousand_group_readers_get_one_message_each_in_the_order_they_blocked(
-    state: ServerState,
+    any_state: ServerState,
 ) -> None:
+    state = any_state
     readers = block_group_readers(state, 1000)
     writer = Client()
     payloads = [b"m%d" % i for i in range(1000)]
     assert run(state, writer, "TWRITE", "s", "ENTRIES", *payloads) == 0
+    settle(state)
     assert [reader.received for reader in readers] == [[messages(p)] for p in payloads]
     assert state.keyspace.get(b"g") == b"1000"
     assert state.blocking.blocked_clients == 0
@@ -132,11 +166,12 @@ def test_waking_thousands_of_group_readers_takes_time_in_proportion(state: Serve
 
 
 def test_readers_of_a_group_on_many_streams_are_served_in_the_order_they_blocked(
-    state: ServerState,
+    any_state: ServerState,
 ) -> None:
     """One transaction writes 200 streams in reverse order; the readers of
     the group, one per stream, get the group's messages in the order they
     blocked."""
+    state = any_state
     readers = [Client() for _ in range(200)]
     for i, reader in enumerate(readers):
         assert run(state, reader, "TREAD", f"s{i}", 0, 1, "BLOCK", 0, "GROUP", "g") is BLOCKED
@@ -145,9 +180,63 @@ def test_readers_of_a_group_on_many_streams_are_served_in_the_order_they_blocked
     for i in reversed(range(200)):
         run(state, writer, "TWRITE", f"s{i}", "ENTRIES", *[b"%d:%d" % (i, j) for j in range(200)])
     run(state, writer, "EXEC")
+    settle(state)
     # The group position is shared: reader i reads offset i of its stream.
     assert [r.received for r in readers] == [[messages(b"%d:%d" % (i, i))] for i in range(200)]
     assert state.keyspace.get(b"g") == b"200"
+
+
+def test_a_big_wake_up_lets_other_clients_run_and_whoever_meets_it_waits_for_it(
+    state: ServerState,
+) -> None:
+    """Serving 1000 woken readers goes in slices (the server's are
+    limits.SERVE_SECONDS): between them, a client that touches nothing they
+    wait on runs at once; a command on their stream or group key runs only
+    after all of them are served, as if they had been served at once."""
+    state.serve_seconds = 0.0  # one reader per slice
+    readers = block_group_readers(state, 1000)
+    writer, other = Client(), Client()
+    assert run(state, writer, "TWRITE", "s", "ENTRIES", *[b"m%d" % i for i in range(1000)]) == 0
+    assert run(state, other, "TWRITE", "elsewhere", b"x") == 0
+    assert 0 < state.blocking.blocked_clients < 1000  # the wake-up is under way
+    # A read of the group waits for the wake-up, then finds nothing left.
+    assert run(state, other, "TREAD", "s", 0, 5, "GROUP", "g") is DEFERRED
+    unblocked = other.unblocked
+    settle(state)
+    assert other.unblocked == unblocked + 1  # resumed: its connection sends it again
+    assert state.blocking.blocked_clients == 0
+    assert run(state, other, "TREAD", "s", 0, 5, "GROUP", "g") == messages()
+    assert [r.received for r in readers] == [[messages(b"m%d" % i)] for i in range(1000)]
+    assert state.keyspace.get(b"g") == b"1000"
+
+
+def test_a_reader_whose_timeout_passes_during_a_wake_up_still_gets_its_message(
+    state: ServerState,
+) -> None:
+    """Timeouts wait for a wake-up under way: at once, every reader would
+    have been served before any timeout; slicing must not change that."""
+    state.serve_seconds = 0.0
+    readers = [Client() for _ in range(5)]
+    for reader in readers:
+        assert run(state, reader, "TREAD", "s", 0, 1, "BLOCK", 50, "GROUP", "g") is BLOCKED
+    assert run(state, Client(), "TWRITE", "s", "ENTRIES", *[b"m%d" % i for i in range(5)]) == 0
+    assert 0 < state.blocking.blocked_clients < 5
+    state.blocking.expire(time.monotonic() + 10)  # every BLOCK 50 has run out
+    settle(state)
+    assert [r.received for r in readers] == [[messages(b"m%d" % i)] for i in range(5)]
+
+
+def test_a_client_that_leaves_while_its_command_waits_for_a_wake_up_is_forgotten(
+    state: ServerState,
+) -> None:
+    state.serve_seconds = 0.0
+    block_group_readers(state, 3)
+    assert run(state, Client(), "TWRITE", "s", "ENTRIES", b"a", b"b", b"c") == 0
+    gone = Client()
+    assert run(state, gone, "TREAD", "s", 0, 1, "GROUP", "g") is DEFERRED
+    state.blocking.remove(gone)
+    settle(state)
+    assert gone.unblocked == 0  # a closed connection is not resumed
 
 
 # ------------------------------------------------ against the contract's model
@@ -196,11 +285,12 @@ class Model:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_many_readers_of_groups_and_offsets_are_served_as_the_contract_says(
-    state: ServerState, seed: int
+    any_state: ServerState, seed: int
 ) -> None:
     """Random readers (plain ones at or past the end, group ones in two
     groups) over three streams, random writes, some inside transactions:
     every client receives what the contract's rules give it."""
+    state = any_state
     rng = random.Random(seed)
     model = Model()
     clients: dict[int, Client] = {}
@@ -222,7 +312,7 @@ def test_many_readers_of_groups_and_offsets_are_served_as_the_contract_says(
                 group = None
                 start = len(model.streams.get(stream, [])) + rng.choice([0, 0, 0, 1, 2, 5])
                 argv = ["TREAD", stream, start, count, "BLOCK", 0]
-            reply = run(state, client, *argv)
+            reply = run_through(state, client, *argv)
             if reply is not BLOCKED:  # answered at once: not through send()
                 client.received.append(reply)
             model.block(who, stream, group, start, count)
@@ -234,15 +324,16 @@ def test_many_readers_of_groups_and_offsets_are_served_as_the_contract_says(
             if rng.random() < 0.3:
                 other = rng.choice(streams)
                 more = [b"%s:t%d" % (other.encode(), rng.randrange(10**6))]
-                run(state, writer, "MULTI")
-                run(state, writer, "TWRITE", stream, "ENTRIES", *payloads)
-                run(state, writer, "TWRITE", other, "ENTRIES", *more)
-                run(state, writer, "EXEC")
+                run_through(state, writer, "MULTI")
+                run_through(state, writer, "TWRITE", stream, "ENTRIES", *payloads)
+                run_through(state, writer, "TWRITE", other, "ENTRIES", *more)
+                run_through(state, writer, "EXEC")
                 model.streams.setdefault(stream, []).extend(payloads)
                 model.streams.setdefault(other, []).extend(more)
                 model.settle()
             else:
-                run(state, writer, "TWRITE", stream, "ENTRIES", *payloads)
+                run_through(state, writer, "TWRITE", stream, "ENTRIES", *payloads)
                 model.write(stream, payloads)
+    settle(state)
     for who, client in clients.items():
         assert client.received == [messages(*got) for got in model.received.get(who, [])], who

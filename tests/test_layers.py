@@ -14,6 +14,7 @@ from conftest import persistence_in_process
 from rcp11.blocking import Waiter
 from rcp11.commands import execute
 from rcp11.config import Config
+from rcp11.keyspace import KeyRemovals, KeyspaceOwner, Watcher
 from rcp11.persistence.parts import Engine, SaveStatus
 from rcp11.retention import Retention
 from rcp11.state import ClientState, RetentionHooks, ServerState
@@ -106,6 +107,10 @@ def test_the_contracts_stated_below_are_kept_above(tmp_path: Path) -> None:
     _keeps(ClientState(), Waiter)
     plain = ServerState(Config())
     _keeps(Retention(plain, lambda: None), RetentionHooks)
+    _keeps(plain, KeyspaceOwner)
+    _keeps(plain.persistence, KeyRemovals)
+    _keeps(persistence, KeyRemovals)
+    _keeps(ClientState(), Watcher)
     assert persistence.replay is execute
 
 

@@ -23,6 +23,12 @@ CATEGORIES = {
     "rcp11.skipto": {"write", "fast", "rcp11"},
     "rcp11.twriteat": {"write", "fast", "rcp11"},
     "rcp11.node": {"write", "slow", "rcp11"},
+    "tack": {"write", "fast", "rcp11"},
+    "tgroup|info": {"read", "slow", "rcp11"},
+    "tgroup|pending": {"read", "slow", "rcp11"},
+    "tgroup|help": {"slow", "rcp11"},
+    "rcp11.lease": {"write", "fast", "rcp11"},
+    "rcp11.group": {"write", "slow", "rcp11"},
     "rcp11.reserve": {"write", "fast", "rcp11"},
     "rcp11.groupmove": {"write", "fast", "rcp11"},
 }
@@ -35,6 +41,7 @@ WRITES = [
 READS = [("TREAD", "s", 0, 1), ("TSEEK", "s", 0)]
 # A group read moves its group key: it needs RCP11.GROUPMOVE's permission too.
 GROUP_READ = ("TREAD", "s", 0, 1, "GROUP", "s:g")
+LEASE_READ = ("TREAD", "s", 0, 1, "GROUP", "s:acked", "LEASE", 60_000)
 HAS_CATEGORIES = module_host() == "valkey"  # Debian's redis-server is 7.0
 
 
@@ -140,7 +147,12 @@ def test_group_reads_need_write_access_to_the_group_key(users: Callable[..., red
     for command in ("GROUP", "GROUPNEW"):
         with pytest.raises(redis.exceptions.NoPermissionError, match="rcp11.groupmove"):
             stream_readers.execute_command("TREAD", "s", 0, 1, command, "s:h", "BLOCK", 10)
+        # A lease read (an acknowledged group) moves its group too.
+        with pytest.raises(redis.exceptions.NoPermissionError, match="rcp11.groupmove"):
+            stream_readers.execute_command("TREAD", "s", 0, 1, command, "s:h", "LEASE", 1000)
     assert not stream_readers.exists("s:h")  # nothing moved, nothing created
+    lease_read = ("TREAD", "s", 0, 1, "GROUP", "s:acked", "LEASE", 1000)
+    assert group_keys_writable.execute_command(*lease_read)[1:] == [b"first"]
 
 
 def test_a_refused_group_read_is_in_the_acl_log(
@@ -186,6 +198,11 @@ def test_the_documented_rules_hold_on_every_host(
             for argv in WRITES:
                 assert refused(client, *argv) == (name != "producer"), (name, argv)
             assert refused(client, *GROUP_READ) == (name in ("analyst", "reader")), name
+            assert refused(client, *LEASE_READ) == (name in ("analyst", "reader")), name
+            # Acknowledging is a write: the consumer's rules name TACK (the
+            # producer's +@write reaches it only on a host with categories).
+            if name != "producer":
+                assert refused(client, "TACK", "s:acked", 0, 1) == (name != "consumer"), name
     finally:
         for name, client in clients.items():
             client.close()

@@ -9,13 +9,20 @@ of the primary's would answer every TSEEK below differently."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from conftest import RedisModuleServer, module_path, tr, tw, wait_for
+from core_recipes import unpack_blobs
 from test_module_persistence import state_of, wait_rewrite_done
 
+from rcp11.resp import encode_command
+from rcp11.storage import Stream
+
+DATA = Path(__file__).resolve().parent / "data"
 HOUR_MS = 3_600_000
 NODE = {"rcp11.stream-node-max-entries": 10}
 INTERNAL = "is internal: only a primary's replication stream and the AOF may send it"
@@ -236,4 +243,64 @@ def test_rewritten_aof_keeps_the_clock_of_an_emptied_stream(
     client = primary_srv.client()
     assert tw(client, "e", "new") == 3
     assert client.execute_command("TSEEK", "e", before) == 3
+    client.close()
+
+
+# -- files of the format before per-message times ---------------------------
+
+# tests/data/module-v3/dump.rdb: written by the module of format 3 (every
+# 64th time of a node kept) holding the core recipes "timed" (first 30
+# offsets evicted) and "zlib_nodes" (first 20), of tests/data/macronode-v3.
+V3_STREAMS = {b"timed": 29, b"zlib_nodes": 19}
+
+
+def expected_v3(name: bytes) -> Stream:
+    """What the core loads of the recipe's format-3 dump (its reading of
+    those times is tests/test_core_time.py's)."""
+    return Stream.load(unpack_blobs((DATA / "macronode-v3" / f"{name.decode()}.bin").read_bytes()))
+
+
+def assert_v3_streams(client: redis.Redis) -> None:
+    for key in V3_STREAMS:
+        expected = expected_v3(key)
+        start, n = expected.first_offset, expected.next_offset - expected.first_offset
+        reply = tr(client, key, start, n, "WITHTIMES")
+        assert reply[0::2] == expected.read(start, n)
+        assert reply[1::2] == expected.read_times(start, n)
+        times = expected.read_times(start, n)
+        assert client.execute_command("TSEEK", key, times[-1]) <= start + n - 1
+
+
+def test_an_rdb_from_before_per_message_times_loads(module_factory: Any) -> None:
+    srv: RedisModuleServer = module_factory(start=False)
+    shutil.copy(DATA / "module-v3" / "dump.rdb", srv.dir / "dump.rdb")
+    srv.start()
+    client = srv.client()
+    assert_v3_streams(client)
+    # Saved again (format 4) and loaded: the same times.
+    client.save()
+    client.execute_command("DEBUG", "RELOAD")
+    assert_v3_streams(client)
+    # New messages get their own time, exact.
+    before = redis_ms(client)
+    tw(client, "timed", "new")
+    assert before <= tr(client, "timed", 450, 1, "WITHTIMES")[1] <= redis_ms(client)
+    client.close()
+
+
+def test_an_aof_rewritten_before_per_message_times_loads(module_factory: Any) -> None:
+    """A rewritten AOF of format 3 holds RCP11.NODE commands with format-3
+    node blobs (docs/MODULE.md): they load as an RDB would."""
+    srv: RedisModuleServer = module_factory(appendonly="yes", aof_use_rdb_preamble="no")
+    srv.kill9()
+    incr = next((srv.dir / "appendonlydir").glob("*.incr.aof"))
+    with incr.open("ab") as out:
+        for key, evict in V3_STREAMS.items():
+            _, *nodes = unpack_blobs((DATA / "macronode-v3" / f"{key.decode()}.bin").read_bytes())
+            for blob in nodes:
+                out.write(encode_command([b"RCP11.NODE", key, blob]))
+            out.write(encode_command([b"TEVICT", key, b"%d" % evict]))
+    srv.start()
+    client = srv.client()
+    assert_v3_streams(client)
     client.close()

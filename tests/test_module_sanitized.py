@@ -46,6 +46,8 @@ SELECTED = [
     "tests/test_module_offsets.py",
     "tests/test_module_failover.py",
     "tests/test_module_acl.py",
+    "tests/test_groups_acked.py",
+    "tests/test_module_acked.py",
 ]
 KEYWORDS = "module and not rcp11 and not refuses_arguments"
 

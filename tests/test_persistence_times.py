@@ -6,12 +6,15 @@ are handled as any damaged record."""
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import persistence_in_process, serve_reads, wait_for
+from core_recipes import unpack_blobs
 
 from rcp11.commands import execute, serve_ready
 from rcp11.errors import PersistenceError
@@ -315,3 +318,74 @@ def test_tseek_answers_the_same_after_a_rewrite_more_writes_and_a_restart(
     srv.kill9()
     srv.start()
     assert tseek_answers(seek_on(srv.client()), KEYS, span) == before
+
+
+def times_on(client: Any, keys: list[bytes]) -> dict[bytes, list[Any]]:
+    """Every readable message of each key with its append time (the
+    offsets a kill -9 skips read as null: left out)."""
+    out = {}
+    for key in keys:
+        info = client.execute_command("TREAD", key, 0, 0, "WITHINFO")[0]
+        reply = client.execute_command("TREAD", key, info[0], info[1] + 1, "WITHTIMES")
+        out[key] = [(m, t) for m, t in zip(reply[0::2], reply[1::2], strict=True) if m is not None]
+    return out
+
+
+@pytest.mark.slow
+def test_every_message_keeps_its_time_through_a_snapshot_and_the_aof(server_factory) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="always", stream_node_max_entries=8)
+    client = srv.client()
+    write_in_distinct_ms(lambda i: write_over_the_network(client, i), 20)
+    before = times_on(client, KEYS)
+    assert len({t for _, t in before[b"lane"]}) > 10  # a time per write, within nodes
+    srv.kill9()
+    srv.start()  # the AOF
+    assert times_on(srv.client(), KEYS) == before
+    srv.client().save()
+    srv.restart(appendonly="no")  # the snapshot
+    assert times_on(srv.client(), KEYS) == before
+
+
+def snapshot_file(streams: dict[bytes, list[bytes]]) -> bytes:
+    """A snapshot (rcp11/persistence/snapshot.py's format) holding these
+    streams as the given blobs, whatever their format version. Its CRC32
+    covers everything but the blobs, which carry their own."""
+    parts: list[tuple[bytes, bool]] = [(b"RCP11SNAP" + struct.pack("<HQ", 1, 0), True)]
+    for key, blobs in streams.items():
+        parts.append((b"T" + struct.pack("<I", len(key)) + key, True))
+        for blob in blobs:
+            parts += [(struct.pack("<Q", len(blob)), True), (blob, False)]
+        parts.append((struct.pack("<Q", 2**64 - 1), True))
+    parts.append((b"E", True))
+    crc = 0
+    for data, checked in parts:
+        crc = zlib.crc32(data, crc) if checked else crc
+    return b"".join(data for data, _ in parts) + struct.pack("<I", crc)
+
+
+@pytest.mark.slow
+def test_a_snapshot_from_before_per_message_times_loads(server_factory) -> None:
+    """Format-3 streams (every 64th time of a node kept) load with the times
+    the core gives them (tests/test_core_time.py); saved again, they keep
+    them; new messages are exact."""
+    v3 = Path(__file__).resolve().parent / "data" / "macronode-v3"
+    dumps = {name: unpack_blobs((v3 / f"{name.decode()}.bin").read_bytes()) for name in KEYS_V3}
+    srv = server_factory(start=False)
+    (srv.dir / "dump.rcp").write_bytes(snapshot_file(dumps))
+    srv.start()
+    expected = {}
+    for key, blobs in dumps.items():
+        s = Stream.load(blobs)
+        start, n = s.first_offset, s.next_offset - s.first_offset
+        expected[key] = list(zip(s.read(start, n), s.read_times(start, n), strict=True))
+    assert times_on(srv.client(), list(KEYS_V3)) == expected
+    srv.client().save()
+    srv.restart()
+    client = srv.client()
+    assert times_on(client, list(KEYS_V3)) == expected
+    before = time.time_ns() // 1_000_000
+    offset = client.execute_command("TWRITE", "timed", "new")
+    assert before <= client.execute_command("TREAD", "timed", offset, 1, "WITHTIMES")[1]
+
+
+KEYS_V3 = (b"timed", b"zlib_nodes")

@@ -330,20 +330,30 @@ def test_transaction_past_the_hard_limit_is_closed_without_building_the_rest(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inside", ["pipeline", "transaction"])
+@pytest.mark.parametrize(
+    "inside, options",
+    [
+        ("pipeline", ()),
+        ("transaction", ()),
+        ("pipeline", (b"WITHTIMES",)),
+        ("pipeline", (b"PACKED",)),
+        ("transaction", (b"PACKED", b"WITHTIMES")),
+    ],
+)
 def test_one_read_over_the_hard_limit_is_not_built(
-    server_factory: Callable[..., ServerProcess], inside: str
+    server_factory: Callable[..., ServerProcess], inside: str, options: tuple[bytes, ...]
 ) -> None:
     """One TREAD whose reply (96 MB) is over the 10 MB hard limit closes
     the client without the server building it: it is sized from the
     nodes first (issue 23: building replies for a client past its limit
-    stalled the server). Alone, or inside a transaction."""
+    stalled the server). Alone, or inside a transaction; with times, or
+    in the PACKED form."""
     srv = server_factory(client_output_buffer_limit="normal 10mb 5mb 10")
     writer = srv.client()
     for _ in range(64):
         writer.execute_command("TWRITE", "big", "ENTRIES", *[b"m" * 1500] * 1000)
     rss_before = status_kb(srv, "VmRSS")
-    request = mbulk(b"TREAD", b"big", b"0", b"64000")
+    request = mbulk(b"TREAD", b"big", b"0", b"64000", *options)
     if inside == "transaction":
         request = mbulk(b"MULTI") + request + mbulk(b"EXEC")
     with srv.raw(rcvbuf=4096) as reader:

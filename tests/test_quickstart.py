@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,6 +241,11 @@ def test_python_m_rcp11_server_the_cli_and_the_client(shell: Shell) -> None:
         assert by_verb["consume nums --from -10"] == [str(n) for n in range(999_991, 1_000_001)]
         assert by_verb["consume nums --group g --follow"] == ["1", "2", "3"]
         assert len(by_verb["consume nums --since 10m"]) == 1_000_000
+        timed = [line.split("\t") for line in by_verb["consume nums --from -3 --offsets --times"]]
+        assert [(offset, message) for offset, _, message in timed] == [
+            (str(n - 1), str(n)) for n in range(999_998, 1_000_001)
+        ]
+        assert all(abs(int(ms) - time.time() * 1000) < 3_600_000 for _, ms, _ in timed)
         assert "length: 1000000" in by_verb["info nums"]
         assert by_verb["streams -l"][1].split() == ["nums", "0", "999999", "1000000", "1000000"]
         # The follower printed three lines, but its reads moved the group by
@@ -272,6 +278,14 @@ def spark_shell(shell: Shell) -> Shell:
     return shell
 
 
+def keys(port: int) -> list[str]:
+    """The server's keys, as redis-cli lists them."""
+    done = subprocess.run(
+        ["redis-cli", "-p", str(port), "--raw", "KEYS", "*"], capture_output=True, text=True
+    )
+    return sorted(done.stdout.split())
+
+
 def counts_shown(output: str) -> Counter[tuple[str, str]]:
     """The pipeline example's counts, each (window, action) shown once."""
     rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
@@ -281,9 +295,12 @@ def counts_shown(output: str) -> Counter[tuple[str, str]]:
 
 
 def test_the_spark_snippet_and_the_pipeline_example(spark_shell: Shell) -> None:
-    """README's Spark snippet with PYSPARK_PYTHON exported as it says, and
-    examples/spark_pipeline.py --once, which starts a server of its own
-    from the checkout; neither leaves a directory behind."""
+    """README's Spark snippet with PYSPARK_PYTHON exported as it says, then
+    examples/spark_pipeline.py --once twice against the same server, as a
+    user reruns it: each run shows its own counts (no double counts from
+    the earlier run), removes its keys and leaves no directory behind.
+    (Starting a server of its own when nothing answers:
+    test_spark_example.py.)"""
     shell = spark_shell
     port = free_port()
     data = shell.tmp / "spark-data"
@@ -318,16 +335,19 @@ def test_the_spark_snippet_and_the_pipeline_example(spark_shell: Shell) -> None:
         shown = [line.replace(" ", "") for line in out.splitlines()]
         assert "|text|" in shown and "|x|" in shown and "|y|" in shown
         assert out.strip().splitlines()[-1] == "1"
+        shutil.rmtree(shell.tmp / "copy", ignore_errors=True)
+
+        keys_before = keys(port)
+        command = documented(README, ".venv/bin/python examples/spark_pipeline.py --once")
+        for _ in range(2):
+            out = shell.run(f"{command} --port {port} --events 1000")
+            assert "starting a temporary one" not in out
+            assert sum(counts_shown(out).values()) == 1000
+            assert keys(port) == keys_before
+            assert shell.leftovers() == []
     finally:
         stop(server, port)
     shutil.rmtree(data)
-    shutil.rmtree(shell.tmp / "copy", ignore_errors=True)
-
-    command = documented(README, ".venv/bin/python examples/spark_pipeline.py --once")
-    out = shell.run(f"{command} --port {free_port()}")
-    assert "starting a temporary one" in out
-    assert sum(counts_shown(out).values()) == 5000
-    assert shell.leftovers() == []
 
 
 def test_the_cluster_example(spark_shell: Shell) -> None:

@@ -70,36 +70,41 @@ def readable(stream: Stream) -> list[bytes | None]:
 # -- by age ------------------------------------------------------------------
 
 
-def test_age_evicts_whole_expired_nodes_and_keeps_a_node_with_unexpired_messages() -> None:
+def test_age_evicts_exactly_the_expired_messages() -> None:
     state, recorder, ret = make_state(stream_retention_ms=1000)
     # Nodes of 10: node i holds messages appended at T0 + 100*i .. + 100*i + 9.
     times = [T0 + 100 * (i // 10) + i % 10 for i in range(45)]
     s = add_stream(state, b"s", times)
-    # At T0 + 1205 the cutoff is T0 + 205: nodes 0 and 1 are older, node 2
-    # (T0+200..209) still has messages at or after the cutoff: kept whole.
+    # At T0 + 1205 the cutoff is T0 + 205: nodes 0 and 1 are older, and in
+    # node 2 (T0+200..209) the messages of T0+200..204: offsets 0..24 go.
     assert ret.step(now_ms=T0 + 1205) is False
-    assert s.first_offset == 20
-    assert readable(s)[:21] == [None] * 20 + [b"0"]
-    assert recorder.logged == [[b"TEVICT", b"s", b"19"]]
+    assert s.first_offset == 25 and s.num_nodes == 3
+    assert readable(s)[:26] == [None] * 25 + [b"5"]
+    assert recorder.logged == [[b"TEVICT", b"s", b"24"]]
     info = state.stats
-    assert (info.retention_evicted_messages, info.retention_evicted_bytes) == (20, 20)
-    assert info.retention_runs == 1 and info.total_messages_evicted == 20
+    assert (info.retention_evicted_messages, info.retention_evicted_bytes) == (25, 25)
+    assert info.retention_runs == 1 and info.total_messages_evicted == 25
     # Nothing more expired: nothing logged, no run counted.
     ret.step(now_ms=T0 + 1205)
     assert len(recorder.logged) == 1 and info.retention_runs == 1
+    # One more millisecond: one more message, from inside the node.
+    ret.step(now_ms=T0 + 1206)
+    assert s.first_offset == 26 and recorder.logged[-1] == [b"TEVICT", b"s", b"25"]
+    assert info.retention_runs == 2
 
 
-def test_age_keeps_the_active_nodes_unexpired_messages_and_drops_it_once_all_expired() -> None:
+def test_age_evicts_the_active_nodes_expired_messages_and_it_once_all_expired() -> None:
     state, recorder, ret = make_state(stream_retention_ms=1000)
     # One active node: 5 old messages and one new one.
     s = add_stream(state, b"s", [T0] * 5 + [T0 + 5000])
     ret.step(now_ms=T0 + 5500)
-    assert s.first_offset == 0 and s.length == 6 and recorder.logged == []
+    assert s.first_offset == 5 and s.length == 1 and s.num_nodes == 1
+    assert recorder.logged == [[b"TEVICT", b"s", b"4"]]
     # Once its newest message expired too, the active node goes: the
     # stream is empty and keeps its next offset (as after TEVICT).
     ret.step(now_ms=T0 + 6001)
     assert (s.length, s.first_offset, s.next_offset) == (0, 6, 6)
-    assert recorder.logged == [[b"TEVICT", b"s", b"5"]]
+    assert recorder.logged[-1] == [b"TEVICT", b"s", b"5"]
     assert run(state, b"TWRITE", b"s", b"next") == 6
 
 

@@ -22,6 +22,7 @@ from conftest import ServerProcess
 from helpers_spark import (
     failing_once,
     fill,
+    flushed_client,
     parquet_rows,
     reader,
     rows,
@@ -37,10 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully suppo
 
 @pytest.fixture
 def client(shared_server: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=shared_server.port)
-    c.flushall()
-    yield c
-    c.close()
+    yield from flushed_client(shared_server)
 
 
 def messages(client: Client, key: str) -> list[bytes]:
@@ -72,6 +70,7 @@ def test_batch_read_of_several_streams_skips_evicted_offsets(spark, shared_serve
         ("stream", "string"),
         ("offset", "long"),
         ("value", "binary"),
+        ("timestamp", "timestamp"),
     ]
     expected = [("a", i, b"a%d" % i) for i in range(5, 20)] + [
         ("b", i, b"b%d" % i) for i in range(5)
@@ -639,3 +638,23 @@ def test_twrite_requests_are_framed_for_any_value() -> None:
     reader.feed(pack_twrite(b"k{1}", values) * 2)
     expected = [b"TWRITE", b"k{1}", b"ENTRIES", *values]
     assert reader.gets() == expected and reader.gets() == expected and reader.gets() is False
+
+
+def test_staging_twrites_stay_small_enough_for_the_servers_c_lane() -> None:
+    """A task's TWRITEs carry at most batchSize rows and about 48 KB (the
+    server runs requests that fit its 64 KB carry in C); a larger message
+    goes alone, and every row is in exactly one TWRITE, in order."""
+    import pyarrow as pa
+
+    from rcp11.spark.columns import twrite_cuts
+    from rcp11.spark.sink import TWRITE_MAX_BYTES
+
+    sizes = [100] * 2_000 + [70_000] + [10] * 5 + [0] * 3
+    values = pa.array([b"x" * n for n in sizes], type=pa.binary()).slice(1)
+    cuts = list(twrite_cuts(values, 300, TWRITE_MAX_BYTES))
+    assert [b for b, _ in cuts] == [0] + [e for _, e in cuts[:-1]]
+    assert cuts[-1][1] == len(values)
+    for begin, end in cuts:
+        size = sum(len(v) for v in values.slice(begin, end - begin).to_pylist())
+        assert end - begin <= 300 and (size <= TWRITE_MAX_BYTES or end - begin == 1)
+    assert (1999, 2000) in cuts  # the 70 KB message, alone

@@ -313,3 +313,177 @@ def test_task_writer_rides_out_a_restart_that_leaves_a_gap(server_factory) -> No
     commit_target(client, "t", QUERY, 0, [staged])
     assert stream(client, "t") == expected
     client.close()
+
+
+def _micro_batches(source: Any, start: dict, limit: Any) -> list[list[tuple[str, int]]]:
+    """What Spark does with a source: latestOffset() from the last end, and
+    a micro-batch (partitions() read) whenever the end moved; each batch's
+    (stream, offset) rows."""
+    batches = []
+    for _ in range(50):
+        end = source.latestOffset(start, limit)
+        if end == start:
+            return batches
+        rows: list[tuple[str, int]] = []
+        for part in source.partitions(start, end):
+            assert part.start >= start[part.stream]
+            for batch in source.read(part):
+                rows += zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        batches.append(rows)
+        start = end
+    raise AssertionError("still planning micro-batches after 50")
+
+
+def test_micro_batches_step_over_a_gap_a_crash_left(server_factory) -> None:
+    """A restart that raised a stream to its reservation mark leaves a gap
+    of nulls (here 997 offsets): with maxOffsetsPerTrigger 10 the source
+    used to plan ~100 micro-batches of no rows through it, and one more
+    for a gap at a stream's end. It plans from the next readable offset
+    (TREAD ... NONULLS): no micro-batch without a row."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from rcp11.spark.source import StreamReader
+
+    srv = server_factory(appendonly="yes", start=False)
+    start_with_gaps(srv, {b"mid": (3, 1000, 3), b"tail": (3, 1000, 0)})
+    options = {
+        "port": str(srv.port),
+        "subscribe": "mid,tail",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "10",
+    }
+    mid = [("mid", o) for o in (0, 1, 2, 1000, 1001, 1002)]
+    tail = [("tail", o) for o in (0, 1, 2)]
+
+    source = StreamReader(parse_read_options(options), None)
+    start = source.initialOffset()
+    assert start == {"mid": 0, "tail": 0}
+    batches = _micro_batches(source, start, ReadMaxRows(10))
+    assert all(batches) and sorted(sum(batches, [])) == mid + tail
+    assert len(batches) == 2  # 10 offsets of each stream; then the rest of mid
+    # The gap at tail's end made no batch; a message after it makes one,
+    # whose read starts after the gap.
+    end = source.latestOffset({"mid": 1003, "tail": 5}, ReadMaxRows(10))
+    assert end == {"mid": 1003, "tail": 5}
+    client = Client(port=srv.port)
+    client.twrite("tail", b"late")
+    end = source.latestOffset({"mid": 1003, "tail": 5}, ReadMaxRows(10))
+    assert end == {"mid": 1003, "tail": 1001}
+    (part,) = source.partitions({"mid": 1003, "tail": 5}, end)
+    assert (part.stream, part.start, part.end) == ("tail", 1000, 1001)
+
+    # Trigger.AvailableNow: a message written after the run started, past
+    # a gap that reaches the run's end, makes no batch of no rows either.
+    source = StreamReader(parse_read_options(options), None)
+    source.prepareForTriggerAvailableNow()
+    client.twrite("tail", b"later")
+    batches = _micro_batches(source, {"mid": 0, "tail": 5}, ReadMaxRows(10))
+    assert all(batches) and sorted(sum(batches, [])) == mid + [("tail", 1000)]
+    client.close()
+
+
+class _OldServer:
+    """A proxy to a real server that answers TREAD ... PACKED (or another
+    option) as a server from before it does ("unknown option"), and passes
+    everything else through: the shape of a Spark package newer than its
+    server."""
+
+    def __init__(self, upstream_port: int, option: bytes = b"PACKED") -> None:
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.option = option
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._serve, args=(conn, upstream), daemon=True).start()
+
+    def _serve(self, conn: Any, upstream: Any) -> None:
+        import hiredis
+
+        from rcp11.resp import encode_command
+
+        requests, replies = hiredis.Reader(), hiredis.Reader()
+        with conn, upstream:
+            while data := conn.recv(1 << 16):
+                requests.feed(data)
+                while (argv := requests.gets()) is not False:
+                    if any(arg.upper() == self.option for arg in argv):
+                        self.refused += 1
+                        conn.sendall(b"-ERR syntax error, unknown option '%b'\r\n" % self.option)
+                        continue
+                    upstream.sendall(encode_command(argv))
+                    raw = b""
+                    while True:
+                        chunk = upstream.recv(1 << 16)
+                        raw += chunk
+                        replies.feed(chunk)
+                        if replies.gets() is not False:
+                            break
+                    conn.sendall(raw)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("times", [False, True])
+def test_a_server_without_packed_reads_are_read_one_element_per_offset(
+    client, shared_server, times
+) -> None:
+    """The source asks for PACKED replies (docs/PROTOCOL.md); a server from
+    before them refuses the option, and the source reads on without it:
+    the same rows."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType, TimestampType
+
+    client.twrite("s", *[b"m%d" % i for i in range(250)])
+    client.tevict("s", 9)
+    old = _OldServer(shared_server.port)
+    try:
+        fields = [StructField("offset", LongType()), StructField("value", BinaryType())]
+        if times:
+            fields.append(StructField("timestamp", TimestampType()))
+        projection = Projection.from_schema(StructType(fields))
+        read = parse_read_options({"port": str(old.port), "subscribe": "s", "batchSize": "100"})
+        batches = list(read_range(read, projection, ReadRange("s", 0, 250, 10)))
+    finally:
+        old.close()
+    assert old.refused == 3  # the requests in flight at the first reply
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(10, 250))
+    assert table.column("value").to_pylist() == [b"m%d" % i for i in range(10, 250)]
+    if times:
+        expected = client.tread("s", 10, 240, withtimes=True)
+        stamps = [t // 1000 for t in table.column("timestamp").cast(pa.int64()).to_pylist()]
+        assert stamps == [t for _, t in expected]
+
+
+def test_a_server_without_nonulls_is_planned_without_it(client, shared_server) -> None:
+    """Planning asks for the next readable offset with NONULLS; a server
+    from before it refuses the option, and planning goes on without it."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rcp11.spark.source import StreamReader
+
+    client.twrite("s", *[b"m%d" % i for i in range(5)])
+    old = _OldServer(shared_server.port, b"NONULLS")
+    try:
+        read = parse_read_options({"port": str(old.port), "subscribe": "s"})
+        source = StreamReader(read, None)
+        assert source.latestOffset({"s": 2}, ReadAllAvailable()) == {"s": 5}
+        source.stop()
+    finally:
+        old.close()
+    assert old.refused == 1

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, wait_for
+from conftest import ServerProcess, local_spark, wait_for
 from helpers_crash import as_if_rebooted
+from spark_copy_driver import SETTINGS as COPY_SETTINGS
 from spark_copy_driver import start_copy
 
 from rcp11.client import Client
@@ -34,23 +35,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.Builder()  # not .builder: its options outlive sessions
-        .master("local[2]")
-        .appName("rcp11-recovery-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    register(session)
+    """This file's session: the copy driver's (spark_copy_driver.py), for the
+    restarted copy."""
+    session = local_spark("rcp11-recovery-test", "local[2]", COPY_SETTINGS)
     yield session
     session.stop()
 

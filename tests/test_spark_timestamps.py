@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from conftest import RedisServer, ServerProcess, wait_for
-from helpers_spark import fill, parquet_rows, reader, rows, run_available_now, to_parquet
+from helpers_spark import (
+    fill,
+    flushed_client,
+    parquet_rows,
+    reader,
+    rows,
+    run_available_now,
+    to_parquet,
+)
 
 from rcp11.client import Client
 from rcp11.spark.options import OptionError, parse_read_options
@@ -31,10 +39,7 @@ NODE = 1000
 
 @pytest.fixture
 def client(stream_server: ServerProcess) -> Iterator[Client]:
-    c = Client(host="127.0.0.1", port=stream_server.port)
-    c.flushall()
-    yield c
-    c.close()
+    yield from flushed_client(stream_server)
 
 
 def now_ms() -> int:

@@ -130,6 +130,7 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         "### Sequential bandwidth of one stream (voik's figures)",
         "## Suite 4: zlib-compressed streams through the server",
         "### Random `TREAD logs <off> 100` on compressed streams",
+        "## Suite: consumer groups, plain and acknowledged",
         "core_bench.py",
         "persistence_bench.py",
         "lane_bench.py",
@@ -149,8 +150,21 @@ def test_smoke_run_writes_every_table_plot_and_record(tmp_path: Path) -> None:
         ("`TREAD rs 0 100` vs `LRANGE rl 0 99`, -P 32 |", ">= 1.5x"),
         ("Kafka suite: 1 producer, 100 B |", ">= 3,000,000"),
         ("Kafka suite: 1 consumer, 100 B |", ">= 10,000,000"),
-        ("RSS growth per 100 B entry / the core's own accounting |", "<= 1.02x"),
+        (
+            "RSS growth per 100 B entry / the core's own accounting "
+            "(`TWRITE m ENTRIES <100 x 100B>`, pipelined) |",
+            "<= 1.02x",
+        ),
+        (
+            "RSS growth per 100 B entry with append times / a Redis stream's "
+            "(`TWRITE m <100B>`, pipelined) |",
+            "<= 0.95x",
+        ),
         ("near the tail, zlib 6, depth 4 / uncompressed", "<= 1.2x"),
+        ("Groups (rcp11-server vs redis-server): acknowledged / plain GROUP", ">= 0.8x"),
+        ("Groups (rcp11-server vs redis-server): acknowledged / XREADGROUP+XACK", ">= 2.0x"),
+        ("one redis-server): acknowledged / plain GROUP", ">= 0.8x"),
+        ("one redis-server): acknowledged / XREADGROUP+XACK", ">= 2.0x"),
     ):
         row = next((line for line in glance.splitlines() if goal in line), None)
         assert row is not None, f"no goal row {goal!r} in:\n{glance}"

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -157,6 +158,24 @@ def test_consume_from_count_and_offsets(rcp11_client: Client, port: str) -> None
     assert rcp11("-p", port, "consume", "s", "--from", "-3").stdout == b"m7\nm8\nm9\n"
     assert rcp11("-p", port, "consume", "s", "--from", "4", "-n", "2").stdout == b"m4\nm5\n"
     assert rcp11("-p", port, "consume", "s", "--from", "8", "--offsets").stdout == b"8\tm8\n9\tm9\n"
+
+
+@pytest.mark.slow
+def test_consume_prints_each_messages_append_time(rcp11_client: Client, port: str) -> None:
+    """--times, as kcat's %T: the time before the message (after the offset
+    with --offsets), the time of its own write."""
+    times = []
+    for i in range(3):
+        start = time.time_ns() // 1_000_000
+        wait_for(lambda start=start: time.time_ns() // 1_000_000 > start, 5)
+        rcp11_client.twrite("s", b"m%d" % i)
+        times.append(rcp11_client.tread("s", i, 1, withtimes=True)[0][1])
+    rcp11_client.tevict("s", 0)
+    assert len(set(times)) == 3
+    out = rcp11("-p", port, "consume", "s", "--times").stdout
+    assert out == b"%d\tm1\n%d\tm2\n" % (times[1], times[2])
+    out = rcp11("-p", port, "consume", "s", "--times", "--offsets", "--null").stdout
+    assert out == b"1\t%d\tm1\x002\t%d\tm2\x00" % (times[1], times[2])
 
 
 def test_consume_skips_evicted_messages(rcp11_client: Client, port: str) -> None:

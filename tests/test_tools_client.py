@@ -9,6 +9,7 @@ import itertools
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,6 +147,37 @@ def test_tread_withinfo_and_negative_offsets(rcp11_client_resp: Client) -> None:
     info_only = rcp11_client_resp.tread("s", 0, 0, withinfo=True)
     assert info_only.messages == [] and info_only.next_offset == 10
     assert rcp11_client_resp.tread("s", 10, 5) == []
+
+
+@pytest.mark.parametrize("transaction", [None, False, True])
+def test_tread_withtimes_pairs_messages_with_their_times(
+    rcp11_client_resp: Client, transaction: bool | None
+) -> None:
+    """The same values in RESP2 (a flat reply) and RESP3 (pairs), directly
+    and in pipelines; evicted offsets are None."""
+    before = time.time_ns() // 1_000_000
+    rcp11_client_resp.twrite("s", b"a", b"b", b"c")
+    rcp11_client_resp.tevict("s", 0)
+    after = time.time_ns() // 1_000_000
+    if transaction is None:
+        pairs, result = (
+            rcp11_client_resp.tread("s", 0, 10, withtimes=True),
+            rcp11_client_resp.tread("s", -2, 10, withtimes=True, withinfo=True),
+        )
+    else:
+        pipe = rcp11_client_resp.pipeline(transaction=transaction)
+        pipe.tread("s", 0, 10, withtimes=True)
+        pipe.tread("s", -2, 10, withtimes=True, withinfo=True)
+        pairs, result = pipe.execute()
+    t = pairs[1][1]
+    assert before <= t <= after
+    assert pairs == [None, (b"b", t), (b"c", t)]
+    assert result == ReadResult(1, 2, 1, 2, [b"b", b"c"], [t, t])
+    assert list(result.timed_items()) == [(1, t, b"b"), (2, t, b"c")]
+    assert rcp11_client_resp.tread("s", 0, 1, withtimes=True) == [None]
+    assert rcp11_client_resp.tread("s", 5, 1, withtimes=True) == []
+    with pytest.raises(ValueError, match="withtimes"):
+        list(rcp11_client_resp.tread("s", 0, 3, withinfo=True).timed_items())
 
 
 def test_tevict_counts_and_leaves_nulls(rcp11_client_resp: Client) -> None:

@@ -111,8 +111,10 @@ def test_redis_cli_hints_the_stream_commands_arguments(stream_server: ServerProc
     port = stream_server.port
     assert redis_cli_hint(port, b"TWRITE s ") == "entry|[BACKLOG backlog] ENTRIES entry [entry ...]"
     assert redis_cli_hint(port, b"TREAD s ") == (
-        "offset count [BLOCK milliseconds] [GROUP groupkey|GROUPNEW newgroupkey] [WITHINFO] [NONULLS]"
+        "offset count [BLOCK milliseconds] [GROUP groupkey|GROUPNEW newgroupkey] [WITHINFO]"
+        " [NONULLS] [WITHTIMES] [PACKED] [LEASE lease] [CONSUMER consumer] [ACK start count]"
     )
+    assert redis_cli_hint(port, b"TACK g ") == "start count [start count ...]"
     assert redis_cli_hint(port, b"TCONCAT dst ") == "source [source ...]"
     assert redis_cli_hint(port, b"TSEEK s ") == "unix-time-ms"
 

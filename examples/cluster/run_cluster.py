@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import redis
@@ -49,8 +49,10 @@ def module_path() -> str:
     return path
 
 
-def free_node_port(taken: set[int]) -> int:
-    """A free port whose cluster bus port (+10000) is free as well."""
+def free_node_port(taken: Collection[int] = ()) -> int:
+    """A free port whose cluster bus port (+10000) is free as well, and not
+    one of `taken` (ports handed out for nodes that do not listen yet).
+    The tests' clusters (tests/harness/cluster.py) take theirs here too."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -98,7 +100,7 @@ class Cluster:
         directory = self.directory
         module = module_path()
         for _ in range(primaries * (1 + replicas)):
-            port = free_node_port(set(self.ports))
+            port = free_node_port(self.ports)
             node_dir = directory / str(port)
             node_dir.mkdir(parents=True)
             argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]

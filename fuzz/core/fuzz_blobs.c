@@ -17,8 +17,9 @@
  *
  * The seeds (corpus/blobs/) are real dumps written by fuzz/core/
  * make_seeds.py, old formats included. A blob the validator accepts must
- * also load; a dump that loads must read back completely, serialize to
- * exactly the input blobs, take appends and evictions, and free every byte.
+ * also load; a dump that loads must read back completely -- its messages'
+ * times never decreasing, every one found by a seek -- serialize to exactly
+ * the input blobs, take appends and evictions, and free every byte.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -57,13 +58,27 @@ static void exercise(mn_stream *s, char **blobs, const size_t *lens, size_t n, i
     uint64_t next = mn_next_offset(s), first = mn_first_offset(s);
     CHECK(first <= next);
     uint64_t total = 0;
+    int64_t prev = 0;
+    int seen = 0;
+    static int64_t times[1000];
     for (uint64_t start = first; start < next && total < (1u << 20);) {
         uint64_t room = next - start, count = room < 1000 ? room : 1000;
         mn_buf out;
         mn_buf_init(&out);
-        CHECK(mn_read_resp(s, start, count, MN_NULL_RESP2, &out) == MN_OK);
+        CHECK(mn_read_resp(s, start, count, MN_NULL_RESP2 | MN_READ_WITH_TIMES, &out) == MN_OK);
         total += count;
         mn_buf_free(&out);
+        CHECK(mn_read_times(s, start, count, times) == MN_OK);
+        for (uint64_t i = 0; i < count; i++) {
+            if (times[i] < 0) continue; /* a gap */
+            CHECK(times[i] >= prev && times[i] <= mn_last_append_ms(s));
+            /* a seek by its time finds it, or an earlier message of that time */
+            uint64_t found = mn_seek_time(s, times[i]);
+            if (times[i] > prev || !seen) CHECK(found == start + i);
+            else CHECK(found < start + i);
+            prev = times[i];
+            seen = 1;
+        }
         start += count;
     }
     if (same_format) {
@@ -111,12 +126,13 @@ static void run_single(const uint8_t *data, size_t size, int fix_crc) {
     int rc = mn_validate_node_blob(blob, size);
     CHECK(rc == MN_OK || rc == MN_ERR_CORRUPT);
     /* Appended whole to a live stream (the module's AOF rewrite): a valid
-     * blob of the current format is taken, anything else changes nothing. */
+     * blob with times is taken, anything else changes nothing. */
     mn_stream *s = mn_stream_new(10, 6);
     CHECK(s != NULL);
     CHECK(mn_append_one(s, "x", 1, 5) == 0);
     uint64_t memory = mn_memory_bytes(s);
-    int current = size > 4 && (unsigned char)blob[4] == MN_FORMAT_VERSION;
+    /* the current format, or format 3 (an AOF rewritten before it) */
+    int current = size > 4 && ((unsigned char)blob[4] == MN_FORMAT_VERSION || (unsigned char)blob[4] == 3);
     int appended = mn_append_node_blob(s, blob, size);
     if (rc == MN_OK && current) {
         /* a node at offset 0 overlaps "x": refused as an argument */

@@ -2,12 +2,13 @@
  * (src/lane.c). Run by fuzz/core/run.sh (harness "lane").
  *
  * The input is a read buffer. Two streams exist: "s" (writable) and "t"
- * (read-only: offset 0 evicted, 1 and 2, a gap, 10 and 11); other keys
- * are refused. Checked on every input:
+ * (read-only: offset 0 evicted, 1 and 2, a gap, 10 and 11), and "g", an
+ * acknowledged group of "s"; other keys are refused. Checked on every input:
  *   - the lane consumes a prefix made of whole canonical requests: running
  *     it again on exactly that prefix consumes all of it and produces the
- *     same replies and AOF bytes (requests are judged only by their own
- *     bytes, never by what follows);
+ *     same replies (but for the append times TREAD WITHTIMES shows: the
+ *     second run writes a little later) and AOF bytes (requests are judged
+ *     only by their own bytes, never by what follows);
  *   - the AOF copy is the TWRITE requests verbatim, so it is a sequence of
  *     canonical requests that the lane itself consumes whole;
  *   - the stream's next offset accounts for every message written;
@@ -24,6 +25,7 @@
 #include "lane.h"
 
 static mn_stream *s_stream, *t_stream;
+static ag_group *g_group;
 
 /* lane_run() with the call's own reply_mark, writes, log_writes, aof_room,
  * memory_limited and memory_room. */
@@ -34,8 +36,12 @@ static size_t run_lane(lane_call *call, const char *buf, size_t len) {
 }
 
 static int resolve(lane_call *call, const char *key, size_t len, mn_stream **stream,
-                   uint64_t *limit) {
+                   ag_group **group, uint64_t *limit) {
     (void)call;
+    if (len == 1 && key[0] == 'g') {
+        *group = g_group;
+        return LANE_KEY_READ | LANE_KEY_WRITE;
+    }
     if (len == 1 && key[0] == 's') {
         *stream = s_stream;
         *limit = 9223372036854775807ULL;
@@ -48,9 +54,22 @@ static int resolve(lane_call *call, const char *key, size_t len, mn_stream **str
     return 0;
 }
 
+/* The reply with every append time (":" and 13 digits, unix ms from 2001
+ * on; no offset here gets that large) zeroed, so that two runs compare. */
+static void zero_times(char *p, size_t len) {
+    for (size_t i = 0; i + 16 <= len; i++) {
+        if (p[i] != ':' || p[i + 14] != '\r' || p[i + 15] != '\n') continue;
+        size_t d = 1;
+        while (d <= 13 && p[i + d] >= '0' && p[i + d] <= '9') d++;
+        if (d == 14 && (i == 0 || p[i - 1] == '\n')) memset(p + i + 1, '0', 13);
+    }
+}
+
 static void setup(lane_call *call) {
     if (s_stream) mn_stream_free(s_stream);
     if (t_stream) mn_stream_free(t_stream);
+    ag_free(g_group);
+    g_group = ag_new("s", 1, 0);
     s_stream = mn_stream_new(4, 0);
     t_stream = mn_stream_new(4, 0);
     mn_append(t_stream, "abcdef", (uint32_t[]){1, 2, 3}, 3, MN_NOW);
@@ -68,6 +87,9 @@ static void setup(lane_call *call) {
     call->writes = 1;
     call->log_writes = 1;
     call->aof_room = (size_t)1 << 40;
+    /* One time for every run's lease reads: the prefix run below must give
+     * the same deadlines, whenever the clock ticks. */
+    call->lease_clock_ms = 1700000000000;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -87,7 +109,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (a.memory_grown != (int64_t)mn_memory_bytes(s_stream) - memory_at_start) abort();
     uint64_t next_s = mn_next_offset(s_stream);
     if (next_s != a.messages_written) abort();
-    if ((a.twrite_calls == 0) != (a.aof.len == 0)) abort();
+    if ((a.twrite_calls + a.group_changes == 0) != (a.aof.len == 0)) abort();
+    /* A lease read leases what it read, never past the stream's end. */
+    if (ag_next(g_group) > next_s || ag_pending(g_group) > ag_next(g_group)) abort();
     if (a.stop == LANE_STOP_WAIT) {
         lane_call w;
         lane_call_init(&w);
@@ -105,13 +129,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The same prefix alone: consumed whole, same output. */
     setup(&b);
     if (run_lane(&b, buf, used) != used) abort();
+    zero_times(a.reply.data, a.reply.len);
+    zero_times(b.reply.data, b.reply.len);
     if (b.reply.len != a.reply.len || (a.reply.len && memcmp(a.reply.data, b.reply.data, a.reply.len)))
         abort();
     if (b.aof.len != a.aof.len || (a.aof.len && memcmp(a.aof.data, b.aof.data, a.aof.len)))
         abort();
 
-    /* The AOF copy replays whole through the lane, as the same writes. */
-    if (a.aof.len) {
+    /* The AOF copy of writes alone (no group records, which are Python's to
+     * replay) replays whole through the lane, as the same writes. */
+    if (a.aof.len && a.group_changes == 0) {
         setup(&b);
         char *aof = malloc(a.aof.len);
         if (aof == NULL) abort();

@@ -56,8 +56,9 @@ static int loop_resolve(nl_loop *loop, const char *key, size_t len, mn_stream **
 }
 
 static int lane_resolve(lane_call *call, const char *key, size_t len, mn_stream **stream,
-                        uint64_t *limit) {
+                        ag_group **group, uint64_t *limit) {
     (void)call;
+    *group = NULL; /* the loop leaves acknowledged groups to Python too */
     return resolve_key(key, len, stream, limit);
 }
 

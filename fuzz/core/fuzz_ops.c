@@ -13,10 +13,11 @@
  * seed their bytes are made from and their append time -- and the next
  * offset and the stream's clock. Whatever the core does with nodes, chunks
  * and compression, every read must give back exactly the model's bytes and
- * nulls, every counter must match, every node's times must be its
- * messages', a seek by time must land within its documented precision,
- * and the counting allocator must hold exactly what mn_memory_bytes()
- * says. The wall clock the appends use moves forward and, sometimes, back.
+ * nulls, every message's time must be the model's (reads with times, a
+ * node's first and last), a seek by time and retention by age must be
+ * exact to the message, and the counting allocator must hold exactly what
+ * mn_memory_bytes() says. The wall clock the appends use moves forward
+ * (by anything up to 2^62 ms: every time width), and, sometimes, back.
  *
  * INPUT
  * =====
@@ -43,9 +44,6 @@
 #define MAX_BATCH 300            /* messages per append call */
 #define MAX_READ 400             /* offsets per read call */
 #define MAX_OPS 400              /* operations per input */
-/* The time index's documented precision: a seek lands at most 63 messages
- * early (one checkpoint interval). */
-#define MN_TIME_CHECKPOINT_EVERY_TESTED 64
 
 /* ------------------------------------------------------------------------
  * Input decoding
@@ -96,8 +94,6 @@ typedef struct msg {
     uint32_t len;
     uint32_t seed;
     int64_t ms;        /* append time */
-    int64_t hi;        /* the latest time the core may have stored for it:
-                          == ms unless a concatenation copied it */
 } msg;
 
 typedef struct model {
@@ -106,8 +102,6 @@ typedef struct model {
     uint64_t next;
     uint64_t payload;  /* bytes of the readable messages */
     int64_t clock;     /* the stream's clock: newest append time */
-    uint32_t copies;   /* concatenations it went through: each may add
-                          63 messages to a seek's imprecision */
 } model;
 
 typedef struct world {
@@ -127,7 +121,7 @@ static void model_push(model *m, uint64_t off, uint32_t len, uint32_t seed, int6
         m->m = realloc(m->m, m->cap * sizeof(msg));
         CHECK(m->m != NULL);
     }
-    m->m[m->len++] = (msg){off, len, seed, ms, ms};
+    m->m[m->len++] = (msg){off, len, seed, ms};
     m->payload += len;
 }
 
@@ -181,9 +175,16 @@ static void check_counters(world *w) {
         CHECK(mn_last_append_ms(s) == m->clock);
         int64_t oldest = mn_oldest_append_ms(s);
         if (model_count(m) == 0) CHECK(oldest == MN_TIME_NONE);
-        else CHECK(oldest >= 0 && oldest <= m->m[m->head].hi);
+        else CHECK(oldest == m->m[m->head].ms);
     }
     CHECK(count_alloc_live() == mn_memory_bytes(w->s[0]) + mn_memory_bytes(w->s[1]));
+}
+
+/* g's bytes at out[pos], then pos past them. */
+static size_t check_msg_at(const mn_buf *out, size_t pos, const msg *g) {
+    CHECK(pos + g->len <= out->len);
+    for (uint32_t j = 0; j < g->len; j++) CHECK((uint8_t)out->data[pos + j] == msg_byte(g->seed, j));
+    return pos + g->len;
 }
 
 /* Read [start, start + n) both ways and compare with the model. Returns
@@ -207,10 +208,7 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         if (i < m->len && m->m[i].off == o) {
             const msg *g = &m->m[i++];
             CHECK(lens[x] == (int64_t)g->len);
-            CHECK(pos + g->len <= out.len);
-            for (uint32_t j = 0; j < g->len; j++)
-                CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
-            pos += g->len;
+            pos = check_msg_at(&out, pos, g);
         } else {
             CHECK(lens[x] == -1);
         }
@@ -218,7 +216,73 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
     CHECK(pos == out.len);
     mn_buf_free(&out);
 
-    for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
+    static int64_t times[MAX_READ];
+    CHECK(mn_read_times(s, start, n, times) == MN_OK); /* allocates nothing */
+    i = model_lower(m, start);
+    for (uint64_t o = start; o < start + n; o++) {
+        if (i < m->len && m->m[i].off == o) CHECK(times[o - start] == m->m[i++].ms);
+        else CHECK(times[o - start] == -1);
+    }
+
+    /* TREAD ... PACKED's tables: little-endian lengths (0xFFFFFFFF for
+     * null) and times (-1), the messages back to back; times only on
+     * every other read. */
+    static unsigned char lens_le[4 * MAX_READ], times_le[8 * MAX_READ];
+    int packed_times = (start & 1) == 0;
+    mn_buf_init(&out);
+    rc = mn_read_packed(s, start, n, &out, lens_le, packed_times ? times_le : NULL);
+    if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
+        mn_buf_free(&out);
+        return rc;
+    }
+    CHECK(rc == MN_OK);
+    pos = 0;
+    i = model_lower(m, start);
+    for (uint64_t o = start; o < start + n; o++) {
+        uint64_t x = o - start, len = 0, t = 0;
+        for (int b = 0; b < 4; b++) len |= (uint64_t)lens_le[4 * x + b] << (8 * b);
+        for (int b = 0; b < 8; b++) t |= (uint64_t)times_le[8 * x + b] << (8 * b);
+        if (i < m->len && m->m[i].off == o) {
+            const msg *g = &m->m[i++];
+            CHECK(len == g->len && (!packed_times || (int64_t)t == g->ms));
+            pos = check_msg_at(&out, pos, g);
+        } else {
+            CHECK(len == 0xFFFFFFFFu && (!packed_times || (int64_t)t == -1));
+        }
+    }
+    CHECK(pos == out.len);
+    /* The same tables as the reply's bulk strings, in one buffer. */
+    mn_buf resp;
+    mn_buf_init(&resp);
+    uint64_t needed = 0;
+    rc = mn_read_packed_resp(s, start, n, packed_times, "", 0, UINT64_MAX, &needed, &resp);
+    if (rc == MN_ERR_NOMEM && resp.len == 0) { /* injected */
+        mn_buf_free(&resp);
+        mn_buf_free(&out);
+        return rc;
+    }
+    CHECK(rc == MN_OK && resp.len == needed);
+    const struct {
+        const void *p;
+        size_t len;
+    } parts[3] = {{lens_le, 4 * n}, {out.data, out.len}, {times_le, 8 * n}};
+    pos = 0;
+    for (int part = 0; part < (packed_times ? 3 : 2); part++) {
+        char head[32];
+        size_t hl = (size_t)snprintf(head, sizeof head, "$%zu\r\n", parts[part].len);
+        CHECK(pos + hl + parts[part].len + 2 <= resp.len && memcmp(resp.data + pos, head, hl) == 0);
+        pos += hl;
+        CHECK(parts[part].len == 0 || memcmp(resp.data + pos, parts[part].p, parts[part].len) == 0);
+        pos += parts[part].len;
+        CHECK(memcmp(resp.data + pos, "\r\n", 2) == 0);
+        pos += 2;
+    }
+    CHECK(pos == resp.len);
+    mn_buf_free(&resp);
+    mn_buf_free(&out);
+
+    for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {
+        int resp3 = style & MN_NULL_RESP3, with_times = style & MN_READ_WITH_TIMES;
         mn_buf_init(&out);
         rc = mn_read_resp_prefixed(s, start, n, style, "*", 1, &out);
         if (rc == MN_ERR_NOMEM && out.len == 0) { /* injected */
@@ -229,21 +293,24 @@ static int check_read(world *w, int k, uint64_t start, uint64_t n) {
         pos = 1;
         i = model_lower(m, start);
         for (uint64_t o = start; o < start + n; o++) {
-            char head[32];
+            char head[48];
             int hl;
             if (i < m->len && m->m[i].off == o) {
                 const msg *g = &m->m[i++];
-                hl = snprintf(head, sizeof head, "$%u\r\n", g->len);
+                hl = snprintf(head, sizeof head, "%s$%u\r\n", with_times && resp3 ? "*2\r\n" : "",
+                              g->len);
                 CHECK(pos + (size_t)hl + g->len + 2 <= out.len);
                 CHECK(memcmp(out.data + pos, head, (size_t)hl) == 0);
-                pos += (size_t)hl;
-                for (uint32_t j = 0; j < g->len; j++)
-                    CHECK((uint8_t)out.data[pos + j] == msg_byte(g->seed, j));
-                pos += g->len;
+                pos = check_msg_at(&out, pos + (size_t)hl, g);
                 CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
                 pos += 2;
+                if (with_times) {
+                    hl = snprintf(head, sizeof head, ":%lld\r\n", (long long)g->ms);
+                    CHECK(pos + (size_t)hl <= out.len && memcmp(out.data + pos, head, (size_t)hl) == 0);
+                    pos += (size_t)hl;
+                }
             } else {
-                const char *null = style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n";
+                const char *null = resp3 ? "_\r\n" : with_times ? "$-1\r\n$-1\r\n" : "$-1\r\n";
                 size_t nl = strlen(null);
                 CHECK(pos + nl <= out.len && memcmp(out.data + pos, null, nl) == 0);
                 pos += nl;
@@ -268,9 +335,9 @@ static void check_nodes(world *w, int k) {
         CHECK(info.count >= 1 && info.first >= end);
         CHECK(info.first_ms >= last && info.last_ms >= info.first_ms);
         const msg *g = model_at(m, info.first + info.count - 1);
-        CHECK(g != NULL && g->ms <= info.last_ms && info.last_ms <= g->hi);
+        CHECK(g != NULL && g->ms == info.last_ms);
         g = model_at(m, info.first);
-        CHECK(g == NULL || (g->ms <= info.first_ms && info.first_ms <= g->hi));
+        CHECK(g == NULL || g->ms == info.first_ms);
         CHECK(info.memory > 0 && (!info.compressed || info.zlevel >= 1));
         end = info.first + info.count;
         last = info.last_ms;
@@ -584,15 +651,10 @@ static int64_t in_time(const model *m, input *in) {
 static int op_seek(world *w, int k, input *in) {
     const model *m = &w->m[k];
     int64_t t = in_time(m, in);
-    uint64_t got = mn_seek_time(w->s[k], t);
     /* exact: the first readable message appended at or after t */
     size_t i = m->head;
     while (i < m->len && m->m[i].ms < t) i++;
-    uint64_t exact = i < m->len ? m->m[i].off : m->next;
-    CHECK(got <= exact);
-    size_t j = model_lower(m, got);
-    CHECK(got == m->next || (j < m->len && m->m[j].off == got)); /* a message, readable */
-    CHECK(i - j <= (size_t)(MN_TIME_CHECKPOINT_EVERY_TESTED - 1) * (1 + m->copies));
+    CHECK(mn_seek_time(w->s[k], t) == (i < m->len ? m->m[i].off : m->next));
     return MN_OK;
 }
 
@@ -605,16 +667,17 @@ static int op_retain(world *w, int k, input *in) {
     size_t before = model_count(m);
     int rc;
     uint8_t what = in_u8(in) % 3;
+    int exact = 0; /* retention by age done: a cut inside a node */
     if (what == 0) {
         int64_t cutoff = in_time(m, in);
         rc = mn_evict_older_than(s, cutoff, budget, &ev);
-        /* Nothing unexpired went. */
+        /* Nothing unexpired went; done, every expired message went. */
         for (size_t i = m->head; i < m->len && m->m[i].off < mn_first_offset(s); i++)
             if (m->m[i].off >= before_first) CHECK(m->m[i].ms < cutoff);
-        mn_node_info info;
-        if (rc == 0 && mn_num_nodes(s)) {
-            mn_node_get_info(mn_first_node(s), &info);
-            CHECK(info.last_ms >= cutoff);
+        if (rc == 0) {
+            size_t first = model_lower(m, mn_first_offset(s));
+            CHECK(first == m->len || m->m[first].ms >= cutoff);
+            exact = 1;
         }
     } else if (what == 1) {
         uint64_t limit = in_pick(in, payload + 200);
@@ -632,7 +695,7 @@ static int op_retain(world *w, int k, input *in) {
     CHECK(ev.memory == memory - mn_memory_bytes(s));
     /* Whole nodes: the stream now starts at a node's first offset. */
     mn_node_info info;
-    if (mn_num_nodes(s) && ev.nodes) {
+    if (mn_num_nodes(s) && ev.nodes && !exact) {
         mn_node_get_info(mn_first_node(s), &info);
         CHECK(mn_first_offset(s) == info.first);
     }
@@ -643,9 +706,8 @@ static int op_retain(world *w, int k, input *in) {
 }
 
 /* Concatenate the other stream into stream k: the model moves its
- * messages over, times raised to k's clock; which ones the core copies
- * (their stored time may then be later, up to the time of the message 63
- * further) the model does not know, so it allows that for all. */
+ * messages over, times raised to k's clock (whether the core copies them
+ * or moves their nodes). */
 static int op_concat(world *w, int k) {
     model *d = &w->m[k], *s = &w->m[1 - k];
     int64_t rc = mn_stream_concat(w->s[k], w->s[1 - k]);
@@ -659,18 +721,10 @@ static int op_concat(world *w, int k) {
     size_t n = model_count(s);
     for (size_t i = 0; i < n; i++) {
         const msg *g = &s->m[s->head + i];
-        const msg *later = &s->m[s->head + (i + 63 < n ? i + 63 : n - 1)];
         model_push(d, d->next + i, g->len, g->seed, g->ms > floor ? g->ms : floor);
-        d->m[d->len - 1].hi = later->hi > floor ? later->hi : floor;
     }
     d->next += n;
-    if (n) {
-        const msg *last = &d->m[d->len - 1];
-        int64_t clock = mn_last_append_ms(w->s[k]);
-        CHECK(clock >= (last->ms > floor ? last->ms : floor) && clock <= last->hi);
-        d->clock = clock;
-        d->copies = (d->copies > s->copies ? d->copies : s->copies) + 1;
-    }
+    if (n) d->clock = d->m[d->len - 1].ms;
     model_evict_below(s, s->next);
     return MN_OK;
 }

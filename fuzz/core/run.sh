@@ -45,6 +45,9 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
 # POSIX level is set before alloc_hook.h includes stdlib.h.)
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
     -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/lane.c" -o "$out/lane.o"
+# Lease reads in the lane work on acknowledged groups (src/ackgroup.c).
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" \
+    -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/ackgroup.c" -o "$out/ackgroup.o"
 # The C lane's event loop (src/netloop.c, harness fuzz_netloop.c) over a
 # socketpair, with the same allocator: it swaps reply buffers with the lane.
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
@@ -54,7 +57,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 status=0
 for harness in ops blobs lane netloop; do
     "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/lane.o" \
-        "$out/netloop.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
+        "$out/ackgroup.o" "$out/netloop.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
     if [ "$mode" = --seeds ]; then
         (cd "$repo" && "${PYTHON:-python3}" -m fuzz.seeds "$here/corpus/$harness" "$here/runs/$harness" \
             -- "$out/fuzz_$harness" -max_len=65536 -timeout=10 -rss_limit_mb=2048) || status=1

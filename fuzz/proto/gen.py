@@ -116,8 +116,13 @@ def tread(d: Draw) -> list[bytes]:
         [b"NONULLS"],
         [b"BLOCK"],
         [b"BOGUS"],
+        # Acknowledged groups: leases (1 ms ones run out mid-run), consumers,
+        # acknowledgements.
+        [b"LEASE", d.pick([b"60000", b"1", b"0", b"x"])],
+        [b"CONSUMER", d.pick([b"c1", b"", b"c2"])],
+        [b"ACK", number(d), number(d)],
     ]
-    for _ in range(d.below(4)):
+    for _ in range(d.below(5)):
         argv += d.pick(options)
     return argv
 
@@ -160,6 +165,9 @@ def _set(d: Draw) -> list[bytes]:
 COMMANDS: list[Callable[[Draw], list[bytes]]] = [
     twrite, twrite, twrite, tread, tread, tread,
     _simple(b"TEVICT", key, number),
+    _simple(b"TACK", key, number, number),
+    _simple(b"TGROUP", lambda d: b"INFO", key, key),
+    _simple(b"TGROUP", lambda d: b"PENDING", key, key, number, number),
     _set, _simple(b"GET", key), _keys(b"DEL"), _keys(b"EXISTS"), _keys(b"UNLINK"),
     _simple(b"EXPIRE", key, number), _simple(b"PEXPIRE", key, number),
     _simple(b"PEXPIREAT", key, number), _simple(b"PERSIST", key), _simple(b"TTL", key),

@@ -33,6 +33,7 @@ from typing import Any
 import hiredis
 
 from fuzz.proto.gen import AVOID_KNOWN
+from rcp11.ackgroups import AckGroup
 from rcp11.commands import BLOCKED, COMMANDS, client_disconnected, execute, run_lane
 from rcp11.config import Config
 from rcp11.errors import ProtocolError
@@ -182,6 +183,10 @@ def keyspace_image(state: ServerState, now_ms: float) -> dict[bytes, Any]:
         if isinstance(value, Stream):
             nxt, first = value.next_offset, value.first_offset
             image[key] = ("stream", first, nxt, tuple(value.read(first, nxt - first)))
+        elif isinstance(value, AckGroup):
+            # Deadlines are absolute: a replay restores them exactly.
+            image[key] = ("group", value.stream_key, value.next_offset, value.totals(),
+                          tuple(value.ranges()))  # fmt: skip
         else:
             image[key] = ("string", value)
     for key, when in state.keyspace.expires.items():
@@ -400,7 +405,9 @@ class Target:
         state = self.state
         client = self.clients[index]
         before = None
-        if argv[0].lower() == b"twrite" and len(argv) > 2:
+        if argv[0].lower() == b"twrite" and len(argv) > 2 and argv[1] not in state.keyspace.expires:
+            # (A key with a TTL may expire between here and the write, and
+            # a new stream starts again at 0: a race, not a finding.)
             before = self.offsets.next_of(state, argv[1])
         reply = execute(state, client, argv)
         check_reply(reply)

@@ -3,10 +3,13 @@
     seq 1 1000000 | rcp11 produce events          # one message per line
     rcp11 consume events --from -10               # the last ten, then exit
     rcp11 consume events --group events:g --follow | ./worker
+    rcp11 consume events --group events:g --ack --follow | ./worker   # at least once
     rcp11 consume events --since 10m              # appended in the last ten minutes
+    rcp11 consume events --times --offsets        # OFFSET<TAB>UNIX-MS<TAB>MESSAGE
     rcp11 info events
     rcp11 streams -l                              # every stream, with its offsets
     rcp11 groups events 'events:*'                # each group's lag
+    rcp11 groups events                           # its acknowledged groups: pending, consumers
     rcp11 evict events 499
 
 Connection options are redis-cli's: -h HOST -p PORT -a PASSWORD, or -u URL.
@@ -17,7 +20,8 @@ for consume) is not, or always with --progress.
 Exit status: 0 success, 1 an error (explained on stderr), 2 bad usage,
 130 interrupted.
 
-transfer.py has produce and consume, inspection.py the other commands,
+transfer.py has produce and consume, acked.py consume --ack and the
+acknowledged groups' rows of `groups`, inspection.py the other commands,
 args.py the arguments (Kafka's spellings among them), connection.py the
 connection and the one-line explanations of failures.
 """

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from rcp11 import __version__
 from rcp11.cli.transfer import DEFAULT_CONSUME_BATCH, DEFAULT_PRODUCE_BATCH, PROG
+from rcp11.client import DEFAULT_LEASE_MS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
@@ -43,10 +44,12 @@ KAFKA_SPELLINGS = {
     "--offset": "--from OFFSET (beginning, end, N, or -N from the end)",
     "--partition": "a stream has no partitions: one stream per partition (events:0, events:1 ...)",
     "--timeout-ms": "--block MS",
-    "--property": "--offsets prints each message's offset; messages have no key",
+    "--property": "--offsets prints each message's offset, --times its append time; messages "
+    "have no key",
     "-G": "--group GROUPKEY (kcat -G GROUP TOPIC is rcp11 consume TOPIC --group GROUPKEY)",
     "-K": "messages have no key: each line is one message",
-    "-J": "--offsets prefixes each message with its offset (no JSON envelope)",
+    "-J": "--offsets prefixes each message with its offset, --times with its append time "
+    "(no JSON envelope)",
     "-X": _NO_PROPERTIES,
     "--consumer-property": _NO_PROPERTIES,
     "--producer-property": _NO_PROPERTIES,
@@ -216,7 +219,7 @@ _GROUP_HELP = (
     "acknowledgement: each TREAD moves the group past the messages it hands out (up to "
     "--batch), before they are written to stdout, so what a consumer was handed and did "
     "not finish (it was killed, or `| head` closed the pipe) is not handed out again: "
-    "at most once"
+    "at most once; --ack makes it at least once"
 )
 
 
@@ -275,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(or where consumer group --group left off, or the first message appended since "
         "--since), until caught up; --follow keeps waiting for new messages. Evicted "
         "offsets, and the gap a crash may leave, are skipped. With --group, reading is "
-        "acknowledging (see --group).",
+        "acknowledging (see --group) unless --ack is given.",
     )
     _add_key(c)
     starts = c.add_mutually_exclusive_group()
@@ -340,7 +343,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_CONSUME_BATCH,
         help=f"messages per TREAD (default {DEFAULT_CONSUME_BATCH})",
     )
+    c.add_argument(
+        "--ack",
+        action="store_true",
+        help="with --group/--groupnew: at least once (an acknowledged group, TREAD LEASE). "
+        "Each batch is leased (--lease) and acknowledged only once the reader of stdout took "
+        "it (for a pipe: read it out and came back for more, or stayed a moment after the "
+        "last batch); a batch the reader did not take, or of a consumer that dies, is "
+        "delivered again to the group when its lease runs out",
+    )
+    c.add_argument(
+        "--lease",
+        type=_positive,
+        metavar="MS",
+        default=DEFAULT_LEASE_MS,
+        help=f"with --ack: how long a batch may take before the group gives it to another "
+        f"consumer (default {DEFAULT_LEASE_MS} ms)",
+    )
+    c.add_argument(
+        "--consumer",
+        metavar="NAME",
+        default=None,
+        help="with --ack: the name this consumer leases under (default HOST-PID)",
+    )
     c.add_argument("--offsets", action="store_true", help="prefix each message with OFFSET<TAB>")
+    c.add_argument(
+        "--times",
+        action="store_true",
+        help="prefix each message with its append time in unix milliseconds and a TAB (after "
+        "the offset with --offsets), as kcat's %%T or Kafka's print.timestamp",
+    )
     c.add_argument(
         "--null", action="store_true", help="end messages with NUL bytes instead of newlines"
     )
@@ -370,13 +402,21 @@ def build_parser() -> argparse.ArgumentParser:
         "groups",
         "how far consumer groups are behind (kafka-consumer-groups --describe)",
         "As kafka-consumer-groups --describe: for each consumer group of stream KEY, its "
-        "next offset (CURRENT-OFFSET, the value of its string key), the stream's next "
-        "offset (LOG-END-OFFSET) and LAG, the readable messages it has not been handed yet. "
-        "A group is just a string key, so name them: GROUPKEY may be a glob (keys holding "
-        "an integer).",
+        "next offset (CURRENT-OFFSET), the stream's next offset (LOG-END-OFFSET) and LAG, "
+        "the readable messages it has not been handed yet. A plain group is just a string "
+        "key holding its offset, so name them: GROUPKEY may be a glob. Acknowledged groups "
+        "(consume --ack, TREAD LEASE) add PENDING (leased, not acknowledged), EXPIRED "
+        "(leases that ran out: delivered again next), REDELIVERED and CONSUMERS, with a line "
+        "per consumer holding leases; without GROUPKEY every acknowledged group of KEY is "
+        "shown (SCAN TYPE rcp11-grp).",
     )
     g.add_argument("key", metavar="KEY", help="stream key")
-    g.add_argument("groupkeys", metavar="GROUPKEY", nargs="+", help="group keys or globs")
+    g.add_argument(
+        "groupkeys",
+        metavar="GROUPKEY",
+        nargs="*",
+        help="group keys or globs (default: the acknowledged groups of KEY)",
+    )
     g.add_argument("--json", action="store_true", help="one JSON object per group")
 
     e = add(
@@ -415,6 +455,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def _check_consume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     grouped = args.group or args.groupnew
+    if args.ack and not grouped:
+        parser.error("--ack needs --group or --groupnew: acknowledgements belong to a group")
+    if args.ack and args.times:
+        # A lease read (TREAD ... LEASE) answers no append times.
+        parser.error("--times cannot be combined with --ack: acknowledged reads carry no times")
     if args.from_offset is not None and grouped:
         parser.error(
             "--from cannot be combined with --group/--groupnew: the group key holds the offset"

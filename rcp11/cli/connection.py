@@ -8,6 +8,7 @@ import os
 
 import redis
 
+from rcp11.cli.acked import ACKED_GROUP_TYPE
 from rcp11.cli.inspection import STREAM_TYPE
 from rcp11.client import Client
 
@@ -88,10 +89,12 @@ def _wrong_type(args: argparse.Namespace, client: Client | None) -> str | None:
             f"key '{args.key}' holds a {kind}, not a stream; "
             f"{PROG} {args.command} needs a stream key: use another key name"
         )
-    if group and group_kind not in ("string", "none"):
+    if group and group_kind not in ("string", "none", ACKED_GROUP_TYPE):
         shown = "stream" if group_kind == STREAM_TYPE else group_kind
-        return (
-            f"group key '{group}' holds a {shown}; a consumer group's offset is kept in a "
-            "string key: use another key name"
+        kept = (
+            "an acknowledged group (--ack) is kept in a key of its own type"
+            if getattr(args, "ack", False)
+            else "a consumer group's offset is kept in a string key"
         )
+        return f"group key '{group}' holds a {shown}; {kept}: use another key name"
     return None

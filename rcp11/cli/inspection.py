@@ -8,7 +8,14 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from rcp11.cli.transfer import plural
+from rcp11.cli.acked import (
+    ACKED_COLUMNS,
+    ACKED_GROUP_TYPE,
+    acked_cells,
+    acked_row,
+    consumer_lines,
+)
+from rcp11.cli.transfer import PROG, plural
 from rcp11.client import Client, ReadResult
 
 # TYPE's answer for a stream, on rcp11-server and in redis-server with the
@@ -65,11 +72,14 @@ def _infos(client: Client, keys: list[str]) -> list[ReadResult]:
     return pipe.execute() if keys else []
 
 
-def _table(rows: list[list[Any]], stdout: TextIO) -> None:
+def _table(rows: list[list[Any]]) -> list[str]:
+    """The lines of a table with aligned columns."""
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = []
     for row in rows:
         cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
-        stdout.write("  ".join(cells).rstrip() + "\n")
+        lines.append("  ".join(cells).rstrip() + "\n")
+    return lines
 
 
 def streams(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
@@ -82,7 +92,7 @@ def streams(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
         stdout.writelines(json.dumps(row) + "\n" for row in fields)
     elif fields:
         header = ["STREAM", "FIRST-OFFSET", "LAST-OFFSET", "NEXT-OFFSET", "LENGTH"]
-        _table([header] + [list(row.values()) for row in fields], stdout)
+        stdout.writelines(_table([header] + [list(row.values()) for row in fields]))
     return 0
 
 
@@ -110,24 +120,40 @@ def _offset(kind: bytes, value: bytes | None) -> int | None | str:
         return f"holds {value[:40]!r}, not an offset"
 
 
-def groups(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
+def _group_names(args: argparse.Namespace, client: Client) -> tuple[list[str], set[str]]:
+    """The group keys to show, in the order given (a glob's keys sorted;
+    none given: every acknowledged group), and those named outright."""
+    if not args.groupkeys:
+        return _scan(client, "*", ACKED_GROUP_TYPE), set()
     named: set[str] = set()
-    names: list[str] = []  # in the order given, a glob's keys sorted
+    names: list[str] = []
     for name in args.groupkeys:
         if any(c in name for c in _GLOB_CHARACTERS):
-            names += _scan(client, name, "string")
+            found = _scan(client, name, "string") + _scan(client, name, ACKED_GROUP_TYPE)
+            names += sorted(found)
         else:
             named.add(name)
             names.append(name)
-    names = list(dict.fromkeys(names))
+    return list(dict.fromkeys(names)), named
+
+
+def groups(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
+    names, named = _group_names(args, client)
     info = client.tread(args.key, 0, 0, withinfo=True)
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.type(name)
     kinds = pipe.execute() if names else []
     values = client.mget(names) if names else []
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, kind, value in zip(names, kinds, values, strict=True):
+        if kind.decode() == ACKED_GROUP_TYPE:
+            row = acked_row(client, args.key, name, info.next_offset)
+            if isinstance(row, dict):
+                rows.append(row)
+            elif name in named:  # an acknowledged group of another stream
+                raise NotAGroup(row.removeprefix("ERR "))
+            continue
         current = _offset(kind, value)
         if isinstance(current, str):
             if name in named:
@@ -145,7 +171,30 @@ def groups(args: argparse.Namespace, client: Client, stdout: TextIO) -> int:
     if args.json:
         stdout.writelines(json.dumps(row) + "\n" for row in rows)
     elif rows:
-        header = ["GROUP", "STREAM", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
-        cells = [[*(("-" if v is None else v) for v in row.values())] for row in rows]
-        _table([header, *cells], stdout)
+        _group_table(rows, stdout)
+    elif not args.groupkeys:
+        stdout.write(
+            f"no acknowledged group reads '{args.key}' "
+            f"(name plain groups: {PROG} groups {args.key} GROUPKEY...)\n"
+        )
     return 0
+
+
+def _group_table(rows: list[dict[str, Any]], stdout: TextIO) -> None:
+    """The groups as a table; acknowledged groups add columns, and a line
+    per consumer holding leases under their row."""
+    acked = any("pending" in row for row in rows)
+    header = ["GROUP", "STREAM", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    cells = [
+        ["-" if row[k] is None else row[k] for k in ("group", "stream", "current_offset")]
+        + [row["next_offset"], row["lag"]]
+        + (acked_cells(row) if acked else [])
+        for row in rows
+    ]
+    if acked:
+        header += ACKED_COLUMNS
+    lines = _table([header, *cells])
+    stdout.write(lines[0])
+    for line, row in zip(lines[1:], rows, strict=True):
+        stdout.write(line)
+        stdout.writelines(consumer_lines(row))

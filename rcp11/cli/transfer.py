@@ -11,6 +11,7 @@ from typing import BinaryIO, TextIO
 
 import redis
 
+from rcp11.cli.acked import consume_acked
 from rcp11.client import Client, ReadResult
 
 PROG = "rcp11"
@@ -201,22 +202,31 @@ def consume(args: argparse.Namespace, client: Client, stdout: BinaryIO, stderr: 
     remaining = args.count
     # Messages shown on the terminal itself would be garbled by a progress line.
     progress = Progress("consume", stderr, args.progress or (isatty(stderr) and not isatty(stdout)))
+    if args.ack:
+        try:
+            return consume_acked(
+                args,
+                client,
+                stdout,
+                lambda result: _format_messages(result, separator, args.offsets),
+                progress,
+            )
+        finally:
+            progress.finish()
     try:
         while remaining is None or remaining > 0:
             want = args.batch if remaining is None else min(args.batch, remaining)
             # NONULLS: evicted offsets and the gap a crash may leave are
             # stepped over in one request, not read as pages of nulls.
+            reading = {"withinfo": True, "nonulls": True, "withtimes": args.times}
             if args.group or args.groupnew:
-                result = client.tread(
-                    args.key, 0, want, block=block, withinfo=True, nonulls=True, **group_option
-                )
+                result = client.tread(args.key, 0, want, block=block, **reading, **group_option)
             else:
-                result = client.tread(
-                    args.key, offset, want, block=block, withinfo=True, nonulls=True
-                )
+                result = client.tread(args.key, offset, want, block=block, **reading)
             if result is None or result.count == 0:
                 break  # a --block wait ran out, or caught up without blocking
-            shown = _write_messages(result, stdout, separator, args.offsets)
+            data, shown = _format_messages(result, separator, args.offsets, args.times)
+            stdout.write(data)
             stdout.flush()
             progress.add(shown)
             if remaining is not None:
@@ -231,8 +241,8 @@ def _start_offset(args: argparse.Namespace, client: Client) -> int:
     """Where a read without a group starts: --from (a number, or the
     stream's beginning or end), --since, or 0."""
     if args.since is not None:
-        # The first message appended at or after that time (TSEEK may land
-        # a few messages early: docs/PROTOCOL.md section 6).
+        # The first message appended at or after that time, exactly
+        # (docs/PROTOCOL.md section 6).
         return int(client.execute_command("TSEEK", args.key, args.since.resolve()))
     if args.from_offset == "end":
         return client.tread(args.key, 0, 0, withinfo=True).next_offset
@@ -241,14 +251,19 @@ def _start_offset(args: argparse.Namespace, client: Client) -> int:
     return int(args.from_offset)
 
 
-def _write_messages(result: ReadResult, out: BinaryIO, separator: bytes, offsets: bool) -> int:
+def _format_messages(
+    result: ReadResult, separator: bytes, offsets: bool, times: bool = False
+) -> tuple[bytes, int]:
+    """The messages of a read as written to stdout, and how many."""
     shown = 0
     chunks: list[bytes] = []
-    for offset, message in result.items():
+    items = result.timed_items() if times else ((o, 0, m) for o, m in result.items())
+    for offset, stamp, message in items:
         if offsets:
             chunks.append(b"%d\t" % offset)
+        if times:
+            chunks.append(b"%d\t" % stamp)
         chunks.append(message)
         chunks.append(separator)
         shown += 1
-    out.write(b"".join(chunks))
-    return shown
+    return b"".join(chunks), shown

@@ -18,6 +18,7 @@ from rcp11.commands import (
     admin,
     connection,
     diagnostics,
+    groups,
     info,
     introspection,
     keys,
@@ -30,6 +31,7 @@ from rcp11.commands.args import parse_int
 from rcp11.commands.connection import client_line
 from rcp11.commands.core import (
     BLOCKED,
+    DEFERRED,
     check,
     client_disconnected,
     execute,
@@ -43,6 +45,7 @@ from rcp11.commands.table import COMMANDS, Command, KeySpec, rename_command
 
 __all__ = [
     "BLOCKED",
+    "DEFERRED",
     "COMMANDS",
     "Command",
     "KeySpec",
@@ -55,6 +58,7 @@ __all__ = [
     "diagnostics",
     "execute",
     "expire_keys",
+    "groups",
     "info",
     "info_text",
     "introspection",

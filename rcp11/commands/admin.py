@@ -22,6 +22,7 @@ from rcp11.libc import libc_version, mallinfo, malloc_trim
 from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString, Verbatim
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import Stream
 
 
 @command("dbsize", 1, "readonly fast", summary="Number of keys", group="server")
@@ -184,7 +185,7 @@ def _malloc_stats(state: ServerState) -> str:
     info = mallinfo()
     if info is None:
         return "Stats not supported for the current allocator"
-    streams = sum(v.memory_bytes for v in state.keyspace.data.values() if not isinstance(v, bytes))
+    streams = sum(v.memory_bytes for v in state.keyspace.data.values() if isinstance(v, Stream))
     lines = [f"___ Begin glibc {libc_version()} malloc statistics ___"]
     lines += [f"{name}:{info[field]}" for name, field in _MALLINFO_LINES]
     lines += [f"mmap_chunks:{info['hblks']}", f"stream_memory_bytes:{streams}"]
@@ -208,8 +209,8 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
             "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "ENCODING <key>",
             "    Return the kind of internal representation used in order to store the value",
-            "    associated with a <key>: 'macronode' for streams, 'int', 'embstr' or 'raw'",
-            "    for strings.",
+            "    associated with a <key>: 'macronode' for streams, 'ranges' for",
+            "    acknowledged groups, 'int', 'embstr' or 'raw' for strings.",
             "REFCOUNT <key>",
             "    Return the number of references of the value associated with the specified",
             "    <key>.",
@@ -220,7 +221,9 @@ def object_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     if value is None:
         return None
     if sub == "encoding":
-        return _string_encoding(value) if isinstance(value, bytes) else "macronode"
+        if isinstance(value, bytes):
+            return _string_encoding(value)
+        return "macronode" if isinstance(value, Stream) else "ranges"
     if sub == "refcount":
         return 1
     if sub == "idletime":

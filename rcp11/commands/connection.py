@@ -255,7 +255,10 @@ def client_line(client: ClientState, now: float) -> str:
 
 
 def _all_clients(state: ServerState, me: ClientState) -> list[ClientState]:
-    clients = list(state.clients.values())
+    # A client being closed (killed, over a limit) is gone for CLIENT LIST
+    # and KILL at once, as Redis frees it at once: its connection may take
+    # another loop iteration or two to report the close.
+    clients = [c for c in state.clients.values() if not c.closing or c is me]
     if me not in clients:  # e.g. a client the server has not registered
         clients.append(me)
     return clients
@@ -267,10 +270,6 @@ def _kill(state: ServerState, me: ClientState, target: ClientState) -> None:
         return
     target.closing = True
     client_disconnected(state, target)
-    # Gone for every later command at once, as Redis frees a killed client
-    # at once: its socket closes only after its queued output, and on a
-    # busy loop the killer's next request may come first.
-    state.clients.pop(target.id, None)
     target.close()
 
 

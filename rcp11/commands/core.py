@@ -54,6 +54,19 @@ class _Blocked:
 # Returned by execute() when the client now waits; the server sends nothing.
 BLOCKED = _Blocked()
 
+
+class _Deferred:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+# Returned by execute() when the command did not run: it meets readers a
+# wake-up is still serving (serve_ready). The client waits like a blocked
+# one and sends the same command again once they are all served.
+DEFERRED = _Deferred()
+
 Runner = Callable[[ServerState, ClientState, list[bytes]], Any]
 
 
@@ -92,10 +105,32 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
         if cmd.denyoom:
             client.queued_denyoom = True
         return QUEUED
+    if state.blocking.ready and _meets_waiters(state, cmd, argv):
+        # Readers a write woke are still being served in slices
+        # (serve_ready): a command that could see or change their keys
+        # runs after all of them, as if they had been served at once. In
+        # the server it waits for the slices (other clients go on); without
+        # one (state.serve_seconds None) they are served now.
+        if state.serve_seconds is not None:
+            state.blocking.defer(client)
+            return DEFERRED
+        serve_ready(state, whole=True)
     reply = call(state, client, cmd, argv)
     if state.blocking.ready:
         serve_ready(state)
     return reply
+
+
+def _meets_waiters(state: ServerState, cmd: Command, argv: list[bytes]) -> bool:
+    """Whether running cmd before the readers left signalled could differ
+    from running it after them: it names a key someone waits on or watches
+    (a stream, a group key), or, naming no key, writes (FLUSHALL), runs a
+    transaction or manages clients (CLIENT UNBLOCK)."""
+    keys = cmd.keys(argv)
+    if not keys:
+        return cmd.write or cmd.runs_transaction or cmd.admin or cmd.container
+    involves = state.blocking.involves
+    return any(involves(key) for key in keys)
 
 
 def check(
@@ -303,14 +338,17 @@ def feed_monitors(state: ServerState, client: ClientState, cmd: Command, argv: l
         monitor.send(reply)
 
 
-def serve_ready(state: ServerState) -> None:
+def serve_ready(state: ServerState, whole: bool = False) -> None:
     """Serve the clients blocked on keys the last command changed, in the
     order they blocked (across keys: BlockingManager.serve), each through
     check() and call() like any command: a served group read obeys
     MISCONF, is logged even if it raises half way, and wakes readers
     waiting on the group key it moved. A request with nothing to answer
-    yet keeps its place."""
-    served = state.blocking.serve(state, lambda request: _serve(state, request))
+    yet keeps its place. For at most state.serve_seconds unless whole: the
+    rest stay signalled for the next call (the server's next iteration)."""
+    budget = None if whole else state.serve_seconds
+    deadline = None if budget is None else time.perf_counter() + budget
+    served = state.blocking.serve(state, lambda request: _serve(state, request), deadline)
     # Resuming pipelines last: a resumed client may run commands that
     # block or wake others again, which must not happen mid-iteration.
     for client in served:
@@ -373,6 +411,7 @@ def expire_keys(state: ServerState, now: float | None = None) -> int:
 
 __all__ = [
     "BLOCKED",
+    "DEFERRED",
     "call",
     "check",
     "client_disconnected",

@@ -20,6 +20,7 @@ from rcp11.commands.args import REDIS_COMPAT_VERSION, config_value, text
 from rcp11.commands.table import command
 from rcp11.resp import Verbatim
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import Stream
 
 
 def rss_bytes() -> int:
@@ -171,7 +172,7 @@ def _info_keyspace(state: ServerState) -> dict[str, Any]:
 def _info_streams(state: ServerState) -> dict[str, Any]:
     streams = messages = nodes = compressed = payload = memory = 0
     for value in state.keyspace.data.values():
-        if isinstance(value, bytes):
+        if not isinstance(value, Stream):
             continue
         streams += 1
         messages += value.length

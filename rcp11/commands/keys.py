@@ -6,6 +6,7 @@ import weakref
 from typing import Any
 
 from rcp11 import errors
+from rcp11.ackgroups import GROUP_TYPE, AckGroup
 from rcp11.commands.args import now_ms, parse_int, text
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
@@ -53,6 +54,8 @@ STREAM_TYPE = "rcp11-log"
 def _type_name(value: Any) -> str:
     if value is None:
         return "none"
+    if isinstance(value, AckGroup):
+        return GROUP_TYPE
     return "string" if isinstance(value, bytes) else STREAM_TYPE
 
 

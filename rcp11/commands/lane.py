@@ -37,13 +37,14 @@ import hiredis
 
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
+from rcp11.ackgroups import AckGroup
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import MUTATIONS
+from rcp11.storage import MUTATIONS, Stream
 
 log = logging.getLogger("rcp11")
 
@@ -84,9 +85,13 @@ _MIN_READ = 16
 
 
 @ffi.def_extern()
-def lane_resolve_key(call: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
-    """lane_resolve_fn: may the lane read / write the stream at key?"""
-    return resolve_key(_state, ffi.unpack(key, key_len), _resolved, stream_out, limit_out)  # type: ignore[arg-type]
+def lane_resolve_key(
+    call: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
+) -> int:
+    """lane_resolve_fn: may the lane read / write the stream (or the
+    acknowledged group) at key?"""
+    name = ffi.unpack(key, key_len)
+    return resolve_key(_state, name, _resolved, stream_out, group_out, limit_out)  # type: ignore[arg-type]
 
 
 def resolve_key(
@@ -94,22 +99,32 @@ def resolve_key(
     name: bytes,
     resolved: list[tuple[bytes, Any]],
     stream_out: Any,
+    group_out: Any,
     limit_out: Any,
 ) -> int:
-    """What the lane may do with the stream at key name (LANE_KEY_* bits,
-    0: nothing), its C stream in stream_out[0] and the highest next offset
-    a write may reach in limit_out[0]; (name, stream or None) is appended
-    to resolved, in the order the keys were asked (the C lane's order).
-    The C lane's event loop (rcp11/server/netloop.py) asks it too."""
+    """What the lane may do with the stream or acknowledged group at key
+    name (LANE_KEY_* bits, 0: nothing), its C stream in stream_out[0] (or
+    group in group_out[0]) and the highest next offset a write may reach in
+    limit_out[0]; (name, value or None) is appended to resolved, in the
+    order the keys were asked (the C lane's order). The C lane's event loop
+    (rcp11/server/netloop.py) asks it too, with group_out None: it leaves
+    acknowledged groups to the general path."""
     keyspace = state.keyspace
     value = keyspace.data.get(name)
-    if value is None or type(value) is bytes or name in keyspace.expires:
+    kind = type(value)
+    if (
+        kind is not Stream and (kind is not AckGroup or group_out is None)
+    ) or name in keyspace.expires:
         resolved.append((name, None))
         return 0
     resolved.append((name, value))
-    stream_out[0] = value._s
+    writable = not keyspace.watchers.get(name) and not state.blocking.involves(name)
+    if kind is AckGroup:
+        group_out[0] = value._g  # type: ignore[union-attr]
+        return _KEY_READ | _KEY_WRITE if writable else _KEY_READ
+    stream_out[0] = value._s  # type: ignore[union-attr]
     allowed = _KEY_READ
-    if not keyspace.watchers.get(name) and not state.blocking.involves(name):
+    if writable:
         allowed |= _KEY_WRITE
         limit = state.persistence.reserved_next_offset(name)
         limit_out[0] = max(limit, 0)
@@ -308,6 +323,11 @@ def _run(
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
     _set_slow_usec(state)
     flags, room, memory_room = lane_writes(state)
+    if state.append_ms is not None:
+        # A pinned append time (tests pin it; a transaction pins it for
+        # its EXEC) holds in the lane as on the general path.
+        flags |= _FIXED_TIME
+        call.fixed_ms = state.append_ms
     _state = state
     _resolved.clear()
     # bytes go to `const char *` as they are, no copy; past their start,
@@ -366,9 +386,15 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
     """What call() and the handlers would have done for the requests the
     lane ran: log, touch, count."""
     keys = call.keys
-    written = [r for i, r in enumerate(_resolved) if keys[i].written] if call.twrite_calls else []
-    aof = [(call.append_ms, ffi.unpack(call.aof.data, call.aof.len))] if call.aof.len else []
-    count_lane(state, call, written, aof)
+    changes = call.twrite_calls + call.group_changes
+    written = [r for i, r in enumerate(_resolved) if keys[i].written] if changes else []
+    aof: list[tuple[int | None, bytes]] = []
+    if call.aof.len:
+        # A run of lease reads alone logs its TACKs and RCP11.LEASEs
+        # undated (append_ms -1: no TWRITE ran).
+        append_ms = call.append_ms if call.append_ms >= 0 else None
+        aof = [(append_ms, ffi.unpack(call.aof.data, call.aof.len))]
+    count_lane(state, call, written, aof, call.group_changes)
     client.last_command = "twrite" if call.last_command == 1 else "tread"
 
 
@@ -376,32 +402,37 @@ def count_lane(
     state: ServerState,
     counts: Any,
     written: list[tuple[bytes, Any]],
-    aof: list[tuple[int, bytes]],
+    aof: list[tuple[int | None, bytes]],
+    group_changes: int = 0,
 ) -> None:
     """Bring the server's state up to date with requests the C lane ran:
     counts (a lane_call or nl_counts: calls, microseconds and messages of
-    TWRITE and TREAD), the streams written (key, Stream), and the AOF bytes
-    as (append time in unix ms, TWRITE requests verbatim) runs."""
+    TWRITE and TREAD), the keys written (key, Stream or AckGroup), the AOF
+    bytes as (append time in unix ms or None, requests verbatim) runs, and
+    the changes of lease reads and TACKs to acknowledged groups."""
     writes = counts.twrite_calls
+    changes = writes + group_changes
     stats = state.stats
-    if writes:
+    if changes:
         keyspace = state.keyspace
-        for name, stream in written:
-            stream._next = lib.mn_next_offset(stream._s)
-            stream._version += 1
+        for name, value in written:
+            if type(value) is Stream:
+                value._next = lib.mn_next_offset(value._s)
+                value._version += 1
             keyspace.touch(name)
-        MUTATIONS.ticks += writes
-        state.dirty += writes
+        MUTATIONS.ticks += changes
+        state.dirty += changes
         if aof:
             try:
                 for ms, data in aof:
                     state.propagate_encoded(data, ms)
             except Exception:
-                # Appended, but how much of it is logged is unknown: as
+                # Changed, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
                 # write from now on.
-                log.exception("%d TWRITE of the C lane ran but could not be logged", writes)
+                log.exception("%d changes of the C lane ran but could not be logged", changes)
                 state.writes_refused = errors.UNLOGGED_CHANGE
+    if writes:
         row = stats.commands.get("twrite") or command_stats(state, "twrite")
         row[0] += writes
         row[1] += counts.twrite_usec

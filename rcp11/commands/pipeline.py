@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 from rcp11 import errors
-from rcp11.commands.core import BLOCKED, count_error, execute
+from rcp11.commands.core import BLOCKED, DEFERRED, count_error, execute
 from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
 from rcp11.logs import show_arg
 from rcp11.resp import Error, Parts, encode, encode_raw_error
@@ -43,7 +43,8 @@ class Stop(enum.Enum):
     # clock, then call again (or let other clients have their turn).
     CLOCK = "clock"
     # The last command ran left the client waiting (a blocked read) or sent
-    # no reply (SHUTDOWN): the rest waits until it is served.
+    # no reply (SHUTDOWN), or the command at index waits for a wake-up to
+    # end (DEFERRED): the rest waits until the client is resumed.
     BLOCKED = "blocked"
     # The client is closing (QUIT, CLIENT KILL): nothing more runs.
     CLOSING = "closing"
@@ -78,6 +79,8 @@ def run_pipeline(
             log.exception("Error running %s", show_arg(argv[0]))
             reply = Error(errors.internal_error_running(exc))
             count_error(state, reply.message)
+        if reply is DEFERRED:  # not run: sent again once the wake-up is over
+            return index, out_bytes, Stop.BLOCKED
         index += 1
         if reply is BLOCKED:
             return index, out_bytes, Stop.BLOCKED

@@ -9,8 +9,8 @@ from typing import Any
 
 from rcp11 import errors
 from rcp11.commands.args import parse_int
+from rcp11.commands.reading import lookup_stream
 from rcp11.commands.table import KeySpec, command
-from rcp11.commands.tread import lookup_stream
 from rcp11.errors import CommandError
 from rcp11.limits import MAX_OFFSET
 from rcp11.state import ClientState, ServerState
@@ -69,7 +69,7 @@ def twrite_command(state: ServerState, client: ClientState, argv: list[bytes]) -
     created = stream is None
     if created:
         stream = state.new_stream()
-    elif isinstance(stream, bytes):
+    elif not isinstance(stream, Stream):
         raise CommandError(errors.WRONGTYPE)
     count = len(entries)
     new_next_offset = stream.next_offset + count
@@ -187,12 +187,12 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
         seen.add(src)
     keyspace = state.keyspace
     target = keyspace.get(dst)
-    if isinstance(target, bytes):
+    if target is not None and not isinstance(target, Stream):
         raise CommandError(errors.WRONGTYPE)
     found: list[tuple[bytes, Stream]] = []
     for src in sources:
         value = keyspace.get(src)
-        if isinstance(value, bytes):
+        if value is not None and not isinstance(value, Stream):
             raise CommandError(errors.WRONGTYPE)
         if value is not None:
             found.append((src, value))

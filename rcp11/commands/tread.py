@@ -1,163 +1,49 @@
 """TREAD: reading a stream, blocking, and consumer groups
 (docs/PROTOCOL.md section 3).
 
-The read helpers (stream_reply, group_position, ...) serve both a TREAD that
-answers at once and a blocked one served later (TreadWait.serve), so a woken
-client gets exactly the reply a non-blocking read would have produced at
-that moment.
+The read helpers (stream_reply in reading.py, group_position in groups.py,
+...) serve both a TREAD that answers at once and a blocked one served later
+(TreadWait.serve), so a woken client gets exactly the reply a non-blocking
+read would have produced at that moment. Lease reads (acknowledged groups)
+are groups.py's lease_read() and LeaseWait.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rcp11 import errors
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import parse_int, text
 from rcp11.commands.core import BLOCKED
+from rcp11.commands.groups import (
+    LeaseOptions,
+    group_default_start,
+    group_position,
+    lease_read,
+    parse_consumer,
+    parse_lease,
+    parse_range,
+    set_group_position,
+)
+from rcp11.commands.reading import (
+    PLAIN,
+    ReplyForm,
+    lookup_stream,
+    readable_part,
+    reply_for,
+    stream_reply,
+)
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
-from rcp11.limits import MAX_OFFSET, NEXT_OFFSET_CEILING
-from rcp11.resp import Raw, array_header, encode
 from rcp11.state import ClientState, ServerState
-
-if TYPE_CHECKING:
-    from rcp11.storage import Stream
-
-# A group key holds a decimal offset written the way Redis writes integers:
-# no sign on positives, no leading zeros.
-_OFFSET_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
+from rcp11.storage import Stream
 
 _GROUP_OPTIONS = (b"GROUP", b"GROUPNEW")
-
-
-def stream_reply(
-    stream: Stream | None,
-    start: int,
-    count: int,
-    withinfo: bool,
-    resp3: bool,
-    next_offset: int | None = None,
-) -> tuple[Raw, int]:
-    """TREAD's reply for offsets start.. (at most count of them) as Raw
-    RESP bytes, and how many offsets it holds (nulls included).
-    next_offset: the stream's, when the caller already has it."""
-    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, None)
-    assert type(reply) is Raw
-    return reply, n
-
-
-def reply_for(
-    client: ClientState,
-    stream: Stream | None,
-    start: int,
-    count: int,
-    withinfo: bool,
-    next_offset: int,
-) -> tuple[Raw, int]:
-    """stream_reply() for client, held to its output limit as Redis's
-    addReply holds a reply: a reply that would take it past its hard limit
-    closes it and is not built, nor is any once it is being closed
-    (ClientState.output_dropped). The count is the read's either way: a
-    group read still moves its group."""
-    if client.output_dropped:
-        return Raw(b""), _span(start, count, next_offset)  # never sent
-    room = client.output_room()
-    resp3 = client.resp == 3
-    reply, n = _stream_reply(stream, start, count, withinfo, resp3, next_offset, room)
-    if type(reply) is int:
-        client.output_overflow(reply)
-        client.output_dropped = True
-        return Raw(b""), n  # never sent
-    return reply, n  # type: ignore[return-value]
-
-
-def _span(start: int, count: int, next_offset: int) -> int:
-    """How many offsets a read of count from start holds (nulls included)."""
-    return min(count, next_offset - start) if start < next_offset else 0
-
-
-def _stream_reply(
-    stream: Stream | None,
-    start: int,
-    count: int,
-    withinfo: bool,
-    resp3: bool,
-    next_offset: int | None,
-    cap: int | None,
-) -> tuple[Raw | int, int]:
-    """stream_reply(), or when the reply would be over cap bytes (None: no
-    cap) its size instead, unbuilt."""
-    if next_offset is None:
-        next_offset = stream.next_offset if stream is not None else 0
-    n = _span(start, count, next_offset)
-    if withinfo:
-        first = stream.first_offset if stream is not None else 0
-        # A stream that wrote offset 2^63-1 has next offset 2^63, which no
-        # RESP integer holds: the info reports the ceiling instead.
-        info = [min(first, MAX_OFFSET), next_offset - 1, min(start, MAX_OFFSET), n]
-        head = array_header(n + 1) + encode(info, resp3)
-    else:
-        head = array_header(n)
-    if n <= 0:
-        return Raw(head), n
-    # The core writes the header and the messages into one buffer: no
-    # second copy of a large reply to join them.
-    body = stream.read_resp_capped(start, n, resp3, head, cap)  # type: ignore[union-attr]
-    return (Raw(body) if type(body) is bytes else body), n
-
-
-def readable_part(stream: Stream | None, start: int, count: int) -> tuple[int, int]:
-    """TREAD ... NONULLS: where the read starts (the first readable offset
-    at or after start, past evicted offsets and crash gaps) and how many
-    offsets it covers (readable ones in a row, at most count)."""
-    if stream is None:
-        return start, 0
-    return stream.readable_run(start, count)
-
-
-def lookup_stream(state: ServerState, key: bytes) -> Stream | None:
-    value = state.keyspace.get(key)
-    if isinstance(value, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    return value
-
-
-def group_position(state: ServerState, group: bytes) -> int | None:
-    """The offset stored in a group key, None when the key is missing."""
-    value = state.keyspace.get(group)
-    if value is None:
-        return None
-    if not isinstance(value, bytes):
-        raise CommandError(errors.WRONGTYPE)
-    # 2^63 is the group position past a stream's last possible message: the
-    # server writes it itself, so it must read it back.
-    if not _OFFSET_RE.fullmatch(value) or int(value) > NEXT_OFFSET_CEILING:
-        raise CommandError(errors.group_not_offset(group))
-    return int(value)
-
-
-def group_default_start(stream: Stream | None, group_new: bool) -> int:
-    """Where a group without a group key starts: the oldest readable
-    message, or (GROUPNEW) the next message written."""
-    if stream is None:
-        return 0
-    return stream.next_offset if group_new else stream.first_offset
-
-
-def set_group_position(state: ServerState, group: bytes, offset: int) -> None:
-    """A group read moves its group (or recreates a deleted one).
-
-    The readers blocked in the group are not signalled (rcp11/blocking.py):
-    a group read only moves the group forward, which can only make them
-    wait longer, or recreates a group whose deletion already signalled
-    them all. Readers waiting on the group key itself as a stream are."""
-    value = b"%d" % offset
-    state.keyspace.set(group, value, signal_watchers=False)
-    state.propagate([b"SET", group, value])
+# Options that take one value; ACK takes two.
+_VALUE_OPTIONS = frozenset({b"BLOCK", b"GROUP", b"GROUPNEW", b"LEASE", b"CONSUMER"})
 
 
 @dataclass(eq=False)
@@ -174,7 +60,7 @@ class TreadWait(BlockRequest):
     client: ClientState  # the registry needs less of it (blocking.Waiter); TREAD reads .resp
     start: int = 0  # absolute start offset; unused when group is set
     count: int = 0
-    withinfo: bool = False
+    form: ReplyForm = PLAIN
     group_new: bool = False  # GROUPNEW: a missing group starts at next_offset
     nonulls: bool = False  # NONULLS: start at a readable offset, stop before a null
 
@@ -197,7 +83,7 @@ class TreadWait(BlockRequest):
         value = state.keyspace.data.get(self.key)
         if value is None:
             return False
-        return type(value) is bytes or value.next_offset > self.start
+        return type(value) is not Stream or value.next_offset > self.start
 
     def serve(self, state: ServerState) -> Any:
         stream = lookup_stream(state, self.key)
@@ -220,7 +106,7 @@ class TreadWait(BlockRequest):
                 # recreate it, as blocking would have.
                 set_group_position(state, group, start)
             return WAIT
-        reply, n = reply_for(self.client, stream, start, count, self.withinfo, next_offset)
+        reply, n = reply_for(self.client, stream, start, count, self.form, next_offset)
         if group is not None and start + n != position:
             set_group_position(state, group, start + n)
         state.stats.total_messages_read += n
@@ -231,42 +117,121 @@ _TREAD_OFFSET = errors.TREAD_OFFSET
 _TREAD_COUNT = errors.TREAD_COUNT
 
 
-def _tread_options(argv: list[bytes]) -> tuple[int | None, bytes | None, bool, bool, bool]:
-    """TREAD's options after key offset count: (BLOCK ms, group key,
-    GROUPNEW?, WITHINFO?, NONULLS?), in any order, each at most once."""
-    block_ms: int | None = None
-    group: bytes | None = None
-    group_new = False
-    withinfo = False
-    nonulls = False
+class _Options:
+    """TREAD's options after key offset count."""
+
+    __slots__ = (
+        "block_ms",
+        "group",
+        "group_new",
+        "lease",
+        "nonulls",
+        "packed",
+        "withinfo",
+        "withtimes",
+    )
+
+    def __init__(self) -> None:
+        self.block_ms: int | None = None
+        self.group: bytes | None = None
+        self.group_new = False
+        self.withinfo = False
+        self.withtimes = False
+        self.packed = False
+        self.nonulls = False
+        self.lease: LeaseOptions | None = None
+
+    @property
+    def form(self) -> ReplyForm:
+        return ReplyForm(self.withinfo, self.withtimes, self.packed)
+
+
+# Options that are a word alone, and the _Options field each sets.
+_FLAGS = {
+    b"WITHINFO": "withinfo",
+    b"WITHTIMES": "withtimes",
+    b"PACKED": "packed",
+    b"NONULLS": "nonulls",
+}
+
+# The argv parsed last and its options: dispatch asks for TREAD's keys
+# (whether a call writes) just before the handler parses the same argv, and
+# a lease read has many options. Held by reference, so no other list can
+# take its identity meanwhile; argv lists are never changed once parsed.
+_parsed: list[Any] = [None, None]
+
+
+def _tread_options(argv: list[bytes]) -> _Options:
+    """TREAD's options, in any order, each at most once; then CONSUMER and
+    ACK need LEASE, and LEASE a group (and no NONULLS)."""
+    if _parsed[0] is argv:
+        return _parsed[1]  # type: ignore[no-any-return]
+    options = _Options()
+    lease_ms: int | None = None
+    consumer: bytes | None = None
+    ack: tuple[int, int] | None = None
     seen: set[bytes] = set()
     i = 4
-    while i < len(argv):
+    n = len(argv)
+    while i < n:
         option = argv[i].upper()
         if option in seen:
             raise CommandError(errors.option_twice(text(option)))
         seen.add(option)
-        if option in (b"WITHINFO", b"NONULLS"):
-            withinfo = withinfo or option == b"WITHINFO"
-            nonulls = nonulls or option == b"NONULLS"
+        if option in _FLAGS:
+            setattr(options, _FLAGS[option], True)
             i += 1
             continue
-        if option not in (b"BLOCK", *_GROUP_OPTIONS):
+        if option == b"ACK":
+            if i + 2 >= n:
+                raise CommandError(errors.ACK_NEEDS_RANGE)
+            ack = parse_range(argv[i + 1], argv[i + 2])
+            i += 3
+            continue
+        if option not in _VALUE_OPTIONS:
             raise CommandError(errors.tread_unknown_option(argv[i]))
-        if i + 1 >= len(argv):
+        if i + 1 >= n:
             raise CommandError(errors.option_needs_value(text(option)))
         value = argv[i + 1]
         i += 2
-        if option == b"BLOCK":
-            block_ms = parse_int(value, errors.TREAD_TIMEOUT)
-            if block_ms < 0:
-                raise CommandError(errors.NEGATIVE_TIMEOUT)
-        else:
-            if group is not None:
+        if option == b"GROUP" or option == b"GROUPNEW":
+            if options.group is not None:
                 raise CommandError(errors.GROUP_AND_GROUPNEW)
-            group = value
-            group_new = option == b"GROUPNEW"
-    return block_ms, group, group_new, withinfo, nonulls
+            options.group = value
+            options.group_new = option == b"GROUPNEW"
+        elif option == b"LEASE":
+            lease_ms = parse_lease(value)
+        elif option == b"CONSUMER":
+            consumer = parse_consumer(value)
+        else:
+            options.block_ms = parse_int(value, errors.TREAD_TIMEOUT)
+            if options.block_ms < 0:
+                raise CommandError(errors.NEGATIVE_TIMEOUT)
+    if lease_ms is None:
+        if consumer is not None:
+            raise CommandError(errors.CONSUMER_NEEDS_LEASE)
+        if ack is not None:
+            raise CommandError(errors.ACK_NEEDS_LEASE)
+    elif options.group is None:
+        raise CommandError(errors.LEASE_NEEDS_GROUP)
+    elif options.nonulls:
+        # A lease read answers every offset it leases (ReadResult.start and
+        # count are the range to acknowledge); a null stands for a message
+        # evicted or lost in a crash.
+        raise CommandError(errors.NONULLS_LEASE)
+    elif options.withtimes:
+        # A lease read's reply is WITHINFO's with the lease added; it has
+        # no form with times (nor a packed one).
+        raise CommandError(errors.WITHTIMES_LEASE)
+    elif options.packed:
+        raise CommandError(errors.PACKED_LEASE)
+    else:
+        options.lease = LeaseOptions(lease_ms, consumer or b"", ack)
+    _parsed[0], _parsed[1] = argv, options
+    return options
+
+
+_NO_OPTIONS = _Options()
 
 
 def tread_keys(argv: list[bytes]) -> list[bytes]:
@@ -275,7 +240,7 @@ def tread_keys(argv: list[bytes]) -> list[bytes]:
     writes). Options TREAD would refuse hide no key: the keyword's value
     counts as the group key, as the key specs say."""
     try:
-        group = _tread_options(argv)[1] if len(argv) > 4 else None
+        group = _tread_options(argv).group if len(argv) > 4 else None
     except CommandError:
         found = [argv[i + 1] for i in range(4, len(argv) - 1) if argv[i].upper() in _GROUP_OPTIONS]
         return [argv[1], *found[:1]]
@@ -317,6 +282,20 @@ _TREAD_SPECS = (
         },
         {"name": "withinfo", "type": "pure-token", "token": "WITHINFO", "flags": ["optional"]},
         {"name": "nonulls", "type": "pure-token", "token": "NONULLS", "flags": ["optional"]},
+        {"name": "withtimes", "type": "pure-token", "token": "WITHTIMES", "flags": ["optional"]},
+        {"name": "packed", "type": "pure-token", "token": "PACKED", "flags": ["optional"]},
+        {"name": "lease", "type": "integer", "token": "LEASE", "flags": ["optional"]},
+        {"name": "consumer", "type": "string", "token": "CONSUMER", "flags": ["optional"]},
+        {
+            "name": "ack",
+            "type": "block",
+            "token": "ACK",
+            "flags": ["optional"],
+            "arguments": [
+                {"name": "start", "type": "integer"},
+                {"name": "count", "type": "integer"},
+            ],
+        },
     ),
 )
 def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -325,10 +304,9 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
     count = parse_int(argv[3], _TREAD_COUNT)
     if count < 0:
         raise CommandError(errors.NEGATIVE_COUNT)
-    if len(argv) > 4:
-        block_ms, group, group_new, withinfo, nonulls = _tread_options(argv)
-    else:
-        block_ms, group, group_new, withinfo, nonulls = None, None, False, False, False
+    options = _tread_options(argv) if len(argv) > 4 else _NO_OPTIONS
+    block_ms, group, group_new = options.block_ms, options.group, options.group_new
+    form, nonulls = options.form, options.nonulls
 
     stream = lookup_stream(state, key)
     next_offset = stream.next_offset if stream is not None else 0
@@ -340,13 +318,20 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
             start, count = readable_part(stream, start, count)
         if start >= next_offset and may_block:
             request = TreadWait(
-                client, key, argv, start=start, count=wanted, withinfo=withinfo, nonulls=nonulls
+                client, key, argv, start=start, count=wanted, form=form, nonulls=nonulls
             )
             return _block(state, request, block_ms)
-        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
     else:
         if group == key:
             raise CommandError(errors.GROUP_IS_KEY)
+        if options.lease is not None:
+            reply = lease_read(
+                state, client, argv, stream, group, count, group_new, options.lease, may_block
+            )
+            if isinstance(reply, BlockRequest):
+                return _block(state, reply, block_ms)
+            return reply
         position = group_position(state, group)
         start = position if position is not None else group_default_start(stream, group_new)
         wanted = count
@@ -362,19 +347,19 @@ def tread_command(state: ServerState, client: ClientState, argv: list[bytes]) ->
                 argv,
                 watch=group,
                 count=wanted,
-                withinfo=withinfo,
+                form=form,
                 group_new=group_new,
                 nonulls=nonulls,
             )
             return _block(state, request, block_ms)
-        reply, n = reply_for(client, stream, start, count, withinfo, next_offset)
+        reply, n = reply_for(client, stream, start, count, form, next_offset)
         if start + n != position:
             set_group_position(state, group, start + n)
     state.stats.total_messages_read += n
     return reply
 
 
-def _block(state: ServerState, request: TreadWait, block_ms: int | None) -> Any:
+def _block(state: ServerState, request: BlockRequest, block_ms: int | None) -> Any:
     if block_ms:
         request.deadline = time.monotonic() + block_ms / 1000
     state.blocking.block(request)
@@ -382,6 +367,8 @@ def _block(state: ServerState, request: TreadWait, block_ms: int | None) -> Any:
 
 
 __all__ = [
+    "PLAIN",
+    "ReplyForm",
     "TreadWait",
     "group_default_start",
     "group_position",

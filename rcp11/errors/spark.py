@@ -24,6 +24,16 @@ SPARK_KEY_COLUMN = (
     SPARK_PREFIX + "the DataFrame has a 'key' column, but rcp11 messages have no key; "
     "drop it, or put it into the value (e.g. to_json(struct(key, value)) AS value)"
 )
+SPARK_HEADERS_COLUMN = (
+    SPARK_PREFIX + "the DataFrame has a 'headers' column, but rcp11 messages have no "
+    "headers; drop it, or put them into the value (e.g. to_json(struct(headers, value)) "
+    "AS value)"
+)
+SPARK_PARTITION_COLUMN = (
+    SPARK_PREFIX + "the DataFrame has a 'partition' column, but an rcp11 stream is one "
+    "ordered log with no partitions; drop it, or write each partition to a stream of its "
+    "own with a 'stream' column (e.g. concat('events:', partition) AS stream)"
+)
 SPARK_NO_TARGET = (
     SPARK_PREFIX + "say which stream to write to: option 'stream' (or 'topic'), "
     ".save('stream'), or a 'stream' (or 'topic') string column"
@@ -51,6 +61,31 @@ def spark_streaming_ending(name: str) -> str:
     return (
         f"{SPARK_PREFIX}{name} applies to batch queries only; a streaming query reads "
         "until it is stopped (use Trigger.AvailableNow to stop at what exists)"
+    )
+
+
+def spark_query_kind_conflict(batch: list[str], streaming: list[str]) -> str:
+    return (
+        f"{SPARK_PREFIX}{', '.join(batch)} can only be given to a batch query "
+        f"(spark.read) and {', '.join(streaming)} only to a streaming one "
+        "(spark.readStream): no query takes both"
+    )
+
+
+def spark_start_after_end(stream: str, start: int, end: int, how: str) -> str:
+    return (
+        f"{SPARK_PREFIX}stream {stream!r} would be read from offset {start} to {end}: the "
+        f"start is after the end ({how}); a batch query's start must not pass its end"
+    )
+
+
+def spark_start_time_after_end(
+    stream: str, start_option: str, start_ms: int, end_option: str, end_ms: int
+) -> str:
+    which = f" for stream {stream!r}" if stream else ""
+    return (
+        f"{SPARK_PREFIX}{start_option} {start_ms} ms is after {end_option} {end_ms} ms"
+        f"{which}: a batch query's start must not pass its end"
     )
 
 
@@ -135,26 +170,45 @@ def spark_write_column(name: str, problem: str) -> str:
     return f"{SPARK_PREFIX}column '{name}' {problem}"
 
 
-def spark_data_loss(stream: str, start: int, end: int | None, why: str) -> str:
+# What follows a data loss text: the way out when the query fails on it
+# (failOnDataLoss=true), what was done when it does not (a warning).
+def _loss_ending(fail: bool, remedy: str, done: str) -> str:
+    return f". Set failOnDataLoss=false to {remedy}" if fail else f"; {done} (failOnDataLoss=false)"
+
+
+def spark_data_loss(stream: str, start: int, end: int | None, why: str, fail: bool = True) -> str:
     span = f"offsets {start} to {end - 1}" if end is not None else f"offsets from {start} on"
     return (
         f"{SPARK_PREFIX}data loss in stream {stream!r}: {span} are no longer readable "
-        f"({why}). Set failOnDataLoss=false to skip them"
+        f"({why}){_loss_ending(fail, 'skip them', 'skipped them')}"
     )
 
 
-def spark_stream_recreated(stream: str, next_offset: int, checkpoint: int) -> str:
+def spark_stream_recreated(
+    stream: str, next_offset: int, checkpoint: int, fail: bool = True
+) -> str:
     return (
         f"{SPARK_PREFIX}stream {stream!r} was deleted or recreated: its next offset is now "
         f"{next_offset}, below the checkpoint's {checkpoint}; what it held from offset "
-        f"{checkpoint} on is lost. Set failOnDataLoss=false to read it again from its earliest"
+        f"{checkpoint} on is lost"
+        + _loss_ending(
+            fail, "read it again from its earliest", "reading it again from its earliest"
+        )
     )
 
 
-def spark_stream_deleted(stream: str, checkpoint: int) -> str:
+def spark_stream_deleted(stream: str, checkpoint: int, fail: bool = True) -> str:
     return (
         f"{SPARK_PREFIX}stream {stream!r} was deleted; what it held from offset {checkpoint} "
-        "on is lost. Set failOnDataLoss=false to go on without it"
+        f"on is lost{_loss_ending(fail, 'go on without it', 'going on without it')}"
+    )
+
+
+def spark_time_out_of_range(stream: str, offset: int, ms: int) -> str:
+    return (
+        f"{SPARK_PREFIX}the message at offset {offset} of stream {stream!r} has the append "
+        f"time {ms} ms, past year 9999, which Spark's TIMESTAMP cannot hold; read a schema "
+        "without the timestamp column"
     )
 
 

@@ -15,6 +15,18 @@ TREAD_OFFSET = "ERR offset is not an integer or out of range"
 TREAD_COUNT = "ERR count is not an integer or out of range"
 TREAD_TIMEOUT = "ERR timeout is not an integer or out of range"
 BACKLOG_COUNT = "ERR BACKLOG count must be an integer >= 0"
+# Acknowledged groups (LEASE, TACK, TGROUP).
+LEASE_TIME = "ERR LEASE must be an integer from 1 to 2147483647 (milliseconds)"
+LEASE_NEEDS_GROUP = "ERR LEASE needs GROUP or GROUPNEW"
+NONULLS_LEASE = "ERR NONULLS cannot be used with LEASE"
+WITHTIMES_LEASE = "ERR WITHTIMES cannot be used with LEASE"
+PACKED_LEASE = "ERR PACKED cannot be used with LEASE"
+CONSUMER_NEEDS_LEASE = "ERR CONSUMER needs LEASE"
+ACK_NEEDS_LEASE = "ERR ACK needs LEASE"
+CONSUMER_TOO_LONG = "ERR consumer name is longer than 256 bytes"
+NEGATIVE_OFFSET = "ERR offset must be >= 0"
+NO_SUCH_GROUP_KEY = "ERR no such key"
+BAD_LEASE_RECORD = "ERR bad RCP11.LEASE arguments"
 
 
 def _key_name(key: bytes) -> str:
@@ -23,6 +35,21 @@ def _key_name(key: bytes) -> str:
 
 def group_not_offset(group: bytes) -> str:
     return f"ERR group key '{_key_name(group)}' does not hold a valid offset (an integer >= 0)"
+
+
+def group_is_acknowledged(group: bytes) -> str:
+    """A GROUP read without LEASE of an acknowledged group: it would lose
+    what it read."""
+    return f"ERR group key '{_key_name(group)}' holds an acknowledged group: read it with LEASE"
+
+
+def group_of_other_stream(group: bytes, stream: bytes) -> str:
+    return f"ERR group key '{_key_name(group)}' belongs to stream '{_key_name(stream)}'"
+
+
+def internal_command(name: str) -> str:
+    """A command only the AOF (and, in the Redis module, a primary) sends."""
+    return f"ERR {name} is internal: only a primary's replication stream and the AOF may send it"
 
 
 def tconcat_source_is_destination(key: bytes) -> str:
@@ -40,6 +67,7 @@ def syntax_error(problem: str) -> str:
 
 ENTRIES_MISSING = syntax_error("ENTRIES is missing")
 NO_ENTRY_AFTER_ENTRIES = syntax_error("no entry after ENTRIES")
+ACK_NEEDS_RANGE = syntax_error("ACK needs a start and a count")
 BACKLOG_NEEDS_COUNT = syntax_error("BACKLOG needs a count")
 
 

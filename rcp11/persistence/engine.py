@@ -41,6 +41,7 @@ from rcp11.persistence.parts import Replay
 from rcp11.persistence.reservations import Deletions, OffsetReservations
 from rcp11.persistence.saves import Saves
 from rcp11.state import ServerState
+from rcp11.storage import Stream
 
 log = logging.getLogger("rcp11.persistence")
 
@@ -98,7 +99,7 @@ class Persistence:
     def stream_nexts(self) -> dict[bytes, int]:
         """Every stream's next offset (what a snapshot taken now holds)."""
         data = self.state.keyspace.data
-        return {k: v.next_offset for k, v in data.items() if not isinstance(v, bytes)}
+        return {k: v.next_offset for k, v in data.items() if isinstance(v, Stream)}
 
     # -- start-up --------------------------------------------------------
 
@@ -248,7 +249,7 @@ class Persistence:
         if mark is not None and min(new_next_offset, MAX_OFFSET) <= mark:
             return
         value = self.state.keyspace.data.get(key)
-        current = 0 if value is None or isinstance(value, bytes) else value.next_offset
+        current = value.next_offset if isinstance(value, Stream) else 0
         try:
             reservations.reserve(key, new_next_offset, current)
         except OSError as exc:

@@ -33,6 +33,7 @@ from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import SNAP_MAGIC, CrcReader, read_snapshot, write_snapshot_file
 from rcp11.resp import Error
 from rcp11.state import ClientState, ServerState
+from rcp11.storage import Stream
 
 log = logging.getLogger("rcp11.persistence")
 
@@ -216,8 +217,8 @@ def _replay_raise(state: ServerState, argv: list[bytes], path: str, at: int) -> 
         problem = f"{len(argv) - 1} arguments instead of 2"
     elif not argv[2].isdigit() or int(argv[2]) > NEXT_OFFSET_CEILING:
         problem = f"offset {show_arg(argv[2][:30])} is not an integer from 0 to 2^63"
-    elif isinstance(state.keyspace.data.get(argv[1]), bytes):
-        problem = "the key holds a string"
+    elif not isinstance(state.keyspace.data.get(argv[1]), (Stream, type(None))):
+        problem = "the key does not hold a stream"
     if problem is not None:
         raise PersistenceError(
             f"{path}: bad {RAISE_NEXT.decode()} record at byte offset {at} ({problem}); "
@@ -231,7 +232,7 @@ def raise_stream(state: ServerState, key: bytes, mark: int) -> bool:
     changed anything. A non-stream key is left alone."""
     keyspace = state.keyspace
     value = keyspace.data.get(key)
-    if isinstance(value, bytes):
+    if value is not None and not isinstance(value, Stream):
         return False
     if value is None:
         value = state.new_stream()
@@ -255,7 +256,7 @@ def _mark_streams_after_torn_header(engine: Engine) -> None:
     reservations = engine.reservations
     raised = 0
     for key, value in engine.state.keyspace.data.items():
-        if isinstance(value, bytes):
+        if not isinstance(value, Stream):
             continue
         mark = min(value.next_offset + TORN_BATCH_MARGIN, MAX_OFFSET)
         reservations.marks[key] = max(reservations.marks.get(key, 0), mark)
@@ -289,8 +290,8 @@ def _apply_reservations(engine: Engine, raise_streams: bool) -> list[tuple[bytes
     revived: list[tuple[bytes, int]] = []
     for key in [*live, *(k for k in deleted if k not in live)]:
         value: Any = state.keyspace.data.get(key)
-        if isinstance(value, bytes):
-            stale.append(key)  # the stream was replaced by a string durably
+        if value is not None and not isinstance(value, Stream):
+            stale.append(key)  # the stream was replaced by another type durably
             continue
         if value is None and key not in live:
             stale.append(key)  # deleted, and the files hold its deletion

@@ -14,6 +14,7 @@ from rcp11.datafiles import SNAPSHOT_TEMP_PREFIX
 from rcp11.persistence.children import Child
 from rcp11.persistence.parts import Engine
 from rcp11.persistence.snapshot import write_snapshot_file
+from rcp11.storage import Stream
 
 log = logging.getLogger("rcp11.persistence")
 
@@ -77,7 +78,7 @@ class Saves:
 
         def current(key: bytes) -> int | None:
             value = data.get(key)
-            return None if value is None or isinstance(value, bytes) else value.next_offset
+            return value.next_offset if isinstance(value, Stream) else None
 
         engine.reservations.lower_to(keys, current)
 

@@ -3,10 +3,11 @@
     "RCP11SNAP" u16 version u64 unix-time
     records:  'S' u32 keylen key u64 len value          a string
               'T' u32 keylen key (u64 len blob)* u64 ~0  a stream (Stream.dump() blobs)
+              'G' u32 keylen key u64 len blob         an acknowledged group (AckGroup.dump())
               'X' u32 keylen key u64 unix-ms             expiry of the key before
     'E' u32 crc32(everything before it, 'E' included)
 
-Stream blobs carry their own CRC32 and pass the core's validator on load;
+Stream and group blobs carry their own CRC32 and pass the core's validators on load;
 every length is checked against what is left of the file before anything is
 allocated. docs/PERSISTENCE.md has the reasons. The same format is the AOF's
 preamble after a rewrite.
@@ -20,6 +21,7 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from rcp11.ackgroups import AckGroup
 from rcp11.errors import PersistenceError
 from rcp11.files import replace_atomically
 from rcp11.logs import show_arg
@@ -65,6 +67,10 @@ def write_snapshot(out: CrcWriter, state: ServerState) -> None:
         if isinstance(value, bytes):
             out.write(b"S" + head + u64(len(value)))
             out.write(value)
+        elif isinstance(value, AckGroup):
+            blob = value.dump()
+            out.write(b"G" + head + u64(len(blob)))
+            out.write_self_checked(blob)
         else:
             out.write(b"T" + head)
             for blob in value.dump():
@@ -145,13 +151,19 @@ def read_snapshot(reader: CrcReader, state: ServerState) -> list[bytes]:
         tag = reader.read(1)
         if tag == b"E":
             break
-        if tag not in (b"S", b"T", b"X"):
+        if tag not in (b"S", b"T", b"X", b"G"):
             raise reader.fail(f"corrupt file (unknown record type {show_arg(tag)})", record_at)
         key = reader.read(reader.u32())
         if tag != b"X" and key in keyspace.data:
             raise reader.fail(f"corrupt file (key {show_arg(key[:60])} appears twice)", record_at)
         if tag == b"S":
             keyspace.set(key, reader.read(reader.u64()))
+        elif tag == b"G":
+            try:
+                group = AckGroup.load(reader.read_self_checked(reader.u64()))
+            except StorageError as exc:
+                raise reader.fail(f"corrupt group {show_arg(key)} ({exc})", record_at) from exc
+            keyspace.set(key, group)
         elif tag == b"X":
             when = reader.u64()
             if key not in keyspace.data:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from rcp11 import errors, tls
-from rcp11.commands import client_disconnected, expire_keys
+from rcp11.commands import client_disconnected, expire_keys, serve_ready
 from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
@@ -56,6 +56,7 @@ class Server:
         self._bound_unix: socket.socket | None = None
         self.pending: list[Connection] = []
         self.flush_scheduled = False
+        self.serve_scheduled = False
         self.now = time.time()
         self.block_timer: asyncio.TimerHandle | None = None
         self.block_timer_at = 0.0
@@ -241,7 +242,23 @@ class Server:
                 conn.write_pending()
             if netloop is not None:
                 netloop.flush()  # the C lane's replies
+        if self.state.blocking.ready and not self.serve_scheduled:
+            # A wake-up that ran out of its slice (state.serve_seconds):
+            # the next iteration serves on, after other clients' turns.
+            self.serve_scheduled = True
+            self.loop.call_soon(self._serve_more)
         self.arm_block_timer()
+
+    def _serve_more(self) -> None:
+        self.serve_scheduled = False
+        try:
+            serve_ready(self.state)
+        except Exception:
+            log.exception("Error serving blocked clients")
+        if self.state.blocking.ready and not self.flush_scheduled:
+            # Nothing served needs a flush, yet readers are left: go on.
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
 
     def _flush_persistence(self) -> bool:
         """The AOF rule before replies leave; False when the writes of this
@@ -276,7 +293,7 @@ class Server:
         """Wake exactly at the next BLOCK timeout instead of at the next cron
         tick, so short timeouts are not rounded up to 1/hz."""
         blocking = self.state.blocking
-        if not blocking.deadlines:
+        if not blocking.deadlines and not blocking.key_wakes:
             return
         deadline = blocking.next_deadline()
         if deadline is None:
@@ -291,11 +308,19 @@ class Server:
 
     def _block_timeout(self) -> None:
         self.block_timer = None
-        self.state.blocking.expire(time.monotonic())
+        self._expire_blocked()
         if self.pending and not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
         self.arm_block_timer()
+
+    def _expire_blocked(self) -> None:
+        """BLOCK timeouts, and the readers of keys whose wake-up time came
+        (a lease ran out) served as a write would serve them."""
+        state = self.state
+        state.blocking.expire(time.monotonic())
+        if state.blocking.ready:
+            serve_ready(state)  # their replies wait for the flush, AOF first
 
     # -- connections -----------------------------------------------------------
 
@@ -315,9 +340,11 @@ class Server:
         state = self.state
         now = self.now = time.time()
         try:
-            state.blocking.expire(time.monotonic())
+            self._expire_blocked()
             state.persistence.tick(now)
-            expire_keys(state)
+            if expire_keys(state) and state.blocking.ready:
+                # A deleted group or stream key may let waiting readers go on.
+                serve_ready(state)
             if state.retention is not None:
                 state.retention.cron(self.loop)
             self.client_timeouts(now)

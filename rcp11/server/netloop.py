@@ -60,6 +60,7 @@ ACCEPTS_PER_CALL = 1000
 ACCEPT_PAUSE = 0.1
 
 _NL_LANE: int = lib.NL_LANE
+_FIXED_TIME: int = lib.LANE_FIXED_TIME
 _UINT64_MAX = (1 << 64) - 1
 _LAST_COMMAND = {1: "twrite", 2: "tread"}
 # nl_conn_activity()'s read time (one event loop thread: shared).
@@ -338,6 +339,10 @@ class NetLoop:
         state = self.state
         if lane_open_to_all(state):
             flags, room, memory_room = lane_writes(state)
+            if state.append_ms is not None:
+                # A pinned append time holds in the lane as on the general path.
+                flags |= _FIXED_TIME
+                lib.nl_set_fixed_ms(self.cloop, state.append_ms)
             slow_usec = min(state.slow_usec, _UINT64_MAX)
             lib.nl_set_switches(self.cloop, _NL_LANE | flags, room, memory_room, slow_usec)
         else:
@@ -422,8 +427,9 @@ def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_ou
     netloop = _loop_of(cloop)
     if netloop is None:
         return 0
+    # No group_out: acknowledged groups are the general path's here.
     return resolve_key(
-        netloop.state, ffi.unpack(key, key_len), netloop.resolved, stream_out, limit_out
+        netloop.state, ffi.unpack(key, key_len), netloop.resolved, stream_out, None, limit_out
     )
 
 

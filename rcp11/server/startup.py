@@ -17,7 +17,12 @@ from rcp11.commands import execute, rename_command, serve_ready
 from rcp11.config import Config, ConfigError
 from rcp11.datafiles import release_data_dirs
 from rcp11.libc import tune_malloc
-from rcp11.limits import MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD, RESERVED_FDS
+from rcp11.limits import (
+    MALLOC_MMAP_THRESHOLD,
+    MALLOC_TRIM_THRESHOLD,
+    RESERVED_FDS,
+    SERVE_SECONDS,
+)
 from rcp11.logs import VERBOSE, setup_logging
 from rcp11.persistence import Persistence, PersistenceError
 from rcp11.retention import Retention
@@ -189,6 +194,9 @@ def run(config: Config) -> int:
     persistence = Persistence(state, execute)
     state.persistence = persistence
     state.retention = Retention(state, lambda: serve_ready(state))
+    # Wake-ups of many blocked readers in slices: the loop serves the rest
+    # (Server.flush schedules it), other clients get turns in between.
+    state.serve_seconds = SERVE_SECONDS
     # The order matters (as redis-server): the port first, so "Address
     # already in use" comes before any data is read; then the data
     # directory's lock, so a second server on a directory in use stops

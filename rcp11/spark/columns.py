@@ -5,7 +5,9 @@ A read produces Arrow record batches (Spark's Python data source then skips
 its per-row conversion). Every column is built with one Arrow call per
 reply: values from the reply's list of bytes (nulls for evicted offsets,
 dropped with one filter), offsets from a numpy range, the stream name
-repeated.
+repeated, and -- when the projection has the timestamp column -- append
+times from the reply of TREAD ... WITHTIMES (message, time, message, time
+... in RESP2: every other element), milliseconds made Spark's microseconds.
 """
 
 from __future__ import annotations
@@ -23,11 +25,27 @@ from rcp11 import errors
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-SCHEMA = "stream STRING, offset BIGINT, value BINARY"
-COLUMNS = ("stream", "offset", "value")
+SCHEMA = "stream STRING, offset BIGINT, value BINARY, timestamp TIMESTAMP"
+COLUMNS = ("stream", "offset", "value", "timestamp")
 # Spark type names each column may have in a user schema.
-ALLOWED_TYPES = {"stream": ("string",), "offset": ("long",), "value": ("binary", "string")}
-_ARROW_TYPES = {"long": pa.int64(), "binary": pa.binary(), "string": pa.string()}
+ALLOWED_TYPES = {
+    "stream": ("string",),
+    "offset": ("long",),
+    "value": ("binary", "string"),
+    "timestamp": ("timestamp",),
+}
+# Spark's Arrow types (pyspark.sql.pandas.types.to_arrow_type; a Python
+# source's batches must match them exactly): TIMESTAMP is microseconds, UTC.
+_ARROW_TYPES = {
+    "long": pa.int64(),
+    "binary": pa.binary(),
+    "string": pa.string(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+# TREAD ... PACKED's length of an evicted offset (docs/PROTOCOL.md).
+PACKED_MISSING = 0xFFFFFFFF
+# The latest append time Spark's TIMESTAMP holds: 9999-12-31 23:59:59.999.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 
 class InvalidUtf8Error(ValueError):
@@ -43,9 +61,9 @@ class Projection:
     """
 
     columns: tuple[str, ...] = COLUMNS
-    types: tuple[str, ...] = ("string", "long", "binary")
+    types: tuple[str, ...] = ("string", "long", "binary", "timestamp")
     names: tuple[str, ...] = COLUMNS  # as spelled in the schema
-    nullable: tuple[bool, ...] = (True, True, True)  # Spark compares Arrow schemas exactly
+    nullable: tuple[bool, ...] = (True, True, True, True)  # Spark compares Arrow schemas exactly
 
     @classmethod
     def from_schema(cls, schema: StructType | None) -> Projection:
@@ -69,6 +87,11 @@ class Projection:
             tuple(schema.fieldNames()),
             tuple(f.nullable for f in schema.fields),
         )
+
+    @property
+    def times(self) -> bool:
+        """Whether the read needs append times (TREAD ... WITHTIMES)."""
+        return "timestamp" in self.columns
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema(
@@ -101,21 +124,34 @@ class BatchBuilder:
         self.stream = stream
         self.values: list[pa.Array] = []
         self.offsets: list[pa.Array] = []
+        self.times: list[pa.Array] = []
         self.rows = 0
         self.bytes = 0
 
-    def add(self, start: int, messages: list[Any]) -> pa.RecordBatch | None:
-        """Add ``messages`` (``messages[i]`` at offset ``start + i``, None
-        where evicted); returns a record batch when one is full."""
-        values = pa.array(messages, type=pa.binary())
-        offsets = pa.array(np.arange(start, start + len(messages), dtype=np.int64))
+    def add(
+        self, start: int, elements: list[Any], count: int, packed: bool = True
+    ) -> pa.RecordBatch | None:
+        """Add a TREAD reply's elements for ``count`` offsets from
+        ``start``: PACKED's bulk strings (lengths, messages, and times with
+        the projection's timestamp), or (``packed`` False: a server without
+        PACKED) one element per offset (message, time, ... with times; None
+        where evicted). Returns a record batch when one is full."""
+        if packed:
+            values, times = packed_columns(elements, count, self.projection.times)
+        else:
+            values, times = element_columns(elements, self.projection.times)
+        offsets = pa.array(np.arange(start, start + count, dtype=np.int64))
         if values.null_count:
             present = values.is_valid()
             values = values.filter(present)
             offsets = offsets.filter(present)
+            if times is not None:
+                times = times.filter(present)
         if len(values):
             self.values.append(values)
             self.offsets.append(offsets)
+            if times is not None:
+                self.times.append(times)
             self.rows += len(values)
             self.bytes += values.nbytes
         if self.rows >= ARROW_BATCH_ROWS or self.bytes >= ARROW_BATCH_BYTES:
@@ -125,14 +161,18 @@ class BatchBuilder:
     def flush(self) -> pa.RecordBatch | None:
         if not self.rows:
             return None
-        values = self.values[0] if len(self.values) == 1 else pa.concat_arrays(self.values)
-        offsets = self.offsets[0] if len(self.offsets) == 1 else pa.concat_arrays(self.offsets)
+        values = _joined(self.values)
+        offsets = _joined(self.offsets)
+        times = _joined(self.times) if self.times else None
         rows = self.rows
-        self.values, self.offsets, self.rows, self.bytes = [], [], 0, 0
+        self.values, self.offsets, self.times, self.rows, self.bytes = [], [], [], 0, 0
         arrays = []
         for name, type_name in zip(self.projection.columns, self.projection.types, strict=True):
             if name == "offset":
                 arrays.append(offsets)
+            elif name == "timestamp":
+                assert times is not None
+                arrays.append(as_timestamps(times, self.stream, offsets))
             elif name == "stream":
                 arrays.append(pa.repeat(self.stream, rows))
             elif type_name == "string":
@@ -140,6 +180,56 @@ class BatchBuilder:
             else:
                 arrays.append(values)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def packed_columns(parts: list[bytes], count: int, times: bool) -> tuple[pa.Array, pa.Array | None]:
+    """The binary values (null where evicted) and the times (ms) of a TREAD
+    ... PACKED reply, built from its buffers without a Python object per
+    message: lengths are little-endian uint32 (0xFFFFFFFF: evicted)."""
+    lengths = np.frombuffer(parts[0], dtype="<u4", count=count)
+    missing = lengths == PACKED_MISSING
+    sizes = np.where(missing, 0, lengths) if missing.any() else lengths
+    ends = np.empty(count + 1, dtype=np.int64)
+    ends[0] = 0
+    np.cumsum(sizes, out=ends[1:])
+    data = pa.py_buffer(parts[1])
+    validity = pa.array(~missing).buffers()[1] if missing.any() else None
+    if ends[-1] < 2**31:
+        values = pa.Array.from_buffers(
+            pa.binary(), count, [validity, pa.py_buffer(ends.astype(np.int32)), data]
+        )
+    else:  # a reply of 2 GB or more: Arrow's binary needs 64-bit offsets, then fails
+        values = pa.Array.from_buffers(
+            pa.large_binary(), count, [validity, pa.py_buffer(ends), data]
+        ).cast(pa.binary())
+    stamps = pa.array(np.frombuffer(parts[2], dtype="<i8", count=count)) if times else None
+    return values, stamps
+
+
+def element_columns(elements: list[Any], times: bool) -> tuple[pa.Array, pa.Array | None]:
+    """The values and times (ms) of a reply with one element per offset
+    (message, time, message, time ... with times)."""
+    stamps = None
+    if times:
+        stamps = pa.array(elements[1::2], type=pa.int64())
+        elements = elements[0::2]
+    return pa.array(elements, type=pa.binary()), stamps
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def as_timestamps(times_ms: pa.Array, stream: str, offsets: pa.Array) -> pa.Array:
+    """Append times (unix ms) as Spark's TIMESTAMP (microseconds, UTC). A
+    time past year 9999 (only an AOF written by hand can give one) is an
+    error naming its offset, never a wrapped-around date."""
+    millis = times_ms.to_numpy(zero_copy_only=False)
+    late = np.flatnonzero(millis > MAX_TIMESTAMP_MS)
+    if len(late):
+        offset = offsets[int(late[0])].as_py()
+        raise ValueError(errors.spark_time_out_of_range(stream, offset, int(millis[late[0]])))
+    return pa.array(millis * 1000, type=_ARROW_TYPES["timestamp"])
 
 
 def as_text(values: pa.Array, stream: str, offsets: pa.Array) -> pa.Array:
@@ -174,8 +264,15 @@ def write_layout(schema: StructType, target_option: str | None, option_name: str
     """Check a DataFrame to write (Kafka's sink rules, minus the key)."""
     names = [name.lower() for name in schema.fieldNames()]
     types = {f.name.lower(): f.dataType.typeName() for f in schema.fields}
-    if "key" in names:
-        raise ValueError(errors.SPARK_KEY_COLUMN)
+    # Kafka's sink columns that rcp11 has no place for: refused, never
+    # dropped silently (a Kafka-shaped frame would lose them unnoticed).
+    for column, problem in (
+        ("key", errors.SPARK_KEY_COLUMN),
+        ("headers", errors.SPARK_HEADERS_COLUMN),
+        ("partition", errors.SPARK_PARTITION_COLUMN),
+    ):
+        if column in names:
+            raise ValueError(problem)
     if "value" not in names:
         raise ValueError(
             errors.spark_write_column("value", f"is missing; the DataFrame has {names}")
@@ -230,6 +327,25 @@ def _head(length: int) -> bytes:
     if head is None:
         head = _HEADS[length] = b"\r\n$%d\r\n" % length
     return head
+
+
+def twrite_cuts(values: pa.BinaryArray, max_rows: int, max_bytes: int) -> Iterator[tuple[int, int]]:
+    """[begin, end) row ranges of ``values`` for one TWRITE each: at most
+    ``max_rows`` rows and ``max_bytes`` bytes of messages (a larger message
+    goes alone)."""
+    count = len(values)
+    if count == 0:
+        return
+    ends = np.frombuffer(
+        values.buffers()[1], dtype=np.int32, count=count + 1, offset=4 * values.offset
+    )
+    begin = 0
+    while begin < count:
+        end = min(count, begin + max_rows)
+        fit = int(np.searchsorted(ends, int(ends[begin]) + max_bytes, side="right")) - 1
+        end = max(begin + 1, min(end, fit))
+        yield begin, end
+        begin = end
 
 
 def pack_twrite(key: bytes, values: list[bytes]) -> bytes:

@@ -72,6 +72,10 @@ def _connection_options(endpoint: Endpoint) -> dict[str, Any]:
         "socket_timeout": socket_timeout(endpoint),
         "socket_connect_timeout": min(CONNECT_TIMEOUT_S, socket_timeout(endpoint) or 1e9),
         "retry": Retry(NoBackoff(), 0),
+        # RESP2, whatever redis-py's default: no HELLO round trip on connect,
+        # and a TREAD ... WITHTIMES reply is one flat list (message, time,
+        # ...), which a reader slices instead of walking pairs.
+        "protocol": 2,
     }
 
 
@@ -160,6 +164,10 @@ def raw_connection(endpoint: Endpoint) -> redis.Connection:
     return conn
 
 
+class _Resend(Exception):  # noqa: N818 - control flow, not an error
+    """The requests in flight must be sent again (in another form)."""
+
+
 def pipelined_treads(
     endpoint: Endpoint,
     key: str,
@@ -168,8 +176,15 @@ def pipelined_treads(
     batch: int,
     doing: str,
     relocate: Callable[[BaseException], Endpoint] | None = None,
+    withtimes: bool = False,
 ) -> Iterator[tuple[int, Any]]:
-    """``(offset, reply)`` for ``TREAD key offset n WITHINFO`` over [start, end).
+    """``(offset, reply, packed)`` for ``TREAD key offset n WITHINFO PACKED``
+    over [start, end) (``WITHTIMES`` too with ``withtimes``): the info,
+    then the lengths and the messages (and times) as bulk strings
+    (docs/PROTOCOL.md, PACKED). A server older than PACKED answers
+    "unknown option": the requests then go without it (``packed`` False),
+    and each reply is the info and one element per offset (message, time,
+    ... with ``withtimes``).
 
     Keeps READ_PIPELINE_DEPTH requests in flight; requests below a reply's
     first readable offset are skipped (evicted), so offsets between two
@@ -181,6 +196,7 @@ def pipelined_treads(
     failure ``relocate(error)`` says which node to ask next.
     """
     outage = Outage(endpoint, doing)
+    options = ("WITHINFO", "WITHTIMES", "PACKED") if withtimes else ("WITHINFO", "PACKED")
     retry: tuple[type[BaseException], ...] = RETRYABLE
     if relocate is not None:
         retry += REDIRECTS
@@ -195,17 +211,23 @@ def pipelined_treads(
                 requests = []
                 while position < end and len(in_flight) < READ_PIPELINE_DEPTH:
                     count = min(batch, end - position)
-                    requests.append(("TREAD", key, position, count, "WITHINFO"))
+                    requests.append(("TREAD", key, position, count, *options))
                     in_flight.append((position, count))
                     position += count
                 if requests:
                     conn.send_packed_command(conn.pack_commands(requests))
                 offset, count = in_flight.popleft()
-                reply = conn.read_response(disable_decoding=True)
-                if isinstance(reply, redis.ResponseError):
-                    raise reply
+                try:
+                    reply = conn.read_response(disable_decoding=True)
+                    if isinstance(reply, redis.ResponseError):  # redis-py may return it
+                        raise reply
+                except redis.ResponseError as exc:
+                    if "unknown option 'PACKED'" in str(exc) and options[-1] == "PACKED":
+                        options = options[:-1]  # an older server: one element per offset
+                        raise _Resend() from None
+                    raise
                 resume = offset + count
-                yield offset, reply
+                yield offset, reply, options[-1] == "PACKED"
                 info = reply[0]
                 if int(info[3]) < count:
                     return  # the stream ends before the range does
@@ -213,6 +235,8 @@ def pipelined_treads(
                 # ask for what is readable, not for a run of nulls.
                 position = max(position, min(int(info[0]), end))
             return
+        except _Resend:
+            pass  # from `resume` again, on a new connection (replies in flight are dropped)
         except retry as exc:
             outage.wait(exc)
             if relocate is not None:

@@ -2,9 +2,13 @@
 
 Spark builds it when a DataFrame is defined (``load()``, ``save()``,
 ``start()``) and pickles it to its Python workers. Its constructor checks
-every option (names and values), so a typo fails at ``load()`` with the list
-of known options instead of at the first action. What depends on the side
-(read or write) is checked when Spark asks for a reader or writer.
+every option (names and values, and sets no query of any kind can take),
+so a typo fails at ``load()`` with the list of known options instead of at
+the first action. What depends on the side (read or write) or on the kind
+of query is checked when Spark asks for a reader or writer: PySpark tells
+a Python data source neither at ``load()`` (it only builds it and asks
+for its schema), so a streaming-only mistake (``endingOffsets`` on a
+streaming query) surfaces when the query starts.
 """
 
 from __future__ import annotations

@@ -371,8 +371,55 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
 
 
 def check_all(options: Mapping[str, str]) -> None:
-    """What load() can check without knowing whether it will read or write:
-    names, every value, and conflicts among options of one side."""
+    """What load() can check without knowing whether it will read or write,
+    nor (PySpark tells a data source neither at load()) whether a read is a
+    batch or a streaming query: names, every value, conflicts among options
+    of one side, and option sets no query of either kind can take."""
     check_names(options)
-    parse_read_options(options)
+    read = parse_read_options(options)
     parse_write_options(options)
+    _check_query_kind(options, read)
+    _check_start_before_end(read)
+
+
+def _check_query_kind(options: Mapping[str, str], read: ReadOptions) -> None:
+    """Batch-only options with streaming-only ones (startingOffsets=latest
+    counts as streaming-only: a batch query cannot start there) make a
+    query of neither kind; endingOffsets=earliest fits none either."""
+    given = [doc for doc in OPTIONS if _text(options, doc.name) is not None]
+    batch = [doc.name for doc in given if doc.applies == "batch read"]
+    streaming = [doc.name for doc in given if doc.applies == "streaming read"]
+    if read.starting is not None and read.starting_time is None:
+        if read.starting.word == "latest" or LATEST in read.starting.as_dict().values():
+            streaming.append("startingOffsets=latest")
+    if batch and streaming:
+        raise OptionError(errors.spark_query_kind_conflict(batch, streaming))
+    if read.ending is not None and read.ending_time is None:
+        if read.ending.word == "earliest" or EARLIEST in read.ending.as_dict().values():
+            raise OptionError(errors.SPARK_BATCH_ENDING_EARLIEST)
+
+
+def _check_start_before_end(read: ReadOptions) -> None:
+    """A start after the end, when both are given as numbers: the options
+    alone say so (positions found by TSEEK are checked when planning)."""
+    if read.starting_time is None and read.ending_time is None:
+        if read.starting is not None and read.ending is not None:
+            ends = read.ending.as_dict()
+            for stream, start in read.starting.per_stream:
+                end = ends.get(stream, LATEST)
+                if start >= 0 and end >= 0 and start > end:
+                    how = "startingOffsets and endingOffsets"
+                    raise OptionError(errors.spark_start_after_end(stream, start, end, how))
+    begin, finish = read.starting_time, read.ending_time
+    if begin is not None and finish is not None:
+        starts = begin.as_dict() if begin.at is None else {}
+        ends = finish.as_dict() if finish.at is None else {}
+        for stream in sorted(set(starts) | set(ends) | {""}):
+            start = begin.at if begin.at is not None else starts.get(stream)
+            end = finish.at if finish.at is not None else ends.get(stream)
+            if start is not None and end is not None and start > end:
+                raise OptionError(
+                    errors.spark_start_time_after_end(
+                        stream, begin.option, start, finish.option, end
+                    )
+                )

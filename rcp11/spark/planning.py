@@ -45,6 +45,10 @@ INTERNAL_PREFIX = PREFIX.encode()
 class Bounds:
     first: int  # oldest readable offset (== next when nothing is readable)
     next: int
+    # The first readable offset at or after the offset planning asked from
+    # (TREAD ... NONULLS: past a gap a crash left), or `next` when nothing
+    # there is readable; None when planning asked from no offset.
+    readable: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,14 +86,29 @@ def scan_streams(client: Client, pattern: str, type_names: Sequence[str]) -> lis
     return sorted(found)
 
 
-def fetch_bounds(client: Client, streams: Sequence[str], strict: bool) -> dict[str, Bounds]:
+def fetch_bounds(
+    client: Client,
+    streams: Sequence[str],
+    strict: bool,
+    starts: Mapping[str, int] | None = None,
+) -> dict[str, Bounds]:
     """Bounds of each stream with one pipelined round trip. A missing stream
     is empty at 0. A key of another type is an error when the user named it
-    (strict), else (found by a pattern) skipped."""
+    (strict), else (found by a pattern) skipped. A stream with an offset in
+    ``starts`` gets its next readable offset from there too (the same
+    request, with NONULLS)."""
     pipe = client.pipeline(transaction=False)
     for stream in streams:
-        pipe.execute_command("TREAD", stream, 0, 0, "WITHINFO")
+        if starts is not None and stream in starts:
+            pipe.execute_command("TREAD", stream, starts[stream], 0, "WITHINFO", "NONULLS")
+        else:
+            pipe.execute_command("TREAD", stream, 0, 0, "WITHINFO")
     replies = pipe.execute(raise_on_error=False)
+    if starts is not None and any(
+        isinstance(r, redis.ResponseError) and "NONULLS" in str(r) for r in replies
+    ):
+        # A server from before NONULLS: bounds alone (gaps read as nulls).
+        return fetch_bounds(client, streams, strict)
     bounds = {}
     for stream, reply in zip(streams, replies, strict=True):
         if isinstance(reply, redis.ResponseError):
@@ -98,7 +117,10 @@ def fetch_bounds(client: Client, streams: Sequence[str], strict: bool) -> dict[s
             if "WRONGTYPE" in str(reply):
                 raise OptionError(errors.spark_not_a_stream(stream))
             raise reply
-        bounds[stream] = Bounds(reply.first_offset, reply.next_offset)
+        readable = None
+        if starts is not None and stream in starts:
+            readable = min(reply.start, reply.next_offset)
+        bounds[stream] = Bounds(reply.first_offset, reply.next_offset, readable)
     return bounds
 
 
@@ -111,20 +133,21 @@ class Catalog:
         self.subscription = subscription
         self.type_names: tuple[str, ...] = STREAM_TYPE_NAMES
 
-    def bounds(self, fleet: Fleet) -> dict[str, Bounds]:
+    def bounds(self, fleet: Fleet, starts: Mapping[str, int] | None = None) -> dict[str, Bounds]:
         """Bounds of every stream read, each asked of its own node (all
-        primaries of a cluster are scanned for a pattern)."""
+        primaries of a cluster are scanned for a pattern); with ``starts``,
+        the next readable offset from each stream's start (Bounds.readable)."""
         pattern = self.subscription.pattern
         if pattern is None:
             found = {}
             for client, streams in fleet.by_owner(self.subscription.names):
-                found.update(fetch_bounds(client, streams, strict=True))
+                found.update(fetch_bounds(client, streams, True, starts))
             return {s: found[s] for s in self.subscription.names}
         for type_name in self.type_names:
             found = {}
             for client in fleet.primaries():
                 streams = scan_streams(client, pattern, (type_name,))
-                found.update(fetch_bounds(client, streams, False))
+                found.update(fetch_bounds(client, streams, False, starts))
             if found:
                 self.type_names = (type_name,)
                 return dict(sorted(found.items()))

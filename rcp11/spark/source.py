@@ -90,10 +90,10 @@ class LossReport:
         """Offsets [start, end) (end None: from start on) are gone."""
         if end is not None and end <= start:
             return
-        message = errors.spark_data_loss(self.stream, start, end, why)
+        message = errors.spark_data_loss(self.stream, start, end, why, self.fail)
         if self.fail:
             raise DataLossError(message)
-        log.warning("%s; skipped (failOnDataLoss=false)", message)
+        log.warning("%s", message)
 
 
 def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> Iterator[Any]:
@@ -120,13 +120,14 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
         read.batch_size,
         f"reading stream {part.stream!r}",
         relocate,
+        projection.times,
     )
     try:
-        for offset, reply in replies:
+        for offset, reply, packed in replies:
             info = reply[0]
             first, count = int(info[0]), int(info[3])
             report.lost(max(cursor, part.floor), min(max(offset, first), offset + count), "evicted")
-            batch = builder.add(offset, reply[1:])
+            batch = builder.add(offset, reply[1:], count, packed)
             if batch is not None:
                 yield batch
             cursor = offset + count
@@ -144,6 +145,13 @@ def read_range(read: ReadOptions, projection: Projection, part: ReadRange) -> It
         if "WRONGTYPE" in str(exc):
             raise OptionError(errors.spark_not_a_stream(part.stream)) from None
         raise
+
+
+def _how(read: ReadOptions) -> str:
+    """Which options set a batch query's start and end (for errors)."""
+    start = read.starting_time.option if read.starting_time else "startingOffsets"
+    end = read.ending_time.option if read.ending_time else "endingOffsets"
+    return f"{start} and {end}, resolved now"
 
 
 def node_of(router: Router, stream: str) -> str:
@@ -181,6 +189,10 @@ class BatchReader(DataSourceReader):
         ranges = []
         for stream, limits in sorted(bounds.items()):
             start = starting[stream]
+            if start > ending[stream]:  # Kafka refuses it too: never 0 rows silently
+                raise OptionError(
+                    errors.spark_start_after_end(stream, start, ending[stream], _how(read))
+                )
             if start < limits.first:
                 LossReport(stream, read.fail_on_data_loss).lost(
                     start, limits.first, "evicted before the query started"
@@ -214,6 +226,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_trigger = time.monotonic()
         self.router = Router(read.endpoint)
         self._fleet: Fleet | None = None
+        # The streams' next offsets latestOffset() just read: Spark asks
+        # reportLatestOffset() right after it in the same trigger, and
+        # reading them again would cost the planning a round trip.
+        self._latest: dict | None = None
+        # stream -> (its start in the last latestOffset(), the first
+        # readable offset at or after it): partitions() reads from there,
+        # not through a gap of nulls a crash left.
+        self._readable: dict[str, tuple[int, int]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to executors for read(): never with a socket inside.
@@ -227,8 +247,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._fleet = Fleet(self.router)
         return self._fleet
 
-    def _bounds(self) -> dict[str, Bounds]:
-        return self.fleet.call("planning a micro-batch", self.catalog.bounds)
+    def _bounds(self, starts: dict[str, int] | None = None) -> dict[str, Bounds]:
+        return self.fleet.call(
+            "planning a micro-batch", lambda fleet: self.catalog.bounds(fleet, starts)
+        )
 
     def initialOffset(self) -> dict:
         read = self.read_options
@@ -255,7 +277,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         A stream whose end is below its start in the result was recreated:
         partitions() then reads it from its earliest message."""
         read = self.read_options
-        bounds = self._bounds()
+        bounds = self._bounds(start)
+        self._latest = {s: b.next for s, b in sorted(bounds.items())}
+        self._readable = {}
         if start is None:  # Spark < 4.2 asks without a start: everything there is
             return {s: b.next for s, b in sorted(bounds.items())}
         begins: dict[str, int] = {}
@@ -267,6 +291,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if limits is None:
                     continue  # deleted: dropped from the offsets
                 begin = limits.first
+            elif limits.readable is not None and limits.first <= begin < limits.readable:
+                # A gap a crash left (never an evicted prefix: begin is
+                # past first, and evicted offsets a range needs are data
+                # loss for the reader to report). Its offsets count toward
+                # no limit, and a gap with nothing readable after it yet
+                # makes no micro-batch: Spark would run one of no rows per
+                # maxOffsetsPerTrigger offsets of it.
+                if limits.readable >= limits.next:
+                    begins[stream] = ends[stream] = begin
+                    continue
+                self._readable[stream] = (begin, limits.readable)
+                begin = limits.readable
             begins[stream], ends[stream] = begin, limits.next
         for stream, limits in bounds.items():
             if stream not in start:  # a new stream (pattern): from its earliest
@@ -304,25 +340,34 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert self.available_now is not None
         for stream in list(ends):
             target = self.available_now.get(stream)
-            if target is not None:
-                ends[stream] = min(ends[stream], max(target, begins[stream]))
-            elif stream in start:  # not there when the run started: no progress
+            if target is None:
+                if stream in start:  # not there when the run started: no progress
+                    begins[stream] = ends[stream] = start[stream]
+                else:  # appeared after the run started
+                    del begins[stream], ends[stream]
+            elif stream in start and start[stream] <= target <= begins[stream]:
+                # Nothing readable from the start up to the target (a gap
+                # a crash left runs past it): no progress, no empty batch.
                 begins[stream] = ends[stream] = start[stream]
-            else:  # appeared after the run started
-                del begins[stream], ends[stream]
+            else:
+                ends[stream] = min(ends[stream], max(target, begins[stream]))
 
     def _stream_reset(self, stream: str, begin: int, limits: Bounds | None) -> None:
         """A stream in the checkpoint is gone, or its next offset went below it."""
+        fail = self.read_options.fail_on_data_loss
         if limits is None:
-            message = errors.spark_stream_deleted(stream, begin)
+            message = errors.spark_stream_deleted(stream, begin, fail)
         else:
-            message = errors.spark_stream_recreated(stream, limits.next, begin)
-        if self.read_options.fail_on_data_loss:
+            message = errors.spark_stream_recreated(stream, limits.next, begin, fail)
+        if fail:
             raise DataLossError(message)
-        log.warning("%s; reading on (failOnDataLoss=false)", message)
+        log.warning("%s", message)
 
     def reportLatestOffset(self) -> dict | None:
-        return {s: b.next for s, b in sorted(self._bounds().items())}
+        latest, self._latest = self._latest, None
+        if latest is None:
+            latest = {s: b.next for s, b in sorted(self._bounds().items())}
+        return latest
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         read = self.read_options
@@ -332,6 +377,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for stream, stop in end.items():
             if stream in start and stop >= start[stream]:
                 begin = start[stream]
+                asked, readable = self._readable.get(stream, (-1, -1))
+                if asked == begin:  # past a gap latestOffset() saw: nothing to read in it
+                    begin = min(readable, stop)
                 ranges.append(ReadRange(stream, begin, stop, begin, node_of(self.router, stream)))
             else:  # new or recreated: from the earliest message there is now
                 first = bounds[stream].first if stream in bounds else 0

@@ -106,6 +106,67 @@ static void check_readable_run(const mn_stream *s, const model *m, uint64_t star
     CHECK(run == want);
 }
 
+static uint64_t get_le(const unsigned char *p, int width) {
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* mn_read_packed (TREAD ... PACKED): lengths (0xFFFFFFFF for null), the
+ * messages back to back, times (-1 for null), little-endian, as the model
+ * says; times_le NULL leaves the times out. */
+static void check_packed(mn_stream *s, const model *m, uint64_t start, uint64_t n,
+                         unsigned char *lens_le, unsigned char *times_le) {
+    static char expect[100];
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_packed(s, start, n, &out, lens_le, times_le) == MN_OK);
+    size_t pos = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t o = start + i;
+        uint64_t len = get_le(lens_le + 4 * i, 4);
+        int64_t t = times_le ? (int64_t)get_le(times_le + 8 * i, 8) : 0;
+        if (!m->readable[o]) {
+            CHECK(len == 0xFFFFFFFFu && (!times_le || t == -1));
+            continue;
+        }
+        CHECK(len == msg_len(o) && (!times_le || t == m->ms[o]));
+        msg_fill(o, expect);
+        CHECK(pos + len <= out.len && same(out.data + pos, expect, (size_t)len));
+        pos += (size_t)len;
+    }
+    CHECK(pos == out.len);
+
+    /* The reply TREAD ... PACKED sends, in one buffer: the same tables as
+     * bulk strings after a prefix, sized before it is built. */
+    static char want[64 + 12 * 3000 + 100 * 3000];
+    size_t w = (size_t)snprintf(want, 64, "*2\r\n$%llu\r\n", (unsigned long long)(4 * n));
+    memcpy(want + w, lens_le, 4 * n);
+    w += 4 * n;
+    w += (size_t)snprintf(want + w, 64, "\r\n$%zu\r\n", out.len);
+    if (out.len) memcpy(want + w, out.data, out.len);
+    w += out.len;
+    w += (size_t)snprintf(want + w, 64, "\r\n");
+    if (times_le) {
+        w += (size_t)snprintf(want + w, 64, "$%llu\r\n", (unsigned long long)(8 * n));
+        memcpy(want + w, times_le, 8 * n);
+        w += 8 * n;
+        w += (size_t)snprintf(want + w, 64, "\r\n");
+    }
+    mn_buf got, none;
+    mn_buf_init(&got);
+    mn_buf_init(&none);
+    uint64_t needed = 0, over = 0;
+    int t = times_le != NULL;
+    CHECK(mn_read_packed_resp(s, start, n, t, "*2\r\n", 4, UINT64_MAX, &needed, &got) == MN_OK);
+    CHECK(got.len == w && needed == w && same(got.data, want, w));
+    CHECK(mn_read_packed_resp(s, start, n, t, "*2\r\n", 4, needed - 1, &over, &none) == MN_ERR_CAP);
+    CHECK(over == needed && none.len == 0);
+    mn_buf_free(&got);
+    mn_buf_free(&none);
+    mn_buf_free(&out);
+}
+
 static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n) {
     static char expect[200 * 100];
     static int64_t lens[200];
@@ -130,22 +191,32 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
     CHECK(pos == out.len);
     mn_buf_free(&out);
 
-    for (int style = MN_NULL_RESP2; style <= MN_NULL_RESP3; style++) {
+    static int64_t times[200];
+    CHECK(mn_read_times(s, start, n, times) == MN_OK);
+    for (uint64_t i = 0; i < n; i++)
+        CHECK(times[i] == (m->readable[start + i] ? m->ms[start + i] : -1));
+    static unsigned char lens_le[4 * 200], times_le[8 * 200];
+    check_packed(s, m, start, n, lens_le, (start & 1) ? NULL : times_le);
+
+    for (int style = 0; style <= (MN_NULL_RESP3 | MN_READ_WITH_TIMES); style++) {
+        int resp3 = style & MN_NULL_RESP3, with_times = style & MN_READ_WITH_TIMES;
         mn_buf_init(&out);
         CHECK(mn_read_resp(s, start, n, style, &out) == MN_OK);
         pos = 0;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t o = start + i;
-            char head[32];
+            char head[64];
             int head_len;
             if (!m->readable[o]) {
-                head_len = snprintf(head, sizeof head, "%s", style == MN_NULL_RESP2 ? "$-1\r\n" : "_\r\n");
+                head_len = snprintf(head, sizeof head, "%s",
+                                    resp3 ? "_\r\n" : with_times ? "$-1\r\n$-1\r\n" : "$-1\r\n");
                 CHECK(pos + (size_t)head_len <= out.len);
                 CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
                 pos += (size_t)head_len;
                 continue;
             }
-            head_len = snprintf(head, sizeof head, "$%u\r\n", msg_len(o));
+            head_len = snprintf(head, sizeof head, "%s$%u\r\n", with_times && resp3 ? "*2\r\n" : "",
+                                msg_len(o));
             CHECK(pos + (size_t)head_len + msg_len(o) + 2 <= out.len);
             CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
             pos += (size_t)head_len;
@@ -154,6 +225,12 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
             pos += msg_len(o);
             CHECK(memcmp(out.data + pos, "\r\n", 2) == 0);
             pos += 2;
+            if (with_times) {
+                head_len = snprintf(head, sizeof head, ":%lld\r\n", (long long)m->ms[o]);
+                CHECK(pos + (size_t)head_len <= out.len);
+                CHECK(memcmp(out.data + pos, head, (size_t)head_len) == 0);
+                pos += (size_t)head_len;
+            }
         }
         CHECK(pos == out.len);
         mn_buf_free(&out);
@@ -161,7 +238,8 @@ static void check_read(mn_stream *s, const model *m, uint64_t start, uint64_t n)
 }
 
 /* Node times are their messages' (a node's last message is always
- * readable; its first when not evicted) and never decrease. */
+ * readable; its first when not evicted) and never decrease; the oldest
+ * readable message's time is the stream's oldest. */
 static void check_times(const mn_stream *s, const model *m) {
     mn_node_info info;
     int64_t last = 0;
@@ -175,10 +253,11 @@ static void check_times(const mn_stream *s, const model *m) {
         last = info.last_ms;
     }
     CHECK(mn_last_append_ms(s) == m->clock);
+    uint64_t first = mn_first_offset(s);
+    CHECK(mn_oldest_append_ms(s) == (first < m->next ? m->ms[first] : MN_TIME_NONE));
 }
 
-/* mn_seek_time(t) is never later than the first readable message at or
- * after t, and at most 63 readable messages earlier. */
+/* mn_seek_time(t) is the first readable message at or after t. */
 static void check_seek(const mn_stream *s, const model *m, int64_t t) {
     uint64_t exact = m->next;
     for (uint64_t o = 0; o < m->next; o++) {
@@ -187,12 +266,7 @@ static void check_seek(const mn_stream *s, const model *m, int64_t t) {
             break;
         }
     }
-    uint64_t got = mn_seek_time(s, t);
-    CHECK(got <= exact);
-    CHECK(got == m->next || m->readable[got]);
-    uint64_t between = 0;
-    for (uint64_t o = got; o < exact; o++) between += m->readable[o];
-    CHECK(between < 64);
+    CHECK(mn_seek_time(s, t) == exact);
 }
 
 /* With no scan pending, every sealed node has the form its rank asks for:
@@ -245,7 +319,13 @@ static int do_append(mn_stream *s, model *m, size_t n) {
         pos += lens[i];
     }
     /* Mostly forward, sometimes back (a wall clock stepped back). */
-    test_clock += rnd_below(10) ? (int64_t)rnd_below(3) : -(int64_t)rnd_below(50);
+    /* Mostly 0..2 ms forward, sometimes back (clamped by the core), rarely
+     * a jump that needs 4- or 8-byte time deltas. */
+    uint64_t step = rnd_below(1000);
+    test_clock += step < 900   ? (int64_t)rnd_below(3)
+                  : step < 998 ? -(int64_t)rnd_below(50)
+                  : step < 999 ? 70000
+                               : (int64_t)1 << 33;
     int64_t first = n == 1 ? mn_append_one(s, buf, lens[0], test_clock)
                            : mn_append(s, buf, lens, n, test_clock);
     if (first < 0) return (int)first;
@@ -776,12 +856,18 @@ static void put_i64(char *p, int64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (char)((uint64_t)v >> (8 * i));
 }
 
-/* Version 3 node blob: times start at 36 + 4 * count; last_ms at 28. */
-#define NODE_LAST_MS_AT 28
-#define NODE_TIMES_AT(count) (36 + 4 * (size_t)(count))
+/* Node blob, format 4: time width at 7, first_ms at 28, deltas after the
+ * offset table. */
+#define NODE_WIDTH_AT 7
+#define NODE_FIRST_MS_AT 28
+#define NODE_DELTAS_AT(count) (36 + 4 * (size_t)(count))
+
+static void put_le(char *p, uint64_t v, int width) {
+    for (int i = 0; i < width; i++) p[i] = (char)(v >> (8 * i));
+}
 
 static void test_time_index(void) {
-    /* One message per 10 ms, 150 per node: checkpoints at 0, 64, 128. */
+    /* One message per 10 ms, 150 per node: deltas of 2 bytes. */
     mn_stream *s = mn_stream_new(150, 0);
     CHECK(mn_last_append_ms(s) == 0 && mn_seek_time(s, 5) == 0);
     CHECK(mn_oldest_append_ms(s) == MN_TIME_NONE && mn_oldest_node_memory(s) == 0);
@@ -790,17 +876,21 @@ static void test_time_index(void) {
     CHECK(mn_oldest_append_ms(s) == 1000);
     for (int64_t t = 900; t <= 5100; t++) {
         uint64_t exact = t <= 1000 ? 0 : t > 4990 ? 400 : (uint64_t)((t - 1000 + 9) / 10);
-        uint64_t got = mn_seek_time(s, t);
-        CHECK(got <= exact && exact - got < 64);
-        /* exact when the answer starts a node */
-        if (t > 1000 && exact % 150 == 0) CHECK(got == exact);
+        CHECK(mn_seek_time(s, t) == exact);
     }
+    int64_t times[400];
+    CHECK(mn_read_times(s, 0, 400, times) == MN_OK);
+    for (int i = 0; i < 400; i++) CHECK(times[i] == 1000 + 10 * i);
+    CHECK(mn_read_times(s, 0, 401, times) == MN_ERR_ARG && mn_read_times(s, 401, 0, times) == MN_ERR_ARG);
+    CHECK(mn_read_times(s, 400, 0, NULL) == MN_OK);
     /* Eviction: the answer is never an evicted offset; the oldest time is
-     * the checkpoint at or before the first readable message. */
+     * the first readable message's. */
     CHECK(mn_evict_upto(s, 170) == 171);
     CHECK(mn_seek_time(s, 0) == 171);
-    CHECK(mn_seek_time(s, 1000 + 10 * 180) >= 171 && mn_seek_time(s, 1000 + 10 * 180) <= 180);
-    CHECK(mn_oldest_append_ms(s) == 1000 + 10 * (150 + 0));
+    CHECK(mn_seek_time(s, 1000 + 10 * 180) == 180 && mn_seek_time(s, 1000 + 10 * 180 - 3) == 180);
+    CHECK(mn_oldest_append_ms(s) == 1000 + 10 * 171);
+    CHECK(mn_read_times(s, 169, 3, times) == MN_OK);
+    CHECK(times[0] == -1 && times[1] == -1 && times[2] == 1000 + 10 * 171);
     /* The clock never goes back. */
     mn_stream *c = mn_stream_new(10, 0);
     CHECK(mn_append_one(c, "a", 1, 0) == 0 && mn_last_append_ms(c) == 0);
@@ -824,34 +914,115 @@ static void test_time_index(void) {
     CHECK(copy != NULL && mn_last_append_ms(copy) == mn_last_append_ms(s));
     for (int64_t t = 2000; t < 5100; t += 7) CHECK(mn_seek_time(copy, t) == mn_seek_time(s, t));
     mn_stream_free(copy);
-    /* Times out of order, past the node's last or the stream's clock,
-     * or before the previous node's, are refused. */
+    /* Deltas out of order or not starting at 0, an unknown width, times
+     * past the stream's clock or before the previous node's, are refused. */
     CHECK(n == 3);
-    mn_buf *node = &blobs[1]; /* 150 messages from offset 150: checkpoints 0, 64, 128 */
-    char saved[8];
-    memcpy(saved, node->data + NODE_TIMES_AT(150) + 8, 8);
-    put_i64(node->data + NODE_TIMES_AT(150) + 8, 1000 + 10 * 149); /* checkpoint 1 < 0 */
+    mn_buf *node = &blobs[1]; /* 150 messages from offset 150, width 2 */
+    CHECK(node->data[NODE_WIDTH_AT] == 2);
+    char *deltas = node->data + NODE_DELTAS_AT(150);
+    put_le(deltas + 2, 1491, 2); /* delta 1 past delta 2 */
     fix_crc(node);
     CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
-    memcpy(node->data + NODE_TIMES_AT(150) + 8, saved, 8);
-    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 150 + 10 * 127); /* last < checkpoint 2 */
+    put_le(deltas + 2, 10, 2);
+    put_le(deltas, 1, 2); /* message 0 is first_ms itself */
     fix_crc(node);
     CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
-    put_i64(node->data + NODE_LAST_MS_AT, 1000 + 10 * 299);
+    put_le(deltas, 0, 2);
+    node->data[NODE_WIDTH_AT] = 3;
     fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    node->data[NODE_WIDTH_AT] = 2;
+    put_i64(node->data + NODE_FIRST_MS_AT, MN_TIME_MAX - 100); /* the last delta passes it */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_ERR_CORRUPT);
+    put_i64(node->data + NODE_FIRST_MS_AT, 1000 + 10 * 150);
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_OK);
     node = &blobs[2]; /* 100 messages from offset 300 */
-    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 299 - 1); /* before node 1's last */
+    put_i64(node->data + NODE_FIRST_MS_AT, 1000 + 10 * 299 - 1); /* before node 1's last */
     fix_crc(node);
     CHECK(mn_validate_node_blob(node->data, node->len) == MN_OK);
     CHECK(load(blobs, n) == NULL);
-    put_i64(node->data + NODE_TIMES_AT(100), 1000 + 10 * 300);
+    put_i64(node->data + NODE_FIRST_MS_AT, 1000 + 10 * 300);
     fix_crc(node);
     CHECK((copy = load(blobs, n)) != NULL);
     mn_stream_free(copy);
-    put_i64(blobs[n - 1].data + NODE_LAST_MS_AT, 1000 + 3990 + 1); /* past the clock */
-    fix_crc(&blobs[n - 1]);
-    CHECK(mn_validate_node_blob(blobs[n - 1].data, blobs[n - 1].len) == MN_OK);
+    put_i64(node->data + NODE_FIRST_MS_AT, 1000 + 10 * 300 + 1); /* its last past the clock */
+    fix_crc(node);
+    CHECK(mn_validate_node_blob(node->data, node->len) == MN_OK);
     CHECK(load(blobs, n) == NULL);
+    free_blobs(blobs, n);
+    mn_stream_free(s);
+    CHECK(live_bytes == 0);
+}
+
+/* A node's deltas widen as its times spread (re-encoded: an allocation
+ * that may fail, leaving the stream as it was) and its memory is counted
+ * at every width. */
+/* mn_read_packed over more offsets than one of its chunks (1024), across
+ * nodes, evicted ones first, with and without times. */
+static void test_read_packed(void) {
+    model *m = &the_model;
+    model_reset(m);
+    mn_stream *s = mn_stream_new(100, 3);
+    static char msg[100];
+    for (uint64_t o = 0; o < 3000; o++) {
+        msg_fill(o, msg);
+        int64_t t = 1700000000000 + (int64_t)(o / 7);
+        CHECK(mn_append_one(s, msg, msg_len(o), t) == (int64_t)o);
+        m->readable[o] = 1;
+        m->ms[o] = t;
+    }
+    m->next = 3000;
+    CHECK(mn_evict_upto(s, 499) == 500);
+    memset(m->readable, 0, 500);
+    static unsigned char lens_le[4 * 3000], times_le[8 * 3000];
+    check_packed(s, m, 0, 3000, lens_le, times_le);
+    check_packed(s, m, 1000, 2000, lens_le, NULL);
+    check_packed(s, m, 3000, 0, lens_le, times_le);
+    mn_buf out;
+    mn_buf_init(&out);
+    CHECK(mn_read_packed(s, 0, 3001, &out, lens_le, NULL) == MN_ERR_ARG && out.len == 0);
+    CHECK(mn_read_packed(s, 0, 1, &out, NULL, NULL) == MN_ERR_ARG);
+    mn_buf_free(&out);
+    mn_stream_free(s);
+}
+
+static void test_time_widths(void) {
+    static const int64_t gaps[] = {0, 200, 300, 70000, (int64_t)1 << 33, 1};
+    mn_stream *s = mn_stream_new(1000, 0);
+    int64_t t = 1700000000000, expect[60];
+    uint64_t k = 0;
+    for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
+        t += gaps[g];
+        for (int i = 0; i < 10; i++, k++) {
+            /* The first append at widths 1, 2, 4 and 8 re-encodes the
+             * deltas: with that allocation failing, nothing changes. */
+            if (i == 0 && g >= 1 && g <= 4) {
+                SET_FAIL_AFTER(0);
+                int64_t rc = mn_append_one(s, "w", 1, t);
+                SET_FAIL_AFTER(-1);
+                CHECK(rc == MN_ERR_NOMEM);
+                CHECK(mn_next_offset(s) == k && mn_last_append_ms(s) == t - gaps[g]);
+                CHECK(live_bytes == mn_memory_bytes(s));
+            }
+            CHECK(mn_append_one(s, "w", 1, t) == (int64_t)k);
+            expect[k] = t;
+            CHECK(live_bytes == mn_memory_bytes(s));
+        }
+    }
+    int64_t times[60];
+    CHECK(mn_read_times(s, 0, k, times) == MN_OK);
+    for (uint64_t i = 0; i < k; i++) CHECK(times[i] == expect[i]);
+    for (uint64_t i = 0; i < k; i++) CHECK(mn_seek_time(s, expect[i]) <= i && times[mn_seek_time(s, expect[i])] == expect[i]);
+    mn_buf *blobs;
+    size_t n;
+    serialize(s, &blobs, &n);
+    CHECK(n == 2 && blobs[1].data[NODE_WIDTH_AT] == 8);
+    mn_stream *copy = load(blobs, n);
+    CHECK(copy != NULL && mn_read_times(copy, 0, k, times) == MN_OK);
+    for (uint64_t i = 0; i < k; i++) CHECK(times[i] == expect[i]);
+    mn_stream_free(copy);
     free_blobs(blobs, n);
     mn_stream_free(s);
     CHECK(live_bytes == 0);
@@ -879,11 +1050,12 @@ static void test_retention(void) {
     CHECK(mn_evict_older_than(s, 3500, 2, &ev) == 0 && ev.nodes == 4);
     CHECK(ev.memory == memory - mn_memory_bytes(s) && live_bytes == mn_memory_bytes(s));
     CHECK(mn_oldest_append_ms(s) == 4000);
-    /* A node with one unexpired message stays whole. */
+    /* Inside a node, exactly the expired messages go (the node stays). */
     CHECK(mn_append_one(s, "abc", 3, 9000) == 60);
     CHECK(mn_append_one(s, "abc", 3, 9500) == 61);
     CHECK(mn_evict_older_than(s, 9200, 100, &ev) == 0);
-    CHECK(mn_first_offset(s) == 60 && mn_length(s) == 2); /* 60 expired, kept */
+    CHECK(mn_first_offset(s) == 61 && mn_length(s) == 1 && mn_num_nodes(s) == 1);
+    CHECK(ev.messages == 56 && ev.bytes == 168 && ev.nodes == 6);
     /* The active node goes once all its messages expired; the offsets stay. */
     CHECK(mn_evict_older_than(s, 9501, 0, &ev) == 1);
     CHECK(mn_evict_older_than(s, 9501, 100, &ev) == 0);
@@ -1393,6 +1565,8 @@ int main(void) {
     test_memory_per_message();
     test_resp_lengths();
     test_time_index();
+    test_time_widths();
+    test_read_packed();
     test_retention();
     test_concat();
     test_compression_depth();

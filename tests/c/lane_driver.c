@@ -8,6 +8,7 @@
  * fails, the lane stops before the request, with nothing appended,
  * answered or logged.
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,17 +50,23 @@ static int failures;
 /* ------------------------------------------------------------------------
  * A keyspace for the resolver: "s" and "t" are streams ("s" writable up
  * to write_limit_s, "t" read-only, and so are "k..." keys, which read
- * "t"), everything else is refused.
+ * "t"), "g" an acknowledged group of "s" (writable) and "h" one of "t",
+ * everything else is refused.
  * --------------------------------------------------------------------- */
 
 static mn_stream *stream_s, *stream_t;
+static ag_group *group_g, *group_h;
 static uint64_t write_limit_s = 9223372036854775807ULL;
 static int resolved;
 
 static int resolve(lane_call *call, const char *key, size_t len, mn_stream **stream,
-                   uint64_t *limit) {
+                   ag_group **group, uint64_t *limit) {
     (void)call;
     resolved++;
+    if (len == 1 && (key[0] == 'g' || key[0] == 'h')) {
+        *group = key[0] == 'g' ? group_g : group_h;
+        return LANE_KEY_READ | LANE_KEY_WRITE;
+    }
     if (len == 1 && key[0] == 's') {
         *stream = stream_s;
         *limit = write_limit_s;
@@ -75,12 +82,17 @@ static int resolve(lane_call *call, const char *key, size_t len, mn_stream **str
 static void fresh(lane_call *call) {
     if (stream_s) mn_stream_free(stream_s);
     if (stream_t) mn_stream_free(stream_t);
+    ag_free(group_g);
+    ag_free(group_h);
     stream_s = mn_stream_new(3, 0);
     stream_t = mn_stream_new(3, 0);
+    group_g = ag_new("s", 1, 0);
+    group_h = ag_new("t", 1, 0);
     mn_append_one(stream_t, "t0", 2, MN_NOW);
     write_limit_s = 9223372036854775807ULL;
     resolved = 0;
     lane_call_reset(call);
+    call->lease_clock_ms = 0; /* the wall clock */
     call->resolve = resolve;
     call->max_bulk_len = 512u << 20;
     call->max_multibulk_len = 1024 * 1024;
@@ -161,6 +173,37 @@ static void test_tread(lane_call *call) {
     mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, MN_NOW);
     call->reply_mark = 25;
     CHECK(run_lane(call, buf, n) == n && call->reply.len == 25);
+}
+
+/* TREAD ... WITHTIMES: a flat message, time, message, time ... (RESP2,
+ * the lane's only protocol), with WITHINFO and BLOCK in any order; twice
+ * is the general path's error to give. */
+static void test_tread_withtimes(lane_call *call) {
+    fresh(call);
+    mn_append(stream_s, "abc", (uint32_t[]){1, 1, 1}, 3, 1700000000000);
+    mn_append_one(stream_s, "dd", 2, 1700000000123);
+    mn_evict_upto(stream_s, 0);
+    char buf[1024];
+    size_t n = 0;
+    const char *a[] = {"TREAD", "s", "0", "10", "WITHTIMES"};
+    const char *b[] = {"tread", "s", "-2", "1", "withtimes", "WITHINFO"};
+    const char *c[] = {"TREAD", "s", "3", "5", "WITHINFO", "BLOCK", "0", "withtimes"};
+    const char *d[] = {"TREAD", "s", "9", "5", "WITHTIMES"};
+    n += req(buf + n, 5, a);
+    n += req(buf + n, 6, b);
+    n += req(buf + n, 8, c);
+    n += req(buf + n, 5, d);
+    CHECK(run_lane(call, buf, n) == n);
+    CHECK(reply_is(call, "*8\r\n$-1\r\n$-1\r\n$1\r\nb\r\n:1700000000000\r\n"
+                         "$1\r\nc\r\n:1700000000000\r\n$2\r\ndd\r\n:1700000000123\r\n"
+                         "*3\r\n*4\r\n:1\r\n:3\r\n:2\r\n:1\r\n$1\r\nc\r\n:1700000000000\r\n"
+                         "*3\r\n*4\r\n:1\r\n:3\r\n:3\r\n:1\r\n$2\r\ndd\r\n:1700000000123\r\n"
+                         "*0\r\n"));
+    CHECK(call->tread_calls == 4 && call->messages_read == 6 && call->stop == LANE_STOP_END);
+    fresh(call);
+    const char *twice[] = {"TREAD", "s", "0", "1", "WITHTIMES", "withtimes"};
+    n = req(buf, 6, twice);
+    CHECK(run_lane(call, buf, n) == 0 && call->stop == LANE_STOP_REQUEST);
 }
 
 /* TREAD ... BLOCK: run when it answers at once (the same reply as without
@@ -402,19 +445,130 @@ static void test_allocation_failures(lane_call *call) {
     }
 }
 
+/* Lease reads of an acknowledged group: the ones that deliver new messages
+ * run (reply, group, AOF records as rcp11/commands/groups.py writes them);
+ * redeliveries, empty reads, another stream's group, plain group reads and
+ * bad options stop the lane before them. */
+static void test_lease_reads(lane_call *call) {
+    fresh(call);
+    call->lease_clock_ms = 1700000000000;
+    mn_append(stream_s, "abcde", (uint32_t[]){1, 1, 1, 1, 1}, 5, MN_NOW);
+    mn_evict_upto(stream_s, 0); /* the group starts below: offset 0 is dropped */
+    char buf[1024];
+    size_t n = 0;
+    const char *a[] = {"TREAD", "s", "0", "2", "GROUP", "g", "LEASE", "1000", "CONSUMER", "w1"};
+    const char *b[] = {"tread", "s", "0", "9", "lease", "5", "groupnew", "g", "ACK", "1", "2",
+                       "WITHINFO"};
+    n += req(buf + n, 10, a);
+    n += req(buf + n, 12, b);
+    CHECK(run_lane(call, buf, n) == n);
+    CHECK(call->tread_calls == 2 && call->messages_read == 4 && call->group_changes == 3);
+    CHECK(ag_pending(group_g) == 2 && ag_next(group_g) == 5);
+    ag_range_info r;
+    CHECK(ag_range_get(group_g, 0, &r) == AG_OK && r.start == 3 && r.count == 2 && r.deliveries == 1);
+    /* The reply's headers, then the AOF: TACK before the second lease. */
+    const char *head = "*3\r\n*6\r\n:1\r\n:4\r\n:1\r\n:2\r\n:1\r\n:";
+    CHECK(call->reply.len > strlen(head) && memcmp(call->reply.data, head, strlen(head)) == 0);
+    /* The lease clock given (fuzz/core's prefix check): deadline = it + 1000. */
+    CHECK(memcmp(call->reply.data + strlen(head), "1700000001000\r\n", 15) == 0);
+    const char *tack = "*4\r\n$4\r\nTACK\r\n$1\r\ng\r\n$1\r\n1\r\n$1\r\n2\r\n";
+    CHECK(call->aof.len > strlen(tack));
+    const char *second = memmem(call->aof.data, call->aof.len, tack, strlen(tack));
+    CHECK(second != NULL);
+    const char *lease = "*9\r\n$11\r\nRCP11.LEASE\r\n$1\r\ng\r\n$1\r\ns\r\n"
+                        "$1\r\n1\r\n$1\r\n1\r\n$1\r\n2\r\n"; /* floor 1, start 1, count 2 */
+    CHECK(call->aof.len > strlen(lease) && memcmp(call->aof.data, lease, strlen(lease)) == 0);
+    CHECK(call->keys[1].written && !call->keys[0].written);
+
+    /* Stoppers, each after a lease read that runs. */
+    static const char *const stoppers[][10] = {
+        {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "9"},       /* nothing new left */
+        {"TREAD", "t", "0", "1", "GROUP", "g", "LEASE", "9"},       /* g belongs to s */
+        {"TREAD", "s", "0", "1", "GROUP", "g"},                     /* a plain group read */
+        {"TREAD", "s", "0", "1", "GROUP", "x", "LEASE", "9"},       /* missing group key */
+        {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "0"},
+        {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "2147483648"},
+        {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "9", "LEASE", "9"},
+        {"TREAD", "s", "0", "1", "GROUP", "g", "GROUPNEW", "g", "LEASE", "9"},
+        {"TREAD", "s", "0", "1", "GROUP", "g", "ACK", "1", "LEASE", "9"},
+        {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "9", "ACK", "-1"},
+        {"TREAD", "s", "0", "0", "GROUP", "g", "LEASE", "9"},       /* count 0 */
+        {"TREAD", "s", "0", "1", "GROUP", "s", "LEASE", "9"},       /* group is the stream */
+        {"TREAD", "s", "0", "1", "CONSUMER", "c", "GROUP", "g"},
+    };
+    static const int argcs[] = {8, 8, 6, 8, 8, 8, 10, 10, 10, 10, 8, 8, 8};
+    for (size_t i = 0; i < sizeof argcs / sizeof argcs[0]; i++) {
+        fresh(call);
+        mn_append(stream_s, "ab", (uint32_t[]){1, 1}, 2, MN_NOW);
+        const char *ok[] = {"TREAD", "s", "0", "1", "GROUP", "g", "LEASE", "9"};
+        size_t head = req(buf, 8, ok);
+        if (i == 0) head += req(buf + head, 8, ok); /* takes the last message */
+        size_t all = head + req(buf + head, argcs[i], (const char **)stoppers[i]);
+        CHECK(run_lane(call, buf, all) == head);
+        CHECK(call->tread_calls == (i == 0 ? 2u : 1u));
+        CHECK(ag_pending(group_g) == (i == 0 ? 2u : 1u));
+    }
+    /* Without writes (MISCONF, maxmemory) a lease read stops the lane. */
+    fresh(call);
+    mn_append(stream_s, "ab", (uint32_t[]){1, 1}, 2, MN_NOW);
+    call->writes = 0;
+    n = req(buf, 10, a);
+    CHECK(run_lane(call, buf, n) == 0 && ag_pending(group_g) == 0);
+}
+
+/* Allocation failure at every step of lease reads: a request that stops
+ * is not answered, and whatever its group lost before the failure (an
+ * acknowledgement) is in the AOF, so Python's run of it continues right. */
+static void test_lease_allocation_failures(lane_call *call) {
+    char buf[2048];
+    size_t n = 0;
+    const char *a[] = {"TREAD", "s", "0", "3", "GROUP", "g", "LEASE", "99", "CONSUMER", "w"};
+    const char *b[] = {"TREAD", "s", "0", "3", "GROUP", "g", "LEASE", "99", "ACK", "1", "1"};
+    n += req(buf + n, 10, a);
+    for (int i = 0; i < 4; i++) n += req(buf + n, 11, b);
+    for (long k = 0; k < 60; k++) {
+        lane_call_free(call);
+        lane_call_init(call);
+        fresh(call);
+        mn_append(stream_s, "abcdefghijklmnop", (uint32_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                           1, 1, 1, 1}, 16, MN_NOW);
+        fail_after = k;
+        size_t used = run_lane(call, buf, n);
+        fail_after = -1;
+        /* Each answered read leased 3 messages; an ACK that ran before a
+         * failure shows in pending and in the TACK records. */
+        uint64_t tacks = 0;
+        for (const char *p = call->aof.data; call->aof.len && p != NULL;) {
+            p = memmem(p, call->aof.len - (size_t)(p - call->aof.data), "TACK", 4);
+            if (p != NULL) {
+                tacks++;
+                p += 4;
+            }
+        }
+        CHECK(ag_next(group_g) == 3 * call->tread_calls);
+        CHECK(ag_pending(group_g) == 3 * call->tread_calls - tacks);
+        CHECK(used <= n);
+    }
+}
+
 int main(void) {
     lane_call call;
     lane_call_init(&call);
     test_twrite_forms_and_aof(&call);
     test_tread(&call);
+    test_tread_withtimes(&call);
     test_tread_block(&call);
     test_stops(&call);
     test_framing(&call);
     test_budgets(&call);
     test_allocation_failures(&call);
+    test_lease_reads(&call);
+    test_lease_allocation_failures(&call);
     lane_call_free(&call);
     mn_stream_free(stream_s);
     mn_stream_free(stream_t);
+    ag_free(group_g);
+    ag_free(group_h);
     if (failures) {
         fprintf(stderr, "lane_driver: %d check(s) failed\n", failures);
         return 1;

@@ -30,18 +30,30 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$out/driver"
 
-# The C lane over the core, both on lane_driver.c's failing allocator (one
-# allocator: the core appends to and frees the lane's buffers).
+# The C lane over the core and the group state, all on lane_driver.c's
+# failing allocator (one allocator: the core appends to and frees the
+# lane's buffers).
 "$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode_lane.o"
 # (alloc_hook.h includes stdlib.h first: the POSIX level is set before it.)
 "$cc" "${flags[@]}" -D_POSIX_C_SOURCE=200809L -include "$here/alloc_hook.h" -c "$src/lane.c" \
     -o "$out/lane.o"
+"$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/ackgroup.c" -o "$out/ackgroup_lane.o"
 "$cc" "${flags[@]}" -c "$here/lane_driver.c" -o "$out/lane_driver.o"
-"$cc" "${flags[@]}" "$out/macronode_lane.o" "$out/lane.o" "$out/lane_driver.o" -lz \
-    -o "$out/lane_driver"
+"$cc" "${flags[@]}" "$out/macronode_lane.o" "$out/ackgroup_lane.o" "$out/lane.o" \
+    "$out/lane_driver.o" -lz -o "$out/lane_driver"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$out/lane_driver"
+
+# The acknowledged-group state, on the same counting allocator (with the
+# core, whose mn_buf it appends to).
+"$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/ackgroup.c" -o "$out/ackgroup.o"
+"$cc" "${flags[@]}" -c "$here/ackgroup_driver.c" -o "$out/ackgroup_driver.o"
+"$cc" "${flags[@]}" "$out/macronode.o" "$out/ackgroup.o" "$out/count_alloc.o" \
+    "$out/ackgroup_driver.o" -lz -o "$out/ackgroup_driver"
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=99" \
+UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    "$out/ackgroup_driver"
 
 if [ "${1:-}" = "--with-python" ]; then
     copy="$out/checkout"
@@ -49,7 +61,8 @@ if [ "${1:-}" = "--with-python" ]; then
     cp -r "$repo/src" "$repo/rcp11" "$repo/setup.py" "$repo/pyproject.toml" "$repo/README.md" "$copy/"
     # The storage-level tests (test_core_compression.py also starts servers).
     cp "$repo/tests/test_core.py" "$repo/tests/test_core_model.py" "$repo/tests/test_core_time.py" \
-        "$repo/tests/test_core_concat.py" "$repo/tests/core_recipes.py" "$copy/tests/"
+        "$repo/tests/test_core_concat.py" "$repo/tests/test_core_ackgroup.py" \
+        "$repo/tests/core_recipes.py" "$copy/tests/"
     cp -r "$repo/tests/data" "$copy/tests/"
     rm -f "$copy"/rcp11/_macronode*.so
     (cd "$copy" && PYTHONWARNINGS=ignore RCP11_CFLAGS="${sanitize[*]} -g -O1" RCP11_LDFLAGS="${sanitize[*]}" \
