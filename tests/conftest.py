@@ -276,6 +276,11 @@ def module_factory(tmp_path: Path) -> Iterator[Callable[..., RedisModuleServer]]
     started: list[RedisModuleServer] = []
 
     def make(start: bool = True, **options: Any) -> RedisModuleServer:
+        # A replica that just came online may take more than the default
+        # second to confirm its first reservation on a loaded machine (or
+        # under ASan): tests about something else must not get NOREPLICAS
+        # for it. Tests of the timeout set their own.
+        options.setdefault("rcp11.reservation-timeout-ms", 10_000)
         srv = RedisModuleServer(tmp_path / f"redis{len(started)}", **options)
         started.append(srv)
         if start:

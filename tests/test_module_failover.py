@@ -263,7 +263,10 @@ def test_a_replica_that_just_came_online_holds_what_was_reserved_without_it(
         repl_diskless_sync="no",
         rdb_key_save_delay=20_000,  # a fork that saves for about a second
         client_output_buffer_limit="replica 0 0 0",
-        **{"rcp11.reservation-timeout-ms": 200},
+        # Long enough for the other replica to confirm the burst's
+        # reservations behind 40 MB on a loaded machine (ASan's run too);
+        # short once this replica is stopped (below).
+        **{"rcp11.reservation-timeout-ms": 5000},
     )
     primary = primary_srv.client()
     for n in range(40):
@@ -284,6 +287,7 @@ def test_a_replica_that_just_came_online_holds_what_was_reserved_without_it(
         pipe.execute()
     ledger.write(primary, b"k", messages("syncing", 3000))
     wait_for(lambda: primary.info("replication").get(syncing, {}).get("state") == "online", 30)
+    primary.config_set("rcp11.reservation-timeout-ms", 200)
     with stopped(replica_srv):
         before = set(ledger.acked)
         ledger.write(primary, b"k", messages("online", 5), tolerate_errors=True)
