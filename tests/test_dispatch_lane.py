@@ -479,6 +479,21 @@ def test_the_lane_and_the_general_path_agree(
     _both_agree(session, aof, memory)
 
 
+def test_a_request_half_assembled_while_blocked_keeps_the_start_of_the_next() -> None:
+    """Found by the test above: a TWRITE whose array header the parser took
+    while its client was blocked, then run by the lane with the next read,
+    dropped the next request's first byte (its '*'): SET k v came out as
+    seven inline commands."""
+    blocking_read = encode_command([b"TREAD", b"s", b"4", b"0", b"BLOCK", b"1"])
+    chunks = [
+        blocking_read[:1],
+        blocking_read[1:] + b"*3\r\n",
+        b"$6\r\nTWRITE\r\n$1\r\ns\r\n$1\r\nx\r\n*",
+        b"3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+    ]
+    _both_agree((chunks, [None, None, None, TIME_PASSES]), False, None)
+
+
 def _both_agree(session: Any, aof: bool, memory: tuple[str, int] | None, run: Any = None) -> None:
     """The session run with the lane and without it (run(directory, aof,
     lane, chunks, actions, memory), _run by default): every outcome equal."""
