@@ -75,13 +75,13 @@
  * broken invariant, not a case to live with. It never passes in silence:
  *
  *   - the reason, the type and the key are logged at warning level;
- *   - in a fork child (BGSAVE, an AOF rewrite, a full sync to a replica
- *     written to disk) the child ends at once by SIGABRT. Redis then
+ *   - in a fork child (BGSAVE, an AOF rewrite, a full sync to a replica,
+ *     on disk or diskless) the child ends at once by SIGABRT. Redis then
  *     reports the save or rewrite as failed ("terminated by signal 6",
  *     INFO rdb_last_bgsave_status / aof_last_bgrewrite_status: err),
  *     removes its temporary file and keeps the previous RDB file or AOF;
- *     with stop-writes-on-bgsave-error (the default) writes answer
- *     -MISCONF until a save succeeds. A truncated AOF rewrite (nodes
+ *     with save rules and stop-writes-on-bgsave-error (the default)
+ *     writes answer -MISCONF until a save succeeds. A truncated AOF rewrite (nodes
  *     missing, then the stream's end written as if whole) or an RDB value
  *     that loads short is never produced;
  *   - in the server itself (SAVE, DUMP, MIGRATE, SHUTDOWN's save, DEBUG
