@@ -55,6 +55,7 @@ class LoopOwner(Front):
     def flush(self) -> None:
         """Persistence first, then every connection's replies (Server.flush)."""
 
+
 log = logging.getLogger("rcp11")
 
 # The most bytes of one unfinished request C holds for the lane before the
