@@ -150,7 +150,8 @@ def bound_note(
     return facts
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it (named beside absolute figures)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -183,7 +184,7 @@ def environment() -> dict[str, str]:
     load = os.getloadavg()
     return {
         "date (UTC)": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "CPU": f"{_cpu_model()}, {os.cpu_count()} cores",
+        "CPU": f"{cpu_model()}, {os.cpu_count()} cores",
         "RAM": f"{mem_gb:.0f} GiB",
         "load average at start": f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}",
         "Python": platform.python_version(),

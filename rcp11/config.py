@@ -85,6 +85,11 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("client-query-buffer-limit", "memory", DEFAULT_QUERY_BUFFER_LIMIT, low=1024**2),
         Directive("client-output-buffer-limit", "obl", _client_classes()),
         Directive("hz", "int", 10, low=1, high=500),
+        # Plain TCP and unix socket connections are served by the C lane's
+        # own event loop (src/netloop.c), no Python call per request; "no"
+        # serves them through asyncio as TLS connections are (the path
+        # before it: for comparison, and a way back).
+        Directive("lane-sockets", "bool", True, mutable=False),
         Directive("databases", "int", 1, mutable=False, low=1, high=1),
         Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),

@@ -213,6 +213,11 @@ class ClientState:
     send: Callable[[Any], None] = lambda reply: None
     close: Callable[[], None] = lambda: None
     on_unblocked: Callable[[], None] = lambda: None
+    # refresh() brings last_interaction, last_command and query_buffer_len
+    # up to date where the server keeps them elsewhere (the C lane's event
+    # loop keeps them in C rather than pay a Python call per request):
+    # called before they are shown or acted on.
+    refresh: Callable[[], None] = lambda: None
     # Filled by the server too, for a command that builds its reply in
     # parts (EXEC): output_room() is how many bytes of reply the client may
     # still be given before it passes its hard output limit (None: it has

@@ -1,6 +1,7 @@
 """Build recipe for the Redis module rcp11/rcp11.so (src/module.c, with its
 offset reservations src/module_reserve.c and their file
-src/module_offsets_file.c, and its acknowledged groups src/module_ack.c;
+src/module_offsets_file.c, its acknowledged groups src/module_ack.c, and
+the data types' serialising callbacks src/module_rdb.c;
 plus the storage core src/macronode.c and the group state src/ackgroup.c,
 unchanged).
 
@@ -54,6 +55,7 @@ def build(output: str, build_temp: str, extra_cflags: list[str] | None = None) -
         ("module_reserve.c", []),
         ("module_offsets_file.c", []),
         ("module_ack.c", []),
+        ("module_rdb.c", []),
     ]
     for source, extra in units:
         obj = os.path.join(build_temp, source.replace(".c", ".module.o"))

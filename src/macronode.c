@@ -623,7 +623,7 @@ void mn_buf_free(mn_buf *b) {
 
 /* Make room for `extra` more bytes; grows geometrically so repeated small
  * appends stay linear. */
-static int mn_buf_reserve(mn_buf *b, size_t extra) {
+int mn_buf_reserve(mn_buf *b, size_t extra) {
     if (extra > SIZE_MAX - b->len) return MN_ERR_TOOBIG;
     size_t need = b->len + extra;
     if (need <= b->cap) return MN_OK;
@@ -633,6 +633,14 @@ static int mn_buf_reserve(mn_buf *b, size_t extra) {
     if (p == NULL) return MN_ERR_NOMEM;
     b->data = p;
     b->cap = cap;
+    return MN_OK;
+}
+
+int mn_buf_append(mn_buf *b, const char *p, size_t len) {
+    int rc = mn_buf_reserve(b, len);
+    if (rc != MN_OK) return rc;
+    if (len) memcpy(b->data + b->len, p, len);
+    b->len += len;
     return MN_OK;
 }
 

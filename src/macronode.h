@@ -106,6 +106,10 @@ int mn_abi_version(void);
 
 void mn_buf_init(mn_buf *b);
 void mn_buf_free(mn_buf *b);
+/* Room for `extra` more bytes (geometric growth); append len bytes.
+ * MN_OK, or MN_ERR_NOMEM / MN_ERR_TOOBIG with the buffer unchanged. */
+int mn_buf_reserve(mn_buf *b, size_t extra);
+int mn_buf_append(mn_buf *b, const char *p, size_t len);
 
 /* max_entries: messages per macronode, 1..MN_MAX_MAX_ENTRIES.
  * compression_level: 0 = off, 1..9 = zlib level for sealed nodes.

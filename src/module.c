@@ -186,50 +186,10 @@
  * PERSISTENCE
  * ===========
  *
- * RDB (snapshots, DUMP/RESTORE/MIGRATE, full resync, DEBUG RELOAD) stores a
- * stream as the core's own serialized blobs, written by rl_rdb_save():
- *
- *   +----------------------+---------------------+-------------+-----+----------------+
- *   | unsigned: node count | buffer: header blob | buffer: node | ... | unsigned: mark |
- *   |   (RDB length enc.)  |  52 bytes, "MNST"   |  blob 1, "MNND"    | (encver >= 2)  |
- *   +----------------------+---------------------+-------------+-----+----------------+
- *
- * The header and node blobs are macronode.c's little-endian formats (drawn
- * in its header comment), each with a CRC32; a compressed node stays
- * compressed and every message keeps its append time (a node's first time
- * and a delta per message). The blobs carry their own format version, so
- * RDB files written before the core's format 4 (times of every 64th
- * message only) load too, with the core's reading of those times.
- * RL_ENCVER (Redis's per-type encoding version) is 2: version 2 added the
- * stream's offset reservation mark after the nodes (module_reserve.c), so
- * that a full sync, DUMP/RESTORE and MIGRATE carry it; version 1 values
- * (no mark) still load. The type name "rcp11-log" is written into every
- * RDB file, so it never changes. rl_rdb_load() validates every blob with
- * the core's validator
- * before trusting it: a corrupt or truncated value makes the load fail with
- * a logged reason (RESTORE answers an error, a server refuses to start from
- * a corrupt file), never a crash.
- *
- * An AOF rewrite without an RDB preamble (rl_aof_rewrite) emits the same
- * blobs as commands, so that append times (which live in the nodes' time
- * deltas, not in any command) come back exactly:
- *
- *   RCP11.NODE key <node blob 1>     node by node: offsets, bytes,
- *   RCP11.NODE key <node blob 2>     compression and append times as
- *   ...                              they are (mn_append_node_blob)
- *   TEVICT key <first offset - 1>    if the first node is partly evicted
- *   RCP11.SKIPTO key <next offset>   if the tail is evicted, or no node
- *
- * except that a stream whose clock is past its nodes' times (its newest
- * messages were evicted) ends with RCP11.SKIPTO key <next - 1>,
- * RCP11.TWRITEAT key <clock> "" and TEVICT key <next - 1>: the clock comes
- * back too. Offsets, evictions, the next offset, every message's time and
- * the clock come back exactly. A node blob is checked like an RDB one
- * before it is trusted; one of format 3 (an AOF rewritten before format 4)
- * is taken too.
- *
- * A rewritten AOF ends a stream with RCP11.RESERVE key <mark> when its
- * mark is past its next offset.
+ * RDB values, DUMP payloads and a rewritten AOF are module_rdb.c's: the
+ * data type's callbacks that turn a stream into bytes and back, where
+ * bytes from outside come in. This file keeps the type's memory and free
+ * callbacks, which only account.
  *
  * Durability is Redis's for the data (docs/MODULE.md): with appendonly yes
  * and appendfsync always a reply leaves only after the AOF write is on
@@ -316,19 +276,15 @@
 /* The data type's name is written into every RDB file holding a stream:
  * never change it. Redis requires exactly 9 characters. */
 #define RL_TYPE_NAME "rcp11-log"
-/* Encoding version of rl_rdb_save()'s layout: 2 adds the stream's offset
- * reservation mark after the nodes (module_reserve.c). rl_rdb_load() reads
- * 1 and 2 and refuses others. */
-#define RL_ENCVER 2
 /* Key specs (SetCommandInfo) and module configs need 7.0. */
 #define RL_MIN_REDIS_VERSION 0x00070000
 
 /* A TREAD reply is copied out of the core in batches sized to about this
  * many payload bytes (at the stream's average message size), so that one
  * read of 100 small messages is one core call while a read of huge
- * messages never holds more than a batch in the scratch buffer. */
+ * messages never holds more than a batch in the scratch buffer (at most
+ * RL_READ_BATCH_MAX messages, module_internal.h). */
 #define RL_READ_BATCH_BYTES (256 * 1024)
-#define RL_READ_BATCH_MAX 4096
 /* Scratch buffers above this size are given back after the command that
  * grew them, so one huge read does not pin its memory. */
 #define RL_SCRATCH_KEEP_BYTES (1024 * 1024)
@@ -419,16 +375,11 @@ static struct {
     uint64_t streams, messages, nodes, compressed, payload, memory;
 } rl_totals;
 
-/* A stream's share of rl_totals, taken before a command changes it. */
-typedef struct rl_snap {
-    uint64_t messages, nodes, compressed, payload, memory;
-} rl_snap;
-
 /* Scratch for TREAD replies (grown by the core) and for the entries of a
  * TWRITE (grown here). Main thread only. */
-static mn_buf rl_read_buf;
-static int64_t rl_read_lens[RL_READ_BATCH_MAX];
-static int64_t rl_read_times[RL_READ_BATCH_MAX]; /* WITHTIMES, DEBUG DIGEST */
+mn_buf rl_read_buf;
+int64_t rl_read_lens[RL_READ_BATCH_MAX];
+int64_t rl_read_times[RL_READ_BATCH_MAX]; /* WITHTIMES, DEBUG DIGEST */
 static char *rl_write_buf;
 static size_t rl_write_cap;
 static uint32_t *rl_write_lens;
@@ -458,7 +409,7 @@ static void rl_total_add(uint64_t *field, uint64_t delta) {
 
 static uint64_t rl_total_get(uint64_t *field) { return __atomic_load_n(field, __ATOMIC_RELAXED); }
 
-static void rl_snap_take(const mn_stream *s, rl_snap *out) {
+void rl_snap_take(const mn_stream *s, rl_snap *out) {
     if (s == NULL) {
         memset(out, 0, sizeof(*out));
         return;
@@ -472,7 +423,7 @@ static void rl_snap_take(const mn_stream *s, rl_snap *out) {
 
 /* Add what changed in s since `before` to the totals (unsigned wrap-around
  * makes a decrease a subtraction). s NULL: the stream is gone. */
-static void rl_account(const mn_stream *s, const rl_snap *before) {
+void rl_account(const mn_stream *s, const rl_snap *before) {
     rl_snap after;
     rl_snap_take(s, &after);
     if (after.messages != before->messages)
@@ -494,7 +445,12 @@ static void rl_account_new(const mn_stream *s) {
     rl_account(s, &none);
 }
 
-static void rl_release_scratch(void) {
+void rl_stream_loaded(const mn_stream *s) {
+    rl_account_new(s);
+    if (mn_compress_pending(s)) rl_house.dirty = 1;
+}
+
+void rl_release_scratch(void) {
     if (rl_read_buf.cap > RL_SCRATCH_KEEP_BYTES) {
         mn_buf_free(&rl_read_buf);
         mn_buf_init(&rl_read_buf);
@@ -789,7 +745,7 @@ static int rl_reply_core_error(RedisModuleCtx *ctx, int64_t rc) {
 
 /* Messages per core call for a read of this stream (see
  * RL_READ_BATCH_BYTES). */
-static uint64_t rl_read_batch(const mn_stream *s) {
+uint64_t rl_read_batch(const mn_stream *s) {
     uint64_t length = mn_length(s);
     uint64_t avg = length ? mn_payload_bytes(s) / length : 0;
     uint64_t batch = avg ? RL_READ_BATCH_BYTES / avg : RL_READ_BATCH_MAX;
@@ -2161,191 +2117,10 @@ static void rl_tick(RedisModuleCtx *ctx, void *data) {
 }
 
 /* ------------------------------------------------------------------------
- * Data type callbacks
+ * Data type callbacks: memory and free (serialising ones: module_rdb.c)
  * --------------------------------------------------------------------- */
 
-static void rl_rdb_save(RedisModuleIO *io, void *value) {
-    mn_stream *s = value;
-    mn_buf b;
-    mn_buf_init(&b);
-    RedisModule_SaveUnsigned(io, mn_num_nodes(s));
-    if (mn_serialize_header(s, &b) != MN_OK) {
-        RedisModule_LogIOError(io, "warning", "rcp11: cannot serialize a stream header");
-    }
-    RedisModule_SaveStringBuffer(io, b.data, b.len);
-    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
-        b.len = 0;
-        if (mn_node_serialize(node, &b) != MN_OK)
-            RedisModule_LogIOError(io, "warning", "rcp11: cannot serialize a stream node");
-        RedisModule_SaveStringBuffer(io, b.data, b.len);
-    }
-    mn_buf_free(&b);
-    rl_resv_rdb_save(io, s); /* encoding version 2: the reservation mark */
-}
-
-static void *rl_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver < 1 || encver > RL_ENCVER) {
-        RedisModule_LogIOError(io, "warning",
-                               "rcp11: stream encoding version %d is not %d (a newer module?)",
-                               encver, RL_ENCVER);
-        return NULL;
-    }
-    uint64_t count = RedisModule_LoadUnsigned(io);
-    if (RedisModule_IsIOError(io)) return NULL;
-    size_t len;
-    char *blob = RedisModule_LoadStringBuffer(io, &len);
-    if (RedisModule_IsIOError(io) || blob == NULL) return NULL;
-    int err = MN_OK;
-    mn_stream *s = mn_load_header(blob, len, rl_now_ms(), &err);
-    RedisModule_Free(blob);
-    if (s == NULL) {
-        RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream header (%d)", err);
-        return NULL;
-    }
-    for (uint64_t i = 0; i < count; i++) {
-        blob = RedisModule_LoadStringBuffer(io, &len);
-        if (RedisModule_IsIOError(io) || blob == NULL) {
-            mn_stream_free(s);
-            return NULL;
-        }
-        int rc = mn_load_node(s, blob, len);
-        RedisModule_Free(blob);
-        if (rc != MN_OK) {
-            RedisModule_LogIOError(io, "warning", "rcp11: corrupt stream node %llu of %llu (%d)",
-                                   (unsigned long long)i + 1, (unsigned long long)count, rc);
-            mn_stream_free(s);
-            return NULL;
-        }
-    }
-    int rc = mn_load_finish(s);
-    if (rc != MN_OK) {
-        RedisModule_LogIOError(io, "warning", "rcp11: stream does not match its header (%d)", rc);
-        mn_stream_free(s);
-        return NULL;
-    }
-    if (rl_resv_rdb_load(io, s, encver) != REDISMODULE_OK) {
-        mn_stream_free(s);
-        return NULL;
-    }
-    rl_account_new(s);
-    if (mn_compress_pending(s)) rl_house.dirty = 1;
-    return s;
-}
-
-/* Emit `command key offset` (RCP11.SKIPTO, TEVICT) into a rewritten AOF. */
-static void rl_emit_offset(RedisModuleIO *aof, const char *command, RedisModuleString *key,
-                           uint64_t offset) {
-    char digits[24];
-    int len = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)offset);
-    RedisModule_EmitAOF(aof, command, "sb", key, digits, (size_t)len);
-}
-
-/* Rebuild the stream node by node (see PERSISTENCE): RCP11.NODE per node
- * (offsets, bytes, compression and append times as they are), TEVICT for an
- * evicted prefix of the first node, then the end: RCP11.SKIPTO for an
- * evicted tail, or, when the stream's clock is past its last node's newest
- * time (its newest messages were evicted), a message at the last offset,
- * appended at the clock and evicted again, so that the rebuilt stream's
- * clock is this one (a verbatim TWRITE after it appends at that clock).
- * Runs in the rewrite child: it allocates its own buffer. */
-static void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
-    mn_stream *s = value;
-    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
-    int64_t clock = mn_last_append_ms(s), nodes_last_ms = 0;
-    const mn_node *node = mn_first_node(s);
-    mn_node_info info;
-    uint64_t nodes_start = 0, nodes_end = 0;
-    if (node != NULL) {
-        mn_node_get_info(node, &info);
-        nodes_start = nodes_end = info.first;
-    }
-    mn_buf buf;
-    mn_buf_init(&buf);
-    for (; node != NULL; node = mn_node_next(node)) {
-        mn_node_get_info(node, &info);
-        buf.len = 0;
-        if (mn_node_serialize(node, &buf) != MN_OK) {
-            RedisModule_LogIOError(aof, "warning", "rcp11: AOF rewrite cannot serialize a node");
-            break;
-        }
-        RedisModule_EmitAOF(aof, "RCP11.NODE", "sb", key, buf.data, buf.len);
-        nodes_end = info.first + info.count;
-        nodes_last_ms = info.last_ms;
-    }
-    mn_buf_free(&buf);
-    if (first > nodes_start && nodes_end > nodes_start)
-        rl_emit_offset(aof, "TEVICT", key, first - 1);
-    if (clock > nodes_last_ms && mn_length(s) == 0 && end > nodes_end) {
-        if (end - 1 > nodes_end || nodes_end == 0) rl_emit_offset(aof, "RCP11.SKIPTO", key, end - 1);
-        RedisModule_EmitAOF(aof, "RCP11.TWRITEAT", "slc", key, (long long)clock, "");
-        rl_emit_offset(aof, "TEVICT", key, end - 1);
-    } else if (end > nodes_end || nodes_end == 0) {
-        rl_emit_offset(aof, "RCP11.SKIPTO", key, end);
-    }
-    rl_resv_aof_rewrite(aof, key, s);
-}
-
 static size_t rl_mem_usage(const void *value) { return (size_t)mn_memory_bytes(value); }
-
-/* DEBUG DIGEST and DEBUG DIGEST-VALUE: the logical content, so that a
- * replica and its primary digest equal whatever their node layouts, and
- * differ when a time was not kept. After the first readable and the last
- * offset, each item is three elements: a message is its length, its bytes
- * and its append time; or two: a run of null offsets (a gap left by
- * RCP11.SKIPTO, between nodes or after the last one) is -1 and the run's
- * length. A length is never -1, so no message reads as a gap; and a gap
- * costs two elements whatever its size (walking it offset by offset took
- * hours for a 2^40 gap, with the server stuck in DEBUG DIGEST). */
-static void rl_digest_gap(RedisModuleDigest *md, uint64_t *gap) {
-    if (*gap == 0) return;
-    RedisModule_DigestAddLongLong(md, -1);
-    RedisModule_DigestAddLongLong(md, (long long)*gap);
-    *gap = 0;
-}
-
-static void rl_digest(RedisModuleDigest *md, void *value) {
-    mn_stream *s = value;
-    rl_snap before;
-    rl_snap_take(s, &before);
-    uint64_t first = mn_first_offset(s), end = mn_next_offset(s);
-    RedisModule_DigestAddLongLong(md, (long long)first);
-    RedisModule_DigestAddLongLong(md, (long long)(end - 1));
-    uint64_t pos = first; /* digested up to here */
-    uint64_t gap = 0;     /* null offsets met and not digested yet */
-    uint64_t batch = rl_read_batch(s);
-    for (const mn_node *node = mn_first_node(s); node != NULL; node = mn_node_next(node)) {
-        mn_node_info info;
-        mn_node_get_info(node, &info);
-        uint64_t from = info.first > pos ? info.first : pos, to = info.first + info.count;
-        if (to <= from) continue; /* evicted */
-        gap += from - pos;
-        while (from < to) {
-            uint64_t k = to - from < batch ? to - from : batch;
-            rl_read_buf.len = 0;
-            if (mn_read_copy(s, from, k, &rl_read_buf, rl_read_lens) != MN_OK) break;
-            if (mn_read_times(s, from, k, rl_read_times) != MN_OK) break;
-            const char *p = rl_read_buf.data;
-            for (uint64_t i = 0; i < k; i++) {
-                if (rl_read_lens[i] < 0) {
-                    gap++;
-                    continue;
-                }
-                rl_digest_gap(md, &gap);
-                RedisModule_DigestAddLongLong(md, rl_read_lens[i]);
-                RedisModule_DigestAddStringBuffer(md, p, (size_t)rl_read_lens[i]);
-                RedisModule_DigestAddLongLong(md, (long long)rl_read_times[i]);
-                p += rl_read_lens[i];
-            }
-            from += k;
-        }
-        pos = to;
-    }
-    gap += end > pos ? end - pos : 0;
-    rl_digest_gap(md, &gap);
-    RedisModule_DigestEndSequence(md);
-    rl_account(s, &before);
-    rl_release_scratch();
-}
 
 /* May run on Redis's lazy-free thread: touches only the stream and the
  * atomic totals. */
@@ -2368,37 +2143,6 @@ static void rl_free(void *value) {
 static size_t rl_free_effort(RedisModuleString *key, const void *value) {
     (void)key;
     return (size_t)mn_num_nodes(value) + 1;
-}
-
-/* COPY: a deep copy through the serialized form, which is exact. */
-static void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
-    (void)fromkey;
-    (void)tokey;
-    const mn_stream *s = value;
-    mn_buf b;
-    mn_buf_init(&b);
-    int err = MN_OK;
-    mn_stream *copy = NULL;
-    if (mn_serialize_header(s, &b) == MN_OK)
-        copy = mn_load_header(b.data, b.len, rl_now_ms(), &err);
-    for (const mn_node *node = mn_first_node(s); copy != NULL && node != NULL;
-         node = mn_node_next(node)) {
-        b.len = 0;
-        if (mn_node_serialize(node, &b) != MN_OK || mn_load_node(copy, b.data, b.len) != MN_OK) {
-            mn_stream_free(copy);
-            copy = NULL;
-        }
-    }
-    if (copy != NULL && mn_load_finish(copy) != MN_OK) {
-        mn_stream_free(copy);
-        copy = NULL;
-    }
-    mn_buf_free(&b);
-    if (copy != NULL) {
-        rl_account_new(copy);
-        if (mn_compress_pending(copy)) rl_house.dirty = 1;
-    }
-    return copy;
 }
 
 /* ------------------------------------------------------------------------
@@ -2739,6 +2483,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
         RedisModule_Log(ctx, "warning", "rcp11: the storage core does not match its header");
         return REDISMODULE_ERR;
     }
+    rl_rdb_pid_at_load();
+    /* Serialising callbacks: module_rdb.c; memory and free: here. */
     RedisModuleTypeMethods methods;
     memset(&methods, 0, sizeof(methods));
     methods.version = REDISMODULE_TYPE_METHOD_VERSION;

@@ -29,7 +29,7 @@
  * deterministic and goes verbatim. An AOF rewrite without the RDB preamble
  * emits one `RCP11.GROUP key <blob>` per group (ag_serialize's format);
  * RDB files, DUMP/RESTORE, COPY and full syncs carry the same blob as the
- * type's value.
+ * type's value. The callbacks that write and read it are module_rdb.c's.
  *
  * BLOCKING
  * ========
@@ -56,8 +56,6 @@
 /* The data type's name is written into every RDB file holding a group:
  * never change it. Redis requires exactly 9 characters. */
 #define RA_TYPE_NAME "rcp11-grp"
-/* Encoding version of the type's RDB value (one ag_serialize blob). */
-#define RA_ENCVER 1
 
 #define RA_ERR_NO_SUCH_KEY "ERR no such key"
 #define RA_ERR_BAD_LEASE "ERR bad RCP11.LEASE arguments"
@@ -691,65 +689,13 @@ static int ra_group_command(RedisModuleCtx *ctx, RedisModuleString **argv, int a
  * The data type
  * --------------------------------------------------------------------- */
 
-static void ra_rdb_save(RedisModuleIO *io, void *value) {
-    mn_buf b;
-    mn_buf_init(&b);
-    if (ag_serialize(value, &b) != AG_OK)
-        RedisModule_LogIOError(io, "warning", "rcp11: cannot serialize an acknowledged group");
-    RedisModule_SaveStringBuffer(io, b.data ? b.data : "", b.len);
-    mn_buf_free(&b);
-}
-
-static void *ra_rdb_load(RedisModuleIO *io, int encver) {
-    if (encver != RA_ENCVER) {
-        RedisModule_LogIOError(io, "warning",
-                               "rcp11: group encoding version %d is not %d (a newer module?)",
-                               encver, RA_ENCVER);
-        return NULL;
-    }
-    size_t len;
-    char *blob = RedisModule_LoadStringBuffer(io, &len);
-    if (RedisModule_IsIOError(io) || blob == NULL) return NULL;
-    int err;
-    ag_group *g = ag_load(blob, len, &err);
-    RedisModule_Free(blob);
-    if (g == NULL) RedisModule_LogIOError(io, "warning", "rcp11: corrupt acknowledged group (%d)", err);
-    return g;
-}
-
-static void ra_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
-    mn_buf b;
-    mn_buf_init(&b);
-    if (ag_serialize(value, &b) != AG_OK) {
-        RedisModule_LogIOError(aof, "warning", "rcp11: AOF rewrite cannot serialize a group");
-    } else {
-        RedisModule_EmitAOF(aof, "RCP11.GROUP", "sb", key, b.data, b.len);
-    }
-    mn_buf_free(&b);
-}
-
 static size_t ra_mem_usage(const void *value) { return (size_t)ag_memory_bytes(value); }
-
-/* DEBUG DIGEST: the group's blob, the same on a primary and its replicas. */
-static void ra_digest(RedisModuleDigest *md, void *value) {
-    mn_buf b;
-    mn_buf_init(&b);
-    if (ag_serialize(value, &b) == AG_OK) RedisModule_DigestAddStringBuffer(md, b.data, b.len);
-    RedisModule_DigestEndSequence(md);
-    mn_buf_free(&b);
-}
 
 static void ra_free(void *value) { ag_free(value); }
 
 static size_t ra_free_effort(RedisModuleString *key, const void *value) {
     (void)key;
     return (size_t)ag_num_ranges(value) + 1;
-}
-
-static void *ra_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
-    (void)fromkey;
-    (void)tokey;
-    return ag_copy(value);
 }
 
 /* ------------------------------------------------------------------------
@@ -822,7 +768,8 @@ static const ra_command ra_commands[] = {
      "slow", NULL, "O(1)"},
 };
 
-/* The data type's callbacks: the group is an ag_group, saved as its blob. */
+/* The data type's callbacks: the group is an ag_group, saved as its blob
+ * by module_rdb.c's ra_ callbacks. */
 static RedisModuleTypeMethods ra_methods = {
     .version = REDISMODULE_TYPE_METHOD_VERSION,
     .rdb_load = ra_rdb_load,

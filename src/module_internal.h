@@ -1,6 +1,15 @@
-/* module_internal.h -- what the module's two files share: module.c (the
- * streams, TREAD, blocking, housekeeping) and module_ack.c (acknowledged
- * groups: the rcp11-grp type, lease reads, TACK, TGROUP).
+/* module_internal.h -- what the module's files share: module.c (the
+ * streams, TREAD, blocking, housekeeping), module_ack.c (acknowledged
+ * groups: lease reads, TACK, TGROUP) and module_rdb.c (both data types'
+ * callbacks that turn values into bytes and back: RDB, DUMP, the AOF
+ * rewrite, DEBUG DIGEST, COPY).
+ *
+ * Prefixes name the owner: rl_ is the module's stream side ("rcp11-log",
+ * the stream type's name: module.c, module_rdb.c's stream callbacks, and
+ * rl_resv_ in module_reserve.c), ra_ the acknowledged groups ("rcp11-grp":
+ * module_ack.c, module_rdb.c's group callbacks), of_ the offsets file
+ * (module_offsets_file.c). The storage core's are mn_ (macronode.c) and
+ * ag_ (ackgroup.c).
  *
  * Everything declared here is internal to the module: the module is built
  * with -fvisibility=hidden, so only RedisModule_OnLoad leaves the .so.
@@ -12,6 +21,17 @@
 
 #include "macronode.h"
 #include "rcp11_module_api.h"
+
+/* Encoding version of a stream's RDB value (module_rdb.c draws it): 2 adds
+ * the stream's offset reservation mark after the nodes (module_reserve.c).
+ * rl_rdb_load() reads 1 and 2 and refuses others. */
+#define RL_ENCVER 2
+/* Encoding version of an acknowledged group's RDB value (one ag_serialize
+ * blob). */
+#define RA_ENCVER 1
+
+/* Most messages a read copies out of the core in one call. */
+#define RL_READ_BATCH_MAX 4096
 
 /* 2^63: one past the largest offset, the largest next offset. */
 #define RL_OFFSET_END ((uint64_t)1 << 63)
@@ -118,6 +138,24 @@ typedef struct rl_wait {
 
 /* module.c */
 int64_t rl_now_ms(void);
+/* A stream's share of the INFO totals, taken before something changes it;
+ * rl_account adds what changed since (s NULL: the stream is gone). */
+typedef struct rl_snap {
+    uint64_t messages, nodes, compressed, payload, memory;
+} rl_snap;
+void rl_snap_take(const mn_stream *s, rl_snap *out);
+void rl_account(const mn_stream *s, const rl_snap *before);
+/* A stream came into being outside a command (loaded, copied): count it in
+ * INFO, and let the housekeeping pass finish its compression. */
+void rl_stream_loaded(const mn_stream *s);
+/* Scratch for reading messages out of the core (main thread only), sized
+ * per stream by rl_read_batch(); rl_release_scratch() gives a grown one
+ * back. */
+extern mn_buf rl_read_buf;
+extern int64_t rl_read_lens[RL_READ_BATCH_MAX];
+extern int64_t rl_read_times[RL_READ_BATCH_MAX];
+uint64_t rl_read_batch(const mn_stream *s);
+void rl_release_scratch(void);
 void rl_quote(const char *p, size_t len, size_t limit, char *out, size_t outsize);
 int rl_reply_quoted(RedisModuleCtx *ctx, const char *prefix, const RedisModuleString *name,
                     size_t limit, const char *suffix);
@@ -164,5 +202,21 @@ int ra_tread(RedisModuleCtx *ctx, RedisModuleString *stream_name, RedisModuleKey
 /* A blocked lease read woken: REDISMODULE_OK when it replied, ERR to keep
  * waiting (then it changed nothing). */
 int ra_wake(RedisModuleCtx *ctx, rl_wait *w);
+
+/* module_rdb.c: the data types' callbacks, registered by module.c
+ * (rcp11-log) and module_ack.c (rcp11-grp). rl_rdb_pid_at_load() is called
+ * once from OnLoad: the process that loaded the module is the server, any
+ * other is a fork child (BGSAVE, an AOF rewrite). */
+void rl_rdb_pid_at_load(void);
+void rl_rdb_save(RedisModuleIO *io, void *value);
+void *rl_rdb_load(RedisModuleIO *io, int encver);
+void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value);
+void rl_digest(RedisModuleDigest *md, void *value);
+void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value);
+void ra_rdb_save(RedisModuleIO *io, void *value);
+void *ra_rdb_load(RedisModuleIO *io, int encver);
+void ra_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value);
+void ra_digest(RedisModuleDigest *md, void *value);
+void *ra_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value);
 
 #endif /* RCP11_MODULE_INTERNAL_H */

@@ -409,6 +409,7 @@ typedef struct RedisModuleCommandInfo {
     X(void, SignalKeyAsReady, (RedisModuleCtx * ctx, RedisModuleString * key))                 \
     X(void *, GetBlockedClientPrivateData, (RedisModuleCtx * ctx))                             \
     X(int, IsIOError, (RedisModuleIO * io))                                                    \
+    X(const RedisModuleString *, GetKeyNameFromIO, (RedisModuleIO * io))                       \
     X(void, SetModuleOptions, (RedisModuleCtx * ctx, int options))                             \
     X(int, SignalModifiedKey, (RedisModuleCtx * ctx, RedisModuleString * keyname))             \
     X(int, NotifyKeyspaceEvent,                                                                \

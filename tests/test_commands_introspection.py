@@ -331,6 +331,35 @@ def test_client_list_info_id_kill(shared_server: ServerProcess, shared_client: r
     assert shared_client.execute_command("CLIENT", "KILL", "ID", victim_id) == 0
 
 
+def test_client_list_shows_the_last_command_whichever_path_ran_it(
+    shared_server: ServerProcess, shared_client: redis.Redis
+) -> None:
+    """CLIENT LIST's cmd= and qbuf= for a client whose TWRITEs and TREADs
+    the C lane serves (its event loop keeps them in C), in the order the
+    client sent its commands, whichever path ran each."""
+    other = RawClient(shared_server.port)
+    other.call("CLIENT", "SETNAME", "lister")
+
+    def mine() -> dict[str, str]:
+        return next(c for c in shared_client.client_list() if c["name"] == "lister")
+
+    try:
+        for command, shown in (
+            (("TWRITE", "cl-last", "x"), "twrite"),
+            (("GET", "nothing"), "get"),
+            (("TREAD", "cl-last", "0", "1"), "tread"),
+            (("PING",), "ping"),
+            (("TWRITE", "cl-last", "y"), "twrite"),
+        ):
+            other.call(*command)
+            assert mine()["cmd"] == shown, command
+        other.send(b"*3\r\n$6\r\nTWRITE\r\n$7\r\ncl-last\r\n$100\r\nstart")
+        wait_for(lambda: int(mine()["qbuf"]) > 0)
+        assert int(mine()["idle"]) == 0
+    finally:
+        other.close()
+
+
 def test_client_kill_by_address_old_form(
     shared_server: ServerProcess, shared_client: redis.Redis
 ) -> None:

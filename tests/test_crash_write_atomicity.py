@@ -296,7 +296,9 @@ def test_failed_write_keeps_its_offsets_across_kill9(
 ) -> None:
     launcher = tmp_path / "buggy_server.py"
     launcher.write_text(LAUNCHER)
-    srv = server_factory(start=False, appendonly="yes", appendfsync="always")
+    # The poison must reach the Python handler: no C lane, in Python
+    # (lane_open) or in the C loop (lane-sockets no).
+    srv = server_factory(start=False, appendonly="yes", appendfsync="always", lane_sockets="no")
     srv.program = lambda: [sys.executable, str(launcher)]  # type: ignore[method-assign]
     srv.start()
     client = srv.client()

@@ -26,6 +26,7 @@ from conftest import in_thread, persistence_in_process, serve_reads, wait_blocke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz.proto.front import SocketFront
 from rcp11 import errors
 from rcp11.ackgroups import AckGroup
 from rcp11.commands import execute, transactions
@@ -478,17 +479,97 @@ def test_the_lane_and_the_general_path_agree(
     _both_agree(session, aof, memory)
 
 
-def _both_agree(session: Any, aof: bool, memory: tuple[str, int] | None) -> None:
-    """The session run with the lane and without it: every outcome equal."""
+def test_a_request_half_assembled_while_blocked_keeps_the_start_of_the_next() -> None:
+    """Found by the test above: a TWRITE whose array header the parser took
+    while its client was blocked, then run by the lane with the next read,
+    dropped the next request's first byte (its '*'): SET k v came out as
+    seven inline commands."""
+    blocking_read = encode_command([b"TREAD", b"s", b"4", b"0", b"BLOCK", b"1"])
+    chunks = [
+        blocking_read[:1],
+        blocking_read[1:] + b"*3\r\n",
+        b"$6\r\nTWRITE\r\n$1\r\ns\r\n$1\r\nx\r\n*",
+        b"3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+    ]
+    _both_agree((chunks, [None, None, None, TIME_PASSES]), False, None)
+
+
+def _both_agree(session: Any, aof: bool, memory: tuple[str, int] | None, run: Any = None) -> None:
+    """The session run with the lane and without it (run(directory, aof,
+    lane, chunks, actions, memory), _run by default): every outcome equal."""
+    run = run or _run
     chunks, actions = session
     outcomes = []
     for lane in (True, False):
         directory = Path(tempfile.mkdtemp(prefix="lane-"))
         try:
-            outcomes.append(_run(directory, aof, lane, chunks, actions, memory))
+            outcomes.append(run(directory, aof, lane, chunks, actions, memory))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     assert outcomes[0] == outcomes[1]
+
+
+def _run_sockets(
+    directory: Path,
+    aof: bool,
+    c_loop: bool,
+    chunks: list[bytes],
+    actions: list[Any],
+    memory: tuple[str, int] | None = None,
+) -> tuple[Any, ...]:
+    """_run() through the server's front end over a socket: the C lane's
+    loop (src/netloop.c) or asyncio's transport with the general path
+    alone. Each chunk is one read; what the client receives after it (its
+    replies, and late replies to a blocked read) is what is compared."""
+    # One append time in both runs, as _run's (WITHTIMES shows it; the C
+    # loop honours the pinned time as the general path does).
+    state, persistence = _setup(directory, aof, append_ms=1_764_000_000_000)
+    if memory is not None:
+        policy, slack = memory
+        state.config.set("maxmemory-policy", policy)
+        state.config.set("maxmemory", str(state.used_memory() + slack))
+    front = SocketFront(state, c_loop, ids=[1000])
+    peer = Peer()
+    peer.id = 1001
+    received = []
+    peer_replies = []
+    try:
+        for chunk, action in zip(chunks, actions, strict=True):
+            if action == TIME_PASSES:
+                state.blocking.expire(float("inf"))
+            elif action is not None and peer.blocked is None:
+                peer_replies.append(execute(state, peer, list(action)))
+            if front.conn.closed:
+                break  # a protocol error closed it
+            try:
+                received.append(_without_deadlines(front.send(chunk)))
+            except OSError:
+                break
+        client = front.client
+        client.refresh()  # what CLIENT LIST would show (the C loop keeps it)
+        return (
+            received,
+            client.blocked is None,
+            [_shown(r) for r in peer_replies],
+            [_shown(r) for r in peer.received],
+            client.last_command,
+            _observed(state, persistence),
+        )
+    finally:
+        front.close()
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(session=session(), aof=st.booleans(), memory=memory_limits)
+def test_the_c_loop_and_the_general_path_agree(
+    session: Any, aof: bool, memory: tuple[str, int] | None
+) -> None:
+    """The C lane's own event loop (src/netloop.c: the socket read in C,
+    the lane, the hand-over of the rest to Python, the batch's counters and
+    AOF folded back, replies written after the flush) against the general
+    path alone, each behind a real socket, on the same random reads."""
+    _both_agree(session, aof, memory, _run_sockets)
 
 
 def _one_read(state: ServerState, data: bytes) -> tuple[int, bytes]:

@@ -277,6 +277,12 @@ def test_memory_is_per_range_not_per_message(stream_client: redis.Redis) -> None
          "NONULLS cannot be used with LEASE"),
         (("TREAD", "s", 0, 1, "nonulls", "GROUPNEW", "g", "LEASE", 9, "BLOCK", 0),
          "NONULLS cannot be used with LEASE"),
+        (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 9, "WITHTIMES"),
+         "WITHTIMES cannot be used with LEASE"),
+        (("TREAD", "s", 0, 1, "withtimes", "WITHINFO", "GROUP", "g", "LEASE", 9, "BLOCK", 0),
+         "WITHTIMES cannot be used with LEASE"),
+        (("TREAD", "s", 0, 1, "GROUP", "g", "PACKED", "LEASE", 9, "ACK", 0, 1),
+         "PACKED cannot be used with LEASE"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 0), "LEASE must be an integer from 1 to "
          "2147483647 (milliseconds)"),
         (("TREAD", "s", 0, 1, "GROUP", "g", "LEASE", 2**31), "LEASE must be an integer from 1 to "

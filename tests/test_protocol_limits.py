@@ -405,11 +405,23 @@ def test_maxclients(server_factory) -> None:
 
 @pytest.mark.slow
 def test_idle_timeout(server_factory) -> None:
+    """The idle client is closed; one whose every request the C lane runs
+    (TWRITE: no Python call per request) is not idle and stays."""
     srv = server_factory(timeout=1)
+    busy = RawClient(srv.port)  # older than the idle one
+    assert busy.call("TWRITE", "busy", "x") == b":0\r\n"
     idle = RawClient(srv.port)
     idle.send(mbulk(b"PING"))
     assert idle.reply() == b"PONG"
-    assert idle.closed(timeout=6)
+    deadline = time.monotonic() + 6
+    writes = 1
+    while not idle.closed(timeout=0.2):
+        assert time.monotonic() < deadline, "the idle client was never closed"
+        assert busy.call("TWRITE", "busy", "x") == b":%d\r\n" % writes
+        writes += 1
+    assert writes >= 4  # the busy one outlived the timeout
+    assert busy.call("TWRITE", "busy", "x") == b":%d\r\n" % writes
+    busy.close()
 
 
 @pytest.mark.slow

@@ -176,12 +176,21 @@ def test_consume_ack_acknowledges_what_was_taken(
     assert info.consumers == []
 
 
-def test_consume_ack_needs_a_group(stream_server: ServerProcess) -> None:
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--ack",), "--ack needs --group or --groupnew"),
+        (("--group", "G", "--ack", "--times"), "--times cannot be combined with --ack"),
+    ],
+)
+def test_consume_ack_refuses_what_it_cannot_do(
+    stream_server: ServerProcess, args: tuple[str, ...], says: str
+) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
-        rcp11_here(stream_server.port, "consume", "nums", "--ack")
+        rcp11_here(stream_server.port, "consume", "nums", *args)
     assert exited.value.code == 2
-    assert "--ack needs --group or --groupnew" in err.getvalue()
+    assert says in err.getvalue()
 
 
 def test_groups_shows_lag_pending_and_consumers(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses of the storage core (fuzz_ops, fuzz_blobs)
-# and of the C lane in front of it (fuzz_lane) and run them.
+# Build the libFuzzer harnesses of the storage core (fuzz_ops, fuzz_blobs),
+# of the C lane in front of it (fuzz_lane) and of the lane's event loop
+# (fuzz_netloop) and run them.
 #
 # Usage: fuzz/core/run.sh [SECONDS_PER_FUZZER] [--ci | --seeds]
 #   SECONDS_PER_FUZZER  how long each harness runs (default 600)
@@ -47,12 +48,16 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
 # Lease reads in the lane work on acknowledged groups (src/ackgroup.c).
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" \
     -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/ackgroup.c" -o "$out/ackgroup.o"
+# The C lane's event loop (src/netloop.c, harness fuzz_netloop.c) over a
+# socketpair, with the same allocator: it swaps reply buffers with the lane.
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_POSIX_C_SOURCE=200809L \
+    -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/netloop.c" -o "$out/netloop.o"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 status=0
-for harness in ops blobs lane; do
+for harness in ops blobs lane netloop; do
     "$cc" "${flags[@]}" "$here/fuzz_$harness.c" "$out/macronode.o" "$out/lane.o" \
-        "$out/ackgroup.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
+        "$out/ackgroup.o" "$out/netloop.o" "$out/count_alloc.o" -lz -o "$out/fuzz_$harness"
     if [ "$mode" = --seeds ]; then
         (cd "$repo" && "${PYTHON:-python3}" -m fuzz.seeds "$here/corpus/$harness" "$here/runs/$harness" \
             -- "$out/fuzz_$harness" -max_len=65536 -timeout=10 -rss_limit_mb=2048) || status=1
@@ -60,6 +65,7 @@ for harness in ops blobs lane; do
     fi
     dict=()
     [ -f "$here/$harness.dict" ] && dict=(-dict="$here/$harness.dict")
+    [ "$harness" = netloop ] && dict=(-dict="$here/lane.dict")  # the same requests
     if [ "$mode" = --ci ]; then
         work="$out/corpus_$harness"
         crashes="$out/crash-"

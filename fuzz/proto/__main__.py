@@ -1,6 +1,6 @@
 """Run the Python fuzzers: `python -m fuzz.proto [--time S] [--merge] [TARGET ...]`.
 
-Each target (raw, struct, diff; all by default) runs in its own atheris
+Each target (raw, struct, diff, loop; all by default) runs in its own atheris
 process for --time seconds, one after the other. Inputs that reach new code
 are kept in fuzz/proto/runs/<target>/corpus/ (not in git); the seeds in
 fuzz/proto/corpus/<target>/ are read first. A crash, a Finding or a timeout stops
@@ -34,7 +34,7 @@ from fuzz.seeds import minimise
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-TARGET_NAMES = ("raw", "struct", "diff")
+TARGET_NAMES = ("raw", "struct", "diff", "loop")
 
 # Per input: a request that takes longer is a finding (KEYS on a long key
 # must not freeze the server), and so is one that makes the process big.
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fuzz.proto", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("targets", nargs="*", help="raw, struct, diff (default: all)")
+    parser.add_argument("targets", nargs="*", help="raw, struct, diff, loop (default: all)")
     parser.add_argument("--time", type=int, default=600, help="seconds per target (600)")
     parser.add_argument(
         "--merge", action="store_true", help="fold runs/ into the seeds, minimised (no fuzzing)"

@@ -1,4 +1,4 @@
-"""The three fuzz targets. Each takes the fuzzer's bytes and raises (a
+"""The four fuzz targets. Each takes the fuzzer's bytes and raises (a
 Finding, or whatever the server raised) when something is wrong:
 
 raw     the bytes are what one client sent: parsed every way (one read,
@@ -10,6 +10,9 @@ struct  the bytes choose a program: up to three clients, each sending
 diff    the bytes choose valid-looking command sequences for three clients;
         the server and fuzz.proto.model run them side by side and every reply
         (and every late reply to a blocked reader) must agree.
+loop    the bytes choose two clients' reads; the server's front end serves
+        them over sockets from the C lane's own event loop and from asyncio
+        with the general path alone: the same bytes back, AOF and keyspace.
 
 They run without atheris too (tests replay the corpus through them).
 """
@@ -22,7 +25,7 @@ import hiredis
 
 from fuzz.proto import gen, model
 from fuzz.proto.gen import AVOID_KNOWN, Draw
-from fuzz.proto.harness import Finding, Target, parse_every_way
+from fuzz.proto.harness import Finding, Target, fresh_state, keyspace_image, parse_every_way
 from rcp11.errors import ProtocolError
 from rcp11.resp import RequestParser, encode
 
@@ -213,4 +216,74 @@ def _disagree(history: list[str], what: str, server: Any, expected: Any) -> None
     )
 
 
-TARGETS = {"raw": raw, "struct": struct, "diff": diff}
+# --------------------------------------------------------------------------
+# loop
+# --------------------------------------------------------------------------
+
+
+def loop(data: bytes) -> None:
+    """Two clients' reads through the server's front end over sockets, once
+    served by the C lane's own event loop (src/netloop.c) and once by
+    asyncio with the general path alone: what each client receives after
+    each read, the AOF and the keyspace must be the same."""
+    d = Draw(data)
+    program: list[tuple[int, bytes]] = []
+    while d.more() and len(program) < 24:
+        client = d.below(2)
+        count = 1 + d.below(5)
+        # diff's commands: deterministic (no TIME, INFO, CLIENT LIST, whose
+        # replies differ between any two runs), most of them the lane's.
+        argvs = [_diff_command(d) for _ in range(count)]
+        chunk = b"".join(gen.wire(d, argv) if d.chance(24) else gen.request(argv) for argv in argvs)
+        if d.chance(32) and len(chunk) > 1:
+            cut = 1 + d.below(len(chunk) - 1)  # a read that ends mid-request
+            program += [(client, chunk[:cut]), (client, chunk[cut:])]
+        else:
+            program.append((client, chunk))
+    outcomes = [_through_front(program, c_loop) for c_loop in (True, False)]
+    if outcomes[0] != outcomes[1]:
+        raise Finding(
+            f"the C loop and the general path differ on {program!r:.600}: "
+            f"{outcomes[0]!r:.600} != {outcomes[1]!r:.600}"
+        )
+
+
+def _through_front(program: list[tuple[int, bytes]], c_loop: bool) -> tuple[Any, ...]:
+    from fuzz.proto.front import SocketFront
+
+    state = fresh_state()
+    front = SocketFront(state, c_loop, clients=2, ids=[1, 2])
+    received: list[tuple[int, bytes]] = []
+    try:
+        for client, chunk in program:
+            if front.conns[client].closed:
+                continue  # a protocol error or QUIT closed it
+            try:
+                front.peers[client].sendall(chunk)
+            except OSError:
+                continue
+            front.run()
+            received += [(i, front.received(i)) for i in range(2)]
+        log = [
+            [
+                b"<deadline>" if i == 2 and argv[0].upper() == b"PEXPIREAT" else a
+                for i, a in enumerate(argv)
+            ]
+            for argv in state.persistence.log  # type: ignore[attr-defined]
+        ]
+        image = {
+            key: value[:-1] if "ttl" in value else value
+            for key, value in keyspace_image(state, float("-inf")).items()
+        }
+        stats = state.stats
+        counts = (
+            stats.total_commands_processed,
+            stats.total_messages_written,
+            stats.total_error_replies,
+        )
+        return received, log, image, counts
+    finally:
+        front.close()
+
+
+TARGETS = {"raw": raw, "struct": struct, "diff": diff, "loop": loop}

@@ -218,6 +218,7 @@ def _client_flags(client: ClientState) -> str:
 
 
 def client_line(client: ClientState, now: float) -> str:
+    client.refresh()
     fields = [
         ("id", client.id),
         ("addr", client.addr),

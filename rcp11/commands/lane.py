@@ -90,16 +90,35 @@ def lane_resolve_key(
 ) -> int:
     """lane_resolve_fn: may the lane read / write the stream (or the
     acknowledged group) at key?"""
-    state = _state
     name = ffi.unpack(key, key_len)
-    keyspace = state.keyspace  # type: ignore[union-attr]
+    return resolve_key(_state, name, _resolved, stream_out, group_out, limit_out)  # type: ignore[arg-type]
+
+
+def resolve_key(
+    state: ServerState,
+    name: bytes,
+    resolved: list[tuple[bytes, Any]],
+    stream_out: Any,
+    group_out: Any,
+    limit_out: Any,
+) -> int:
+    """What the lane may do with the stream or acknowledged group at key
+    name (LANE_KEY_* bits, 0: nothing), its C stream in stream_out[0] (or
+    group in group_out[0]) and the highest next offset a write may reach in
+    limit_out[0]; (name, value or None) is appended to resolved, in the
+    order the keys were asked (the C lane's order). The C lane's event loop
+    (rcp11/server/netloop.py) asks it too, with group_out None: it leaves
+    acknowledged groups to the general path."""
+    keyspace = state.keyspace
     value = keyspace.data.get(name)
     kind = type(value)
-    if (kind is not Stream and kind is not AckGroup) or name in keyspace.expires:
-        _resolved.append((name, None))
+    if (
+        kind is not Stream and (kind is not AckGroup or group_out is None)
+    ) or name in keyspace.expires:
+        resolved.append((name, None))
         return 0
-    _resolved.append((name, value))
-    writable = not keyspace.watchers.get(name) and not state.blocking.involves(name)  # type: ignore[union-attr]
+    resolved.append((name, value))
+    writable = not keyspace.watchers.get(name) and not state.blocking.involves(name)
     if kind is AckGroup:
         group_out[0] = value._g  # type: ignore[union-attr]
         return _KEY_READ | _KEY_WRITE if writable else _KEY_READ
@@ -107,7 +126,7 @@ def lane_resolve_key(
     allowed = _KEY_READ
     if writable:
         allowed |= _KEY_WRITE
-        limit = state.persistence.reserved_next_offset(name)  # type: ignore[union-attr]
+        limit = state.persistence.reserved_next_offset(name)
         limit_out[0] = max(limit, 0)
         if limit < 0:
             allowed = _KEY_READ
@@ -118,15 +137,47 @@ def lane_open(state: ServerState, client: ClientState, in_exec: bool = False) ->
     """Whether the lane may run anything for client now. in_exec: for the
     transaction EXEC is running, whose woken readers are served after it
     anyway (between the commands of a read, they must be served first)."""
+    return lane_open_to_all(state, in_exec) and lane_open_to(state, client)
+
+
+def lane_open_to_all(state: ServerState, in_exec: bool = False) -> bool:
+    """lane_open()'s part that holds for every client alike."""
     return not (
-        state.loading
-        or client.queued is not None
-        or state.monitors
-        or RENAMED
+        state.loading or state.monitors or RENAMED or (state.blocking.ready and not in_exec)
+    )
+
+
+def lane_open_to(state: ServerState, client: ClientState) -> bool:
+    """lane_open()'s part that is the client's own (it changes only with
+    the client's own commands)."""
+    return not (
+        client.queued is not None
         or client.resp != 2
-        or (state.blocking.ready and not in_exec)
         or (not client.authenticated and requirepass_set(state))
     )
+
+
+def lane_writes(state: ServerState) -> tuple[int, int, int]:
+    """lane_run()'s write flags, AOF room and memory room for what no
+    request of one read (or one batch of the C loop) changes: no TWRITE
+    while writes are refused (MISCONF); with maxmemory, no TWRITE past what
+    the memory left allows (the lane adds up what its writes grow and stops
+    before the one the general path's OOM check, core.write_refusal, would
+    refuse)."""
+    persistence = state.persistence
+    if state.writes_refused or persistence.write_refused():
+        return 0, 0, 0
+    flags = _WRITES
+    room = 0
+    memory_room = 0
+    if persistence.aof_state != "off":
+        flags |= _LOG_WRITES
+        room = persistence.aof_room()
+    limit = state.config.get("maxmemory")
+    if limit:
+        flags |= _MEMORY_ROOM
+        memory_room = int(limit) - state.used_memory()
+    return flags, room, memory_room
 
 
 # How many queued commands EXEC hands to the lane at most per call: a
@@ -265,32 +316,18 @@ def _run(
     accounts for what ran. Returns the bytes consumed."""
     global _state
     call = _call
-    persistence = state.persistence
     limits = (parser.max_bulk_len, parser.max_multibulk_len)
     if limits != _limits[0]:
         # Setting a cdata field costs as much as a dict lookup or two:
         # the parser's limits change only with CONFIG SET.
         call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
     _set_slow_usec(state)
-    flags = 0
+    flags, room, memory_room = lane_writes(state)
     if state.append_ms is not None:
         # A pinned append time (tests pin it; a transaction pins it for
         # its EXEC) holds in the lane as on the general path.
-        flags = _FIXED_TIME
+        flags |= _FIXED_TIME
         call.fixed_ms = state.append_ms
-    room = 0
-    memory_room = 0
-    if not (state.writes_refused or persistence.write_refused()):
-        flags |= _WRITES
-        if persistence.aof_state != "off":
-            flags |= _LOG_WRITES
-            room = persistence.aof_room()
-        limit = state.config.get("maxmemory")
-        if limit:
-            # What the general path's OOM check allows (core.write_refusal):
-            # the lane stops before the TWRITE that finds memory over it.
-            flags |= _MEMORY_ROOM
-            memory_room = int(limit) - state.used_memory()
     _state = state
     _resolved.clear()
     # bytes go to `const char *` as they are, no copy; past their start,
@@ -329,39 +366,66 @@ def _note_slow(
     state: ServerState, client: ClientState, call: Any, data: bytes, start: int = 0
 ) -> None:
     """The run's slow commands (over data[start:]), as call() notes a slow
-    command (their requests are canonical RESP: hiredis reads them back
-    into arguments)."""
+    command."""
     for i in range(call.nslow):
         slow = call.slow[i]
-        reader = hiredis.Reader()
-        reader.feed(data[start + slow.start : start + slow.start + slow.len])
-        argv = reader.gets()
-        note_slow(state, client, lookup_original(argv[0]), argv, slow.usec)
+        request = data[start + slow.start : start + slow.start + slow.len]
+        note_lane_slow(state, client, request, slow.usec)
+
+
+def note_lane_slow(state: ServerState, client: ClientState, request: bytes, usec: int) -> None:
+    """A slow command the lane ran, noted as call() notes one (its request
+    is canonical RESP: hiredis reads it back into arguments)."""
+    reader = hiredis.Reader()
+    reader.feed(request)
+    argv = reader.gets()
+    note_slow(state, client, lookup_original(argv[0]), argv, usec)
 
 
 def _account(state: ServerState, client: ClientState, call: Any) -> None:
     """What call() and the handlers would have done for the requests the
     lane ran: log, touch, count."""
-    writes = call.twrite_calls
-    changes = writes + call.group_changes
+    keys = call.keys
+    changes = call.twrite_calls + call.group_changes
+    written = [r for i, r in enumerate(_resolved) if keys[i].written] if changes else []
+    aof: list[tuple[int | None, bytes]] = []
+    if call.aof.len:
+        # A run of lease reads alone logs its TACKs and RCP11.LEASEs
+        # undated (append_ms -1: no TWRITE ran).
+        append_ms = call.append_ms if call.append_ms >= 0 else None
+        aof = [(append_ms, ffi.unpack(call.aof.data, call.aof.len))]
+    count_lane(state, call, written, aof, call.group_changes)
+    client.last_command = "twrite" if call.last_command == 1 else "tread"
+
+
+def count_lane(
+    state: ServerState,
+    counts: Any,
+    written: list[tuple[bytes, Any]],
+    aof: list[tuple[int | None, bytes]],
+    group_changes: int = 0,
+) -> None:
+    """Bring the server's state up to date with requests the C lane ran:
+    counts (a lane_call or nl_counts: calls, microseconds and messages of
+    TWRITE and TREAD), the keys written (key, Stream or AckGroup), the AOF
+    bytes as (append time in unix ms or None, requests verbatim) runs, and
+    the changes of lease reads and TACKs to acknowledged groups."""
+    writes = counts.twrite_calls
+    changes = writes + group_changes
     stats = state.stats
     if changes:
-        keys = call.keys
         keyspace = state.keyspace
-        for i, (name, value) in enumerate(_resolved):
-            if keys[i].written:
-                if type(value) is Stream:
-                    value._next = lib.mn_next_offset(value._s)
-                    value._version += 1
-                keyspace.touch(name)
+        for name, value in written:
+            if type(value) is Stream:
+                value._next = lib.mn_next_offset(value._s)
+                value._version += 1
+            keyspace.touch(name)
         MUTATIONS.ticks += changes
         state.dirty += changes
-        if call.aof.len:
+        if aof:
             try:
-                # A run of lease reads alone logs its TACKs and RCP11.LEASEs
-                # undated (append_ms -1: no TWRITE ran).
-                append_ms = call.append_ms if call.append_ms >= 0 else None
-                state.propagate_encoded(ffi.unpack(call.aof.data, call.aof.len), append_ms)
+                for ms, data in aof:
+                    state.propagate_encoded(data, ms)
             except Exception:
                 # Changed, but how much of it is logged is unknown: as
                 # call() does when it cannot log a change, refuse every
@@ -371,17 +435,28 @@ def _account(state: ServerState, client: ClientState, call: Any) -> None:
     if writes:
         row = stats.commands.get("twrite") or command_stats(state, "twrite")
         row[0] += writes
-        row[1] += call.twrite_usec
-        stats.total_messages_written += call.messages_written
-        stats.total_messages_evicted += call.messages_evicted
-    reads = call.tread_calls
+        row[1] += counts.twrite_usec
+        stats.total_messages_written += counts.messages_written
+        stats.total_messages_evicted += counts.messages_evicted
+    reads = counts.tread_calls
     if reads:
         row = stats.commands.get("tread") or command_stats(state, "tread")
         row[0] += reads
-        row[1] += call.tread_usec
-        stats.total_messages_read += call.messages_read
+        row[1] += counts.tread_usec
+        stats.total_messages_read += counts.messages_read
     stats.total_commands_processed += writes + reads
-    client.last_command = "twrite" if call.last_command == 1 else "tread"
 
 
-__all__ = ["EXEC_WINDOW", "lane_open", "run_buffered", "run_lane", "run_queued"]
+__all__ = [
+    "EXEC_WINDOW",
+    "count_lane",
+    "lane_open",
+    "lane_open_to",
+    "lane_open_to_all",
+    "lane_writes",
+    "note_lane_slow",
+    "resolve_key",
+    "run_buffered",
+    "run_lane",
+    "run_queued",
+]

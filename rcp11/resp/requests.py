@@ -79,6 +79,8 @@ class RequestParser:
         self._more = bytearray()
         # A multibulk command being assembled across feeds by the slow path.
         self._args: list[bytes] | None = None
+        # How many bytes of unparsed()'s answer were _args written back.
+        self._written_back = 0
         self._remaining = 0
         # Buffered bytes needed before parsing can progress; avoids rescanning
         # (and copying) while a big bulk string trickles in.
@@ -203,7 +205,9 @@ class RequestParser:
             return rest
         head = [b"*%d\r\n" % (len(args) + self._remaining)]
         head += [b"$%d\r\n%b\r\n" % (len(arg), arg) for arg in args]
-        return b"".join(head) + rest
+        written = b"".join(head)
+        self._written_back = len(written)
+        return written + rest
 
     def raw(self) -> tuple[bytes, int] | None:
         """What the parser holds, when it is only bytes not parsed yet that
@@ -225,9 +229,12 @@ class RequestParser:
         them. A request half assembled is only ever run whole, with all
         that was buffered."""
         if self._args is not None:
+            # The half assembled request ran whole: its arguments, written
+            # back by unparsed(), and the rest of it in the buffer. What
+            # follows it (the start of the next request) stays.
             self._args = None
             self._remaining = 0
-            self._pos = len(self._buf)
+            self._pos += size - self._written_back
         else:
             self._pos += size
         self._need = 0

@@ -27,6 +27,7 @@ from rcp11.commands import (
     run_lane,
     run_pipeline,
 )
+from rcp11.commands.lane import lane_open_to
 from rcp11.errors import ProtocolError
 from rcp11.limits import TRANSPORT_WATER, TURN_SECONDS
 from rcp11.logs import VERBOSE
@@ -98,6 +99,9 @@ class Connection(asyncio.Protocol):
         # Since when the output has been over the soft limit (0: it is not).
         self.soft_limit_since = 0.0
         self.check_auth = False
+        # A transport of the C lane's loop (rcp11/server/netloop.py) takes
+        # this connection's lane switch; None for asyncio's.
+        self._set_lane: Any = None
 
     # -- asyncio callbacks ---------------------------------------------------
 
@@ -106,6 +110,7 @@ class Connection(asyncio.Protocol):
         state = server.state
         config = state.config
         self.transport = transport  # type: ignore[assignment]
+        self._set_lane = getattr(transport, "set_lane", None)
         client = admit(state, transport, self.unix_path)
         if client is None:
             self.closed = True
@@ -115,6 +120,9 @@ class Connection(asyncio.Protocol):
         client.on_unblocked = self.on_unblocked
         client.output_room = self.output_room
         client.output_overflow = self.output_overflow
+        refresh = getattr(transport, "refresh_client", None)
+        if refresh is not None:
+            client.refresh = refresh
         self.client = client
         sock = transport.get_extra_info("socket")
         if sock is not None and self.unix_path is None:
@@ -146,7 +154,8 @@ class Connection(asyncio.Protocol):
         parser = self.parser
         runnable = client.blocked is None and not client.closing and self.held is None
         commands: list[list[bytes]] | None = None
-        if runnable and self.backlog is None:
+        if runnable and self.backlog is None and self._set_lane is None:
+            # (The C lane's loop ran its lane on these bytes already.)
             queued = self.out_bytes
             consumed, self.out_bytes = run_lane(
                 server.state, client, parser, data, self.out, queued, self.lane_mark()
@@ -361,6 +370,7 @@ class Connection(asyncio.Protocol):
         """Stop running this client's commands (the rest wait in backlog)
         and reading its socket until release()."""
         self.held = reason
+        self.sync_lane()
         self.pause_reading("held")
         server = self.server
         # Its replies so far go out first, before its next turn.
@@ -376,6 +386,7 @@ class Connection(asyncio.Protocol):
         client = self.client
         if client is not None and client.blocked is None and not client.closing:
             self.process()
+        self.sync_lane()
 
     # -- hooks installed into ClientState -------------------------------------
 
@@ -387,6 +398,7 @@ class Connection(asyncio.Protocol):
         data = late_reply(client, reply)
         self.out.append(data)
         self.out_bytes += len(data)
+        self.sync_lane()
         self.server.want_flush(self)
 
     def output_room(self) -> int | None:
@@ -413,6 +425,7 @@ class Connection(asyncio.Protocol):
         if self.client is not None:
             self.client.closing = True
         self.close_after_write = True
+        self.sync_lane()
         self.server.want_flush(self)
 
     def on_unblocked(self) -> None:
@@ -427,6 +440,36 @@ class Connection(asyncio.Protocol):
         parser = self.parser
         if self.backlog is not None or (parser is not None and not parser.idle()):
             self.process()  # its pipeline went on behind the blocked read
+        self.sync_lane()
+
+    def sync_lane(self) -> None:
+        """Tell the C lane's loop (src/netloop.c) whether its lane may run
+        this connection's next read: only while nothing of the connection
+        waits in Python (parsed commands, replies not handed to the
+        transport yet; the start of a request goes back to C) and the
+        client could run a lane request now. C turns it off at every
+        hand-over; this turns it on."""
+        set_lane = self._set_lane
+        if set_lane is None:
+            return
+        client = self.client
+        parser = self.parser
+        if client is None or parser is None:
+            set_lane(False, 0, 0)
+            return
+        set_lane(
+            not self.closed
+            and not self.close_after_write
+            and not client.closing
+            and client.blocked is None
+            and self.held is None
+            and self.backlog is None
+            and not self.out
+            and not parser.unauthenticated
+            and lane_open_to(self.server.state, client),
+            self.output_mark,
+            parser,
+        )
 
     # -- output ----------------------------------------------------------------
 
@@ -466,6 +509,7 @@ class Connection(asyncio.Protocol):
             self.check_output_limits(self.server.now)
         elif self.client is not None:
             self.client.output_buffer_len = 0
+        self.sync_lane()
 
     def check_output_limits(self, now: float) -> None:
         """The soft limit's timer, from the cron and after each write (the

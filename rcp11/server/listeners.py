@@ -27,6 +27,7 @@ from rcp11.commands import client_disconnected, expire_keys, serve_ready
 from rcp11.config import ConfigError
 from rcp11.logs import VERBOSE, set_level
 from rcp11.server.connection import Connection
+from rcp11.server.netloop import NetLoop
 from rcp11.server.output_limits import next_output_mark
 from rcp11.server.sockets import bind_tcp_addresses, bind_unix_socket
 from rcp11.server.trim import MemoryTrim
@@ -42,7 +43,10 @@ class Server:
         self.state = state
         self.loop = loop
         self.connections: dict[int, Connection] = {}
-        self.listeners: list[asyncio.AbstractServer] = []
+        self.listeners: list[Any] = []  # asyncio's servers, the C loop's listeners
+        # The C lane's event loop (netloop.py): plain TCP and unix socket
+        # connections are its own unless lane-sockets is no.
+        self.netloop: NetLoop | None = None
         # (host, port) -> its listener (None until create_server finished).
         self.tcp_listeners: dict[tuple[str, int], Any] = {}
         self.unix_path: str | None = None
@@ -75,17 +79,23 @@ class Server:
 
     def _limits_changed(self, value: dict[str, tuple[int, int, int]]) -> None:
         self.output_limits = value["normal"]
+        if self.netloop is not None:
+            self.netloop.limits_changed()
         for conn in self.connections.values():
             conn.output_mark = next_output_mark(
                 self.output_limits, 0
             )  # looked at again by the next command
+            conn.sync_lane()
 
     def _parser_limits_changed(self, _value: Any) -> None:
         config = self.state.config
+        if self.netloop is not None:
+            self.netloop.limits_changed()
         for conn in self.connections.values():
             if conn.parser is not None:
                 conn.parser.max_bulk_len = config.get("proto-max-bulk-len")
                 conn.parser.query_buffer_limit = config.get("client-query-buffer-limit")
+            conn.sync_lane()
 
     @staticmethod
     def _dir_changed(path: str) -> None:
@@ -143,14 +153,22 @@ class Server:
 
     async def serve(self) -> None:
         """Start accepting on everything bind_tcp()/bind_unix() bound."""
+        if self.state.config.get("lane-sockets"):
+            try:
+                self.netloop = NetLoop(self)
+            except OSError as exc:
+                log.warning("Serving every connection through asyncio: %s", exc)
         for address, sock in self._bound_tcp.items():
             await self._serve_tcp(address, sock)
         self._bound_tcp = {}
         if self._bound_unix is not None:
             path = self.unix_path
-            listener = await self.loop.create_unix_server(
-                lambda: Connection(self, path), sock=self._bound_unix, backlog=511
-            )
+            if self.netloop is not None:
+                listener: Any = self.netloop.listen(self._bound_unix, path)
+            else:
+                listener = await self.loop.create_unix_server(
+                    lambda: Connection(self, path), sock=self._bound_unix, backlog=511
+                )
             self._bound_unix = None
             self.listeners.append(listener)
         if self.tls is not None:
@@ -160,7 +178,12 @@ class Server:
         self.state.tcp_port = self.state.config.get("port")
 
     async def _serve_tcp(self, address: tuple[str, int], sock: socket.socket) -> None:
-        listener = await self.loop.create_server(lambda: Connection(self), sock=sock, backlog=511)
+        if self.netloop is not None:
+            listener: Any = self.netloop.listen(sock)
+        else:
+            listener = await self.loop.create_server(
+                lambda: Connection(self), sock=sock, backlog=511
+            )
         self.listeners.append(listener)
         self.tcp_listeners[address] = listener
 
@@ -208,12 +231,17 @@ class Server:
         logged = self._flush_persistence()
         pending = self.pending
         self.pending = []
+        netloop = self.netloop
         if not logged:
+            if netloop is not None:
+                netloop.drop_unflushed()
             self.drop_unlogged(pending)
         else:
             for conn in pending:
                 conn.queued_for_flush = False
                 conn.write_pending()
+            if netloop is not None:
+                netloop.flush()  # the C lane's replies
         if self.state.blocking.ready and not self.serve_scheduled:
             # A wake-up that ran out of its slice (state.serve_seconds):
             # the next iteration serves on, after other clients' turns.
@@ -341,6 +369,8 @@ class Server:
             client = conn.client
             if client is None or conn.closed:
                 continue
+            if timeout:
+                client.refresh()
             if timeout and client.blocked is None and now - client.last_interaction > timeout:
                 log.log(VERBOSE, "Closing idle client %s", client.addr)
                 conn.abort()
