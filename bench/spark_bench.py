@@ -70,8 +70,8 @@ def session(local_checkpoint: bool = False) -> Any:
     for short micro-batches on a local checkpoint (about 150 ms less per
     micro-batch here). Only the latency runs use them: the raw local file
     system they include also skips Hadoop's checksums of every local file,
-    which makes Spark's Parquet reads (the baselines of the throughput
-    rows) 2-3x faster, a change of baseline, not of rcp11."""
+    Spark's Parquet reads (the baselines of the throughput rows) included:
+    a change of baseline, not of rcp11."""
     from pyspark.sql import SparkSession
 
     from rcp11.spark import LOCAL_CHECKPOINT_SETTINGS, register
