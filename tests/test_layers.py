@@ -5,6 +5,7 @@ an object above it (a Protocol), the real object keeps that contract."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from rcp11.config import Config
 from rcp11.keyspace import KeyRemovals, KeyspaceOwner, Watcher
 from rcp11.persistence.parts import Engine, SaveStatus
 from rcp11.retention import Retention
+from rcp11.server.connection import Front
+from rcp11.server.listeners import Server
+from rcp11.server.netloop import LoopOwner
 from rcp11.state import ClientState, RetentionHooks, ServerState
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rcp11"
@@ -111,6 +115,13 @@ def test_the_contracts_stated_below_are_kept_above(tmp_path: Path) -> None:
     _keeps(plain.persistence, KeyRemovals)
     _keeps(persistence, KeyRemovals)
     _keeps(ClientState(), Watcher)
+    loop = asyncio.new_event_loop()
+    try:
+        server = Server(plain, loop)
+        _keeps(server, Front)
+        _keeps(server, LoopOwner)
+    finally:
+        loop.close()
     assert persistence.replay is execute
 
 

@@ -28,7 +28,7 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rcp11 import errors
 from rcp11._macronode import ffi, lib
@@ -42,10 +42,19 @@ from rcp11.commands.lane import (
 from rcp11.errors import ProtocolError
 from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
-from rcp11.server.connection import Connection
+from rcp11.server.connection import Connection, Front
 
-if TYPE_CHECKING:
-    from rcp11.server.listeners import Server
+
+class LoopOwner(Front):
+    """What the C loop asks of the server (listeners.py's Server) beyond a
+    connection's needs: written here so that this file does not look up at
+    it."""
+
+    flush_scheduled: bool  # a flush is queued for this loop iteration
+
+    def flush(self) -> None:
+        """Persistence first, then every connection's replies (Server.flush)."""
+
 
 log = logging.getLogger("rcp11")
 
@@ -266,7 +275,7 @@ class NetLoop:
     """The C loop of one server: its connections, the poll callback and the
     fold of each batch into the server's state."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: LoopOwner) -> None:
         cloop = lib.nl_loop_new()
         if cloop == ffi.NULL:
             raise OSError("the C lane's event loop could not start (epoll refused?)")
