@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisModuleServer, tr, tw
+from conftest import RedisModuleServer, tr, tw, wait_for
 from harness.servers import module_host
 from helpers_module import state_of
 
@@ -40,6 +40,7 @@ def selected_db(client: redis.Redis) -> int:
 
 
 def all_databases(srv: RedisModuleServer) -> dict[int, dict[bytes, Any]]:
+    """What each database holds, as state_of sees it."""
     states = {}
     for db in range(DATABASES):
         client = srv.client(db=db)
@@ -158,3 +159,23 @@ def test_swapdb_and_moves_from_another_database_replay_in_place(module_factory: 
     srv.kill9()
     srv.start()
     assert all_databases(srv) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["move", "copy"])
+def test_a_replica_gets_each_key_in_its_database(module_factory: Any, command: str) -> None:
+    primary_srv: RedisModuleServer = module_factory(repl_diskless_sync_delay=0)
+    replica_srv: RedisModuleServer = module_factory(replicaof=f"127.0.0.1 {primary_srv.port}")
+    replica = replica_srv.client()
+    wait_for(lambda: replica.info("replication")["master_link_status"] == "up")
+    primary = primary_srv.client()
+    fill(primary)
+    # Every key, COPY of strings included: the replica's link is an
+    # ordinary client, which the module's command filter sees.
+    move_each(primary, command)
+    assert primary.execute_command("WAIT", 1, 10_000) == 1
+    expected = all_databases(primary_srv)
+    assert {db: set(state) for db, state in expected.items()} == expected_keys(command)
+    assert all_databases(replica_srv) == expected
+    primary.close()
+    replica.close()
