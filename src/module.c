@@ -1142,25 +1142,18 @@ void rl_block(RedisModuleCtx *ctx, RedisModuleString *stream_key, rl_wait *w,
                                   &stream_key, 1, w);
 }
 
-/* Keyspace events (GENERIC, STRING, EXPIRED, EVICTED) while readers wait:
- * Redis 7.0 signals neither a stream key overwritten by SET nor any change
- * of a group key, so signal them here. Reads only: a keyspace-event
- * callback must not write. */
-static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event,
-                                RedisModuleString *key) {
-    (void)type;
-    (void)event;
-    if (rl_waiting == 0 || rl_own_event) return REDISMODULE_OK;
+/* Readers waiting on key, or on a group stored at key, look again. */
+static void rl_wake_on_keyspace_event(RedisModuleCtx *ctx, RedisModuleString *key) {
     /* Readers of this key as a stream: they reread it (and may get
      * -WRONGTYPE). A no-op for keys nobody blocks on. */
     RedisModule_SignalKeyAsReady(ctx, key);
-    if (RedisModule_DictSize(rl_groups) == 0) return REDISMODULE_OK;
+    if (RedisModule_DictSize(rl_groups) == 0) return;
     size_t len;
     char *k = rl_db_key(RedisModule_GetSelectedDb(ctx), key, &len);
     int nokey;
     rl_group *g = RedisModule_DictGetC(rl_groups, k, len, &nokey);
     RedisModule_Free(k);
-    if (nokey || g == NULL) return REDISMODULE_OK;
+    if (nokey || g == NULL) return;
     RedisModuleKey *gk = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
     int missing = RedisModule_KeyType(gk) == REDISMODULE_KEYTYPE_EMPTY;
     RedisModule_CloseKey(gk);
@@ -1176,6 +1169,73 @@ static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event
         }
         RedisModule_SignalKeyAsReady(ctx, w->key);
     }
+}
+
+/* The database MOVE took its key from (its move_from event), until the
+ * move_to event that follows; -1 when none is under way. */
+static int rl_move_from_db = -1;
+
+/* COPY ... DB of a key of another type has no copy callback to tell its
+ * database: the command filter notes the client's database as COPY comes
+ * in (Valkey only: Redis 7.0 gives a filter no client id, and needs none). */
+static unsigned long long rl_copy_client; /* 0: none */
+static int rl_copy_client_db;
+
+static void rl_copy_filter(RedisModuleCommandFilterCtx *f) {
+    if (RedisModule_CommandFilterArgsCount(f) < 5) return; /* COPY src dst DB n */
+    if (!rl_arg_is(RedisModule_CommandFilterArgGet(f, 0), "COPY")) return;
+    unsigned long long id = RedisModule_CommandFilterGetClientId(f);
+    RedisModuleClientInfo ci;
+    memset(&ci, 0, sizeof(ci));
+    ci.version = 1;
+    if (id == 0 || RedisModule_GetClientInfoById(&ci, id) != REDISMODULE_OK) return;
+    rl_copy_client = id;
+    rl_copy_client_db = ci.db;
+}
+
+static int rl_register_copy_filter(RedisModuleCtx *ctx) {
+    if (RedisModule_RegisterCommandFilter == NULL || RedisModule_CommandFilterArgsCount == NULL ||
+        RedisModule_CommandFilterArgGet == NULL || RedisModule_CommandFilterGetClientId == NULL ||
+        RedisModule_GetClientInfoById == NULL)
+        return REDISMODULE_OK;
+    return RedisModule_RegisterCommandFilter(ctx, rl_copy_filter, REDISMODULE_CMDFILTER_NOSELF)
+               ? REDISMODULE_OK
+               : REDISMODULE_ERR;
+}
+
+/* Keyspace events (GENERIC, STRING, EXPIRED, EVICTED) while readers wait:
+ * Redis 7.0 signals neither a stream key overwritten by SET nor any change
+ * of a group key, so signal them here. Reads only: a keyspace-event
+ * callback must not write.
+ *
+ * Valkey 8.1 runs this callback on the client running the command and
+ * selects the event's database on it without selecting the old one back:
+ * after MOVE's move_to or COPY ... DB's copy_to the user's connection
+ * would stay on the target database, and the command be logged to the AOF
+ * and the replicas under it (SELECT 1, MOVE s 1: the key is gone on
+ * replay). So the callback selects the command's own database again: for
+ * move_to the one of move_from just before, for copy_to the one the copy
+ * callback (rl_copy, ra_copy) saw, or else rl_copy_filter's. It propagates
+ * nothing. On Redis 7.0 the callback has a client of its own, and this
+ * changes nothing. */
+static int rl_on_keyspace_event(RedisModuleCtx *ctx, int type, const char *event,
+                                RedisModuleString *key) {
+    (void)type;
+    int back = -1;
+    if (strcmp(event, "move_from") == 0) {
+        rl_move_from_db = RedisModule_GetSelectedDb(ctx);
+    } else if (strcmp(event, "move_to") == 0) {
+        back = rl_move_from_db;
+        rl_move_from_db = -1;
+    } else if (strcmp(event, "copy_to") == 0) {
+        back = rl_copy_from_db;
+        if (back < 0 && rl_copy_client != 0 && RedisModule_GetClientId(ctx) == rl_copy_client)
+            back = rl_copy_client_db;
+        rl_copy_from_db = -1;
+        rl_copy_client = 0;
+    }
+    if (rl_waiting != 0 && !rl_own_event) rl_wake_on_keyspace_event(ctx, key);
+    if (back >= 0 && back != RedisModule_GetSelectedDb(ctx)) RedisModule_SelectDb(ctx, back);
     return REDISMODULE_OK;
 }
 
@@ -2495,7 +2555,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     methods.digest = rl_digest;
     methods.free = rl_free;
     methods.free_effort = rl_free_effort;
-    methods.copy = rl_copy;
+    methods.copy2 = rl_copy;
     methods.unlink2 = rl_resv_unlink;
     rl_type = RedisModule_CreateDataType(ctx, RL_TYPE_NAME, RL_ENCVER, &methods);
     if (rl_type == NULL) return REDISMODULE_ERR;
@@ -2519,6 +2579,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                 REDISMODULE_NOTIFY_EVICTED,
             rl_on_keyspace_event) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    if (rl_register_copy_filter(ctx) != REDISMODULE_OK) return REDISMODULE_ERR;
     RedisModuleEvent flush = {REDISMODULE_EVENT_FLUSHDB, 1};
     if (RedisModule_SubscribeToServerEvent(ctx, flush, rl_on_flush) != REDISMODULE_OK)
         return REDISMODULE_ERR;

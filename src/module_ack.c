@@ -779,7 +779,7 @@ static RedisModuleTypeMethods ra_methods = {
     .digest = ra_digest,
     .free = ra_free,
     .free_effort = ra_free_effort,
-    .copy = ra_copy,
+    .copy2 = ra_copy,
 };
 
 int ra_register(RedisModuleCtx *ctx) {

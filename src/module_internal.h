@@ -212,11 +212,12 @@ void rl_rdb_save(RedisModuleIO *io, void *value);
 void *rl_rdb_load(RedisModuleIO *io, int encver);
 void rl_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value);
 void rl_digest(RedisModuleDigest *md, void *value);
-void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value);
+void *rl_copy(RedisModuleKeyOptCtx *ctx, const void *value);
+extern int rl_copy_from_db;
 void ra_rdb_save(RedisModuleIO *io, void *value);
 void *ra_rdb_load(RedisModuleIO *io, int encver);
 void ra_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *value);
 void ra_digest(RedisModuleDigest *md, void *value);
-void *ra_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value);
+void *ra_copy(RedisModuleKeyOptCtx *ctx, const void *value);
 
 #endif /* RCP11_MODULE_INTERNAL_H */

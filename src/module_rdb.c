@@ -379,9 +379,13 @@ void rl_digest(RedisModuleDigest *md, void *value) {
     rl_release_scratch();
 }
 
+/* The database COPY copied a stream from, until its copy_to event (see
+ * rl_on_keyspace_event); -1 when none is under way. */
+int rl_copy_from_db = -1;
+
 /* COPY: a deep copy through the serialized form, which is exact. */
-void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
-    (void)fromkey;
+void *rl_copy(RedisModuleKeyOptCtx *ctx, const void *value) {
+    const RedisModuleString *fromkey = RedisModule_GetKeyNameFromOptCtx(ctx);
     const mn_stream *s = value;
     mn_buf b;
     mn_buf_init(&b);
@@ -405,11 +409,13 @@ void *rl_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *
     if (copy == NULL) {
         char name[RL_QUOTE_MAX * 3 + 1];
         size_t len;
-        const char *p = RedisModule_StringPtrLen(tokey, &len);
+        const char *p = RedisModule_StringPtrLen(fromkey, &len);
         rl_quote(p, len, RL_QUOTE_MAX, name, sizeof(name));
-        RedisModule_Log(NULL, "warning", "rcp11: COPY to '%s' could not copy the stream", name);
+        RedisModule_Log(NULL, "warning", "rcp11: COPY of '%s' could not copy the stream", name);
         return NULL;
     }
+    /* Only a copy that succeeded is followed by its copy_to event. */
+    rl_copy_from_db = RedisModule_GetDbIdFromOptCtx(ctx);
     rl_stream_loaded(copy);
     return copy;
 }
@@ -482,12 +488,12 @@ void ra_digest(RedisModuleDigest *md, void *value) {
     mn_buf_free(&b);
 }
 
-void *ra_copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
-    (void)fromkey;
-    (void)tokey;
+void *ra_copy(RedisModuleKeyOptCtx *ctx, const void *value) {
     ag_group *copy = ag_copy(value);
     if (copy == NULL)
         RedisModule_Log(NULL, "warning", "rcp11: COPY could not copy an acknowledged group");
+    else
+        rl_copy_from_db = RedisModule_GetDbIdFromOptCtx(ctx);
     return copy;
 }
 

@@ -156,6 +156,21 @@ typedef struct RedisModuleKeyOptCtx RedisModuleKeyOptCtx;
 typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef uint64_t RedisModuleTimerID;
+typedef struct RedisModuleCommandFilter RedisModuleCommandFilter;
+typedef struct RedisModuleCommandFilterCtx RedisModuleCommandFilterCtx;
+typedef void (*RedisModuleCommandFilterFunc)(RedisModuleCommandFilterCtx *filter);
+/* RegisterCommandFilter flags: not for the module's own RM_Call. */
+#define REDISMODULE_CMDFILTER_NOSELF (1 << 0)
+
+/* GetClientInfoById() fills version 1 of this layout. */
+typedef struct RedisModuleClientInfo {
+    uint64_t version; /* 1 */
+    uint64_t flags;
+    uint64_t id;
+    char addr[46];
+    uint16_t port;
+    uint16_t db; /* the selected database */
+} RedisModuleClientInfo;
 
 /* A server event: its id and the version of the data it comes with. */
 typedef struct RedisModuleEvent {
@@ -494,7 +509,15 @@ typedef struct RedisModuleCommandInfo {
     /* Redis 7.2, Valkey 8 */                                                                  \
     X(int, SetCommandACLCategories, (RedisModuleCommand * command, const char *aclflags))      \
     /* Redis 7.4, Valkey 8 */                                                                  \
-    X(int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))
+    X(int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))                           \
+    /* Command filters (5.0, the client's id 7.2) and client info (6.0): used only where the   \
+     * client's id is known (Valkey 8) */                                                      \
+    X(RedisModuleCommandFilter *, RegisterCommandFilter,                                       \
+      (RedisModuleCtx * ctx, RedisModuleCommandFilterFunc cb, int flags))                      \
+    X(int, CommandFilterArgsCount, (RedisModuleCommandFilterCtx * fctx))                       \
+    X(RedisModuleString *, CommandFilterArgGet, (RedisModuleCommandFilterCtx * fctx, int pos)) \
+    X(unsigned long long, CommandFilterGetClientId, (RedisModuleCommandFilterCtx * fctx))      \
+    X(int, GetClientInfoById, (void *ci, uint64_t id))
 
 #define RCP11_DECLARE_API(ret, name, params) extern ret(*RedisModule_##name) params;
 RCP11_MODULE_API(RCP11_DECLARE_API)

@@ -39,6 +39,7 @@ SELECTED = [
     "tests/test_tools_redis_cli.py",
     "tests/test_module.py",
     "tests/test_module_persistence.py",
+    "tests/test_module_databases.py",
     "tests/test_module_save_failures.py",
     "tests/test_module_replication.py",
     "tests/test_module_time.py",
