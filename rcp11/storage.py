@@ -658,6 +658,19 @@ class Stream:
 
     # -- persistence ----------------------------------------------------
 
+    @property
+    def handle(self) -> Any:
+        """The core's mn_stream pointer, for the C lane (commands/lane.py),
+        which appends and reads through it in C; after it wrote, it calls
+        written_in_c()."""
+        return self._s
+
+    def written_in_c(self) -> None:
+        """The C lane appended to this stream through handle: take up its
+        next offset and count the change (dump() notices it)."""
+        self._next = lib.mn_next_offset(self._s)
+        self._version += 1
+
     def dump(self) -> Iterator[bytes]:
         """The header blob, then one blob per node, first to last.
 

@@ -122,7 +122,7 @@ def resolve_key(
     if kind is AckGroup:
         group_out[0] = value._g  # type: ignore[union-attr]
         return _KEY_READ | _KEY_WRITE if writable else _KEY_READ
-    stream_out[0] = value._s  # type: ignore[union-attr]
+    stream_out[0] = value.handle  # type: ignore[union-attr]
     allowed = _KEY_READ
     if writable:
         allowed |= _KEY_WRITE
@@ -417,8 +417,7 @@ def count_lane(
         keyspace = state.keyspace
         for name, value in written:
             if type(value) is Stream:
-                value._next = lib.mn_next_offset(value._s)
-                value._version += 1
+                value.written_in_c()
             keyspace.touch(name)
         MUTATIONS.ticks += changes
         state.dirty += changes
