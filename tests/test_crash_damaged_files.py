@@ -349,6 +349,12 @@ def test_torn_aof_tail(server_factory, truncated: str) -> None:
     cut = rng.randrange(len(data) // 2, len(data) - 1)
     while data[cut : cut + 1] == b"*" and data[cut - 2 : cut] == b"\r\n":
         cut -= 1  # make sure the cut really lands inside a command
+    line = data.rfind(b"\n", 0, cut) + 1
+    if data[line : line + 1] == b"#":
+        # Inside an append-time annotation line: a torn one at the end is
+        # read as one (redis-server reads a torn "#" line the same way) and
+        # nothing is lost; cut the command before it instead.
+        cut = line - 1
     path.write_bytes(data[:cut])
     if truncated == "no":
         with pytest.raises(RuntimeError) as info:
