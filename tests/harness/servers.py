@@ -85,7 +85,13 @@ class ServerProcess:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf = conf
         self.extra_args = list(extra_args)
-        self.port = int(directives.pop("port", 0)) or free_port()
+        given = int(directives.pop("port", 0))
+        self.port = given or free_port()
+        # A port the harness picked may be taken between free_port() and
+        # the server's bind (another test run beside this one, a client's
+        # ephemeral port): the first start then picks another.
+        self.port_picked = not given
+        self.started_once = False
         self.directives: dict[str, str] = self.default_directives() if defaults else {}
         self.directives.update({k.replace("_", "-"): str(v) for k, v in directives.items()})
         self.stdout = self.dir.parent / f"{self.dir.name}.stdout"
@@ -115,14 +121,38 @@ class ServerProcess:
         return args + self.extra_args
 
     def start(self, wait: bool = True, timeout: float = 20.0) -> ServerProcess:
-        with open(self.stdout, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv(), cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                env=self.environment(),
-            )  # fmt: skip
-        if wait:
-            self.wait_ready(timeout)
+        for attempt in range(3):
+            with open(self.stdout, "ab") as out:
+                self.proc = subprocess.Popen(
+                    self.argv(), cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                )  # fmt: skip
+            if not wait:
+                break
+            try:
+                self.wait_ready(timeout)
+            except RuntimeError as exc:
+                if not self._may_move(str(exc)) or attempt == 2:
+                    raise
+                self._move_port()
+                continue
+            break
+        self.started_once = True
         return self
+
+    def _may_move(self, failure: str) -> bool:
+        return (
+            self.port_picked
+            and not self.started_once
+            and self.proc is not None
+            and self.proc.poll() is not None
+            and "in use" in failure
+        )
+
+    def _move_port(self) -> None:
+        self.port = free_port()
+        if "port" in self.directives:
+            self.directives["port"] = str(self.port)
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         """Until the server answers PING over a plain socket (redis-py backs
