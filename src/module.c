@@ -837,9 +837,8 @@ static void rl_reply_packed(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, u
  * deliveries and deadline), the WITHTIMES times and in the PACKED form when
  * asked. Returns how many offsets it holds (nulls included): the group key
  * moves by that much. s may be NULL. */
-static uint64_t rl_reply_form(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                              int withinfo, int withtimes, int packed, const long long *extra,
-                              int nextra) {
+uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                        int withinfo, int withtimes, int packed, const long long *extra, int nextra) {
     /* The end a reader may see (rcp11.read-committed: what the replicas
      * acknowledged). */
     uint64_t next = rl_resv_readable_next(ctx, s);
@@ -880,16 +879,6 @@ static uint64_t rl_reply_form(RedisModuleCtx *ctx, mn_stream *s, uint64_t start,
     return n;
 }
 
-/* A lease read's reply (module_ack.c): WITHINFO with extra integers. */
-uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                           int withinfo, const long long *extra, int nextra) {
-    return rl_reply_form(ctx, s, start, count, withinfo, 0, 0, extra, nextra);
-}
-
-static uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                               int withinfo, int withtimes, int packed) {
-    return rl_reply_form(ctx, s, start, count, withinfo, withtimes, packed, NULL, 0);
-}
 
 /* TREAD ... NONULLS: start at the first readable offset at or after
  * *start (past evicted offsets and gaps) and cover only the readable
@@ -1117,7 +1106,7 @@ static int rl_tread_wake(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         rl_defer_wake(w);
         return REDISMODULE_ERR;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo, w->withtimes, w->packed);
+    uint64_t n = rl_reply_range(ctx, s, start, count, w->withinfo, w->withtimes, w->packed, NULL, 0);
     RedisModule_CloseKey(key);
     if (w->group && (missing || start + n != pos)) rl_set_group(ctx, w->group, start + n);
     return REDISMODULE_OK;
@@ -1720,7 +1709,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             rl_block(ctx, argv[1], w, a.block_ms);
             return REDISMODULE_OK;
         }
-        rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
+        rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed, NULL, 0);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
@@ -1763,7 +1752,7 @@ static int rl_tread(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         rl_block(ctx, argv[1], w, a.block_ms);
         return REDISMODULE_OK;
     }
-    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed);
+    uint64_t n = rl_reply_range(ctx, s, start, count, a.withinfo, a.withtimes, a.packed, NULL, 0);
     RedisModule_CloseKey(key);
     if (missing || start + n != pos) rl_set_group(ctx, a.group, start + n);
     return REDISMODULE_OK;

@@ -245,7 +245,7 @@ static void ra_deliver(RedisModuleCtx *ctx, RedisModuleString *stream, mn_stream
         changed = 1;
     }
     long long extra[2] = {(long long)c->deliveries, (long long)deadline};
-    rl_reply_range_ex(ctx, s, c->start, (long long)c->count, 1, extra, 2);
+    rl_reply_range(ctx, s, c->start, (long long)c->count, 1, 0, 0, extra, 2);
     if (!changed) return;
     ra_store(o);
     RedisModule_SignalModifiedKey(ctx, group);

@@ -168,11 +168,12 @@ int rl_open_stream(RedisModuleCtx *ctx, RedisModuleString *name, int mode, Redis
 uint64_t rl_group_default(const mn_stream *s, int group_new);
 int rl_internal_refused(RedisModuleCtx *ctx, const char *what);
 void rl_reply_group_not_offset(RedisModuleCtx *ctx, RedisModuleString *group);
-/* TREAD's reply for offsets start.. (at most count of them) with the
- * WITHINFO header (when withinfo) followed by the `nextra` integers of
- * `extra`. Returns how many offsets it holds. s may be NULL. */
-uint64_t rl_reply_range_ex(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
-                           int withinfo, const long long *extra, int nextra);
+/* TREAD's reply for offsets start.. (at most count of them): the WITHINFO
+ * header (when withinfo) followed by the `nextra` integers of `extra` (a
+ * lease read's), each message's time (withtimes), the PACKED form (packed).
+ * Returns how many offsets it holds. s may be NULL. */
+uint64_t rl_reply_range(RedisModuleCtx *ctx, mn_stream *s, uint64_t start, long long count,
+                        int withinfo, int withtimes, int packed, const long long *extra, int nextra);
 /* SetCommandInfo for the command (or "parent|sub") `name`: its arity,
  * summary, version it came with, key specs, argument docs and complexity.
  * Logs what failed. */

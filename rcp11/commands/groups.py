@@ -342,6 +342,13 @@ class LeaseWait(BlockRequest):
 # ---------------------------------------------------------------------------
 
 
+# An acknowledged range as COMMAND DOCS gives it (TACK's, TREAD's ACK).
+RANGE_ARGUMENTS = (
+    {"name": "start", "type": "integer"},
+    {"name": "count", "type": "integer"},
+)
+
+
 @command(
     "tack",
     -4,
@@ -352,15 +359,7 @@ class LeaseWait(BlockRequest):
     key_specs=(KeySpec(("RW", "UPDATE"), index=1),),
     arguments=(
         {"name": "groupkey", "type": "key", "key_spec_index": 0},
-        {
-            "name": "range",
-            "type": "block",
-            "flags": ["multiple"],
-            "arguments": [
-                {"name": "start", "type": "integer"},
-                {"name": "count", "type": "integer"},
-            ],
-        },
+        {"name": "range", "type": "block", "flags": ["multiple"], "arguments": RANGE_ARGUMENTS},
     ),
 )
 def tack_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
@@ -507,6 +506,7 @@ def lease_record_command(state: ServerState, client: ClientState, argv: list[byt
 
 __all__ = [
     "LEASE_RECORD",
+    "RANGE_ARGUMENTS",
     "LeaseOptions",
     "LeaseWait",
     "find_group",

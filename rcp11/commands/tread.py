@@ -19,6 +19,7 @@ from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import parse_int, text
 from rcp11.commands.core import BLOCKED
 from rcp11.commands.groups import (
+    RANGE_ARGUMENTS,
     LeaseOptions,
     group_default_start,
     group_position,
@@ -291,10 +292,7 @@ _TREAD_SPECS = (
             "type": "block",
             "token": "ACK",
             "flags": ["optional"],
-            "arguments": [
-                {"name": "start", "type": "integer"},
-                {"name": "count", "type": "integer"},
-            ],
+            "arguments": RANGE_ARGUMENTS,
         },
     ),
 )
