@@ -27,7 +27,9 @@ from rcp11.diagnostics import SLOW_NEVER, LatencyMonitor, SlowLog, slow_threshol
 from rcp11.errors import CommandError
 from rcp11.keyspace import Keyspace
 from rcp11.libc import allocated_bytes
+from rcp11.limits import LANE_MAX_COMMANDS
 from rcp11.storage import MAX_OFFSET, Stream, wall_ms
+from rcp11.storage.lane import LaneCall
 
 if TYPE_CHECKING:
     import asyncio
@@ -378,6 +380,10 @@ class ServerState:
         for name in ("slowlog-log-slower-than", "latency-monitor-threshold"):
             config.on_change(name, self.apply_slow_threshold)
         self.apply_slow_threshold()
+        # The C lane's call (its buffers and the limits it was last given),
+        # run by rcp11/commands/lane.py: one per server, so that two servers
+        # in one process never share it.
+        self.lane = LaneCall(LANE_MAX_COMMANDS)
         # Installed by the server: called by SHUTDOWN with "save"|"nosave"|None;
         # False when the server keeps running (its final save failed).
         self.request_shutdown: Callable[[str | None], bool] = lambda mode: True

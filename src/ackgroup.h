@@ -2,7 +2,7 @@
  *
  * docs/PROTOCOL.md ("Acknowledged groups") is the contract; the big comment
  * at the top of ackgroup.c draws the structure and the serialized format.
- * Both servers use this code: rcp11-server through cffi (rcp11/ackgroups.py)
+ * Both servers use this code: rcp11-server through cffi (rcp11/storage/ackgroups.py)
  * and the Redis module (src/module_ack.c), so the two keep one behaviour and
  * one blob format.
  *

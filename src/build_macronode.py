@@ -18,8 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HEADERS = ("macronode.h", "ackgroup.h", "lane.h", "netloop.h")
 
 # The lane asks Python about each new key through this callback (its type
-# is lane_resolve_fn; rcp11/commands/lane.py defines it); the C lane's event
-# loop (src/netloop.c) calls the nl_ ones (rcp11/server/netloop.py).
+# is lane_resolve_fn; rcp11/storage/lane.py defines it); the C lane's event
+# loop (src/netloop.c) calls the nl_ ones (rcp11/storage/netloop.py).
 _EXTERN_PYTHON = """
 extern "Python" int lane_resolve_key(struct lane_call *call, const char *key,
                                      size_t key_len, mn_stream **stream,

@@ -66,6 +66,7 @@ typedef struct lane_slow {
 typedef struct lane_call {
     /* In, set by the caller before lane_run(). */
     lane_resolve_fn resolve;
+    void *owner;                 /* the caller's, for its resolver (never read here) */
     uint64_t max_bulk_len;       /* proto-max-bulk-len */
     uint64_t max_multibulk_len;  /* arguments per request */
     uint64_t max_commands;       /* requests to run at most */

@@ -196,6 +196,7 @@ struct nl_loop {
     size_t hard_limit;  /* client-output-buffer-limit normal's hard bytes */
     int polling;
     int64_t now_us;   /* CLOCK_REALTIME at this poll's start */
+    void *owner;      /* nl_set_callbacks()'s, for the callbacks */
     nl_resolve_fn resolve;
     nl_data_fn on_data;
     nl_closed_fn on_closed;
@@ -365,8 +366,11 @@ void nl_loop_free(nl_loop *loop) {
 
 int nl_loop_fd(nl_loop *loop) { return loop->epfd; }
 
-void nl_set_callbacks(nl_loop *loop, nl_resolve_fn resolve, nl_data_fn data, nl_closed_fn closed,
-                      nl_water_fn water) {
+void *nl_loop_owner(nl_loop *loop) { return loop->owner; }
+
+void nl_set_callbacks(nl_loop *loop, void *owner, nl_resolve_fn resolve, nl_data_fn data,
+                      nl_closed_fn closed, nl_water_fn water) {
+    loop->owner = owner;
     loop->resolve = resolve;
     loop->on_data = data;
     loop->on_closed = closed;

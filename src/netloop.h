@@ -25,7 +25,9 @@
 typedef struct nl_loop nl_loop;
 typedef struct nl_conn nl_conn;
 
-/* Python's side, as function pointers (nl_set_callbacks):
+/* Python's side, as function pointers (nl_set_callbacks, with the owner
+ * that nl_loop_owner() gives the callbacks back: the loop itself never
+ * reads it):
  *   resolve   the lane's key resolver (lane_resolve_fn), asked once per key
  *             per batch;
  *   data      bytes the lane does not run, in order, for the connection's
@@ -56,8 +58,9 @@ typedef struct nl_counts {
 nl_loop *nl_loop_new(void);
 void nl_loop_free(nl_loop *loop);
 int nl_loop_fd(nl_loop *loop);
-void nl_set_callbacks(nl_loop *loop, nl_resolve_fn resolve, nl_data_fn data, nl_closed_fn closed,
-                      nl_water_fn water);
+void nl_set_callbacks(nl_loop *loop, void *owner, nl_resolve_fn resolve, nl_data_fn data,
+                      nl_closed_fn closed, nl_water_fn water);
+void *nl_loop_owner(nl_loop *loop);
 /* Parser limits (proto-max-bulk-len, arguments per request) and requests
  * per lane run. */
 void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_len,

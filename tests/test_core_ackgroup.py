@@ -1,5 +1,5 @@
 """The state of an acknowledged group (src/ackgroup.c through
-rcp11/ackgroups.py) against a per-offset model: random leases,
+rcp11/storage/ackgroups.py) against a per-offset model: random leases,
 acknowledgements, evictions and picks must leave both with the same
 pending offsets, and the blob must round-trip and refuse damage."""
 
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from rcp11.ackgroups import MAX_OWNER_BYTES, AckGroup
 from rcp11.storage import CorruptDataError, InvalidArgumentError
+from rcp11.storage.ackgroups import MAX_OWNER_BYTES, AckGroup
 
 
 class Model:

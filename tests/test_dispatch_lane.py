@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 
 from fuzz.proto.front import SocketFront
 from rcp11 import errors
-from rcp11.ackgroups import AckGroup
 from rcp11.commands import execute, transactions
 from rcp11.persistence.aof_format import ANNOTATION, iter_aof_commands
 from rcp11.resp import Error, Parts, encode, encode_command
 from rcp11.state import ClientState, ServerState
+from rcp11.storage.ackgroups import AckGroup
 
 KEYS = [b"s", b"t", b"k", b"new", b"g"]
 WORDS = [b"x", b"", b"hello", b"ENTRIES", b"BACKLOG", b"a\r\nb", b"\x00\xff", b"*1\r\n$4\r\nPING"]
@@ -654,9 +654,7 @@ def test_block_reads_that_answer_at_once_are_run_by_the_lane(tmp_path: Path) -> 
         replies = serve_reads(state, client, [data], lane=lane)
         seen.append((replies, client.blocked, _observed(state, persistence)))
         if lane:
-            from rcp11.commands import lane as lane_module
-
-            assert lane_module._call.tread_calls == len(requests)  # all ran in C
+            assert state.lane.counts.tread_calls == len(requests)  # all ran in C
     assert seen[0] == seen[1]
     replies, blocked, observed = seen[0]
     assert blocked is None
@@ -687,10 +685,8 @@ def test_withtimes_reads_are_run_by_the_lane(tmp_path: Path) -> None:
         [b"TREAD", b"t", b"1", b"9", b"NONULLS", b"WITHTIMES", b"WITHINFO"],  # over t's gap
     ]
     data = b"".join(map(encode_command, requests))
-    from rcp11.commands import lane as lane_module
-
     by_lane = serve_reads(state, Peer(), [data], lane=True)
-    assert lane_module._call.tread_calls == len(requests)  # all ran in C
+    assert state.lane.counts.tread_calls == len(requests)  # all ran in C
     by_python = serve_reads(state, Peer(), [data], lane=False)
     assert by_lane == by_python
     s_time = state.keyspace.get(b"s").read_times(1, 1)[0]
@@ -837,8 +833,6 @@ def test_a_served_pipeline_is_answered_counted_and_logged(server_factory: Any) -
 def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None:
     """A pipeline streamed in reads that end mid-request keeps the lane:
     the buffered start of the request is read again with the next read."""
-    from rcp11.commands import lane
-
     state, _ = _setup(tmp_path, aof=False)
     client = ClientState(authenticated=True)
     one = encode_command([b"TWRITE", b"s", b"x" * 50])
@@ -848,7 +842,7 @@ def test_a_request_split_across_reads_is_run_by_the_lane(tmp_path: Path) -> None
     assert replies == b"".join(b":%d\r\n" % n for n in range(4, 14))
     # The second read's lane run took the fourth request's start from the
     # parser and ran all seven left.
-    assert lane._call.twrite_calls == 7
+    assert state.lane.counts.twrite_calls == 7
     assert state.stats.commands["twrite"][0] == 3 + 10  # and the setup's three
 
 

@@ -89,6 +89,30 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     assert _cycles(graph) == []
 
 
+def _importers_of(module: str) -> list[str]:
+    """The rcp11 modules whose text imports `module` (or a name from it)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                # `from rcp11 import _macronode` names it too.
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            if module in names:
+                found.append(_module_name(path))
+    return found
+
+
+def test_the_storage_package_is_the_only_door_to_the_c_core() -> None:
+    """Only rcp11/storage/ imports the compiled core (ffi, lib): the C lane
+    and its event loop included, everything above sees Python objects."""
+    importers = _importers_of("rcp11._macronode")
+    assert importers == ["rcp11.storage.binding"]
+
+
 def _keeps(obj: Any, protocol: type) -> None:
     """obj has every attribute the protocol declares, and its methods take
     the protocol's parameters."""

@@ -145,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mn_buf_init(&received);
     nl_loop *loop = nl_loop_new();
     if (loop == NULL) abort();
-    nl_set_callbacks(loop, loop_resolve, on_data, on_closed, on_water);
+    nl_set_callbacks(loop, NULL, loop_resolve, on_data, on_closed, on_water);
     nl_set_limits(loop, 1 << 20, 1 << 16, (seed & 8) ? 3 : 4096);
     nl_set_switches(loop, NL_LANE | LANE_WRITES | LANE_LOG_WRITES, (size_t)1 << 40, 0, UINT64_MAX);
     nl_conn *conn = nl_conn_new(loop, sv[0], &sv[0]);

@@ -33,13 +33,13 @@ from typing import Any
 import hiredis
 
 from fuzz.proto.gen import AVOID_KNOWN
-from rcp11.ackgroups import AckGroup
 from rcp11.commands import BLOCKED, COMMANDS, client_disconnected, execute, run_lane
 from rcp11.config import Config
 from rcp11.errors import ProtocolError
 from rcp11.resp import Error, RequestParser, encode, encode_command
 from rcp11.state import ClientState, NullPersistence, ServerState
 from rcp11.storage import Stream
+from rcp11.storage.ackgroups import AckGroup
 
 # A handler exception is reported through the reply; the log line would only
 # flood the fuzzer's output.

@@ -8,7 +8,7 @@ count` for its ACK, then `RCP11.LEASE g key floor start count deadline
 deliveries consumer`, which drops what is below `floor`, leases those
 offsets until that deadline and creates the group if needed (the Redis
 module replicates the same commands, src/module_ack.c). The group's state
-itself is src/ackgroup.c through rcp11/ackgroups.py, shared with the module.
+itself is src/ackgroup.c through rcp11/storage/ackgroups.py, shared with the module.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rcp11 import errors
-from rcp11.ackgroups import MAX_LEASE_MS, MAX_OWNER_BYTES, AckGroup
 from rcp11.blocking import WAIT, BlockRequest
 from rcp11.commands.args import check_subcommand, now_ms, parse_int
 from rcp11.commands.reading import WITHINFO, lookup_stream, reply_for, stream_reply
@@ -29,6 +28,7 @@ from rcp11.limits import NEXT_OFFSET_CEILING
 from rcp11.resp import OK, Raw
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import Stream
+from rcp11.storage.ackgroups import MAX_LEASE_MS, MAX_OWNER_BYTES, AckGroup
 
 # A group key holds a decimal offset written the way Redis writes integers:
 # no sign on positives, no leading zeros.

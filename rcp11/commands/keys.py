@@ -6,13 +6,13 @@ import weakref
 from typing import Any
 
 from rcp11 import errors
-from rcp11.ackgroups import GROUP_TYPE, AckGroup
 from rcp11.commands.args import now_ms, parse_int, text
 from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.limits import INT64_MAX, INT64_MIN
 from rcp11.resp import OK, SimpleString
 from rcp11.state import ClientState, ServerState
+from rcp11.storage.ackgroups import GROUP_TYPE, AckGroup
 from rcp11.stringmatch import compile_glob
 
 

@@ -36,101 +36,59 @@ from typing import Any
 import hiredis
 
 from rcp11 import errors
-from rcp11._macronode import ffi, lib
-from rcp11.ackgroups import AckGroup
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
-from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
+from rcp11.limits import LANE_MAX_CARRY
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS, Stream
+from rcp11.storage.ackgroups import AckGroup
+from rcp11.storage.lane import (
+    ANY_SIZE,
+    FIXED_TIME,
+    KEY_READ,
+    KEY_WRITE,
+    LOG_WRITES,
+    MEMORY_ROOM,
+    WRITES,
+    Answer,
+    LaneCall,
+)
 
 log = logging.getLogger("rcp11")
 
-_KEY_READ: int = lib.LANE_KEY_READ
-_KEY_WRITE: int = lib.LANE_KEY_WRITE
-_WRITES: int = lib.LANE_WRITES
-_LOG_WRITES: int = lib.LANE_LOG_WRITES
-_MEMORY_ROOM: int = lib.LANE_MEMORY_ROOM
-_FIXED_TIME: int = lib.LANE_FIXED_TIME
-# No limit of its own: lengths and replies bounded elsewhere.
-_ANY_SIZE = 2**62
-_UINT64_MAX = (1 << 64) - 1
-
-# One lane_call for the process: the server runs one read at a time on the
-# event loop's thread, and its buffers are reused from read to read.
-_call = ffi.new("lane_call *")
-lib.lane_call_init(_call)
-_call.resolve = lib.lane_resolve_key
-_call.max_commands = LANE_MAX_COMMANDS
-# A buffer of _call is kept from run to run up to this size; past it (a
-# transaction's 256 replies of 1 MB, a 100 MB TWRITE) it is freed once the
-# run is over, so its peak does not stay in used_memory, which maxmemory is
-# held against.
-_KEEP_BYTES = 8 * 1024 * 1024
-# The parser limits _call was last given (max_bulk_len, max_multibulk_len).
-_limits: list[tuple[int, int]] = [(-1, -1)]
-# The slow-command threshold _call was last given (ServerState.slow_usec).
-_slow_usec: list[int] = [-1]
-
-# While lane_run() runs: the state it runs on and the keys it resolved
-# (key, stream or None), in the order of _call.keys.
-_state: ServerState | None = None
-_resolved: list[tuple[bytes, Any]] = []
+_NO_ANSWER: Answer = (0, None, 0)
+# EXEC's queued requests: every argument passed the parser's limits already.
+_NO_LIMITS = (ANY_SIZE, ANY_SIZE)
+_READ_ONLY = KEY_READ
+_READ_WRITE = KEY_READ | KEY_WRITE
 
 # A read smaller than this is not worth the lane's fixed cost (one cffi
 # call and the checks): it cannot hold a whole TWRITE.
 _MIN_READ = 16
 
 
-@ffi.def_extern()
-def lane_resolve_key(
-    call: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
-) -> int:
-    """lane_resolve_fn: may the lane read / write the stream (or the
-    acknowledged group) at key?"""
-    name = ffi.unpack(key, key_len)
-    return resolve_key(_state, name, _resolved, stream_out, group_out, limit_out)  # type: ignore[arg-type]
-
-
-def resolve_key(
-    state: ServerState,
-    name: bytes,
-    resolved: list[tuple[bytes, Any]],
-    stream_out: Any,
-    group_out: Any,
-    limit_out: Any,
-) -> int:
+def resolve_key(state: ServerState, name: bytes, groups: bool) -> Answer:
     """What the lane may do with the stream or acknowledged group at key
-    name (LANE_KEY_* bits, 0: nothing), its C stream in stream_out[0] (or
-    group in group_out[0]) and the highest next offset a write may reach in
-    limit_out[0]; (name, value or None) is appended to resolved, in the
-    order the keys were asked (the C lane's order). The C lane's event loop
-    (rcp11/server/netloop.py) asks it too, with group_out None: it leaves
-    acknowledged groups to the general path."""
+    name: (LANE_KEY_* bits, 0: nothing; the stream or group; the highest
+    next offset a write may reach). The resolver of the state's LaneCall;
+    the C lane's event loop (rcp11/server/netloop.py) asks it too, with
+    groups False: it leaves acknowledged groups to the general path."""
     keyspace = state.keyspace
     value = keyspace.data.get(name)
     kind = type(value)
-    if (
-        kind is not Stream and (kind is not AckGroup or group_out is None)
-    ) or name in keyspace.expires:
-        resolved.append((name, None))
-        return 0
-    resolved.append((name, value))
+    if (kind is not Stream and (kind is not AckGroup or not groups)) or name in keyspace.expires:
+        return _NO_ANSWER
     writable = not keyspace.watchers.get(name) and not state.blocking.involves(name)
     if kind is AckGroup:
-        group_out[0] = value._g  # type: ignore[union-attr]
-        return _KEY_READ | _KEY_WRITE if writable else _KEY_READ
-    stream_out[0] = value.handle  # type: ignore[union-attr]
-    allowed = _KEY_READ
-    if writable:
-        allowed |= _KEY_WRITE
-        limit = state.persistence.reserved_next_offset(name)
-        limit_out[0] = max(limit, 0)
-        if limit < 0:
-            allowed = _KEY_READ
-    return allowed
+        return (_READ_WRITE if writable else _READ_ONLY), value, 0
+    if not writable:
+        return _READ_ONLY, value, 0
+    limit = state.persistence.reserved_next_offset(name)
+    if limit < 0:
+        return _READ_ONLY, value, 0
+    return _READ_WRITE, value, limit
 
 
 def lane_open(state: ServerState, client: ClientState, in_exec: bool = False) -> bool:
@@ -167,15 +125,15 @@ def lane_writes(state: ServerState) -> tuple[int, int, int]:
     persistence = state.persistence
     if state.writes_refused or persistence.write_refused():
         return 0, 0, 0
-    flags = _WRITES
+    flags = WRITES
     room = 0
     memory_room = 0
     if persistence.aof_state != "off":
-        flags |= _LOG_WRITES
+        flags |= LOG_WRITES
         room = persistence.aof_room()
     limit = state.config.get("maxmemory")
     if limit:
-        flags |= _MEMORY_ROOM
+        flags |= MEMORY_ROOM
         memory_room = int(limit) - state.used_memory()
     return flags, room, memory_room
 
@@ -195,34 +153,23 @@ def run_queued(
     transaction's, the AOF gets them between its MULTI and EXEC), stopping
     once their replies passed mark bytes (None: no mark). Returns how many
     ran and their replies; the general path runs the rest."""
-    global _state
-    call = _call
-    if call.max_bulk_len != _ANY_SIZE:
-        # Every queued argument was within the limits when it was parsed.
-        call.max_bulk_len = call.max_multibulk_len = _ANY_SIZE
-        _limits[0] = (_ANY_SIZE, _ANY_SIZE)
-    flags = _FIXED_TIME
+    flags = FIXED_TIME
     room = 0
     if not (state.writes_refused or state.persistence.write_refused()):
-        flags |= _WRITES
+        flags |= WRITES
         if state.persistence.aof_state != "off":
-            flags |= _LOG_WRITES
+            flags |= LOG_WRITES
             room = state.persistence.aof_room()
-    call.fixed_ms = state.write_time()
-    _set_slow_usec(state)
-    _state = state
-    _resolved.clear()
-    try:
-        reply_mark = _ANY_SIZE if mark is None else max(mark, 0)
-        consumed = lib.lane_run(call, data, len(data), reply_mark, flags, room, 0)
-    finally:
-        _state = None
+    lane = state.lane
+    reply_mark = ANY_SIZE if mark is None else max(mark, 0)
+    # Every queued argument was within the parser's limits when it was parsed.
+    consumed = lane.run(resolve_key, state, data, 0, reply_mark, flags, room, 0,
+                        state.write_time(), _NO_LIMITS, state.slow_usec)  # fmt: skip
     if not consumed:
         return 0, b""
-    _account(state, client, call)
-    if call.nslow:
-        _note_slow(state, client, call, data)
-    return call.twrite_calls + call.tread_calls, _take_reply()
+    _account(state, client, lane, data, 0)
+    counts = lane.counts
+    return counts.twrite_calls + counts.tread_calls, lane.take_reply()
 
 
 def run_lane(
@@ -262,7 +209,7 @@ def run_lane(
     consumed = _run(state, client, parser, data, 0, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
-    reply = _take_reply()
+    reply = state.lane.take_reply()
     out.append(reply)
     out_bytes += len(reply)
     if consumed < len(carried):  # requests the parser held whole, not this read
@@ -297,7 +244,7 @@ def run_buffered(
     consumed = _run(state, client, parser, buf, start, mark - out_bytes)
     if not consumed:
         return 0, out_bytes
-    reply = _take_reply()
+    reply = state.lane.take_reply()
     out.append(reply)
     parser.skip(consumed)
     return consumed, out_bytes + len(reply)
@@ -314,63 +261,19 @@ def _run(
     """lane_run() over data[start:] (in place) with the parser's limits,
     what MISCONF, the AOF and maxmemory allow, and budget bytes of reply;
     accounts for what ran. Returns the bytes consumed."""
-    global _state
-    call = _call
-    limits = (parser.max_bulk_len, parser.max_multibulk_len)
-    if limits != _limits[0]:
-        # Setting a cdata field costs as much as a dict lookup or two:
-        # the parser's limits change only with CONFIG SET.
-        call.max_bulk_len, call.max_multibulk_len = _limits[0] = limits
-    _set_slow_usec(state)
     flags, room, memory_room = lane_writes(state)
-    if state.append_ms is not None:
-        # A pinned append time (tests pin it; a transaction pins it for
-        # its EXEC) holds in the lane as on the general path.
-        flags |= _FIXED_TIME
-        call.fixed_ms = state.append_ms
-    _state = state
-    _resolved.clear()
-    # bytes go to `const char *` as they are, no copy; past their start,
-    # through from_buffer, no copy either.
-    at = data if not start else ffi.from_buffer(data) + start
-    try:
-        consumed = lib.lane_run(call, at, len(data) - start, budget, flags, room, memory_room)
-    finally:
-        _state = None
+    # A pinned append time (tests pin it; a transaction pins it for its
+    # EXEC) holds in the lane as on the general path.
+    fixed_ms = state.append_ms
+    if fixed_ms is not None:
+        flags |= FIXED_TIME
+    lane = state.lane
+    consumed = lane.run(resolve_key, state, data, start, budget, flags, room, memory_room,
+                        fixed_ms, (parser.max_bulk_len, parser.max_multibulk_len),
+                        state.slow_usec)  # fmt: skip
     if consumed:
-        _account(state, client, call)
-        if call.nslow:
-            _note_slow(state, client, call, data, start)
+        _account(state, client, lane, data, start)
     return consumed
-
-
-def _take_reply() -> bytes:
-    """The replies of the run that just ended; its big buffers freed."""
-    call = _call
-    reply = ffi.unpack(call.reply.data, call.reply.len)
-    if (
-        call.reply.cap > _KEEP_BYTES
-        or call.aof.cap > _KEEP_BYTES
-        or call.scratch_entries.cap > _KEEP_BYTES
-    ):
-        lib.lane_call_free(call)  # buffers only: the call stays usable
-    return reply
-
-
-def _set_slow_usec(state: ServerState) -> None:
-    if state.slow_usec != _slow_usec[0]:
-        _call.slow_usec = _slow_usec[0] = min(state.slow_usec, _UINT64_MAX)
-
-
-def _note_slow(
-    state: ServerState, client: ClientState, call: Any, data: bytes, start: int = 0
-) -> None:
-    """The run's slow commands (over data[start:]), as call() notes a slow
-    command."""
-    for i in range(call.nslow):
-        slow = call.slow[i]
-        request = data[start + slow.start : start + slow.start + slow.len]
-        note_lane_slow(state, client, request, slow.usec)
 
 
 def note_lane_slow(state: ServerState, client: ClientState, request: bytes, usec: int) -> None:
@@ -382,20 +285,19 @@ def note_lane_slow(state: ServerState, client: ClientState, request: bytes, usec
     note_slow(state, client, lookup_original(argv[0]), argv, usec)
 
 
-def _account(state: ServerState, client: ClientState, call: Any) -> None:
+def _account(
+    state: ServerState, client: ClientState, lane: LaneCall, data: bytes, start: int
+) -> None:
     """What call() and the handlers would have done for the requests the
-    lane ran: log, touch, count."""
-    keys = call.keys
-    changes = call.twrite_calls + call.group_changes
-    written = [r for i, r in enumerate(_resolved) if keys[i].written] if changes else []
-    aof: list[tuple[int | None, bytes]] = []
-    if call.aof.len:
-        # A run of lease reads alone logs its TACKs and RCP11.LEASEs
-        # undated (append_ms -1: no TWRITE ran).
-        append_ms = call.append_ms if call.append_ms >= 0 else None
-        aof = [(append_ms, ffi.unpack(call.aof.data, call.aof.len))]
-    count_lane(state, call, written, aof, call.group_changes)
-    client.last_command = "twrite" if call.last_command == 1 else "tread"
+    lane ran over data[start:]: log, touch, count, note the slow ones."""
+    counts = lane.counts
+    changes = counts.twrite_calls + counts.group_changes
+    written = lane.written() if changes else []
+    count_lane(state, counts, written, lane.aof(), counts.group_changes)
+    client.last_command = "twrite" if counts.last_command == 1 else "tread"
+    if counts.nslow:
+        for at, size, usec in lane.slow():
+            note_lane_slow(state, client, data[start + at : start + at + size], usec)
 
 
 def count_lane(
@@ -407,7 +309,8 @@ def count_lane(
 ) -> None:
     """Bring the server's state up to date with requests the C lane ran:
     counts (a lane_call or nl_counts: calls, microseconds and messages of
-    TWRITE and TREAD), the keys written (key, Stream or AckGroup), the AOF
+    TWRITE and TREAD), the keys written (key, Stream or AckGroup, each
+    stream's next offset taken up already: LaneCall.written()), the AOF
     bytes as (append time in unix ms or None, requests verbatim) runs, and
     the changes of lease reads and TACKs to acknowledged groups."""
     writes = counts.twrite_calls
@@ -415,9 +318,7 @@ def count_lane(
     stats = state.stats
     if changes:
         keyspace = state.keyspace
-        for name, value in written:
-            if type(value) is Stream:
-                value.written_in_c()
+        for name, _value in written:
             keyspace.touch(name)
         MUTATIONS.ticks += changes
         state.dirty += changes

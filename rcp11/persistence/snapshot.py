@@ -21,12 +21,12 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from rcp11.ackgroups import AckGroup
 from rcp11.errors import PersistenceError
 from rcp11.files import replace_atomically
 from rcp11.logs import show_arg
 from rcp11.state import ServerState
 from rcp11.storage import StorageError, Stream
+from rcp11.storage.ackgroups import AckGroup
 
 SNAP_MAGIC = b"RCP11SNAP"
 SNAP_VERSION = 1

@@ -31,7 +31,6 @@ import time
 from typing import Any
 
 from rcp11 import errors
-from rcp11._macronode import ffi, lib
 from rcp11.commands.lane import (
     count_lane,
     lane_open_to_all,
@@ -43,6 +42,8 @@ from rcp11.errors import ProtocolError
 from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_CARRY, LANE_MAX_COMMANDS
 from rcp11.resp import RequestParser
 from rcp11.server.connection import Connection, Front
+from rcp11.storage.lane import Answer
+from rcp11.storage.netloop import CConnection, CLoop
 
 
 class LoopOwner(Front):
@@ -68,20 +69,7 @@ ACCEPTS_PER_CALL = 1000
 # Out of descriptors: accepting pauses this long instead of spinning.
 ACCEPT_PAUSE = 0.1
 
-_NL_LANE: int = lib.NL_LANE
-_FIXED_TIME: int = lib.LANE_FIXED_TIME
-_UINT64_MAX = (1 << 64) - 1
 _LAST_COMMAND = {1: "twrite", 2: "tread"}
-# nl_conn_activity()'s read time (one event loop thread: shared).
-_READ_US = ffi.new("int64_t *")
-
-# The loops the C callbacks belong to, by their C address (one per server
-# process; tests make several in turn).
-_loops: dict[int, NetLoop] = {}
-
-
-def _loop_of(cloop: Any) -> NetLoop | None:
-    return _loops.get(int(ffi.cast("uintptr_t", cloop)))
 
 
 class _SocketView:
@@ -110,11 +98,8 @@ class CTransport:
     (Server.flush), as asyncio's are."""
 
     def __init__(self, netloop: NetLoop, fd: int, peer: Any, local: Any) -> None:
-        self._handle = ffi.new_handle(self)
         self.netloop = netloop
-        self._conn: Any = lib.nl_conn_new(netloop.cloop, fd, self._handle)
-        if self._conn == ffi.NULL:
-            raise OSError(errno.ENOMEM, "the C loop refused the connection")
+        self._conn: CConnection | None = CConnection(netloop.cloop, fd, self)
         self.protocol: Connection | None = None
         self._extra = {"peername": peer, "sockname": local, "socket": _SocketView(fd)}
         self._closing = False
@@ -126,23 +111,23 @@ class CTransport:
 
     def write(self, data: bytes) -> None:
         if self._conn is not None and data:
-            lib.nl_conn_write(self._conn, data, len(data))
+            self._conn.write(data)
 
     def get_write_buffer_size(self) -> int:
-        return lib.nl_conn_pending(self._conn) if self._conn is not None else 0
+        return self._conn.pending() if self._conn is not None else 0
 
     def set_write_buffer_limits(self, high: int, low: int | None = None) -> None:
         # One mark for both, as the server sets them (TRANSPORT_WATER).
         if self._conn is not None:
-            lib.nl_conn_set_water(self._conn, high)
+            self._conn.set_water(high)
 
     def pause_reading(self) -> None:
         if self._conn is not None:
-            lib.nl_conn_pause_reading(self._conn, 1)
+            self._conn.pause_reading(True)
 
     def resume_reading(self) -> None:
         if self._conn is not None:
-            lib.nl_conn_pause_reading(self._conn, 0)
+            self._conn.pause_reading(False)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -150,12 +135,12 @@ class CTransport:
     def close(self) -> None:
         self._closing = True
         if self._conn is not None:
-            lib.nl_conn_close(self._conn, 0)
+            self._conn.close(abort=False)
 
     def abort(self) -> None:
         self._closing = True
         if self._conn is not None:
-            lib.nl_conn_close(self._conn, 1)
+            self._conn.close(abort=True)
 
     # -- the C loop's own ------------------------------------------------------
 
@@ -182,15 +167,15 @@ class CTransport:
             # At most LANE_MAX_CARRY, as run_lane() carries: a big request
             # the lane refuses late would otherwise go back and forth whole.
             held = parser.unparsed(min(carry, LANE_MAX_CARRY)) if ready == [] else None
-            if held is None or lib.nl_conn_carry(conn, held, len(held)):
+            if held is None or not conn.carry(held):
                 ok = False
             else:
                 parser.skip(len(held))
-        lib.nl_conn_set_lane(conn, ok, max(output_mark, 0), carry)
+        conn.set_lane(ok, max(output_mark, 0), carry)
 
     def carried(self) -> int:
         """Bytes of an unfinished request C holds (part of the query buffer)."""
-        return lib.nl_conn_carried(self._conn) if self._conn is not None else 0
+        return self._conn.carried() if self._conn is not None else 0
 
     def refresh_client(self) -> None:
         """ClientState.refresh: the client's last command, last interaction
@@ -201,18 +186,44 @@ class CTransport:
         client = protocol.client if protocol is not None else None
         if conn is None or client is None:
             return
-        read_us = _READ_US
         # Python runs this connection's commands only after a hand-over,
         # which refreshes first: a command the lane ran since is the last.
-        last = lib.nl_conn_activity(conn, read_us)
+        last, read_us = conn.activity()
         if last:
             client.last_command = _LAST_COMMAND[last]
-        read_at = read_us[0] / 1e6
+        read_at = read_us / 1e6
         if read_at > client.last_interaction:
             client.last_interaction = read_at
         parser = protocol.parser  # type: ignore[union-attr]
         held = parser.buffered() if parser is not None else 0
-        client.query_buffer_len = held + lib.nl_conn_carried(conn)
+        client.query_buffer_len = held + conn.carried()
+
+    def on_closed(self, err: int) -> None:
+        """The socket is closed: connection_lost() soon, as asyncio calls it."""
+        netloop = self.netloop
+        if not netloop.cloop.open:
+            self.lost(err)  # the loop is gone: nothing runs it later
+            return
+        if not netloop.closed:
+            netloop.server.loop.call_soon(netloop.settle)
+        netloop.closed.append((self, err))
+
+    def on_water(self, over: int) -> None:
+        """Pending output passed the water mark (pause_writing, at once, as
+        asyncio) or drained back to it (resume_writing, soon: it may run
+        commands, which must not happen inside a C poll); or a flush would
+        have taken it past the hard limit (2: closed as Python's write closes)."""
+        protocol = self.protocol
+        if protocol is None:
+            return
+        if over == 2:
+            transport = protocol.transport
+            pending = transport.get_write_buffer_size() if transport is not None else 0
+            protocol.client_over_limit(f"hard limit {protocol.server.output_limits[0]}", pending)
+        elif over:
+            protocol.pause_writing()
+        else:
+            self.netloop.server.loop.call_soon(protocol.resume_writing)
 
     def lost(self, err: int) -> None:
         """connection_lost(), then the C connection is freed."""
@@ -224,7 +235,7 @@ class CTransport:
         finally:
             conn, self._conn = self._conn, None
             if conn is not None:
-                lib.nl_conn_free(conn)
+                conn.free()
 
 
 class _Listener:
@@ -276,39 +287,25 @@ class NetLoop:
     fold of each batch into the server's state."""
 
     def __init__(self, server: LoopOwner) -> None:
-        cloop = lib.nl_loop_new()
-        if cloop == ffi.NULL:
-            raise OSError("the C lane's event loop could not start (epoll refused?)")
-        self.cloop: Any = ffi.gc(cloop, lib.nl_loop_free)
         self.server = server
         self.state = server.state
-        # (key, Stream or None) in the order C asked about them this batch.
-        self.resolved: list[tuple[bytes, Any]] = []
+        self.cloop = CLoop(self)
         # Transports whose socket closed, with the error: connection_lost()
         # is called soon (settle()), as asyncio calls it, never inside C.
         self.closed: list[tuple[CTransport, int]] = []
-        self._aof_data = ffi.new("const char **")
-        self._aof_len = ffi.new("size_t *")
-        self._owners_n = ffi.new("size_t *")
-        self._slow_owner = ffi.new("void **")
-        lib.nl_set_callbacks(
-            self.cloop, lib.nl_resolve_key, lib.nl_on_data, lib.nl_on_closed, lib.nl_on_water
-        )
         self.limits_changed()
-        self._key = int(ffi.cast("uintptr_t", cloop))
-        _loops[self._key] = self
-        server.loop.add_reader(lib.nl_loop_fd(self.cloop), self.poll)
+        server.loop.add_reader(self.cloop.fd(), self.poll)
 
     def close(self) -> None:
-        self.server.loop.remove_reader(lib.nl_loop_fd(self.cloop))
-        _loops.pop(self._key, None)
+        self.server.loop.remove_reader(self.cloop.fd())
+        self.cloop.close()
 
     def limits_changed(self) -> None:
         """proto-max-bulk-len (the lane runs authenticated clients only:
         their parsers allow any argument count) and the output's hard limit."""
         max_bulk = self.state.config.get("proto-max-bulk-len")
-        lib.nl_set_limits(self.cloop, max_bulk, DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS)
-        lib.nl_set_hard_limit(self.cloop, self.server.output_limits[0])
+        self.cloop.set_limits(max_bulk, DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS)
+        self.cloop.set_hard_limit(self.server.output_limits[0])
 
     def listen(self, sock: socket.socket, unix_path: str | None = None) -> _Listener:
         return _Listener(self, sock, unix_path)
@@ -348,14 +345,10 @@ class NetLoop:
         state = self.state
         if lane_open_to_all(state):
             flags, room, memory_room = lane_writes(state)
-            if state.append_ms is not None:
-                # A pinned append time holds in the lane as on the general path.
-                flags |= _FIXED_TIME
-                lib.nl_set_fixed_ms(self.cloop, state.append_ms)
-            slow_usec = min(state.slow_usec, _UINT64_MAX)
-            lib.nl_set_switches(self.cloop, _NL_LANE | flags, room, memory_room, slow_usec)
+            # A pinned append time holds in the lane as on the general path.
+            self.cloop.lane_on(flags, room, memory_room, state.slow_usec, state.append_ms)
         else:
-            lib.nl_set_switches(self.cloop, 0, 0, 0, _UINT64_MAX)
+            self.cloop.lane_off()
 
     def poll(self) -> None:
         """uvloop's callback: the C loop's descriptor is readable."""
@@ -363,10 +356,10 @@ class NetLoop:
         server.now = time.time()
         self.set_switches()
         cloop = self.cloop
-        lib.nl_poll(cloop)
-        if lib.nl_batch_pending(cloop):
+        cloop.poll()
+        if cloop.batch_pending():
             self.fold()
-        if lib.nl_dirty(cloop) and not server.flush_scheduled:
+        if cloop.dirty() and not server.flush_scheduled:
             server.flush()
 
     def fold(self) -> None:
@@ -374,52 +367,44 @@ class NetLoop:
         counters, AOF bytes, touched keys, each client's last command."""
         cloop = self.cloop
         state = self.state
-        counts = lib.nl_batch_counts(cloop)
+        counts = cloop.counts()
         written: list[tuple[bytes, Any]] = []
         aof: list[tuple[int, bytes]] = []
         if counts.twrite_calls:
-            written = [r for i, r in enumerate(self.resolved) if lib.nl_batch_key_written(cloop, i)]
-            data, size = self._aof_data, self._aof_len
-            for i in range(lib.nl_batch_aof_runs(cloop)):
-                ms = lib.nl_batch_aof_run(cloop, i, data, size)
-                aof.append((ms, ffi.unpack(data[0], size[0])))
-        count_lane(state, counts, written, aof)
+            written = cloop.written()
+            aof = cloop.aof_runs()
+        count_lane(state, counts, written, aof)  # type: ignore[arg-type]
         if counts.aof_failed:
             log.error("The C lane's AOF bytes could not be kept (no memory)")
             state.writes_refused = errors.UNLOGGED_CHANGE
         stats = state.stats
         stats.total_net_input_bytes += counts.net_input_bytes
         stats.total_net_output_bytes += counts.net_output_bytes
-        for i in range(lib.nl_batch_slow_count(cloop)):
-            usec = lib.nl_batch_slow(cloop, i, self._slow_owner, self._aof_data, self._aof_len)
-            owner = self._slow_owner[0]
-            protocol = ffi.from_handle(owner).protocol if owner != ffi.NULL else None
+        for transport, request, usec in cloop.slow():
+            protocol = transport.protocol if transport is not None else None
             if protocol is not None and protocol.client is not None:
-                request = ffi.unpack(self._aof_data[0], self._aof_len[0])
                 note_lane_slow(state, protocol.client, request, usec)
         # Each client's last command, idle time and query buffer stay in C
         # until something shows them (CTransport.refresh_client): no Python
         # work per request.
-        lib.nl_batch_reset(cloop)
-        self.resolved.clear()
+        cloop.reset_batch()
 
     def flush(self) -> None:
         """Write every connection's output (after persistence.flush())."""
-        lib.nl_flush(self.cloop)
+        self.cloop.flush()
 
     def drop_unflushed(self) -> None:
         """The AOF could not take this batch's writes: no reply of it
         leaves, and those clients are closed (as Server.drop_unlogged())."""
         cloop = self.cloop
-        if lib.nl_batch_pending(cloop):
+        if cloop.batch_pending():
             self.fold()
-        closed = lib.nl_drop_unflushed(cloop)
-        owners = lib.nl_batch_owners(cloop, self._owners_n)
-        for i in range(self._owners_n[0]):
-            protocol = ffi.from_handle(owners[i]).protocol
+        closed, owners = cloop.drop_unflushed()
+        for transport in owners:
+            protocol = transport.protocol
             if protocol is not None and protocol.client is not None:
                 protocol.client.closing = True
-        lib.nl_batch_reset(cloop)
+        cloop.reset_batch()
         if closed:
             log.warning(
                 "Writes could not be logged to the AOF: dropped the replies of %d "
@@ -427,75 +412,29 @@ class NetLoop:
                 closed,
             )
 
+    # -- what the C loop asks (rcp11/storage/netloop.py's callbacks) -------------
 
-# -- the C loop's callbacks ------------------------------------------------------
+    def resolve(self, key: bytes) -> Answer:
+        # Acknowledged groups are the general path's here.
+        return resolve_key(self.state, key, False)
 
-
-@ffi.def_extern()
-def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
-    netloop = _loop_of(cloop)
-    if netloop is None:
-        return 0
-    # No group_out: acknowledged groups are the general path's here.
-    return resolve_key(
-        netloop.state, ffi.unpack(key, key_len), netloop.resolved, stream_out, None, limit_out
-    )
-
-
-@ffi.def_extern()
-def nl_on_data(cloop: Any, owner: Any, data: Any, size: int) -> None:
-    """Bytes the lane did not run: the general path's, in order."""
-    netloop = _loop_of(cloop)
-    if netloop is None:
-        return
-    try:
-        if lib.nl_batch_pending(cloop):
-            netloop.fold()  # the AOF and the counters first, in the order things ran
-        else:
-            netloop.resolved.clear()
-        transport = ffi.from_handle(owner)
-        protocol = transport.protocol
-        if protocol is not None:
-            # What the lane ran comes before what Python runs now.
-            transport.refresh_client()
-            protocol.data_received(ffi.unpack(data, size))
-            protocol.sync_lane()
-        netloop.set_switches()
-    except Exception:
-        log.exception("Error serving a connection of the C lane's loop")
-
-
-@ffi.def_extern()
-def nl_on_closed(owner: Any, err: int) -> None:
-    """The socket is closed: connection_lost() soon, as asyncio calls it."""
-    transport = ffi.from_handle(owner)
-    netloop = transport.netloop
-    if _loops.get(netloop._key) is not netloop:
-        transport.lost(err)  # the loop is gone: nothing runs it later
-        return
-    if not netloop.closed:
-        netloop.server.loop.call_soon(netloop.settle)
-    netloop.closed.append((transport, err))
-
-
-@ffi.def_extern()
-def nl_on_water(owner: Any, over: int) -> None:
-    """Pending output passed the water mark (pause_writing, at once, as
-    asyncio) or drained back to it (resume_writing, soon: it may run
-    commands, which must not happen inside a C poll); or a flush would
-    have taken it past the hard limit (2: closed as Python's write closes)."""
-    transport = ffi.from_handle(owner)
-    protocol = transport.protocol
-    if protocol is None:
-        return
-    if over == 2:
-        transport = protocol.transport
-        pending = transport.get_write_buffer_size() if transport is not None else 0
-        protocol.client_over_limit(f"hard limit {protocol.server.output_limits[0]}", pending)
-    elif over:
-        protocol.pause_writing()
-    else:
-        transport.netloop.server.loop.call_soon(protocol.resume_writing)
+    def on_data(self, transport: CTransport, data: bytes) -> None:
+        """Bytes the lane did not run: the general path's, in order."""
+        try:
+            cloop = self.cloop
+            if cloop.batch_pending():
+                self.fold()  # the AOF and the counters first, in the order things ran
+            else:
+                cloop.resolved.clear()
+            protocol = transport.protocol
+            if protocol is not None:
+                # What the lane ran comes before what Python runs now.
+                transport.refresh_client()
+                protocol.data_received(data)
+                protocol.sync_lane()
+            self.set_switches()
+        except Exception:
+            log.exception("Error serving a connection of the C lane's loop")
 
 
 __all__ = ["CARRY_LIMIT", "CTransport", "NetLoop"]

@@ -1,73 +1,48 @@
-"""The Python binding of the C storage core (src/macronode.c).
-
-This is the only module that touches cffi's ``ffi``/``lib`` for streams
-(the C lane, rcp11/commands/lane.py, is the one other user: it hands the
-core's stream handles to src/lane.c): everything else sees :class:`Stream`
-and the exceptions below. C return codes become
-exceptions in :func:`_check`, C memory is owned through ``ffi.gc``.
+"""One RCP 11 stream over the C storage core (src/macronode.c):
+:class:`Stream`. C return codes become the exceptions of
+rcp11/storage/errors.py; C memory is owned through ``ffi.gc``.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from rcp11.storage.binding import (
+    DEFAULT_MAX_ENTRIES,
+    INT64_MAX,
+    MAX_COMPRESSION_DEPTH,
+    MAX_MAX_ENTRIES,
+    MAX_MESSAGE_BYTES,
+    MAX_OFFSET,
+    NOW,
+    UINT64_MAX,
+    clamp_ms,
+    ffi,
+    lib,
+)
+from rcp11.storage.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    MessageTooBigError,
+    StorageMemoryError,
+    check,
+    error,
+)
+from rcp11.storage.records import MUTATIONS, Evicted, NodeInfo
 
 if TYPE_CHECKING:  # numpy is imported where it is used: not at server start
     import numpy as np
 
-try:
-    from rcp11._macronode import ffi, lib
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
-    ) from exc
-
-EXPECTED_ABI_VERSION = 11
-
-if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
-    raise ImportError(
-        f"rcp11._macronode has ABI version {lib.mn_abi_version()}, storage.py expects "
-        f"{EXPECTED_ABI_VERSION}: the extension is stale, rebuild it with `pip install -e .`"
-    )
-
-MAX_OFFSET: int = lib.MN_MAX_OFFSET
-MAX_MESSAGE_BYTES: int = lib.MN_MAX_MESSAGE_BYTES
-DEFAULT_MAX_ENTRIES: int = lib.MN_DEFAULT_MAX_ENTRIES
-MAX_MAX_ENTRIES: int = lib.MN_MAX_MAX_ENTRIES
-FORMAT_VERSION: int = lib.MN_FORMAT_VERSION
-MAX_COMPRESSION_DEPTH: int = lib.MN_MAX_COMPRESSION_DEPTH
-
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_UINT64_MAX = 2**64 - 1
-
-
-# now_ms for "the wall clock, read by the core": cheaper than reading it
-# here (a Python call, a big-integer division and a slower conversion of a
-# 13-digit int cost ~1,700 instructions per append, 35% of a one-message
-# append through this module).
-_NOW: int = lib.MN_NOW
-
-
-def wall_ms() -> int:
-    """The wall clock in unix milliseconds (what MN_NOW makes the core use)."""
-    return time.time_ns() // 1_000_000
-
-
-def _clamp_ms(ms: int) -> int:
-    return _INT64_MIN if ms < _INT64_MIN else _INT64_MAX if ms > _INT64_MAX else ms
-
 
 def _max_nodes(max_nodes: int | None) -> int:
     if max_nodes is None:
-        return _UINT64_MAX
+        return UINT64_MAX
     if max_nodes < 0:
         raise InvalidArgumentError("max_nodes must be >= 0", lib.MN_ERR_ARG)
-    return min(max_nodes, _UINT64_MAX)
+    return min(max_nodes, UINT64_MAX)
 
 
 # Message lengths go to mn_append() as a uint32 array.array through
@@ -80,88 +55,13 @@ if array(_LENS_TYPECODE).itemsize != 4:  # pragma: no cover - exotic ABI only
         raise ImportError("no 32-bit unsigned array.array typecode on this platform")
 
 
-class StorageError(Exception):
-    """A storage core call failed; ``code`` is the MN_ERR_* value."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class OffsetOverflowError(StorageError):
-    """The write would give a message an offset past 2^63-1."""
-
-
-class CorruptDataError(StorageError):
-    """A serialized blob failed validation."""
-
-
-class MessageTooBigError(StorageError, ValueError):
-    """A message is larger than MAX_MESSAGE_BYTES."""
-
-
-class InvalidArgumentError(StorageError, ValueError):
-    """An argument outside its documented range."""
-
-
-class StorageMemoryError(StorageError, MemoryError):
-    """The C allocator failed; nothing was changed."""
-
-
-_ERRORS: dict[int, tuple[type[StorageError], str]] = {
-    lib.MN_ERR_NOMEM: (StorageMemoryError, "out of memory"),
-    lib.MN_ERR_OVERFLOW: (OffsetOverflowError, "offset would pass 2^63-1"),
-    lib.MN_ERR_TOOBIG: (MessageTooBigError, "message or node too big"),
-    lib.MN_ERR_CORRUPT: (CorruptDataError, "corrupt stream data"),
-    lib.MN_ERR_ARG: (InvalidArgumentError, "argument out of range"),
-}
-
-
 # read_resp_capped(): no cap, and where the core says how big a refused reply was.
 _NO_CAP = 2**64 - 1
 _needed = ffi.new("uint64_t *")
 
 
-def _error(rc: int) -> StorageError:
-    cls, message = _ERRORS.get(rc, (StorageError, f"storage error {rc}"))
-    return cls(message, rc)
-
-
-def _check(rc: int) -> int:
-    """Return rc when it is not an error, else raise the matching exception."""
-    if rc >= 0:
-        return rc
-    raise _error(rc)
-
-
-@dataclass(frozen=True)
-class Evicted:
-    """What one retention call evicted (mn_evicted), and whether it stopped
-    at its node budget with more to evict."""
-
-    messages: int = 0
-    bytes: int = 0
-    nodes: int = 0
-    memory: int = 0
-    more: bool = False
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One macronode (mn_node_info): for tests, DEBUG and INFO."""
-
-    first: int
-    count: int
-    compressed: bool
-    zlevel: int
-    first_ms: int
-    last_ms: int
-    memory: int
-    time_width: int  # bytes per message of its time deltas (0, 1, 2, 4, 8)
-
-
 def _evicted(ev: Any, rc: int) -> Evicted:
-    _check(rc)
+    check(rc)
     return Evicted(ev.messages, ev.bytes, ev.nodes, ev.memory, rc == 1)
 
 
@@ -199,24 +99,10 @@ def _serialized(serialize: Callable[[object, object], int], obj: object) -> byte
     """Run a C serializer into a fresh mn_buf and return its bytes."""
     buf = ffi.new("mn_buf *")
     try:
-        _check(serialize(obj, buf))
+        check(serialize(obj, buf))
         return ffi.unpack(buf.data, buf.len)
     finally:
         lib.mn_buf_free(buf)
-
-
-class MutationClock:
-    """Counts every mutation of every stream. Dispatch reads it around a
-    command handler that raised, to know whether the handler had already
-    changed a stream (so that the change is logged, never left half done)."""
-
-    __slots__ = ("ticks",)
-
-    def __init__(self) -> None:
-        self.ticks = 0
-
-
-MUTATIONS = MutationClock()
 
 
 class Stream:
@@ -344,11 +230,11 @@ class Stream:
         last_append_ms.
         """
         if now_ms is None:
-            ms = _NOW
-        elif 0 <= now_ms <= _INT64_MAX:
+            ms = NOW
+        elif 0 <= now_ms <= INT64_MAX:
             ms = now_ms
         else:
-            ms = _NOW if now_ms < 0 else _INT64_MAX
+            ms = NOW if now_ms < 0 else INT64_MAX
         n = len(entries)
         if n == 1:
             data = entries[0]
@@ -372,7 +258,7 @@ class Stream:
         self._version += 1
         MUTATIONS.ticks += 1
         if first < 0:
-            raise _error(first)
+            raise error(first)
         self._next = first + n
         return first
 
@@ -388,7 +274,7 @@ class Stream:
             raise InvalidArgumentError("lens must be a non-empty 1-D sequence", lib.MN_ERR_ARG)
         if int(sizes.sum()) != len(data):
             raise InvalidArgumentError("lens do not add up to len(data)", lib.MN_ERR_ARG)
-        ms = _NOW if now_ms is None else _clamp_ms(now_ms)
+        ms = NOW if now_ms is None else clamp_ms(now_ms)
         if sizes.min() < 0:
             raise InvalidArgumentError("negative message length", lib.MN_ERR_ARG)
         if sizes.max() > MAX_MESSAGE_BYTES:
@@ -399,7 +285,7 @@ class Stream:
         self._version += 1
         MUTATIONS.ticks += 1
         if first < 0:
-            raise _error(first)
+            raise error(first)
         self._next = first + lens32.size
         return first
 
@@ -410,7 +296,7 @@ class Stream:
         offset = min(offset, MAX_OFFSET)
         self._version += 1
         MUTATIONS.ticks += 1
-        return _check(lib.mn_evict_upto(self._s, offset))
+        return check(lib.mn_evict_upto(self._s, offset))
 
     def evict_keep(self, keep: int) -> int:
         """Keep the newest `keep` offsets, evict the rest; return how many were evicted."""
@@ -418,7 +304,7 @@ class Stream:
             raise InvalidArgumentError("keep must be >= 0", lib.MN_ERR_ARG)
         self._version += 1
         MUTATIONS.ticks += 1
-        return _check(lib.mn_evict_keep(self._s, min(keep, 2**64 - 1)))
+        return check(lib.mn_evict_keep(self._s, min(keep, 2**64 - 1)))
 
     def raise_next_offset(self, next_offset: int) -> None:
         """Skip offsets up to next_offset (they read as null forever)."""
@@ -428,7 +314,7 @@ class Stream:
             )
         self._version += 1
         MUTATIONS.ticks += 1
-        _check(lib.mn_raise_next_offset(self._s, next_offset))
+        check(lib.mn_raise_next_offset(self._s, next_offset))
         self._next = next_offset
 
     def concat(self, src: Stream) -> int:
@@ -440,7 +326,7 @@ class Stream:
             raise InvalidArgumentError("cannot concatenate a stream to itself", lib.MN_ERR_ARG)
         self._version += 1
         src._version += 1
-        first = _check(lib.mn_stream_concat(self._s, src._s))
+        first = check(lib.mn_stream_concat(self._s, src._s))
         self._next = lib.mn_next_offset(self._s)
         return first
 
@@ -450,7 +336,7 @@ class Stream:
         """Offset of the first readable message appended at or after unix_ms
         (next_offset if none). Exact (but among messages loaded from a
         format-3 dump: never later, at most 63 messages earlier)."""
-        return lib.mn_seek_time(self._s, _clamp_ms(unix_ms))
+        return lib.mn_seek_time(self._s, clamp_ms(unix_ms))
 
     def evict_older_than(self, cutoff_ms: int, max_nodes: int | None = None) -> Evicted:
         """Evict every message appended before cutoff_ms: whole nodes
@@ -459,7 +345,7 @@ class Stream:
         node left."""
         ev = ffi.new("mn_evicted *")
         self._version += 1
-        rc = lib.mn_evict_older_than(self._s, _clamp_ms(cutoff_ms), _max_nodes(max_nodes), ev)
+        rc = lib.mn_evict_older_than(self._s, clamp_ms(cutoff_ms), _max_nodes(max_nodes), ev)
         return _evicted(ev, rc)
 
     def evict_over_bytes(self, max_payload: int, max_nodes: int | None = None) -> Evicted:
@@ -470,7 +356,7 @@ class Stream:
         ev = ffi.new("mn_evicted *")
         self._version += 1
         rc = lib.mn_evict_over_bytes(
-            self._s, min(max_payload, _UINT64_MAX), _max_nodes(max_nodes), ev
+            self._s, min(max_payload, UINT64_MAX), _max_nodes(max_nodes), ev
         )
         return _evicted(ev, rc)
 
@@ -478,7 +364,7 @@ class Stream:
         """Evict the oldest node, the active one included (nodes == 0: empty)."""
         ev = ffi.new("mn_evicted *")
         self._version += 1
-        _check(lib.mn_evict_oldest_node(self._s, ev))
+        check(lib.mn_evict_oldest_node(self._s, ev))
         return _evicted(ev, 0)
 
     def nodes(self) -> list[NodeInfo]:
@@ -511,26 +397,26 @@ class Stream:
             raise InvalidArgumentError(
                 f"max_entries must be between 1 and {MAX_MAX_ENTRIES}", lib.MN_ERR_ARG
             )
-        _check(lib.mn_stream_set_max_entries(self._s, max_entries))
+        check(lib.mn_stream_set_max_entries(self._s, max_entries))
 
     def set_max_node_bytes(self, max_bytes: int) -> None:
         """Nodes filled from now on end before their messages pass max_bytes
         (0: no cap, the default; a larger message goes alone into a node)."""
         if not 0 <= max_bytes < 2**32:
             raise InvalidArgumentError("max_bytes must be between 0 and 2^32-1", lib.MN_ERR_ARG)
-        _check(lib.mn_stream_set_max_node_bytes(self._s, max_bytes))
+        check(lib.mn_stream_set_max_node_bytes(self._s, max_bytes))
 
     def set_compression(self, level: int) -> None:
         """zlib level (0 = off): nodes sealed from now on, and existing ones
         gradually (one per node sealed, or compress_step())."""
         _check_level(level)
-        _check(lib.mn_stream_set_compression(self._s, level))
+        check(lib.mn_stream_set_compression(self._s, level))
 
     def set_compression_depth(self, depth: int) -> None:
         """Keep the newest `depth` sealed nodes raw (like list-compress-depth);
         existing nodes follow gradually."""
         _check_depth(depth)
-        _check(lib.mn_stream_set_compression_depth(self._s, depth))
+        check(lib.mn_stream_set_compression_depth(self._s, depth))
 
     def compress_step(self, max_nodes: int = 1) -> bool:
         """Bring at most max_nodes existing nodes to the form the level and
@@ -539,7 +425,7 @@ class Stream:
             raise InvalidArgumentError("max_nodes must be between 0 and 2^32-1", lib.MN_ERR_ARG)
         # No _version bump: conforming nodes changes their blobs, never which
         # nodes there are, so a dump() in progress stays valid.
-        return bool(_check(lib.mn_compress_step(self._s, max_nodes)))
+        return bool(check(lib.mn_compress_step(self._s, max_nodes)))
 
     # -- reads ----------------------------------------------------------
 
@@ -593,7 +479,7 @@ class Stream:
                 return int(needed[0])
             if rc:
                 raise (
-                    _range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else _error(rc)
+                    _range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else error(rc)
                 )
             return ffi.unpack(buf.data, buf.len) if buf.len else b""
         finally:
@@ -620,7 +506,7 @@ class Stream:
         lens = array("q", bytes(8 * count))  # int64 per message, -1: evicted or lost
         buf = ffi.new("mn_buf *")
         try:
-            _check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))
+            check(lib.mn_read_copy(self._s, start, count, buf, ffi.from_buffer("int64_t[]", lens)))
             data = ffi.unpack(buf.data, buf.len) if buf.len else b""
         finally:
             lib.mn_buf_free(buf)
@@ -653,21 +539,15 @@ class Stream:
         if count == 0:
             return []
         times = array("q", bytes(8 * count))
-        _check(lib.mn_read_times(self._s, start, count, ffi.from_buffer("int64_t[]", times)))
+        check(lib.mn_read_times(self._s, start, count, ffi.from_buffer("int64_t[]", times)))
         return [None if t < 0 else t for t in times.tolist()]
 
     # -- persistence ----------------------------------------------------
 
-    @property
-    def handle(self) -> Any:
-        """The core's mn_stream pointer, for the C lane (commands/lane.py),
-        which appends and reads through it in C; after it wrote, it calls
-        written_in_c()."""
-        return self._s
-
     def written_in_c(self) -> None:
-        """The C lane appended to this stream through handle: take up its
-        next offset and count the change (dump() notices it)."""
+        """The C lane (rcp11/storage/lane.py, netloop.py) appended to this
+        stream through its mn_stream: take up its next offset and count the
+        change (dump() notices it)."""
         self._next = lib.mn_next_offset(self._s)
         self._version += 1
 
@@ -693,7 +573,7 @@ class Stream:
         compression and append times. CorruptDataError for a bad blob."""
         self._version += 1
         MUTATIONS.ticks += 1
-        _check(lib.mn_append_node_blob(self._s, ffi.from_buffer(blob), len(blob)))
+        check(lib.mn_append_node_blob(self._s, ffi.from_buffer(blob), len(blob)))
         self._next = lib.mn_next_offset(self._s)
 
     @classmethod
@@ -703,7 +583,7 @@ class Stream:
         Older dumps load too: format 3's messages take the time of the next
         message whose time it kept (every 64th); format 2's (before the time
         index) count as appended at now_ms (default: the wall clock)."""
-        ms = _NOW if now_ms is None else _clamp_ms(now_ms)
+        ms = NOW if now_ms is None else clamp_ms(now_ms)
         it = iter(blobs)
         header = next(it, None)
         if header is None:
@@ -711,14 +591,14 @@ class Stream:
         err = ffi.new("int *")
         ptr = lib.mn_load_header(ffi.from_buffer(header), len(header), ms, err)
         if ptr == ffi.NULL:
-            _check(err[0] if err[0] < 0 else lib.MN_ERR_CORRUPT)
+            check(err[0] if err[0] < 0 else lib.MN_ERR_CORRUPT)
         stream = cls.__new__(cls)
         stream._s = ffi.gc(ptr, lib.mn_stream_free)
         stream._version = 0
         stream._next = lib.mn_next_offset(ptr)
         for blob in it:
-            _check(lib.mn_load_node(stream._s, ffi.from_buffer(blob), len(blob)))
-        _check(lib.mn_load_finish(stream._s))
+            check(lib.mn_load_node(stream._s, ffi.from_buffer(blob), len(blob)))
+        check(lib.mn_load_finish(stream._s))
         return stream
 
 
@@ -726,7 +606,7 @@ def validate_node_blob(blob: bytes) -> bool:
     """True when a node blob passes every check a load would make on it alone."""
     rc = lib.mn_validate_node_blob(ffi.from_buffer(blob), len(blob))
     if rc == lib.MN_ERR_NOMEM:
-        _check(rc)
+        check(rc)
     return rc == lib.MN_OK
 
 

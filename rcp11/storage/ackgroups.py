@@ -1,4 +1,4 @@
-"""Python face of src/ackgroup.c: the state an acknowledged consumer group
+"""The binding of src/ackgroup.c: the state an acknowledged consumer group
 keeps (docs/PROTOCOL.md, "Acknowledged groups").
 
 An :class:`AckGroup` is what a group key holds in acknowledged mode: the
@@ -15,8 +15,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from rcp11._macronode import ffi, lib
-from rcp11.storage import MUTATIONS, CorruptDataError, InvalidArgumentError, StorageMemoryError
+from rcp11.storage.binding import ffi, lib
+from rcp11.storage.errors import CorruptDataError, InvalidArgumentError, StorageMemoryError
+from rcp11.storage.records import MUTATIONS
 
 MAX_OWNER_BYTES: int = lib.AG_MAX_OWNER_BYTES
 MAX_LEASE_MS: int = lib.AG_MAX_LEASE_MS
