@@ -291,9 +291,12 @@ def _account(
     """What call() and the handlers would have done for the requests the
     lane ran over data[start:]: log, touch, count, note the slow ones."""
     counts = lane.counts
-    changes = counts.twrite_calls + counts.group_changes
-    written = lane.written() if changes else []
-    count_lane(state, counts, written, lane.aof(), counts.group_changes)
+    group_changes = counts.group_changes
+    if counts.twrite_calls + group_changes:
+        written, aof = lane.changes()
+        count_lane(state, counts, written, aof, group_changes)
+    else:
+        count_lane(state, counts, [], [], 0)
     client.last_command = "twrite" if counts.last_command == 1 else "tread"
     if counts.nslow:
         for at, size, usec in lane.slow():
@@ -309,8 +312,7 @@ def count_lane(
 ) -> None:
     """Bring the server's state up to date with requests the C lane ran:
     counts (a lane_call or nl_counts: calls, microseconds and messages of
-    TWRITE and TREAD), the keys written (key, Stream or AckGroup, each
-    stream's next offset taken up already: LaneCall.written()), the AOF
+    TWRITE and TREAD), the keys written (key, Stream or AckGroup), the AOF
     bytes as (append time in unix ms or None, requests verbatim) runs, and
     the changes of lease reads and TACKs to acknowledged groups."""
     writes = counts.twrite_calls
@@ -318,7 +320,9 @@ def count_lane(
     stats = state.stats
     if changes:
         keyspace = state.keyspace
-        for name, _value in written:
+        for name, value in written:
+            if type(value) is Stream:
+                value.written_in_c()
             keyspace.touch(name)
         MUTATIONS.ticks += changes
         state.dirty += changes

@@ -21,7 +21,6 @@ from typing import Any
 
 from rcp11.storage.ackgroups import AckGroup
 from rcp11.storage.binding import UINT64_MAX, ffi, lib
-from rcp11.storage.stream import Stream
 
 KEY_READ: int = lib.LANE_KEY_READ
 KEY_WRITE: int = lib.LANE_KEY_WRITE
@@ -67,16 +66,6 @@ def hand_key(
         stream_out[0] = value._s
         limit_out[0] = limit
     return allowed
-
-
-def written_keys(resolved: list[tuple[bytes, Any]], written: Callable[[int], Any]) -> list:
-    """The (key, Stream or AckGroup) of resolved whose index `written` says
-    C changed; each such stream takes up the next offset C gave it."""
-    found = [r for i, r in enumerate(resolved) if written(i)]
-    for _name, value in found:
-        if type(value) is Stream:
-            value.written_in_c()
-    return found
 
 
 class LaneCall:
@@ -155,21 +144,20 @@ class LaneCall:
         finally:
             self._context = None
 
-    def written(self) -> list[tuple[bytes, Any]]:
-        """The keys the last run changed (key, Stream or AckGroup), each
-        stream with its new next offset taken up."""
-        keys = self._call.keys
-        return written_keys(self.resolved, lambda i: keys[i].written)
-
-    def aof(self) -> list[tuple[int | None, bytes]]:
-        """The last run's AOF bytes as one (append time in unix ms or None,
-        requests verbatim) run, or none. A run of lease reads alone logs its
-        TACKs and RCP11.LEASEs undated (append_ms -1: no TWRITE ran)."""
+    def changes(self) -> tuple[list[tuple[bytes, Any]], list[tuple[int | None, bytes]]]:
+        """What the last run changed: the keys it wrote (key, Stream or
+        AckGroup: each stream must take up its new next offset,
+        Stream.written_in_c()), and its AOF bytes as one (append time in unix
+        ms or None, requests verbatim) run, or none. A run of lease reads
+        alone logs its TACKs and RCP11.LEASEs undated (append_ms -1: no
+        TWRITE ran)."""
         call = self._call
+        keys = call.keys
+        written = [r for i, r in enumerate(self.resolved) if keys[i].written]
         if not call.aof.len:
-            return []
+            return written, []
         append_ms = call.append_ms if call.append_ms >= 0 else None
-        return [(append_ms, ffi.unpack(call.aof.data, call.aof.len))]
+        return written, [(append_ms, ffi.unpack(call.aof.data, call.aof.len))]
 
     def slow(self) -> list[tuple[int, int, int]]:
         """The last run's slow commands: (start, length, microseconds) of
@@ -195,11 +183,21 @@ def lane_resolve_key(
     call: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
 ) -> int:
     """lane_resolve_fn: may the lane read / write the stream (or the
-    acknowledged group) at key? Asks the resolver of the LaneCall running."""
+    acknowledged group) at key? Asks the resolver of the LaneCall running
+    (hand_key()'s work, written out here: it runs once per key per read)."""
     lane = ffi.from_handle(call.owner)
     name = ffi.unpack(key, key_len)
-    answer = lane._resolve(lane._context, name, True)
-    return hand_key(lane.resolved, name, answer, stream_out, group_out, limit_out)
+    allowed, value, limit = lane._resolve(lane._context, name, True)
+    if not allowed:
+        lane.resolved.append((name, None))
+        return 0
+    lane.resolved.append((name, value))
+    if type(value) is AckGroup:
+        group_out[0] = value._g
+    else:
+        stream_out[0] = value._s
+        limit_out[0] = limit
+    return allowed
 
 
 __all__ = [

@@ -18,7 +18,7 @@ import errno
 from typing import Any, Protocol
 
 from rcp11.storage.binding import UINT64_MAX, ffi, lib
-from rcp11.storage.lane import FIXED_TIME, Answer, hand_key, written_keys
+from rcp11.storage.lane import FIXED_TIME, Answer, hand_key
 
 _NL_LANE: int = lib.NL_LANE
 
@@ -126,10 +126,10 @@ class CLoop:
         return lib.nl_batch_counts(self.cloop)
 
     def written(self) -> list[tuple[bytes, Any]]:
-        """The keys the batch changed (key, Stream), each stream with its
-        new next offset taken up."""
+        """The keys the batch changed (key, Stream): each stream must take
+        up its new next offset (Stream.written_in_c())."""
         cloop = self.cloop
-        return written_keys(self.resolved, lambda i: lib.nl_batch_key_written(cloop, i))
+        return [r for i, r in enumerate(self.resolved) if lib.nl_batch_key_written(cloop, i)]
 
     def aof_runs(self) -> list[tuple[int, bytes]]:
         """The batch's AOF bytes: (append time in unix ms, requests verbatim) runs."""
