@@ -20,8 +20,9 @@ from rcp11.persistence.parts import Engine, SaveStatus
 from rcp11.retention import Retention
 from rcp11.server.connection import Front
 from rcp11.server.listeners import Server
-from rcp11.server.netloop import LoopOwner
+from rcp11.server.netloop import CTransport, LoopOwner, NetLoop
 from rcp11.state import ClientState, RetentionHooks, ServerState
+from rcp11.storage.netloop import ConnectionUser, LoopUser
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rcp11"
 
@@ -144,6 +145,12 @@ def test_the_contracts_stated_below_are_kept_above(tmp_path: Path) -> None:
         server = Server(plain, loop)
         _keeps(server, Front)
         _keeps(server, LoopOwner)
+        netloop = NetLoop(server)
+        try:
+            _keeps(netloop, LoopUser)
+        finally:
+            netloop.close()
+        _keeps(CTransport.__new__(CTransport), ConnectionUser)
     finally:
         loop.close()
     assert persistence.replay is execute

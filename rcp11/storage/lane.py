@@ -44,30 +44,6 @@ Answer = tuple[int, Any, int]
 Resolver = Callable[[Any, bytes, bool], Answer]
 
 
-def hand_key(
-    resolved: list[tuple[bytes, Any]],
-    name: bytes,
-    answer: Answer,
-    stream_out: Any,
-    group_out: Any,
-    limit_out: Any,
-) -> int:
-    """A resolver's answer for key name, handed to C (the stream or group
-    into its out-parameter, the write limit into limit_out) and noted in
-    resolved as (name, value or None); returns the LANE_KEY_* bits."""
-    allowed, value, limit = answer
-    if not allowed:
-        resolved.append((name, None))
-        return 0
-    resolved.append((name, value))
-    if type(value) is AckGroup:
-        group_out[0] = value._g
-    else:
-        stream_out[0] = value._s
-        limit_out[0] = limit
-    return allowed
-
-
 class LaneCall:
     """One lane_call of one server: lane_run() on reads (or a transaction's
     queued requests), and what the last run did."""
@@ -183,8 +159,8 @@ def lane_resolve_key(
     call: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
 ) -> int:
     """lane_resolve_fn: may the lane read / write the stream (or the
-    acknowledged group) at key? Asks the resolver of the LaneCall running
-    (hand_key()'s work, written out here: it runs once per key per read)."""
+    acknowledged group) at key? Asks the resolver of the LaneCall running;
+    notes the key in its resolved list, in C's order."""
     lane = ffi.from_handle(call.owner)
     name = ffi.unpack(key, key_len)
     allowed, value, limit = lane._resolve(lane._context, name, True)

@@ -5,10 +5,11 @@ the lane and answers). What the server does with them is
 rcp11/server/netloop.py's.
 
 The loop's callbacks reach Python objects through cffi handles: the
-loop's to its CLoop, whose owner answers ``resolve(key)`` (as
-LaneCall.run's resolver answers, acknowledged groups left to the general
-path) and ``on_data(connection_owner, data)`` (bytes the lane did not run);
-each connection's to its owner, which answers ``on_closed(err)`` and
+loop's reach its CLoop, whose owner answers ``resolve(key)`` (as
+LaneCall.run's resolver answers, with a stream or nothing: acknowledged
+groups are left to the general path) and ``on_data(transport, data)``
+(bytes the lane did not run; transport: the connection's owner); each
+connection's reach its owner, which answers ``on_closed(err)`` and
 ``on_water(over)``.
 """
 
@@ -18,7 +19,7 @@ import errno
 from typing import Any, Protocol
 
 from rcp11.storage.binding import UINT64_MAX, ffi, lib
-from rcp11.storage.lane import FIXED_TIME, Answer, hand_key
+from rcp11.storage.lane import FIXED_TIME, Answer
 
 _NL_LANE: int = lib.NL_LANE
 
@@ -29,8 +30,9 @@ class LoopUser(Protocol):
     def resolve(self, key: bytes) -> Answer:
         """What the lane may do with key (LaneCall's resolver's answer)."""
 
-    def on_data(self, owner: Any, data: bytes) -> None:
-        """Bytes of the connection of owner that the lane did not run."""
+    def on_data(self, transport: Any, data: bytes) -> None:
+        """Bytes the lane did not run, of the CConnection whose owner is
+        transport."""
 
 
 class ConnectionUser(Protocol):
@@ -226,12 +228,21 @@ class CConnection:
 
 @ffi.def_extern()
 def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
+    """nl_resolve_fn: may the lane read / write the stream at key? Asks the
+    loop's owner (acknowledged groups are the general path's here); notes
+    the key in the loop's resolved list, in C's order."""
     loop = ffi.from_handle(lib.nl_loop_owner(cloop))
     if not loop.open:
         return 0
     name = ffi.unpack(key, key_len)
-    # No group_out: acknowledged groups are the general path's here.
-    return hand_key(loop.resolved, name, loop.owner.resolve(name), stream_out, None, limit_out)
+    allowed, stream, limit = loop.owner.resolve(name)
+    if not allowed:
+        loop.resolved.append((name, None))
+        return 0
+    loop.resolved.append((name, stream))
+    stream_out[0] = stream._s
+    limit_out[0] = limit
+    return allowed
 
 
 @ffi.def_extern()
