@@ -4,7 +4,8 @@ the C lane's :class:`LaneCall`, the C loop's :class:`CLoop` and the
 exceptions below, never ``ffi`` or ``lib``.
 
     binding.py    the one import of rcp11._macronode; the core's limits
-    errors.py     MN_ERR_* return codes as exceptions
+    errors.py     MN_ERR_* return codes as exceptions; argument checks
+    buffers.py    the C buffers Stream's calls fill
     records.py    Evicted, NodeInfo, the MUTATIONS clock
     stream.py     Stream (src/macronode.c)
     ackgroups.py  AckGroup, an acknowledged group's state (src/ackgroup.c)

@@ -1,9 +1,11 @@
 """The storage core's errors: each MN_ERR_* return code of src/macronode.c
-becomes one of these exceptions here, in :func:`check` and :func:`error`."""
+becomes one of these exceptions here, in :func:`check` and :func:`error`;
+and the argument checks that refuse, before a C call, what the core would
+refuse with MN_ERR_ARG."""
 
 from __future__ import annotations
 
-from rcp11.storage.binding import lib
+from rcp11.storage.binding import MAX_COMPRESSION_DEPTH, UINT64_MAX, lib
 
 
 class StorageError(Exception):
@@ -56,6 +58,34 @@ def check(rc: int) -> int:
     raise error(rc)
 
 
+# -- argument checks (MN_ERR_ARG, before the C call) ------------------------
+
+
+def range_error(start: int, count: int, next_offset: int) -> InvalidArgumentError:
+    return InvalidArgumentError(f"range {start}+{count} outside 0..{next_offset}", lib.MN_ERR_ARG)
+
+
+def max_nodes_arg(max_nodes: int | None) -> int:
+    """A node budget for the core (None: no budget)."""
+    if max_nodes is None:
+        return UINT64_MAX
+    if max_nodes < 0:
+        raise InvalidArgumentError("max_nodes must be >= 0", lib.MN_ERR_ARG)
+    return min(max_nodes, UINT64_MAX)
+
+
+def check_depth(depth: int) -> None:
+    if not 0 <= depth <= MAX_COMPRESSION_DEPTH:
+        raise InvalidArgumentError(
+            f"compression depth must be between 0 and {MAX_COMPRESSION_DEPTH}", lib.MN_ERR_ARG
+        )
+
+
+def check_level(level: int) -> None:
+    if not 0 <= level <= 9:
+        raise InvalidArgumentError("compression level must be between 0 and 9", lib.MN_ERR_ARG)
+
+
 __all__ = [
     "CorruptDataError",
     "InvalidArgumentError",
@@ -64,5 +94,9 @@ __all__ = [
     "StorageError",
     "StorageMemoryError",
     "check",
+    "check_depth",
+    "check_level",
     "error",
+    "max_nodes_arg",
+    "range_error",
 ]

@@ -5,15 +5,13 @@ rcp11/storage/errors.py; C memory is owned through ``ffi.gc``.
 
 from __future__ import annotations
 
-import threading
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rcp11.storage.binding import (
     DEFAULT_MAX_ENTRIES,
     INT64_MAX,
-    MAX_COMPRESSION_DEPTH,
     MAX_MAX_ENTRIES,
     MAX_MESSAGE_BYTES,
     MAX_OFFSET,
@@ -23,26 +21,23 @@ from rcp11.storage.binding import (
     ffi,
     lib,
 )
+from rcp11.storage.buffers import release_scratch, scratch_buffer, serialized
 from rcp11.storage.errors import (
     CorruptDataError,
     InvalidArgumentError,
     MessageTooBigError,
     StorageMemoryError,
     check,
+    check_depth,
+    check_level,
     error,
+    max_nodes_arg,
+    range_error,
 )
 from rcp11.storage.records import MUTATIONS, Evicted, NodeInfo
 
 if TYPE_CHECKING:  # numpy is imported where it is used: not at server start
     import numpy as np
-
-
-def _max_nodes(max_nodes: int | None) -> int:
-    if max_nodes is None:
-        return UINT64_MAX
-    if max_nodes < 0:
-        raise InvalidArgumentError("max_nodes must be >= 0", lib.MN_ERR_ARG)
-    return min(max_nodes, UINT64_MAX)
 
 
 # Message lengths go to mn_append() as a uint32 array.array through
@@ -65,44 +60,10 @@ def _evicted(ev: Any, rc: int) -> Evicted:
     return Evicted(ev.messages, ev.bytes, ev.nodes, ev.memory, rc == 1)
 
 
-def _range_error(start: int, count: int, next_offset: int) -> InvalidArgumentError:
-    return InvalidArgumentError(f"range {start}+{count} outside 0..{next_offset}", lib.MN_ERR_ARG)
-
-
 def _new_stream_handle(ptr: object) -> object:
     if ptr == ffi.NULL:
         raise StorageMemoryError("out of memory", lib.MN_ERR_NOMEM)
     return ffi.gc(ptr, lib.mn_stream_free)
-
-
-# Read replies are formatted into a per-thread C buffer that is kept
-# between calls (cffi releases the GIL during C calls, so threads must not
-# share one). Buffers that grew past this are freed after use.
-_SCRATCH_KEEP_BYTES = 1 << 20
-_scratch = threading.local()
-
-
-def _scratch_buffer() -> Any:
-    buf = getattr(_scratch, "buf", None)
-    if buf is None:
-        buf = _scratch.buf = ffi.new("mn_buf *")
-    buf.len = 0
-    return buf
-
-
-def _release_scratch(buf: Any) -> None:
-    if buf.cap > _SCRATCH_KEEP_BYTES:
-        lib.mn_buf_free(buf)
-
-
-def _serialized(serialize: Callable[[object, object], int], obj: object) -> bytes:
-    """Run a C serializer into a fresh mn_buf and return its bytes."""
-    buf = ffi.new("mn_buf *")
-    try:
-        check(serialize(obj, buf))
-        return ffi.unpack(buf.data, buf.len)
-    finally:
-        lib.mn_buf_free(buf)
 
 
 class Stream:
@@ -125,8 +86,8 @@ class Stream:
             raise InvalidArgumentError(
                 f"max_entries must be between 1 and {MAX_MAX_ENTRIES}", lib.MN_ERR_ARG
             )
-        _check_level(compression_level)
-        _check_depth(compression_depth)
+        check_level(compression_level)
+        check_depth(compression_depth)
         self._s = _new_stream_handle(lib.mn_stream_new(max_entries, compression_level))
         lib.mn_stream_set_compression_depth(self._s, compression_depth)
         # Bumped by every mutation so that dump() can notice a concurrent change.
@@ -345,7 +306,7 @@ class Stream:
         node left."""
         ev = ffi.new("mn_evicted *")
         self._version += 1
-        rc = lib.mn_evict_older_than(self._s, clamp_ms(cutoff_ms), _max_nodes(max_nodes), ev)
+        rc = lib.mn_evict_older_than(self._s, clamp_ms(cutoff_ms), max_nodes_arg(max_nodes), ev)
         return _evicted(ev, rc)
 
     def evict_over_bytes(self, max_payload: int, max_nodes: int | None = None) -> Evicted:
@@ -356,7 +317,7 @@ class Stream:
         ev = ffi.new("mn_evicted *")
         self._version += 1
         rc = lib.mn_evict_over_bytes(
-            self._s, min(max_payload, UINT64_MAX), _max_nodes(max_nodes), ev
+            self._s, min(max_payload, UINT64_MAX), max_nodes_arg(max_nodes), ev
         )
         return _evicted(ev, rc)
 
@@ -409,13 +370,13 @@ class Stream:
     def set_compression(self, level: int) -> None:
         """zlib level (0 = off): nodes sealed from now on, and existing ones
         gradually (one per node sealed, or compress_step())."""
-        _check_level(level)
+        check_level(level)
         check(lib.mn_stream_set_compression(self._s, level))
 
     def set_compression_depth(self, depth: int) -> None:
         """Keep the newest `depth` sealed nodes raw (like list-compress-depth);
         existing nodes follow gradually."""
-        _check_depth(depth)
+        check_depth(depth)
         check(lib.mn_stream_set_compression_depth(self._s, depth))
 
     def compress_step(self, max_nodes: int = 1) -> bool:
@@ -469,8 +430,8 @@ class Stream:
         (mn_read_resp_capped, mn_read_packed_resp), or its size when it
         would be over cap bytes (None: no cap)."""
         if start < 0 or count < 0:
-            raise _range_error(start, count, self._next)
-        buf = _scratch_buffer()
+            raise range_error(start, count, self._next)
+        buf = scratch_buffer()
         needed = _needed
         try:
             limit = _NO_CAP if cap is None else max(cap, 0)
@@ -478,12 +439,10 @@ class Stream:
             if rc == lib.MN_ERR_CAP:
                 return int(needed[0])
             if rc:
-                raise (
-                    _range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else error(rc)
-                )
+                raise (range_error(start, count, self._next) if rc == lib.MN_ERR_ARG else error(rc))
             return ffi.unpack(buf.data, buf.len) if buf.len else b""
         finally:
-            _release_scratch(buf)
+            release_scratch(buf)
 
     def readable_run(self, offset: int, count: int) -> tuple[int, int]:
         """(start, n): the first readable offset at or after `offset`
@@ -492,7 +451,7 @@ class Stream:
         count. Nothing readable at or after offset: (max(offset,
         next_offset), 0). What TREAD ... NONULLS reads."""
         if offset < 0 or count < 0:
-            raise _range_error(offset, count, self._next)
+            raise range_error(offset, count, self._next)
         run = ffi.new("uint64_t *")
         start = lib.mn_readable_run(self._s, offset, count, run)
         return start, run[0]
@@ -500,7 +459,7 @@ class Stream:
     def read(self, start: int, count: int) -> list[bytes | None]:
         """Messages at offsets start..start+count-1; None for evicted or lost ones."""
         if start < 0 or count < 0 or start + count > self.next_offset:
-            raise _range_error(start, count, self.next_offset)
+            raise range_error(start, count, self.next_offset)
         if count == 0:
             return []
         lens = array("q", bytes(8 * count))  # int64 per message, -1: evicted or lost
@@ -535,7 +494,7 @@ class Stream:
         """Append times (unix ms) of offsets start..start+count-1; None for
         evicted or lost ones."""
         if start < 0 or count < 0 or start + count > self.next_offset:
-            raise _range_error(start, count, self.next_offset)
+            raise range_error(start, count, self.next_offset)
         if count == 0:
             return []
         times = array("q", bytes(8 * count))
@@ -558,12 +517,12 @@ class Stream:
         pointers would dangle); a change raises RuntimeError.
         """
         version = self._version
-        yield _serialized(lib.mn_serialize_header, self._s)
+        yield serialized(lib.mn_serialize_header, self._s)
         node = lib.mn_first_node(self._s)
         while node != ffi.NULL:
             if self._version != version:
                 raise RuntimeError("Stream changed during dump()")
-            blob = _serialized(lib.mn_node_serialize, node)
+            blob = serialized(lib.mn_node_serialize, node)
             node = lib.mn_node_next(node)
             yield blob
 
@@ -608,15 +567,3 @@ def validate_node_blob(blob: bytes) -> bool:
     if rc == lib.MN_ERR_NOMEM:
         check(rc)
     return rc == lib.MN_OK
-
-
-def _check_depth(depth: int) -> None:
-    if not 0 <= depth <= MAX_COMPRESSION_DEPTH:
-        raise InvalidArgumentError(
-            f"compression depth must be between 0 and {MAX_COMPRESSION_DEPTH}", lib.MN_ERR_ARG
-        )
-
-
-def _check_level(level: int) -> None:
-    if not 0 <= level <= 9:
-        raise InvalidArgumentError("compression level must be between 0 and 9", lib.MN_ERR_ARG)
