@@ -13,7 +13,8 @@
 ``rcp11.spark``, and redis-py for executors that lack it) to the executors
 with ``addPyFile``, so a cluster whose workers never installed rcp11 works.
 Importing this package is cheap: pyspark is imported only by
-``register`` or when ``RCP11DataSource`` is first used. Options, schema and
+``register`` or when ``RCP11DataSource`` is first used. On one machine,
+``local_session()`` gives a local session with rcp11 registered. Options, schema and
 the exactly-once sink: docs/SPARK.md.
 """
 
@@ -23,6 +24,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rcp11.spark.session import LOCAL_SETTINGS, local_session
 from rcp11.spark.ship import VENDOR_DIR
 
 if TYPE_CHECKING:
@@ -30,7 +32,13 @@ if TYPE_CHECKING:
 
     from rcp11.spark.datasource import RCP11DataSource
 
-__all__ = ["LOCAL_CHECKPOINT_SETTINGS", "RCP11DataSource", "register"]
+__all__ = [
+    "LOCAL_CHECKPOINT_SETTINGS",
+    "LOCAL_SETTINGS",
+    "RCP11DataSource",
+    "local_session",
+    "register",
+]
 
 # Spark settings for short micro-batches when the checkpoint is on a local
 # disk (docs/SPARK.md, "Speed"): SparkSession.builder.config(map=...).
