@@ -24,12 +24,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rcp11.spark.registration import register
 from rcp11.spark.session import LOCAL_SETTINGS, local_session
 from rcp11.spark.ship import VENDOR_DIR
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from rcp11.spark.datasource import RCP11DataSource
 
 __all__ = [
@@ -70,26 +69,6 @@ def _use_shipped_redis() -> None:
 
 
 _use_shipped_redis()
-
-
-def register(spark: SparkSession, ship: bool = True) -> type[RCP11DataSource]:
-    """Register the "rcp11" format with a SparkSession; returns the class.
-
-    With ``ship`` (the default) the client-side code goes to the executors
-    through ``spark.sparkContext.addPyFile`` (once per zip content)."""
-    from rcp11.spark.datasource import RCP11DataSource
-    from rcp11.spark.ship import client_zip
-
-    if ship:
-        path = client_zip()
-        context = spark.sparkContext
-        shipped = getattr(context, "_rcp11_shipped", set())
-        if path not in shipped:
-            context.addPyFile(path)
-            shipped.add(path)
-            context._rcp11_shipped = shipped  # type: ignore[attr-defined]
-    spark.dataSource.register(RCP11DataSource)
-    return RCP11DataSource
 
 
 def __getattr__(name: str) -> Any:

@@ -43,7 +43,7 @@ def local_session(
     same rcp11 and pyspark the driver does."""
     from pyspark.sql import SparkSession
 
-    from rcp11.spark import register
+    from rcp11.spark.registration import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # SparkSession.Builder(), not .builder: the shared builder keeps its
