@@ -167,7 +167,36 @@ def _syscalls(lines: list[BenchLine]) -> float:
     return statistics.median(line.server_syscalls_per_request for line in lines)
 
 
-def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> str:
+def _generator_us(lines: list[BenchLine], requests: int) -> float:
+    """Median redis-benchmark CPU microseconds per request over the rounds."""
+    return statistics.median(1e6 * line.loadgen_cpu / requests for line in lines)
+
+
+def _generator_ceiling(
+    rcp_lines: list[BenchLine], red_lines: list[BenchLine], requests: int
+) -> float | None:
+    """Where redis-benchmark itself was the limit of rcp11's runs, the best
+    ratio any server could show in the row on this machine: the generator
+    runs on one thread, so at the CPU it spent per request against rcp11
+    (building and parsing rcp11's requests and replies) it cannot ask for
+    more than 1e6 / that many requests per second, whatever the server does;
+    over redis-server's measured rate. None where the generator had CPU to
+    spare (then its CPU per request, inflated by idle wake-ups, bounds
+    nothing)."""
+    if statistics.median(line.loadgen_cpu_pct for line in rcp_lines) < SATURATED_PCT:
+        return None
+    gen_us = _generator_us(rcp_lines, requests)
+    red_rps = _median_rps(red_lines)
+    if gen_us <= 0 or red_rps <= 0:
+        return None
+    return max(1e6 / gen_us, _median_rps(rcp_lines)) / red_rps
+
+
+def _ceiling_text(ceiling: float | None) -> str:
+    return "-" if ceiling is None else f"{ceiling:.2f}x"
+
+
+def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine], requests: int) -> str:
     """What limited rcp11's side of a row, from its runs' CPU figures."""
     rcp_us, red_us = _us_per_request(rcp_lines), _us_per_request(red_lines)
     per_request = (
@@ -176,6 +205,15 @@ def _bound(rcp_lines: list[BenchLine], red_lines: list[BenchLine]) -> str:
         f"{_syscalls(rcp_lines):.2f} read/write syscalls per request "
         f"(redis-server {_syscalls(red_lines):.2f})"
     )
+    ceiling = _generator_ceiling(rcp_lines, red_lines, requests)
+    if ceiling is not None:
+        gen_us = _generator_us(rcp_lines, requests)
+        per_request += (
+            f"; redis-benchmark (one thread) spent {gen_us:.1f} us of CPU per request "
+            f"against rcp11, so it could not ask for more than {1e6 / gen_us:,.0f} "
+            f"requests/s: {ceiling:.2f}x redis-server's rate is this row's ceiling on "
+            "this machine, whatever the server does"
+        )
     zero_user = _ratio_at_zero_user_time(rcp_lines, red_lines)
     if zero_user is not None:
         per_request += (
@@ -207,6 +245,7 @@ def _throughput(
             "ratio rcp11/redis",
             "goal",
             "verdict",
+            "ceiling: redis-benchmark alone (ratio)",
             "redis-benchmark CPU (rcp11 / redis runs)",
             "server CPU (rcp11 / redis)",
             "server CPU us/request (rcp11 / redis)",
@@ -241,6 +280,12 @@ def _throughput(
         "kernel time per request: the ratio if rcp11's user-space time per request fell to "
         "zero and its kernel time stayed as measured, an estimate of what user-space work "
         "alone costs the ratio, not a limit. "
+        "The ceiling column: redis-benchmark is one thread, so at the CPU it spent per "
+        "request against rcp11 it cannot ask for more than 1e6 / that many requests per "
+        "second; where the generator was the limit (>= 85% of a core), that rate over "
+        "redis-server's is the best ratio any server could show in the row on this "
+        "machine (`-` where it had CPU to spare; a goal above it cannot be met here, only on a machine "
+        "where the generator gets more CPU than the server needs). "
         "Syscalls per request = growth of syscr + syscw in /proc/PID/io (read, recv, write, "
         "send... of the whole process) / requests: fewer than one means pipelined requests "
         "shared a read and a write."
@@ -271,7 +316,7 @@ def _throughput(
         )
         a = _median_rps(rcp_lines) * per_request
         b = _median_rps(red_lines) * per_request
-        bound = _bound(rcp_lines, red_lines)
+        bound = _bound(rcp_lines, red_lines, requests)
         table.add(
             label,
             pipeline,
@@ -287,6 +332,7 @@ def _throughput(
                 a / b >= goal,
                 bound,
             ),
+            _ceiling_text(_generator_ceiling(rcp_lines, red_lines, requests)),
             f"{_cpu(rcp_lines)} / {_cpu(red_lines)}",
             f"{_server_cpu(rcp_lines)} / {_server_cpu(red_lines)}",
             f"{_us_per_request(rcp_lines):.1f} / {_us_per_request(red_lines):.1f}",
@@ -306,6 +352,7 @@ def _throughput(
             "rcp11_kernel_us_per_request": _kernel_us(rcp_lines),
             "redis_kernel_us_per_request": _kernel_us(red_lines),
             "ratio_at_zero_user_time": _ratio_at_zero_user_time(rcp_lines, red_lines),
+            "generator_ceiling": _generator_ceiling(rcp_lines, red_lines, requests),
             "bound": bound,
         }
         log(f"  rcp11 {num(a)} / redis {num(b)} entries/s = {a / b:.2f}x")

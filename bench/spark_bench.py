@@ -72,25 +72,11 @@ def session(local_checkpoint: bool = False) -> Any:
     system they include also skips Hadoop's checksums of every local file,
     Spark's Parquet reads (the baselines of the throughput rows) included:
     a change of baseline, not of rcp11."""
-    from pyspark.sql import SparkSession
+    from rcp11.spark import LOCAL_CHECKPOINT_SETTINGS, local_session
 
-    from rcp11.spark import LOCAL_CHECKPOINT_SETTINGS, register
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("rcp11-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    return local_session(
+        "rcp11-bench", settings=LOCAL_CHECKPOINT_SETTINGS if local_checkpoint else None
     )
-    if local_checkpoint:
-        builder = builder.config(map=LOCAL_CHECKPOINT_SETTINGS)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def timed(action: Callable[[], object]) -> float:

@@ -273,21 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: new)")
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
+    from rcp11.spark import local_session
 
-    from rcp11.spark import register
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with server(args.port) as port:
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("rcp11-example")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session("rcp11-example")
         checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="rcp11-example-checkpoint-")
         try:
             ok = run_pipeline(

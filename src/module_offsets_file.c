@@ -482,18 +482,24 @@ static void of_fold_pending(RedisModuleDict *fold) {
     of.cap = b.cap;
 }
 
-static void of_fold_records(RedisModuleDict *fold, of_bytes *out) {
+void of_fold_each(RedisModuleDict *fold, of_fold_fn *fn, void *arg) {
     RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
     size_t klen;
     void *value;
     char *k;
-    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-        of_marks *m = value;
-        int db = of_key_db(k);
-        if (m->has_deleted) of_put_record(out, OF_DELMARK, db, k + 4, klen - 4, m->deleted);
-        if (m->has_live) of_put_record(out, OF_LIVE, db, k + 4, klen - 4, m->live);
-    }
+    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL)
+        fn(arg, of_key_db(k), k + 4, klen - 4, value);
     RedisModule_DictIteratorStop(it);
+}
+
+static void of_put_marks(void *arg, int db, const char *name, size_t len, of_marks *m) {
+    of_bytes *out = arg;
+    if (m->has_deleted) of_put_record(out, OF_DELMARK, db, name, len, m->deleted);
+    if (m->has_live) of_put_record(out, OF_LIVE, db, name, len, m->live);
+}
+
+static void of_fold_records(RedisModuleDict *fold, of_bytes *out) {
+    of_fold_each(fold, of_put_marks, out);
 }
 
 /* ------------------------------------------------------------------------
@@ -621,6 +627,16 @@ static void of_log(const char *what) {
 /* Fold the file as it is plus the pending records, and rewrite it from
  * that (compaction, or a move to a new `dir`). The old file is read
  * through its fd, so this works after `dir` changed. */
+/* A foreign file's marks into *into (arg): the higher of each pair. */
+static void of_merge_marks(void *arg, int db, const char *name, size_t len, of_marks *m) {
+    of_marks *mine = of_fold_get(arg, db, name, len);
+    if (m->has_live) mine->live = mine->has_live ? of_max(mine->live, m->live) : m->live;
+    if (m->has_deleted)
+        mine->deleted = mine->has_deleted ? of_max(mine->deleted, m->deleted) : m->deleted;
+    mine->has_live |= m->has_live;
+    mine->has_deleted |= m->has_deleted;
+}
+
 /* Another file at the path than this server's (its dir changed to one
  * that holds a file): never one a running server holds (its lock), and a
  * stopped server's marks are kept, folded into *into as floors. Returns
@@ -660,20 +676,7 @@ static int of_fold_foreign(RedisModuleDict *into) {
         errno = EINVAL;
         return -1;
     }
-    RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-    size_t klen;
-    void *value;
-    char *k;
-    while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-        of_marks *m = value;
-        of_marks *mine = of_fold_get(into, of_key_db(k), k + 4, klen - 4);
-        if (m->has_live) mine->live = mine->has_live ? of_max(mine->live, m->live) : m->live;
-        if (m->has_deleted)
-            mine->deleted = mine->has_deleted ? of_max(mine->deleted, m->deleted) : m->deleted;
-        mine->has_live |= m->has_live;
-        mine->has_deleted |= m->has_deleted;
-    }
-    RedisModule_DictIteratorStop(it);
+    of_fold_each(fold, of_merge_marks, into);
     of_fold_free(fold);
     return 0;
 }

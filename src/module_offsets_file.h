@@ -29,6 +29,10 @@ int of_open(RedisModuleCtx *ctx, const char *path);
  * ended with a clean shutdown whose marks are exact (tight). */
 RedisModuleDict *of_take_fold(int *clean, int *tight);
 void of_fold_free(RedisModuleDict *fold);
+/* Call fn for each key of a fold, in key order: its database, its name
+ * (without the database prefix) and its marks. */
+typedef void of_fold_fn(void *arg, int db, const char *name, size_t len, of_marks *m);
+void of_fold_each(RedisModuleDict *fold, of_fold_fn *fn, void *arg);
 /* The file starts over from a fold (after the start-up recovery). */
 void of_restart(RedisModuleDict *fold);
 

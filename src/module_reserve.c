@@ -966,6 +966,41 @@ void rl_resv_created(RedisModuleCtx *ctx, RedisModuleString *key, mn_stream *s) 
  * The before-sleep hook
  * --------------------------------------------------------------------- */
 
+/* One key of the offsets file's fold at start-up: a stream there continues
+ * at its mark (exactly, after a clean shutdown; else above both marks), a
+ * key with no stream keeps its mark for a stream created there later. */
+typedef struct rv_recovery {
+    RedisModuleCtx *ctx;
+    int exact;
+    uint64_t streams, missing;
+} rv_recovery;
+
+static void rv_recover_key(void *arg, int db, const char *k, size_t klen, of_marks *m) {
+    rv_recovery *r = arg;
+    if (RedisModule_SelectDb(r->ctx, db) != REDISMODULE_OK) return;
+    RedisModuleString *name = RedisModule_CreateString(NULL, k, klen);
+    RedisModuleKey *key = RedisModule_OpenKey(r->ctx, name, REDISMODULE_READ);
+    mn_stream *s;
+    if (rl_stream_of(key, &s) && s != NULL) {
+        rv_state *st = rv_of(s);
+        if (r->exact && m->has_live) {
+            st->mark = m->live;
+        } else {
+            if (m->has_live) st->mark = rv_max(st->mark, m->live);
+            if (m->has_deleted) st->mark = rv_max(st->mark, m->deleted);
+        }
+        r->streams++;
+    } else if (s == NULL && m->has_live &&
+               RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) {
+        rv_state *st = rv_missing_get(db, name, 1);
+        st->mark = m->has_deleted ? rv_max(m->live, m->deleted) : m->live;
+        st->epoch = 0; /* a floor: before the epoch bump below */
+        r->missing++;
+    }
+    RedisModule_CloseKey(key);
+    RedisModule_FreeString(NULL, name);
+}
+
 /* Start-up: the file's marks meet the loaded streams (see RECOVERY). */
 static void rv_recover(RedisModuleCtx *ctx) {
     rv.recovered = 1;
@@ -974,37 +1009,10 @@ static void rv_recover(RedisModuleCtx *ctx) {
     int exact = clean && tight;
     uint64_t streams = 0, missing = 0;
     if (fold != NULL) {
-        RedisModuleDictIter *it = RedisModule_DictIteratorStartC(fold, "^", NULL, 0);
-        size_t klen;
-        void *value;
-        char *k;
-        while ((k = RedisModule_DictNextC(it, &klen, &value)) != NULL) {
-            of_marks *m = value;
-            int db = of_key_db(k);
-            if (RedisModule_SelectDb(ctx, db) != REDISMODULE_OK) continue;
-            RedisModuleString *name = RedisModule_CreateString(NULL, k + 4, klen - 4);
-            RedisModuleKey *key = RedisModule_OpenKey(ctx, name, REDISMODULE_READ);
-            mn_stream *s;
-            if (rl_stream_of(key, &s) && s != NULL) {
-                rv_state *st = rv_of(s);
-                if (exact && m->has_live) {
-                    st->mark = m->live;
-                } else {
-                    if (m->has_live) st->mark = rv_max(st->mark, m->live);
-                    if (m->has_deleted) st->mark = rv_max(st->mark, m->deleted);
-                }
-                streams++;
-            } else if (s == NULL && m->has_live && RedisModule_KeyType(key) ==
-                                                       REDISMODULE_KEYTYPE_EMPTY) {
-                rv_state *st = rv_missing_get(db, name, 1);
-                st->mark = m->has_deleted ? rv_max(m->live, m->deleted) : m->live;
-                st->epoch = 0; /* a floor: before the epoch bump below */
-                missing++;
-            }
-            RedisModule_CloseKey(key);
-            RedisModule_FreeString(NULL, name);
-        }
-        RedisModule_DictIteratorStop(it);
+        rv_recovery rec = {ctx, exact, 0, 0};
+        of_fold_each(fold, rv_recover_key, &rec);
+        streams = rec.streams;
+        missing = rec.missing;
         RedisModule_SelectDb(ctx, 0);
         /* The file starts over from its fold (no clean mark any more). */
         of_restart(fold);

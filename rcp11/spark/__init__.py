@@ -13,7 +13,8 @@
 ``rcp11.spark``, and redis-py for executors that lack it) to the executors
 with ``addPyFile``, so a cluster whose workers never installed rcp11 works.
 Importing this package is cheap: pyspark is imported only by
-``register`` or when ``RCP11DataSource`` is first used. Options, schema and
+``register`` or when ``RCP11DataSource`` is first used. On one machine,
+``local_session()`` gives a local session with rcp11 registered. Options, schema and
 the exactly-once sink: docs/SPARK.md.
 """
 
@@ -23,14 +24,20 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rcp11.spark.registration import register
+from rcp11.spark.session import LOCAL_SETTINGS, local_session
 from rcp11.spark.ship import VENDOR_DIR
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from rcp11.spark.datasource import RCP11DataSource
 
-__all__ = ["LOCAL_CHECKPOINT_SETTINGS", "RCP11DataSource", "register"]
+__all__ = [
+    "LOCAL_CHECKPOINT_SETTINGS",
+    "LOCAL_SETTINGS",
+    "RCP11DataSource",
+    "local_session",
+    "register",
+]
 
 # Spark settings for short micro-batches when the checkpoint is on a local
 # disk (docs/SPARK.md, "Speed"): SparkSession.builder.config(map=...).
@@ -62,26 +69,6 @@ def _use_shipped_redis() -> None:
 
 
 _use_shipped_redis()
-
-
-def register(spark: SparkSession, ship: bool = True) -> type[RCP11DataSource]:
-    """Register the "rcp11" format with a SparkSession; returns the class.
-
-    With ``ship`` (the default) the client-side code goes to the executors
-    through ``spark.sparkContext.addPyFile`` (once per zip content)."""
-    from rcp11.spark.datasource import RCP11DataSource
-    from rcp11.spark.ship import client_zip
-
-    if ship:
-        path = client_zip()
-        context = spark.sparkContext
-        shipped = getattr(context, "_rcp11_shipped", set())
-        if path not in shipped:
-            context.addPyFile(path)
-            shipped.add(path)
-            context._rcp11_shipped = shipped  # type: ignore[attr-defined]
-    spark.dataSource.register(RCP11DataSource)
-    return RCP11DataSource
 
 
 def __getattr__(name: str) -> Any:

@@ -21,13 +21,13 @@ import rcp11
 
 # Inside the shipped zip, redis-py sits here, off sys.path: an executor's own
 # redis-py (and its hiredis) wins; this one is used only when there is none
-# (rcp11/spark/__init__.py). Defined here, below the package's face, which
-# imports it.
+# (rcp11/spark/__init__.py). Defined here, in a module that package
+# imports, so the name has one definition.
 VENDOR_DIR = "_vendor"
 
 # What an executor needs to read and write: the client, the error texts,
 # the data source. Nothing here imports rcp11's server side or its C core.
-# Packages go whole (every .py in them), so a room added to one ships too.
+# Packages go whole (every .py in them), so a module added to one ships too.
 CLIENT_MODULES = ("__init__.py", "client.py")
 CLIENT_PACKAGES = ("errors", "spark")
 

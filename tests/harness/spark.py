@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 # py4j's callback server (what foreachBatch calls back through) waits on its
@@ -22,40 +21,19 @@ def _start_callback_server(session: Any) -> None:
     ensure_callback_server_started(session.sparkContext._gateway)
 
 
-# What every test session sets: executors run this interpreter, no UI, two
-# shuffle partitions, and no empty trailing micro-batches (each costs a
-# planning round).
-SETTINGS = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-}
-
-
+# What every test session adds to the package's local settings: a retry
+# for a failed task (the default master "local[2,2]") and a quiet log.
 def local_spark(
     app: str,
     master: str = "local[2,2]",
     settings: dict[str, str] | None = None,
     log_level: str = "OFF",
 ) -> Any:
-    """A local SparkSession for one test module (or a driver a test runs),
-    with rcp11 registered: SETTINGS, then `settings` (added, or
-    overriding). The default master retries a failed task once; "local[2]"
-    fails the job at once."""
-    from pyspark.sql import SparkSession
+    """rcp11.spark.local_session for one test module (or a driver a test
+    runs), plus py4j's callback server on a low descriptor. The default
+    master retries a failed task once; "local[2]" fails the job at once."""
+    from rcp11.spark import local_session
 
-    from rcp11.spark import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # SparkSession.Builder(), not .builder: the shared builder's options
-    # outlive its sessions.
-    builder = SparkSession.Builder().master(master).appName(app)
-    for name, value in {**SETTINGS, **(settings or {})}.items():
-        builder = builder.config(name, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(log_level)
+    session = local_session(app, master, settings, log_level)
     _start_callback_server(session)
-    register(session)
     return session
