@@ -107,11 +107,11 @@
  *
  * A run's replies stop at the connection's output mark (the output limits
  * are Python's to look at past it, as between two of its commands) and at
- * the poll's room: all runs of one poll build at most poll_reply_bytes
+ * the poll's budget: all runs of one poll build at most poll_reply_bytes
  * (nl_set_limits) before Python flushes them and other clients are
  * answered. A run is not cut by the clock, so without this one read of
  * TREADs under a high output limit (70 MB of replies for 64 KB of
- * requests) held every other client for as long as it took. A run the room
+ * requests) held every other client for as long as it took. A run the budget
  * stops hands the rest of its read to Python, whose turns read the clock;
  * the connections not read yet wait in their sockets and are read first at
  * the next poll.
@@ -697,7 +697,7 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
     }
     /* What this batch's earlier runs grew counts against maxmemory too. */
     int64_t memory_room = loop->memory_room - loop->memory_grown;
-    /* The output limits' mark, and the poll's room (see OUTPUT): a run
+    /* The output limits' mark, and the poll's budget (see OUTPUT): a run
      * that stops there goes on in Python, which reads the clock. */
     size_t mark = c->output_mark - pending;
     if (loop->poll_reply_bytes) {
@@ -759,7 +759,7 @@ int nl_poll(nl_loop *loop) {
     loop->poll_replied = 0;
     /* Two passes: connections whose read waited at the last poll first
      * (epoll hands level-triggered events back in the same order: without
-     * this the first connections could take the poll's room every time). */
+     * this the first connections could take the poll's budget every time). */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {
             nl_conn *c = evs[i].data.ptr;
@@ -772,7 +772,7 @@ int nl_poll(nl_loop *loop) {
             if (ev & EPOLLOUT) write_some(c);
             if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
             if (loop->poll_reply_bytes && loop->poll_replied >= loop->poll_reply_bytes) {
-                /* The poll's room is used: its bytes wait in the socket,
+                /* The poll's budget is used: its bytes wait in the socket,
                  * which stays readable (level-triggered) for the next. */
                 c->flags |= NL_FIRST;
                 continue;
