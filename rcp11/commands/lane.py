@@ -39,7 +39,7 @@ from rcp11 import errors
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
-from rcp11.limits import LANE_MAX_CARRY
+from rcp11.limits import LANE_MAX_CARRY, LANE_RUN_REPLY_BYTES
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS, Stream
@@ -259,14 +259,16 @@ def _run(
     budget: int,
 ) -> int:
     """lane_run() over data[start:] (in place) with the parser's limits,
-    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply;
-    accounts for what ran. Returns the bytes consumed."""
+    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply
+    (at most LANE_RUN_REPLY_BYTES: the caller reads the clock between
+    runs); accounts for what ran. Returns the bytes consumed."""
     flags, room, memory_room = lane_writes(state)
     # A pinned append time (tests pin it; a transaction pins it for its
     # EXEC) holds in the lane as on the general path.
     fixed_ms = state.append_ms
     if fixed_ms is not None:
         flags |= FIXED_TIME
+    budget = min(budget, LANE_RUN_REPLY_BYTES)
     lane = state.lane
     consumed = lane.run(resolve_key, state, data, start, budget, flags, room, memory_room,
                         fixed_ms, (parser.max_bulk_len, parser.max_multibulk_len),

@@ -83,8 +83,14 @@ class CLoop:
     def close(self) -> None:
         self.open = False
 
-    def set_limits(self, max_bulk_len: int, max_multibulk_len: int, max_commands: int) -> None:
-        lib.nl_set_limits(self.cloop, max_bulk_len, max_multibulk_len, max_commands)
+    def set_limits(
+        self, max_bulk_len: int, max_multibulk_len: int, max_commands: int, poll_reply_bytes: int
+    ) -> None:
+        """Parser limits, requests per lane run, and the lane replies one
+        poll builds at most (0: no cap)."""
+        lib.nl_set_limits(
+            self.cloop, max_bulk_len, max_multibulk_len, max_commands, poll_reply_bytes
+        )
 
     def set_hard_limit(self, size: int) -> None:
         """client-output-buffer-limit normal's hard bytes."""
