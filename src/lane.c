@@ -123,7 +123,8 @@
  * caller passes memory_room, the limit minus the used memory when the run
  * starts; the lane adds up what its TWRITEs (and their BACKLOG evictions)
  * change in each stream's memory (mn_memory_bytes, which is exactly what
- * the general path counts for a stream) and stops before the TWRITE that
+ * the general path counts for a stream), and what its lease reads change in
+ * their groups' memory (ag_memory_bytes), and stops before the TWRITE that
  * finds it over the room. No new key is created here (the resolver
  * refuses missing keys), so nothing else in the used memory moves.
  *
@@ -727,6 +728,10 @@ static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc) {
     if (from >= end) return -1; /* nothing new: a redelivery, an empty read or a wait */
     const char *owner = o.consumer != NULL ? o.consumer->p : "";
     size_t owner_len = o.consumer != NULL ? o.consumer->len : 0;
+    /* What the group's pending ranges grow (or shrink) counts against
+     * maxmemory as a TWRITE's growth does: the general path's used memory
+     * includes every group, so a later TWRITE of this run must see it. */
+    int64_t group_memory = (int64_t)ag_memory_bytes(group);
     /* Room for the log first: once the group changed it must be logged. */
     if (call->log_writes &&
         buf_reserve(&call->aof, 512 + args[1].len + 2 * o.group->len + owner_len))
@@ -786,8 +791,10 @@ static int run_lease_read(lane_call *call, const lane_arg *args, size_t argc) {
             call->group_changes++;
             if (call->log_writes) aof_lease(call, &args[1], &o, floor, &none, 0);
         }
+        call->memory_grown += (int64_t)ag_memory_bytes(group) - group_memory;
         return -1;
     }
+    call->memory_grown += (int64_t)ag_memory_bytes(group) - group_memory;
     g->written = 1;
     call->group_changes++;
     if (call->log_writes) aof_lease(call, &args[1], &o, floor, &c, deadline);

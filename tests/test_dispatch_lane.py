@@ -345,6 +345,22 @@ def _without_deadlines(reply: Any) -> Any:
     return reply
 
 
+def _ranges(group: AckGroup) -> list[tuple[int, int, bytes, int]]:
+    """A group's pending ranges (start, count, owner, deliveries), adjacent
+    ones of one owner and delivery count merged: the group keeps two leases
+    apart when their deadlines differ, and two reads fall in one
+    millisecond or in two as the wall clock goes, differently in two runs."""
+    merged: list[tuple[int, int, bytes, int]] = []
+    for r in group.ranges():
+        if merged:
+            start, count, owner, deliveries = merged[-1]
+            if start + count == r.start and (owner, deliveries) == (r.owner, r.deliveries):
+                merged[-1] = (start, count + r.count, owner, deliveries)
+                continue
+        merged.append((r.start, r.count, r.owner, r.deliveries))
+    return merged
+
+
 def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
     stats = state.stats
     data: dict[bytes, Any] = {}
@@ -352,8 +368,7 @@ def _observed(state: ServerState, persistence: Any) -> dict[str, Any]:
         if isinstance(value, bytes):
             data[key] = value
         elif isinstance(value, AckGroup):
-            ranges = [(r.start, r.count, r.owner, r.deliveries) for r in value.ranges()]
-            data[key] = (value.next_offset, ranges, value.totals())
+            data[key] = (value.next_offset, _ranges(value), value.totals())
         else:
             first, next_offset = value.first_offset, value.next_offset
             data[key] = (first, next_offset, value.read(first, next_offset - first))
