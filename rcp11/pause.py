@@ -95,6 +95,8 @@ class ClientPause:
         elif mode != ALL:
             return False
         client.blocked = HELD
+        # CLIENT LIST shows the command it waits to run, as Redis does.
+        client.last_command = cmd.name
         self.held[client] = None
         return True
 
