@@ -57,7 +57,7 @@ def test_importing_client_loads_no_server_code_and_no_rcp11_c_extension() -> Non
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    assert out == ["['rcp11', 'rcp11.client']", "False"]
+    assert out == ["['rcp11', 'rcp11.client', 'rcp11.client.replies']", "False"]
 
 
 # ---------------------------------------------------------------------------

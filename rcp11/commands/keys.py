@@ -282,13 +282,15 @@ def pexpireat_command(state: ServerState, client: ClientState, argv: list[bytes]
     return _expire_generic(state, argv, 1, True, "pexpireat")
 
 
-def _ttl(state: ServerState, key: bytes, unit_ms: int) -> int:
+def _ttl(state: ServerState, key: bytes, unit_ms: int, absolute: bool = False) -> int:
+    """-2 without the key, -1 without an expiry, else the time left (or,
+    absolute, the unix time it expires at) in unit_ms, rounded as Redis."""
     if key not in state.keyspace:
         return -2
     when = state.keyspace.expires.get(key)
     if when is None:
         return -1
-    remaining = max(when - now_ms(), 0)
+    remaining = max(when if absolute else when - now_ms(), 0)
     return (remaining + unit_ms // 2) // unit_ms
 
 
@@ -300,6 +302,16 @@ def ttl_command(state: ServerState, client: ClientState, argv: list[bytes]) -> A
 @command("pttl", 2, "readonly fast", (1, 1, 1), summary="A key's time to live in ms")
 def pttl_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     return _ttl(state, argv[1], 1)
+
+
+@command("expiretime", 2, "readonly fast", (1, 1, 1), summary="When a key expires, unix seconds")
+def expiretime_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _ttl(state, argv[1], 1000, absolute=True)
+
+
+@command("pexpiretime", 2, "readonly fast", (1, 1, 1), summary="When a key expires, unix ms")
+def pexpiretime_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
+    return _ttl(state, argv[1], 1, absolute=True)
 
 
 @command("persist", 2, "write fast", (1, 1, 1), summary="Remove a key's expiry")

@@ -28,8 +28,8 @@ VENDOR_DIR = "_vendor"
 # What an executor needs to read and write: the client, the error texts,
 # the data source. Nothing here imports rcp11's server side or its C core.
 # Packages go whole (every .py in them), so a module added to one ships too.
-CLIENT_MODULES = ("__init__.py", "client.py")
-CLIENT_PACKAGES = ("errors", "spark")
+CLIENT_MODULES = ("__init__.py",)
+CLIENT_PACKAGES = ("client", "errors", "spark")
 
 _built: dict[str, str] = {}
 
