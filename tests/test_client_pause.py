@@ -314,3 +314,49 @@ def test_retention_evicts_nothing_during_a_pause(c: redis.Redis) -> None:
     assert c.execute_command("TREAD", "s", 0, 10) == [f"m{i}".encode() for i in range(5)]
     c.execute_command("CLIENT", "UNPAUSE")
     wait_for(lambda: c.execute_command("TREAD", "s", 0, 10) == [None] * 5, timeout=5)
+
+
+# -- beside redis-server 7 ---------------------------------------------------------
+
+
+def _pause_story(port: int) -> list[bytes]:
+    """What a client sees of bad arguments, CLIENT HELP's lines, a held
+    write and a transaction, byte for byte."""
+    seen: list[bytes] = []
+    c, writer, queued = (RawClient(port, timeout=10) for _ in range(3))
+    c.call("FLUSHALL")
+    for args in (("abc",), ("-1",), ("1.5",), ("10", "some"), ("10", "all", "x"), ()):
+        seen.append(c.call("CLIENT", "PAUSE", *args))
+    seen.append(c.call("CLIENT", "UNPAUSE", "x"))
+    help_lines = c.command("CLIENT", "HELP")
+    at = help_lines.index(b"PAUSE <timeout> [WRITE|ALL]")
+    seen += help_lines[at : at + 2]
+    at = help_lines.index(b"UNPAUSE")
+    seen += help_lines[at : at + 2]
+    seen.append(queued.call("MULTI"))
+    seen.append(c.call("CLIENT", "PAUSE", PAUSE_MS, "WRITE"))
+    writer.send(mbulk("SET", "k", "v") + mbulk("GET", "k"))
+    seen.append(queued.call("GET", "k"))  # a read, queued
+    queued.send(mbulk("SET", "k", "w"))  # a write, held even though queued
+    client = redis.Redis(port=port)
+    wait_blocked(client, 2)
+    seen.append(str(client.info("clients")["clients_in_timeout_table"]).encode())
+    seen.append(c.call("GET", "k"))
+    seen.append(c.call("CLIENT", "UNPAUSE"))
+    seen += [writer.reply_bytes(), writer.reply_bytes(), queued.reply_bytes()]
+    seen.append(queued.call("EXEC"))
+    wait_blocked(client, 0)
+    client.close()
+    for raw_client in (c, writer, queued):
+        raw_client.close()
+    return seen
+
+
+def test_the_same_as_redis_server(server: ServerProcess, redis_reference: ServerProcess) -> None:
+    ours = _pause_story(server.port)
+    try:
+        theirs = _pause_story(redis_reference.port)
+    finally:  # the reference server is shared: never left paused
+        redis_reference.client().execute_command("CLIENT", "UNPAUSE")
+    assert ours == theirs
+    assert b"-ERR timeout is negative\r\n" in ours  # the story is not empty
