@@ -105,6 +105,17 @@
  * (nl_set_hard_limit) sends none of the new bytes and tells Python (water
  * 2), which closes the client as its own write would.
  *
+ * A run's replies stop at the connection's output mark (the output limits
+ * are Python's to look at past it, as between two of its commands) and at
+ * the poll's budget: all runs of one poll build at most poll_reply_bytes
+ * (nl_set_limits) before Python flushes them and other clients are
+ * answered. A run is not cut by the clock, so without this one read of
+ * TREADs under a high output limit (70 MB of replies for 64 KB of
+ * requests) held every other client for as long as it took. A run the budget
+ * stops hands the rest of its read to Python, whose turns read the clock;
+ * the connections not read yet wait in their sockets and are read first at
+ * the next poll.
+ *
  * A read of 0 bytes (the peer closed) closes the connection as soon as its
  * output is written; a read or write error closes it at once. The closed
  * callback tells Python, once. The struct lives until Python frees it
@@ -152,6 +163,7 @@
 #define NL_TOUCHED 64      /* in the batch's owners */
 #define NL_FREED 128       /* Python let go of it (freed after the poll) */
 #define NL_RAN 256         /* the lane ran a request since nl_conn_activity */
+#define NL_FIRST 512       /* its read waited for the next poll: read first then */
 
 struct nl_conn {
     nl_loop *loop;
@@ -194,6 +206,8 @@ struct nl_loop {
     int64_t memory_room;   /* what the batch's TWRITEs may grow (LANE_MEMORY_ROOM) */
     int64_t memory_grown;  /* what they grew so far */
     size_t hard_limit;  /* client-output-buffer-limit normal's hard bytes */
+    size_t poll_reply_bytes; /* lane replies one poll builds at most (0: no cap) */
+    size_t poll_replied;     /* what this poll's runs built so far */
     int polling;
     int64_t now_us;   /* CLOCK_REALTIME at this poll's start */
     nl_resolve_fn resolve;
@@ -374,10 +388,11 @@ void nl_set_callbacks(nl_loop *loop, nl_resolve_fn resolve, nl_data_fn data, nl_
 }
 
 void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_len,
-                   uint64_t max_commands) {
+                   uint64_t max_commands, size_t poll_reply_bytes) {
     loop->call.max_bulk_len = max_bulk_len;
     loop->call.max_multibulk_len = max_multibulk_len;
     loop->call.max_commands = max_commands;
+    loop->poll_reply_bytes = poll_reply_bytes;
 }
 
 void nl_set_switches(nl_loop *loop, int switches, size_t aof_room, int64_t memory_room,
@@ -569,6 +584,7 @@ static int take_run(nl_loop *loop, nl_conn *c, const char *buf, size_t consumed)
     n->net_input_bytes += consumed;
     n->net_output_bytes += call->reply.len;
     n->runs++;
+    loop->poll_replied += call->reply.len;
     for (size_t i = 0; i < call->nkeys; i++) {
         if (!call->keys[i].written) continue;
         for (size_t j = 0; j < loop->nkeys; j++)
@@ -681,8 +697,16 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
     }
     /* What this batch's earlier runs grew counts against maxmemory too. */
     int64_t memory_room = loop->memory_room - loop->memory_grown;
-    size_t consumed =
-        lane_run(&loop->call, buf, len, c->output_mark - pending, flags, room, memory_room);
+    /* The output limits' mark, and the poll's budget (see OUTPUT): a run
+     * that stops there goes on in Python, which reads the clock. */
+    size_t mark = c->output_mark - pending;
+    if (loop->poll_reply_bytes) {
+        size_t left = loop->poll_reply_bytes > loop->poll_replied
+                          ? loop->poll_reply_bytes - loop->poll_replied
+                          : 0;
+        if (left < mark) mark = left;
+    }
+    size_t consumed = lane_run(&loop->call, buf, len, mark, flags, room, memory_room);
     if (consumed && take_run(loop, c, buf, consumed)) {
         if (c->flags & NL_CLOSED) return;
     }
@@ -732,12 +756,29 @@ int nl_poll(nl_loop *loop) {
     clock_gettime(CLOCK_REALTIME, &ts);
     loop->now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     loop->polling = 1;
-    for (int i = 0; i < n; i++) {
-        nl_conn *c = evs[i].data.ptr;
-        if (c->flags & NL_CLOSED) continue;
-        uint32_t ev = evs[i].events;
-        if (ev & EPOLLOUT) write_some(c);
-        if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_conn(loop, c);
+    loop->poll_replied = 0;
+    /* Two passes: connections whose read waited at the last poll first
+     * (epoll hands level-triggered events back in the same order: without
+     * this the first connections could take the poll's budget every time). */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            nl_conn *c = evs[i].data.ptr;
+            uint32_t ev = evs[i].events;
+            if (ev == 0) continue; /* handled in the first pass */
+            if (pass == 0 && !(c->flags & NL_FIRST)) continue;
+            evs[i].events = 0;
+            if (c->flags & NL_CLOSED) continue;
+            c->flags &= ~NL_FIRST;
+            if (ev & EPOLLOUT) write_some(c);
+            if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
+            if (loop->poll_reply_bytes && loop->poll_replied >= loop->poll_reply_bytes) {
+                /* The poll's budget is used: its bytes wait in the socket,
+                 * which stays readable (level-triggered) for the next. */
+                c->flags |= NL_FIRST;
+                continue;
+            }
+            read_conn(loop, c);
+        }
     }
     loop->polling = 0;
     for (size_t i = 0; i < loop->nzombies; i++) free_conn_memory(loop->zombies[i]);

@@ -58,10 +58,12 @@ void nl_loop_free(nl_loop *loop);
 int nl_loop_fd(nl_loop *loop);
 void nl_set_callbacks(nl_loop *loop, nl_resolve_fn resolve, nl_data_fn data, nl_closed_fn closed,
                       nl_water_fn water);
-/* Parser limits (proto-max-bulk-len, arguments per request) and requests
- * per lane run. */
+/* Parser limits (proto-max-bulk-len, arguments per request), requests
+ * per lane run, and the lane replies one poll builds at most (0: no cap;
+ * the rest of a read goes to Python, the connections not read yet wait for
+ * the next poll). */
 void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_len,
-                   uint64_t max_commands);
+                   uint64_t max_commands, size_t poll_reply_bytes);
 /* aof_room: AOF bytes the batch may add; memory_room: what its TWRITEs
  * may grow the streams by (with LANE_MEMORY_ROOM); slow_usec: lane
  * commands that run this long are recorded (nl_batch_slow). */

@@ -121,6 +121,115 @@ def test_unread_pipeline_over_the_hard_limit_is_closed_and_memory_stays_bounded(
     assert srv.client().execute_command("TREAD", "big", "0", "2") == [MESSAGE] * 2
 
 
+def calls_of(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
+
+
+def tread_calls(client: redis.Redis) -> int:
+    return calls_of(client, "tread")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lane_sockets", ["yes", "no"])
+def test_unread_pipeline_over_the_hard_limit_runs_nothing_after_it(
+    server_factory: Callable[..., ServerProcess], lane_sockets: str
+) -> None:
+    """Once a client's unsent replies pass the hard limit, the rest of its
+    pipeline is not run (redis-server stops reading a client it closes
+    asynchronously): the TWRITE queued behind 2000 TREADs of 44 KB neither
+    changes the stream nor reaches the AOF, and only the TREADs up to the
+    limit were built (10 MB of 88 MB), on the C lane's socket loop and on
+    asyncio's alike."""
+    srv = server_factory(
+        client_output_buffer_limit="normal 10mb 5mb 10",
+        appendonly="yes",
+        lane_sockets=lane_sockets,
+    )
+    reply = fill(srv)
+    sock = attacker(srv)
+    body = mbulk(b"TREAD", b"big", b"0", b"1000") * REQUESTS + mbulk(b"TWRITE", b"after", b"x")
+    send_in_background(sock, body)
+    closed = "(output buffer hard limit"
+    assert pings_during(srv, lambda: closed in srv.output()) >= 1
+    client = srv.client()
+    assert wait_for(lambda: not [c for c in client.client_list() if c["cmd"] == "tread"])
+    # 10 MB / 44 KB = 238 replies, plus what the kernel's socket buffer took.
+    built = tread_calls(client)
+    assert 0 < built < REQUESTS // 4, built
+    assert built * len(reply) < 20 * 2**20
+    assert client.exists("after") == 0
+    assert b"after" not in (srv.dir / "appendonly.aof").read_bytes()
+    received_until_closed(sock)
+
+
+def counts_seen_while_served(
+    srv: ServerProcess, command: str, request: bytes, count: int, reply_size: int
+) -> list[int]:
+    """A client pipelines count requests (in one send) and reads every
+    reply meanwhile; another client's INFO is asked until all of them ran.
+    Returns the counts it saw strictly between none and all: the other
+    client was answered while the pipeline was part done."""
+    client = srv.client()
+    assert calls_of(client, command) == 0  # connected before the pipeline starts
+    sock = srv.raw(timeout=None).sock
+    received: list[int] = []
+    reader = threading.Thread(target=lambda: received.append(read_bytes(sock, count * reply_size)))
+    reader.start()
+    sock.sendall(request * count)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 60
+    while (calls := calls_of(client, command)) < count:
+        assert time.monotonic() < deadline, sorted(seen)
+        seen.add(calls)
+    reader.join(60)
+    sock.close()
+    assert received == [count * reply_size]  # every reply, whole
+    return sorted(n for n in seen if 0 < n < count)
+
+
+def read_bytes(sock: socket.socket, size: int) -> int:
+    sock.settimeout(60)
+    got = 0
+    while got < size and (chunk := sock.recv(1 << 20)):
+        got += len(chunk)
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lane_sockets", ["yes", "no"])
+def test_big_replies_under_a_high_output_limit_leave_turns_to_other_clients(
+    server_factory: Callable[..., ServerProcess], lane_sockets: str
+) -> None:
+    """With a hard limit far above the replies (256 MB), one read of
+    pipelined TREADs of 44 KB (600 of them: 26 MB of replies, 70 MB for a
+    64 KB read) was run in one go by the C lane, on both paths: no other
+    client was answered until all of it was built. A run builds a few MB of
+    replies at most now; between runs others are served, so another
+    client's INFO sees the pipeline part done."""
+    srv = server_factory(client_output_buffer_limit="normal 256mb 0 0", lane_sockets=lane_sockets)
+    reply = fill(srv)
+    request = mbulk(b"TREAD", b"big", b"0", b"1000")
+    # 600 requests are 25 KB: one send, one read of the server's.
+    assert counts_seen_while_served(srv, "tread", request, 600, len(reply))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lane_sockets", ["yes", "no"])
+def test_big_general_path_replies_under_a_high_output_limit_leave_turns(
+    server_factory: Callable[..., ServerProcess], lane_sockets: str
+) -> None:
+    """The same through the general path (GET is not the lane's): it read
+    the clock every 64 commands only, so 60 pipelined GETs of a 1 MB value
+    were one stretch of 60 MB. It reads the clock after every few MB of
+    replies too."""
+    srv = server_factory(client_output_buffer_limit="normal 256mb 0 0", lane_sockets=lane_sockets)
+    value = b"v" * 2**20
+    srv.client().set("k", value)
+    reply = b"$%d\r\n%s\r\n" % (len(value), value)
+    assert counts_seen_while_served(srv, "get", mbulk(b"GET", b"k"), 60, len(reply))
+
+
 @pytest.mark.slow
 def test_unread_pipeline_without_limits_is_held_then_gets_every_reply(
     server_factory: Callable[..., ServerProcess],

@@ -340,10 +340,14 @@ def test_the_zero_user_time_ratio_is_given_only_where_both_servers_are_cpu_bound
 
     rcp = [_line(rcp11_pct, gen_pct, us=57.9, kernel_us=47.3)] * 3
     red = [_line(redis_pct, gen_pct, us=79.1, kernel_us=56.2)] * 3
-    note = _bound(rcp, red)  # type: ignore[arg-type]
+    note = _bound(rcp, red, 1000)  # type: ignore[arg-type]
     assert "47.3 of it in the kernel" in note and "(redis-server 79.1" in note
     assert ("user-space time at zero and its kernel time as measured, 1.67x" in note) == shown
     assert "cost nothing" not in note
+    # The generator's ceiling only where the generator was the limit: 1000
+    # requests in 1 s at 98% of a core is 980 us each, at most 1,020/s.
+    generator_bound = gen_pct >= 85
+    assert ("1.02x redis-server's rate is this row's ceiling" in note) == generator_bound
 
 
 def test_update_replaces_only_the_suites_run(tmp_path: Path) -> None:

@@ -4,10 +4,10 @@
  *
  * The input's first byte picks how the rest is cut into reads (chunk sizes
  * from a small generator), how many bytes of an unfinished request the loop
- * may hold (carry_limit) and the output mark; the rest is what one client
- * sends. Each chunk is written into a socketpair, then nl_poll() reads it,
- * runs the lane and hands the rest over; nl_flush() writes the replies,
- * which the harness reads back. Python's side is a stand-in: it keeps what
+ * may hold (carry_limit), the output mark and the replies a poll may
+ * build; the rest is what one client sends. Each chunk is written into a
+ * socketpair, then nl_poll() reads it, runs the lane and hands the rest
+ * over; nl_flush() writes the replies, which the harness reads back. Python's side is a stand-in: it keeps what
  * was handed over and never gives the connection back to the lane. Streams
  * "s" (writable) and "t" (read-only) exist, as in fuzz_lane.c.
  *
@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nl_loop *loop = nl_loop_new();
     if (loop == NULL) abort();
     nl_set_callbacks(loop, loop_resolve, on_data, on_closed, on_water);
-    nl_set_limits(loop, 1 << 20, 1 << 16, (seed & 8) ? 3 : 4096);
+    nl_set_limits(loop, 1 << 20, 1 << 16, (seed & 8) ? 3 : 4096, (seed & 16) ? 64 : 0);
     nl_set_switches(loop, NL_LANE | LANE_WRITES | LANE_LOG_WRITES, (size_t)1 << 40, 0, UINT64_MAX);
     nl_conn *conn = nl_conn_new(loop, sv[0], &sv[0]);
     if (conn == NULL) abort();

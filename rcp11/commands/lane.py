@@ -41,7 +41,7 @@ from rcp11.ackgroups import AckGroup
 from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
-from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS
+from rcp11.limits import LANE_MAX_CARRY, LANE_MAX_COMMANDS, LANE_RUN_REPLY_BYTES
 from rcp11.pause import ALL
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
@@ -317,8 +317,9 @@ def _run(
     budget: int,
 ) -> int:
     """lane_run() over data[start:] (in place) with the parser's limits,
-    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply;
-    accounts for what ran. Returns the bytes consumed."""
+    what MISCONF, the AOF and maxmemory allow, and budget bytes of reply
+    (at most LANE_RUN_REPLY_BYTES: the caller reads the clock between
+    runs); accounts for what ran. Returns the bytes consumed."""
     global _state
     call = _call
     limits = (parser.max_bulk_len, parser.max_multibulk_len)
@@ -338,6 +339,7 @@ def _run(
     # bytes go to `const char *` as they are, no copy; past their start,
     # through from_buffer, no copy either.
     at = data if not start else ffi.from_buffer(data) + start
+    budget = min(budget, LANE_RUN_REPLY_BYTES)
     try:
         consumed = lib.lane_run(call, at, len(data) - start, budget, flags, room, memory_room)
     finally:

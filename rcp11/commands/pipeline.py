@@ -24,7 +24,7 @@ from typing import Any
 
 from rcp11 import errors
 from rcp11.commands.core import BLOCKED, DEFERRED, count_error, execute
-from rcp11.limits import COMMANDS_BETWEEN_CLOCKS
+from rcp11.limits import COMMANDS_BETWEEN_CLOCKS, LANE_RUN_REPLY_BYTES
 from rcp11.logs import show_arg
 from rcp11.resp import Error, Parts, encode, encode_raw_error
 from rcp11.state import ClientState, ServerState
@@ -39,8 +39,8 @@ class Stop(enum.Enum):
     # The replies appended passed `mark`: look at the client's output
     # limits, then call again (or hold the rest).
     OUTPUT = "output"
-    # COMMANDS_BETWEEN_CLOCKS commands ran (or a run of many): read the
-    # clock, then call again (or let other clients have their turn).
+    # COMMANDS_BETWEEN_CLOCKS commands ran, or LANE_RUN_REPLY_BYTES of
+    # replies were built (or a run of many): read the clock, then call again (or let other clients have their turn).
     CLOCK = "clock"
     # The last command ran left the client waiting (a blocked read) or sent
     # no reply (SHUTDOWN), or the command at index waits for a wake-up to
@@ -61,16 +61,19 @@ def run_pipeline(
 ) -> tuple[int, int, Stop]:
     """Run commands[index:] for client, appending each reply's bytes to out
     (out_bytes: how many bytes out holds so far). Before each command,
-    returns once out_bytes passed mark or after COMMANDS_BETWEEN_CLOCKS
-    commands. Returns (the index of the first command not run, out_bytes
+    returns once out_bytes passed mark, or to read the clock after
+    COMMANDS_BETWEEN_CLOCKS commands or LANE_RUN_REPLY_BYTES of replies
+    (60 GETs of 1 MB under a high output limit were one 60 MB stretch).
+    Returns (the index of the first command not run, out_bytes
     now, why it stopped)."""
     total = len(commands)
     countdown = COMMANDS_BETWEEN_CLOCKS
+    clock_at = out_bytes + LANE_RUN_REPLY_BYTES
     while index < total:
         if out_bytes > mark:
             return index, out_bytes, Stop.OUTPUT
         countdown -= 1
-        if not countdown:
+        if not countdown or out_bytes > clock_at:
             return index, out_bytes, Stop.CLOCK
         argv = commands[index]
         try:

@@ -40,7 +40,12 @@ from rcp11.commands.lane import (
     resolve_key,
 )
 from rcp11.errors import ProtocolError
-from rcp11.limits import DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_CARRY, LANE_MAX_COMMANDS
+from rcp11.limits import (
+    DEFAULT_MAX_MULTIBULK_LEN,
+    LANE_MAX_CARRY,
+    LANE_MAX_COMMANDS,
+    LANE_RUN_REPLY_BYTES,
+)
 from rcp11.resp import RequestParser
 from rcp11.server.connection import Connection, Front
 
@@ -305,9 +310,12 @@ class NetLoop:
 
     def limits_changed(self) -> None:
         """proto-max-bulk-len (the lane runs authenticated clients only:
-        their parsers allow any argument count) and the output's hard limit."""
+        their parsers allow any argument count), the replies a poll builds
+        and the output's hard limit."""
         max_bulk = self.state.config.get("proto-max-bulk-len")
-        lib.nl_set_limits(self.cloop, max_bulk, DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS)
+        lib.nl_set_limits(
+            self.cloop, max_bulk, DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS, LANE_RUN_REPLY_BYTES
+        )
         lib.nl_set_hard_limit(self.cloop, self.server.output_limits[0])
 
     def listen(self, sock: socket.socket, unix_path: str | None = None) -> _Listener:
