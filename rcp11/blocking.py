@@ -389,10 +389,11 @@ class BlockingManager:
         self._soonest_wakes[key] = when
         heapq.heappush(self.key_wakes, (when, next(self._sequence), key))
 
-    def expire(self, now: float | None = None) -> None:
+    def expire(self, now: float | None = None, with_wakes: bool = True) -> None:
         """Answer every client whose BLOCK timeout passed with a null
         array, and signal the keys whose wake-up time came (wake_at; the
-        caller then serves the ready keys). now: time.monotonic() seconds."""
+        caller then serves the ready keys). now: time.monotonic() seconds;
+        with_wakes=False: the key wake-ups wait (CLIENT PAUSE)."""
         if self.ready:
             # A wake-up is under way in slices: a reader it is about to
             # serve must get its message, not a timeout (served at once, as
@@ -400,7 +401,7 @@ class BlockingManager:
             # few event-loop iterations; the timeouts are answered then.
             return
         now = time.monotonic() if now is None else now
-        wakes = self.key_wakes
+        wakes = self.key_wakes if with_wakes else []
         while wakes and wakes[0][0] <= now:
             when, _, key = heapq.heappop(wakes)
             if self._soonest_wakes.get(key) == when:
@@ -416,10 +417,10 @@ class BlockingManager:
         for client in timed_out:
             client.on_unblocked()
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, with_wakes: bool = True) -> float | None:
         """The earliest pending timeout or key wake-up (time.monotonic()
         seconds), for a server that wants to wake exactly then instead of at
-        its next tick."""
+        its next tick. with_wakes=False: timeouts only (see expire())."""
         heap = self.deadlines
         while heap and heap[0][2].client.blocked is not heap[0][2]:
             heapq.heappop(heap)
@@ -428,7 +429,7 @@ class BlockingManager:
             when, _, key = heapq.heappop(wakes)  # nobody waits on or watches that key any more
             if self._soonest_wakes.get(key) == when:
                 del self._soonest_wakes[key]
-        times = [h[0][0] for h in (heap, wakes) if h]
+        times = [h[0][0] for h in (heap, wakes if with_wakes else []) if h]
         return min(times) if times else None
 
     def unblock(self, client: Waiter, error: bool) -> bool:

@@ -34,6 +34,7 @@ class KeyspaceOwner(Protocol):
 
     persistence: KeyRemovals
     loading: bool
+    pause: Any  # rcp11/pause.py's ClientPause: while writes_paused, nothing expires
     stats: Any  # its expired_keys counts expiries (INFO stats)
     dirty: int
 
@@ -97,16 +98,16 @@ class Keyspace:
         return len(self.data)
 
     def __contains__(self, key: bytes) -> bool:
-        if self.expires and key in self.expires:
-            self._expire_if_due(key)
+        if self.expires and key in self.expires and self._expire_if_due(key):
+            return False
         return key in self.data
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.data)
 
     def get(self, key: bytes) -> Any:
-        if self.expires and key in self.expires:
-            self._expire_if_due(key)
+        if self.expires and key in self.expires and self._expire_if_due(key):
+            return None
         return self.data.get(key)
 
     @property
@@ -212,12 +213,19 @@ class Keyspace:
             self._expire_heap = [(w, k) for k, w in self.expires.items()]
             heapq.heapify(self._expire_heap)
 
-    def _expire_if_due(self, key: bytes) -> None:
+    def _expire_if_due(self, key: bytes) -> bool:
+        """Whether key is past its deadline but kept: while writes are
+        paused (CLIENT PAUSE) it reads as missing, as in redis-server 7.0,
+        and is deleted once the pause ends. Otherwise a key past its
+        deadline is deleted now."""
         # While the files load nothing expires (as in redis-server): the
         # commands logged after a deadline ran on the live key, so replay
         # must find it; it expires once loading is over.
         if self.expires[key] <= time.time() * 1000 and not self._state.loading:
+            if self._state.pause.writes_paused:
+                return True
             self._expire(key)
+        return False
 
     def _expire(self, key: bytes) -> None:
         before = self.changes
@@ -231,7 +239,7 @@ class Keyspace:
     def expire_due(self, now_ms: float | None = None, limit: int = 1000) -> int:
         """Delete up to `limit` keys whose deadline passed (server cron).
         Returns how many expired."""
-        if self._state.loading:
+        if self._state.loading or self._state.pause.writes_paused:
             return 0
         now_ms = time.time() * 1000 if now_ms is None else now_ms
         heap = self._expire_heap

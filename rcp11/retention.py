@@ -119,8 +119,8 @@ class Retention:
         by age compares with (default: the wall clock; tests pass their
         own). Returns True when it stopped with evictions left to do."""
         state = self.state
-        if state.loading:
-            return False
+        if state.loading or state.pause.writes_paused:
+            return False  # nothing is evicted during CLIENT PAUSE either
         deadline = perf_counter() + STEP_SECONDS
         config = state.config
         age = int(config.get("stream-retention-ms") or 0)

@@ -28,6 +28,7 @@ from rcp11.errors import CommandError
 from rcp11.keyspace import Keyspace
 from rcp11.libc import allocated_bytes
 from rcp11.limits import LANE_MAX_COMMANDS
+from rcp11.pause import ClientPause
 from rcp11.storage import MAX_OFFSET, Stream, wall_ms
 from rcp11.storage.lane import LaneCall
 
@@ -325,6 +326,8 @@ class ServerState:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.blocking = BlockingManager()
+        # CLIENT PAUSE (rcp11/pause.py): what waits, and who.
+        self.pause = ClientPause()
         self.keyspace = Keyspace(self, self.blocking)
         self.clients: dict[int, ClientState] = {}
         # The process's memory besides the data (the interpreter, buffers):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rcp11 import errors
+from rcp11 import errors, pause
 from rcp11.commands.args import (
     REDIS_COMPAT_VERSION,
     check_subcommand,
@@ -293,12 +293,16 @@ _CLIENT_HELP = [
     "    Accepted for compatibility; clients are never evicted.",
     "NO-TOUCH (ON|OFF)",
     "    Accepted for compatibility.",
+    "PAUSE <timeout> [WRITE|ALL]",
+    "    Suspend all, or just write, clients for <timeout> milliseconds.",
     "SETINFO <LIB-NAME|LIB-VER> <value>",
     "    Set client library name or version, shown by CLIENT LIST.",
     "SETNAME <name>",
     "    Assign the name <name> to the current connection.",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
+    "UNPAUSE",
+    "    Stop the current client pause, resuming traffic.",
     "HELP",
     "    Prints this help.",
 ]
@@ -315,6 +319,8 @@ _CLIENT_ARITY = {
     "no-evict": 3,
     "no-touch": 3,
     "unblock": -3,
+    "pause": -3,
+    "unpause": 2,
     "help": 2,
 }
 
@@ -353,7 +359,33 @@ def client_command(state: ServerState, client: ClientState, argv: list[bytes]) -
         return OK
     if sub == "unblock":
         return _client_unblock(state, argv)
+    if sub == "pause":
+        return _client_pause(state, argv)
+    if sub == "unpause":
+        state.pause.end()
+        return OK
     return _CLIENT_HELP
+
+
+_PAUSE_MODES = {b"write": pause.WRITE, b"all": pause.ALL}
+
+
+def _client_pause(state: ServerState, argv: list[bytes]) -> Any:
+    """CLIENT PAUSE ms [WRITE|ALL]: answered at once; from the next command
+    on, what the pause covers waits (rcp11/pause.py)."""
+    if len(argv) > 4:
+        raise CommandError(errors.subcommand_syntax(text(argv[1]), "client"))
+    # Redis's texts for a timeout in milliseconds (TREAD BLOCK's too).
+    ms = parse_int(argv[2], errors.TREAD_TIMEOUT)
+    if ms < 0:
+        raise CommandError(errors.NEGATIVE_TIMEOUT)
+    mode = pause.ALL
+    if len(argv) == 4:
+        mode = _PAUSE_MODES.get(argv[3].lower(), pause.OFF)
+        if mode == pause.OFF:
+            raise CommandError(errors.PAUSE_MODE)
+    state.pause.start(ms, mode)
+    return OK
 
 
 def _client_unblock(state: ServerState, argv: list[bytes]) -> int:

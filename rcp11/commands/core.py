@@ -91,6 +91,10 @@ def execute(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
             end_transaction(state, client)
             refusal = errors.exec_abort_because(refusal)
         return _reject(state, client, cmd, refusal)
+    if state.pause.mode and state.pause.holds(client, cmd, argv):
+        # CLIENT PAUSE: the client waits (rcp11/pause.py), and this command
+        # is sent again once the pause ends, as a deferred one is.
+        return DEFERRED
     if client.queued is not None and not cmd.not_queued:
         # By its own name (argv[0] was renamed back above). A request the
         # lane may run is encoded now, while the client takes turns, not
@@ -176,7 +180,10 @@ def write_refusal(state: ServerState, write: bool, denyoom: bool) -> str | None:
         refused = state.writes_refused or state.persistence.write_refused()
         if refused:
             return refused
-    if denyoom:
+    if denyoom and not state.pause.writes_paused:
+        # (During CLIENT PAUSE nothing is evicted and a write waits: its
+        # memory is looked at when it runs, as Redis's performEvictions()
+        # lets it through while clients are paused.)
         limit = state.config.get("maxmemory")
         if limit and state.used_memory() > int(limit):
             if state.config.get("maxmemory-policy") == "streams-oldest":
@@ -392,6 +399,7 @@ def client_disconnected(state: ServerState, client: ClientState) -> None:
     """Forget a client that is gone: its blocked read, its WATCHed keys,
     its MULTI queue, its MONITOR."""
     state.blocking.remove(client)
+    state.pause.drop(client)
     unwatch_all(state, client)
     client.queued = None
     stop_monitor(state, client)

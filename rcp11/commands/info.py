@@ -78,7 +78,9 @@ def _info_clients(state: ServerState) -> dict[str, Any]:
         "connected_clients": len(state.clients),
         "cluster_connections": 0,
         "maxclients": config_value(state, "maxclients", 10000),
-        "blocked_clients": state.blocking.blocked_clients,
+        # Clients CLIENT PAUSE holds count as blocked, as in redis-server 7.0
+        # (not in the timeout table: they have no timeout of their own).
+        "blocked_clients": state.blocking.blocked_clients + len(state.pause.held),
         "tracking_clients": 0,
         "clients_in_timeout_table": state.blocking.blocked_clients,
     }

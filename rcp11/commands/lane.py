@@ -14,11 +14,11 @@ wait stops the lane, and run_pipeline() blocks the client as before.
 
 Here is decided, once per read, what no request of the read can change:
 the lane runs nothing during loading, inside MULTI, with MONITOR clients,
-with rename-command, for an unauthenticated client or a RESP3 one, or while
-blocked clients wait to be served; and no TWRITE while writes are refused
-(MISCONF), nor, with maxmemory, past what the memory left allows (the lane
-adds up what its writes grow and stops before the one the general path
-would refuse). What the parser holds runs here too (run_buffered), and so
+with rename-command, for an unauthenticated client or a RESP3 one, while
+blocked clients wait to be served or under CLIENT PAUSE ALL; and no TWRITE
+while writes are refused (MISCONF) or paused (CLIENT PAUSE WRITE), nor,
+with maxmemory, past what the memory left allows (the lane adds up what
+its writes grow and stops before the one the general path would refuse). What the parser holds runs here too (run_buffered), and so
 do the TWRITEs and TREADs EXEC runs (run_queued). Per key, the resolver below decides (a missing key, a string, a
 TTL stop the lane; a waiter or a WATCH stops writes). Afterwards the
 counters the general path keeps are brought up to date, the AOF gets the
@@ -40,6 +40,7 @@ from rcp11.commands.core import command_stats, requirepass_set
 from rcp11.commands.diagnostics import note_slow
 from rcp11.commands.table import RENAMED, lookup_original
 from rcp11.limits import LANE_MAX_CARRY, LANE_RUN_REPLY_BYTES
+from rcp11.pause import ALL
 from rcp11.resp import RequestParser
 from rcp11.state import ClientState, ServerState
 from rcp11.storage import MUTATIONS, Stream
@@ -101,7 +102,11 @@ def lane_open(state: ServerState, client: ClientState, in_exec: bool = False) ->
 def lane_open_to_all(state: ServerState, in_exec: bool = False) -> bool:
     """lane_open()'s part that holds for every client alike."""
     return not (
-        state.loading or state.monitors or RENAMED or (state.blocking.ready and not in_exec)
+        state.loading
+        or state.monitors
+        or RENAMED
+        or (state.blocking.ready and not in_exec)
+        or state.pause.mode == ALL
     )
 
 
@@ -123,7 +128,7 @@ def lane_writes(state: ServerState) -> tuple[int, int, int]:
     before the one the general path's OOM check, core.write_refusal, would
     refuse)."""
     persistence = state.persistence
-    if state.writes_refused or persistence.write_refused():
+    if state.writes_refused or persistence.write_refused() or state.pause.writes_paused:
         return 0, 0, 0
     flags = WRITES
     room = 0

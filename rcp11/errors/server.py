@@ -33,6 +33,7 @@ CLIENT_NAME = "ERR Client names cannot contain spaces, newlines or special chara
 INVALID_CLIENT_ID = "ERR Invalid client ID"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+PAUSE_MODE = "ERR CLIENT PAUSE mode must be WRITE or ALL"
 UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
 
 

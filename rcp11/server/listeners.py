@@ -35,6 +35,10 @@ from rcp11.state import ClientState, ServerState
 
 log = logging.getLogger("rcp11")
 
+# The longest wait of CLIENT PAUSE's timer before it looks again (a pause
+# may be given for longer than the event loop's timers take).
+PAUSE_RECHECK = 3600.0
+
 
 class Server:
     """Listeners, connections, the flush callback and the cron."""
@@ -60,6 +64,7 @@ class Server:
         self.now = time.time()
         self.block_timer: asyncio.TimerHandle | None = None
         self.block_timer_at = 0.0
+        self.pause_timer: asyncio.TimerHandle | None = None
         self.cron_handle: asyncio.TimerHandle | None = None
         self.stopping = False
         self.exit_code = 0
@@ -74,6 +79,8 @@ class Server:
         config.on_change("port", self._rebind)
         config.on_change("bind", self._rebind)
         state.request_shutdown = self.request_shutdown
+        state.pause.arm = self._arm_pause
+        state.pause.on_end = self._pause_ended
 
     # -- config reactions -------------------------------------------------------
 
@@ -295,7 +302,7 @@ class Server:
         blocking = self.state.blocking
         if not blocking.deadlines and not blocking.key_wakes:
             return
-        deadline = blocking.next_deadline()
+        deadline = blocking.next_deadline(with_wakes=not self.state.pause.writes_paused)
         if deadline is None:
             return
         if self.block_timer is not None and self.block_timer_at <= deadline:
@@ -316,11 +323,34 @@ class Server:
 
     def _expire_blocked(self) -> None:
         """BLOCK timeouts, and the readers of keys whose wake-up time came
-        (a lease ran out) served as a write would serve them."""
+        (a lease ran out) served as a write would serve them (not while
+        CLIENT PAUSE holds writes: serving a group reader moves its group)."""
         state = self.state
-        state.blocking.expire(time.monotonic())
+        state.blocking.expire(time.monotonic(), with_wakes=not state.pause.writes_paused)
         if state.blocking.ready:
             serve_ready(state)  # their replies wait for the flush, AOF first
+
+    def _arm_pause(self, when: float) -> None:
+        """CLIENT PAUSE: end it at `when` (time.monotonic() seconds); a very
+        long one is looked at again every PAUSE_RECHECK seconds."""
+        if self.pause_timer is not None:
+            self.pause_timer.cancel()
+        delay = min(max(0.0, when - time.monotonic()), PAUSE_RECHECK)
+        self.pause_timer = self.loop.call_later(delay, self._pause_timeout)
+
+    def _pause_timeout(self) -> None:
+        self.pause_timer = None
+        pause = self.state.pause
+        if pause.current():  # not over yet (ends the pause when it is)
+            self._arm_pause(pause.end_at)
+
+    def _pause_ended(self) -> None:
+        """The pause is over (timeout or CLIENT UNPAUSE): lease wake-ups
+        that waited for it are served, and the timer goes."""
+        if self.pause_timer is not None:
+            self.pause_timer.cancel()
+            self.pause_timer = None
+        self.loop.call_soon(self._block_timeout)
 
     # -- connections -----------------------------------------------------------
 
