@@ -111,9 +111,9 @@ AOF_SPACE_MARGIN = 128 << 10
 # request of a small message costs well under a microsecond, so this keeps
 # a turn to a few milliseconds.
 LANE_MAX_COMMANDS = 4096
-# Replies one lane run builds at most, the C socket loop's lane runs
-# together per poll (src/netloop.c), and run_pipeline() between two looks
-# at the clock. A run is not cut by the clock, so under an output limit far
+# Replies one lane run builds at most, the C socket loop's runs of one
+# poll before it leaves the connections not read yet for the next poll
+# (src/netloop.c), and run_pipeline() between two looks at the clock. A run is not cut by the clock, so under an output limit far
 # above this (`normal 256mb 0 0`) one 64 KB read of TREADs of 44 KB built
 # 70 MB (50-200 ms) before any other client was answered. The same as
 # OUTPUT_HIGH_WATER, so that with no output limit (a run already stops

@@ -62,9 +62,10 @@ void nl_set_callbacks(nl_loop *loop, void *owner, nl_resolve_fn resolve, nl_data
                       nl_closed_fn closed, nl_water_fn water);
 void *nl_loop_owner(nl_loop *loop);
 /* Parser limits (proto-max-bulk-len, arguments per request), requests
- * per lane run, and the lane replies one poll builds at most (0: no cap;
- * the rest of a read goes to Python, the connections not read yet wait for
- * the next poll). */
+ * per lane run, and the poll's reply budget (0: no cap): one run builds at
+ * most that much (the rest of its read goes to Python), and once the
+ * poll's runs built that much the connections not read yet wait for the
+ * next poll. */
 void nl_set_limits(nl_loop *loop, uint64_t max_bulk_len, uint64_t max_multibulk_len,
                    uint64_t max_commands, size_t poll_reply_bytes);
 /* aof_room: AOF bytes the batch may add; memory_room: what its TWRITEs
