@@ -500,3 +500,17 @@ def test_consumers_step_over_a_crash_gap_in_one_request(server_factory: Any) -> 
     before = tread_calls(client)
     assert asyncio.run(follow_async()) == expected
     assert tread_calls(client) - before <= 3
+
+
+def test_every_name_of_the_old_module_still_imports() -> None:
+    """rcp11.client was one module before it became a package: a user's
+    `from rcp11.client import X` of any of its public names still works."""
+    import rcp11.client
+
+    names = (
+        "AsyncClient AsyncPipeline Client ClusterClient DEFAULT_BATCH DEFAULT_BLOCK_MS "
+        "DEFAULT_LEASE_MS GroupConsumer GroupInfo PendingRange Pipeline ReadResult "
+        "STREAM_CALLBACKS StreamCommands TACK TEVICT TGROUP TREAD TWRITE parse_tgroup "
+        "parse_tread register_callbacks"
+    ).split()
+    assert [name for name in names if not hasattr(rcp11.client, name)] == []

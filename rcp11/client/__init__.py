@@ -38,7 +38,10 @@ import redis.client
 import redis.cluster
 from redis.exceptions import DataError
 
-from rcp11.client.replies import (
+# STREAM_CALLBACKS and parse_tgroup were public names of the one module
+# rcp11.client was: still importable from here.
+from rcp11.client.replies import (  # noqa: F401
+    STREAM_CALLBACKS,
     TACK,
     TEVICT,
     TGROUP,
@@ -48,6 +51,7 @@ from rcp11.client.replies import (
     GroupInfo,
     PendingRange,
     ReadResult,
+    parse_tgroup,
     parse_tread,
     register_callbacks,
 )
