@@ -173,6 +173,7 @@ struct nl_conn {
     uint32_t events;  /* epoll interest registered now */
     int last_command; /* lane_call.last_command of the lane's last run */
     int64_t read_us;  /* when the loop last read bytes of it (see nl_conn_activity) */
+    uint64_t waited;  /* with NL_FIRST: the poll its read first waited at */
     void *owner;
     mn_buf in;        /* the start of a request the lane waits to complete */
     mn_buf out;       /* see OUTPUT */
@@ -209,6 +210,7 @@ struct nl_loop {
     size_t hard_limit;  /* client-output-buffer-limit normal's hard bytes */
     size_t poll_reply_bytes; /* lane replies one poll builds at most (0: no cap) */
     size_t poll_replied;     /* what this poll's runs built so far */
+    uint64_t polls;          /* nl_poll()s that had events, for nl_conn.waited */
     int polling;
     int64_t now_us;   /* CLOCK_REALTIME at this poll's start */
     void *owner;      /* nl_set_callbacks()'s, for the callbacks */
@@ -761,26 +763,43 @@ int nl_poll(nl_loop *loop) {
     loop->now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     loop->polling = 1;
     loop->poll_replied = 0;
-    /* Two passes: connections whose read waited at the last poll first
-     * (epoll hands level-triggered events back in the same order: without
-     * this the first connections could take the poll's budget every time). */
-    for (int pass = 0; pass < 2; pass++) {
+    loop->polls++;
+    /* Three passes: the connections whose read has waited longest first,
+     * then the others that waited, then the rest. Waiting at a poll alone
+     * is not enough: epoll hands level-triggered events back in the same
+     * order, and a connection read at the last poll waits at this one, so
+     * the first two connections that each fill the budget would take
+     * every poll in turn and a third wait for ever. */
+    uint64_t oldest = UINT64_MAX;
+    for (int i = 0; i < n; i++) {
+        nl_conn *c = evs[i].data.ptr;
+        if ((c->flags & NL_FIRST) && c->waited < oldest) oldest = c->waited;
+    }
+    for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < n; i++) {
             nl_conn *c = evs[i].data.ptr;
             uint32_t ev = evs[i].events;
-            if (ev == 0) continue; /* handled in the first pass */
-            if (pass == 0 && !(c->flags & NL_FIRST)) continue;
+            if (ev == 0) continue; /* handled in an earlier pass */
+            if (pass < 2 && !(c->flags & NL_FIRST)) continue;
+            if (pass == 0 && c->waited != oldest) continue;
             evs[i].events = 0;
             if (c->flags & NL_CLOSED) continue;
-            c->flags &= ~NL_FIRST;
             if (ev & EPOLLOUT) write_some(c);
-            if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
-            if (loop->poll_reply_bytes && loop->poll_replied >= loop->poll_reply_bytes) {
-                /* The poll's budget is used: its bytes wait in the socket,
-                 * which stays readable (level-triggered) for the next. */
-                c->flags |= NL_FIRST;
+            if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+                c->flags &= ~NL_FIRST;
                 continue;
             }
+            if (loop->poll_reply_bytes && loop->poll_replied >= loop->poll_reply_bytes) {
+                /* The poll's budget is used: its bytes wait in the socket,
+                 * which stays readable (level-triggered) for the next; a
+                 * connection that waited already keeps its place. */
+                if (!(c->flags & NL_FIRST)) {
+                    c->flags |= NL_FIRST;
+                    c->waited = loop->polls;
+                }
+                continue;
+            }
+            c->flags &= ~NL_FIRST;
             read_conn(loop, c);
         }
     }
