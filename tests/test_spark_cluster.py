@@ -64,10 +64,12 @@ def spark_home() -> Path:
 
 
 def http_json(url: str) -> Any:
+    """The JSON at url, or None while the server is not up or not answering
+    it yet (a Master starting up served its HTML page at /json/ once)."""
     try:
         with urllib.request.urlopen(url, timeout=2) as reply:
             return json.load(reply)
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
