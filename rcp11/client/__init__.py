@@ -274,24 +274,30 @@ class Pipeline(StreamCommands, redis.client.Pipeline):
     """A redis-py pipeline that also queues TWRITE / TREAD / TEVICT."""
 
 
-class Client(StreamCommands, redis.Redis):
-    """``redis.Redis`` plus rcp11 stream commands and consumer helpers.
-
-    Unlike redis-py, ``socket_timeout`` defaults to ``None``: a TREAD BLOCK
-    longer than the socket timeout would otherwise fail with TimeoutError.
-    """
+class _Connecting:
+    """What Client and AsyncClient add to redis-py's constructors: the rcp11
+    reply callbacks, and ``socket_timeout`` None by default (a TREAD BLOCK
+    longer than a socket timeout would fail with TimeoutError)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "connection_pool" not in kwargs:
             kwargs.setdefault("socket_timeout", None)
         super().__init__(*args, **kwargs)
-        register_callbacks(self)
+        register_callbacks(self)  # type: ignore[arg-type]
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> Client:
+    def from_url(cls, url: str, **kwargs: Any) -> Any:
         """A client for ``redis://[[user]:[password]@]host[:port][/db]`` (see redis-py)."""
         kwargs.setdefault("socket_timeout", None)
-        return super().from_url(url, **kwargs)
+        return super().from_url(url, **kwargs)  # type: ignore[misc]
+
+
+class Client(_Connecting, StreamCommands, redis.Redis):
+    """``redis.Redis`` plus rcp11 stream commands and consumer helpers.
+
+    Unlike redis-py, ``socket_timeout`` defaults to ``None``: a TREAD BLOCK
+    longer than the socket timeout would otherwise fail with TimeoutError.
+    """
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         """A pipeline (MULTI/EXEC when ``transaction``) with the stream commands."""
@@ -386,25 +392,13 @@ class AsyncPipeline(StreamCommands, redis.asyncio.client.Pipeline):
     """An asyncio pipeline that also queues TWRITE / TREAD / TEVICT."""
 
 
-class AsyncClient(StreamCommands, redis.asyncio.Redis):
+class AsyncClient(_Connecting, StreamCommands, redis.asyncio.Redis):
     """``redis.asyncio.Redis`` plus rcp11 stream commands and consumer helpers.
 
     ``await client.twrite(...)``, ``await client.tread(...)`` and
     ``await client.tevict(...)`` return the same values as ``Client``;
     ``socket_timeout`` defaults to ``None`` for the same reason.
     """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if "connection_pool" not in kwargs:
-            kwargs.setdefault("socket_timeout", None)
-        super().__init__(*args, **kwargs)
-        register_callbacks(self)
-
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> AsyncClient:
-        """An asyncio client for a ``redis://`` URL (see redis-py)."""
-        kwargs.setdefault("socket_timeout", None)
-        return super().from_url(url, **kwargs)
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> AsyncPipeline:
         """An asyncio pipeline (MULTI/EXEC when ``transaction``) with the stream commands."""
