@@ -110,6 +110,14 @@ void nl_conn_free(nl_conn *conn);
 /* Read every ready connection once, run the lane, hand the rest over.
  * Returns the number of events handled, -1 on an epoll error. */
 int nl_poll(nl_loop *loop);
+/* nl_poll(), then, while what the lane ran needs nothing of Python (no
+ * bytes, close or limit handed over, no AOF bytes), nl_flush() and
+ * nl_poll() again: up to rounds polls, and no new one once budget_us
+ * (monotonic) have passed. The requests that arrived meanwhile are served
+ * without a return to Python; the batch is one for all the rounds, and
+ * the last poll's replies wait for Python's flush. Returns the events
+ * handled, -1 on an epoll error before any. */
+int nl_run(nl_loop *loop, int rounds, int64_t budget_us);
 /* Write the output of every connection that has some (after the AOF
  * flush: the lane's replies leave only here). Returns connections written. */
 size_t nl_flush(nl_loop *loop);

@@ -6,8 +6,9 @@
  * from a small generator), how many bytes of an unfinished request the loop
  * may hold (carry_limit), the output mark and the replies a poll may
  * build; the rest is what one client sends. Each chunk is written into a
- * socketpair, then nl_poll() reads it, runs the lane and hands the rest
- * over; nl_flush() writes the replies, which the harness reads back. Python's side is a stand-in: it keeps what
+ * socketpair, then nl_poll() (or nl_run(), with or without the AOF copy)
+ * reads it, runs the lane and hands the rest over; nl_flush() writes the
+ * replies, which the harness reads back. Python's side is a stand-in: it keeps what
  * was handed over and never gives the connection back to the lane. Streams
  * "s" (writable) and "t" (read-only) exist, as in fuzz_lane.c.
  *
@@ -147,7 +148,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (loop == NULL) abort();
     nl_set_callbacks(loop, NULL, loop_resolve, on_data, on_closed, on_water);
     nl_set_limits(loop, 1 << 20, 1 << 16, (seed & 8) ? 3 : 4096, (seed & 16) ? 64 : 0);
-    nl_set_switches(loop, NL_LANE | LANE_WRITES | LANE_LOG_WRITES, (size_t)1 << 40, 0, UINT64_MAX);
+    /* Without the AOF copy, nl_run() flushes and polls again in C. */
+    int log_writes = (seed & 64) ? 0 : LANE_LOG_WRITES;
+    nl_set_switches(loop, NL_LANE | LANE_WRITES | log_writes, (size_t)1 << 40, 0, UINT64_MAX);
     nl_conn *conn = nl_conn_new(loop, sv[0], &sv[0]);
     if (conn == NULL) abort();
     size_t carry = (seed & 1) ? 16 : (size_t)4 << 20;
@@ -163,7 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n > total - at) n = total - at;
         if (write(sv[1], stream + at, n) != (ssize_t)n) abort();
         at += n;
-        if (nl_poll(loop) < 0) abort();
+        if (((seed & 32) ? nl_run(loop, 1 + (int)(gen >> 20) % 4, 1000) : nl_poll(loop)) < 0)
+            abort();
         consumed += take_batch(loop);
         nl_flush(loop);
         drain(sv[1], &received);
@@ -191,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ref.max_bulk_len = 1 << 20;
     ref.max_multibulk_len = 1 << 16;
     ref.max_commands = (uint64_t)1 << 40;
-    if (lane_run(&ref, stream, (size_t)consumed, (size_t)1 << 40, LANE_WRITES | LANE_LOG_WRITES,
+    if (lane_run(&ref, stream, (size_t)consumed, (size_t)1 << 40, LANE_WRITES | log_writes,
                  (size_t)1 << 40, 0) != consumed)
         abort();
     if (ref.reply.len != received.len ||

@@ -69,6 +69,14 @@ log = logging.getLogger("rcp11")
 # batch of hundreds of entries fits many times over, a 512 MB value is the
 # parser's.
 CARRY_LIMIT = 4 << 20
+# Polls the C loop makes per call from uvloop while the lane needs nothing
+# of Python: one request at a time (-P 1, 50 clients), new requests arrive
+# while a poll's replies are written, and serving them in C saves the
+# callback, the switches and the fold of a batch per poll (server CPU per
+# request: TWRITE 5.6 -> 5.0 us, TREAD 100 9.1 -> 7.8 us). Bounded in
+# number and time so that timers and asyncio's connections keep their turn.
+POLL_ROUNDS = 8
+POLL_ROUNDS_USEC = 1000
 # Connections accepted per listener callback (Redis: MAX_ACCEPTS_PER_CALL).
 ACCEPTS_PER_CALL = 1000
 # Out of descriptors: accepting pauses this long instead of spinning.
@@ -364,7 +372,12 @@ class NetLoop:
         server.now = time.time()
         self.set_switches()
         cloop = self.cloop
-        cloop.poll()
+        if server.flush_scheduled:
+            # Python's work of this iteration is not flushed yet (the AOF,
+            # offset reservations): the lane's replies wait for that flush.
+            cloop.run(1, 0)
+        else:
+            cloop.run(POLL_ROUNDS, POLL_ROUNDS_USEC)
         if cloop.batch_pending():
             self.fold()
         if cloop.dirty() and not server.flush_scheduled:

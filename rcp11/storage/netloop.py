@@ -115,6 +115,12 @@ class CLoop:
         """Each ready connection read once and run through the lane."""
         lib.nl_poll(self.cloop)
 
+    def run(self, rounds: int, budget_us: int) -> None:
+        """poll(); then, while Python is not needed (nothing handed over,
+        no AOF bytes), flush and poll again: up to rounds polls, started
+        within budget_us."""
+        lib.nl_run(self.cloop, rounds, budget_us)
+
     def batch_pending(self) -> bool:
         return bool(lib.nl_batch_pending(self.cloop))
 

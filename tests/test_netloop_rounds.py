@@ -1,0 +1,138 @@
+"""Many clients one request at a time, as application code talks to the
+server: the C loop serves the requests that arrive while it writes replies
+without returning to Python (src/netloop.c's nl_run), and hands over to
+Python whatever the lane does not run. Every client must still get its own
+replies, in order, every write must be counted and logged, and a kill -9
+must lose no acknowledged write."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+
+from rcp11.resp import encode_command
+
+CLIENTS = 32
+ROUNDS = 120
+KEYS = 4
+
+
+def _request(*argv: bytes | str) -> bytes:
+    return encode_command([a.encode() if isinstance(a, str) else a for a in argv])
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *argv: bytes | str
+) -> bytes:
+    """One request, its whole reply as bytes (a line, or a line and a bulk,
+    or an array of bulks)."""
+    writer.write(_request(*argv))
+    await writer.drain()
+    line = await reader.readline()
+    if line[:1] == b"*":
+        out = [line]
+        for _ in range(int(line[1:])):
+            head = await reader.readline()
+            out.append(head)
+            if head[:1] == b"$" and int(head[1:]) >= 0:
+                out.append(await reader.readexactly(int(head[1:]) + 2))
+        return b"".join(out)
+    if line[:1] == b"$" and int(line[1:]) >= 0:
+        return line + await reader.readexactly(int(line[1:]) + 2)
+    return line
+
+
+async def _client(port: int, c: int, log: list[tuple[bytes, int, bytes]]) -> None:
+    """ROUNDS of: TWRITE (the lane), TREAD of what it wrote (the lane), and
+    now and then commands the lane does not run (INCR, a transaction,
+    TYPE behind a TREAD in one write), checking each reply as it comes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    key = f"k{c % KEYS}".encode()
+    try:
+        for i in range(ROUNDS):
+            message = f"c{c}-{i}".encode()
+            reply = await _exchange(reader, writer, b"TWRITE", key, message)
+            assert reply[:1] == b":", reply
+            offset = int(reply[1:])
+            log.append((key, offset, message))
+            reply = await _exchange(reader, writer, b"TREAD", key, str(offset), b"1")
+            assert reply == b"*1\r\n$%d\r\n%s\r\n" % (len(message), message), reply
+            if i % 10 == 3:
+                reply = await _exchange(reader, writer, b"INCR", f"n{c}")
+                assert reply == b":%d\r\n" % (i // 10 + 1), reply
+            if i % 10 == 7:
+                writer.write(
+                    _request(b"MULTI")
+                    + _request(b"TWRITE", key, message + b"x")
+                    + _request(b"GET", f"n{c}")
+                    + _request(b"EXEC")
+                )
+                await writer.drain()
+                assert await reader.readline() == b"+OK\r\n"
+                assert await reader.readline() == b"+QUEUED\r\n"
+                assert await reader.readline() == b"+QUEUED\r\n"
+                assert await reader.readline() == b"*2\r\n"
+                reply = await reader.readline()
+                assert reply[:1] == b":", reply
+                log.append((key, int(reply[1:]), message + b"x"))
+                count = b"%d" % (i // 10 + 1)
+                assert await reader.readline() == b"$%d\r\n" % len(count)
+                assert await reader.readline() == count + b"\r\n"
+            if i % 10 == 9:
+                # A read and a general-path command in one write.
+                writer.write(_request(b"TREAD", key, str(offset), b"1") + _request(b"TYPE", key))
+                await writer.drain()
+                assert await reader.readline() == b"*1\r\n"
+                assert await reader.readline() == b"$%d\r\n" % len(message)
+                assert await reader.readline() == message + b"\r\n"
+                assert await reader.readline() == b"+rcp11-log\r\n"
+    finally:
+        writer.close()
+
+
+def _run_clients(port: int) -> list[tuple[bytes, int, bytes]]:
+    log: list[tuple[bytes, int, bytes]] = []
+
+    async def main() -> None:
+        await asyncio.gather(*(_client(port, c, log) for c in range(CLIENTS)))
+
+    asyncio.run(main())
+    return log
+
+
+def _check_streams(client: redis.Redis, log: list[tuple[bytes, int, bytes]]) -> None:
+    """Each key's offsets run 0.. without a gap or a repeat, each holds the
+    message its TWRITE was answered for, and each client's messages come in
+    the order it wrote them."""
+    by_key: dict[bytes, dict[int, bytes]] = {}
+    for key, offset, message in log:
+        assert offset not in by_key.setdefault(key, {}), (key, offset)
+        by_key[key][offset] = message
+    for key, written in by_key.items():
+        assert sorted(written) == list(range(len(written))), key
+        stored = client.execute_command("TREAD", key, 0, len(written) + 10)
+        assert stored == [written[o] for o in range(len(written))], key
+
+
+@pytest.mark.parametrize("appendonly", ["no", "yes"])
+def test_clients_one_request_at_a_time_get_their_own_replies(
+    server_factory: Any, appendonly: str
+) -> None:
+    server = server_factory(appendonly=appendonly, appendfsync="always")
+    log = _run_clients(server.port)
+    client = server.client()
+    assert len(log) == CLIENTS * (ROUNDS + ROUNDS // 10)
+    _check_streams(client, log)
+    stats = client.info("commandstats")
+    # The lane's calls reach INFO like the general path's.
+    assert stats["cmdstat_twrite"]["calls"] == len(log)
+    assert stats["cmdstat_tread"]["calls"] >= CLIENTS * ROUNDS
+    assert client.info("stats")["total_messages_written"] == len(log)
+    if appendonly == "yes":
+        # Every acknowledged write was in the AOF before its reply left.
+        server.kill9()
+        server.start()
+        _check_streams(server.client(), log)
