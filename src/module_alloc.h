@@ -27,4 +27,6 @@ extern void (*RedisModule_Free)(void *ptr);
 #define calloc(count, size) RedisModule_Calloc(count, size)
 #define realloc(ptr, size) RedisModule_Realloc(ptr, size)
 #define free(ptr) RedisModule_Free(ptr)
+/* The host's allocator owns the pages: the core leaves them alone. */
+#define MN_HOSTED_ALLOCATOR 1
 #endif

@@ -37,8 +37,9 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer
        -I"$repo/src" -I"$repo/tests/c")
 # The core's allocations go to the counting allocator (alloc_hook.h), the
 # harness's and the counting allocator's own do not.
-"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -include "$repo/tests/c/alloc_hook.h" \
-    -c "$repo/src/macronode.c" -o "$out/macronode.o"
+# (alloc_hook.h includes stdlib.h first: the feature level is set before it.)
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -D_DEFAULT_SOURCE \
+    -include "$repo/tests/c/alloc_hook.h" -c "$repo/src/macronode.c" -o "$out/macronode.o"
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}" -c "$repo/tests/c/count_alloc.c" -o "$out/count_alloc.o"
 # The C lane (src/lane.c, harness fuzz_lane.c) on top of the core, with the
 # same allocator: the core appends to and frees the lane's buffers. (The

@@ -21,7 +21,9 @@ sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror "${sanitize[@]}" -I"$src")
 
 # The core gets the counting allocator hooks; the driver does not.
-"$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode.o"
+# (alloc_hook.h includes stdlib.h first: the feature level that declares
+# madvise() is set before it.)
+"$cc" "${flags[@]}" -D_DEFAULT_SOURCE -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode.o"
 "$cc" "${flags[@]}" -c "$here/count_alloc.c" -o "$out/count_alloc.o"
 "$cc" "${flags[@]}" -c "$here/driver.c" -o "$out/driver.o"
 "$cc" "${flags[@]}" "$out/macronode.o" "$out/count_alloc.o" "$out/driver.o" -lz -o "$out/driver"
@@ -33,7 +35,7 @@ UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
 # The C lane over the core and the group state, all on lane_driver.c's
 # failing allocator (one allocator: the core appends to and frees the
 # lane's buffers).
-"$cc" "${flags[@]}" -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode_lane.o"
+"$cc" "${flags[@]}" -D_DEFAULT_SOURCE -include "$here/alloc_hook.h" -c "$src/macronode.c" -o "$out/macronode_lane.o"
 # (alloc_hook.h includes stdlib.h first: the POSIX level is set before it.)
 "$cc" "${flags[@]}" -D_POSIX_C_SOURCE=200809L -include "$here/alloc_hook.h" -c "$src/lane.c" \
     -o "$out/lane.o"
