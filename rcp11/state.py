@@ -55,6 +55,10 @@ class PersistenceHooks(Protocol):
         server calls it before it sends any reply. False when that failed:
         the replies of this iteration's writes must not leave."""
 
+    def flushed(self) -> bool:
+        """True when flush() would have nothing to log or sync and nothing
+        failed: replies may then leave without it (the C loop's rounds)."""
+
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:
         """Called before a stream's next offset grows to new_next_offset.
         Raises rcp11.errors.CommandError (MISCONF) if the offset cannot be
@@ -121,6 +125,9 @@ class NullPersistence:
         pass
 
     def flush(self) -> bool:
+        return True
+
+    def flushed(self) -> bool:
         return True
 
     def before_stream_write(self, key: bytes, new_next_offset: int) -> None:

@@ -56,8 +56,11 @@
  * one batch, so Python's fold, its switches and uvloop's callback are paid
  * once for all of them (server CPU per request, -P 1: TWRITE 5.6 -> 5.0 us,
  * TREAD 100 9.1 -> 7.8 us). Nothing is flushed in C while Python has a
- * flush of its own pending (rcp11/server/netloop.py asks for one round
- * then): its AOF bytes and offset reservations come first.
+ * flush of its own pending or persistence is not settled (AOF bytes not
+ * written, offset reservations not synced, a write error): Python's flush
+ * comes first, and while it fails it drops the replies behind it (a read
+ * must not show a write the AOF did not take). rcp11/server/netloop.py
+ * asks for one round then.
  *
  * WHO RUNS WHAT
  * =============

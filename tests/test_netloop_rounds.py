@@ -8,10 +8,12 @@ must lose no acknowledged write."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from conftest import fill
 
 from rcp11.resp import encode_command
 
@@ -136,3 +138,51 @@ def test_clients_one_request_at_a_time_get_their_own_replies(
         server.kill9()
         server.start()
         _check_streams(server.client(), log)
+
+
+async def _reader(port: int, reads: int, seen: list[bytes]) -> None:
+    """TREAD s 1 1 one at a time until the server closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for _ in range(reads):
+            try:
+                seen.append(await _exchange(reader, writer, b"TREAD", b"s", b"1", b"1"))
+            except (ConnectionError, asyncio.IncompleteReadError):
+                return
+    finally:
+        writer.close()
+
+
+def test_no_reply_shows_a_write_the_full_disk_kept_out_of_the_aof(
+    small_fs: Path, server_factory: Any
+) -> None:
+    """A TWRITE runs but the AOF cannot take it (the disk is full): its
+    reply is dropped, and while the AOF still holds it unwritten no reader
+    may see the message either, however many requests the C loop serves
+    before it returns to Python (they are dropped and their clients
+    closed, as the writer was)."""
+    server = server_factory(
+        dir=small_fs,
+        logfile=small_fs.parent / "server.log",
+        appendonly="yes",
+        appendfsync="always",
+    )
+    client = server.client(socket_timeout=10)
+    assert client.execute_command("TWRITE", "s", b"first") == 0
+    filler = fill(small_fs)
+    unlogged = b"z" * 1_500_000  # past the AOF's preallocated room
+    with pytest.raises(redis.exceptions.ConnectionError):
+        client.execute_command("TWRITE", "s", unlogged)
+    seen: list[bytes] = []
+
+    async def main() -> None:
+        await asyncio.gather(*(_reader(server.port, 50, seen) for _ in range(CLIENTS)))
+
+    asyncio.run(main())
+    assert not [reply for reply in seen if unlogged in reply]
+    server.kill9()
+    filler.unlink()
+    server.start()
+    # The unlogged write is gone (its offset shows as a null, never reused).
+    stored = server.client().execute_command("TREAD", "s", 0, 10)
+    assert stored[0] == b"first" and unlogged not in stored

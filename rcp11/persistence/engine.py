@@ -277,6 +277,21 @@ class Persistence:
         aof_end = aof.end if aof.state != "off" else None
         self.deletions.settle(aof_end, aof.synced, self.children.saving_streams())
 
+    def flushed(self) -> bool:
+        """True when flush() would have nothing to log or sync and nothing
+        failed. While the AOF or the offsets file fails, every flush fails
+        and drops the replies behind it (a reply must not show what is not
+        logged): the C loop then sends nothing on its own."""
+        aof = self.aof
+        reservations = self.reservations
+        return not (
+            aof.error is not None
+            or self._reservation_error is not None
+            or reservations.unsynced
+            or reservations.pending
+            or (aof.state == "on" and (aof.buf or aof.written != self._flushed_written))
+        )
+
     def write_refused(self) -> str | None:
         if self.aof.error is not None or self._reservation_error is not None:
             return errors.MISCONF

@@ -372,9 +372,10 @@ class NetLoop:
         server.now = time.time()
         self.set_switches()
         cloop = self.cloop
-        if server.flush_scheduled:
-            # Python's work of this iteration is not flushed yet (the AOF,
-            # offset reservations): the lane's replies wait for that flush.
+        if server.flush_scheduled or not self.state.persistence.flushed():
+            # Python's work is not flushed yet (AOF bytes, offset
+            # reservations), or flushes fail (a reply must not show what
+            # is not logged): the lane's replies wait for Server.flush.
             cloop.run(1, 0)
         else:
             cloop.run(POLL_ROUNDS, POLL_ROUNDS_USEC)
