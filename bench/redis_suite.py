@@ -492,7 +492,15 @@ def _where_time_goes(ctx: Context, rcp: Server, red: Server, report: SuiteReport
         "Python for each read: the server before its own event loop, in the same run. "
         "redis-benchmark's own CPU per request bounds the rate a single-threaded "
         "generator can ask for on this machine: 1e6 / that figure requests per second at "
-        "100% of one core, whatever the server does."
+        "100% of one core, whatever the server does. That figure depends on the server "
+        "too: a request that finds the server asleep costs its sender the wake-up "
+        "(loopback runs the receiver's TCP work and wake-up in the sender's system call), "
+        "and a server that needs less CPU per request sleeps more often between them. "
+        "Measured with `perf record` on redis-benchmark at -P 1 (issue 22, Intel Xeon VM): "
+        "the wake-up under its send() was 15% of its samples against rcp11's TREAD 100 "
+        "and 7% against redis-server's LRANGE 0 99, whose replies are the same 10,806 "
+        "bytes; rcp11 itself waits in a nested epoll (its C loop's descriptor inside "
+        "uvloop's)."
     )
 
 
