@@ -25,7 +25,8 @@ extern "Python" int lane_resolve_key(struct lane_call *call, const char *key,
                                      size_t key_len, mn_stream **stream,
                                      ag_group **group, uint64_t *write_limit);
 extern "Python" int nl_resolve_key(nl_loop *loop, const char *key, size_t key_len,
-                                   mn_stream **stream, uint64_t *write_limit);
+                                   mn_stream **stream, ag_group **group,
+                                   uint64_t *write_limit);
 extern "Python" void nl_on_data(nl_loop *loop, void *owner, const char *data, size_t len);
 extern "Python" void nl_on_closed(void *owner, int err);
 extern "Python" void nl_on_water(void *owner, int over);

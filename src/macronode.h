@@ -19,7 +19,7 @@
 
 /* Bumped whenever a prototype or the serialized format changes, so that a
  * stale compiled extension fails loudly at import instead of misbehaving. */
-#define MN_ABI_VERSION 12
+#define MN_ABI_VERSION 13
 
 /* Version byte of the blobs mn_serialize_header() and mn_node_serialize()
  * write. Loading also accepts the versions listed in macronode.c. */

@@ -203,6 +203,7 @@ struct nl_conn {
 typedef struct nl_key {
     size_t at, len;   /* the key's bytes in loop->key_bytes */
     mn_stream *stream;
+    ag_group *group;  /* an acknowledged group's key: its state, not a stream */
     uint64_t write_limit;
     int allowed;
     int written;
@@ -550,13 +551,11 @@ static nl_loop *loop_of(lane_call *call) {
 static int resolve_cached(lane_call *call, const char *key, size_t key_len, mn_stream **stream,
                           ag_group **group, uint64_t *write_limit) {
     nl_loop *loop = loop_of(call);
-    /* Acknowledged groups (lease reads, TACK) are the general path's here:
-     * the batch has no place for their changes. */
-    *group = NULL;
     for (size_t i = 0; i < loop->nkeys; i++) {
         nl_key *k = &loop->keys[i];
         if (k->len == key_len && memcmp(loop->key_bytes.data + k->at, key, key_len) == 0) {
             *stream = k->stream;
+            *group = k->group;
             *write_limit = k->write_limit;
             return k->allowed;
         }
@@ -568,11 +567,13 @@ static int resolve_cached(lane_call *call, const char *key, size_t key_len, mn_s
     k->at = at;
     k->len = key_len;
     k->stream = NULL;
+    k->group = NULL;
     k->write_limit = 0;
     k->written = 0;
-    k->allowed = loop->resolve(loop, key, key_len, &k->stream, &k->write_limit);
-    if (k->stream == NULL) k->allowed = 0;
+    k->allowed = loop->resolve(loop, key, key_len, &k->stream, &k->group, &k->write_limit);
+    if (k->stream == NULL && k->group == NULL) k->allowed = 0;
     *stream = k->stream;
+    *group = k->group;
     *write_limit = k->write_limit;
     return k->allowed;
 }
@@ -611,14 +612,19 @@ static int take_run(nl_loop *loop, nl_conn *c, const char *buf, size_t consumed)
     n->messages_written += call->messages_written;
     n->messages_read += call->messages_read;
     n->messages_evicted += call->messages_evicted;
+    n->group_changes += call->group_changes;
     n->net_input_bytes += consumed;
     n->net_output_bytes += call->reply.len;
     n->runs++;
     loop->poll_replied += call->reply.len;
     for (size_t i = 0; i < call->nkeys; i++) {
-        if (!call->keys[i].written) continue;
-        for (size_t j = 0; j < loop->nkeys; j++)
-            if (loop->keys[j].stream == call->keys[i].stream) loop->keys[j].written = 1;
+        const lane_key *ck = &call->keys[i];
+        if (!ck->written) continue;
+        for (size_t j = 0; j < loop->nkeys; j++) {
+            nl_key *k = &loop->keys[j];
+            if (ck->group != NULL ? k->group == ck->group : k->stream == ck->stream)
+                k->written = 1;
+        }
     }
     int failed = 0;
     if (call->aof.len) {

@@ -37,7 +37,7 @@ typedef struct nl_conn nl_conn;
  *   water     pending output went over (1) or back to (0) the water mark,
  *             or a flush would have taken it past the hard limit (2). */
 typedef int (*nl_resolve_fn)(nl_loop *loop, const char *key, size_t key_len, mn_stream **stream,
-                             uint64_t *write_limit);
+                             ag_group **group, uint64_t *write_limit);
 typedef void (*nl_data_fn)(nl_loop *loop, void *owner, const char *data, size_t len);
 typedef void (*nl_closed_fn)(void *owner, int err);
 typedef void (*nl_water_fn)(void *owner, int over);
@@ -47,6 +47,7 @@ typedef void (*nl_water_fn)(void *owner, int over);
 typedef struct nl_counts {
     uint64_t twrite_calls, twrite_usec, tread_calls, tread_usec;
     uint64_t messages_written, messages_read, messages_evicted;
+    uint64_t group_changes;     /* lease reads and TACKs that changed a group */
     uint64_t net_input_bytes;   /* request bytes the lane consumed */
     uint64_t net_output_bytes;  /* reply bytes the lane queued */
     uint64_t runs;              /* lane_run() calls that ran something */
@@ -132,7 +133,7 @@ size_t nl_drop_unflushed(nl_loop *loop);
 /* The batch since the last nl_batch_reset(): */
 const nl_counts *nl_batch_counts(nl_loop *loop);
 /* Keys resolved, in the order nl_resolve_fn was asked; written: a TWRITE
- * of the lane changed the stream. */
+ * of the lane changed the stream, or a lease read or TACK the group. */
 size_t nl_batch_keys(nl_loop *loop);
 int nl_batch_key_written(nl_loop *loop, size_t i);
 /* AOF bytes (TWRITE requests verbatim) as runs of one append time. */

@@ -392,10 +392,11 @@ class NetLoop:
         counts = cloop.counts()
         written: list[tuple[bytes, Any]] = []
         aof: list[tuple[int, bytes]] = []
-        if counts.twrite_calls:
+        group_changes = counts.group_changes
+        if counts.twrite_calls or group_changes:
             written = cloop.written()
             aof = cloop.aof_runs()
-        count_lane(state, counts, written, aof)  # type: ignore[arg-type]
+        count_lane(state, counts, written, aof, group_changes)  # type: ignore[arg-type]
         if counts.aof_failed:
             log.error("The C lane's AOF bytes could not be kept (no memory)")
             state.writes_refused = errors.UNLOGGED_CHANGE
@@ -437,8 +438,8 @@ class NetLoop:
     # -- what the C loop asks (rcp11/storage/netloop.py's callbacks) -------------
 
     def resolve(self, key: bytes) -> Answer:
-        # Acknowledged groups are the general path's here.
-        return resolve_key(self.state, key, False)
+        # Lease reads and TACKs of acknowledged groups run in the lane too.
+        return resolve_key(self.state, key, True)
 
     def on_data(self, transport: CTransport, data: bytes) -> None:
         """Bytes the lane did not run: the general path's, in order."""

@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "rcp11._macronode is not built; run `pip install -e .` in the rcp11 checkout"
     ) from exc
 
-EXPECTED_ABI_VERSION = 12
+EXPECTED_ABI_VERSION = 13
 
 if lib.mn_abi_version() != EXPECTED_ABI_VERSION:  # pragma: no cover - stale build only
     raise ImportError(

@@ -6,8 +6,8 @@ rcp11/server/netloop.py's.
 
 The loop's callbacks reach Python objects through cffi handles: the
 loop's reach its CLoop, whose owner answers ``resolve(key)`` (as
-LaneCall.run's resolver answers, with a stream or nothing: acknowledged
-groups are left to the general path) and ``on_data(transport, data)``
+LaneCall.run's resolver answers: a stream, an acknowledged group or
+nothing) and ``on_data(transport, data)``
 (bytes the lane did not run; transport: the connection's owner); each
 connection's reach its owner, which answers ``on_closed(err)`` and
 ``on_water(over)``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 from typing import Any, Protocol
 
+from rcp11.storage.ackgroups import AckGroup
 from rcp11.storage.binding import UINT64_MAX, ffi, lib
 from rcp11.storage.lane import FIXED_TIME, Answer
 
@@ -239,21 +240,26 @@ class CConnection:
 
 
 @ffi.def_extern()
-def nl_resolve_key(cloop: Any, key: Any, key_len: int, stream_out: Any, limit_out: Any) -> int:
-    """nl_resolve_fn: may the lane read / write the stream at key? Asks the
-    loop's owner (acknowledged groups are the general path's here); notes
-    the key in the loop's resolved list, in C's order."""
+def nl_resolve_key(
+    cloop: Any, key: Any, key_len: int, stream_out: Any, group_out: Any, limit_out: Any
+) -> int:
+    """nl_resolve_fn: may the lane read / write the stream (or the
+    acknowledged group) at key? Asks the loop's owner; notes the key in the
+    loop's resolved list, in C's order."""
     loop = ffi.from_handle(lib.nl_loop_owner(cloop))
     if not loop.open:
         return 0
     name = ffi.unpack(key, key_len)
-    allowed, stream, limit = loop.owner.resolve(name)
+    allowed, value, limit = loop.owner.resolve(name)
     if not allowed:
         loop.resolved.append((name, None))
         return 0
-    loop.resolved.append((name, stream))
-    stream_out[0] = stream._s
-    limit_out[0] = limit
+    loop.resolved.append((name, value))
+    if type(value) is AckGroup:
+        group_out[0] = value._g
+    else:
+        stream_out[0] = value._s
+        limit_out[0] = limit
     return allowed
 
 
