@@ -90,6 +90,10 @@ DIRECTIVES: dict[str, Directive] = {
         # serves them through asyncio as TLS connections are (the path
         # before it: for comparison, and a way back).
         Directive("lane-sockets", "bool", True, mutable=False),
+        # Microseconds the C loop waits, after a poll that served many
+        # connections, before one that would serve few (src/netloop.c,
+        # COALESCING); 0 never waits.
+        Directive("lane-coalesce-usec", "int", 10, low=0, high=1000),
         Directive("databases", "int", 1, mutable=False, low=1, high=1),
         Directive("stream-node-max-entries", "int", 1000, low=1, high=1_000_000),
         Directive("stream-compression", "enum", "no", choices=("no", "zlib")),

@@ -119,6 +119,10 @@ int nl_poll(nl_loop *loop);
  * the last poll's replies wait for Python's flush. Returns the events
  * handled, -1 on an epoll error before any. */
 int nl_run(nl_loop *loop, int rounds, int64_t budget_us);
+/* COALESCING: once a poll of nl_run() found NL_COALESCE_EVENTS (4) or more
+ * ready connections and the next finds fewer, the loop sleeps usec before
+ * polling again (0: never). */
+void nl_set_coalesce(nl_loop *loop, int64_t usec);
 /* Write the output of every connection that has some (after the AOF
  * flush: the lane's replies leave only here). Returns connections written. */
 size_t nl_flush(nl_loop *loop);

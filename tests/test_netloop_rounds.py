@@ -119,11 +119,18 @@ def _check_streams(client: redis.Redis, log: list[tuple[bytes, int, bytes]]) -> 
         assert stored == [written[o] for o in range(len(written))], key
 
 
-@pytest.mark.parametrize("appendonly", ["no", "yes"])
+@pytest.mark.parametrize(
+    ("appendonly", "coalesce"), [("no", "10"), ("yes", "10"), ("no", "0"), ("no", "1000")]
+)
 def test_clients_one_request_at_a_time_get_their_own_replies(
-    server_factory: Any, appendonly: str
+    server_factory: Any, appendonly: str, coalesce: str
 ) -> None:
-    server = server_factory(appendonly=appendonly, appendfsync="always")
+    """Also with the loop waiting for more ready connections between polls
+    (lane-coalesce-usec: the default, off, the longest)."""
+    server = server_factory(
+        appendonly=appendonly, appendfsync="always", **{"lane-coalesce-usec": coalesce}
+    )
+    assert server.client().config_get("lane-coalesce-usec") == {"lane-coalesce-usec": coalesce}
     log = _run_clients(server.port)
     client = server.client()
     assert len(log) == CLIENTS * (ROUNDS + ROUNDS // 10)
@@ -186,3 +193,19 @@ def test_no_reply_shows_a_write_the_full_disk_kept_out_of_the_aof(
     # The unlogged write is gone (its offset shows as a null, never reused).
     stored = server.client().execute_command("TREAD", "s", 0, 10)
     assert stored[0] == b"first" and unlogged not in stored
+
+
+def test_lane_coalesce_usec_is_set_and_checked_like_any_directive(server_factory: Any) -> None:
+    server = server_factory()
+    client = server.client()
+    assert client.config_get("lane-coalesce-usec") == {"lane-coalesce-usec": "10"}
+    assert client.config_set("lane-coalesce-usec", "0")
+    assert client.config_get("lane-coalesce-usec") == {"lane-coalesce-usec": "0"}
+    for bad in ("-1", "1001", "ten"):
+        with pytest.raises(redis.exceptions.ResponseError, match="lane-coalesce-usec"):
+            client.config_set("lane-coalesce-usec", bad)
+    assert client.config_get("lane-coalesce-usec") == {"lane-coalesce-usec": "0"}
+    # Served the same while it changes.
+    assert client.execute_command("TWRITE", "k", "a") == 0
+    assert client.config_set("lane-coalesce-usec", "1000")
+    assert client.execute_command("TREAD", "k", 0, 1) == [b"a"]

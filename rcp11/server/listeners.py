@@ -80,6 +80,7 @@ class Server:
         config.on_change("dir", self._dir_changed)
         config.on_change("port", self._rebind)
         config.on_change("bind", self._rebind)
+        config.on_change("lane-coalesce-usec", self._coalesce_changed)
         state.request_shutdown = self.request_shutdown
         state.pause.arm = self._arm_pause
         state.pause.on_end = self._pause_ended
@@ -95,6 +96,10 @@ class Server:
                 self.output_limits, 0
             )  # looked at again by the next command
             conn.sync_lane()
+
+    def _coalesce_changed(self, _value: Any) -> None:
+        if self.netloop is not None:
+            self.netloop.limits_changed()
 
     def _parser_limits_changed(self, _value: Any) -> None:
         config = self.state.config

@@ -315,13 +315,14 @@ class NetLoop:
 
     def limits_changed(self) -> None:
         """proto-max-bulk-len (the lane runs authenticated clients only:
-        their parsers allow any argument count), the replies a poll builds
-        and the output's hard limit."""
+        their parsers allow any argument count), the replies a poll builds,
+        the output's hard limit and lane-coalesce-usec."""
         max_bulk = self.state.config.get("proto-max-bulk-len")
         self.cloop.set_limits(
             max_bulk, DEFAULT_MAX_MULTIBULK_LEN, LANE_MAX_COMMANDS, LANE_RUN_REPLY_BYTES
         )
         self.cloop.set_hard_limit(self.server.output_limits[0])
+        self.cloop.set_coalesce(self.state.config.get("lane-coalesce-usec"))
 
     def listen(self, sock: socket.socket, unix_path: str | None = None) -> _Listener:
         return _Listener(self, sock, unix_path)

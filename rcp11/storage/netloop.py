@@ -122,6 +122,11 @@ class CLoop:
         within budget_us."""
         lib.nl_run(self.cloop, rounds, budget_us)
 
+    def set_coalesce(self, usec: int) -> None:
+        """After a poll of run() that found many ready connections, a poll
+        that finds few first waits usec for more (0: never)."""
+        lib.nl_set_coalesce(self.cloop, usec)
+
     def batch_pending(self) -> bool:
         return bool(lib.nl_batch_pending(self.cloop))
 
