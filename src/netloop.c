@@ -256,6 +256,7 @@ struct nl_loop {
     uint64_t polls;          /* nl_poll()s that had events, for nl_conn.waited */
     uint64_t python_calls;   /* data, closed and water callbacks so far (nl_run) */
     int64_t coalesce_us;     /* nl_set_coalesce(): 0 is off */
+    int poll_reads;          /* connections the last nl_poll() read (COALESCING) */
     int polling;
     int64_t now_us;   /* CLOCK_REALTIME at this poll's start */
     void *owner;      /* nl_set_callbacks()'s, for the callbacks */
@@ -817,6 +818,7 @@ int nl_poll(nl_loop *loop) {
     loop->now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     loop->polling = 1;
     loop->poll_replied = 0;
+    loop->poll_reads = 0;
     loop->polls++;
     /* Three passes: the connections whose read has waited longest first,
      * then the others that waited, then the rest. Waiting at a poll alone
@@ -854,6 +856,7 @@ int nl_poll(nl_loop *loop) {
                 continue;
             }
             c->flags &= ~NL_FIRST;
+            loop->poll_reads++;
             read_conn(loop, c);
         }
     }
@@ -888,8 +891,10 @@ int nl_run(nl_loop *loop, int rounds, int64_t budget_us) {
         int n = nl_poll(loop);
         if (n < 0) return total ? total : n;
         total += n;
-        /* Few ready after many: wait for more before the next poll. */
-        int quiet = loop->coalesce_us && n < NL_COALESCE_EVENTS && last >= NL_COALESCE_EVENTS;
+        /* Few connections read after many (writes that only drained
+         * output do not count): wait for more before the next poll. */
+        int reads = n > 0 ? loop->poll_reads : 0;
+        int quiet = loop->coalesce_us && reads < NL_COALESCE_EVENTS && last >= NL_COALESCE_EVENTS;
         /* Python is needed before these replies leave: it saw bytes or a
          * close (it folds the batch first), or the AOF must take the
          * lane's writes first. Then it flushes, as after one poll. */
@@ -899,9 +904,11 @@ int nl_run(nl_loop *loop, int rounds, int64_t budget_us) {
         if (n) nl_flush(loop);
         /* The flush closed a connection or hit a limit; or the rounds had
          * their time: timers and asyncio's connections wait for Python. */
-        if (loop->python_calls != calls || mono_us() - start >= budget_us) break;
+        if (loop->python_calls != calls) break;
+        int64_t spent = mono_us() - start;
+        if (spent >= budget_us || (quiet && spent + loop->coalesce_us >= budget_us)) break;
         if (quiet) coalesce(loop);
-        last = quiet ? 0 : n; /* one wait per burst */
+        last = quiet ? 0 : reads; /* one wait per burst */
     }
     return total;
 }

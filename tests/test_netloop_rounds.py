@@ -209,3 +209,26 @@ def test_lane_coalesce_usec_is_set_and_checked_like_any_directive(server_factory
     assert client.execute_command("TWRITE", "k", "a") == 0
     assert client.config_set("lane-coalesce-usec", "1000")
     assert client.execute_command("TREAD", "k", 0, 1) == [b"a"]
+
+
+def test_lease_reads_the_c_loop_served_are_replayed_after_a_kill(server_factory: Any) -> None:
+    """With the AOF on, acknowledged reads the C loop's lane runs (a lease
+    read with ACK, after a TWRITE dated the AOF) are logged so that the
+    server starts again from its AOF and the group is where it was."""
+    server = server_factory(appendonly="yes", appendfsync="always")
+    client = server.client()
+    client.execute_command("TWRITE", "s", "ENTRIES", *[f"m{i}" for i in range(10)])
+    head = ["TREAD", "s", 0, 3, "GROUP", "g", "LEASE", 60_000, "CONSUMER", "c1"]
+    reply = client.execute_command(*head)
+    assert reply[1:] == [b"m0", b"m1", b"m2"]
+    start, count = reply[0][2], reply[0][3]
+    for _ in range(2):
+        # A TWRITE between dates the AOF; the lease read after it is undated.
+        client.execute_command("TWRITE", "s", "more")
+        reply = client.execute_command(*head, "ACK", start, count)
+        start, count = reply[0][2], reply[0][3]
+        assert count == 3
+    before = client.execute_command("TGROUP", "INFO", "s", "g")
+    server.kill9()
+    server.start()
+    assert server.client().execute_command("TGROUP", "INFO", "s", "g") == before

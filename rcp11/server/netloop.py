@@ -392,7 +392,7 @@ class NetLoop:
         state = self.state
         counts = cloop.counts()
         written: list[tuple[bytes, Any]] = []
-        aof: list[tuple[int, bytes]] = []
+        aof: list[tuple[int | None, bytes]] = []
         group_changes = counts.group_changes
         if counts.twrite_calls or group_changes:
             written = cloop.written()

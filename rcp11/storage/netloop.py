@@ -146,19 +146,22 @@ class CLoop:
         return lib.nl_batch_counts(self.cloop)
 
     def written(self) -> list[tuple[bytes, Any]]:
-        """The keys the batch changed (key, Stream): each stream must take
-        up its new next offset (Stream.written_in_c())."""
+        """The keys the batch changed (key, Stream or AckGroup): each stream
+        must take up its new next offset (Stream.written_in_c())."""
         cloop = self.cloop
         return [r for i, r in enumerate(self.resolved) if lib.nl_batch_key_written(cloop, i)]
 
-    def aof_runs(self) -> list[tuple[int, bytes]]:
-        """The batch's AOF bytes: (append time in unix ms, requests verbatim) runs."""
+    def aof_runs(self) -> list[tuple[int | None, bytes]]:
+        """The batch's AOF bytes: (append time in unix ms, requests verbatim)
+        runs. A run of lease reads and TACKs alone is undated (None: C's -1,
+        no TWRITE ran), as LaneCall.changes() gives it: -1 written as a date
+        would be a record the AOF loader refuses."""
         cloop = self.cloop
         data, size = self._data, self._len
-        runs = []
+        runs: list[tuple[int | None, bytes]] = []
         for i in range(lib.nl_batch_aof_runs(cloop)):
             ms = lib.nl_batch_aof_run(cloop, i, data, size)
-            runs.append((ms, ffi.unpack(data[0], size[0])))
+            runs.append((ms if ms >= 0 else None, ffi.unpack(data[0], size[0])))
         return runs
 
     def slow(self) -> list[tuple[Any, bytes, int]]:
