@@ -112,14 +112,11 @@ class CLoop:
     def lane_off(self) -> None:
         lib.nl_set_switches(self.cloop, 0, 0, 0, UINT64_MAX)
 
-    def poll(self) -> None:
-        """Each ready connection read once and run through the lane."""
-        lib.nl_poll(self.cloop)
-
     def run(self, rounds: int, budget_us: int) -> None:
-        """poll(); then, while Python is not needed (nothing handed over,
-        no AOF bytes), flush and poll again: up to rounds polls, started
-        within budget_us."""
+        """Each ready connection read once and run through the lane; then,
+        while Python is not needed (nothing handed over, no AOF bytes),
+        flush and do it again: up to rounds polls, started within
+        budget_us."""
         lib.nl_run(self.cloop, rounds, budget_us)
 
     def set_coalesce(self, usec: int) -> None:
