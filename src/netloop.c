@@ -768,7 +768,11 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
     size_t mark = c->output_mark - pending;
     if (loop->poll_reply_bytes && loop->poll_reply_bytes < mark) mark = loop->poll_reply_bytes;
     size_t consumed = lane_run(&loop->call, buf, len, mark, flags, room, memory_room);
-    if (consumed && take_run(loop, c, buf, consumed)) {
+    /* A run that consumed nothing may still have changed a group (a lease
+     * read out of memory after its ACK: lane.c logs the ACK and stops
+     * before the request, which Python runs again): its record and counts
+     * are folded all the same. */
+    if ((consumed || loop->call.group_changes) && take_run(loop, c, buf, consumed)) {
         if (c->flags & NL_CLOSED) return;
     }
     size_t rest = len - consumed;

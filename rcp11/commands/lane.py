@@ -278,7 +278,9 @@ def _run(
     consumed = lane.run(resolve_key, state, data, start, budget, flags, room, memory_room,
                         fixed_ms, (parser.max_bulk_len, parser.max_multibulk_len),
                         state.slow_usec)  # fmt: skip
-    if consumed:
+    if consumed or lane.counts.group_changes:
+        # (A run may change a group and consume nothing: a lease read out
+        # of memory after its ACK, logged, then run again by the caller.)
         _account(state, client, lane, data, start)
     return consumed
 
