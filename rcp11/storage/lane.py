@@ -163,11 +163,26 @@ def lane_resolve_key(
     notes the key in its resolved list, in C's order."""
     lane = ffi.from_handle(call.owner)
     name = ffi.unpack(key, key_len)
-    allowed, value, limit = lane._resolve(lane._context, name, True)
+    answer = lane._resolve(lane._context, name, True)
+    return give_answer(lane.resolved, name, answer, stream_out, group_out, limit_out)
+
+
+def give_answer(
+    resolved: list[tuple[bytes, Any]],
+    name: bytes,
+    answer: Answer,
+    stream_out: Any,
+    group_out: Any,
+    limit_out: Any,
+) -> int:
+    """A resolver's answer for key name into C's out-parameters (the
+    stream and its write limit, or the acknowledged group), noted in
+    resolved in C's order; returns its LANE_KEY_* bits (0: none)."""
+    allowed, value, limit = answer
     if not allowed:
-        lane.resolved.append((name, None))
+        resolved.append((name, None))
         return 0
-    lane.resolved.append((name, value))
+    resolved.append((name, value))
     if type(value) is AckGroup:
         group_out[0] = value._g
     else:
@@ -186,5 +201,6 @@ __all__ = [
     "WRITES",
     "Answer",
     "LaneCall",
+    "give_answer",
     "Resolver",
 ]

@@ -18,9 +18,8 @@ from __future__ import annotations
 import errno
 from typing import Any, Protocol
 
-from rcp11.storage.ackgroups import AckGroup
 from rcp11.storage.binding import UINT64_MAX, ffi, lib
-from rcp11.storage.lane import FIXED_TIME, Answer
+from rcp11.storage.lane import FIXED_TIME, Answer, give_answer
 
 _NL_LANE: int = lib.NL_LANE
 
@@ -255,17 +254,8 @@ def nl_resolve_key(
     if not loop.open:
         return 0
     name = ffi.unpack(key, key_len)
-    allowed, value, limit = loop.owner.resolve(name)
-    if not allowed:
-        loop.resolved.append((name, None))
-        return 0
-    loop.resolved.append((name, value))
-    if type(value) is AckGroup:
-        group_out[0] = value._g
-    else:
-        stream_out[0] = value._s
-        limit_out[0] = limit
-    return allowed
+    answer = loop.owner.resolve(name)
+    return give_answer(loop.resolved, name, answer, stream_out, group_out, limit_out)
 
 
 @ffi.def_extern()
