@@ -813,6 +813,7 @@ static void read_conn(nl_loop *loop, nl_conn *c) {
 int nl_poll(nl_loop *loop) {
     struct epoll_event evs[NL_MAX_EVENTS];
     int n;
+    loop->poll_reads = 0;
     do {
         n = epoll_wait(loop->epfd, evs, NL_MAX_EVENTS, 0);
     } while (n < 0 && errno == EINTR);
@@ -822,7 +823,6 @@ int nl_poll(nl_loop *loop) {
     loop->now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     loop->polling = 1;
     loop->poll_replied = 0;
-    loop->poll_reads = 0;
     loop->polls++;
     /* Three passes: the connections whose read has waited longest first,
      * then the others that waited, then the rest. Waiting at a poll alone
@@ -897,7 +897,7 @@ int nl_run(nl_loop *loop, int rounds, int64_t budget_us) {
         total += n;
         /* Few connections read after many (writes that only drained
          * output do not count): wait for more before the next poll. */
-        int reads = n > 0 ? loop->poll_reads : 0;
+        int reads = loop->poll_reads;
         int quiet = loop->coalesce_us && reads < NL_COALESCE_EVENTS && last >= NL_COALESCE_EVENTS;
         /* Python is needed before these replies leave: it saw bytes or a
          * close (it folds the batch first), or the AOF must take the
