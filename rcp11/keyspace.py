@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from rcp11.blocking import BlockingManager
@@ -22,8 +22,9 @@ class KeyRemovals(Protocol):
     """Persistence, as the keyspace tells it of a key gone (state.py's
     PersistenceHooks is one): a deleted stream's offset reservations go."""
 
-    def on_key_removed(self, key: bytes) -> None:
-        """key was deleted, renamed away or replaced."""
+    def on_keys_removed(self, keys: Sequence[bytes]) -> None:
+        """keys were deleted, renamed away or replaced (one call for the
+        many keys of one DEL or TCONCAT)."""
 
 
 class KeyspaceOwner(Protocol):
@@ -110,6 +111,12 @@ class Keyspace:
             return None
         return self.data.get(key)
 
+    def get_many(self, keys: Sequence[bytes]) -> list[Any]:
+        """get() of each key, in order (None for a missing one)."""
+        if self.expires:
+            return [self.get(key) for key in keys]
+        return list(map(self.data.get, keys))
+
     @property
     def used_bytes(self) -> int:
         if self._unmeasured:
@@ -161,7 +168,7 @@ class Keyspace:
         if old is not None:
             self._uncharge(key, old)
             if old is not value and not isinstance(old, bytes):
-                self._state.persistence.on_key_removed(key)
+                self._state.persistence.on_keys_removed((key,))
         if not keep_ttl and self.expires:
             self.expires.pop(key, None)
         self.data[key] = value
@@ -171,21 +178,89 @@ class Keyspace:
             self._stream_bytes[key] = charged
         self.touch(key, signal_watchers)
 
+    def touch_many(self, keys: Sequence[bytes]) -> None:
+        """touch() of every key, in order, in one call (a command naming
+        many keys)."""
+        charged = self._stream_bytes
+        if charged:
+            unmeasured = self._unmeasured
+            for key in keys:
+                if key in charged:
+                    unmeasured[key] = None
+        self._signal_many(keys)
+
+    def _signal_many(self, keys: Sequence[bytes]) -> None:
+        # touch() but for the re-measuring, for many keys: the loops run
+        # only while someone keeps an index, watches or waits.
+        self.changes += len(keys)
+        if self.changed is not None:
+            self.changed.update(dict.fromkeys(keys))
+        watching = self.watchers
+        if watching:
+            for key in keys:
+                watchers = watching.get(key)
+                if watchers:
+                    for client in watchers:
+                        client.dirty_cas = True
+        blocking = self._blocking
+        if blocking.waiting:
+            for key in keys:
+                blocking.signal_key(key, True)
+
     def delete(self, key: bytes) -> bool:
         if key not in self.data:
             return False
-        self._uncharge(key, self.data.pop(key))
-        if self.expires:
-            self.expires.pop(key, None)
-        self._state.persistence.on_key_removed(key)
-        self.touch(key)
+        self.remove_existing((key,))
         return True
+
+    def delete_many(self, keys: Sequence[bytes]) -> int:
+        """DEL: delete those of keys that exist; returns how many. A key
+        past its deadline expires first, as `key in keyspace` would, and is
+        not counted; a key named twice is deleted once."""
+        if self.expires:
+            keys = [key for key in keys if key in self]
+        pop = self.data.pop
+        # Values are never None: a pop that finds nothing (a missing key,
+        # or one named again) yields None and is left out.
+        pairs = [(key, value) for key in keys if (value := pop(key, None)) is not None]
+        if pairs:
+            self._removed([key for key, _ in pairs], [value for _, value in pairs])
+        return len(pairs)
+
+    def remove_existing(self, keys: Sequence[bytes]) -> None:
+        """Delete keys, each present and named once, as delete() of each in
+        turn would, with the per-key bookkeeping in tight loops: a command
+        may name a million keys (DEL, TCONCAT's sources, FLUSHALL)."""
+        pop = self.data.pop
+        self._removed(keys, [pop(key) for key in keys])
+
+    def _removed(self, keys: Sequence[bytes], values: list[Any]) -> None:
+        # keys (values) just left `data`: _uncharge() of each, then the
+        # expiries, persistence and touch() that delete() does.
+        freed = 0
+        overhead = self.KEY_OVERHEAD
+        charges = self._stream_bytes
+        unmeasured = self._unmeasured
+        for key, value in zip(keys, values, strict=True):
+            if isinstance(value, bytes):
+                freed += len(value) + len(key) + overhead
+            else:
+                freed += charges.pop(key, 0)
+                unmeasured.pop(key, None)
+        self._used_bytes -= freed
+        expires = self.expires
+        if expires:
+            for key in keys:
+                expires.pop(key, None)
+        self._state.persistence.on_keys_removed(keys)
+        # No key is charged any more: nothing to re-measure.
+        self._signal_many(keys)
 
     def rename(self, src: bytes, dst: bytes) -> None:
         when = self.expires.pop(src, None)
         value = self.data.pop(src)
         self._uncharge(src, value)
-        self._state.persistence.on_key_removed(src)
+        self._state.persistence.on_keys_removed((src,))
         self.touch(src)
         self.set(dst, value)
         if when is not None:
@@ -252,5 +327,4 @@ class Keyspace:
         return expired
 
     def flush(self) -> None:
-        for key in list(self.data):
-            self.delete(key)
+        self.remove_existing(list(self.data))

@@ -17,7 +17,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -80,9 +80,9 @@ class PersistenceHooks(Protocol):
         """The highest next offset (capped at 2^63-1) the stream at key may
         reach without before_stream_write() (-1: every write must ask)."""
 
-    def on_key_removed(self, key: bytes) -> None:
-        """A key (of any type) left the keyspace: DEL, FLUSH*, overwrite,
-        RENAME source."""
+    def on_keys_removed(self, keys: Sequence[bytes]) -> None:
+        """Keys (of any type) left the keyspace: DEL, FLUSH*, overwrite,
+        RENAME source, TCONCAT's sources."""
 
     def write_refused(self) -> str | None:
         """The -MISCONF error text while writes must be refused, else None."""
@@ -145,7 +145,7 @@ class NullPersistence:
     def reserved_next_offset(self, key: bytes) -> int:
         return MAX_OFFSET
 
-    def on_key_removed(self, key: bytes) -> None:
+    def on_keys_removed(self, keys: Sequence[bytes]) -> None:
         pass
 
     def write_refused(self) -> str | None:

@@ -17,7 +17,7 @@ from rcp11.stringmatch import compile_glob
 
 
 def _delete_keys(state: ServerState, argv: list[bytes]) -> int:
-    deleted = sum(state.keyspace.delete(key) for key in argv[1:] if key in state.keyspace)
+    deleted = state.keyspace.delete_many(argv[1:])
     if deleted:
         state.propagate(argv)
     return deleted

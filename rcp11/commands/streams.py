@@ -175,29 +175,23 @@ TCONCAT_MAX_MESSAGES = 1 << 28
 )
 def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
     """TCONCAT dst src [src ...] (docs/PROTOCOL.md): every check comes before
-    the first change, so an error changes nothing."""
+    the first change, so an error changes nothing. It may name a hundred
+    thousand sources: the work per source is done in whole-list steps."""
     dst = argv[1]
     sources = argv[2:]
-    seen: set[bytes] = set()
-    for src in sources:
-        if src == dst:
-            raise CommandError(errors.tconcat_source_is_destination(src))
-        if src in seen:
-            raise CommandError(errors.tconcat_source_twice(src))
-        seen.add(src)
+    named = set(sources)
+    if len(named) != len(sources) or dst in named:
+        _refuse_repeated(dst, sources)
     keyspace = state.keyspace
     target = keyspace.get(dst)
     if target is not None and not isinstance(target, Stream):
         raise CommandError(errors.WRONGTYPE)
-    found: list[tuple[bytes, Stream]] = []
-    for src in sources:
-        value = keyspace.get(src)
-        if value is not None and not isinstance(value, Stream):
-            raise CommandError(errors.WRONGTYPE)
-        if value is not None:
-            found.append((src, value))
+    values = keyspace.get_many(sources)
+    found = [value for value in values if value is not None]
+    if not all(isinstance(value, Stream) for value in found):
+        raise CommandError(errors.WRONGTYPE)
     next_offset = target.next_offset if target is not None else 0
-    total = sum(stream.length for _, stream in found)
+    total = total_length(found)
     if total > TCONCAT_MAX_MESSAGES:
         raise CommandError(errors.tconcat_too_many(TCONCAT_MAX_MESSAGES))
     if next_offset + total - 1 > MAX_OFFSET:
@@ -208,15 +202,16 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
     if target is None:
         target = state.new_stream()  # created even when nothing moves
     if total:
-        for _, stream in found:
-            concat_stream(target, stream)
-    for src, _ in found:
-        keyspace.delete(src)
-    # Every key named counts as modified, a missing source too: a WATCH on
-    # any of them aborts the transaction, as inside redis-server.
-    for src in sources:
-        if keyspace.data.get(src) is None:
-            keyspace.touch(src)
+        concat_streams(target, found)
+    if len(found) == len(sources):
+        keyspace.remove_existing(sources)
+    else:
+        data = keyspace.data
+        pairs = list(zip(sources, values, strict=True))
+        keyspace.remove_existing([src for src, value in pairs if value is not None])
+        # Every key named counts as modified, a missing source too: a WATCH
+        # on any of them aborts the transaction, as inside redis-server.
+        keyspace.touch_many([src for src, value in pairs if value is None and src not in data])
     if created:
         keyspace.set(dst, target)
     else:
@@ -229,13 +224,30 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
     return next_offset
 
 
-def concat_stream(target: Stream, source: Stream) -> None:
-    """Append the readable messages of source to target, in offset order.
+def _refuse_repeated(dst: bytes, sources: list[bytes]) -> None:
+    """The error for the first source, in order, that is the destination or
+    named before."""
+    seen: set[bytes] = set()
+    for src in sources:
+        if src == dst:
+            raise CommandError(errors.tconcat_source_is_destination(src))
+        if src in seen:
+            raise CommandError(errors.tconcat_source_twice(src))
+        seen.add(src)
+
+
+def concat_streams(target: Stream, sources: list[Stream]) -> None:
+    """Append the readable messages of each source to target, in order.
 
     The core relinks whole nodes (cost per node, not per message) and keeps
     each message's append time, so TSEEK and retention by age see the moved
     messages as written when they were (docs/PROTOCOL.md, TCONCAT)."""
-    target.concat(source)
+    for source in sources:
+        target.concat(source)
+
+
+def total_length(streams: list[Stream]) -> int:
+    return sum(stream.length for stream in streams)
 
 
 @command(

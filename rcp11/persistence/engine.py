@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rcp11 import errors
@@ -268,9 +269,9 @@ class Persistence:
             )
         self._reservation_error = exc.strerror or str(exc)
 
-    def on_key_removed(self, key: bytes) -> None:
+    def on_keys_removed(self, keys: Sequence[bytes]) -> None:
         if not self.loading:
-            self.deletions.removed(key)
+            self.deletions.removed(keys)
 
     def settle_deletions(self) -> None:
         aof = self.aof

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rcp11.datafiles import SNAPSHOT_TEMP_PREFIX
 from rcp11.errors import PersistenceError
@@ -176,19 +176,30 @@ class OffsetReservations:
         self.marks[key] = mark
         self._pace[key] = (step, now)
 
-    def delete(self, key: bytes) -> bool:
-        """The stream at key left the keyspace; False if it had no mark.
-        Its mark moves to `deleted` (queued for the file, written by the
-        next write without fsync: if that record is lost, the live mark it
-        replaces brings the key back as an empty stream at most)."""
-        mark = self.marks.pop(key, None)
-        if mark is None:
-            return False
-        self._pace.pop(key, None)
-        mark = max(mark, self.deleted.get(key, 0))
-        self.deleted[key] = mark
-        self._pending.append((key, mark, True))
-        return True
+    def delete(self, keys: Sequence[bytes]) -> list[bytes]:
+        """The streams at keys left the keyspace; returns those that had a
+        mark, in order. Each mark moves to `deleted` (queued for the file,
+        written by the next write without fsync: if that record is lost,
+        the live mark it replaces brings the key back as an empty stream at
+        most)."""
+        marks = self.marks
+        if not marks:
+            return []
+        # One pass over keys (a DEL may name a million strings, which have
+        # no mark), then the bookkeeping for those that had one.
+        had = [key for key in keys if key in marks]
+        pace = self._pace
+        deleted = self.deleted
+        pending = self._pending
+        for key in had:
+            mark = marks.pop(key)
+            pace.pop(key, None)
+            old = deleted.get(key)
+            if old is not None and old > mark:
+                mark = old
+            deleted[key] = mark
+            pending.append((key, mark, True))
+        return had
 
     def forget_deleted(self, key: bytes) -> None:
         """The deletion of key is durable: no file can bring the old stream
@@ -329,11 +340,13 @@ class Deletions:
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
-    def removed(self, key: bytes) -> None:
-        """The stream at key left the keyspace (not while loading)."""
-        if self.reservations.delete(key):
-            self.removals += 1
-            self._waiting.append((key, self.removals, None))
+    def removed(self, keys: Sequence[bytes]) -> None:
+        """The streams at keys left the keyspace (not while loading)."""
+        had = self.reservations.delete(keys)
+        if had:
+            first = self.removals + 1
+            self._waiting += [(key, seq, None) for seq, key in enumerate(had, first)]
+            self.removals += len(had)
 
     def snapshot_done(self, streams: set[bytes], removals: int) -> None:
         self.snapshot_streams = streams
