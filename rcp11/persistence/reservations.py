@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rcp11.datafiles import SNAPSHOT_TEMP_PREFIX
 from rcp11.errors import PersistenceError
@@ -201,14 +201,18 @@ class OffsetReservations:
             pending.append((key, mark, True))
         return had
 
-    def forget_deleted(self, key: bytes) -> None:
-        """The deletion of key is durable: no file can bring the old stream
-        back, so its old mark goes (a stream created since keeps its own)."""
-        if self.deleted.pop(key, None) is None:
-            return
-        self._pending.append((key, -1, False))
-        if key in self.marks:
-            self._pending.append((key, self.marks[key], False))
+    def forget_deleted(self, keys: Iterable[bytes]) -> None:
+        """The deletion of each key is durable: no file can bring the old
+        stream back, so its old mark goes (a stream created since keeps its
+        own). A key named twice, or with no deleted mark, is passed over."""
+        pop = self.deleted.pop
+        gone = [key for key in keys if pop(key, None) is not None]
+        pending = self._pending
+        pending += [(key, -1, False) for key in gone]
+        marks = self.marks
+        if marks:
+            # After the key's -1 record, which drops every mark it had.
+            pending += [(key, marks[key], False) for key in gone if key in marks]
 
     def revive(self, key: bytes, mark: int) -> None:
         """A deleted stream came back from the files (its deletion was lost):
@@ -269,7 +273,9 @@ class OffsetReservations:
     def compact_if_large(self) -> None:
         if self.file_size <= _COMPACT_ABOVE:
             return
-        live = sum(16 + len(k) for k in self.marks) + sum(16 + len(k) for k in self.deleted)
+        # sum(map()): run by every tick while the file is large.
+        live = 16 * (len(self.marks) + len(self.deleted))
+        live += sum(map(len, self.marks)) + sum(map(len, self.deleted))
         if self.file_size > 4 * live:
             self.sync()
             self.rewrite(dict(self.marks), dict(self.deleted))
@@ -357,24 +363,29 @@ class Deletions:
         aof_end: with the AOF on, its end so far (the DELs are before it);
         None with it off. saving: the streams of a snapshot being written.
         A key deleted again meanwhile waits for that deletion."""
-        keep: list[tuple[bytes, int, int | None]] = []
-        for key, seq, pos in self._waiting:
-            if aof_end is not None:
-                if pos is None:
-                    # Settled after the DEL was propagated: once the file is
-                    # synced up to here, the DEL is durable.
-                    pos = aof_end
-                durable = aof_synced >= pos
-            else:
-                durable = seq <= self.snapshot_removals or (
-                    key not in self.snapshot_streams and (saving is None or key not in saving)
-                )
-            if not durable:
-                keep.append((key, seq, pos))
-        waiting = {key for key, _seq, _pos in keep}
-        for key, _seq, _pos in self._waiting:
-            if key not in waiting:
-                self.reservations.forget_deleted(key)
+        # Comprehensions, not a loop of statements: one TCONCAT or DEL may
+        # have deleted a hundred thousand streams.
+        if aof_end is not None:
+            # A DEL settled for the first time was propagated before this
+            # point: once the file is synced up to aof_end, it is durable.
+            placed = [
+                (key, seq, aof_end if pos is None else pos) for key, seq, pos in self._waiting
+            ]
+            keep = [entry for entry in placed if aof_synced < entry[2]]
+        else:
+            newest = self.snapshot_removals
+            snapshot = self.snapshot_streams
+            keep = [
+                entry
+                for entry in self._waiting
+                if entry[1] > newest
+                and (entry[0] in snapshot or (saving is not None and entry[0] in saving))
+            ]
+        if len(keep) < len(self._waiting):
+            waiting = {key for key, _seq, _pos in keep}
+            self.reservations.forget_deleted(
+                [key for key, _seq, _pos in self._waiting if key not in waiting]
+            )
         self._waiting = keep
         # Into the page cache now, so that a kill -9 right after the DEL
         # became durable does not bring the stream back empty. No fsync: a
