@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any, Protocol
 
 from rcp11.blocking import BlockingManager
@@ -236,17 +237,25 @@ class Keyspace:
 
     def _removed(self, keys: Sequence[bytes], values: list[Any]) -> None:
         # keys (values) just left `data`: _uncharge() of each, then the
-        # expiries, persistence and touch() that delete() does.
-        freed = 0
-        overhead = self.KEY_OVERHEAD
+        # expiries, persistence and touch() that delete() does. The loops
+        # are map() and filter() where they can be: no Python code per key.
         charges = self._stream_bytes
-        unmeasured = self._unmeasured
-        for key, value in zip(keys, values, strict=True):
-            if isinstance(value, bytes):
-                freed += len(value) + len(key) + overhead
-            else:
-                freed += charges.pop(key, 0)
-                unmeasured.pop(key, None)
+        # Exactly the keys of values that are not strings are charged there.
+        streams = list(filter(charges.__contains__, keys)) if charges else []
+        freed = sum(map(charges.pop, streams))
+        if self._unmeasured:
+            # Their pending re-measurement goes with them (list(map()) runs
+            # the pops without Python code per key).
+            list(map(self._unmeasured.pop, streams, repeat(None)))
+        if not streams:
+            freed += sum(map(len, keys)) + sum(map(len, values)) + len(keys) * self.KEY_OVERHEAD
+        elif len(streams) < len(keys):
+            strings = [
+                len(key) + len(value) + self.KEY_OVERHEAD
+                for key, value in zip(keys, values, strict=True)
+                if isinstance(value, bytes)
+            ]
+            freed += sum(strings)
         self._used_bytes -= freed
         expires = self.expires
         if expires:

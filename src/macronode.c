@@ -1960,6 +1960,28 @@ int64_t mn_stream_concat(mn_stream *dst, mn_stream *src) {
     return first_offset;
 }
 
+int64_t mn_stream_concat_many(mn_stream *dst, mn_stream **srcs, size_t n, size_t *done) {
+    *done = 0;
+    if (dst == NULL || (n && srcs == NULL)) return MN_ERR_ARG;
+    const int64_t first_offset = (int64_t)dst->next;
+    for (size_t i = 0; i < n; i++) {
+        int64_t rc = mn_stream_concat(dst, srcs[i]);
+        if (rc < 0) return rc;
+        *done = i + 1;
+    }
+    return first_offset;
+}
+
+uint64_t mn_length_sum(mn_stream **streams, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t length = streams[i]->length;
+        if (length > UINT64_MAX - total) return UINT64_MAX; /* saturates */
+        total += length;
+    }
+    return total;
+}
+
 /* ------------------------------------------------------------------------
  * Reads
  * --------------------------------------------------------------------- */

@@ -219,6 +219,16 @@ int64_t mn_evict_keep(mn_stream *s, uint64_t keep);
  * pass offset 2^63-1 are MN_ERR_OVERFLOW. */
 int64_t mn_stream_concat(mn_stream *dst, mn_stream *src);
 
+/* mn_stream_concat() of srcs[0], ..., srcs[n-1] into dst, in that order:
+ * one call for the many sources of one TCONCAT. Returns the offset the
+ * first message got (dst's next offset when they hold none) or the error
+ * of the first source that failed; *done is the number of sources
+ * appended (n on success). Atomic per source only: on an error the
+ * sources before the one that failed stay appended (and empty). */
+int64_t mn_stream_concat_many(mn_stream *dst, mn_stream **srcs, size_t n, size_t *done);
+/* The sum of mn_length() of streams[0..n) (UINT64_MAX if it would not fit). */
+uint64_t mn_length_sum(mn_stream **streams, size_t n);
+
 /* Time index. Every message has an append time (see mn_append), kept per
  * message (a node stores deltas from its first message's time: 0 to 8
  * bytes per message, 2 at 1,000 messages per second).

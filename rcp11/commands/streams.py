@@ -14,7 +14,7 @@ from rcp11.commands.table import KeySpec, command
 from rcp11.errors import CommandError
 from rcp11.limits import MAX_OFFSET
 from rcp11.state import ClientState, ServerState
-from rcp11.storage import OffsetOverflowError, Stream
+from rcp11.storage import OffsetOverflowError, Stream, total_length
 
 
 @command(
@@ -242,12 +242,7 @@ def concat_streams(target: Stream, sources: list[Stream]) -> None:
     The core relinks whole nodes (cost per node, not per message) and keeps
     each message's append time, so TSEEK and retention by age see the moved
     messages as written when they were (docs/PROTOCOL.md, TCONCAT)."""
-    for source in sources:
-        target.concat(source)
-
-
-def total_length(streams: list[Stream]) -> int:
-    return sum(stream.length for stream in streams)
+    target.concat_many(sources)
 
 
 @command(

@@ -31,7 +31,7 @@ from rcp11.storage.errors import (
     StorageMemoryError,
 )
 from rcp11.storage.records import MUTATIONS, Evicted, MutationClock, NodeInfo
-from rcp11.storage.stream import Stream, validate_node_blob
+from rcp11.storage.stream import Stream, total_length, validate_node_blob
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -51,6 +51,7 @@ __all__ = [
     "StorageError",
     "StorageMemoryError",
     "Stream",
+    "total_length",
     "validate_node_blob",
     "wall_ms",
 ]
