@@ -220,13 +220,19 @@ class Keyspace:
         not counted; a key named twice is deleted once."""
         if self.expires:
             keys = [key for key in keys if key in self]
-        pop = self.data.pop
-        # Values are never None: a pop that finds nothing (a missing key,
-        # or one named again) yields None and is left out.
-        pairs = [(key, value) for key in keys if (value := pop(key, None)) is not None]
-        if pairs:
-            self._removed([key for key, _ in pairs], [value for _, value in pairs])
-        return len(pairs)
+        data = self.data
+        before = len(data)
+        # map(), not a loop: a DEL may name a million keys. A pop that finds
+        # nothing (a missing key, or one named again) yields None, which no
+        # value is.
+        values = list(map(data.pop, keys, repeat(None)))
+        removed = before - len(data)
+        if removed < len(values):
+            keys = [key for key, value in zip(keys, values, strict=True) if value is not None]
+            values = [value for value in values if value is not None]
+        if removed:
+            self._removed(keys, values)
+        return removed
 
     def remove_existing(self, keys: Sequence[bytes]) -> None:
         """Delete keys, each present and named once, as delete() of each in

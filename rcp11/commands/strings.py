@@ -176,7 +176,7 @@ def decrby_command(state: ServerState, client: ClientState, argv: list[bytes]) -
 
 @command("mget", -2, "readonly fast", (1, -1, 1), summary="Get several strings", group="string")
 def mget_command(state: ServerState, client: ClientState, argv: list[bytes]) -> Any:
-    values = [state.keyspace.get(key) for key in argv[1:]]
+    values = state.keyspace.get_many(argv[1:])
     return [value if isinstance(value, bytes) else None for value in values]
 
 
