@@ -1253,6 +1253,35 @@ static void test_concat(void) {
     CHECK(live_bytes == 0);
 }
 
+/* TCONCAT's many sources in one call: in order, empty sources passed over;
+ * an error stops at the failing source with those before it appended. */
+static void test_concat_many(void) {
+    mn_stream *dst = mn_stream_new(4, 0);
+    mn_stream *src[4];
+    for (int i = 0; i < 4; i++) src[i] = mn_stream_new(4, 0);
+    cat_append(dst, 0, 2, 0);
+    cat_append(src[0], 2, 5, 0); /* more than a node: nodes move */
+    cat_append(src[2], 7, 1, 0);
+    cat_append(src[3], 8, 3, 0);
+    CHECK(mn_evict_upto(src[3], 0) == 1); /* id 8 evicted */
+    CHECK(mn_length_sum(src, 4) == 5 + 0 + 1 + 2 && mn_length_sum(src, 0) == 0);
+    size_t done = 99;
+    CHECK(mn_stream_concat_many(dst, src, 0, &done) == 2 && done == 0);
+    CHECK(mn_stream_concat_many(dst, src, 4, &done) == 2 && done == 4);
+    static const uint32_t want[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10};
+    cat_check(dst, 0, want, 10);
+    CHECK(mn_length_sum(src, 4) == 0);
+    /* dst among the sources: MN_ERR_ARG there, the one before it moved */
+    cat_append(src[1], 11, 1, 0);
+    mn_stream *bad[3] = {src[1], dst, src[2]};
+    CHECK(mn_stream_concat_many(dst, bad, 3, &done) == MN_ERR_ARG && done == 1);
+    CHECK(mn_length(src[1]) == 0 && mn_length(dst) == 11);
+    CHECK(mn_stream_concat_many(NULL, src, 4, &done) == MN_ERR_ARG && done == 0);
+    for (int i = 0; i < 4; i++) mn_stream_free(src[i]);
+    mn_stream_free(dst);
+    CHECK(live_bytes == 0);
+}
+
 /* Compressible messages: 100 bytes of a repeated pattern. */
 static void depth_append(mn_stream *s, uint32_t n) {
     static char buf[1000 * 100];
@@ -1569,6 +1598,7 @@ int main(void) {
     test_read_packed();
     test_retention();
     test_concat();
+    test_concat_many();
     test_compression_depth();
     test_regression_empty_chunk_in_cache();
     test_max_node_bytes();
