@@ -143,6 +143,38 @@ def test_used_memory_tracks_writes_and_deletes(state: ServerState) -> None:
     assert state.keyspace.used_bytes == 0
 
 
+def test_del_of_many_keys_counts_each_deleted_key_once(state: ServerState) -> None:
+    """DEL's one-call path: strings, streams and groups together, keys
+    named twice, missing keys and keys past their deadline (they expire
+    and log their own DEL, uncounted); memory and WATCH follow."""
+    c = Client()
+    for i in range(1000):
+        run(state, c, "SET", f"k{i}", "v" * (i % 9))
+        if i % 2:
+            run(state, c, "TWRITE", f"s{i}", "ENTRIES", *["m"] * (i % 5 + 1))
+    run(state, c, "TWRITE", "grouped", "x")
+    run(state, c, "TREAD", "grouped", 0, 1, "GROUP", "g", "LEASE", 30_000, "CONSUMER", "w")
+    assert type(state.keyspace.data[b"g"]).__name__ == "AckGroup"
+    for i in range(0, 1000, 10):
+        state.keyspace.set_expire(f"k{i}".encode(), 1)  # long past
+    keys = [f"k{i}" for i in range(1000)] + [f"s{i}" for i in range(1000)]
+    keys += ["k5", "s5", "missing", "grouped", "g"]
+    watching_deleted, watching_missing = Client(), Client()
+    run(state, watching_deleted, "WATCH", "s999")
+    run(state, watching_missing, "WATCH", "missing")
+    state.persistence.log.clear()
+    assert run(state, c, "DEL", *keys) == 900 + 500 + 2
+    assert state.keyspace.data == {}
+    assert state.keyspace.used_bytes == 0
+    expired = [[b"DEL", f"k{i}".encode()] for i in range(0, 1000, 10)]
+    assert state.persistence.log == [*expired, [b"DEL", *(k.encode() for k in keys)]]
+    assert run(state, c, "DEL", *keys) == 0
+    for watcher, aborted in ((watching_deleted, True), (watching_missing, False)):
+        run(state, watcher, "MULTI")
+        run(state, watcher, "SET", "other", "v")
+        assert (wire(run(state, watcher, "EXEC")) == b"*-1\r\n") == aborted
+
+
 def test_twrite_reserves_offsets_before_appending(state: ServerState) -> None:
     c = Client()
     run(state, c, "TWRITE", "s", "ENTRIES", "a", "b", "c")

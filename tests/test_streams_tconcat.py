@@ -9,11 +9,20 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ServerProcess, in_thread, require, tr, tw, wait_blocked
+from conftest import (
+    ServerProcess,
+    in_thread,
+    persistence_in_process,
+    require,
+    tr,
+    tw,
+    wait_blocked,
+)
 from helpers_dispatch import Client, recording_state, run
 
 from rcp11 import errors
 from rcp11.commands import streams
+from rcp11.persistence.reservations import OffsetReservations
 from rcp11.resp import Error, encode
 from rcp11.state import ServerState
 
@@ -285,6 +294,89 @@ def test_inside_multi_exec_replies_in_order(state: ServerState) -> None:
     assert state.keyspace.data[b"dst"].read(0, 3) == [b"x", b"y", b"z"]
 
 
+def charged_bytes(state: ServerState) -> int:
+    """What the keyspace should charge, counted afresh from every key."""
+    keyspace = state.keyspace
+    return sum(
+        len(key) + keyspace.KEY_OVERHEAD + (len(v) if isinstance(v, bytes) else v.memory_bytes)
+        for key, v in keyspace.data.items()
+    )
+
+
+def exec_after_watch(state: ServerState, watcher: Client) -> bytes:
+    run(state, watcher, "MULTI")
+    run(state, watcher, "SET", "elsewhere", "v")
+    return encode(run(state, watcher, "EXEC"), False)
+
+
+def test_thousands_of_sources_move_in_order_and_all_go(state: ServerState) -> None:
+    """The one-call paths for many sources (docs/PROTOCOL.md, TCONCAT):
+    every message in order, evicted ones skipped, missing sources passed
+    over, every source deleted, memory charged right, and a WATCH on any
+    source, a missing one too, aborts the transaction."""
+    c = Client()
+    run(state, c, "TWRITE", "dst", "d0")
+    expected = [b"d0"]
+    names = []
+    for i in range(3000):
+        name = f"s{i}"
+        names.append(name)
+        if i % 7 == 3:
+            continue  # missing
+        messages = [f"{i}-{j}".encode() for j in range(i % 150 + 1)]  # some span nodes
+        run(state, c, "TWRITE", name, "ENTRIES", *messages)
+        if i % 11 == 0 and len(messages) > 2:
+            run(state, c, "TEVICT", name, 1)
+            messages = messages[2:]
+        expected += messages
+    watchers = {name: Client() for name in ("s3", "s4", "s2999", "dst", "unrelated")}
+    for name, watcher in watchers.items():
+        run(state, watcher, "WATCH", name)
+    state.persistence.log.clear()
+    assert run(state, c, "TCONCAT", "dst", *names) == 1
+    dst = state.keyspace.data[b"dst"]
+    assert dst.next_offset == len(expected)
+    assert dst.read(0, len(expected)) == expected
+    assert list(state.keyspace.data) == [b"dst"]
+    assert state.keyspace.used_bytes == charged_bytes(state)
+    assert state.persistence.log == [[b"TCONCAT", b"dst", *(n.encode() for n in names)]]
+    for name, watcher in watchers.items():
+        aborted = exec_after_watch(state, watcher) == b"*-1\r\n"
+        assert aborted == (name != "unrelated"), name
+
+
+def test_only_missing_sources_still_count_as_modified(state: ServerState) -> None:
+    """Nothing moves and nothing is logged, yet a WATCH on any named key
+    aborts (as inside redis-server)."""
+    c = Client()
+    run(state, c, "TWRITE", "dst", "d0")
+    watcher = Client()
+    run(state, watcher, "WATCH", "gone500")
+    state.persistence.log.clear()
+    assert run(state, c, "TCONCAT", "dst", *[f"gone{i}" for i in range(1000)]) == 1
+    assert state.persistence.log == []
+    assert exec_after_watch(state, watcher) == b"*-1\r\n"
+
+
+def test_many_deleted_streams_leave_the_offsets_file(tmp_path: Any) -> None:
+    """With the AOF off and no snapshot, a deletion is durable at once: the
+    offsets file read afresh holds the destination's mark and no mark of
+    any source (DEL of many streams likewise)."""
+    state, persistence = persistence_in_process(tmp_path, appendonly="no")
+    persistence.load()
+    c = Client()
+    for i in range(2000):
+        run(state, c, "TWRITE", f"s{i}", "m")
+    run(state, c, "TCONCAT", "dst", *[f"s{i}" for i in range(1000)])
+    assert run(state, c, "DEL", *[f"s{i}" for i in range(1000, 2000)], "missing") == 1000
+    assert persistence.flush()
+    marks = persistence.reservations.marks
+    assert list(marks) == [b"dst"] and marks[b"dst"] >= 1000
+    reread = OffsetReservations(persistence.reservations.path)
+    assert reread.load() == {b"dst": marks[b"dst"]} and reread.deleted == {}
+    persistence.reservations.close()
+
+
 # ---------------------------------------------------------------- durability
 
 
@@ -357,3 +449,24 @@ def test_moved_messages_keep_their_append_times(state: ServerState) -> None:
     assert 3000 - 63 <= dst.seek_time(1_500_000) <= 3000
     assert dst.seek_time(1_000_000) == 0
     assert dst.seek_time(2_000_001) == 6000
+
+
+@pytest.mark.slow
+def test_kill9_with_aof_after_thousands_of_sources(server_factory: Any) -> None:
+    srv = server_factory(appendonly="yes", appendfsync="everysec")
+    cl = srv.client()
+    pipe = cl.pipeline(transaction=False)
+    for i in range(3000):
+        pipe.execute_command("TWRITE", f"s{i}", "ENTRIES", f"{i}-a", f"{i}-b")
+    pipe.execute()
+    names = [f"s{i}" for i in range(3000)] + ["never"]
+    assert tconcat(cl, "dst", *names) == 0
+    assert cl.execute_command("DEL", "s0", "s1") == 0  # gone already
+    srv.kill9()
+    srv.start()
+    cl = srv.client()
+    assert cl.keys("*") == [b"dst"]
+    expected = [f"{i}-{x}".encode() for i in range(3000) for x in "ab"]
+    assert tr(cl, "dst", 0, 6000) == expected
+    assert tw(cl, "dst", "after") >= 6000
+    cl.close()
