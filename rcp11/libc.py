@@ -113,7 +113,7 @@ def libc_version() -> str | None:
     return None if get is None else get().decode()
 
 
-def _anonymous_bytes() -> int | None:
+def anonymous_bytes() -> int | None:
     """The process's anonymous memory in RAM (/proc/self/statm: resident
     pages less the shared ones, which are the files it maps: the
     interpreter, the libraries): every page it allocated itself."""
@@ -132,7 +132,7 @@ def allocated_bytes() -> int | None:
     so free blocks malloc keeps are not counted. None where neither the C
     library nor /proc says (then the caller falls back on its own count)."""
     info = mallinfo()
-    anonymous = _anonymous_bytes()
+    anonymous = anonymous_bytes()
     if info is None:
         return anonymous
     in_use = info["uordblks"] + info["hblkhd"]

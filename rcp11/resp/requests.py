@@ -105,6 +105,17 @@ class RequestParser:
                 f"query buffer of {self.buffered()} bytes passed {self.query_buffer_limit}"
             )
 
+    def drop(self) -> None:
+        """Forget everything buffered: the connection is gone. Its objects
+        may wait for the garbage collector (they refer to each other), and
+        a half-sent request can be hundreds of MB."""
+        self._buf = b""
+        self._pos = 0
+        self._more = bytearray()
+        self._args = None
+        self._ready.clear()
+        self._need = 0
+
     def buffered(self) -> int:
         """Bytes received but not yet parsed into commands (the query buffer)."""
         return len(self._buf) - self._pos + len(self._more)

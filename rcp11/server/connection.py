@@ -208,6 +208,8 @@ class Connection(asyncio.Protocol):
         self.out.clear()
         self.out_bytes = 0
         self.backlog = None
+        if self.parser is not None:
+            self.parser.drop()
         client = self.client
         if client is None:
             return
