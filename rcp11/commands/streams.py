@@ -188,7 +188,8 @@ def tconcat_command(state: ServerState, client: ClientState, argv: list[bytes]) 
         raise CommandError(errors.WRONGTYPE)
     values = keyspace.get_many(sources)
     found = [value for value in values if value is not None]
-    if not all(isinstance(value, Stream) for value in found):
+    # Each kind of value once, not each value.
+    if not all(issubclass(kind, Stream) for kind in set(map(type, found))):
         raise CommandError(errors.WRONGTYPE)
     next_offset = target.next_offset if target is not None else 0
     total = total_length(found)
