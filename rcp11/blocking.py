@@ -67,7 +67,7 @@ import heapq
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -303,6 +303,17 @@ class BlockingManager:
             if lanes:
                 for lane in lanes:
                     self.ready[lane] = None
+
+    def signal_keys(self, keys: Sequence[bytes]) -> None:
+        """signal_key() of each of keys, in order: one call for a command
+        naming many keys. filter() finds the few that anyone waits on or
+        watches, without Python code per key."""
+        involved = set(filter(self.waiting.__contains__, keys))
+        if self._watchers:
+            involved.update(filter(self._watchers.__contains__, keys))
+        if involved:
+            for key in filter(involved.__contains__, keys):
+                self.signal_key(key)
 
     def serve(
         self,

@@ -191,22 +191,18 @@ class Keyspace:
         self._signal_many(keys)
 
     def _signal_many(self, keys: Sequence[bytes]) -> None:
-        # touch() but for the re-measuring, for many keys: the loops run
-        # only while someone keeps an index, watches or waits.
+        # touch() but for the re-measuring, for many keys: only the keys
+        # someone watches or waits on cost Python code (filter() finds them).
         self.changes += len(keys)
         if self.changed is not None:
             self.changed.update(dict.fromkeys(keys))
         watching = self.watchers
         if watching:
-            for key in keys:
-                watchers = watching.get(key)
-                if watchers:
-                    for client in watchers:
-                        client.dirty_cas = True
-        blocking = self._blocking
-        if blocking.waiting:
-            for key in keys:
-                blocking.signal_key(key, True)
+            for key in filter(watching.__contains__, keys):
+                for client in watching[key]:
+                    client.dirty_cas = True
+        if self._blocking.waiting:
+            self._blocking.signal_keys(keys)
 
     def delete(self, key: bytes) -> bool:
         if key not in self.data:

@@ -61,6 +61,23 @@ def test_every_kind_of_write_to_a_group_key_rechecks_its_readers(state: ServerSt
     assert state.keyspace.get(b"g") == b"3"
 
 
+def test_a_del_of_many_keys_rechecks_the_readers_of_a_group_key_among_them(
+    state: ServerState,
+) -> None:
+    """DEL signals the keys it deletes in one pass (Keyspace.delete_many):
+    the readers waiting in a group whose key is one of thousands deleted
+    start again from the first readable message, as after DEL g alone."""
+    reader, writer = Client(), Client()
+    run(state, writer, "TWRITE", "s", "ENTRIES", "a", "b", "c")
+    run(state, writer, "SET", "g", "3")
+    assert run(state, reader, "TREAD", "s", 0, 1, "GROUP", "g", "BLOCK", 0) is BLOCKED
+    for i in range(3000):
+        run(state, writer, "SET", f"k{i}", "v")
+    keys = [f"k{i}" for i in range(1500)] + ["g"] + [f"k{i}" for i in range(1500, 3000)]
+    assert run(state, writer, "DEL", *keys) == 3001
+    assert reader.received == [Raw(b"*1\r\n$1\r\na\r\n")]
+
+
 def test_a_served_group_read_obeys_misconf(state: ServerState) -> None:
     """Serving a blocked group read writes the group key: while writes are
     refused the reader gets -MISCONF instead of an unlogged move."""
