@@ -234,8 +234,7 @@ class Keyspace:
         """Delete keys, each present and named once, as delete() of each in
         turn would, with the per-key bookkeeping in tight loops: a command
         may name a million keys (DEL, TCONCAT's sources, FLUSHALL)."""
-        pop = self.data.pop
-        self._removed(keys, [pop(key) for key in keys])
+        self._removed(keys, list(map(self.data.pop, keys)))
 
     def _removed(self, keys: Sequence[bytes], values: list[Any]) -> None:
         # keys (values) just left `data`: _uncharge() of each, then the
