@@ -114,9 +114,19 @@ class Keyspace:
 
     def get_many(self, keys: Sequence[bytes]) -> list[Any]:
         """get() of each key, in order (None for a missing one)."""
-        if self.expires:
-            return [self.get(key) for key in keys]
-        return list(map(self.data.get, keys))
+        hidden = self._expire_among(keys) if self.expires else None
+        values = list(map(self.data.get, keys))
+        if hidden:
+            values = [None if key in hidden else v for key, v in zip(keys, values, strict=True)]
+        return values
+
+    def _expire_among(self, keys: Sequence[bytes]) -> set[bytes]:
+        """What get() and `in` do first for each of keys that has a deadline,
+        in order: expire it if due. Returns the keys past their deadline
+        but kept (CLIENT PAUSE), which read as missing. Only the keys with
+        a deadline cost Python code."""
+        due = self._expire_if_due
+        return {key for key in filter(self.expires.__contains__, keys) if due(key)}
 
     @property
     def used_bytes(self) -> int:
@@ -184,10 +194,7 @@ class Keyspace:
         many keys)."""
         charged = self._stream_bytes
         if charged:
-            unmeasured = self._unmeasured
-            for key in keys:
-                if key in charged:
-                    unmeasured[key] = None
+            self._unmeasured.update(dict.fromkeys(filter(charged.__contains__, keys)))
         self._signal_many(keys)
 
     def _signal_many(self, keys: Sequence[bytes]) -> None:
@@ -215,7 +222,9 @@ class Keyspace:
         past its deadline expires first, as `key in keyspace` would, and is
         not counted; a key named twice is deleted once."""
         if self.expires:
-            keys = [key for key in keys if key in self]
+            hidden = self._expire_among(keys)
+            if hidden:
+                keys = [key for key in keys if key not in hidden]
         data = self.data
         before = len(data)
         # map(), not a loop: a DEL may name a million keys. A pop that finds
@@ -258,10 +267,8 @@ class Keyspace:
             ]
             freed += sum(strings)
         self._used_bytes -= freed
-        expires = self.expires
-        if expires:
-            for key in keys:
-                expires.pop(key, None)
+        if self.expires:
+            list(map(self.expires.pop, keys, repeat(None)))
         self._state.persistence.on_keys_removed(keys)
         # No key is charged any more: nothing to re-measure.
         self._signal_many(keys)

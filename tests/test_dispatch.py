@@ -175,6 +175,30 @@ def test_del_of_many_keys_counts_each_deleted_key_once(state: ServerState) -> No
         assert (wire(run(state, watcher, "EXEC")) == b"*-1\r\n") == aborted
 
 
+def test_mget_of_many_keys_reads_keys_past_their_deadline_as_missing(
+    state: ServerState,
+) -> None:
+    """MGET's one-call lookup (Keyspace.get_many) expires what get() would,
+    logging each DEL in order; during CLIENT PAUSE WRITE such keys read as
+    missing but stay (as in redis-server 7.0)."""
+    c = Client()
+    keys = [f"k{i}" for i in range(1000)]
+    run(state, c, "MSET", *[x for i in range(1000) for x in (f"k{i}", f"v{i}")])
+    run(state, c, "SET", "later", "x")
+    for i in range(0, 1000, 7):
+        state.keyspace.set_expire(f"k{i}".encode(), 1)  # long past
+    state.persistence.log.clear()
+    reply = run(state, c, "MGET", *keys, "k7", "missing")
+    expected = [None if i % 7 == 0 else f"v{i}".encode() for i in range(1000)]
+    assert reply == [*expected, None, None]
+    assert state.persistence.log == [[b"DEL", f"k{i}".encode()] for i in range(0, 1000, 7)]
+    assert run(state, c, "CLIENT", "PAUSE", 60_000, "WRITE") == "OK"
+    state.keyspace.set_expire(b"later", 1)
+    assert run(state, c, "MGET", "k1", "later") == [b"v1", None]
+    assert b"later" in state.keyspace.data
+    run(state, c, "CLIENT", "UNPAUSE")
+
+
 def test_twrite_reserves_offsets_before_appending(state: ServerState) -> None:
     c = Client()
     run(state, c, "TWRITE", "s", "ENTRIES", "a", "b", "c")
