@@ -125,6 +125,25 @@ def anonymous_bytes() -> int | None:
         return None
 
 
+def _heap_resident_bytes() -> int | None:
+    """The main heap's pages in RAM (its Rss in /proc/self/smaps), or None
+    where it cannot be read. malloc_trim() gives back free pages inside the
+    heap without shrinking it, so mallinfo2's `arena` (its size) is not what
+    it holds. The heap comes right after the executable's own mappings:
+    reading stops there, before the kernel measures the rest."""
+    try:
+        with open("/proc/self/smaps", "rb") as smaps:
+            in_heap = False
+            for line in smaps:
+                if in_heap and line.startswith(b"Rss:"):
+                    return int(line.split()[1]) * 1024
+                if line.endswith(b"[heap]\n"):
+                    in_heap = True
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def allocated_bytes() -> int | None:
     """What the process has allocated and holds: the C heap's blocks in use
     (mallinfo2: the storage core's nodes, the libraries') plus the anonymous
@@ -138,5 +157,16 @@ def allocated_bytes() -> int | None:
     in_use = info["uordblks"] + info["hblkhd"]
     if anonymous is None:
         return in_use
-    # The heap's own pages (in use or free) are part of the anonymous memory.
-    return in_use + max(anonymous - info["arena"] - info["hblkhd"], 0)
+    # The heap's own pages (in use or free) are part of the anonymous
+    # memory: what it holds in RAM, or its size where /proc does not say.
+    heap = _heap_resident_bytes()
+    if heap is None:
+        heap = info["arena"]
+    return in_use + max(anonymous - heap - info["hblkhd"], 0)
+
+
+def can_measure_unused() -> bool:
+    """Whether memory malloc keeps can be told from memory in use
+    (mallinfo2 and /proc/self/statm both answer): only then can the cron
+    decide when to give it back (rcp11/server/trim.py)."""
+    return mallinfo() is not None and anonymous_bytes() is not None

@@ -96,8 +96,12 @@ TRIM_DECAY_SECONDS = 5.0
 MALLOC_MMAP_THRESHOLD = 32 * 1024 * 1024
 # ... and the heap's top is never given back by free() itself (glibc trims
 # at once past its threshold): the cron's trim above decides when
-# (mallopt takes an int: 1 GiB).
+# (mallopt takes an int: 1 GiB) ...
 MALLOC_TRIM_THRESHOLD = 1024 * 1024 * 1024
+# ... where it can tell unused memory from used (glibc 2.33+ and /proc);
+# elsewhere glibc trims the top past this much free (50 clients' pipelines
+# in flight reach tens of MB).
+MALLOC_TRIM_THRESHOLD_UNMEASURED = 64 * 1024 * 1024
 # Descriptors the server needs besides client sockets: listeners, log, AOF,
 # snapshot files, the fsync thread's duplicate (Redis reserves 32 too).
 RESERVED_FDS = 32

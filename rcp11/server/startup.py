@@ -16,10 +16,11 @@ from rcp11 import __version__
 from rcp11.commands import execute, rename_command, serve_ready
 from rcp11.config import Config, ConfigError
 from rcp11.datafiles import release_data_dirs
-from rcp11.libc import tune_malloc
+from rcp11.libc import can_measure_unused, tune_malloc
 from rcp11.limits import (
     MALLOC_MMAP_THRESHOLD,
     MALLOC_TRIM_THRESHOLD,
+    MALLOC_TRIM_THRESHOLD_UNMEASURED,
     RESERVED_FDS,
     SERVE_SECONDS,
 )
@@ -173,8 +174,10 @@ def run(config: Config) -> int:
             "specify a config file use rcp11-server /path/to/redis.conf"
         )
     adjust_open_files_limit(config)
-    # Reply buffers from the heap, reused, not fresh mmap()s (limits.py).
-    tune_malloc(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    # Reply buffers from the heap, reused, not fresh mmap()s; freed memory
+    # given back by the cron (limits.py).
+    trim = MALLOC_TRIM_THRESHOLD if can_measure_unused() else MALLOC_TRIM_THRESHOLD_UNMEASURED
+    tune_malloc(MALLOC_MMAP_THRESHOLD, trim)
     # Relative pidfile and logfile paths mean the directory the server was
     # started from, not `dir`.
     pidfile = os.path.abspath(config.get("pidfile")) if config.get("pidfile") else ""
