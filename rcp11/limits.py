@@ -83,7 +83,7 @@ TRIM_AFTER_FREED = 16 * 1024 * 1024
 # workload frees and soon needs again (a stream deleted and written anew,
 # a FLUSHALL before a reload) is reused instead: given back at once, every
 # page of it came back through a page fault (TWRITE ENTRIES 100 after a
-# DEL: 9.3-9.5 us of server CPU per request against 8.0-8.5 reusing it).
+# DEL: 9.3-10.3 us of server CPU per request against 8.0-9.3 reusing it).
 # jemalloc's dirty pages decay over 10 s, which redis-server gets.
 TRIM_DECAY_SECONDS = 5.0
 # Replies to pipelined reads are buffers of hundreds of KB (32 x TREAD 100
