@@ -260,12 +260,8 @@ class Keyspace:
         if not streams:
             freed += sum(map(len, keys)) + sum(map(len, values)) + len(keys) * self.KEY_OVERHEAD
         elif len(streams) < len(keys):
-            strings = [
-                len(key) + len(value) + self.KEY_OVERHEAD
-                for key, value in zip(keys, values, strict=True)
-                if isinstance(value, bytes)
-            ]
-            freed += sum(strings)
+            pairs = zip(keys, values, strict=True)
+            freed += sum(self._charge(k, v) for k, v in pairs if isinstance(v, bytes))
         self._used_bytes -= freed
         if self.expires:
             list(map(self.expires.pop, keys, repeat(None)))

@@ -6,7 +6,10 @@ heap after large frees (rcp11/server/trim.py)."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
+from itertools import islice, repeat
 from pathlib import Path
+from typing import Any
 
 import hiredis
 import pytest
@@ -102,13 +105,19 @@ def read_exactly_one_reply(sock: socket.socket) -> bytes:
             return data
 
 
-def fill(r, key: str, requests: int) -> None:
-    messages = [b"m" * 100] * 100
-    for _ in range(requests // 500):
+def pipelined(r, commands: Iterable[tuple[Any, ...]], chunk: int = 500) -> None:
+    """Send commands in pipelines of chunk."""
+    commands = iter(commands)
+    while batch := list(islice(commands, chunk)):
         pipe = r.pipeline(transaction=False)
-        for _ in range(500):
-            pipe.execute_command("TWRITE", key, "ENTRIES", *messages)
+        for command in batch:
+            pipe.execute_command(*command)
         pipe.execute()
+
+
+def fill(r, key: str, requests: int) -> None:
+    """requests x TWRITE key ENTRIES <100 x 100 B>."""
+    pipelined(r, repeat(("TWRITE", key, "ENTRIES", *[b"m" * 100] * 100), requests))
 
 
 @pytest.mark.slow
@@ -156,11 +165,9 @@ def test_memory_of_a_vanished_clients_request_goes_back(server_factory) -> None:
 
 
 def small_streams(r, first: int, count: int, payload: bytes) -> None:
-    for start in range(first, first + count, 5000):
-        pipe = r.pipeline(transaction=False)
-        for i in range(start, start + 5000):
-            pipe.execute_command("TWRITE", f"k{i}", "ENTRIES", payload)
-        pipe.execute()
+    """One stream k<i> of one message each, i from first."""
+    keys = range(first, first + count)
+    pipelined(r, (("TWRITE", f"k{i}", "ENTRIES", payload) for i in keys), 5000)
 
 
 @pytest.mark.slow

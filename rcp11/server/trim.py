@@ -28,7 +28,6 @@ class MemoryTrim:
         # When the unused memory last rose TRIM_AFTER_FREED above the floor
         # (None while it is below).
         self.since: float | None = None
-        self.trims = 0
 
     def tick(self, used: int, now: float) -> bool:
         """Trim if the memory held beyond used_memory stayed large for
@@ -50,8 +49,7 @@ class MemoryTrim:
         self.since = None
         if not malloc_trim():
             return False
-        self.trims += 1
-        after = anonymous_bytes()
-        self.floor = max((after if after is not None else held) - used, 0)
-        log.log(VERBOSE, "Gave freed memory back to the system (%d bytes)", held - (after or held))
+        after = anonymous_bytes() or held
+        self.floor = max(after - used, 0)
+        log.log(VERBOSE, "Gave freed memory back to the system (%d bytes)", held - after)
         return True

@@ -293,11 +293,7 @@ class Stream:
         (next_offset when src held none)."""
         if src is self:
             raise InvalidArgumentError("cannot concatenate a stream to itself", lib.MN_ERR_ARG)
-        self._version += 1
-        src._version += 1
-        first = check(lib.mn_stream_concat(self._s, src._s))
-        self._next = lib.mn_next_offset(self._s)
-        return first
+        return self.concat_many((src,))
 
     def concat_many(self, sources: Sequence[Stream]) -> int:
         """concat() of each source in turn, in one C call (TCONCAT may name
